@@ -1,0 +1,1 @@
+//! Directory and xattr hashes (filled in below).

@@ -1,0 +1,23 @@
+//! On-disk structures of ext4 and jbd2, declared once for reading and writing.
+//!
+//! Every struct here is a byte-exact image of its on-disk form (`zerocopy`, little-endian for
+//! ext4, big-endian for jbd2), with its byte offsets in comments and a compile-time size assert.
+//! Fields split into `_lo`/`_hi` halves are read and written through accessors. This crate does
+//! no I/O and holds no state: checksums and hashes are pure functions of bytes.
+#![forbid(unsafe_code)]
+
+pub mod checksum;
+pub mod dirent;
+pub mod dx;
+pub mod extent;
+pub mod features;
+pub mod group_desc;
+pub mod hash;
+pub mod inode;
+pub mod jbd2;
+pub mod orphan;
+pub mod superblock;
+pub mod types;
+pub mod xattr;
+
+pub use types::{GroupNo, InodeNo, LogicalBlock, PhysBlock};
