@@ -1,1 +1,256 @@
-//! (in progress)
+//! Directory entries (`ext4_dir_entry_2`), their `rec_len` encoding and the checksum tail of
+//! directory leaf blocks (`ext4_dir_entry_tail`).
+
+use crate::checksum::crc32c;
+use zerocopy::little_endian::{U16, U32};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// The longest name an entry can hold.
+pub const NAME_LEN_MAX: usize = 255;
+/// Bytes before the name.
+pub const HEADER_SIZE: usize = 8;
+/// `rec_len` value meaning "the whole 64 KiB block".
+pub const MAX_REC_LEN: u16 = 0xFFFF;
+/// Size of the checksum tail that ends a leaf block under metadata_csum.
+pub const TAIL_SIZE: usize = 12;
+/// `file_type` byte of the checksum tail.
+pub const FT_DIR_CSUM: u8 = 0xDE;
+
+// file_type values (with the filetype feature).
+pub const FT_UNKNOWN: u8 = 0;
+pub const FT_REG_FILE: u8 = 1;
+pub const FT_DIR: u8 = 2;
+pub const FT_CHRDEV: u8 = 3;
+pub const FT_BLKDEV: u8 = 4;
+pub const FT_FIFO: u8 = 5;
+pub const FT_SOCK: u8 = 6;
+pub const FT_SYMLINK: u8 = 7;
+
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct DirEntryHeader {
+    /*00*/ pub inode: U32,
+    /*04*/ pub rec_len: U16,
+    /*06*/ pub name_len: u8,
+    /*07*/ pub file_type: u8,
+}
+const _: () = assert!(core::mem::size_of::<DirEntryHeader>() == HEADER_SIZE);
+
+/// The fake entry at the end of a leaf block that holds its checksum.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct DirTail {
+    /*00*/ pub det_reserved_zero1: U32,
+    /*04*/ pub det_rec_len: U16,
+    /*06*/ pub det_reserved_zero2: u8,
+    /*07*/ pub det_reserved_ft: u8,
+    /*08*/ pub det_checksum: U32,
+}
+const _: () = assert!(core::mem::size_of::<DirTail>() == TAIL_SIZE);
+
+/// The space an entry with a name of `name_len` bytes needs: header plus name, 4-byte aligned.
+pub const fn rec_len_for(name_len: usize) -> usize {
+    (HEADER_SIZE + name_len + 3) & !3
+}
+
+/// Decodes an on-disk `rec_len`. Blocks of 64 KiB cannot express their own size in 16 bits, so
+/// 0 and 0xFFFF mean "the whole block" and the low two bits carry bits 16-17.
+pub fn rec_len_from_disk(len: u16, block_size: u32) -> u32 {
+    if block_size < 65536 {
+        return u32::from(len);
+    }
+    if len == MAX_REC_LEN || len == 0 {
+        return block_size;
+    }
+    u32::from(len & 0xFFFC) | (u32::from(len & 3) << 16)
+}
+
+/// Encodes a `rec_len` for the disk (inverse of [`rec_len_from_disk`]).
+pub fn rec_len_to_disk(len: u32, block_size: u32) -> u16 {
+    if block_size < 65536 {
+        return len as u16;
+    }
+    if len == block_size {
+        return MAX_REC_LEN;
+    }
+    ((len & 0xFFFC) | ((len >> 16) & 3)) as u16
+}
+
+/// One entry as found in a block.
+#[derive(Clone, Copy, Debug)]
+pub struct RawEntry<'a> {
+    /// Byte offset of the entry within the block.
+    pub offset: usize,
+    pub inode: u32,
+    pub rec_len: u32,
+    pub file_type: u8,
+    pub name: &'a [u8],
+}
+
+/// Why an entry is invalid (the checks of the kernel's `__ext4_check_dir_entry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirentError {
+    /// `rec_len` is smaller than the smallest entry.
+    RecLenTooSmall,
+    /// `rec_len` is not a multiple of 4.
+    RecLenUnaligned,
+    /// `rec_len` is too small for `name_len`.
+    NameTooLong,
+    /// The entry runs past the end of the block.
+    PastEnd,
+}
+
+/// Walks the entries of one directory block (or an inline-data area). Entries with inode 0 are
+/// yielded too (they are free space); the iterator stops at the first invalid entry, after
+/// yielding its error.
+pub struct DirBlockIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    block_size: u32,
+    failed: bool,
+}
+
+impl<'a> DirBlockIter<'a> {
+    /// `buf` is the block up to (not including) any checksum tail; `block_size` decides the
+    /// `rec_len` encoding.
+    pub fn new(buf: &'a [u8], block_size: u32) -> Self {
+        DirBlockIter { buf, pos: 0, block_size, failed: false }
+    }
+}
+
+impl<'a> Iterator for DirBlockIter<'a> {
+    type Item = Result<RawEntry<'a>, DirentError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let offset = self.pos;
+        let rest = &self.buf[offset..];
+        let fail = |s: &mut Self, e| {
+            s.failed = true;
+            Some(Err(e))
+        };
+        let Ok((h, tail)) = DirEntryHeader::read_from_prefix(rest) else {
+            return fail(self, DirentError::PastEnd);
+        };
+        let rec_len = rec_len_from_disk(h.rec_len.get(), self.block_size);
+        let name_len = usize::from(h.name_len);
+        if (rec_len as usize) < rec_len_for(1) {
+            return fail(self, DirentError::RecLenTooSmall);
+        }
+        if rec_len % 4 != 0 {
+            return fail(self, DirentError::RecLenUnaligned);
+        }
+        if (rec_len as usize) < rec_len_for(name_len) {
+            return fail(self, DirentError::NameTooLong);
+        }
+        if rec_len as usize > rest.len() {
+            return fail(self, DirentError::PastEnd);
+        }
+        self.pos += rec_len as usize;
+        Some(Ok(RawEntry {
+            offset,
+            inode: h.inode.get(),
+            rec_len,
+            file_type: h.file_type,
+            name: &tail[..name_len],
+        }))
+    }
+}
+
+/// The tail of a leaf block, if the block ends with a well-formed one.
+pub fn tail(block: &[u8]) -> Option<DirTail> {
+    let off = block.len().checked_sub(TAIL_SIZE)?;
+    let t = DirTail::read_from_bytes(&block[off..]).ok()?;
+    (t.det_reserved_zero1.get() == 0
+        && t.det_rec_len.get() as usize == TAIL_SIZE
+        && t.det_reserved_zero2 == 0
+        && t.det_reserved_ft == FT_DIR_CSUM)
+        .then_some(t)
+}
+
+/// The checksum of a leaf block: everything before the tail, seeded per inode.
+pub fn leaf_checksum(block: &[u8], inode_csum_seed: u32) -> u32 {
+    crc32c(inode_csum_seed, &block[..block.len().saturating_sub(TAIL_SIZE)])
+}
+
+/// Checks a leaf block's tail checksum; `None` if the block has no tail.
+pub fn verify_leaf_checksum(block: &[u8], inode_csum_seed: u32) -> Option<bool> {
+    let t = tail(block)?;
+    Some(t.det_checksum.get() == leaf_checksum(block, inode_csum_seed))
+}
+
+/// Writes a fresh tail with the block's checksum.
+pub fn set_leaf_tail(block: &mut [u8], inode_csum_seed: u32) {
+    let Some(off) = block.len().checked_sub(TAIL_SIZE) else { return };
+    let c = leaf_checksum(block, inode_csum_seed);
+    let t = DirTail {
+        det_reserved_zero1: 0.into(),
+        det_rec_len: (TAIL_SIZE as u16).into(),
+        det_reserved_zero2: 0,
+        det_reserved_ft: FT_DIR_CSUM,
+        det_checksum: c.into(),
+    };
+    block[off..].copy_from_slice(t.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(buf: &mut [u8], off: usize, ino: u32, rec_len: u16, name: &[u8]) {
+        let h = DirEntryHeader {
+            inode: ino.into(),
+            rec_len: rec_len.into(),
+            name_len: name.len() as u8,
+            file_type: FT_REG_FILE,
+        };
+        buf[off..off + 8].copy_from_slice(h.as_bytes());
+        buf[off + 8..off + 8 + name.len()].copy_from_slice(name);
+    }
+
+    #[test]
+    fn walks_entries_and_stops_on_garbage() {
+        let mut b = vec![0u8; 64];
+        put(&mut b, 0, 2, 12, b".");
+        put(&mut b, 12, 2, 12, b"..");
+        put(&mut b, 24, 11, 40, b"hello");
+        let names: Vec<_> =
+            DirBlockIter::new(&b, 1024).map(|e| e.unwrap().name.to_vec()).collect();
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"hello".to_vec()]);
+
+        put(&mut b, 24, 11, 44, b"hello"); // past the end
+        let r: Vec<_> = DirBlockIter::new(&b, 1024).collect();
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[2].unwrap_err(), DirentError::PastEnd);
+
+        put(&mut b, 24, 11, 13, b"hello");
+        assert_eq!(DirBlockIter::new(&b, 1024).nth(2).unwrap().unwrap_err(), DirentError::RecLenUnaligned);
+        put(&mut b, 24, 11, 12, b"hello");
+        assert_eq!(DirBlockIter::new(&b, 1024).nth(2).unwrap().unwrap_err(), DirentError::NameTooLong);
+        put(&mut b, 24, 11, 0, b"");
+        assert_eq!(DirBlockIter::new(&b, 1024).nth(2).unwrap().unwrap_err(), DirentError::RecLenTooSmall);
+    }
+
+    #[test]
+    fn rec_len_64k_encoding_round_trips() {
+        let bs = 65536;
+        for len in [12u32, 4096, 65532, 65536] {
+            assert_eq!(rec_len_from_disk(rec_len_to_disk(len, bs), bs), len);
+        }
+        assert_eq!(rec_len_from_disk(0, bs), bs);
+        assert_eq!(rec_len_from_disk(4096, 4096), 4096);
+    }
+
+    #[test]
+    fn tail_checksum_round_trips() {
+        let mut b = vec![0u8; 1024];
+        put(&mut b, 0, 2, 1024 - 12, b".");
+        set_leaf_tail(&mut b, 42);
+        assert_eq!(verify_leaf_checksum(&b, 42), Some(true));
+        b[9] ^= 1;
+        assert_eq!(verify_leaf_checksum(&b, 42), Some(false));
+        assert_eq!(verify_leaf_checksum(&[0u8; 1024], 42), None);
+    }
+}

@@ -1,1 +1,50 @@
-//! rext4 engine
+//! rext4: ext4 in userspace. A thread-safe, memory-safe engine over an image file or block
+//! device, on-disk compatible with the Linux kernel and e2fsprogs.
+//!
+//! ```no_run
+//! let fs = rext4::Fs::open("disk.img")?;
+//! for entry in fs.read_dir("/etc")? {
+//!     let entry = entry?;
+//!     println!("{}", String::from_utf8_lossy(&entry.name));
+//! }
+//! let passwd = fs.read_file("/etc/passwd")?;
+//! # Ok::<(), rext4::Error>(())
+//! ```
+//!
+//! Two APIs sit over one [`Fs`]: an inode-level one ([`Fs::lookup`], [`Fs::getattr`],
+//! [`Fs::readdir`], [`Fs::read`], ...) for FUSE and other VFS-like callers, and a path-level one
+//! shaped like `std::fs` ([`Fs::metadata`], [`Fs::read_dir`], [`Fs::open_file`], ...).
+//!
+//! # Locking
+//! There is no filesystem-wide lock on any operation. The full lock order is in
+//! `docs/locking.md`; in short, from outermost to innermost:
+//! inode cache shard -> (released) -> inode record lock -> buffer cache shard -> (released) ->
+//! buffer data lock. Cache shard locks are never held across I/O or while taking another lock.
+#![forbid(unsafe_code)]
+
+mod attr;
+mod buffer;
+mod cache;
+pub mod dev;
+mod dir;
+mod error;
+mod extents;
+mod file;
+mod fs;
+mod group;
+mod indirect;
+mod inline;
+mod inode;
+mod map;
+mod namei;
+mod path;
+mod super_block;
+mod symlink;
+mod xattr;
+
+pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
+pub use error::{Corrupt, Error, Result};
+pub use fs::{Fs, Options};
+pub use path::{File, ReadDir};
+pub use rext4_format as format;
+pub use rext4_format::{InodeNo, PhysBlock};

@@ -1,0 +1,81 @@
+//! Formatting helpers shared by the commands: modes, times, sizes, names.
+
+use rext4::{Attr, FileType, Timestamp};
+
+/// `ls -l` style mode string, e.g. `drwxr-xr-x`.
+pub fn mode_string(a: &Attr) -> String {
+    let t = match a.kind {
+        FileType::Directory => 'd',
+        FileType::Symlink => 'l',
+        FileType::CharDevice => 'c',
+        FileType::BlockDevice => 'b',
+        FileType::Fifo => 'p',
+        FileType::Socket => 's',
+        FileType::RegularFile => '-',
+    };
+    let m = a.mode;
+    let bit = |mask: u16, c: char| if m & mask != 0 { c } else { '-' };
+    let special = |x: u16, s: u16, lower: char, upper: char| match (m & x != 0, m & s != 0) {
+        (true, true) => lower,
+        (false, true) => upper,
+        (true, false) => 'x',
+        (false, false) => '-',
+    };
+    let mut s = String::with_capacity(10);
+    s.push(t);
+    s.push(bit(0o400, 'r'));
+    s.push(bit(0o200, 'w'));
+    s.push(special(0o100, 0o4000, 's', 'S'));
+    s.push(bit(0o040, 'r'));
+    s.push(bit(0o020, 'w'));
+    s.push(special(0o010, 0o2000, 's', 'S'));
+    s.push(bit(0o004, 'r'));
+    s.push(bit(0o002, 'w'));
+    s.push(special(0o001, 0o1000, 't', 'T'));
+    s
+}
+
+/// UTC time as `YYYY-MM-DD HH:MM:SS.nnnnnnnnn`.
+pub fn time(t: Timestamp) -> String {
+    let days = t.sec.div_euclid(86400);
+    let secs = t.sec.rem_euclid(86400);
+    let (y, mo, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{:09}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        t.nsec
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// A name from the image, shown lossily as UTF-8.
+pub fn name(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_times() {
+        assert_eq!(time(Timestamp { sec: 0, nsec: 5 }), "1970-01-01 00:00:00.000000005");
+        assert_eq!(time(Timestamp { sec: 951_782_400, nsec: 0 }), "2000-02-29 00:00:00.000000000");
+        assert_eq!(time(Timestamp { sec: -1, nsec: 0 }), "1969-12-31 23:59:59.000000000");
+    }
+}

@@ -1,0 +1,51 @@
+//! `IMAGE:/path` arguments, written like scp's `host:path`.
+
+use crate::CliResult;
+use rext4::Fs;
+use std::path::PathBuf;
+
+/// An image and a path inside it.
+pub struct ImagePath {
+    pub image: PathBuf,
+    pub path: String,
+}
+
+impl ImagePath {
+    /// Splits at the first `:` that is followed by `/` or ends the argument.
+    pub fn parse(arg: &str) -> CliResult<Self> {
+        let at = arg
+            .match_indices(':')
+            .map(|(i, _)| i)
+            .find(|&i| arg[i + 1..].is_empty() || arg[i + 1..].starts_with('/'))
+            .ok_or_else(|| format!("{arg}: expected IMAGE:/path"))?;
+        let path = if arg[at + 1..].is_empty() { "/".to_string() } else { arg[at + 1..].to_string() };
+        Ok(ImagePath { image: PathBuf::from(&arg[..at]), path })
+    }
+
+    /// Opens the image.
+    pub fn open(&self) -> CliResult<Fs> {
+        Fs::open(&self.image).map_err(|e| format!("{}: {e}", self.image.display()))
+    }
+
+    /// Formats an error about this path.
+    pub fn err(&self, e: impl std::fmt::Display) -> String {
+        format!("{}:{}: {e}", self.image.display(), self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_like_scp() {
+        let p = ImagePath::parse("disk.img:/etc/passwd").unwrap();
+        assert_eq!(p.image, PathBuf::from("disk.img"));
+        assert_eq!(p.path, "/etc/passwd");
+        let p = ImagePath::parse("a:b.img:/x").unwrap();
+        assert_eq!(p.image, PathBuf::from("a:b.img"));
+        assert_eq!(p.path, "/x");
+        assert_eq!(ImagePath::parse("disk.img:").unwrap().path, "/");
+        assert!(ImagePath::parse("disk.img").is_err());
+    }
+}

@@ -1,1 +1,0 @@
-//! jbd2 on-disk format (filled in below).

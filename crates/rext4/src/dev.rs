@@ -1,0 +1,117 @@
+//! Block devices: where the bytes of an image live.
+//!
+//! Every access is positional (`pread`/`pwrite` style), so a device shared by many threads needs
+//! no lock of its own.
+
+use parking_lot::RwLock;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Byte-addressed storage under a filesystem.
+pub trait BlockDevice: Send + Sync {
+    /// Fills `buf` from byte `offset`; reading past the end is an error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes `buf` at byte `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+}
+
+/// An image file or block device opened from the host.
+pub struct FileDevice {
+    file: File,
+    size: u64,
+}
+
+impl FileDevice {
+    /// Opens `path`, for writing too if `writable`.
+    pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
+        let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
+        Self::from_file(file)
+    }
+
+    /// Wraps an open file; its size is taken now (block devices report it through seeking).
+    pub fn from_file(mut file: File) -> io::Result<Self> {
+        use std::io::Seek;
+        let size = file.seek(io::SeekFrom::End(0))?;
+        Ok(FileDevice { file, size })
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// An image held in memory (tests, fuzzing, images built in a process).
+pub struct MemDevice {
+    /// The image bytes. [own lock: readers share, writers exclude]
+    data: RwLock<Vec<u8>>,
+}
+
+impl MemDevice {
+    pub fn new(data: Vec<u8>) -> Self {
+        MemDevice { data: RwLock::new(data) }
+    }
+    /// A copy of the current bytes.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.read().clone()
+    }
+}
+
+fn range(len: usize, offset: u64, n: usize) -> io::Result<core::ops::Range<usize>> {
+    let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+    let end = start.checked_add(n).filter(|&e| e <= len).ok_or(io::ErrorKind::UnexpectedEof)?;
+    Ok(start..end)
+}
+
+impl BlockDevice for MemDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let d = self.data.read();
+        buf.copy_from_slice(&d[range(d.len(), offset, buf.len())?]);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut d = self.data.write();
+        let r = range(d.len(), offset, buf.len())?;
+        d[r].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.data.read().len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_device_bounds() {
+        let d = MemDevice::new(vec![1, 2, 3, 4]);
+        let mut b = [0u8; 2];
+        d.read_at(&mut b, 2).unwrap();
+        assert_eq!(b, [3, 4]);
+        assert!(d.read_at(&mut b, 3).is_err());
+        assert!(d.read_at(&mut b, u64::MAX).is_err());
+        d.write_at(&[9], 0).unwrap();
+        assert_eq!(d.snapshot(), vec![9, 2, 3, 4]);
+    }
+}

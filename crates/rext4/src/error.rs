@@ -1,0 +1,255 @@
+//! The one public error type, and the one function that maps it to an errno.
+
+use core::fmt;
+use rext4_format::{InodeNo, PhysBlock};
+use std::io;
+
+/// Result type of the engine.
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Everything that can go wrong. Each case maps to the errno the Linux ext4 driver gives in the
+/// same situation (see [`Error::errno`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A path component or xattr does not exist (`ENOENT`).
+    NotFound,
+    /// A non-directory was used as a directory (`ENOTDIR`).
+    NotDir,
+    /// A directory was used where a non-directory is required (`EISDIR`).
+    IsDir,
+    /// A name longer than 255 bytes (`ENAMETOOLONG`).
+    NameTooLong,
+    /// Too many symbolic links while resolving a path (`ELOOP`).
+    Loop,
+    /// An argument is invalid (`EINVAL`).
+    InvalidInput(&'static str),
+    /// The extended attribute does not exist (`ENODATA`).
+    NoData,
+    /// The caller's buffer is too small for the result (`ERANGE`).
+    Range,
+    /// The filesystem is read-only (`EROFS`).
+    ReadOnly,
+    /// The file is encrypted and no key is available (`ENOKEY`).
+    NoKey,
+    /// The image uses something this engine does not implement (`EOPNOTSUPP`).
+    NotSupported(String),
+    /// The image cannot be opened: unknown incompat feature, needs recovery, ... (`EINVAL`).
+    Incompatible(String),
+    /// The device failed.
+    Io(io::Error),
+    /// The image is inconsistent.
+    Corrupt(Corrupt),
+}
+
+impl Error {
+    /// The errno a kernel filesystem would return.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound => libc::ENOENT,
+            Error::NotDir => libc::ENOTDIR,
+            Error::IsDir => libc::EISDIR,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::Loop => libc::ELOOP,
+            Error::InvalidInput(_) => libc::EINVAL,
+            Error::NoData => libc::ENODATA,
+            Error::Range => libc::ERANGE,
+            Error::ReadOnly => libc::EROFS,
+            Error::NoKey => libc::ENOKEY,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
+            Error::Incompatible(_) => libc::EINVAL,
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // ext4 reports bad checksums as EFSBADCRC (= EBADMSG) and other corruption as
+            // EFSCORRUPTED (= EUCLEAN).
+            Error::Corrupt(c) if c.is_checksum() => libc::EBADMSG,
+            Error::Corrupt(_) => libc::EUCLEAN,
+        }
+    }
+
+    /// The corruption details, if this is a corruption error.
+    pub fn as_corrupt(&self) -> Option<&Corrupt> {
+        match self {
+            Error::Corrupt(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotFound => f.write_str("no such file or directory"),
+            Error::NotDir => f.write_str("not a directory"),
+            Error::IsDir => f.write_str("is a directory"),
+            Error::NameTooLong => f.write_str("file name too long"),
+            Error::Loop => f.write_str("too many levels of symbolic links"),
+            Error::InvalidInput(what) => write!(f, "invalid argument: {what}"),
+            Error::NoData => f.write_str("no such attribute"),
+            Error::Range => f.write_str("result too large for buffer"),
+            Error::ReadOnly => f.write_str("read-only filesystem"),
+            Error::NoKey => f.write_str("file is encrypted and no key is available"),
+            Error::NotSupported(what) => write!(f, "not supported: {what}"),
+            Error::Incompatible(why) => write!(f, "cannot open image: {why}"),
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Corrupt(c) => write!(f, "filesystem corrupt: {c}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+impl From<Corrupt> for Error {
+    fn from(c: Corrupt) -> Self {
+        Error::Corrupt(c)
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Io(e) => e,
+            other => io::Error::from_raw_os_error(other.errno()),
+        }
+    }
+}
+
+/// A description of an inconsistency in the image: what structure, which inode and block.
+/// Opaque so that detail can grow without breaking users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt(pub(crate) CorruptKind);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CorruptKind {
+    Superblock(&'static str),
+    SuperblockChecksum,
+    GroupDesc { group: u32, what: &'static str },
+    GroupDescChecksum { group: u32 },
+    Inode { ino: InodeNo, what: &'static str },
+    InodeChecksum { ino: InodeNo },
+    /// A block number outside the filesystem.
+    BlockRange { ino: Option<InodeNo>, block: PhysBlock },
+    ExtentTree { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
+    ExtentChecksum { ino: InodeNo, block: PhysBlock },
+    BlockMap { ino: InodeNo, block: PhysBlock, what: &'static str },
+    DirEntry { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
+    DirChecksum { ino: InodeNo, block: PhysBlock },
+    DxChecksum { ino: InodeNo, block: PhysBlock },
+    Xattr { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
+    XattrChecksum { ino: InodeNo, block: PhysBlock },
+    InlineData { ino: InodeNo, what: &'static str },
+    Symlink { ino: InodeNo, what: &'static str },
+}
+
+impl Corrupt {
+    /// The inode concerned, if one is.
+    pub fn inode(&self) -> Option<InodeNo> {
+        use CorruptKind::*;
+        match &self.0 {
+            Inode { ino, .. } | InodeChecksum { ino } | ExtentTree { ino, .. } => Some(*ino),
+            ExtentChecksum { ino, .. } | BlockMap { ino, .. } | DirEntry { ino, .. } => Some(*ino),
+            DirChecksum { ino, .. } | DxChecksum { ino, .. } => Some(*ino),
+            Xattr { ino, .. } | XattrChecksum { ino, .. } | InlineData { ino, .. } => Some(*ino),
+            Symlink { ino, .. } => Some(*ino),
+            BlockRange { ino, .. } => *ino,
+            Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
+        }
+    }
+
+    /// The block concerned, if one is known.
+    pub fn block(&self) -> Option<PhysBlock> {
+        use CorruptKind::*;
+        match &self.0 {
+            BlockRange { block, .. } | ExtentChecksum { block, .. } | BlockMap { block, .. } => {
+                Some(*block)
+            }
+            DirChecksum { block, .. } | DxChecksum { block, .. } | XattrChecksum { block, .. } => {
+                Some(*block)
+            }
+            ExtentTree { block, .. } | DirEntry { block, .. } => *block,
+            Xattr { block, .. } => *block,
+            _ => None,
+        }
+    }
+
+    /// The block group concerned, if any.
+    pub fn group(&self) -> Option<u32> {
+        match &self.0 {
+            CorruptKind::GroupDesc { group, .. } | CorruptKind::GroupDescChecksum { group } => {
+                Some(*group)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this is a checksum mismatch (as opposed to a structural inconsistency).
+    pub fn is_checksum(&self) -> bool {
+        use CorruptKind::*;
+        matches!(
+            self.0,
+            SuperblockChecksum
+                | GroupDescChecksum { .. }
+                | InodeChecksum { .. }
+                | ExtentChecksum { .. }
+                | DirChecksum { .. }
+                | DxChecksum { .. }
+                | XattrChecksum { .. }
+        )
+    }
+}
+
+impl fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use CorruptKind::*;
+        let blk = |b: &Option<PhysBlock>| b.map(|b| format!(", block {b}")).unwrap_or_default();
+        match &self.0 {
+            Superblock(what) => write!(f, "superblock: {what}"),
+            SuperblockChecksum => f.write_str("superblock checksum mismatch"),
+            GroupDesc { group, what } => write!(f, "group descriptor {group}: {what}"),
+            GroupDescChecksum { group } => write!(f, "group descriptor {group}: checksum mismatch"),
+            Inode { ino, what } => write!(f, "inode {ino}: {what}"),
+            InodeChecksum { ino } => write!(f, "inode {ino}: checksum mismatch"),
+            BlockRange { ino: Some(ino), block } => {
+                write!(f, "inode {ino}: block {block} outside the filesystem")
+            }
+            BlockRange { ino: None, block } => write!(f, "block {block} outside the filesystem"),
+            ExtentTree { ino, block, what } => write!(f, "inode {ino}{}: extent tree: {what}", blk(block)),
+            ExtentChecksum { ino, block } => {
+                write!(f, "inode {ino}, block {block}: extent block checksum mismatch")
+            }
+            BlockMap { ino, block, what } => write!(f, "inode {ino}, block {block}: block map: {what}"),
+            DirEntry { ino, block, what } => {
+                write!(f, "directory inode {ino}{}: bad entry: {what}", blk(block))
+            }
+            DirChecksum { ino, block } => {
+                write!(f, "directory inode {ino}, block {block}: checksum mismatch")
+            }
+            DxChecksum { ino, block } => {
+                write!(f, "directory inode {ino}, block {block}: htree checksum mismatch")
+            }
+            Xattr { ino, block, what } => write!(f, "inode {ino}{}: xattr: {what}", blk(block)),
+            XattrChecksum { ino, block } => {
+                write!(f, "inode {ino}, block {block}: xattr block checksum mismatch")
+            }
+            InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
+            Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),
+        }
+    }
+}
+
+/// Shorthand for building a corruption error.
+pub(crate) fn corrupt<T>(kind: CorruptKind) -> Result<T> {
+    Err(Error::Corrupt(Corrupt(kind)))
+}

@@ -1,0 +1,248 @@
+//! The filesystem object and its inode-level API (what the FUSE adapter calls).
+
+use crate::attr::{Attr, DirEntry, StatFs};
+use crate::buffer::{Buffer, BufferCache};
+use crate::cache::ShardedCache;
+use crate::dev::{BlockDevice, FileDevice};
+use crate::error::{corrupt, CorruptKind, Result};
+use crate::group::Groups;
+use crate::inode::Inode;
+use crate::super_block::SbInfo;
+use rext4_format::superblock::Superblock;
+use rext4_format::{InodeNo, PhysBlock};
+use std::path::Path;
+use std::sync::Arc;
+
+/// How to open a filesystem.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes of metadata blocks to cache (default 64 MiB).
+    pub cache_bytes: usize,
+    /// Inodes to cache (default 65,536).
+    pub inode_cache: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { cache_bytes: 64 << 20, inode_cache: 65536 }
+    }
+}
+
+/// Shared state behind every [`Fs`] handle.
+pub(crate) struct FsInner {
+    pub dev: Arc<dyn BlockDevice>,
+    /// Geometry and policy. [immutable]
+    pub sbi: SbInfo,
+    /// Group descriptors. [immutable while read-only]
+    pub groups: Groups,
+    /// Metadata blocks. [sharded, see cache.rs]
+    pub bcache: BufferCache,
+    /// Inodes. [sharded, see cache.rs]
+    pub icache: ShardedCache<Inode>,
+}
+
+/// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
+/// methods may be called from many threads at once.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) inner: Arc<FsInner>,
+}
+
+impl Fs {
+    /// Opens the image or block device at `path` read-only with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Fs> {
+        Self::open_with(path, Options::default())
+    }
+
+    /// Opens the image or block device at `path` read-only.
+    pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Fs> {
+        let dev = FileDevice::open(path.as_ref(), false)?;
+        Self::from_device(Arc::new(dev), opts)
+    }
+
+    /// Opens a filesystem on any block device.
+    pub fn from_device(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Fs> {
+        let sbi = SbInfo::load(&*dev)?;
+        let bcache = BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes);
+        let groups = Groups::load(&sbi, &bcache)?;
+        let inner = FsInner { dev, sbi, groups, bcache, icache: ShardedCache::new(opts.inode_cache) };
+        Ok(Fs { inner: Arc::new(inner) })
+    }
+
+    /// The superblock as read at open.
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sbi.sb
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.inner.sbi.block_size
+    }
+
+    /// Why this filesystem could only be opened read-only (unknown ro_compat features, ...).
+    pub fn read_only_reasons(&self) -> &[String] {
+        self.inner.sbi.read_only_reasons()
+    }
+
+    /// The root directory's inode number.
+    pub fn root(&self) -> InodeNo {
+        rext4_format::types::ROOT_INO
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        let inode = self.inner.iget_live(ino)?;
+        self.inner.attr_of(&inode)
+    }
+
+    /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
+    pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
+        let d = self.inner.iget_live(dir)?;
+        let ino = self.inner.lookup(&d, name)?;
+        self.getattr(ino)
+    }
+
+    /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),
+    /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
+    /// included.
+    pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        let d = self.inner.iget_live(dir)?;
+        self.inner.readdir(&d, pos, f)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
+    /// past the end).
+    pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let inode = self.inner.iget_live(ino)?;
+        self.inner.read(&inode, offset, buf)
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        let inode = self.inner.iget_live(ino)?;
+        self.inner.readlink(&inode)
+    }
+
+    /// The value of extended attribute `name` (full name, e.g. `user.foo`).
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        let inode = self.inner.iget_live(ino)?;
+        self.inner.getxattr(&inode, name)
+    }
+
+    /// The names of the inode's extended attributes.
+    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        let inode = self.inner.iget_live(ino)?;
+        self.inner.listxattr(&inode)
+    }
+
+    /// Filesystem-wide counts, as `statfs(2)` reports them.
+    pub fn statfs(&self) -> Result<StatFs> {
+        Ok(self.inner.statfs())
+    }
+
+    /// Drops every cached block and inode that is not in use.
+    pub fn drop_caches(&self) {
+        self.inner.bcache.shrink();
+        self.inner.icache.shrink();
+    }
+
+    /// Numbers of cached metadata blocks and inodes.
+    pub fn cache_counts(&self) -> (usize, usize) {
+        (self.inner.bcache.len(), self.inner.icache.len())
+    }
+}
+
+impl FsInner {
+    /// Reads metadata block `blk` through the cache, refusing blocks outside the filesystem.
+    pub(crate) fn bread(&self, blk: u64, ino: Option<InodeNo>) -> Result<Arc<Buffer>> {
+        if blk < self.sbi.first_data_block || blk >= self.sbi.blocks_count {
+            return corrupt(CorruptKind::BlockRange { ino, block: PhysBlock(blk) });
+        }
+        self.bcache.get(blk)
+    }
+
+    /// Checks that `len` blocks from `blk` lie inside the filesystem.
+    pub(crate) fn check_range(&self, ino: InodeNo, blk: u64, len: u64) -> Result<()> {
+        let end = blk.checked_add(len);
+        if blk < self.sbi.first_data_block || end.is_none_or(|e| e > self.sbi.blocks_count) {
+            return corrupt(CorruptKind::BlockRange { ino: Some(ino), block: PhysBlock(blk) });
+        }
+        Ok(())
+    }
+
+    fn statfs(&self) -> StatFs {
+        let sbi = &self.sbi;
+        let (free_blocks, free_inodes) = self.groups.free_totals(sbi);
+        let overhead = self.overhead();
+        let sb = &sbi.sb;
+        // The kernel keeps 2% or 4096 blocks, whichever is less, for its own use.
+        let resv = (sbi.blocks_count / 50).min(4096);
+        let reserved = sb.r_blocks_count() + resv;
+        let uuid = &sb.s_uuid;
+        // Cannot fail: both halves are 8 bytes of a 16-byte array.
+        let fsid = u64::from_le_bytes(uuid[..8].try_into().unwrap())
+            ^ u64::from_le_bytes(uuid[8..].try_into().unwrap());
+        StatFs {
+            block_size: sbi.block_size,
+            blocks: sbi.blocks_count.saturating_sub(overhead),
+            blocks_free: free_blocks,
+            blocks_avail: free_blocks.saturating_sub(reserved),
+            files: u64::from(sbi.inodes_count),
+            files_free: free_inodes,
+            name_max: 255,
+            fsid,
+        }
+    }
+
+    /// Blocks taken by metadata, as the kernel's `ext4_calculate_overhead` counts them.
+    fn overhead(&self) -> u64 {
+        let sbi = &self.sbi;
+        let stored = u64::from(sbi.sb.s_overhead_clusters.get());
+        if stored != 0 {
+            return stored;
+        }
+        let mut total = sbi.first_data_block;
+        for g in 0..sbi.group_count {
+            total += u64::from(sbi.group_has_super(g)) + self.gdt_blocks_in(g) + sbi.inode_table_blocks + 2;
+        }
+        if let Some(j) = self.journal_blocks() {
+            total += j;
+        }
+        total
+    }
+
+    /// Descriptor blocks stored in group `g` (`ext4_bg_num_gdb`).
+    fn gdt_blocks_in(&self, g: u32) -> u64 {
+        let sbi = &self.sbi;
+        let meta_bg = sbi.sb.incompat().contains(rext4_format::features::Incompat::META_BG);
+        let first_meta_bg = sbi.sb.s_first_meta_bg.get();
+        let metagroup = g / sbi.descs_per_block;
+        if !meta_bg || metagroup < first_meta_bg {
+            if !sbi.group_has_super(g) {
+                0
+            } else if meta_bg {
+                u64::from(first_meta_bg)
+            } else {
+                sbi.gdt_blocks
+            }
+        } else {
+            let first = metagroup * sbi.descs_per_block;
+            let last = first + sbi.descs_per_block - 1;
+            u64::from(g == first || g == first + 1 || g == last)
+        }
+    }
+
+    /// Length of the internal journal in blocks, if there is one.
+    fn journal_blocks(&self) -> Option<u64> {
+        let sb = &self.sbi.sb;
+        if !sb.compat().contains(rext4_format::features::Compat::HAS_JOURNAL) {
+            return None;
+        }
+        let ino = sb.s_journal_inum.get();
+        if ino == 0 {
+            return None;
+        }
+        let inode = self.iget(InodeNo(ino)).ok()?;
+        Some(inode.size() / u64::from(self.sbi.block_size))
+    }
+}

@@ -1,0 +1,81 @@
+//! Mapping logical to physical blocks through ext2/ext3 block maps (the read side of the
+//! kernel's `indirect.c`): 12 direct pointers, then single, double and triple indirect blocks.
+
+use crate::error::{corrupt, CorruptKind, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::map::Mapping;
+use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
+use rext4_format::PhysBlock;
+
+impl FsInner {
+    /// Maps logical block `lblk` of a block-mapped inode.
+    pub(crate) fn ind_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
+        let disk = inode.disk();
+        let ptrs = u64::from(self.sbi.block_size / 4);
+        let mut l = u64::from(lblk);
+        if l < NDIR_BLOCKS as u64 {
+            let p = u64::from(disk.i_block[l as usize].get());
+            if p == 0 {
+                return Ok(Mapping::Hole { len: 1 });
+            }
+            self.check_range(inode.ino, p, 1)?;
+            // Count following direct pointers that continue the run.
+            let mut len = 1;
+            while l + len < NDIR_BLOCKS as u64
+                && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
+            {
+                len += 1;
+            }
+            return Ok(Mapping::Mapped { pblk: p, len, unwritten: false });
+        }
+        l -= NDIR_BLOCKS as u64;
+        // (root slot, levels below it, blocks covered by one entry at the top level)
+        let mut span = ptrs;
+        let mut chosen = None;
+        for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
+            if l < span {
+                chosen = Some((slot, levels));
+                break;
+            }
+            l -= span;
+            span = span.saturating_mul(ptrs);
+        }
+        let Some((slot, levels)) = chosen else {
+            // Beyond what a block map can address.
+            return Ok(Mapping::Hole { len: 1 });
+        };
+        let mut blk = u64::from(disk.i_block[slot].get());
+        let mut covered = span; // blocks under `blk`
+        for _ in 0..levels {
+            if blk == 0 {
+                // A missing indirect block: the whole range below it is a hole.
+                return Ok(Mapping::Hole { len: (covered - l).min(u64::from(u32::MAX)) });
+            }
+            let buf = self.bread(blk, Some(inode.ino))?;
+            let data = buf.data();
+            covered /= ptrs;
+            let idx = (l / covered) as usize;
+            let read = |i: usize| u64::from(u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]));
+            let next = read(idx);
+            l %= covered;
+            if covered == 1 {
+                if next == 0 {
+                    return Ok(Mapping::Hole { len: 1 });
+                }
+                self.check_range(inode.ino, next, 1)?;
+                let mut len = 1u64;
+                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len {
+                    len += 1;
+                }
+                return Ok(Mapping::Mapped { pblk: next, len, unwritten: false });
+            }
+            blk = next;
+        }
+        corrupt(CorruptKind::BlockMap {
+            ino: inode.ino,
+            block: PhysBlock(blk),
+            what: "indirection deeper than the format allows",
+        })
+    }
+}

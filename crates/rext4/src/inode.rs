@@ -1,0 +1,169 @@
+//! In-memory inodes and the inode cache (the read side of the kernel's `inode.c`:
+//! `__ext4_get_inode_loc`, `ext4_iget`).
+
+use crate::attr::{Attr, FileType};
+use crate::cache::Cached;
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use parking_lot::RwLock;
+use rext4_format::checksum::inode_csum_seed;
+use rext4_format::group_desc::BG_INODE_UNINIT;
+use rext4_format::inode::{self as fi, verify_inode_checksum, GOOD_OLD_INODE_SIZE};
+use rext4_format::InodeNo;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// An inode as the engine holds it.
+pub(crate) struct Inode {
+    pub ino: InodeNo,
+    /// The on-disk record (`inode_size` bytes). [own lock]
+    raw: RwLock<Box<[u8]>>,
+    /// Seed of this inode's metadata checksums (fixed: the generation never changes while
+    /// cached). [immutable]
+    pub csum_seed: u32,
+    /// Clock bit for the inode cache. [atomic]
+    referenced: AtomicBool,
+}
+
+impl Cached for Inode {
+    fn referenced(&self) -> &AtomicBool {
+        &self.referenced
+    }
+}
+
+impl Inode {
+    /// A decoded copy of the base and extra fields.
+    pub fn disk(&self) -> fi::Inode {
+        // Cannot fail: records are at least 128 bytes (checked at open).
+        fi::Inode::parse(&self.raw.read()).unwrap()
+    }
+
+    /// The raw record bytes (for the in-inode xattr area).
+    pub fn raw(&self) -> parking_lot::RwLockReadGuard<'_, Box<[u8]>> {
+        self.raw.read()
+    }
+
+    pub fn file_type(&self) -> Option<FileType> {
+        FileType::from_mode(self.disk().mode())
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.disk().flags()
+    }
+
+    pub fn size(&self) -> u64 {
+        self.disk().size()
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.disk().file_type() == fi::S_IFDIR
+    }
+}
+
+impl FsInner {
+    /// The inode `ino`, from the cache or the inode table.
+    pub(crate) fn iget(&self, ino: InodeNo) -> Result<Arc<Inode>> {
+        if ino.0 == 0 || ino.0 > self.sbi.inodes_count {
+            return corrupt(CorruptKind::Inode { ino, what: "inode number out of range" });
+        }
+        self.icache.get_or_load(u64::from(ino.0), || self.read_inode(ino))
+    }
+
+    fn read_inode(&self, ino: InodeNo) -> Result<Inode> {
+        let sbi = &self.sbi;
+        let group = (ino.0 - 1) / sbi.inodes_per_group;
+        let index = (ino.0 - 1) % sbi.inodes_per_group;
+        let gd = self.groups.get(group);
+        let ds = sbi.desc_size;
+        let size = sbi.inode_size;
+        let uninit = (sbi.metadata_csum || sbi.gdt_csum)
+            && (gd.flags() & BG_INODE_UNINIT != 0
+                || index >= sbi.inodes_per_group - gd.itable_unused(ds).min(sbi.inodes_per_group));
+        let raw: Box<[u8]> = if uninit {
+            // Never initialised on disk: reads as a free, zeroed inode.
+            vec![0u8; size].into_boxed_slice()
+        } else {
+            let byte = u64::from(index) * size as u64;
+            let blk = gd.inode_table(ds) + byte / u64::from(sbi.block_size);
+            let off = (byte % u64::from(sbi.block_size)) as usize;
+            let buf = self.bread(blk, Some(ino))?;
+            let data = buf.data();
+            data[off..off + size].to_vec().into_boxed_slice()
+        };
+        self.check_inode(ino, &raw)?;
+        let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
+        Ok(Inode {
+            ino,
+            csum_seed: inode_csum_seed(sbi.csum_seed, ino.0, generation),
+            raw: RwLock::new(raw),
+            referenced: AtomicBool::new(true),
+        })
+    }
+
+    fn check_inode(&self, ino: InodeNo, raw: &[u8]) -> Result<()> {
+        let sbi = &self.sbi;
+        if raw.iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        if sbi.inode_size > GOOD_OLD_INODE_SIZE {
+            let extra = usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
+            if extra > sbi.inode_size - GOOD_OLD_INODE_SIZE || extra % 4 != 0 {
+                return corrupt(CorruptKind::Inode { ino, what: "bad i_extra_isize" });
+            }
+        }
+        if sbi.metadata_csum {
+            let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
+            let seed = inode_csum_seed(sbi.csum_seed, ino.0, generation);
+            if !verify_inode_checksum(raw, seed) {
+                return corrupt(CorruptKind::InodeChecksum { ino });
+            }
+        }
+        Ok(())
+    }
+
+    /// The inode `ino`, which must be in use (linked): what a directory entry may point at.
+    pub(crate) fn iget_live(&self, ino: InodeNo) -> Result<Arc<Inode>> {
+        let inode = self.iget(ino)?;
+        let d = inode.disk();
+        if d.links_count() == 0 {
+            return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
+        }
+        if FileType::from_mode(d.mode()).is_none() {
+            return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });
+        }
+        Ok(inode)
+    }
+
+    /// `stat(2)` of an inode.
+    pub(crate) fn attr_of(&self, inode: &Inode) -> Result<Attr> {
+        let d = inode.disk();
+        let sz = self.sbi.inode_size;
+        let kind = FileType::from_mode(d.mode())
+            .ok_or(Error::Corrupt(crate::error::Corrupt(CorruptKind::Inode {
+                ino: inode.ino,
+                what: "invalid file type",
+            })))?;
+        let rdev = match kind {
+            FileType::CharDevice | FileType::BlockDevice => d.device(),
+            _ => (0, 0),
+        };
+        Ok(Attr {
+            ino: inode.ino,
+            kind,
+            mode: d.mode(),
+            nlink: u32::from(d.links_count()),
+            uid: d.uid(),
+            gid: d.gid(),
+            size: d.size(),
+            blocks: d.blocks_512(self.sbi.huge_file, self.sbi.block_size),
+            atime: d.atime(sz),
+            mtime: d.mtime(sz),
+            ctime: d.ctime(sz),
+            crtime: d.crtime(sz),
+            rdev,
+            blksize: self.sbi.block_size,
+            flags: d.flags(),
+            generation: d.generation(),
+        })
+    }
+}

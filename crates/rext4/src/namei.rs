@@ -1,0 +1,216 @@
+//! Name lookup (the read side of the kernel's `namei.c`): linear scans, inline directories,
+//! and htree lookups by hash with the kernel's fallback to a linear scan when the index is
+//! structurally unusable.
+
+use crate::buffer::Buffer;
+use crate::dir::DirBlockKind;
+use crate::error::{Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use rext4_format::dirent::DirBlockIter;
+use rext4_format::dx::{self, DxEntries};
+use rext4_format::hash::{dx_hash, HashAlgo};
+use rext4_format::inode::ENCRYPT_FL;
+use rext4_format::InodeNo;
+use std::sync::Arc;
+
+/// Why an htree lookup gave up.
+enum DxFail {
+    /// The index cannot be used; search linearly instead.
+    Fallback,
+    /// A real error (I/O, checksum) to report.
+    Err(Error),
+}
+
+impl From<Error> for DxFail {
+    fn from(e: Error) -> Self {
+        DxFail::Err(e)
+    }
+}
+
+/// One level of an htree descent.
+struct Frame {
+    buf: Arc<Buffer>,
+    is_root: bool,
+    at: usize,
+}
+
+impl Frame {
+    fn with_entries<T>(&self, f: impl FnOnce(&DxEntries<'_>) -> T) -> Option<T> {
+        let data = self.buf.data();
+        let entries = if self.is_root { dx::parse_root(&data).ok()?.entries } else { dx::parse_node(&data).ok()? };
+        Some(f(&entries))
+    }
+}
+
+impl FsInner {
+    /// Finds `name` in directory `dir`.
+    pub(crate) fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        if !dir.is_dir() {
+            return Err(Error::NotDir);
+        }
+        if name.len() > 255 {
+            return Err(Error::NameTooLong);
+        }
+        if name.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if name.contains(&b'/') || name.contains(&0) {
+            return Err(Error::InvalidInput("name contains '/' or NUL"));
+        }
+        if dir.flags() & ENCRYPT_FL != 0 {
+            return Err(Error::NoKey);
+        }
+        if self.has_inline_data(dir) {
+            return self.lookup_inline(dir, name);
+        }
+        if self.is_dx(dir) && name != b"." && name != b".." {
+            match self.dx_lookup(dir, name) {
+                Ok(r) => return r.ok_or(Error::NotFound),
+                Err(DxFail::Err(e)) => return Err(e),
+                Err(DxFail::Fallback) => {}
+            }
+        }
+        self.lookup_linear(dir, name)
+    }
+
+    fn lookup_inline(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        let (parent, data) = self.inline_dir(dir)?;
+        match name {
+            b"." => return Ok(dir.ino),
+            b".." => return Ok(parent),
+            _ => {}
+        }
+        let ib = crate::inline::I_BLOCK_SIZE;
+        let areas = [&data[4..ib.min(data.len())], data.get(ib..).unwrap_or(&[])];
+        for area in areas {
+            for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {
+                if e.inode != 0 && e.name == name {
+                    return Ok(InodeNo(e.inode));
+                }
+            }
+        }
+        Err(Error::NotFound)
+    }
+
+    fn lookup_linear(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        let bs = u64::from(self.sbi.block_size);
+        let nblocks = dir.size().div_ceil(bs);
+        for lblk in 0..nblocks {
+            let Ok(lblk) = u32::try_from(lblk) else { break };
+            let found = match self.dir_block_any(dir, lblk)? {
+                // Interior index nodes hold no names; the root holds `.` and `..`.
+                Some((DirBlockKind::Index, buf)) if lblk == 0 => self.search_leaf(&buf, name, true),
+                Some((DirBlockKind::Index, _)) | None => None,
+                Some((DirBlockKind::Leaf, buf)) => self.search_leaf(&buf, name, false),
+            };
+            if let Some(ino) = found {
+                return Ok(ino);
+            }
+        }
+        Err(Error::NotFound)
+    }
+
+    fn search_leaf(&self, buf: &Buffer, name: &[u8], whole: bool) -> Option<InodeNo> {
+        let data = buf.data();
+        let area = if whole { &data[..] } else { self.leaf_entries(&data) };
+        DirBlockIter::new(area, self.sbi.block_size)
+            .map_while(|e| e.ok())
+            .find(|e| e.inode != 0 && e.name == name)
+            .map(|e| InodeNo(e.inode))
+    }
+
+    /// An htree lookup: `Ok(None)` if the name is certainly absent.
+    fn dx_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<InodeNo>, DxFail> {
+        let Some((_, root)) = self.dir_block(dir, 0, DirBlockKind::Index)? else {
+            return Err(DxFail::Fallback);
+        };
+        let (algo, levels) = {
+            let data = root.data();
+            let r = dx::parse_root(&data).map_err(|_| DxFail::Fallback)?;
+            let max = if self.sbi.large_dir { dx::MAX_LEVELS_LARGEDIR } else { dx::MAX_LEVELS };
+            if r.info.indirect_levels >= max {
+                return Err(DxFail::Fallback);
+            }
+            let algo = HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
+            (algo, r.info.indirect_levels)
+        };
+        let hash = dx_hash(name, algo, self.sbi.hash_seed).major;
+        let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
+        self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;
+        loop {
+            let leaf = frames.last().and_then(|f| f.with_entries(|e| e.get(f.at).1)).ok_or(DxFail::Fallback)?;
+            if let Some((_, buf)) = self.dir_block(dir, leaf, DirBlockKind::Leaf)? {
+                if let Some(ino) = self.search_leaf(&buf, name, false) {
+                    return Ok(Some(ino));
+                }
+            } else {
+                return Err(DxFail::Fallback);
+            }
+            if !self.dx_next_block(dir, &mut frames, hash)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Descends from the last frame to the leaf level, choosing by `hash`.
+    fn dx_descend(&self, dir: &Inode, frames: &mut Vec<Frame>, hash: u32, levels: usize) -> Result<(), DxFail> {
+        loop {
+            let f = frames.last_mut().ok_or(DxFail::Fallback)?;
+            let (at, child) = f.with_entries(|e| {
+                let at = e.find(hash);
+                (at, e.get(at).1)
+            }).ok_or(DxFail::Fallback)?;
+            f.at = at;
+            if frames.len() > levels {
+                return Ok(());
+            }
+            let node = self.dx_node(dir, child)?;
+            frames.push(Frame { buf: node, is_root: false, at: 0 });
+        }
+    }
+
+    fn dx_node(&self, dir: &Inode, lblk: u32) -> Result<Arc<Buffer>, DxFail> {
+        let Some((_, buf)) = self.dir_block(dir, lblk, DirBlockKind::Index)? else {
+            return Err(DxFail::Fallback);
+        };
+        if dx::parse_node(&buf.data()).is_err() {
+            return Err(DxFail::Fallback);
+        }
+        Ok(buf)
+    }
+
+    /// Moves to the next leaf if it may hold more names with `hash` (a hash collision continued
+    /// across blocks: the next entry's hash equals ours apart from the low "continued" bit).
+    fn dx_next_block(&self, dir: &Inode, frames: &mut Vec<Frame>, hash: u32) -> Result<bool, DxFail> {
+        let levels = frames.len();
+        // Climb until a frame has a next entry.
+        let mut depth = levels;
+        loop {
+            if depth == 0 {
+                return Ok(false);
+            }
+            let f = &mut frames[depth - 1];
+            let count = f.with_entries(|e| e.len()).ok_or(DxFail::Fallback)?;
+            if f.at + 1 < count {
+                f.at += 1;
+                break;
+            }
+            depth -= 1;
+        }
+        let f = &frames[depth - 1];
+        let next_hash = f.with_entries(|e| e.get(f.at).0).ok_or(DxFail::Fallback)?;
+        if next_hash & !1 != hash {
+            return Ok(false);
+        }
+        // Re-descend to the leftmost leaf under the new position.
+        frames.truncate(depth);
+        while frames.len() < levels {
+            let f = frames.last().ok_or(DxFail::Fallback)?;
+            let child = f.with_entries(|e| e.get(f.at).1).ok_or(DxFail::Fallback)?;
+            let node = self.dx_node(dir, child)?;
+            frames.push(Frame { buf: node, is_root: false, at: 0 });
+        }
+        Ok(true)
+    }
+}

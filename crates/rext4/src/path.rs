@@ -1,0 +1,187 @@
+//! The path-level API, shaped like `std::fs`: resolve paths (following symbolic links the way
+//! the kernel does, ELOOP after 40), read directories, open files for `Read + Seek`.
+
+use crate::attr::{Attr, DirEntry, FileType};
+use crate::error::{Error, Result};
+use crate::fs::Fs;
+use rext4_format::InodeNo;
+use std::collections::VecDeque;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Most symbolic links followed while resolving one path (the kernel's `MAXSYMLINKS`).
+const MAX_SYMLINKS: u32 = 40;
+
+impl Fs {
+    /// Resolves `path` (absolute, or relative to the root) to an inode; a final symbolic link
+    /// is followed if `follow` is set. A trailing `/` requires a directory.
+    pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> Result<InodeNo> {
+        let bytes = path.as_ref().as_os_str().as_bytes();
+        let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
+        let mut queue: VecDeque<Vec<u8>> = components(bytes);
+        let mut cur = self.root();
+        let mut links = 0u32;
+        while let Some(c) = queue.pop_front() {
+            if c == b"." {
+                continue;
+            }
+            let dir = self.inner.iget_live(cur)?;
+            if !dir.is_dir() {
+                return Err(Error::NotDir);
+            }
+            if c.len() > 255 {
+                return Err(Error::NameTooLong);
+            }
+            let child = self.inner.lookup(&dir, &c)?;
+            let last = queue.is_empty();
+            let inode = self.inner.iget_live(child)?;
+            if inode.file_type() == Some(FileType::Symlink) && (!last || follow || must_be_dir) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Error::Loop);
+                }
+                let target = self.inner.readlink(&inode)?;
+                if target.starts_with(b"/") {
+                    cur = self.root();
+                }
+                for t in components(&target).into_iter().rev() {
+                    queue.push_front(t);
+                }
+                continue;
+            }
+            cur = child;
+        }
+        if must_be_dir && !self.inner.iget_live(cur)?.is_dir() {
+            return Err(Error::NotDir);
+        }
+        Ok(cur)
+    }
+
+    /// Attributes of the file at `path`, following symbolic links (`stat(2)`).
+    pub fn metadata(&self, path: impl AsRef<Path>) -> Result<Attr> {
+        self.getattr(self.resolve(path, true)?)
+    }
+
+    /// Attributes of `path` itself, not following a final symbolic link (`lstat(2)`).
+    pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> Result<Attr> {
+        self.getattr(self.resolve(path, false)?)
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub fn read_link(&self, path: impl AsRef<Path>) -> Result<PathBuf> {
+        let target = self.readlink(self.resolve(path, false)?)?;
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&target)))
+    }
+
+    /// The entries of the directory at `path`, without `.` and `..`.
+    pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<ReadDir> {
+        let ino = self.resolve(path, true)?;
+        if self.getattr(ino)?.kind != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        Ok(ReadDir { fs: self.clone(), ino, pos: 0, buf: VecDeque::new(), done: false })
+    }
+
+    /// Opens the file at `path` for reading.
+    pub fn open_file(&self, path: impl AsRef<Path>) -> Result<File> {
+        let ino = self.resolve(path, true)?;
+        self.getattr(ino)?;
+        Ok(File { fs: self.clone(), ino, pos: 0 })
+    }
+
+    /// The whole content of the file at `path`.
+    pub fn read_file(&self, path: impl AsRef<Path>) -> Result<Vec<u8>> {
+        let mut f = self.open_file(path)?;
+        let mut v = Vec::new();
+        io::Read::read_to_end(&mut f, &mut v).map_err(Error::Io)?;
+        Ok(v)
+    }
+}
+
+fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect()
+}
+
+/// Iterator over a directory's entries (without `.` and `..`), fetched in batches.
+pub struct ReadDir {
+    fs: Fs,
+    ino: InodeNo,
+    pos: u64,
+    buf: VecDeque<DirEntry>,
+    done: bool,
+}
+
+impl Iterator for ReadDir {
+    type Item = Result<DirEntry>;
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.buf.is_empty() && !self.done {
+            let mut got = 0;
+            let buf = &mut self.buf;
+            let mut pos = self.pos;
+            let r = self.fs.readdir(self.ino, self.pos, |e| {
+                pos = e.next;
+                got += 1;
+                if e.name != b"." && e.name != b".." {
+                    buf.push_back(e);
+                }
+                got < 256
+            });
+            if let Err(e) = r {
+                self.done = true;
+                return Some(Err(e));
+            }
+            self.pos = pos;
+            if got < 256 {
+                self.done = true;
+            }
+        }
+        self.buf.pop_front().map(Ok)
+    }
+}
+
+/// An open file: `Read + Seek`, and positional reads.
+pub struct File {
+    fs: Fs,
+    ino: InodeNo,
+    pos: u64,
+}
+
+impl File {
+    /// The file's inode number.
+    pub fn ino(&self) -> InodeNo {
+        self.ino
+    }
+    /// Current attributes.
+    pub fn metadata(&self) -> Result<Attr> {
+        self.fs.getattr(self.ino)
+    }
+    /// Reads at `offset` without moving the position.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.fs.read(self.ino, offset, buf)
+    }
+}
+
+impl io::Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.fs.read(self.ino, self.pos, buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl io::Seek for File {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        let base = match to {
+            io::SeekFrom::Start(p) => {
+                self.pos = p;
+                return Ok(p);
+            }
+            io::SeekFrom::Current(d) => (self.pos, d),
+            io::SeekFrom::End(d) => (self.metadata()?.size, d),
+        };
+        let p = base.0.checked_add_signed(base.1).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.pos = p;
+        Ok(p)
+    }
+}

@@ -1,0 +1,41 @@
+//! Symbolic links (the kernel's `symlink.c`): fast (target in `i_block`), slow (target in a
+//! data block) and inline-data links.
+
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use rext4_format::inode::{ENCRYPT_FL, S_IFLNK};
+
+impl FsInner {
+    /// `readlink(2)`.
+    pub(crate) fn readlink(&self, inode: &Inode) -> Result<Vec<u8>> {
+        let d = inode.disk();
+        if d.file_type() != S_IFLNK {
+            return Err(Error::InvalidInput("not a symbolic link"));
+        }
+        if d.flags() & ENCRYPT_FL != 0 {
+            return Err(Error::NoKey);
+        }
+        let ino = inode.ino;
+        let size = d.size();
+        let bad = |what| corrupt(CorruptKind::Symlink { ino, what });
+        if size == 0 {
+            return bad("empty target");
+        }
+        if self.is_fast_symlink(inode) {
+            if size >= 60 {
+                return bad("fast symlink longer than i_block");
+            }
+            return Ok(d.i_block_bytes()[..size as usize].to_vec());
+        }
+        if size >= u64::from(self.sbi.block_size) {
+            return bad("target longer than a block");
+        }
+        let mut v = vec![0u8; size as usize];
+        let n = self.read_data(inode, 0, &mut v)?;
+        if n != v.len() || v.contains(&0) {
+            return bad("target shorter than its size");
+        }
+        Ok(v)
+    }
+}

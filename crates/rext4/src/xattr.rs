@@ -1,0 +1,186 @@
+//! Extended attributes, read side (the kernel's `xattr.c`): entries in the inode's extra space
+//! and in an xattr block, values inline or in an EA inode (`ea_inode`).
+
+use crate::buffer::Verified;
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use rext4_format::inode::{EA_INODE_FL, GOOD_OLD_INODE_SIZE};
+use rext4_format::xattr::{self as fx, RawXattr, XattrIter};
+use rext4_format::{InodeNo, PhysBlock};
+
+/// Largest value the VFS passes (`XATTR_SIZE_MAX`).
+const VALUE_MAX: u32 = 65536;
+
+/// One attribute, with its value read.
+pub(crate) struct Xattr {
+    pub index: u8,
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl FsInner {
+    /// Every attribute of `inode`: in-inode ones first, then the block's.
+    pub(crate) fn xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
+        let mut out = Vec::new();
+        self.ibody_xattrs(inode, &mut out)?;
+        self.block_xattrs(inode, &mut out)?;
+        Ok(out)
+    }
+
+    fn ibody_xattrs(&self, inode: &Inode, out: &mut Vec<Xattr>) -> Result<()> {
+        let size = self.sbi.inode_size;
+        if size <= GOOD_OLD_INODE_SIZE {
+            return Ok(());
+        }
+        let raw = inode.raw();
+        let start = GOOD_OLD_INODE_SIZE + usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
+        let Some(magic) = raw.get(start..start + 4) else { return Ok(()) };
+        if u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]) != fx::XATTR_MAGIC {
+            return Ok(());
+        }
+        let area = &raw[start + 4..];
+        self.collect(inode.ino, None, area, area, 0, out)
+    }
+
+    fn block_xattrs(&self, inode: &Inode, out: &mut Vec<Xattr>) -> Result<()> {
+        let blk = inode.disk().file_acl();
+        if blk == 0 {
+            return Ok(());
+        }
+        let ino = inode.ino;
+        let buf = self.bread(blk, Some(ino))?;
+        let (csum, seed) = (self.sbi.metadata_csum, self.sbi.csum_seed);
+        buf.verify(Verified::XattrBlock, |data| {
+            let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+            let blocks = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+            if magic != fx::XATTR_MAGIC || blocks != 1 {
+                let what = "bad block header";
+                return corrupt(CorruptKind::Xattr { ino, block: Some(PhysBlock(blk)), what });
+            }
+            if csum && !fx::verify_block_checksum(data, seed, blk) {
+                return corrupt(CorruptKind::XattrChecksum { ino, block: PhysBlock(blk) });
+            }
+            Ok(())
+        })?;
+        let data = buf.data();
+        self.collect(ino, Some(blk), &data[fx::BLOCK_HEADER_SIZE..], &data, fx::BLOCK_HEADER_SIZE, out)
+    }
+
+    /// Reads the entries in `entries` with values in `values`; `entries_at` is where the entry
+    /// table starts within `values`.
+    fn collect(
+        &self,
+        ino: InodeNo,
+        blk: Option<u64>,
+        entries: &[u8],
+        values: &[u8],
+        entries_at: usize,
+        out: &mut Vec<Xattr>,
+    ) -> Result<()> {
+        let block = blk.map(PhysBlock);
+        let bad = |what| corrupt(CorruptKind::Xattr { ino, block, what });
+        let mut it = XattrIter::new(entries);
+        let mut found: Vec<RawXattr<'_>> = Vec::new();
+        for e in it.by_ref() {
+            match e {
+                Ok(e) => found.push(e),
+                Err(_) => return bad("entry runs past the end of its area"),
+            }
+        }
+        let entries_end = entries_at + it.end();
+        for e in found {
+            let value = if e.value_inum != 0 {
+                self.ea_inode_value(ino, &e)?
+            } else {
+                match fx::value_slice(values, entries_end, &e) {
+                    Ok(v) => v.to_vec(),
+                    Err(_) => return bad("value outside its area"),
+                }
+            };
+            out.push(Xattr { index: e.index, name: e.name.to_vec(), value });
+        }
+        Ok(())
+    }
+
+    fn ea_inode_value(&self, ino: InodeNo, e: &RawXattr<'_>) -> Result<Vec<u8>> {
+        let bad = |what| corrupt(CorruptKind::Xattr { ino, block: None, what });
+        if !self.sbi.ea_inode {
+            return bad("value in an inode without the ea_inode feature");
+        }
+        if e.value_size > VALUE_MAX {
+            return bad("value too large");
+        }
+        let vino = self.iget(InodeNo(e.value_inum))?;
+        if vino.flags() & EA_INODE_FL == 0 || vino.size() != u64::from(e.value_size) {
+            return bad("value inode does not match its entry");
+        }
+        let mut v = vec![0u8; e.value_size as usize];
+        let n = self.read_data(&vino, 0, &mut v)?;
+        if n != v.len() {
+            return bad("value inode shorter than its entry");
+        }
+        Ok(v)
+    }
+
+    /// `getxattr(2)`: the value of a full name (`user.x`, `system.posix_acl_access`, ...).
+    pub(crate) fn getxattr(&self, inode: &Inode, name: &[u8]) -> Result<Vec<u8>> {
+        let (index, suffix) = visible_split(name)?;
+        for x in self.xattrs(inode)? {
+            if x.index == index && x.name == suffix {
+                return match index {
+                    fx::INDEX_POSIX_ACL_ACCESS | fx::INDEX_POSIX_ACL_DEFAULT => {
+                        fx::acl_disk_to_xattr(&x.value).ok_or_else(|| {
+                            Error::Corrupt(crate::error::Corrupt(CorruptKind::Xattr {
+                                ino: inode.ino,
+                                block: None,
+                                what: "malformed ACL",
+                            }))
+                        })
+                    }
+                    _ => Ok(x.value),
+                };
+            }
+        }
+        Err(Error::NoData)
+    }
+
+    /// `listxattr(2)`: the full names the VFS would show.
+    pub(crate) fn listxattr(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .xattrs(inode)?
+            .into_iter()
+            .filter(|x| is_visible(x.index))
+            .filter_map(|x| fx::full_name(x.index, &x.name))
+            .collect())
+    }
+
+    /// The value of the inline-data attribute `system.data`, if present.
+    pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.ibody_xattrs(inode, &mut out)?;
+        Ok(out.into_iter().find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data").map(|x| x.value))
+    }
+}
+
+/// Namespaces the kernel's ext4 handlers show through the VFS.
+fn is_visible(index: u8) -> bool {
+    matches!(
+        index,
+        fx::INDEX_USER
+            | fx::INDEX_TRUSTED
+            | fx::INDEX_SECURITY
+            | fx::INDEX_POSIX_ACL_ACCESS
+            | fx::INDEX_POSIX_ACL_DEFAULT
+    )
+}
+
+fn visible_split(name: &[u8]) -> Result<(u8, &[u8])> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(if name.is_empty() { Error::InvalidInput("empty xattr name") } else { Error::Range });
+    }
+    match fx::split_name(name) {
+        Some((index, suffix)) if is_visible(index) => Ok((index, suffix)),
+        _ => Err(Error::NotSupported("xattr namespace".into())),
+    }
+}
