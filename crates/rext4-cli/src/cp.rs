@@ -25,14 +25,32 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     let p = ImagePath::parse(source)?;
     let fs = p.open()?;
     // Like cp: a symlink operand is followed unless copying recursively.
-    let top = if recursive { fs.symlink_metadata(&p.path) } else { fs.metadata(&p.path) }.map_err(|e| p.err(e))?;
+    let top = if recursive {
+        fs.symlink_metadata(&p.path)
+    } else {
+        fs.metadata(&p.path)
+    }
+    .map_err(|e| p.err(e))?;
     if top.kind == FileType::Directory && !recursive {
         return Err(format!("-r not specified; omitting directory '{}'", p.path));
     }
-    let base = p.path.trim_end_matches('/').rsplit('/').next().unwrap_or("").to_string();
-    let target = if dest.is_dir() && !base.is_empty() { dest.join(&base) } else { dest.to_path_buf() };
+    let base = p
+        .path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let target = if dest.is_dir() && !base.is_empty() {
+        dest.join(&base)
+    } else {
+        dest.to_path_buf()
+    };
 
-    let mut plan = vec![Item { attr: top, host: target }];
+    let mut plan = vec![Item {
+        attr: top,
+        host: target,
+    }];
     let mut i = 0;
     while i < plan.len() {
         if plan[i].attr.kind == FileType::Directory {
@@ -46,15 +64,28 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
             })
             .map_err(|e| p.err(e))?;
             for e in entries {
-                let attr = fs.getattr(e.ino).map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
-                plan.push(Item { attr, host: host.join(OsStr::from_bytes(&e.name)) });
+                let attr = fs
+                    .getattr(e.ino)
+                    .map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
+                plan.push(Item {
+                    attr,
+                    host: host.join(OsStr::from_bytes(&e.name)),
+                });
             }
         }
         i += 1;
     }
 
-    let total: u64 = plan.iter().filter(|it| it.attr.kind == FileType::RegularFile).map(|it| it.attr.size).sum();
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
+    let total: u64 = plan
+        .iter()
+        .filter(|it| it.attr.kind == FileType::RegularFile)
+        .map(|it| it.attr.size)
+        .sum();
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -63,7 +94,8 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     let mut links: HashMap<InodeNo, PathBuf> = HashMap::new();
     let mut warnings = Vec::new();
     for it in &plan {
-        create(&fs, it, &mut links, &bar, &mut warnings).map_err(|e| format!("{}: {e}", it.host.display()))?;
+        create(&fs, it, &mut links, &bar, &mut warnings)
+            .map_err(|e| format!("{}: {e}", it.host.display()))?;
         finish_attrs(&fs, it, root, &mut warnings);
         if it.attr.kind != FileType::Directory {
             set_times(it)?;
@@ -71,7 +103,11 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     }
     // Directory modes and times last: creating children needed write access and changed
     // their times.
-    for it in plan.iter().rev().filter(|it| it.attr.kind == FileType::Directory) {
+    for it in plan
+        .iter()
+        .rev()
+        .filter(|it| it.attr.kind == FileType::Directory)
+    {
         chmod(it, &mut warnings);
         set_times(it)?;
     }
@@ -82,7 +118,13 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     Ok(())
 }
 
-fn create(fs: &Fs, it: &Item, links: &mut HashMap<InodeNo, PathBuf>, bar: &ProgressBar, warnings: &mut Vec<String>) -> Result<(), String> {
+fn create(
+    fs: &Fs,
+    it: &Item,
+    links: &mut HashMap<InodeNo, PathBuf>,
+    bar: &ProgressBar,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
     let a = &it.attr;
     let host = &it.host;
     if a.kind != FileType::Directory && a.nlink > 1 {
@@ -101,21 +143,42 @@ fn create(fs: &Fs, it: &Item, links: &mut HashMap<InodeNo, PathBuf>, bar: &Progr
             let t = fs.readlink(a.ino).map_err(|e| e.to_string())?;
             symlink(OsStr::from_bytes(&t), host).map_err(|e| e.to_string())
         }
-        FileType::Fifo => nix::unistd::mkfifo(host, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(|e| e.to_string()),
+        FileType::Fifo => {
+            nix::unistd::mkfifo(host, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                .map_err(|e| e.to_string())
+        }
         FileType::CharDevice | FileType::BlockDevice => {
-            let kind = if a.kind == FileType::CharDevice { nix::sys::stat::SFlag::S_IFCHR } else { nix::sys::stat::SFlag::S_IFBLK };
+            let kind = if a.kind == FileType::CharDevice {
+                nix::sys::stat::SFlag::S_IFCHR
+            } else {
+                nix::sys::stat::SFlag::S_IFBLK
+            };
             let dev = nix::sys::stat::makedev(u64::from(a.rdev.0), u64::from(a.rdev.1));
-            nix::sys::stat::mknod(host, kind, nix::sys::stat::Mode::from_bits_truncate(0o600), dev).map_err(|e| e.to_string())
+            nix::sys::stat::mknod(
+                host,
+                kind,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                dev,
+            )
+            .map_err(|e| e.to_string())
         }
         FileType::Socket => {
-            warnings.push(format!("{}: sockets cannot be copied; skipped", host.display()));
+            warnings.push(format!(
+                "{}: sockets cannot be copied; skipped",
+                host.display()
+            ));
             Ok(())
         }
     }
 }
 
 fn copy_file(fs: &Fs, a: &Attr, host: &Path, bar: &ProgressBar) -> Result<(), String> {
-    let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(host).map_err(|e| e.to_string())?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(host)
+        .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 1 << 20];
     let mut off = 0u64;
     while off < a.size {
@@ -125,7 +188,8 @@ fn copy_file(fs: &Fs, a: &Attr, host: &Path, bar: &ProgressBar) -> Result<(), St
         }
         // Keep holes: skip runs of zeros instead of writing them.
         if buf[..n].iter().all(|&b| b == 0) {
-            f.seek(SeekFrom::Current(n as i64)).map_err(|e| e.to_string())?;
+            f.seek(SeekFrom::Current(n as i64))
+                .map_err(|e| e.to_string())?;
         } else {
             f.write_all(&buf[..n]).map_err(|e| e.to_string())?;
         }
@@ -147,7 +211,9 @@ fn finish_attrs(fs: &Fs, it: &Item, root: bool, warnings: &mut Vec<String>) {
             if a.kind == FileType::Symlink && n.starts_with(b"user.") {
                 continue;
             }
-            let Ok(v) = fs.getxattr(a.ino, &n) else { continue };
+            let Ok(v) = fs.getxattr(a.ino, &n) else {
+                continue;
+            };
             if let Err(e) = xattr::set(host, OsStr::from_bytes(&n), &v) {
                 warnings.push(format!("{}: xattr {}: {e}", host.display(), name(&n)));
             }
@@ -177,5 +243,6 @@ fn set_times(it: &Item) -> CliResult {
         return Ok(());
     }
     let ft = |t: rext4::Timestamp| filetime::FileTime::from_unix_time(t.sec, t.nsec);
-    filetime::set_symlink_file_times(&it.host, ft(a.atime), ft(a.mtime)).map_err(|e| format!("{}: {e}", it.host.display()))
+    filetime::set_symlink_file_times(&it.host, ft(a.atime), ft(a.mtime))
+        .map_err(|e| format!("{}: {e}", it.host.display()))
 }

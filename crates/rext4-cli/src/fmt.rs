@@ -74,8 +74,20 @@ mod tests {
 
     #[test]
     fn formats_times() {
-        assert_eq!(time(Timestamp { sec: 0, nsec: 5 }), "1970-01-01 00:00:00.000000005");
-        assert_eq!(time(Timestamp { sec: 951_782_400, nsec: 0 }), "2000-02-29 00:00:00.000000000");
-        assert_eq!(time(Timestamp { sec: -1, nsec: 0 }), "1969-12-31 23:59:59.000000000");
+        assert_eq!(
+            time(Timestamp { sec: 0, nsec: 5 }),
+            "1970-01-01 00:00:00.000000005"
+        );
+        assert_eq!(
+            time(Timestamp {
+                sec: 951_782_400,
+                nsec: 0
+            }),
+            "2000-02-29 00:00:00.000000000"
+        );
+        assert_eq!(
+            time(Timestamp { sec: -1, nsec: 0 }),
+            "1969-12-31 23:59:59.000000000"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! `rext4`: read, inspect and copy out of ext4 images without mounting them.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod cp;
 mod demo;
 mod fmt;
@@ -12,7 +13,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rext4", version, about = "ext4 in userspace: work with ext4 images without mounting them")]
+#[command(
+    name = "rext4",
+    version,
+    about = "ext4 in userspace: work with ext4 images without mounting them"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -47,6 +52,11 @@ enum Cmd {
     Stat { target: String },
     /// Show a directory tree: `rext4 tree IMAGE:/dir`.
     Tree { target: String },
+    /// Benchmarks against kernel ext4 on the same image: `rext4 bench walk`.
+    Bench {
+        #[command(subcommand)]
+        workload: BenchCmd,
+    },
     /// Copy out of an image: `rext4 cp [-r] IMAGE:/path HOSTDIR`.
     Cp {
         /// Copy directories recursively.
@@ -60,6 +70,22 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// readdir + stat of every inode, warm cache: rext4 in process vs a kernel loop mount.
+    Walk {
+        /// Use this image instead of building one.
+        #[arg(long)]
+        image: Option<PathBuf>,
+        /// Files in the generated image.
+        #[arg(long, default_value_t = 100_000)]
+        files: usize,
+        /// Timed rounds per target (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
@@ -69,7 +95,20 @@ fn main() -> ExitCode {
         Cmd::Cat { target } => inspect::cat(&target),
         Cmd::Stat { target } => inspect::stat(&target),
         Cmd::Tree { target } => inspect::tree(&target),
-        Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
+        Cmd::Bench {
+            workload:
+                BenchCmd::Walk {
+                    image,
+                    files,
+                    rounds,
+                },
+        } => bench::walk(image, files, rounds),
+        Cmd::Cp {
+            recursive,
+            quiet,
+            source,
+            dest,
+        } => cp::copy_out(&source, &dest, recursive, quiet),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,7 +61,11 @@ pub(crate) struct BufferCache {
 impl BufferCache {
     /// A cache holding about `capacity_bytes` of blocks.
     pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
-        BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size) }
+        BufferCache {
+            dev,
+            block_size,
+            cache: ShardedCache::new(capacity_bytes / block_size),
+        }
     }
 
     /// The buffer for block `blk`, read from the device on a miss. Callers check that `blk`
@@ -69,7 +73,9 @@ impl BufferCache {
     pub fn get(&self, blk: u64) -> Result<Arc<Buffer>> {
         self.cache.get_or_load(blk, || {
             let mut data = vec![0u8; self.block_size].into_boxed_slice();
-            let off = blk.checked_mul(self.block_size as u64).ok_or(std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            let off = blk
+                .checked_mul(self.block_size as u64)
+                .ok_or(std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
             self.dev.read_at(&mut data, off)?;
             Ok(Buffer {
                 data: RwLock::new(data),

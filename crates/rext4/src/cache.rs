@@ -39,7 +39,12 @@ impl<V: Cached> ShardedCache<V> {
     pub fn new(capacity: usize) -> Self {
         let per_shard = (capacity / SHARDS).max(4);
         let shards = (0..SHARDS)
-            .map(|_| Mutex::new(Shard { map: HashMap::new(), clock: VecDeque::new() }))
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: HashMap::new(),
+                    clock: VecDeque::new(),
+                })
+            })
             .collect();
         ShardedCache { per_shard, shards }
     }
@@ -81,7 +86,9 @@ impl<V: Cached> ShardedCache<V> {
         let mut budget = s.clock.len() * 2;
         while s.map.len() > target && budget > 0 {
             budget -= 1;
-            let Some(key) = s.clock.pop_front() else { break };
+            let Some(key) = s.clock.pop_front() else {
+                break;
+            };
             let Some(v) = s.map.get(&key) else { continue };
             if v.referenced().swap(false, Ordering::Relaxed) || Arc::strong_count(v) > 1 {
                 s.clock.push_back(key);
@@ -123,7 +130,9 @@ mod tests {
         let c = ShardedCache::new(256);
         for round in 0..2 {
             for k in 0..4096u64 {
-                let v = c.get_or_load(k, || Ok(V(k * 3, AtomicBool::new(false)))).unwrap();
+                let v = c
+                    .get_or_load(k, || Ok(V(k * 3, AtomicBool::new(false))))
+                    .unwrap();
                 assert_eq!(v.0, k * 3, "round {round}");
             }
         }
@@ -133,9 +142,12 @@ mod tests {
     #[test]
     fn held_entries_survive() {
         let c = ShardedCache::new(64);
-        let held = c.get_or_load(7, || Ok(V(7, AtomicBool::new(false)))).unwrap();
+        let held = c
+            .get_or_load(7, || Ok(V(7, AtomicBool::new(false))))
+            .unwrap();
         for k in 0..2048 {
-            c.get_or_load(k, || Ok(V(k, AtomicBool::new(false)))).unwrap();
+            c.get_or_load(k, || Ok(V(k, AtomicBool::new(false))))
+                .unwrap();
         }
         assert!(Arc::ptr_eq(&held, &c.get(7).unwrap()));
         c.shrink();
@@ -145,7 +157,9 @@ mod tests {
     #[test]
     fn load_errors_are_not_cached() {
         let c: ShardedCache<V> = ShardedCache::new(64);
-        assert!(c.get_or_load(1, || Err(crate::error::Error::NotFound)).is_err());
+        assert!(c
+            .get_or_load(1, || Err(crate::error::Error::NotFound))
+            .is_err());
         assert!(c.get(1).is_none());
     }
 }

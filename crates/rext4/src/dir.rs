@@ -42,13 +42,21 @@ impl FsInner {
         kind: DirBlockKind,
     ) -> Result<Option<(u64, Arc<Buffer>)>> {
         let pblk = match self.map_block(dir, lblk)? {
-            Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
+            Mapping::Mapped {
+                pblk,
+                unwritten: false,
+                ..
+            } => pblk,
             _ => return Ok(None),
         };
         let buf = self.bread(pblk, Some(dir.ino))?;
         match kind {
-            DirBlockKind::Leaf => buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?,
-            DirBlockKind::Index => buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?,
+            DirBlockKind::Leaf => {
+                buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?
+            }
+            DirBlockKind::Index => {
+                buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?
+            }
         }
         Ok(Some((pblk, buf)))
     }
@@ -65,13 +73,27 @@ impl FsInner {
     fn check_leaf(&self, dir: &Inode, pblk: u64, data: &[u8]) -> Result<()> {
         let ino = dir.ino;
         if self.sbi.metadata_csum && fd::verify_leaf_checksum(data, dir.csum_seed) != Some(true) {
-            return corrupt(CorruptKind::DirChecksum { ino, block: PhysBlock(pblk) });
+            return corrupt(CorruptKind::DirChecksum {
+                ino,
+                block: PhysBlock(pblk),
+            });
         }
-        self.check_entries(ino, Some(pblk), self.leaf_entries(data), self.sbi.block_size)
+        self.check_entries(
+            ino,
+            Some(pblk),
+            self.leaf_entries(data),
+            self.sbi.block_size,
+        )
     }
 
     /// Checks every entry of an area (a leaf block, or an inline directory area).
-    pub(crate) fn check_entries(&self, ino: InodeNo, pblk: Option<u64>, area: &[u8], bs: u32) -> Result<()> {
+    pub(crate) fn check_entries(
+        &self,
+        ino: InodeNo,
+        pblk: Option<u64>,
+        area: &[u8],
+        bs: u32,
+    ) -> Result<()> {
         let block = pblk.map(PhysBlock);
         for e in DirBlockIter::new(area, bs) {
             let what = match e {
@@ -89,7 +111,10 @@ impl FsInner {
 
     fn check_dx(&self, dir: &Inode, pblk: u64, data: &[u8]) -> Result<()> {
         if self.sbi.metadata_csum && !dx::verify_checksum(data, dir.csum_seed) {
-            return corrupt(CorruptKind::DxChecksum { ino: dir.ino, block: PhysBlock(pblk) });
+            return corrupt(CorruptKind::DxChecksum {
+                ino: dir.ino,
+                block: PhysBlock(pblk),
+            });
         }
         Ok(())
     }
@@ -104,12 +129,18 @@ impl FsInner {
             return true;
         }
         let ino = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-        let rec_len = fd::rec_len_from_disk(u16::from_le_bytes([data[4], data[5]]), self.sbi.block_size);
+        let rec_len =
+            fd::rec_len_from_disk(u16::from_le_bytes([data[4], data[5]]), self.sbi.block_size);
         ino == 0 && rec_len == self.sbi.block_size
     }
 
     /// `readdir`: calls `f` for each entry from position `pos` until it returns false.
-    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+    pub(crate) fn readdir(
+        &self,
+        dir: &Inode,
+        pos: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
@@ -123,11 +154,15 @@ impl FsInner {
         let size = dir.size();
         let mut pos = pos;
         while pos < size {
-            let Ok(lblk) = u32::try_from(pos / bs) else { break };
+            let Ok(lblk) = u32::try_from(pos / bs) else {
+                break;
+            };
             let start = pos % bs;
             let block_start = u64::from(lblk) * bs;
             pos = block_start + bs;
-            let Some((kind, buf)) = self.dir_block_any(dir, lblk)? else { continue };
+            let Some((kind, buf)) = self.dir_block_any(dir, lblk)? else {
+                continue;
+            };
             let data = buf.data();
             let area = match kind {
                 // Of an index root only `.` and `..` are entries; interior nodes have none.
@@ -138,7 +173,11 @@ impl FsInner {
             for e in DirBlockIter::new(area, self.sbi.block_size) {
                 let e = e.map_err(|_| {
                     let what = "bad entry in index root";
-                    Error::Corrupt(crate::error::Corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what }))
+                    Error::Corrupt(crate::error::Corrupt(CorruptKind::DirEntry {
+                        ino: dir.ino,
+                        block: None,
+                        what,
+                    }))
                 })?;
                 if (e.offset as u64) < start || e.inode == 0 {
                     continue;
@@ -154,9 +193,17 @@ impl FsInner {
 
     /// Reads block `lblk` of a directory, tells an index block from a leaf, and checks it as
     /// what it is; `None` for a hole.
-    pub(crate) fn dir_block_any(&self, dir: &Inode, lblk: u32) -> Result<Option<(DirBlockKind, Arc<Buffer>)>> {
+    pub(crate) fn dir_block_any(
+        &self,
+        dir: &Inode,
+        lblk: u32,
+    ) -> Result<Option<(DirBlockKind, Arc<Buffer>)>> {
         let pblk = match self.map_block(dir, lblk)? {
-            Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
+            Mapping::Mapped {
+                pblk,
+                unwritten: false,
+                ..
+            } => pblk,
             _ => return Ok(None),
         };
         let buf = self.bread(pblk, Some(dir.ino))?;
@@ -166,15 +213,28 @@ impl FsInner {
             DirBlockKind::Leaf
         };
         match kind {
-            DirBlockKind::Leaf => buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?,
-            DirBlockKind::Index => buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?,
+            DirBlockKind::Leaf => {
+                buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?
+            }
+            DirBlockKind::Index => {
+                buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?
+            }
         }
         Ok(Some((kind, buf)))
     }
 
     pub(crate) fn dir_entry(&self, e: &RawEntry<'_>, next: u64) -> DirEntry {
-        let kind = if self.sbi.filetype { FileType::from_dirent(e.file_type) } else { None };
-        DirEntry { ino: InodeNo(e.inode), name: e.name.to_vec(), kind, next }
+        let kind = if self.sbi.filetype {
+            FileType::from_dirent(e.file_type)
+        } else {
+            None
+        };
+        DirEntry {
+            ino: InodeNo(e.inode),
+            name: e.name.to_vec(),
+            kind,
+            next,
+        }
     }
 
     /// The parent and entry area of an inline directory.
@@ -183,33 +243,69 @@ impl FsInner {
         let size = usize::try_from(dir.size()).unwrap_or(usize::MAX);
         let ino = dir.ino;
         if size < INLINE_FIRST as usize || size > data.len() {
-            return corrupt(CorruptKind::InlineData { ino, what: "directory size does not match inline data" });
+            return corrupt(CorruptKind::InlineData {
+                ino,
+                what: "directory size does not match inline data",
+            });
         }
         let parent = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         if parent == 0 || parent > self.sbi.inodes_count {
-            return corrupt(CorruptKind::InlineData { ino, what: "bad parent inode" });
+            return corrupt(CorruptKind::InlineData {
+                ino,
+                what: "bad parent inode",
+            });
         }
         // The i_block part and the xattr part are separate entry areas; checking both keeps
         // an entry from straddling them.
         let ib = crate::inline::I_BLOCK_SIZE;
-        self.check_entries(ino, None, &data[INLINE_FIRST as usize..ib.min(size)], self.sbi.block_size)?;
+        self.check_entries(
+            ino,
+            None,
+            &data[INLINE_FIRST as usize..ib.min(size)],
+            self.sbi.block_size,
+        )?;
         if size > ib {
             self.check_entries(ino, None, &data[ib..size], self.sbi.block_size)?;
         }
         Ok((InodeNo(parent), data[..size].to_vec()))
     }
 
-    fn readdir_inline(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+    fn readdir_inline(
+        &self,
+        dir: &Inode,
+        pos: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
         let (parent, data) = self.inline_dir(dir)?;
         let kind = self.sbi.filetype.then_some(FileType::Directory);
-        if pos <= INLINE_DOT && !f(DirEntry { ino: dir.ino, name: b".".to_vec(), kind, next: INLINE_DOTDOT }) {
+        if pos == INLINE_DOT
+            && !f(DirEntry {
+                ino: dir.ino,
+                name: b".".to_vec(),
+                kind,
+                next: INLINE_DOTDOT,
+            })
+        {
             return Ok(());
         }
-        if pos <= INLINE_DOTDOT && !f(DirEntry { ino: parent, name: b"..".to_vec(), kind, next: INLINE_FIRST }) {
+        if pos <= INLINE_DOTDOT
+            && !f(DirEntry {
+                ino: parent,
+                name: b"..".to_vec(),
+                kind,
+                next: INLINE_FIRST,
+            })
+        {
             return Ok(());
         }
         let ib = crate::inline::I_BLOCK_SIZE;
-        for (base, area) in [(INLINE_FIRST as usize, &data[INLINE_FIRST as usize..ib.min(data.len())]), (ib, data.get(ib..).unwrap_or(&[]))] {
+        for (base, area) in [
+            (
+                INLINE_FIRST as usize,
+                &data[INLINE_FIRST as usize..ib.min(data.len())],
+            ),
+            (ib, data.get(ib..).unwrap_or(&[])),
+        ] {
             for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {
                 let at = (base + e.offset) as u64;
                 if at < pos || e.inode == 0 {

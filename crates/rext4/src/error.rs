@@ -135,22 +135,69 @@ pub struct Corrupt(pub(crate) CorruptKind);
 pub(crate) enum CorruptKind {
     Superblock(&'static str),
     SuperblockChecksum,
-    GroupDesc { group: u32, what: &'static str },
-    GroupDescChecksum { group: u32 },
-    Inode { ino: InodeNo, what: &'static str },
-    InodeChecksum { ino: InodeNo },
+    GroupDesc {
+        group: u32,
+        what: &'static str,
+    },
+    GroupDescChecksum {
+        group: u32,
+    },
+    Inode {
+        ino: InodeNo,
+        what: &'static str,
+    },
+    InodeChecksum {
+        ino: InodeNo,
+    },
     /// A block number outside the filesystem.
-    BlockRange { ino: Option<InodeNo>, block: PhysBlock },
-    ExtentTree { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
-    ExtentChecksum { ino: InodeNo, block: PhysBlock },
-    BlockMap { ino: InodeNo, block: PhysBlock, what: &'static str },
-    DirEntry { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
-    DirChecksum { ino: InodeNo, block: PhysBlock },
-    DxChecksum { ino: InodeNo, block: PhysBlock },
-    Xattr { ino: InodeNo, block: Option<PhysBlock>, what: &'static str },
-    XattrChecksum { ino: InodeNo, block: PhysBlock },
-    InlineData { ino: InodeNo, what: &'static str },
-    Symlink { ino: InodeNo, what: &'static str },
+    BlockRange {
+        ino: Option<InodeNo>,
+        block: PhysBlock,
+    },
+    ExtentTree {
+        ino: InodeNo,
+        block: Option<PhysBlock>,
+        what: &'static str,
+    },
+    ExtentChecksum {
+        ino: InodeNo,
+        block: PhysBlock,
+    },
+    BlockMap {
+        ino: InodeNo,
+        block: PhysBlock,
+        what: &'static str,
+    },
+    DirEntry {
+        ino: InodeNo,
+        block: Option<PhysBlock>,
+        what: &'static str,
+    },
+    DirChecksum {
+        ino: InodeNo,
+        block: PhysBlock,
+    },
+    DxChecksum {
+        ino: InodeNo,
+        block: PhysBlock,
+    },
+    Xattr {
+        ino: InodeNo,
+        block: Option<PhysBlock>,
+        what: &'static str,
+    },
+    XattrChecksum {
+        ino: InodeNo,
+        block: PhysBlock,
+    },
+    InlineData {
+        ino: InodeNo,
+        what: &'static str,
+    },
+    Symlink {
+        ino: InodeNo,
+        what: &'static str,
+    },
 }
 
 impl Corrupt {
@@ -164,7 +211,9 @@ impl Corrupt {
             Xattr { ino, .. } | XattrChecksum { ino, .. } | InlineData { ino, .. } => Some(*ino),
             Symlink { ino, .. } => Some(*ino),
             BlockRange { ino, .. } => *ino,
-            Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
+            Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => {
+                None
+            }
         }
     }
 
@@ -221,15 +270,25 @@ impl fmt::Display for Corrupt {
             GroupDescChecksum { group } => write!(f, "group descriptor {group}: checksum mismatch"),
             Inode { ino, what } => write!(f, "inode {ino}: {what}"),
             InodeChecksum { ino } => write!(f, "inode {ino}: checksum mismatch"),
-            BlockRange { ino: Some(ino), block } => {
+            BlockRange {
+                ino: Some(ino),
+                block,
+            } => {
                 write!(f, "inode {ino}: block {block} outside the filesystem")
             }
             BlockRange { ino: None, block } => write!(f, "block {block} outside the filesystem"),
-            ExtentTree { ino, block, what } => write!(f, "inode {ino}{}: extent tree: {what}", blk(block)),
-            ExtentChecksum { ino, block } => {
-                write!(f, "inode {ino}, block {block}: extent block checksum mismatch")
+            ExtentTree { ino, block, what } => {
+                write!(f, "inode {ino}{}: extent tree: {what}", blk(block))
             }
-            BlockMap { ino, block, what } => write!(f, "inode {ino}, block {block}: block map: {what}"),
+            ExtentChecksum { ino, block } => {
+                write!(
+                    f,
+                    "inode {ino}, block {block}: extent block checksum mismatch"
+                )
+            }
+            BlockMap { ino, block, what } => {
+                write!(f, "inode {ino}, block {block}: block map: {what}")
+            }
             DirEntry { ino, block, what } => {
                 write!(f, "directory inode {ino}{}: bad entry: {what}", blk(block))
             }
@@ -237,11 +296,17 @@ impl fmt::Display for Corrupt {
                 write!(f, "directory inode {ino}, block {block}: checksum mismatch")
             }
             DxChecksum { ino, block } => {
-                write!(f, "directory inode {ino}, block {block}: htree checksum mismatch")
+                write!(
+                    f,
+                    "directory inode {ino}, block {block}: htree checksum mismatch"
+                )
             }
             Xattr { ino, block, what } => write!(f, "inode {ino}{}: xattr: {what}", blk(block)),
             XattrChecksum { ino, block } => {
-                write!(f, "inode {ino}, block {block}: xattr block checksum mismatch")
+                write!(
+                    f,
+                    "inode {ino}, block {block}: xattr block checksum mismatch"
+                )
             }
             InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
             Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),

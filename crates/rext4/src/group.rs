@@ -85,7 +85,10 @@ impl Groups {
     pub fn free_totals(&self, sbi: &SbInfo) -> (u64, u64) {
         let ds = sbi.desc_size;
         self.descs.iter().fold((0, 0), |(b, i), d| {
-            (b + u64::from(d.free_blocks_count(ds)), i + u64::from(d.free_inodes_count(ds)))
+            (
+                b + u64::from(d.free_blocks_count(ds)),
+                i + u64::from(d.free_inodes_count(ds)),
+            )
         })
     }
 }

@@ -27,7 +27,11 @@ impl FsInner {
             {
                 len += 1;
             }
-            return Ok(Mapping::Mapped { pblk: p, len, unwritten: false });
+            return Ok(Mapping::Mapped {
+                pblk: p,
+                len,
+                unwritten: false,
+            });
         }
         l -= NDIR_BLOCKS as u64;
         // (root slot, levels below it, blocks covered by one entry at the top level)
@@ -50,13 +54,22 @@ impl FsInner {
         for _ in 0..levels {
             if blk == 0 {
                 // A missing indirect block: the whole range below it is a hole.
-                return Ok(Mapping::Hole { len: (covered - l).min(u64::from(u32::MAX)) });
+                return Ok(Mapping::Hole {
+                    len: (covered - l).min(u64::from(u32::MAX)),
+                });
             }
             let buf = self.bread(blk, Some(inode.ino))?;
             let data = buf.data();
             covered /= ptrs;
             let idx = (l / covered) as usize;
-            let read = |i: usize| u64::from(u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]));
+            let read = |i: usize| {
+                u64::from(u32::from_le_bytes([
+                    data[4 * i],
+                    data[4 * i + 1],
+                    data[4 * i + 2],
+                    data[4 * i + 3],
+                ]))
+            };
             let next = read(idx);
             l %= covered;
             if covered == 1 {
@@ -65,10 +78,15 @@ impl FsInner {
                 }
                 self.check_range(inode.ino, next, 1)?;
                 let mut len = 1u64;
-                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len {
+                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len
+                {
                     len += 1;
                 }
-                return Ok(Mapping::Mapped { pblk: next, len, unwritten: false });
+                return Ok(Mapping::Mapped {
+                    pblk: next,
+                    len,
+                    unwritten: false,
+                });
             }
             blk = next;
         }

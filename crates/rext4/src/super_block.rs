@@ -76,13 +76,17 @@ impl SbInfo {
     pub fn load(dev: &dyn BlockDevice) -> Result<Self> {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         if dev.size() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
-            return Err(Error::Incompatible("device too small to hold an ext2/3/4 filesystem".into()));
+            return Err(Error::Incompatible(
+                "device too small to hold an ext2/3/4 filesystem".into(),
+            ));
         }
         dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
         // Cannot fail: `raw` is exactly SUPERBLOCK_SIZE bytes.
         let sb = Superblock::parse(&raw).unwrap();
         if sb.s_magic.get() != fsb::EXT4_MAGIC {
-            return Err(Error::Incompatible("no ext2/3/4 filesystem (bad magic number)".into()));
+            return Err(Error::Incompatible(
+                "no ext2/3/4 filesystem (bad magic number)".into(),
+            ));
         }
         Self::check_features(&sb)?;
         if sb.has_metadata_csum() {
@@ -113,7 +117,9 @@ impl SbInfo {
         let unsupported = incompat.difference(INCOMPAT_SUPPORTED);
         if !unsupported.is_empty() {
             let names = feature_names(FeatureKind::Incompat, unsupported.bits()).join(", ");
-            return Err(Error::Incompatible(format!("unsupported incompat feature(s): {names}")));
+            return Err(Error::Incompatible(format!(
+                "unsupported incompat feature(s): {names}"
+            )));
         }
         if sb.ro_compat().contains(RoCompat::METADATA_CSUM)
             && sb.ro_compat().contains(RoCompat::GDT_CSUM)
@@ -128,7 +134,9 @@ impl SbInfo {
         let ro = sb.ro_compat();
         if ro.contains(RoCompat::BIGALLOC) {
             if sb.cluster_size() != Some(u64::from(block_size)) {
-                return Err(Error::Incompatible("bigalloc (clusters) is not supported".into()));
+                return Err(Error::Incompatible(
+                    "bigalloc (clusters) is not supported".into(),
+                ));
             }
         } else if sb.s_log_cluster_size.get() != sb.s_log_block_size.get() {
             return Err(bad("cluster size differs from block size without bigalloc"));
@@ -166,24 +174,23 @@ impl SbInfo {
             )));
         }
         let first_ino = sb.first_ino();
-        if sb.s_rev_level.get() != fsb::GOOD_OLD_REV && (first_ino < 11 || first_ino > inodes_count) {
+        if sb.s_rev_level.get() != fsb::GOOD_OLD_REV && (first_ino < 11 || first_ino > inodes_count)
+        {
             return Err(bad("first inode out of range"));
         }
         let desc_size = usize::from(sb.desc_size());
-        if sb.is_64bit()
-            && (desc_size < 64 || desc_size > 1024 || !desc_size.is_power_of_two())
-        {
+        if sb.is_64bit() && (!(64..=1024).contains(&desc_size) || !desc_size.is_power_of_two()) {
             return Err(bad("group descriptor size out of range"));
         }
-        let group_count =
-            (blocks_count - first_data_block).div_ceil(u64::from(blocks_per_group));
+        let group_count = (blocks_count - first_data_block).div_ceil(u64::from(blocks_per_group));
         let group_count = u32::try_from(group_count).map_err(|_| bad("too many block groups"))?;
         if u64::from(group_count) * u64::from(inodes_per_group) != u64::from(inodes_count) {
             return Err(bad("inode count does not match groups x inodes per group"));
         }
         let descs_per_block = block_size / desc_size as u32;
         let gdt_blocks = u64::from(group_count.div_ceil(descs_per_block));
-        if sb.incompat().contains(Incompat::META_BG) && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks
+        if sb.incompat().contains(Incompat::META_BG)
+            && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks
         {
             return Err(bad("first meta_bg beyond descriptor blocks"));
         }

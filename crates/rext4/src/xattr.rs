@@ -35,7 +35,9 @@ impl FsInner {
         }
         let raw = inode.raw();
         let start = GOOD_OLD_INODE_SIZE + usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
-        let Some(magic) = raw.get(start..start + 4) else { return Ok(()) };
+        let Some(magic) = raw.get(start..start + 4) else {
+            return Ok(());
+        };
         if u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]) != fx::XATTR_MAGIC {
             return Ok(());
         }
@@ -56,15 +58,29 @@ impl FsInner {
             let blocks = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
             if magic != fx::XATTR_MAGIC || blocks != 1 {
                 let what = "bad block header";
-                return corrupt(CorruptKind::Xattr { ino, block: Some(PhysBlock(blk)), what });
+                return corrupt(CorruptKind::Xattr {
+                    ino,
+                    block: Some(PhysBlock(blk)),
+                    what,
+                });
             }
             if csum && !fx::verify_block_checksum(data, seed, blk) {
-                return corrupt(CorruptKind::XattrChecksum { ino, block: PhysBlock(blk) });
+                return corrupt(CorruptKind::XattrChecksum {
+                    ino,
+                    block: PhysBlock(blk),
+                });
             }
             Ok(())
         })?;
         let data = buf.data();
-        self.collect(ino, Some(blk), &data[fx::BLOCK_HEADER_SIZE..], &data, fx::BLOCK_HEADER_SIZE, out)
+        self.collect(
+            ino,
+            Some(blk),
+            &data[fx::BLOCK_HEADER_SIZE..],
+            &data,
+            fx::BLOCK_HEADER_SIZE,
+            out,
+        )
     }
 
     /// Reads the entries in `entries` with values in `values`; `entries_at` is where the entry
@@ -98,13 +114,23 @@ impl FsInner {
                     Err(_) => return bad("value outside its area"),
                 }
             };
-            out.push(Xattr { index: e.index, name: e.name.to_vec(), value });
+            out.push(Xattr {
+                index: e.index,
+                name: e.name.to_vec(),
+                value,
+            });
         }
         Ok(())
     }
 
     fn ea_inode_value(&self, ino: InodeNo, e: &RawXattr<'_>) -> Result<Vec<u8>> {
-        let bad = |what| corrupt(CorruptKind::Xattr { ino, block: None, what });
+        let bad = |what| {
+            corrupt(CorruptKind::Xattr {
+                ino,
+                block: None,
+                what,
+            })
+        };
         if !self.sbi.ea_inode {
             return bad("value in an inode without the ea_inode feature");
         }
@@ -130,13 +156,14 @@ impl FsInner {
             if x.index == index && x.name == suffix {
                 return match index {
                     fx::INDEX_POSIX_ACL_ACCESS | fx::INDEX_POSIX_ACL_DEFAULT => {
-                        fx::acl_disk_to_xattr(&x.value).ok_or_else(|| {
-                            Error::Corrupt(crate::error::Corrupt(CorruptKind::Xattr {
-                                ino: inode.ino,
-                                block: None,
-                                what: "malformed ACL",
-                            }))
-                        })
+                        let what = "malformed ACL";
+                        let e = CorruptKind::Xattr {
+                            ino: inode.ino,
+                            block: None,
+                            what,
+                        };
+                        fx::acl_disk_to_xattr(&x.value)
+                            .ok_or(Error::Corrupt(crate::error::Corrupt(e)))
                     }
                     _ => Ok(x.value),
                 };
@@ -159,7 +186,10 @@ impl FsInner {
     pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         self.ibody_xattrs(inode, &mut out)?;
-        Ok(out.into_iter().find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data").map(|x| x.value))
+        Ok(out
+            .into_iter()
+            .find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data")
+            .map(|x| x.value))
     }
 }
 
@@ -177,7 +207,11 @@ fn is_visible(index: u8) -> bool {
 
 fn visible_split(name: &[u8]) -> Result<(u8, &[u8])> {
     if name.is_empty() || name.len() > 255 {
-        return Err(if name.is_empty() { Error::InvalidInput("empty xattr name") } else { Error::Range });
+        return Err(if name.is_empty() {
+            Error::InvalidInput("empty xattr name")
+        } else {
+            Error::Range
+        });
     }
     match fx::split_name(name) {
         Some((index, suffix)) if is_visible(index) => Ok((index, suffix)),
