@@ -38,10 +38,7 @@ fn walk_in(work: &Path, image: Option<PathBuf>, files: usize, rounds: usize) -> 
                 .output()
                 .map_err(|e| format!("mkfs.ext4: {e}"))?;
             if !out.status.success() {
-                return Err(format!(
-                    "mkfs.ext4: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+                return Err(format!("mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr)));
             }
             let _ = std::fs::remove_dir_all(&src);
             img
@@ -65,26 +62,15 @@ fn walk_in(work: &Path, image: Option<PathBuf>, files: usize, rounds: usize) -> 
     }
 
     println!("walk + stat of every inode, warm cache, best of {rounds}");
-    println!(
-        "{:<24} {:>10} {:>12} {:>14} {:>10}",
-        "target", "inodes", "seconds", "inodes/s", "vs kernel"
-    );
-    let kernel_rate = rows
-        .iter()
-        .find(|r| r.0.starts_with("kernel"))
-        .map(|r| r.1 as f64 / r.2);
+    println!("{:<24} {:>10} {:>12} {:>14} {:>10}", "target", "inodes", "seconds", "inodes/s", "vs kernel");
+    let kernel_rate = rows.iter().find(|r| r.0.starts_with("kernel")).map(|r| r.1 as f64 / r.2);
     for (name, n, secs) in &rows {
         let rate = *n as f64 / secs;
-        let ratio = kernel_rate
-            .map(|k| format!("{:.2}x", rate / k))
-            .unwrap_or_else(|| "-".into());
+        let ratio = kernel_rate.map(|k| format!("{:.2}x", rate / k)).unwrap_or_else(|| "-".into());
         println!("{name:<24} {n:>10} {secs:>12.4} {rate:>14.0} {ratio:>10}");
     }
     if let Some(kib) = rss {
-        println!(
-            "peak RSS of this process (rext4 walk): {:.1} MiB",
-            kib as f64 / 1024.0
-        );
+        println!("peak RSS of this process (rext4 walk): {:.1} MiB", kib as f64 / 1024.0);
     }
     let (blocks, inodes) = fs.cache_counts();
     println!("rext4 caches after the walk: {blocks} metadata blocks, {inodes} inodes");
@@ -151,11 +137,7 @@ fn make_tree(src: &Path, files: usize) -> CliResult {
         if i % per_dir == 0 {
             std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
         }
-        let body = if i % 10 == 0 {
-            vec![b'x'; 100]
-        } else {
-            Vec::new()
-        };
+        let body = if i % 10 == 0 { vec![b'x'; 100] } else { Vec::new() };
         std::fs::write(d.join(format!("f{i}")), body).map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -185,14 +167,9 @@ impl KernelMount {
             .output()
             .map_err(|e| format!("mount: {e}"))?;
         if !out.status.success() {
-            return Err(format!(
-                "mount failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(format!("mount failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
         }
-        Ok(KernelMount {
-            dir: dir.to_path_buf(),
-        })
+        Ok(KernelMount { dir: dir.to_path_buf() })
     }
 }
 

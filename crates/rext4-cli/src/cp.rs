@@ -25,32 +25,15 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     let p = ImagePath::parse(source)?;
     let fs = p.open()?;
     // Like cp: a symlink operand is followed unless copying recursively.
-    let top = if recursive {
-        fs.symlink_metadata(&p.path)
-    } else {
-        fs.metadata(&p.path)
-    }
-    .map_err(|e| p.err(e))?;
+    let top =
+        if recursive { fs.symlink_metadata(&p.path) } else { fs.metadata(&p.path) }.map_err(|e| p.err(e))?;
     if top.kind == FileType::Directory && !recursive {
         return Err(format!("-r not specified; omitting directory '{}'", p.path));
     }
-    let base = p
-        .path
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_string();
-    let target = if dest.is_dir() && !base.is_empty() {
-        dest.join(&base)
-    } else {
-        dest.to_path_buf()
-    };
+    let base = p.path.trim_end_matches('/').rsplit('/').next().unwrap_or("").to_string();
+    let target = if dest.is_dir() && !base.is_empty() { dest.join(&base) } else { dest.to_path_buf() };
 
-    let mut plan = vec![Item {
-        attr: top,
-        host: target,
-    }];
+    let mut plan = vec![Item { attr: top, host: target }];
     let mut i = 0;
     while i < plan.len() {
         if plan[i].attr.kind == FileType::Directory {
@@ -64,28 +47,16 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
             })
             .map_err(|e| p.err(e))?;
             for e in entries {
-                let attr = fs
-                    .getattr(e.ino)
-                    .map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
-                plan.push(Item {
-                    attr,
-                    host: host.join(OsStr::from_bytes(&e.name)),
-                });
+                let attr = fs.getattr(e.ino).map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
+                plan.push(Item { attr, host: host.join(OsStr::from_bytes(&e.name)) });
             }
         }
         i += 1;
     }
 
-    let total: u64 = plan
-        .iter()
-        .filter(|it| it.attr.kind == FileType::RegularFile)
-        .map(|it| it.attr.size)
-        .sum();
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
+    let total: u64 =
+        plan.iter().filter(|it| it.attr.kind == FileType::RegularFile).map(|it| it.attr.size).sum();
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(total) };
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -103,11 +74,7 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     }
     // Directory modes and times last: creating children needed write access and changed
     // their times.
-    for it in plan
-        .iter()
-        .rev()
-        .filter(|it| it.attr.kind == FileType::Directory)
-    {
+    for it in plan.iter().rev().filter(|it| it.attr.kind == FileType::Directory) {
         chmod(it, &mut warnings);
         set_times(it)?;
     }
@@ -143,10 +110,8 @@ fn create(
             let t = fs.readlink(a.ino).map_err(|e| e.to_string())?;
             symlink(OsStr::from_bytes(&t), host).map_err(|e| e.to_string())
         }
-        FileType::Fifo => {
-            nix::unistd::mkfifo(host, nix::sys::stat::Mode::from_bits_truncate(0o600))
-                .map_err(|e| e.to_string())
-        }
+        FileType::Fifo => nix::unistd::mkfifo(host, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .map_err(|e| e.to_string()),
         FileType::CharDevice | FileType::BlockDevice => {
             let kind = if a.kind == FileType::CharDevice {
                 nix::sys::stat::SFlag::S_IFCHR
@@ -154,31 +119,19 @@ fn create(
                 nix::sys::stat::SFlag::S_IFBLK
             };
             let dev = nix::sys::stat::makedev(u64::from(a.rdev.0), u64::from(a.rdev.1));
-            nix::sys::stat::mknod(
-                host,
-                kind,
-                nix::sys::stat::Mode::from_bits_truncate(0o600),
-                dev,
-            )
-            .map_err(|e| e.to_string())
+            nix::sys::stat::mknod(host, kind, nix::sys::stat::Mode::from_bits_truncate(0o600), dev)
+                .map_err(|e| e.to_string())
         }
         FileType::Socket => {
-            warnings.push(format!(
-                "{}: sockets cannot be copied; skipped",
-                host.display()
-            ));
+            warnings.push(format!("{}: sockets cannot be copied; skipped", host.display()));
             Ok(())
         }
     }
 }
 
 fn copy_file(fs: &Fs, a: &Attr, host: &Path, bar: &ProgressBar) -> Result<(), String> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(host)
-        .map_err(|e| e.to_string())?;
+    let mut f =
+        OpenOptions::new().write(true).create(true).truncate(true).open(host).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 1 << 20];
     let mut off = 0u64;
     while off < a.size {
@@ -188,8 +141,7 @@ fn copy_file(fs: &Fs, a: &Attr, host: &Path, bar: &ProgressBar) -> Result<(), St
         }
         // Keep holes: skip runs of zeros instead of writing them.
         if buf[..n].iter().all(|&b| b == 0) {
-            f.seek(SeekFrom::Current(n as i64))
-                .map_err(|e| e.to_string())?;
+            f.seek(SeekFrom::Current(n as i64)).map_err(|e| e.to_string())?;
         } else {
             f.write_all(&buf[..n]).map_err(|e| e.to_string())?;
         }

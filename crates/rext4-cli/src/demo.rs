@@ -43,10 +43,7 @@ fn build_tree(src: &Path, files: usize) -> CliResult<u64> {
         let (dir, fname) = if i % 4 == 0 {
             (big.clone(), format!("entry-{i:07}"))
         } else {
-            (
-                src.join(format!("dir{:03}", i % dirs)),
-                format!("file{i}.txt"),
-            )
+            (src.join(format!("dir{:03}", i % dirs)), format!("file{i}.txt"))
         };
         let len = (rng.next() % 2048) as usize;
         let data = rng.bytes(len);
@@ -63,14 +60,8 @@ fn build_tree(src: &Path, files: usize) -> CliResult<u64> {
         ),
         "write",
     )?;
-    io(
-        std::os::unix::fs::symlink("README.txt", src.join("readme-link")),
-        "symlink",
-    )?;
-    io(
-        std::fs::hard_link(src.join("README.txt"), src.join("README.hardlink")),
-        "link",
-    )?;
+    io(std::os::unix::fs::symlink("README.txt", src.join("readme-link")), "symlink")?;
+    io(std::fs::hard_link(src.join("README.txt"), src.join("README.hardlink")), "link")?;
     let _ = xattr::set(src.join("README.txt"), "user.demo", b"rext4");
     Ok(total)
 }
@@ -116,10 +107,7 @@ fn demo(src: &Path, image: &Path, files: usize) -> CliResult {
         .output()
         .map_err(|e| format!("mkfs.ext4: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "mkfs.ext4 failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("mkfs.ext4 failed: {}", String::from_utf8_lossy(&out.stderr)));
     }
 
     let fs = Fs::open(image).map_err(|e| e.to_string())?;
@@ -134,10 +122,7 @@ fn demo(src: &Path, image: &Path, files: usize) -> CliResult {
     );
     let readme = fs.read_file("/readme-link").map_err(|e| e.to_string())?;
     print!("/readme-link -> {}", String::from_utf8_lossy(&readme));
-    let x = fs.getxattr(
-        fs.resolve("/README.txt", true).map_err(|e| e.to_string())?,
-        b"user.demo",
-    );
+    let x = fs.getxattr(fs.resolve("/README.txt", true).map_err(|e| e.to_string())?, b"user.demo");
     if let Ok(v) = x {
         println!("user.demo = {}", String::from_utf8_lossy(&v));
     }
@@ -147,11 +132,7 @@ fn demo(src: &Path, image: &Path, files: usize) -> CliResult {
         let t = Instant::now();
         let n = walk(&fs)?;
         let secs = t.elapsed().as_secs_f64();
-        println!(
-            "walk + stat ({pass}): {n} inodes in {:.3} s = {:.0} inodes/s",
-            secs,
-            n as f64 / secs
-        );
+        println!("walk + stat ({pass}): {n} inodes in {:.3} s = {:.0} inodes/s", secs, n as f64 / secs);
     }
 
     // Every file's bytes against the source.
@@ -202,9 +183,7 @@ fn verify(fs: &Fs, host: &Path, image: &Path) -> CliResult<(u64, u64)> {
             bytes += b;
         } else if ft.is_file() {
             let want = io(std::fs::read(e.path()), "read")?;
-            let got = fs
-                .read_file(&ip)
-                .map_err(|err| format!("{}: {err}", ip.display()))?;
+            let got = fs.read_file(&ip).map_err(|err| format!("{}: {err}", ip.display()))?;
             if got != want {
                 return Err(format!("{}: content differs from the source", ip.display()));
             }
@@ -212,9 +191,7 @@ fn verify(fs: &Fs, host: &Path, image: &Path) -> CliResult<(u64, u64)> {
             bytes += want.len() as u64;
         } else if ft.is_symlink() {
             let want = io(std::fs::read_link(e.path()), "readlink")?;
-            let got = fs
-                .read_link(&ip)
-                .map_err(|err| format!("{}: {err}", ip.display()))?;
+            let got = fs.read_link(&ip).map_err(|err| format!("{}: {err}", ip.display()))?;
             if got != want {
                 return Err(format!("{}: link target differs", ip.display()));
             }

@@ -40,13 +40,7 @@ pub fn time(t: Timestamp) -> String {
     let days = t.sec.div_euclid(86400);
     let secs = t.sec.rem_euclid(86400);
     let (y, mo, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{:09}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        t.nsec
-    )
+    format!("{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}.{:09}", secs / 3600, secs / 60 % 60, secs % 60, t.nsec)
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
@@ -74,20 +68,8 @@ mod tests {
 
     #[test]
     fn formats_times() {
-        assert_eq!(
-            time(Timestamp { sec: 0, nsec: 5 }),
-            "1970-01-01 00:00:00.000000005"
-        );
-        assert_eq!(
-            time(Timestamp {
-                sec: 951_782_400,
-                nsec: 0
-            }),
-            "2000-02-29 00:00:00.000000000"
-        );
-        assert_eq!(
-            time(Timestamp { sec: -1, nsec: 0 }),
-            "1969-12-31 23:59:59.000000000"
-        );
+        assert_eq!(time(Timestamp { sec: 0, nsec: 5 }), "1970-01-01 00:00:00.000000005");
+        assert_eq!(time(Timestamp { sec: 951_782_400, nsec: 0 }), "2000-02-29 00:00:00.000000000");
+        assert_eq!(time(Timestamp { sec: -1, nsec: 0 }), "1969-12-31 23:59:59.000000000");
     }
 }

@@ -18,15 +18,8 @@ impl ImagePath {
             .map(|(i, _)| i)
             .find(|&i| arg[i + 1..].is_empty() || arg[i + 1..].starts_with('/'))
             .ok_or_else(|| format!("{arg}: expected IMAGE:/path"))?;
-        let path = if arg[at + 1..].is_empty() {
-            "/".to_string()
-        } else {
-            arg[at + 1..].to_string()
-        };
-        Ok(ImagePath {
-            image: PathBuf::from(&arg[..at]),
-            path,
-        })
+        let path = if arg[at + 1..].is_empty() { "/".to_string() } else { arg[at + 1..].to_string() };
+        Ok(ImagePath { image: PathBuf::from(&arg[..at]), path })
     }
 
     /// Opens the image.

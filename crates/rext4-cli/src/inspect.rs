@@ -35,45 +35,19 @@ pub fn info(image: &Path) -> CliResult {
     let sb = fs.superblock();
     let st = fs.statfs().map_err(|e| e.to_string())?;
     let mut features = feature_names(FeatureKind::Compat, sb.s_feature_compat.get());
-    features.extend(feature_names(
-        FeatureKind::Incompat,
-        sb.s_feature_incompat.get(),
-    ));
-    features.extend(feature_names(
-        FeatureKind::RoCompat,
-        sb.s_feature_ro_compat.get(),
-    ));
+    features.extend(feature_names(FeatureKind::Incompat, sb.s_feature_incompat.get()));
+    features.extend(feature_names(FeatureKind::RoCompat, sb.s_feature_ro_compat.get()));
     let vol = sb.volume_name();
     let state = sb.s_state.get();
     let mut out = Vec::<(&str, String)>::new();
     let mut row = |k: &'static str, v: String| out.push((k, v));
-    row(
-        "Filesystem volume name",
-        if vol.is_empty() {
-            "<none>".into()
-        } else {
-            name(vol)
-        },
-    );
+    row("Filesystem volume name", if vol.is_empty() { "<none>".into() } else { name(vol) });
     let lm = sb.last_mounted();
-    row(
-        "Last mounted on",
-        if lm.is_empty() {
-            "<not available>".into()
-        } else {
-            name(lm)
-        },
-    );
+    row("Last mounted on", if lm.is_empty() { "<not available>".into() } else { name(lm) });
     row("Filesystem UUID", uuid(&sb.s_uuid));
-    row(
-        "Filesystem magic number",
-        format!("0x{:04X}", sb.s_magic.get()),
-    );
+    row("Filesystem magic number", format!("0x{:04X}", sb.s_magic.get()));
     let rev = sb.s_rev_level.get();
-    row(
-        "Filesystem revision #",
-        format!("{rev} ({})", if rev == 0 { "original" } else { "dynamic" }),
-    );
+    row("Filesystem revision #", format!("{rev} ({})", if rev == 0 { "original" } else { "dynamic" }));
     row("Filesystem features", features.join(" "));
     let flags = sb.s_flags.get();
     let mut fl = Vec::new();
@@ -84,11 +58,7 @@ pub fn info(image: &Path) -> CliResult {
         fl.push("unsigned_directory_hash");
     }
     row("Filesystem flags", fl.join(" "));
-    let mut st_s = vec![if state & fsb::STATE_VALID != 0 {
-        "clean"
-    } else {
-        "not clean"
-    }];
+    let mut st_s = vec![if state & fsb::STATE_VALID != 0 { "clean" } else { "not clean" }];
     if state & fsb::STATE_ERROR != 0 {
         st_s.push("with errors");
     }
@@ -110,17 +80,11 @@ pub fn info(image: &Path) -> CliResult {
     row("First block", sb.s_first_data_block.get().to_string());
     row("Block size", fs.block_size().to_string());
     row("Group descriptor size", sb.desc_size().to_string());
-    row(
-        "Reserved GDT blocks",
-        sb.s_reserved_gdt_blocks.get().to_string(),
-    );
+    row("Reserved GDT blocks", sb.s_reserved_gdt_blocks.get().to_string());
     row("Blocks per group", sb.s_blocks_per_group.get().to_string());
     row("Inodes per group", sb.s_inodes_per_group.get().to_string());
     if sb.s_log_groups_per_flex != 0 && sb.s_log_groups_per_flex < 32 {
-        row(
-            "Flex block group size",
-            (1u64 << sb.s_log_groups_per_flex).to_string(),
-        );
+        row("Flex block group size", (1u64 << sb.s_log_groups_per_flex).to_string());
     }
     row("Filesystem created", when(sb.mkfs_time()));
     row("Last mount time", when(sb.mtime()));
@@ -132,14 +96,8 @@ pub fn info(image: &Path) -> CliResult {
     row("First inode", sb.first_ino().to_string());
     row("Inode size", sb.inode_size().to_string());
     if sb.inode_size() > 128 {
-        row(
-            "Required extra isize",
-            sb.s_min_extra_isize.get().to_string(),
-        );
-        row(
-            "Desired extra isize",
-            sb.s_want_extra_isize.get().to_string(),
-        );
+        row("Required extra isize", sb.s_min_extra_isize.get().to_string());
+        row("Desired extra isize", sb.s_want_extra_isize.get().to_string());
     }
     if sb.s_journal_inum.get() != 0 {
         row("Journal inode", sb.s_journal_inum.get().to_string());
@@ -147,30 +105,14 @@ pub fn info(image: &Path) -> CliResult {
     if sb.s_orphan_file_inum.get() != 0 {
         row("Orphan file inode", sb.s_orphan_file_inum.get().to_string());
     }
-    let hash = [
-        "legacy",
-        "half_md4",
-        "tea",
-        "legacy_unsigned",
-        "half_md4_unsigned",
-        "tea_unsigned",
-        "siphash",
-    ];
+    let hash =
+        ["legacy", "half_md4", "tea", "legacy_unsigned", "half_md4_unsigned", "tea_unsigned", "siphash"];
     row(
         "Default directory hash",
-        hash.get(usize::from(sb.s_def_hash_version))
-            .unwrap_or(&"unknown")
-            .to_string(),
+        hash.get(usize::from(sb.s_def_hash_version)).unwrap_or(&"unknown").to_string(),
     );
-    let seed: Vec<u8> = sb
-        .s_hash_seed
-        .iter()
-        .flat_map(|w| w.get().to_le_bytes())
-        .collect();
-    row(
-        "Directory Hash Seed",
-        uuid(&seed.try_into().unwrap_or([0; 16])),
-    );
+    let seed: Vec<u8> = sb.s_hash_seed.iter().flat_map(|w| w.get().to_le_bytes()).collect();
+    row("Directory Hash Seed", uuid(&seed.try_into().unwrap_or([0; 16])));
     if sb.has_metadata_csum() {
         row("Checksum type", "crc32c".into());
         row("Checksum", format!("0x{:08x}", sb.s_checksum.get()));
@@ -223,18 +165,8 @@ pub fn ls(target: &str, long: bool, all: bool) -> CliResult {
     let a = fs.symlink_metadata(&p.path).map_err(|e| p.err(e))?;
     let mut o = std::io::stdout().lock();
     if a.kind != FileType::Directory {
-        let base = p
-            .path
-            .rsplit('/')
-            .next()
-            .unwrap_or(&p.path)
-            .as_bytes()
-            .to_vec();
-        let line = if long {
-            long_line(&fs, &base, &a)
-        } else {
-            name(&base)
-        };
+        let base = p.path.rsplit('/').next().unwrap_or(&p.path).as_bytes().to_vec();
+        let line = if long { long_line(&fs, &base, &a) } else { name(&base) };
         writeln!(o, "{line}").map_err(|e| e.to_string())?;
         return Ok(());
     }
@@ -250,9 +182,7 @@ pub fn ls(target: &str, long: bool, all: bool) -> CliResult {
             continue;
         }
         let line = if long {
-            let a = fs
-                .getattr(e.ino)
-                .map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
+            let a = fs.getattr(e.ino).map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
             long_line(&fs, &e.name, &a)
         } else {
             name(&e.name)
@@ -299,10 +229,7 @@ pub fn stat(target: &str) -> CliResult {
         let t = fs.readlink(a.ino).map_err(|e| p.err(e))?;
         lines[0].push_str(&format!(" -> {}", name(&t)));
     }
-    lines.push(format!(
-        "  Size: {:<15} Blocks: {:<10} IO Block: {:<6} {kind}",
-        a.size, a.blocks, a.blksize
-    ));
+    lines.push(format!("  Size: {:<15} Blocks: {:<10} IO Block: {:<6} {kind}", a.size, a.blocks, a.blksize));
     let dev = if matches!(a.kind, FileType::CharDevice | FileType::BlockDevice) {
         format!(" Device type: {},{}", a.rdev.0, a.rdev.1)
     } else {
@@ -319,14 +246,8 @@ pub fn stat(target: &str) -> CliResult {
     lines.push(format!("Access: {}", time(a.atime)));
     lines.push(format!("Modify: {}", time(a.mtime)));
     lines.push(format!("Change: {}", time(a.ctime)));
-    lines.push(format!(
-        " Birth: {}",
-        a.crtime.map(time).unwrap_or_else(|| "-".into())
-    ));
-    lines.push(format!(
-        "Flags: 0x{:08x}  Generation: {}",
-        a.flags, a.generation
-    ));
+    lines.push(format!(" Birth: {}", a.crtime.map(time).unwrap_or_else(|| "-".into())));
+    lines.push(format!("Flags: 0x{:08x}  Generation: {}", a.flags, a.generation));
     if let Ok(names) = fs.listxattr(a.ino) {
         for n in names {
             let v = fs
@@ -391,26 +312,15 @@ fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str) -> CliRes
     let mut out = Vec::with_capacity(n);
     for (i, e) in entries.into_iter().enumerate() {
         let last = i + 1 == n;
-        let a = fs
-            .getattr(e.ino)
-            .map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
-        let mut line = format!(
-            "{prefix}{}{}",
-            if last { "`-- " } else { "|-- " },
-            name(&e.name)
-        );
+        let a = fs.getattr(e.ino).map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
+        let mut line = format!("{prefix}{}{}", if last { "`-- " } else { "|-- " }, name(&e.name));
         if a.kind == FileType::Symlink {
             if let Ok(t) = fs.readlink(a.ino) {
                 line.push_str(&format!(" -> {}", name(&t)));
             }
         }
         let prefix = format!("{prefix}{}", if last { "    " } else { "|   " });
-        out.push(Child {
-            line,
-            is_dir: a.kind == FileType::Directory,
-            ino: a.ino,
-            prefix,
-        });
+        out.push(Child { line, is_dir: a.kind == FileType::Directory, ino: a.ino, prefix });
     }
     Ok(out)
 }

@@ -13,11 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "rext4",
-    version,
-    about = "ext4 in userspace: work with ext4 images without mounting them"
-)]
+#[command(name = "rext4", version, about = "ext4 in userspace: work with ext4 images without mounting them")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -95,20 +91,8 @@ fn main() -> ExitCode {
         Cmd::Cat { target } => inspect::cat(&target),
         Cmd::Stat { target } => inspect::stat(&target),
         Cmd::Tree { target } => inspect::tree(&target),
-        Cmd::Bench {
-            workload:
-                BenchCmd::Walk {
-                    image,
-                    files,
-                    rounds,
-                },
-        } => bench::walk(image, files, rounds),
-        Cmd::Cp {
-            recursive,
-            quiet,
-            source,
-            dest,
-        } => cp::copy_out(&source, &dest, recursive, quiet),
+        Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
+        Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

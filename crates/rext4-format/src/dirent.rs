@@ -216,8 +216,7 @@ mod tests {
         put(&mut b, 0, 2, 12, b".");
         put(&mut b, 12, 2, 12, b"..");
         put(&mut b, 24, 11, 40, b"hello");
-        let names: Vec<_> =
-            DirBlockIter::new(&b, 1024).map(|e| e.unwrap().name.to_vec()).collect();
+        let names: Vec<_> = DirBlockIter::new(&b, 1024).map(|e| e.unwrap().name.to_vec()).collect();
         assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"hello".to_vec()]);
 
         put(&mut b, 24, 11, 44, b"hello"); // past the end

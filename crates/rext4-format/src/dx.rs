@@ -136,8 +136,7 @@ pub fn parse_root(block: &[u8]) -> Result<DxRoot<'_>, DxError> {
     {
         return Err(DxError::NotDx);
     }
-    let (info, _) = DxRootInfo::read_from_prefix(&block[ROOT_INFO_OFFSET..])
-        .map_err(|_| DxError::NotDx)?;
+    let (info, _) = DxRootInfo::read_from_prefix(&block[ROOT_INFO_OFFSET..]).map_err(|_| DxError::NotDx)?;
     if info.reserved_zero.get() != 0 || usize::from(info.info_length) != 8 {
         return Err(DxError::BadRootInfo);
     }
@@ -148,8 +147,7 @@ pub fn parse_root(block: &[u8]) -> Result<DxRoot<'_>, DxError> {
 /// Parses an interior node block.
 pub fn parse_node(block: &[u8]) -> Result<DxEntries<'_>, DxError> {
     let (h, _) = DirEntryHeader::read_from_prefix(block).map_err(|_| DxError::NotDx)?;
-    if h.inode.get() != 0 || rec_len_from_disk(h.rec_len.get(), block.len() as u32) as usize != block.len()
-    {
+    if h.inode.get() != 0 || rec_len_from_disk(h.rec_len.get(), block.len() as u32) as usize != block.len() {
         return Err(DxError::NotDx);
     }
     DxEntries::parse(block, NODE_ENTRIES_OFFSET)

@@ -104,8 +104,7 @@ pub enum NodeError {
 impl<'a> Node<'a> {
     /// Decodes and validates a node header against the buffer size.
     pub fn parse(buf: &'a [u8]) -> Result<Self, NodeError> {
-        let (header, rest) =
-            ExtentHeader::read_from_prefix(buf).map_err(|_| NodeError::BadCount)?;
+        let (header, rest) = ExtentHeader::read_from_prefix(buf).map_err(|_| NodeError::BadCount)?;
         if header.eh_magic.get() != EXTENT_MAGIC {
             return Err(NodeError::BadMagic);
         }
@@ -117,10 +116,7 @@ impl<'a> Node<'a> {
         if header.eh_depth.get() > MAX_DEPTH {
             return Err(NodeError::BadDepth);
         }
-        Ok(Node {
-            header,
-            entries: &rest[..entries * ENTRY_SIZE],
-        })
+        Ok(Node { header, entries: &rest[..entries * ENTRY_SIZE] })
     }
     pub fn depth(&self) -> u16 {
         self.header.eh_depth.get()
@@ -171,10 +167,7 @@ pub fn tail_offset(eh_max: u16) -> usize {
 
 /// The checksum of an extent tree block (not the root in `i_block`).
 pub fn block_checksum(block: &[u8], inode_csum_seed: u32, eh_max: u16) -> u32 {
-    crc32c(
-        inode_csum_seed,
-        &block[..tail_offset(eh_max).min(block.len())],
-    )
+    crc32c(inode_csum_seed, &block[..tail_offset(eh_max).min(block.len())])
 }
 
 /// Verifies an extent block's tail; `false` if the tail lies outside the block.

@@ -140,11 +140,7 @@ pub fn feature_name(kind: FeatureKind, bit: u32) -> String {
 
 /// Names of every bit set in `word`, lowest bit first.
 pub fn feature_names(kind: FeatureKind, word: u32) -> Vec<String> {
-    (0..32)
-        .map(|i| 1u32 << i)
-        .filter(|b| word & b != 0)
-        .map(|b| feature_name(kind, b))
-        .collect()
+    (0..32).map(|i| 1u32 << i).filter(|b| word & b != 0).map(|b| feature_name(kind, b)).collect()
 }
 
 #[cfg(test)]

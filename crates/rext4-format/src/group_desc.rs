@@ -78,67 +78,31 @@ impl GroupDesc {
     }
 
     pub fn block_bitmap(&self, desc_size: usize) -> u64 {
-        join32(
-            self.bg_block_bitmap_lo.get(),
-            self.bg_block_bitmap_hi.get(),
-            Self::wide(desc_size),
-        )
+        join32(self.bg_block_bitmap_lo.get(), self.bg_block_bitmap_hi.get(), Self::wide(desc_size))
     }
     pub fn inode_bitmap(&self, desc_size: usize) -> u64 {
-        join32(
-            self.bg_inode_bitmap_lo.get(),
-            self.bg_inode_bitmap_hi.get(),
-            Self::wide(desc_size),
-        )
+        join32(self.bg_inode_bitmap_lo.get(), self.bg_inode_bitmap_hi.get(), Self::wide(desc_size))
     }
     pub fn inode_table(&self, desc_size: usize) -> u64 {
-        join32(
-            self.bg_inode_table_lo.get(),
-            self.bg_inode_table_hi.get(),
-            Self::wide(desc_size),
-        )
+        join32(self.bg_inode_table_lo.get(), self.bg_inode_table_hi.get(), Self::wide(desc_size))
     }
     pub fn free_blocks_count(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_free_blocks_count_lo.get(),
-            self.bg_free_blocks_count_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_free_blocks_count_lo.get(), self.bg_free_blocks_count_hi.get(), Self::wide(desc_size))
     }
     pub fn free_inodes_count(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_free_inodes_count_lo.get(),
-            self.bg_free_inodes_count_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_free_inodes_count_lo.get(), self.bg_free_inodes_count_hi.get(), Self::wide(desc_size))
     }
     pub fn used_dirs_count(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_used_dirs_count_lo.get(),
-            self.bg_used_dirs_count_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_used_dirs_count_lo.get(), self.bg_used_dirs_count_hi.get(), Self::wide(desc_size))
     }
     pub fn itable_unused(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_itable_unused_lo.get(),
-            self.bg_itable_unused_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_itable_unused_lo.get(), self.bg_itable_unused_hi.get(), Self::wide(desc_size))
     }
     pub fn block_bitmap_csum(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_block_bitmap_csum_lo.get(),
-            self.bg_block_bitmap_csum_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_block_bitmap_csum_lo.get(), self.bg_block_bitmap_csum_hi.get(), Self::wide(desc_size))
     }
     pub fn inode_bitmap_csum(&self, desc_size: usize) -> u32 {
-        join16(
-            self.bg_inode_bitmap_csum_lo.get(),
-            self.bg_inode_bitmap_csum_hi.get(),
-            Self::wide(desc_size),
-        )
+        join16(self.bg_inode_bitmap_csum_lo.get(), self.bg_inode_bitmap_csum_hi.get(), Self::wide(desc_size))
     }
     pub fn flags(&self) -> u16 {
         self.bg_flags.get()

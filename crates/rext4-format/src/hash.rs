@@ -87,11 +87,7 @@ impl HashAlgo {
     /// When the superblock has neither the signed nor the unsigned flag, the kernel picks by its
     /// own `char` signedness (and records the choice); resolving that is up to the caller.
     pub fn for_dir(root_version: u8, unsigned_flag: bool) -> Option<Self> {
-        let v = if unsigned_flag && root_version <= DX_HASH_TEA {
-            root_version + 3
-        } else {
-            root_version
-        };
+        let v = if unsigned_flag && root_version <= DX_HASH_TEA { root_version + 3 } else { root_version };
         Self::from_version(v)
     }
 
@@ -120,11 +116,7 @@ pub struct DxHash {
 /// end-of-directory cookie (`HTREE_EOF_32BIT << 1`) is moved down by one step, to
 /// `(HTREE_EOF_32BIT - 1) << 1`. (e2fsprogs' `ext2fs_dirhash` does *not* do that remap.)
 pub fn dx_hash(name: &[u8], algo: HashAlgo, seed: [u32; 4]) -> DxHash {
-    let mut buf = if seed.iter().any(|&w| w != 0) {
-        seed
-    } else {
-        DEFAULT_SEED
-    };
+    let mut buf = if seed.iter().any(|&w| w != 0) { seed } else { DEFAULT_SEED };
     let signed = algo.signed_chars();
 
     let (major, minor) = match algo {
@@ -227,12 +219,10 @@ fn tea_transform(buf: &mut [u32; 4], input: &[u32; 4]) {
     let mut sum: u32 = 0;
     for _ in 0..16 {
         sum = sum.wrapping_add(DELTA);
-        b0 = b0.wrapping_add(
-            ((b1 << 4).wrapping_add(a)) ^ b1.wrapping_add(sum) ^ ((b1 >> 5).wrapping_add(b)),
-        );
-        b1 = b1.wrapping_add(
-            ((b0 << 4).wrapping_add(c)) ^ b0.wrapping_add(sum) ^ ((b0 >> 5).wrapping_add(d)),
-        );
+        b0 =
+            b0.wrapping_add(((b1 << 4).wrapping_add(a)) ^ b1.wrapping_add(sum) ^ ((b1 >> 5).wrapping_add(b)));
+        b1 =
+            b1.wrapping_add(((b0 << 4).wrapping_add(c)) ^ b0.wrapping_add(sum) ^ ((b0 >> 5).wrapping_add(d)));
     }
     buf[0] = buf[0].wrapping_add(b0);
     buf[1] = buf[1].wrapping_add(b1);
@@ -256,9 +246,7 @@ fn half_md4_transform(buf: &mut [u32; 4], input: &[u32; 8]) {
     }
     /// One MD4 step: `(acc + mixed + word) <<< shift`.
     fn step(acc: u32, mixed: u32, word: u32, shift: u32) -> u32 {
-        acc.wrapping_add(mixed)
-            .wrapping_add(word)
-            .rotate_left(shift)
+        acc.wrapping_add(mixed).wrapping_add(word).rotate_left(shift)
     }
 
     let [mut a, mut b, mut c, mut d] = *buf;
@@ -297,8 +285,7 @@ fn half_md4_transform(buf: &mut [u32; 4], input: &[u32; 8]) {
 /// e2fsprogs before 1.47.1) sign-extended them, so `signed` reproduces those hashes, which the
 /// kernel still accepts as a fallback.
 fn xattr_name_hash(name: &[u8], signed: bool) -> u32 {
-    name.iter()
-        .fold(0u32, |hash, &b| hash.rotate_left(5) ^ char_value(b, signed))
+    name.iter().fold(0u32, |hash, &b| hash.rotate_left(5) ^ char_value(b, signed))
 }
 
 /// Mix one value word into an entry hash (rotate by 16, xor).
@@ -314,15 +301,13 @@ fn xattr_value_mix(hash: u32, word: u32) -> u32 {
 /// The kernel only computes this for entries in an xattr *block*; for values stored in the
 /// inode body it writes `e_hash = 0`.
 pub fn xattr_entry_hash(name: &[u8], value: &[u8], signed: bool) -> u32 {
-    value
-        .chunks(4)
-        .fold(xattr_name_hash(name, signed), |hash, chunk| {
-            let mut word = [0u8; 4];
-            for (dst, &src) in word.iter_mut().zip(chunk) {
-                *dst = src;
-            }
-            xattr_value_mix(hash, u32::from_le_bytes(word))
-        })
+    value.chunks(4).fold(xattr_name_hash(name, signed), |hash, chunk| {
+        let mut word = [0u8; 4];
+        for (dst, &src) in word.iter_mut().zip(chunk) {
+            *dst = src;
+        }
+        xattr_value_mix(hash, u32::from_le_bytes(word))
+    })
 }
 
 /// `e_hash` of an xattr entry whose value lives in an EA inode (`ea_inode` feature): instead of
@@ -396,14 +381,8 @@ mod tests {
             let s = std::str::from_utf8(&hex[2 * i..2 * i + 2]).expect("ascii hex");
             u8::from_str_radix(s, 16).expect("hex digit")
         };
-        let word = |w: usize| {
-            u32::from_le_bytes([
-                byte(4 * w),
-                byte(4 * w + 1),
-                byte(4 * w + 2),
-                byte(4 * w + 3),
-            ])
-        };
+        let word =
+            |w: usize| u32::from_le_bytes([byte(4 * w), byte(4 * w + 1), byte(4 * w + 2), byte(4 * w + 3)]);
         [word(0), word(1), word(2), word(3)]
     }
 
@@ -445,40 +424,16 @@ mod tests {
         (Pat(255, Lower), Tea, Z, 0xbb476820, 0xe990b17f),
         (Pat(255, High), Tea, S1, 0xac2c3cea, 0x4b8e7f0b),
         (Lit(b""), LegacyUnsigned, Z, 0x2547fc5a, 0x00000000),
-        (
-            Lit(b"lost+found"),
-            LegacyUnsigned,
-            S1,
-            0x5e2aba24,
-            0x00000000,
-        ),
-        (
-            Lit(b"caf\xc3\xa9"),
-            LegacyUnsigned,
-            S2,
-            0x6dde4230,
-            0x00000000,
-        ),
+        (Lit(b"lost+found"), LegacyUnsigned, S1, 0x5e2aba24, 0x00000000),
+        (Lit(b"caf\xc3\xa9"), LegacyUnsigned, S2, 0x6dde4230, 0x00000000),
         (Pat(16, Mixed), LegacyUnsigned, Z, 0xf85266be, 0x00000000),
         (Pat(17, High), LegacyUnsigned, S1, 0x00ba0c30, 0x00000000),
         (Pat(33, High), LegacyUnsigned, S2, 0xeb876d4c, 0x00000000),
         (Pat(64, Mixed), LegacyUnsigned, Z, 0xf4a4fae8, 0x00000000),
         (Pat(255, High), LegacyUnsigned, S2, 0x46995112, 0x00000000),
         (Lit(b""), HalfMd4Unsigned, S1, 0x77665544, 0xbbaa9988),
-        (
-            Lit(b"lost+found"),
-            HalfMd4Unsigned,
-            S2,
-            0xc757eac2,
-            0x2f065056,
-        ),
-        (
-            Lit(b"caf\xc3\xa9"),
-            HalfMd4Unsigned,
-            Z,
-            0x9d72aed6,
-            0xf6138c6a,
-        ),
+        (Lit(b"lost+found"), HalfMd4Unsigned, S2, 0xc757eac2, 0x2f065056),
+        (Lit(b"caf\xc3\xa9"), HalfMd4Unsigned, Z, 0x9d72aed6, 0xf6138c6a),
         (Pat(16, Mixed), HalfMd4Unsigned, S1, 0x4051c434, 0x18ae68db),
         (Pat(17, High), HalfMd4Unsigned, S2, 0xd76763d4, 0x675699d3),
         (Pat(33, High), HalfMd4Unsigned, Z, 0x9fbda8d8, 0x7e41bad3),
@@ -501,11 +456,7 @@ mod tests {
         for &(name, algo, uuid, major, minor) in DEBUGFS_VECTORS {
             let bytes = name_bytes(name);
             let got = dx_hash(&bytes, algo, seed(uuid));
-            assert_eq!(
-                got,
-                DxHash { major, minor },
-                "{algo:?} seed {uuid} name {bytes:02x?}"
-            );
+            assert_eq!(got, DxHash { major, minor }, "{algo:?} seed {uuid} name {bytes:02x?}");
         }
     }
 
@@ -517,21 +468,9 @@ mod tests {
     #[test]
     fn eof_hash_is_remapped_like_the_kernel() {
         let tea = dx_hash(b"", Tea, seed("ffffffff-0000-0000-0000-000000000000"));
-        assert_eq!(
-            tea,
-            DxHash {
-                major: 0xffff_fffc,
-                minor: 0
-            }
-        );
+        assert_eq!(tea, DxHash { major: 0xffff_fffc, minor: 0 });
         let md4 = dx_hash(b"", HalfMd4, seed("00000000-ffff-ffff-0000-000000000000"));
-        assert_eq!(
-            md4,
-            DxHash {
-                major: 0xffff_fffc,
-                minor: 0
-            }
-        );
+        assert_eq!(md4, DxHash { major: 0xffff_fffc, minor: 0 });
         // 0xfffffffc itself and its odd neighbour are left alone (apart from the low bit).
         let below = dx_hash(b"", TeaUnsigned, [0xffff_fffd, 0, 0, 0]);
         assert_eq!(below.major, 0xffff_fffc);
@@ -539,19 +478,9 @@ mod tests {
 
     #[test]
     fn zero_seed_means_default_seed() {
-        for algo in [
-            Legacy,
-            HalfMd4,
-            Tea,
-            LegacyUnsigned,
-            HalfMd4Unsigned,
-            TeaUnsigned,
-        ] {
+        for algo in [Legacy, HalfMd4, Tea, LegacyUnsigned, HalfMd4Unsigned, TeaUnsigned] {
             for name in [&b""[..], b"x", b"a-rather-long-file-name-over-32-bytes.txt"] {
-                assert_eq!(
-                    dx_hash(name, algo, [0; 4]),
-                    dx_hash(name, algo, DEFAULT_SEED)
-                );
+                assert_eq!(dx_hash(name, algo, [0; 4]), dx_hash(name, algo, DEFAULT_SEED));
             }
         }
         // One non-zero word is enough to make the seed count.
@@ -560,11 +489,7 @@ mod tests {
 
     #[test]
     fn signedness_only_matters_for_high_bytes() {
-        let pairs = [
-            (Legacy, LegacyUnsigned),
-            (HalfMd4, HalfMd4Unsigned),
-            (Tea, TeaUnsigned),
-        ];
+        let pairs = [(Legacy, LegacyUnsigned), (HalfMd4, HalfMd4Unsigned), (Tea, TeaUnsigned)];
         let s = seed(S2);
         for (signed, unsigned) in pairs {
             let ascii = name_bytes(Pat(100, Lower));
@@ -578,14 +503,7 @@ mod tests {
     fn any_input_is_fine() {
         // Names beyond ext4's 255 bytes (the length pad wraps), NULs, every byte value.
         let all: Vec<u8> = (0..=255u8).cycle().take(1500).collect();
-        for algo in [
-            Legacy,
-            HalfMd4,
-            Tea,
-            LegacyUnsigned,
-            HalfMd4Unsigned,
-            TeaUnsigned,
-        ] {
+        for algo in [Legacy, HalfMd4, Tea, LegacyUnsigned, HalfMd4Unsigned, TeaUnsigned] {
             for len in 0..all.len() {
                 let h = dx_hash(&all[..len], algo, [1, 2, 3, 4]);
                 assert_eq!(h.major & 1, 0);
@@ -610,20 +528,11 @@ mod tests {
         assert_eq!(HashAlgo::for_dir(DX_HASH_LEGACY, false), Some(Legacy));
         assert_eq!(HashAlgo::for_dir(DX_HASH_HALF_MD4, false), Some(HalfMd4));
         assert_eq!(HashAlgo::for_dir(DX_HASH_TEA, false), Some(Tea));
-        assert_eq!(
-            HashAlgo::for_dir(DX_HASH_LEGACY, true),
-            Some(LegacyUnsigned)
-        );
-        assert_eq!(
-            HashAlgo::for_dir(DX_HASH_HALF_MD4, true),
-            Some(HalfMd4Unsigned)
-        );
+        assert_eq!(HashAlgo::for_dir(DX_HASH_LEGACY, true), Some(LegacyUnsigned));
+        assert_eq!(HashAlgo::for_dir(DX_HASH_HALF_MD4, true), Some(HalfMd4Unsigned));
         assert_eq!(HashAlgo::for_dir(DX_HASH_TEA, true), Some(TeaUnsigned));
         // Already-unsigned numbers are not shifted again.
-        assert_eq!(
-            HashAlgo::for_dir(DX_HASH_TEA_UNSIGNED, true),
-            Some(TeaUnsigned)
-        );
+        assert_eq!(HashAlgo::for_dir(DX_HASH_TEA_UNSIGNED, true), Some(TeaUnsigned));
         assert_eq!(HashAlgo::for_dir(DX_HASH_SIPHASH, true), None);
         assert_eq!(HashAlgo::for_dir(200, false), None);
     }
@@ -658,16 +567,9 @@ mod tests {
     #[test]
     fn xattr_hashes_match_the_kernel() {
         for (name, len, k, e_hash) in KERNEL_BLOCK_F1 {
-            assert_eq!(
-                xattr_entry_hash(name, &val(len, k), false),
-                e_hash,
-                "{name:02x?}"
-            );
+            assert_eq!(xattr_entry_hash(name, &val(len, k), false), e_hash, "{name:02x?}");
         }
-        assert_eq!(
-            xattr_block_hash(KERNEL_BLOCK_F1.iter().map(|e| e.3)),
-            KERNEL_BLOCK_F1_H_HASH
-        );
+        assert_eq!(xattr_block_hash(KERNEL_BLOCK_F1.iter().map(|e| e.3)), KERNEL_BLOCK_F1_H_HASH);
 
         // Same image, a block holding a single entry `user.\x80\x81\xfe\xff` (1000 bytes):
         // h_hash is then the entry hash itself.
@@ -700,13 +602,7 @@ mod tests {
             (b"\x80\x81\xfe\xff", 1000, 5, 0x9a08292d, 0x9a744a32),
             (b"s\xe9\xff", 700, 8, 0xc25321db, 0xdd4c21db),
             (b"caf\xc3\xa9", 0, 0, 0x060100c9, 0x06011fd6),
-            (
-                b"\xff\xff\xff\xff\xff\xff\xff\xff",
-                5,
-                10,
-                0xb80ef3d7,
-                0x8982970e,
-            ),
+            (b"\xff\xff\xff\xff\xff\xff\xff\xff", 5, 10, 0xb80ef3d7, 0x8982970e),
             (b"plain", 333, 9, 0xe9f0992e, 0xe9f0992e),
         ];
         for (name, len, k, unsigned, signed) in rows {
@@ -714,10 +610,7 @@ mod tests {
             assert_eq!(xattr_entry_hash(name, &v, false), unsigned, "{name:02x?}");
             assert_eq!(xattr_entry_hash(name, &v, true), signed, "{name:02x?}");
         }
-        assert_eq!(
-            xattr_entry_hash_ea_inode(b"big\xe9", 0x3aa6ec1f, true),
-            0x6daf13d0
-        );
+        assert_eq!(xattr_entry_hash_ea_inode(b"big\xe9", 0x3aa6ec1f, true), 0x6daf13d0);
         // The ea_inode formula is the in-block one over a single LE word.
         assert_eq!(
             xattr_entry_hash_ea_inode(b"big\xe9", 0x3aa6ec1f, false),

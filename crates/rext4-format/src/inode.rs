@@ -118,10 +118,7 @@ pub struct Timestamp {
 pub fn decode_time(sec: u32, extra: Option<u32>) -> Timestamp {
     let base = i64::from(sec as i32);
     match extra {
-        Some(x) => Timestamp {
-            sec: base + (i64::from(x & 3) << 32),
-            nsec: x >> 2,
-        },
+        Some(x) => Timestamp { sec: base + (i64::from(x & 3) << 32), nsec: x >> 2 },
         None => Timestamp { sec: base, nsec: 0 },
     }
 }
@@ -272,10 +269,7 @@ pub fn inode_checksum(record: &[u8], inode_csum_seed: u32) -> u32 {
 
 /// The checksum stored in an inode record, and whether it holds all 32 bits.
 pub fn stored_inode_checksum(record: &[u8]) -> (u32, bool) {
-    let lo = u32::from(u16::from_le_bytes([
-        record[OFF_CHECKSUM_LO],
-        record[OFF_CHECKSUM_LO + 1],
-    ]));
+    let lo = u32::from(u16::from_le_bytes([record[OFF_CHECKSUM_LO], record[OFF_CHECKSUM_LO + 1]]));
     if record.len() > GOOD_OLD_INODE_SIZE {
         let extra = u16::from_le_bytes([record[OFF_EXTRA_ISIZE], record[OFF_EXTRA_ISIZE + 1]]);
         if GOOD_OLD_INODE_SIZE + usize::from(extra) >= OFF_CHECKSUM_HI + 2 {
@@ -303,8 +297,7 @@ pub fn set_inode_checksum(record: &mut [u8], inode_csum_seed: u32) {
     record[OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2].copy_from_slice(&(c as u16).to_le_bytes());
     let (_, full) = stored_inode_checksum(record);
     if full {
-        record[OFF_CHECKSUM_HI..OFF_CHECKSUM_HI + 2]
-            .copy_from_slice(&((c >> 16) as u16).to_le_bytes());
+        record[OFF_CHECKSUM_HI..OFF_CHECKSUM_HI + 2].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
     }
 }
 
@@ -315,19 +308,8 @@ mod tests {
 
     #[test]
     fn time_round_trips_across_epochs() {
-        for sec in [
-            0i64,
-            1,
-            -1,
-            i64::from(i32::MAX),
-            i64::from(i32::MIN),
-            1 << 32,
-            (3 << 32) - 5,
-        ] {
-            let t = Timestamp {
-                sec,
-                nsec: 999_999_999,
-            };
+        for sec in [0i64, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), 1 << 32, (3 << 32) - 5] {
+            let t = Timestamp { sec, nsec: 999_999_999 };
             let (s, x) = encode_time(t);
             assert_eq!(decode_time(s, Some(x)), t, "sec {sec}");
         }

@@ -177,11 +177,7 @@ impl Superblock {
     }
 
     pub fn blocks_count(&self) -> u64 {
-        let hi = if self.is_64bit() {
-            self.s_blocks_count_hi.get()
-        } else {
-            0
-        };
+        let hi = if self.is_64bit() { self.s_blocks_count_hi.get() } else { 0 };
         hi_lo(hi, self.s_blocks_count_lo.get())
     }
     pub fn set_blocks_count(&mut self, v: u64) {
@@ -191,19 +187,11 @@ impl Superblock {
         }
     }
     pub fn r_blocks_count(&self) -> u64 {
-        let hi = if self.is_64bit() {
-            self.s_r_blocks_count_hi.get()
-        } else {
-            0
-        };
+        let hi = if self.is_64bit() { self.s_r_blocks_count_hi.get() } else { 0 };
         hi_lo(hi, self.s_r_blocks_count_lo.get())
     }
     pub fn free_blocks_count(&self) -> u64 {
-        let hi = if self.is_64bit() {
-            self.s_free_blocks_count_hi.get()
-        } else {
-            0
-        };
+        let hi = if self.is_64bit() { self.s_free_blocks_count_hi.get() } else { 0 };
         hi_lo(hi, self.s_free_blocks_count_lo.get())
     }
     pub fn set_free_blocks_count(&mut self, v: u64) {
@@ -301,19 +289,11 @@ impl Superblock {
 
     /// The volume label, without trailing NULs.
     pub fn volume_name(&self) -> &[u8] {
-        let n = self
-            .s_volume_name
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(16);
+        let n = self.s_volume_name.iter().position(|&b| b == 0).unwrap_or(16);
         &self.s_volume_name[..n]
     }
     pub fn last_mounted(&self) -> &[u8] {
-        let n = self
-            .s_last_mounted
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(64);
+        let n = self.s_last_mounted.iter().position(|&b| b == 0).unwrap_or(64);
         &self.s_last_mounted[..n]
     }
 }

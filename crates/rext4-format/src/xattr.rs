@@ -92,17 +92,15 @@ pub fn full_name(index: u8, suffix: &[u8]) -> Option<Vec<u8>> {
 pub fn split_name(name: &[u8]) -> Option<(u8, &[u8])> {
     // Exact ACL names first: they are whole names, not prefixes.
     for (idx, p) in PREFIXES {
-        let exact = *idx == INDEX_POSIX_ACL_ACCESS
-            || *idx == INDEX_POSIX_ACL_DEFAULT
-            || *idx == INDEX_RICHACL;
+        let exact =
+            *idx == INDEX_POSIX_ACL_ACCESS || *idx == INDEX_POSIX_ACL_DEFAULT || *idx == INDEX_RICHACL;
         if exact && name == *p {
             return Some((*idx, &[]));
         }
     }
     for (idx, p) in PREFIXES {
-        let exact = *idx == INDEX_POSIX_ACL_ACCESS
-            || *idx == INDEX_POSIX_ACL_DEFAULT
-            || *idx == INDEX_RICHACL;
+        let exact =
+            *idx == INDEX_POSIX_ACL_ACCESS || *idx == INDEX_POSIX_ACL_DEFAULT || *idx == INDEX_RICHACL;
         if !exact && name.len() > p.len() && name.starts_with(p) {
             return Some((*idx, &name[p.len()..]));
         }
@@ -327,7 +325,13 @@ mod tests {
     #[test]
     fn acl_encodings_round_trip() {
         let mut x = ACL_XATTR_VERSION.to_le_bytes().to_vec();
-        for (tag, perm, id) in [(ACL_USER_OBJ, 6u16, ACL_UNDEFINED_ID), (ACL_USER, 4, 1000), (ACL_GROUP_OBJ, 4, ACL_UNDEFINED_ID), (ACL_MASK, 4, ACL_UNDEFINED_ID), (ACL_OTHER, 0, ACL_UNDEFINED_ID)] {
+        for (tag, perm, id) in [
+            (ACL_USER_OBJ, 6u16, ACL_UNDEFINED_ID),
+            (ACL_USER, 4, 1000),
+            (ACL_GROUP_OBJ, 4, ACL_UNDEFINED_ID),
+            (ACL_MASK, 4, ACL_UNDEFINED_ID),
+            (ACL_OTHER, 0, ACL_UNDEFINED_ID),
+        ] {
             x.extend_from_slice(&tag.to_le_bytes());
             x.extend_from_slice(&perm.to_le_bytes());
             x.extend_from_slice(&id.to_le_bytes());

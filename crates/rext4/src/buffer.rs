@@ -61,11 +61,7 @@ pub(crate) struct BufferCache {
 impl BufferCache {
     /// A cache holding about `capacity_bytes` of blocks.
     pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
-        BufferCache {
-            dev,
-            block_size,
-            cache: ShardedCache::new(capacity_bytes / block_size),
-        }
+        BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size) }
     }
 
     /// The buffer for block `blk`, read from the device on a miss. Callers check that `blk`

@@ -38,14 +38,8 @@ impl<V: Cached> ShardedCache<V> {
     /// A cache of about `capacity` entries (at least a few per shard).
     pub fn new(capacity: usize) -> Self {
         let per_shard = (capacity / SHARDS).max(4);
-        let shards = (0..SHARDS)
-            .map(|_| {
-                Mutex::new(Shard {
-                    map: HashMap::new(),
-                    clock: VecDeque::new(),
-                })
-            })
-            .collect();
+        let shards =
+            (0..SHARDS).map(|_| Mutex::new(Shard { map: HashMap::new(), clock: VecDeque::new() })).collect();
         ShardedCache { per_shard, shards }
     }
 
@@ -130,9 +124,7 @@ mod tests {
         let c = ShardedCache::new(256);
         for round in 0..2 {
             for k in 0..4096u64 {
-                let v = c
-                    .get_or_load(k, || Ok(V(k * 3, AtomicBool::new(false))))
-                    .unwrap();
+                let v = c.get_or_load(k, || Ok(V(k * 3, AtomicBool::new(false)))).unwrap();
                 assert_eq!(v.0, k * 3, "round {round}");
             }
         }
@@ -142,12 +134,9 @@ mod tests {
     #[test]
     fn held_entries_survive() {
         let c = ShardedCache::new(64);
-        let held = c
-            .get_or_load(7, || Ok(V(7, AtomicBool::new(false))))
-            .unwrap();
+        let held = c.get_or_load(7, || Ok(V(7, AtomicBool::new(false)))).unwrap();
         for k in 0..2048 {
-            c.get_or_load(k, || Ok(V(k, AtomicBool::new(false))))
-                .unwrap();
+            c.get_or_load(k, || Ok(V(k, AtomicBool::new(false)))).unwrap();
         }
         assert!(Arc::ptr_eq(&held, &c.get(7).unwrap()));
         c.shrink();
@@ -157,9 +146,7 @@ mod tests {
     #[test]
     fn load_errors_are_not_cached() {
         let c: ShardedCache<V> = ShardedCache::new(64);
-        assert!(c
-            .get_or_load(1, || Err(crate::error::Error::NotFound))
-            .is_err());
+        assert!(c.get_or_load(1, || Err(crate::error::Error::NotFound)).is_err());
         assert!(c.get(1).is_none());
     }
 }

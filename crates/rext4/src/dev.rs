@@ -30,10 +30,7 @@ pub struct FileDevice {
 impl FileDevice {
     /// Opens `path`, for writing too if `writable`.
     pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(path)?;
+        let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
         Self::from_file(file)
     }
 
@@ -68,9 +65,7 @@ pub struct MemDevice {
 
 impl MemDevice {
     pub fn new(data: Vec<u8>) -> Self {
-        MemDevice {
-            data: RwLock::new(data),
-        }
+        MemDevice { data: RwLock::new(data) }
     }
     /// A copy of the current bytes.
     pub fn snapshot(&self) -> Vec<u8> {
@@ -80,10 +75,7 @@ impl MemDevice {
 
 fn range(len: usize, offset: u64, n: usize) -> io::Result<core::ops::Range<usize>> {
     let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-    let end = start
-        .checked_add(n)
-        .filter(|&e| e <= len)
-        .ok_or(io::ErrorKind::UnexpectedEof)?;
+    let end = start.checked_add(n).filter(|&e| e <= len).ok_or(io::ErrorKind::UnexpectedEof)?;
     Ok(start..end)
 }
 

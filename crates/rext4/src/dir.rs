@@ -42,21 +42,13 @@ impl FsInner {
         kind: DirBlockKind,
     ) -> Result<Option<(u64, Arc<Buffer>)>> {
         let pblk = match self.map_block(dir, lblk)? {
-            Mapping::Mapped {
-                pblk,
-                unwritten: false,
-                ..
-            } => pblk,
+            Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
             _ => return Ok(None),
         };
         let buf = self.bread(pblk, Some(dir.ino))?;
         match kind {
-            DirBlockKind::Leaf => {
-                buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?
-            }
-            DirBlockKind::Index => {
-                buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?
-            }
+            DirBlockKind::Leaf => buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?,
+            DirBlockKind::Index => buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?,
         }
         Ok(Some((pblk, buf)))
     }
@@ -73,27 +65,13 @@ impl FsInner {
     fn check_leaf(&self, dir: &Inode, pblk: u64, data: &[u8]) -> Result<()> {
         let ino = dir.ino;
         if self.sbi.metadata_csum && fd::verify_leaf_checksum(data, dir.csum_seed) != Some(true) {
-            return corrupt(CorruptKind::DirChecksum {
-                ino,
-                block: PhysBlock(pblk),
-            });
+            return corrupt(CorruptKind::DirChecksum { ino, block: PhysBlock(pblk) });
         }
-        self.check_entries(
-            ino,
-            Some(pblk),
-            self.leaf_entries(data),
-            self.sbi.block_size,
-        )
+        self.check_entries(ino, Some(pblk), self.leaf_entries(data), self.sbi.block_size)
     }
 
     /// Checks every entry of an area (a leaf block, or an inline directory area).
-    pub(crate) fn check_entries(
-        &self,
-        ino: InodeNo,
-        pblk: Option<u64>,
-        area: &[u8],
-        bs: u32,
-    ) -> Result<()> {
+    pub(crate) fn check_entries(&self, ino: InodeNo, pblk: Option<u64>, area: &[u8], bs: u32) -> Result<()> {
         let block = pblk.map(PhysBlock);
         for e in DirBlockIter::new(area, bs) {
             let what = match e {
@@ -111,10 +89,7 @@ impl FsInner {
 
     fn check_dx(&self, dir: &Inode, pblk: u64, data: &[u8]) -> Result<()> {
         if self.sbi.metadata_csum && !dx::verify_checksum(data, dir.csum_seed) {
-            return corrupt(CorruptKind::DxChecksum {
-                ino: dir.ino,
-                block: PhysBlock(pblk),
-            });
+            return corrupt(CorruptKind::DxChecksum { ino: dir.ino, block: PhysBlock(pblk) });
         }
         Ok(())
     }
@@ -129,18 +104,12 @@ impl FsInner {
             return true;
         }
         let ino = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-        let rec_len =
-            fd::rec_len_from_disk(u16::from_le_bytes([data[4], data[5]]), self.sbi.block_size);
+        let rec_len = fd::rec_len_from_disk(u16::from_le_bytes([data[4], data[5]]), self.sbi.block_size);
         ino == 0 && rec_len == self.sbi.block_size
     }
 
     /// `readdir`: calls `f` for each entry from position `pos` until it returns false.
-    pub(crate) fn readdir(
-        &self,
-        dir: &Inode,
-        pos: u64,
-        mut f: impl FnMut(DirEntry) -> bool,
-    ) -> Result<()> {
+    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
@@ -163,27 +132,35 @@ impl FsInner {
             let Some((kind, buf)) = self.dir_block_any(dir, lblk)? else {
                 continue;
             };
-            let data = buf.data();
-            let area = match kind {
-                // Of an index root only `.` and `..` are entries; interior nodes have none.
-                DirBlockKind::Index if lblk == 0 => &data[..],
-                DirBlockKind::Index => continue,
-                DirBlockKind::Leaf => self.leaf_entries(&data),
-            };
-            for e in DirBlockIter::new(area, self.sbi.block_size) {
-                let e = e.map_err(|_| {
-                    let what = "bad entry in index root";
-                    Error::Corrupt(crate::error::Corrupt(CorruptKind::DirEntry {
-                        ino: dir.ino,
-                        block: None,
-                        what,
-                    }))
-                })?;
-                if (e.offset as u64) < start || e.inode == 0 {
-                    continue;
+            // Copy the block's entries out so no buffer lock is held while `f` runs.
+            let entries: Vec<DirEntry> = {
+                let data = buf.data();
+                let area = match kind {
+                    // Of an index root only `.` and `..` are entries; interior nodes have none.
+                    DirBlockKind::Index if lblk == 0 => &data[..],
+                    DirBlockKind::Index => continue,
+                    DirBlockKind::Leaf => self.leaf_entries(&data),
+                };
+                let mut v = Vec::new();
+                for e in DirBlockIter::new(area, self.sbi.block_size) {
+                    let e = e.map_err(|_| {
+                        let what = "bad entry in index root";
+                        Error::Corrupt(crate::error::Corrupt(CorruptKind::DirEntry {
+                            ino: dir.ino,
+                            block: None,
+                            what,
+                        }))
+                    })?;
+                    if (e.offset as u64) < start || e.inode == 0 {
+                        continue;
+                    }
+                    let next = block_start + e.offset as u64 + u64::from(e.rec_len);
+                    v.push(self.dir_entry(&e, next));
                 }
-                let next = block_start + e.offset as u64 + u64::from(e.rec_len);
-                if !f(self.dir_entry(&e, next)) {
+                v
+            };
+            for e in entries {
+                if !f(e) {
                     return Ok(());
                 }
             }
@@ -199,11 +176,7 @@ impl FsInner {
         lblk: u32,
     ) -> Result<Option<(DirBlockKind, Arc<Buffer>)>> {
         let pblk = match self.map_block(dir, lblk)? {
-            Mapping::Mapped {
-                pblk,
-                unwritten: false,
-                ..
-            } => pblk,
+            Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
             _ => return Ok(None),
         };
         let buf = self.bread(pblk, Some(dir.ino))?;
@@ -213,28 +186,15 @@ impl FsInner {
             DirBlockKind::Leaf
         };
         match kind {
-            DirBlockKind::Leaf => {
-                buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?
-            }
-            DirBlockKind::Index => {
-                buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?
-            }
+            DirBlockKind::Leaf => buf.verify(Verified::DirLeaf, |d| self.check_leaf(dir, pblk, d))?,
+            DirBlockKind::Index => buf.verify(Verified::DxBlock, |d| self.check_dx(dir, pblk, d))?,
         }
         Ok(Some((kind, buf)))
     }
 
     pub(crate) fn dir_entry(&self, e: &RawEntry<'_>, next: u64) -> DirEntry {
-        let kind = if self.sbi.filetype {
-            FileType::from_dirent(e.file_type)
-        } else {
-            None
-        };
-        DirEntry {
-            ino: InodeNo(e.inode),
-            name: e.name.to_vec(),
-            kind,
-            next,
-        }
+        let kind = if self.sbi.filetype { FileType::from_dirent(e.file_type) } else { None };
+        DirEntry { ino: InodeNo(e.inode), name: e.name.to_vec(), kind, next }
     }
 
     /// The parent and entry area of an inline directory.
@@ -250,60 +210,33 @@ impl FsInner {
         }
         let parent = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         if parent == 0 || parent > self.sbi.inodes_count {
-            return corrupt(CorruptKind::InlineData {
-                ino,
-                what: "bad parent inode",
-            });
+            return corrupt(CorruptKind::InlineData { ino, what: "bad parent inode" });
         }
         // The i_block part and the xattr part are separate entry areas; checking both keeps
         // an entry from straddling them.
         let ib = crate::inline::I_BLOCK_SIZE;
-        self.check_entries(
-            ino,
-            None,
-            &data[INLINE_FIRST as usize..ib.min(size)],
-            self.sbi.block_size,
-        )?;
+        self.check_entries(ino, None, &data[INLINE_FIRST as usize..ib.min(size)], self.sbi.block_size)?;
         if size > ib {
             self.check_entries(ino, None, &data[ib..size], self.sbi.block_size)?;
         }
         Ok((InodeNo(parent), data[..size].to_vec()))
     }
 
-    fn readdir_inline(
-        &self,
-        dir: &Inode,
-        pos: u64,
-        mut f: impl FnMut(DirEntry) -> bool,
-    ) -> Result<()> {
+    fn readdir_inline(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
         let (parent, data) = self.inline_dir(dir)?;
         let kind = self.sbi.filetype.then_some(FileType::Directory);
-        if pos == INLINE_DOT
-            && !f(DirEntry {
-                ino: dir.ino,
-                name: b".".to_vec(),
-                kind,
-                next: INLINE_DOTDOT,
-            })
+        if pos == INLINE_DOT && !f(DirEntry { ino: dir.ino, name: b".".to_vec(), kind, next: INLINE_DOTDOT })
         {
             return Ok(());
         }
         if pos <= INLINE_DOTDOT
-            && !f(DirEntry {
-                ino: parent,
-                name: b"..".to_vec(),
-                kind,
-                next: INLINE_FIRST,
-            })
+            && !f(DirEntry { ino: parent, name: b"..".to_vec(), kind, next: INLINE_FIRST })
         {
             return Ok(());
         }
         let ib = crate::inline::I_BLOCK_SIZE;
         for (base, area) in [
-            (
-                INLINE_FIRST as usize,
-                &data[INLINE_FIRST as usize..ib.min(data.len())],
-            ),
+            (INLINE_FIRST as usize, &data[INLINE_FIRST as usize..ib.min(data.len())]),
             (ib, data.get(ib..).unwrap_or(&[])),
         ] {
             for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {

@@ -211,9 +211,7 @@ impl Corrupt {
             Xattr { ino, .. } | XattrChecksum { ino, .. } | InlineData { ino, .. } => Some(*ino),
             Symlink { ino, .. } => Some(*ino),
             BlockRange { ino, .. } => *ino,
-            Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => {
-                None
-            }
+            Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
         }
     }
 
@@ -221,9 +219,7 @@ impl Corrupt {
     pub fn block(&self) -> Option<PhysBlock> {
         use CorruptKind::*;
         match &self.0 {
-            BlockRange { block, .. } | ExtentChecksum { block, .. } | BlockMap { block, .. } => {
-                Some(*block)
-            }
+            BlockRange { block, .. } | ExtentChecksum { block, .. } | BlockMap { block, .. } => Some(*block),
             DirChecksum { block, .. } | DxChecksum { block, .. } | XattrChecksum { block, .. } => {
                 Some(*block)
             }
@@ -236,9 +232,7 @@ impl Corrupt {
     /// The block group concerned, if any.
     pub fn group(&self) -> Option<u32> {
         match &self.0 {
-            CorruptKind::GroupDesc { group, .. } | CorruptKind::GroupDescChecksum { group } => {
-                Some(*group)
-            }
+            CorruptKind::GroupDesc { group, .. } | CorruptKind::GroupDescChecksum { group } => Some(*group),
             _ => None,
         }
     }
@@ -270,10 +264,7 @@ impl fmt::Display for Corrupt {
             GroupDescChecksum { group } => write!(f, "group descriptor {group}: checksum mismatch"),
             Inode { ino, what } => write!(f, "inode {ino}: {what}"),
             InodeChecksum { ino } => write!(f, "inode {ino}: checksum mismatch"),
-            BlockRange {
-                ino: Some(ino),
-                block,
-            } => {
+            BlockRange { ino: Some(ino), block } => {
                 write!(f, "inode {ino}: block {block} outside the filesystem")
             }
             BlockRange { ino: None, block } => write!(f, "block {block} outside the filesystem"),
@@ -281,10 +272,7 @@ impl fmt::Display for Corrupt {
                 write!(f, "inode {ino}{}: extent tree: {what}", blk(block))
             }
             ExtentChecksum { ino, block } => {
-                write!(
-                    f,
-                    "inode {ino}, block {block}: extent block checksum mismatch"
-                )
+                write!(f, "inode {ino}, block {block}: extent block checksum mismatch")
             }
             BlockMap { ino, block, what } => {
                 write!(f, "inode {ino}, block {block}: block map: {what}")
@@ -296,17 +284,11 @@ impl fmt::Display for Corrupt {
                 write!(f, "directory inode {ino}, block {block}: checksum mismatch")
             }
             DxChecksum { ino, block } => {
-                write!(
-                    f,
-                    "directory inode {ino}, block {block}: htree checksum mismatch"
-                )
+                write!(f, "directory inode {ino}, block {block}: htree checksum mismatch")
             }
             Xattr { ino, block, what } => write!(f, "inode {ino}{}: xattr: {what}", blk(block)),
             XattrChecksum { ino, block } => {
-                write!(
-                    f,
-                    "inode {ino}, block {block}: xattr block checksum mismatch"
-                )
+                write!(f, "inode {ino}, block {block}: xattr block checksum mismatch")
             }
             InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
             Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),

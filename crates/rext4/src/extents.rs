@@ -19,11 +19,7 @@ fn node_error(ino: InodeNo, block: Option<u64>, e: NodeError) -> Error {
         NodeError::BadCount => "entry count exceeds capacity",
         NodeError::BadDepth => "depth too large",
     };
-    Error::Corrupt(Corrupt(CorruptKind::ExtentTree {
-        ino,
-        block: block.map(PhysBlock),
-        what,
-    }))
+    Error::Corrupt(Corrupt(CorruptKind::ExtentTree { ino, block: block.map(PhysBlock), what }))
 }
 
 enum Step {
@@ -45,9 +41,7 @@ impl FsInner {
             let step = {
                 let guard;
                 let node = match &block {
-                    None => {
-                        Node::parse(disk.i_block_bytes()).map_err(|e| node_error(ino, None, e))?
-                    }
+                    None => Node::parse(disk.i_block_bytes()).map_err(|e| node_error(ino, None, e))?,
                     Some((blk, buf)) => {
                         guard = buf.data();
                         Node::parse(&guard).map_err(|e| node_error(ino, Some(*blk), e))?
@@ -72,21 +66,11 @@ impl FsInner {
         }
     }
 
-    fn ext_step(
-        &self,
-        ino: InodeNo,
-        node: &Node<'_>,
-        lblk: u32,
-        next_start: &mut u64,
-    ) -> Result<Step> {
+    fn ext_step(&self, ino: InodeNo, node: &Node<'_>, lblk: u32, next_start: &mut u64) -> Result<Step> {
         let lblk64 = u64::from(lblk);
         let Some(i) = node.search(lblk) else {
             // Before the first entry: a hole up to it.
-            let first = if node.is_empty() {
-                *next_start
-            } else {
-                u64::from(node.first_block(0))
-            };
+            let first = if node.is_empty() { *next_start } else { u64::from(node.first_block(0)) };
             let len = first.min(*next_start).saturating_sub(lblk64).max(1);
             return Ok(Step::Done(Mapping::Hole { len }));
         };
@@ -106,11 +90,7 @@ impl FsInner {
         self.check_range(ino, e.start(), u64::from(e.len()))?;
         let pblk = e.start() + (lblk64 - start);
         let len = (end - lblk64).min(next_start.saturating_sub(lblk64)).max(1);
-        Ok(Step::Done(Mapping::Mapped {
-            pblk,
-            len,
-            unwritten: e.is_unwritten(),
-        }))
+        Ok(Step::Done(Mapping::Mapped { pblk, len, unwritten: e.is_unwritten() }))
     }
 
     /// Reads an extent tree block and checks its header and checksum (once per load).
@@ -122,10 +102,7 @@ impl FsInner {
         buf.verify(Verified::ExtentBlock, |data| {
             Node::parse(data).map_err(|e| node_error(ino, Some(blk), e))?;
             if csum && !fe::verify_block_checksum(data, seed) {
-                return corrupt(CorruptKind::ExtentChecksum {
-                    ino,
-                    block: PhysBlock(blk),
-                });
+                return corrupt(CorruptKind::ExtentChecksum { ino, block: PhysBlock(blk) });
             }
             Ok(())
         })?;

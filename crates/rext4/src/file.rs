@@ -30,9 +30,7 @@ impl FsInner {
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
-        let total = buf
-            .len()
-            .min(usize::try_from(size - offset).unwrap_or(usize::MAX));
+        let total = buf.len().min(usize::try_from(size - offset).unwrap_or(usize::MAX));
         let bs = u64::from(self.sbi.block_size);
         let mut done = 0usize;
         while done < total {
@@ -45,16 +43,8 @@ impl FsInner {
             let in_block = pos % bs;
             let (len, pblk) = match self.map_block(inode, lblk)? {
                 Mapping::Hole { len } => (len, None),
-                Mapping::Mapped {
-                    len,
-                    unwritten: true,
-                    ..
-                } => (len, None),
-                Mapping::Mapped {
-                    pblk,
-                    len,
-                    unwritten: false,
-                } => (len, Some(pblk)),
+                Mapping::Mapped { len, unwritten: true, .. } => (len, None),
+                Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
             };
             let avail = len.saturating_mul(bs) - in_block;
             let n = (total - done).min(usize::try_from(avail).unwrap_or(usize::MAX));
@@ -77,13 +67,7 @@ impl FsInner {
         if d.flags() & rext4_format::inode::EA_INODE_FL != 0 {
             return d.size() > 0 && d.size() < 60;
         }
-        let ea_blocks = if d.file_acl() != 0 {
-            u64::from(self.sbi.block_size / 512)
-        } else {
-            0
-        };
-        d.blocks_512(self.sbi.huge_file, self.sbi.block_size)
-            .saturating_sub(ea_blocks)
-            == 0
+        let ea_blocks = if d.file_acl() != 0 { u64::from(self.sbi.block_size / 512) } else { 0 };
+        d.blocks_512(self.sbi.huge_file, self.sbi.block_size).saturating_sub(ea_blocks) == 0
     }
 }

@@ -24,10 +24,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            cache_bytes: 64 << 20,
-            inode_cache: 65536,
-        }
+        Options { cache_bytes: 64 << 20, inode_cache: 65536 }
     }
 }
 
@@ -68,16 +65,8 @@ impl Fs {
         let sbi = SbInfo::load(&*dev)?;
         let bcache = BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes);
         let groups = Groups::load(&sbi, &bcache)?;
-        let inner = FsInner {
-            dev,
-            sbi,
-            groups,
-            bcache,
-            icache: ShardedCache::new(opts.inode_cache),
-        };
-        Ok(Fs {
-            inner: Arc::new(inner),
-        })
+        let inner = FsInner { dev, sbi, groups, bcache, icache: ShardedCache::new(opts.inode_cache) };
+        Ok(Fs { inner: Arc::new(inner) })
     }
 
     /// The superblock as read at open.
@@ -167,10 +156,7 @@ impl FsInner {
     /// Reads metadata block `blk` through the cache, refusing blocks outside the filesystem.
     pub(crate) fn bread(&self, blk: u64, ino: Option<InodeNo>) -> Result<Arc<Buffer>> {
         if blk < self.sbi.first_data_block || blk >= self.sbi.blocks_count {
-            return corrupt(CorruptKind::BlockRange {
-                ino,
-                block: PhysBlock(blk),
-            });
+            return corrupt(CorruptKind::BlockRange { ino, block: PhysBlock(blk) });
         }
         self.bcache.get(blk)
     }
@@ -179,10 +165,7 @@ impl FsInner {
     pub(crate) fn check_range(&self, ino: InodeNo, blk: u64, len: u64) -> Result<()> {
         let end = blk.checked_add(len);
         if blk < self.sbi.first_data_block || end.is_none_or(|e| e > self.sbi.blocks_count) {
-            return corrupt(CorruptKind::BlockRange {
-                ino: Some(ino),
-                block: PhysBlock(blk),
-            });
+            return corrupt(CorruptKind::BlockRange { ino: Some(ino), block: PhysBlock(blk) });
         }
         Ok(())
     }
@@ -220,10 +203,7 @@ impl FsInner {
         }
         let mut total = sbi.first_data_block;
         for g in 0..sbi.group_count {
-            total += u64::from(sbi.group_has_super(g))
-                + self.gdt_blocks_in(g)
-                + sbi.inode_table_blocks
-                + 2;
+            total += u64::from(sbi.group_has_super(g)) + self.gdt_blocks_in(g) + sbi.inode_table_blocks + 2;
         }
         if let Some(j) = self.journal_blocks() {
             total += j;
@@ -234,10 +214,7 @@ impl FsInner {
     /// Descriptor blocks stored in group `g` (`ext4_bg_num_gdb`).
     fn gdt_blocks_in(&self, g: u32) -> u64 {
         let sbi = &self.sbi;
-        let meta_bg = sbi
-            .sb
-            .incompat()
-            .contains(rext4_format::features::Incompat::META_BG);
+        let meta_bg = sbi.sb.incompat().contains(rext4_format::features::Incompat::META_BG);
         let first_meta_bg = sbi.sb.s_first_meta_bg.get();
         let metagroup = g / sbi.descs_per_block;
         if !meta_bg || metagroup < first_meta_bg {
@@ -258,10 +235,7 @@ impl FsInner {
     /// Length of the internal journal in blocks, if there is one.
     fn journal_blocks(&self) -> Option<u64> {
         let sb = &self.sbi.sb;
-        if !sb
-            .compat()
-            .contains(rext4_format::features::Compat::HAS_JOURNAL)
-        {
+        if !sb.compat().contains(rext4_format::features::Compat::HAS_JOURNAL) {
             return None;
         }
         let ino = sb.s_journal_inum.get();

@@ -69,9 +69,7 @@ impl Groups {
             "block bitmap not in group"
         } else if !inside(d.inode_bitmap(ds), 1) || d.inode_bitmap(ds) == sb_block {
             "inode bitmap not in group"
-        } else if !inside(d.inode_table(ds), sbi.inode_table_blocks)
-            || d.inode_table(ds) == sb_block
-        {
+        } else if !inside(d.inode_table(ds), sbi.inode_table_blocks) || d.inode_table(ds) == sb_block {
             "inode table not in group"
         } else if d.free_inodes_count(ds) > sbi.inodes_per_group {
             "free inode count too large"
@@ -85,10 +83,7 @@ impl Groups {
     pub fn free_totals(&self, sbi: &SbInfo) -> (u64, u64) {
         let ds = sbi.desc_size;
         self.descs.iter().fold((0, 0), |(b, i), d| {
-            (
-                b + u64::from(d.free_blocks_count(ds)),
-                i + u64::from(d.free_inodes_count(ds)),
-            )
+            (b + u64::from(d.free_blocks_count(ds)), i + u64::from(d.free_inodes_count(ds)))
         })
     }
 }

@@ -22,16 +22,11 @@ impl FsInner {
             self.check_range(inode.ino, p, 1)?;
             // Count following direct pointers that continue the run.
             let mut len = 1;
-            while l + len < NDIR_BLOCKS as u64
-                && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
+            while l + len < NDIR_BLOCKS as u64 && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
             {
                 len += 1;
             }
-            return Ok(Mapping::Mapped {
-                pblk: p,
-                len,
-                unwritten: false,
-            });
+            return Ok(Mapping::Mapped { pblk: p, len, unwritten: false });
         }
         l -= NDIR_BLOCKS as u64;
         // (root slot, levels below it, blocks covered by one entry at the top level)
@@ -54,9 +49,7 @@ impl FsInner {
         for _ in 0..levels {
             if blk == 0 {
                 // A missing indirect block: the whole range below it is a hole.
-                return Ok(Mapping::Hole {
-                    len: (covered - l).min(u64::from(u32::MAX)),
-                });
+                return Ok(Mapping::Hole { len: (covered - l).min(u64::from(u32::MAX)) });
             }
             let buf = self.bread(blk, Some(inode.ino))?;
             let data = buf.data();
@@ -78,15 +71,10 @@ impl FsInner {
                 }
                 self.check_range(inode.ino, next, 1)?;
                 let mut len = 1u64;
-                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len
-                {
+                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len {
                     len += 1;
                 }
-                return Ok(Mapping::Mapped {
-                    pblk: next,
-                    len,
-                    unwritten: false,
-                });
+                return Ok(Mapping::Mapped { pblk: next, len, unwritten: false });
             }
             blk = next;
         }

@@ -35,10 +35,7 @@ impl FsInner {
         let size = inode.size();
         let data = self.inline_bytes(inode)?;
         if size > data.len() as u64 {
-            return corrupt(CorruptKind::InlineData {
-                ino: inode.ino,
-                what: "size exceeds inline data",
-            });
+            return corrupt(CorruptKind::InlineData { ino: inode.ino, what: "size exceeds inline data" });
         }
         if offset >= size {
             return Ok(0);

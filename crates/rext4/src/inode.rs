@@ -64,13 +64,9 @@ impl FsInner {
     /// The inode `ino`, from the cache or the inode table.
     pub(crate) fn iget(&self, ino: InodeNo) -> Result<Arc<Inode>> {
         if ino.0 == 0 || ino.0 > self.sbi.inodes_count {
-            return corrupt(CorruptKind::Inode {
-                ino,
-                what: "inode number out of range",
-            });
+            return corrupt(CorruptKind::Inode { ino, what: "inode number out of range" });
         }
-        self.icache
-            .get_or_load(u64::from(ino.0), || self.read_inode(ino))
+        self.icache.get_or_load(u64::from(ino.0), || self.read_inode(ino))
     }
 
     fn read_inode(&self, ino: InodeNo) -> Result<Inode> {
@@ -112,10 +108,7 @@ impl FsInner {
         if sbi.inode_size > GOOD_OLD_INODE_SIZE {
             let extra = usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
             if extra > sbi.inode_size - GOOD_OLD_INODE_SIZE || extra % 4 != 0 {
-                return corrupt(CorruptKind::Inode {
-                    ino,
-                    what: "bad i_extra_isize",
-                });
+                return corrupt(CorruptKind::Inode { ino, what: "bad i_extra_isize" });
             }
         }
         if sbi.metadata_csum {
@@ -133,16 +126,10 @@ impl FsInner {
         let inode = self.iget(ino)?;
         let d = inode.disk();
         if d.links_count() == 0 {
-            return corrupt(CorruptKind::Inode {
-                ino,
-                what: "deleted inode referenced",
-            });
+            return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
         }
         if FileType::from_mode(d.mode()).is_none() {
-            return corrupt(CorruptKind::Inode {
-                ino,
-                what: "invalid file type",
-            });
+            return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });
         }
         Ok(inode)
     }
@@ -152,10 +139,7 @@ impl FsInner {
         let d = inode.disk();
         let sz = self.sbi.inode_size;
         let kind = FileType::from_mode(d.mode()).ok_or(Error::Corrupt(crate::error::Corrupt(
-            CorruptKind::Inode {
-                ino: inode.ino,
-                what: "invalid file type",
-            },
+            CorruptKind::Inode { ino: inode.ino, what: "invalid file type" },
         )))?;
         let rdev = match kind {
             FileType::CharDevice | FileType::BlockDevice => d.device(),

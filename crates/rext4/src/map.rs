@@ -12,11 +12,7 @@ pub(crate) enum Mapping {
     /// `len` blocks with no storage: they read as zeros.
     Hole { len: u64 },
     /// `len` blocks stored contiguously from `pblk`; unwritten ones read as zeros.
-    Mapped {
-        pblk: u64,
-        len: u64,
-        unwritten: bool,
-    },
+    Mapped { pblk: u64, len: u64, unwritten: bool },
 }
 
 impl FsInner {

@@ -38,11 +38,8 @@ struct Frame {
 impl Frame {
     fn with_entries<T>(&self, f: impl FnOnce(&DxEntries<'_>) -> T) -> Option<T> {
         let data = self.buf.data();
-        let entries = if self.is_root {
-            dx::parse_root(&data).ok()?.entries
-        } else {
-            dx::parse_node(&data).ok()?
-        };
+        let entries =
+            if self.is_root { dx::parse_root(&data).ok()?.entries } else { dx::parse_node(&data).ok()? };
         Some(f(&entries))
     }
 }
@@ -117,11 +114,7 @@ impl FsInner {
 
     fn search_leaf(&self, buf: &Buffer, name: &[u8], whole: bool) -> Option<InodeNo> {
         let data = buf.data();
-        let area = if whole {
-            &data[..]
-        } else {
-            self.leaf_entries(&data)
-        };
+        let area = if whole { &data[..] } else { self.leaf_entries(&data) };
         DirBlockIter::new(area, self.sbi.block_size)
             .map_while(|e| e.ok())
             .find(|e| e.inode != 0 && e.name == name)
@@ -136,30 +129,20 @@ impl FsInner {
         let (algo, levels) = {
             let data = root.data();
             let r = dx::parse_root(&data).map_err(|_| DxFail::Fallback)?;
-            let max = if self.sbi.large_dir {
-                dx::MAX_LEVELS_LARGEDIR
-            } else {
-                dx::MAX_LEVELS
-            };
+            let max = if self.sbi.large_dir { dx::MAX_LEVELS_LARGEDIR } else { dx::MAX_LEVELS };
             if r.info.indirect_levels >= max {
                 return Err(DxFail::Fallback);
             }
-            let algo = HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned)
-                .ok_or(DxFail::Fallback)?;
+            let algo =
+                HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
             (algo, r.info.indirect_levels)
         };
         let hash = dx_hash(name, algo, self.sbi.hash_seed).major;
-        let mut frames = vec![Frame {
-            buf: root,
-            is_root: true,
-            at: 0,
-        }];
+        let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;
         loop {
-            let leaf = frames
-                .last()
-                .and_then(|f| f.with_entries(|e| e.get(f.at).1))
-                .ok_or(DxFail::Fallback)?;
+            let leaf =
+                frames.last().and_then(|f| f.with_entries(|e| e.get(f.at).1)).ok_or(DxFail::Fallback)?;
             if let Some((_, buf)) = self.dir_block(dir, leaf, DirBlockKind::Leaf)? {
                 if let Some(ino) = self.search_leaf(&buf, name, false) {
                     return Ok(Some(ino));
@@ -194,11 +177,7 @@ impl FsInner {
                 return Ok(());
             }
             let node = self.dx_node(dir, child)?;
-            frames.push(Frame {
-                buf: node,
-                is_root: false,
-                at: 0,
-            });
+            frames.push(Frame { buf: node, is_root: false, at: 0 });
         }
     }
 
@@ -214,12 +193,7 @@ impl FsInner {
 
     /// Moves to the next leaf if it may hold more names with `hash` (a hash collision continued
     /// across blocks: the next entry's hash equals ours apart from the low "continued" bit).
-    fn dx_next_block(
-        &self,
-        dir: &Inode,
-        frames: &mut Vec<Frame>,
-        hash: u32,
-    ) -> Result<bool, DxFail> {
+    fn dx_next_block(&self, dir: &Inode, frames: &mut Vec<Frame>, hash: u32) -> Result<bool, DxFail> {
         let levels = frames.len();
         // Climb until a frame has a next entry.
         let mut depth = levels;
@@ -246,11 +220,7 @@ impl FsInner {
             let f = frames.last().ok_or(DxFail::Fallback)?;
             let child = f.with_entries(|e| e.get(f.at).1).ok_or(DxFail::Fallback)?;
             let node = self.dx_node(dir, child)?;
-            frames.push(Frame {
-                buf: node,
-                is_root: false,
-                at: 0,
-            });
+            frames.push(Frame { buf: node, is_root: false, at: 0 });
         }
         Ok(true)
     }

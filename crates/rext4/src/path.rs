@@ -80,24 +80,14 @@ impl Fs {
         if self.getattr(ino)?.kind != FileType::Directory {
             return Err(Error::NotDir);
         }
-        Ok(ReadDir {
-            fs: self.clone(),
-            ino,
-            pos: 0,
-            buf: VecDeque::new(),
-            done: false,
-        })
+        Ok(ReadDir { fs: self.clone(), ino, pos: 0, buf: VecDeque::new(), done: false })
     }
 
     /// Opens the file at `path` for reading.
     pub fn open_file(&self, path: impl AsRef<Path>) -> Result<File> {
         let ino = self.resolve(path, true)?;
         self.getattr(ino)?;
-        Ok(File {
-            fs: self.clone(),
-            ino,
-            pos: 0,
-        })
+        Ok(File { fs: self.clone(), ino, pos: 0 })
     }
 
     /// The whole content of the file at `path`.
@@ -110,10 +100,7 @@ impl Fs {
 }
 
 fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect()
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect()
 }
 
 /// Iterator over a directory's entries (without `.` and `..`), fetched in batches.
@@ -193,10 +180,8 @@ impl io::Seek for File {
             io::SeekFrom::Current(d) => (self.pos, d),
             io::SeekFrom::End(d) => (self.metadata()?.size, d),
         };
-        let p = base
-            .0
-            .checked_add_signed(base.1)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let p =
+            base.0.checked_add_signed(base.1).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         self.pos = p;
         Ok(p)
     }

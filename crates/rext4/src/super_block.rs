@@ -76,17 +76,13 @@ impl SbInfo {
     pub fn load(dev: &dyn BlockDevice) -> Result<Self> {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         if dev.size() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
-            return Err(Error::Incompatible(
-                "device too small to hold an ext2/3/4 filesystem".into(),
-            ));
+            return Err(Error::Incompatible("device too small to hold an ext2/3/4 filesystem".into()));
         }
         dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
         // Cannot fail: `raw` is exactly SUPERBLOCK_SIZE bytes.
         let sb = Superblock::parse(&raw).unwrap();
         if sb.s_magic.get() != fsb::EXT4_MAGIC {
-            return Err(Error::Incompatible(
-                "no ext2/3/4 filesystem (bad magic number)".into(),
-            ));
+            return Err(Error::Incompatible("no ext2/3/4 filesystem (bad magic number)".into()));
         }
         Self::check_features(&sb)?;
         if sb.has_metadata_csum() {
@@ -103,9 +99,7 @@ impl SbInfo {
     fn check_features(sb: &Superblock) -> Result<()> {
         let incompat = sb.incompat();
         if incompat.contains(Incompat::JOURNAL_DEV) {
-            return Err(Error::Incompatible(
-                "this is an external journal device, not a filesystem".into(),
-            ));
+            return Err(Error::Incompatible("this is an external journal device, not a filesystem".into()));
         }
         if incompat.contains(Incompat::RECOVER) {
             return Err(Error::Incompatible(
@@ -117,13 +111,9 @@ impl SbInfo {
         let unsupported = incompat.difference(INCOMPAT_SUPPORTED);
         if !unsupported.is_empty() {
             let names = feature_names(FeatureKind::Incompat, unsupported.bits()).join(", ");
-            return Err(Error::Incompatible(format!(
-                "unsupported incompat feature(s): {names}"
-            )));
+            return Err(Error::Incompatible(format!("unsupported incompat feature(s): {names}")));
         }
-        if sb.ro_compat().contains(RoCompat::METADATA_CSUM)
-            && sb.ro_compat().contains(RoCompat::GDT_CSUM)
-        {
+        if sb.ro_compat().contains(RoCompat::METADATA_CSUM) && sb.ro_compat().contains(RoCompat::GDT_CSUM) {
             return Err(bad("both metadata_csum and uninit_bg are set"));
         }
         Ok(())
@@ -134,9 +124,7 @@ impl SbInfo {
         let ro = sb.ro_compat();
         if ro.contains(RoCompat::BIGALLOC) {
             if sb.cluster_size() != Some(u64::from(block_size)) {
-                return Err(Error::Incompatible(
-                    "bigalloc (clusters) is not supported".into(),
-                ));
+                return Err(Error::Incompatible("bigalloc (clusters) is not supported".into()));
             }
         } else if sb.s_log_cluster_size.get() != sb.s_log_block_size.get() {
             return Err(bad("cluster size differs from block size without bigalloc"));
@@ -164,8 +152,7 @@ impl SbInfo {
         if first_data_block >= blocks_count {
             return Err(bad("first data block beyond block count"));
         }
-        if block_size == 1024 && first_data_block != 1 || block_size > 1024 && first_data_block != 0
-        {
+        if block_size == 1024 && first_data_block != 1 || block_size > 1024 && first_data_block != 0 {
             return Err(bad("first data block does not match block size"));
         }
         if blocks_count.saturating_mul(u64::from(block_size)) > dev_size {
@@ -174,8 +161,7 @@ impl SbInfo {
             )));
         }
         let first_ino = sb.first_ino();
-        if sb.s_rev_level.get() != fsb::GOOD_OLD_REV && (first_ino < 11 || first_ino > inodes_count)
-        {
+        if sb.s_rev_level.get() != fsb::GOOD_OLD_REV && (first_ino < 11 || first_ino > inodes_count) {
             return Err(bad("first inode out of range"));
         }
         let desc_size = usize::from(sb.desc_size());
@@ -189,9 +175,7 @@ impl SbInfo {
         }
         let descs_per_block = block_size / desc_size as u32;
         let gdt_blocks = u64::from(group_count.div_ceil(descs_per_block));
-        if sb.incompat().contains(Incompat::META_BG)
-            && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks
-        {
+        if sb.incompat().contains(Incompat::META_BG) && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks {
             return Err(bad("first meta_bg beyond descriptor blocks"));
         }
         let inode_table_blocks =

@@ -17,6 +17,8 @@ pub(crate) struct Xattr {
     pub index: u8,
     pub name: Vec<u8>,
     pub value: Vec<u8>,
+    /// For values in an EA inode: (inode, size), read after the block lock is released.
+    ea_inode: Option<(u32, u32)>,
 }
 
 impl FsInner {
@@ -25,6 +27,11 @@ impl FsInner {
         let mut out = Vec::new();
         self.ibody_xattrs(inode, &mut out)?;
         self.block_xattrs(inode, &mut out)?;
+        for x in &mut out {
+            if let Some((vino, size)) = x.ea_inode {
+                x.value = self.ea_inode_value(inode.ino, vino, size)?;
+            }
+        }
         Ok(out)
     }
 
@@ -58,29 +65,15 @@ impl FsInner {
             let blocks = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
             if magic != fx::XATTR_MAGIC || blocks != 1 {
                 let what = "bad block header";
-                return corrupt(CorruptKind::Xattr {
-                    ino,
-                    block: Some(PhysBlock(blk)),
-                    what,
-                });
+                return corrupt(CorruptKind::Xattr { ino, block: Some(PhysBlock(blk)), what });
             }
             if csum && !fx::verify_block_checksum(data, seed, blk) {
-                return corrupt(CorruptKind::XattrChecksum {
-                    ino,
-                    block: PhysBlock(blk),
-                });
+                return corrupt(CorruptKind::XattrChecksum { ino, block: PhysBlock(blk) });
             }
             Ok(())
         })?;
         let data = buf.data();
-        self.collect(
-            ino,
-            Some(blk),
-            &data[fx::BLOCK_HEADER_SIZE..],
-            &data,
-            fx::BLOCK_HEADER_SIZE,
-            out,
-        )
+        self.collect(ino, Some(blk), &data[fx::BLOCK_HEADER_SIZE..], &data, fx::BLOCK_HEADER_SIZE, out)
     }
 
     /// Reads the entries in `entries` with values in `values`; `entries_at` is where the entry
@@ -106,42 +99,35 @@ impl FsInner {
         }
         let entries_end = entries_at + it.end();
         for e in found {
-            let value = if e.value_inum != 0 {
-                self.ea_inode_value(ino, &e)?
+            let (value, ea_inode) = if e.value_inum != 0 {
+                (Vec::new(), Some((e.value_inum, e.value_size)))
             } else {
                 match fx::value_slice(values, entries_end, &e) {
-                    Ok(v) => v.to_vec(),
+                    Ok(v) => (v.to_vec(), None),
                     Err(_) => return bad("value outside its area"),
                 }
             };
-            out.push(Xattr {
-                index: e.index,
-                name: e.name.to_vec(),
-                value,
-            });
+            out.push(Xattr { index: e.index, name: e.name.to_vec(), value, ea_inode });
         }
         Ok(())
     }
 
-    fn ea_inode_value(&self, ino: InodeNo, e: &RawXattr<'_>) -> Result<Vec<u8>> {
-        let bad = |what| {
-            corrupt(CorruptKind::Xattr {
-                ino,
-                block: None,
-                what,
-            })
-        };
+    fn ea_inode_value(&self, ino: InodeNo, value_inum: u32, value_size: u32) -> Result<Vec<u8>> {
+        let bad = |what| corrupt(CorruptKind::Xattr { ino, block: None, what });
         if !self.sbi.ea_inode {
             return bad("value in an inode without the ea_inode feature");
         }
-        if e.value_size > VALUE_MAX {
+        if value_size > VALUE_MAX {
             return bad("value too large");
         }
-        let vino = self.iget(InodeNo(e.value_inum))?;
-        if vino.flags() & EA_INODE_FL == 0 || vino.size() != u64::from(e.value_size) {
+        if value_inum == ino.0 {
+            return bad("value inode is the inode itself");
+        }
+        let vino = self.iget(InodeNo(value_inum))?;
+        if vino.flags() & EA_INODE_FL == 0 || vino.size() != u64::from(value_size) {
             return bad("value inode does not match its entry");
         }
-        let mut v = vec![0u8; e.value_size as usize];
+        let mut v = vec![0u8; value_size as usize];
         let n = self.read_data(&vino, 0, &mut v)?;
         if n != v.len() {
             return bad("value inode shorter than its entry");
@@ -157,13 +143,8 @@ impl FsInner {
                 return match index {
                     fx::INDEX_POSIX_ACL_ACCESS | fx::INDEX_POSIX_ACL_DEFAULT => {
                         let what = "malformed ACL";
-                        let e = CorruptKind::Xattr {
-                            ino: inode.ino,
-                            block: None,
-                            what,
-                        };
-                        fx::acl_disk_to_xattr(&x.value)
-                            .ok_or(Error::Corrupt(crate::error::Corrupt(e)))
+                        let e = CorruptKind::Xattr { ino: inode.ino, block: None, what };
+                        fx::acl_disk_to_xattr(&x.value).ok_or(Error::Corrupt(crate::error::Corrupt(e)))
                     }
                     _ => Ok(x.value),
                 };
@@ -186,10 +167,7 @@ impl FsInner {
     pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         self.ibody_xattrs(inode, &mut out)?;
-        Ok(out
-            .into_iter()
-            .find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data")
-            .map(|x| x.value))
+        Ok(out.into_iter().find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data").map(|x| x.value))
     }
 }
 
@@ -207,11 +185,7 @@ fn is_visible(index: u8) -> bool {
 
 fn visible_split(name: &[u8]) -> Result<(u8, &[u8])> {
     if name.is_empty() || name.len() > 255 {
-        return Err(if name.is_empty() {
-            Error::InvalidInput("empty xattr name")
-        } else {
-            Error::Range
-        });
+        return Err(if name.is_empty() { Error::InvalidInput("empty xattr name") } else { Error::Range });
     }
     match fx::split_name(name) {
         Some((index, suffix)) if is_visible(index) => Ok((index, suffix)),

@@ -7,8 +7,7 @@
 //! computed here.
 
 use super::{
-    check_block, BlockType, Header, Jbd2Error, JournalParams, CHECKSUM_WORDS, CHKSUM_CRC32,
-    CRC32_CHKSUM_SIZE,
+    check_block, BlockType, Header, Jbd2Error, JournalParams, CHECKSUM_WORDS, CHKSUM_CRC32, CRC32_CHKSUM_SIZE,
 };
 use crate::checksum::crc32c;
 use zerocopy::big_endian::{U32, U64};
@@ -115,15 +114,9 @@ impl<'a> CommitBlock<'a> {
     /// Checks the block's length (`params.block_size`), magic and type; not the checksum.
     pub fn parse(block: &'a [u8], params: &JournalParams) -> Result<Self, Jbd2Error> {
         check_block(block, params, BlockType::Commit)?;
-        let header = CommitHeader::parse(block).ok_or(Jbd2Error::BadLength {
-            expected: params.block_size,
-            found: block.len(),
-        })?;
-        Ok(CommitBlock {
-            header,
-            block,
-            params: *params,
-        })
+        let header = CommitHeader::parse(block)
+            .ok_or(Jbd2Error::BadLength { expected: params.block_size, found: block.len() })?;
+        Ok(CommitBlock { header, block, params: *params })
     }
     pub fn header(&self) -> &CommitHeader {
         &self.header
@@ -150,12 +143,7 @@ mod tests {
     use super::*;
 
     fn params(csum: CsumVersion) -> JournalParams {
-        JournalParams {
-            block_size: 2048,
-            is_64bit: true,
-            csum,
-            csum_seed: journal_csum_seed(&[0x42; 16]),
-        }
+        JournalParams { block_size: 2048, is_64bit: true, csum, csum_seed: journal_csum_seed(&[0x42; 16]) }
     }
 
     #[test]
@@ -209,10 +197,7 @@ mod tests {
     #[test]
     fn garbage_is_rejected_without_panics() {
         let p = params(CsumVersion::V3);
-        assert!(matches!(
-            CommitBlock::parse(&[0xFF; 2048], &p),
-            Err(Jbd2Error::BadMagic(_))
-        ));
+        assert!(matches!(CommitBlock::parse(&[0xFF; 2048], &p), Err(Jbd2Error::BadMagic(_))));
         assert!(CommitBlock::parse(&[0xFF; 20], &p).is_err());
         let mut b = vec![0xFFu8; 2048];
         b[..12].copy_from_slice(Header::new(BlockType::Commit, 1).as_bytes());
@@ -223,10 +208,7 @@ mod tests {
         let mut short = [0u8; 30];
         set_commit_checksum(&mut short, &p);
         assert_eq!(short, [0u8; 30]);
-        let tiny = JournalParams {
-            block_size: 16,
-            ..p
-        };
+        let tiny = JournalParams { block_size: 16, ..p };
         assert!(CommitBlock::parse(&b[..16], &tiny).is_err());
     }
 }

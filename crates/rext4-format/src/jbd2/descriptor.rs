@@ -8,8 +8,8 @@
 //! list for the kernel, so a missing `LAST_TAG` is not an error.
 
 use super::{
-    check_block, data_block_checksum, escape_block, set_tail, verify_tail, BlockType, CsumVersion,
-    Header, Jbd2Error, JournalParams, PushError, TagFlags, HEADER_SIZE, UUID_SIZE,
+    check_block, data_block_checksum, escape_block, set_tail, verify_tail, BlockType, CsumVersion, Header,
+    Jbd2Error, JournalParams, PushError, TagFlags, HEADER_SIZE, UUID_SIZE,
 };
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -61,8 +61,7 @@ impl BlockTag3 {
     }
     pub fn set_block(&mut self, b: u64, is_64bit: bool) {
         self.t_blocknr.set(b as u32);
-        self.t_blocknr_high
-            .set(if is_64bit { (b >> 32) as u32 } else { 0 });
+        self.t_blocknr_high.set(if is_64bit { (b >> 32) as u32 } else { 0 });
     }
     /// The flags: the low 16 bits of `t_flags`, all the kernel looks at.
     pub fn flags(&self) -> TagFlags {
@@ -76,8 +75,7 @@ impl BlockTag {
     }
     pub fn set_block(&mut self, b: u64, is_64bit: bool) {
         self.t_blocknr.set(b as u32);
-        self.t_blocknr_high
-            .set(if is_64bit { (b >> 32) as u32 } else { 0 });
+        self.t_blocknr_high.set(if is_64bit { (b >> 32) as u32 } else { 0 });
     }
     pub fn flags(&self) -> TagFlags {
         TagFlags::from_bits_retain(self.t_flags.get())
@@ -135,11 +133,7 @@ fn decode_tag(raw: &[u8], params: &JournalParams) -> (u64, TagFlags, u32) {
         buf[..n].copy_from_slice(&raw[..n]);
         // Cannot fail: exactly 12 bytes, and every bit pattern is a valid tag.
         let t = BlockTag::read_from_bytes(&buf).unwrap();
-        let csum = if params.csum == CsumVersion::V2 {
-            u32::from(t.t_checksum.get())
-        } else {
-            0
-        };
+        let csum = if params.csum == CsumVersion::V2 { u32::from(t.t_checksum.get()) } else { 0 };
         (t.block(params.is_64bit), t.flags(), csum)
     }
 }
@@ -213,12 +207,7 @@ impl Iterator for DescriptorTags<'_> {
         if flags.contains(TagFlags::LAST_TAG) {
             self.done = true;
         }
-        Some(Tag {
-            block,
-            flags,
-            checksum,
-            uuid,
-        })
+        Some(Tag { block, flags, checksum, uuid })
     }
 }
 
@@ -255,9 +244,7 @@ impl DescriptorBuilder {
 
     /// The most tags one descriptor block can hold.
     pub fn capacity(params: &JournalParams) -> usize {
-        let area = params
-            .block_size
-            .saturating_sub(HEADER_SIZE + params.tail_size());
+        let area = params.block_size.saturating_sub(HEADER_SIZE + params.tail_size());
         let size = params.tag_size();
         match area.checked_sub(size + UUID_SIZE) {
             Some(rest) => 1 + rest / size,
@@ -274,11 +261,7 @@ impl DescriptorBuilder {
     /// Whether another tag fits.
     pub fn has_room(&self) -> bool {
         let need = self.params.tag_size() + if self.count == 0 { UUID_SIZE } else { 0 };
-        self.pos + need
-            <= self
-                .params
-                .block_size
-                .saturating_sub(self.params.tail_size())
+        self.pos + need <= self.params.block_size.saturating_sub(self.params.tail_size())
     }
 
     /// Adds the tag for journal block `data`, the copy of filesystem block `target` that will
@@ -286,10 +269,7 @@ impl DescriptorBuilder {
     /// [`TagFlags::ESCAPE`]), then stores its checksum. On error nothing changes.
     pub fn push_block(&mut self, target: u64, data: &mut [u8]) -> Result<(), PushError> {
         if data.len() != self.params.block_size {
-            return Err(PushError::WrongLength {
-                expected: self.params.block_size,
-                found: data.len(),
-            });
+            return Err(PushError::WrongLength { expected: self.params.block_size, found: data.len() });
         }
         self.check(target)?;
         let mut flags = TagFlags::empty();
@@ -312,12 +292,7 @@ impl DescriptorBuilder {
 
     /// Adds a tag with the given flags and data checksum (truncated to 16 bits for v2, ignored
     /// without v2/v3). `SAME_UUID` and `LAST_TAG` are managed by the builder.
-    pub fn push_tag(
-        &mut self,
-        target: u64,
-        flags: TagFlags,
-        checksum: u32,
-    ) -> Result<(), PushError> {
+    pub fn push_tag(&mut self, target: u64, flags: TagFlags, checksum: u32) -> Result<(), PushError> {
         self.check(target)?;
         let mut flags = flags - TagFlags::SAME_UUID - TagFlags::LAST_TAG;
         if self.count > 0 {
@@ -341,11 +316,7 @@ impl DescriptorBuilder {
             csum => {
                 let mut t = BlockTag {
                     t_blocknr: 0.into(),
-                    t_checksum: if csum == CsumVersion::V2 {
-                        (checksum as u16).into()
-                    } else {
-                        0.into()
-                    },
+                    t_checksum: if csum == CsumVersion::V2 { (checksum as u16).into() } else { 0.into() },
                     t_flags: flags.bits().into(),
                     t_blocknr_high: 0.into(),
                 };
@@ -371,8 +342,7 @@ impl DescriptorBuilder {
     pub fn finish(mut self) -> Option<Vec<u8>> {
         // In bounds: the flags word lies inside the last tag, which was written.
         let off = self.last_tag? + FLAGS16_OFFSET;
-        let f =
-            u16::from_be_bytes([self.block[off], self.block[off + 1]]) | TagFlags::LAST_TAG.bits();
+        let f = u16::from_be_bytes([self.block[off], self.block[off + 1]]) | TagFlags::LAST_TAG.bits();
         self.block[off..off + 2].copy_from_slice(&f.to_be_bytes());
         set_tail(&mut self.block, &self.params);
         Some(self.block)
@@ -387,22 +357,12 @@ mod tests {
     const UUID: [u8; 16] = [0xAB; 16];
 
     fn params(csum: CsumVersion, is_64bit: bool) -> JournalParams {
-        JournalParams {
-            block_size: 1024,
-            is_64bit,
-            csum,
-            csum_seed: journal_csum_seed(&UUID),
-        }
+        JournalParams { block_size: 1024, is_64bit, csum, csum_seed: journal_csum_seed(&UUID) }
     }
 
     fn all_params() -> Vec<JournalParams> {
         let mut v = Vec::new();
-        for csum in [
-            CsumVersion::None,
-            CsumVersion::V1,
-            CsumVersion::V2,
-            CsumVersion::V3,
-        ] {
+        for csum in [CsumVersion::None, CsumVersion::V1, CsumVersion::V2, CsumVersion::V3] {
             for b in [false, true] {
                 v.push(params(csum, b));
             }
@@ -421,11 +381,8 @@ mod tests {
     #[test]
     fn builder_round_trips_every_layout() {
         for p in all_params() {
-            let targets: Vec<u64> = if p.is_64bit {
-                vec![5, 0x1_2345_6789, u64::MAX, 0]
-            } else {
-                vec![5, 0xFFFF_FFFF, 0]
-            };
+            let targets: Vec<u64> =
+                if p.is_64bit { vec![5, 0x1_2345_6789, u64::MAX, 0] } else { vec![5, 0xFFFF_FFFF, 0] };
             let mut b = DescriptorBuilder::new(&p, 77, UUID);
             let mut copies = Vec::new();
             for &t in &targets {
@@ -471,20 +428,13 @@ mod tests {
     fn v3_layout_bytes() {
         let p = params(CsumVersion::V3, true);
         let mut b = DescriptorBuilder::new(&p, 1, UUID);
-        b.push_tag(0x0102_0304_0506_0708, TagFlags::ESCAPE, 0xCAFE_F00D)
-            .unwrap();
+        b.push_tag(0x0102_0304_0506_0708, TagFlags::ESCAPE, 0xCAFE_F00D).unwrap();
         b.push_tag(9, TagFlags::empty(), 1).unwrap();
         let blk = b.finish().unwrap();
-        assert_eq!(
-            &blk[12..28],
-            &[5, 6, 7, 8, 0, 0, 0, 1, 1, 2, 3, 4, 0xCA, 0xFE, 0xF0, 0x0D]
-        );
+        assert_eq!(&blk[12..28], &[5, 6, 7, 8, 0, 0, 0, 1, 1, 2, 3, 4, 0xCA, 0xFE, 0xF0, 0x0D]);
         assert_eq!(&blk[28..44], &UUID);
         // Second tag: SAME_UUID | LAST_TAG in the low half of the 32-bit flags.
-        assert_eq!(
-            &blk[44..60],
-            &[0, 0, 0, 9, 0, 0, 0, 0x0A, 0, 0, 0, 0, 0, 0, 0, 1]
-        );
+        assert_eq!(&blk[44..60], &[0, 0, 0, 9, 0, 0, 0, 0x0A, 0, 0, 0, 0, 0, 0, 0, 1]);
     }
 
     #[test]
@@ -492,15 +442,11 @@ mod tests {
         let p = params(CsumVersion::V2, false);
         assert_eq!(p.tag_size(), 10);
         let mut b = DescriptorBuilder::new(&p, 1, UUID);
-        b.push_tag(0x0A0B_0C0D, TagFlags::empty(), 0x1234_5678)
-            .unwrap();
+        b.push_tag(0x0A0B_0C0D, TagFlags::empty(), 0x1234_5678).unwrap();
         b.push_tag(2, TagFlags::empty(), 0xFFFF_0001).unwrap();
         let blk = b.finish().unwrap();
         // blocknr, 16-bit checksum, flags, 2 unused bytes.
-        assert_eq!(
-            &blk[12..22],
-            &[0x0A, 0x0B, 0x0C, 0x0D, 0x56, 0x78, 0, 0, 0, 0]
-        );
+        assert_eq!(&blk[12..22], &[0x0A, 0x0B, 0x0C, 0x0D, 0x56, 0x78, 0, 0, 0, 0]);
         assert_eq!(&blk[22..38], &UUID);
         assert_eq!(&blk[38..48], &[0, 0, 0, 2, 0, 1, 0, 0x0A, 0, 0]);
         let tags: Vec<Tag> = DescriptorTags::parse(&blk, &p).unwrap().collect();
@@ -524,10 +470,7 @@ mod tests {
             assert!(tags.iter().map(|t| t.block).eq(0..cap as u64));
         }
         // 4 KiB v3: (4096 - 12 - 4 - 16) / 16 = 254 tags, as the kernel fits.
-        let p = JournalParams {
-            block_size: 4096,
-            ..params(CsumVersion::V3, true)
-        };
+        let p = JournalParams { block_size: 4096, ..params(CsumVersion::V3, true) };
         assert_eq!(DescriptorBuilder::capacity(&p), 254);
     }
 
@@ -535,18 +478,9 @@ mod tests {
     fn builder_rejects_bad_input() {
         let p = params(CsumVersion::V3, false);
         let mut b = DescriptorBuilder::new(&p, 3, UUID);
-        assert_eq!(
-            b.push_tag(1 << 32, TagFlags::empty(), 0),
-            Err(PushError::BlockTooLarge(1 << 32))
-        );
+        assert_eq!(b.push_tag(1 << 32, TagFlags::empty(), 0), Err(PushError::BlockTooLarge(1 << 32)));
         let mut short = vec![0u8; 10];
-        assert_eq!(
-            b.push_block(1, &mut short),
-            Err(PushError::WrongLength {
-                expected: 1024,
-                found: 10
-            })
-        );
+        assert_eq!(b.push_block(1, &mut short), Err(PushError::WrongLength { expected: 1024, found: 10 }));
         assert!(b.is_empty());
         assert!(b.finish().is_none());
         // Builders for absurd block sizes do not panic.
@@ -602,10 +536,7 @@ mod tests {
             ));
             let mut blk = vec![0u8; p.block_size];
             blk[..12].copy_from_slice(Header::new(BlockType::Commit, 9).as_bytes());
-            assert!(matches!(
-                DescriptorTags::parse(&blk, &p),
-                Err(Jbd2Error::WrongBlockType { .. })
-            ));
+            assert!(matches!(DescriptorTags::parse(&blk, &p), Err(Jbd2Error::WrongBlockType { .. })));
             blk[..12].copy_from_slice(Header::new(BlockType::Descriptor, 9).as_bytes());
             assert!(matches!(
                 DescriptorTags::parse(&blk[..p.block_size - 1], &p),

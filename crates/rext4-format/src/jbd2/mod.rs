@@ -170,17 +170,11 @@ pub fn feature_name(kind: FeatureKind, bit: u32) -> String {
 
 /// Names of every journal feature bit set in `word`, lowest bit first.
 pub fn feature_names(kind: FeatureKind, word: u32) -> Vec<String> {
-    (0..32)
-        .map(|i| 1u32 << i)
-        .filter(|b| word & b != 0)
-        .map(|b| feature_name(kind, b))
-        .collect()
+    (0..32).map(|i| 1u32 << i).filter(|b| word & b != 0).map(|b| feature_name(kind, b)).collect()
 }
 
 /// `journal_header_t`: the first 12 bytes of every journal metadata block.
-#[derive(
-    FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, PartialEq, Eq,
-)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct Header {
     /*00*/ pub h_magic: U32,
@@ -342,10 +336,9 @@ impl core::fmt::Display for Jbd2Error {
             Self::BadFirst { first, maxlen } => {
                 write!(f, "journal first block {first} invalid for length {maxlen}")
             }
-            Self::TooShort { maxlen, fc_blocks } => write!(
-                f,
-                "journal of {maxlen} blocks too short for {fc_blocks} fast-commit blocks"
-            ),
+            Self::TooShort { maxlen, fc_blocks } => {
+                write!(f, "journal of {maxlen} blocks too short for {fc_blocks} fast-commit blocks")
+            }
             Self::UnknownIncompat(b) => write!(
                 f,
                 "unsupported journal features: {}",
@@ -358,10 +351,9 @@ impl core::fmt::Display for Jbd2Error {
             ),
             Self::ConflictingChecksums => write!(f, "journal has several checksum versions"),
             Self::BadChecksumType(t) => write!(f, "unknown journal checksum type {t}"),
-            Self::BadChecksum { stored, computed } => write!(
-                f,
-                "journal checksum {stored:#010x} does not match {computed:#010x}"
-            ),
+            Self::BadChecksum { stored, computed } => {
+                write!(f, "journal checksum {stored:#010x} does not match {computed:#010x}")
+            }
             Self::BadRevokeCount(c) => write!(f, "revoke block r_count {c} out of range"),
         }
     }
@@ -390,10 +382,7 @@ pub(crate) fn check_block(
     // A block size below header + tail would leave parsers no room; JournalParams built from a
     // validated superblock is at least 1024.
     if block.len() != params.block_size || block.len() < HEADER_SIZE + TAIL_SIZE {
-        return Err(Jbd2Error::BadLength {
-            expected: params.block_size,
-            found: block.len(),
-        });
+        return Err(Jbd2Error::BadLength { expected: params.block_size, found: block.len() });
     }
     // Cannot fail: the block is longer than a header (checked just above).
     let h = Header::parse(block).unwrap();
@@ -401,10 +390,7 @@ pub(crate) fn check_block(
         return Err(Jbd2Error::BadMagic(h.h_magic.get()));
     }
     if h.h_blocktype.get() != expected.raw() {
-        return Err(Jbd2Error::WrongBlockType {
-            expected,
-            found: h.h_blocktype.get(),
-        });
+        return Err(Jbd2Error::WrongBlockType { expected, found: h.h_blocktype.get() });
     }
     Ok(h)
 }
@@ -487,12 +473,7 @@ mod tests {
     use super::*;
 
     fn params(csum: CsumVersion, is_64bit: bool) -> JournalParams {
-        JournalParams {
-            block_size: 1024,
-            is_64bit,
-            csum,
-            csum_seed: journal_csum_seed(&[7; 16]),
-        }
+        JournalParams { block_size: 1024, is_64bit, csum, csum_seed: journal_csum_seed(&[7; 16]) }
     }
 
     #[test]
@@ -512,10 +493,7 @@ mod tests {
     fn header_round_trip() {
         let h = Header::new(BlockType::Revoke, 0xDEAD_BEEF);
         let b = h.as_bytes();
-        assert_eq!(
-            b,
-            &[0xC0, 0x3B, 0x39, 0x98, 0, 0, 0, 5, 0xDE, 0xAD, 0xBE, 0xEF]
-        );
+        assert_eq!(b, &[0xC0, 0x3B, 0x39, 0x98, 0, 0, 0, 5, 0xDE, 0xAD, 0xBE, 0xEF]);
         let back = Header::parse(b).unwrap();
         assert_eq!(back, h);
         assert!(back.has_magic());
@@ -530,11 +508,7 @@ mod tests {
     fn feature_names_follow_e2fsprogs() {
         assert_eq!(
             feature_names(FeatureKind::Incompat, 0x1 | 0x2 | 0x10),
-            vec![
-                "journal_incompat_revoke",
-                "journal_64bit",
-                "journal_checksum_v3"
-            ]
+            vec!["journal_incompat_revoke", "journal_64bit", "journal_checksum_v3"]
         );
         assert_eq!(feature_name(FeatureKind::Compat, 1), "journal_checksum");
         assert_eq!(feature_name(FeatureKind::Incompat, 0x20), "FEATURE_I5");
@@ -658,23 +632,14 @@ mod tests {
         let p = params(CsumVersion::V3, true);
         assert_eq!(
             check_block(&[0u8; 100], &p, BlockType::Commit),
-            Err(Jbd2Error::BadLength {
-                expected: 1024,
-                found: 100
-            })
+            Err(Jbd2Error::BadLength { expected: 1024, found: 100 })
         );
         let mut b = vec![0xFFu8; 1024];
-        assert_eq!(
-            check_block(&b, &p, BlockType::Commit),
-            Err(Jbd2Error::BadMagic(0xFFFF_FFFF))
-        );
+        assert_eq!(check_block(&b, &p, BlockType::Commit), Err(Jbd2Error::BadMagic(0xFFFF_FFFF)));
         b[..12].copy_from_slice(Header::new(BlockType::Revoke, 1).as_bytes());
         assert_eq!(
             check_block(&b, &p, BlockType::Commit),
-            Err(Jbd2Error::WrongBlockType {
-                expected: BlockType::Commit,
-                found: 5
-            })
+            Err(Jbd2Error::WrongBlockType { expected: BlockType::Commit, found: 5 })
         );
         let tiny = JournalParams { block_size: 8, ..p };
         assert!(check_block(&[0u8; 8], &tiny, BlockType::Commit).is_err());

@@ -67,11 +67,7 @@ impl Drop for Scratch {
 
 fn run(cmd: &mut Command, ok_codes: &[i32]) -> String {
     let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let code = out.status.code().unwrap_or(-1);
     assert!(ok_codes.contains(&code), "{cmd:?} exited {code}:\n{text}");
     text
@@ -79,14 +75,7 @@ fn run(cmd: &mut Command, ok_codes: &[i32]) -> String {
 
 fn mkfs(t: &Tools, dir: &Scratch, opts: &[&str]) -> PathBuf {
     let img = dir.path("img");
-    run(
-        Command::new(&t.mkfs)
-            .args(["-q", "-F", "-b", "4096"])
-            .args(opts)
-            .arg(&img)
-            .arg("64M"),
-        &[0],
-    );
+    run(Command::new(&t.mkfs).args(["-q", "-F", "-b", "4096"]).args(opts).arg(&img).arg("64M"), &[0]);
     img
 }
 
@@ -225,9 +214,7 @@ fn logdump(t: &Tools, img: &Path) -> (Vec<(u64, u16, u32)>, Vec<u64>, String) {
     let mut revoked = Vec::new();
     for line in out.lines() {
         let w: Vec<&str> = line.split_whitespace().collect();
-        if let ["FS", "block", target, "logged", "at", "journal", "block", jblk, "(flags", flags] =
-            w[..]
-        {
+        if let ["FS", "block", target, "logged", "at", "journal", "block", jblk, "(flags", flags] = w[..] {
             let flags = flags.trim_start_matches("0x").trim_end_matches(')');
             tags.push((
                 target.parse().unwrap(),
@@ -251,14 +238,7 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case {
-        name: "v3-64bit",
-        mkfs: &[],
-        jo: "jo -c",
-        csum: CsumVersion::V3,
-        is_64bit: true,
-        tag_size: 16,
-    },
+    Case { name: "v3-64bit", mkfs: &[], jo: "jo -c", csum: CsumVersion::V3, is_64bit: true, tag_size: 16 },
     Case {
         name: "v2-64bit",
         mkfs: &[],
@@ -363,18 +343,12 @@ fn debugfs_written_transactions() {
         let out = debugfs(
             &t,
             &img,
-            &format!(
-                "{}\njw -b 100-399,16000 -r 1000-1599 {}\njc\n",
-                case.jo,
-                data_file.display()
-            ),
+            &format!("{}\njw -b 100-399,16000 -r 1000-1599 {}\njc\n", case.jo, data_file.display()),
             true,
         );
         let j = dump_journal(&t, &img);
         let sb = JournalSuperblock::parse(&j).unwrap();
-        let p = sb
-            .params()
-            .unwrap_or_else(|e| panic!("{}: {e}\n{out}", case.name));
+        let p = sb.params().unwrap_or_else(|e| panic!("{}: {e}\n{out}", case.name));
         assert_eq!(p.csum, case.csum, "{}", case.name);
         assert_eq!(p.is_64bit, case.is_64bit, "{}", case.name);
         assert_eq!(p.tag_size(), case.tag_size, "{}", case.name);
@@ -387,10 +361,7 @@ fn debugfs_written_transactions() {
 
         let log = walk(&j, &sb, &p);
         let name = case.name;
-        assert!(
-            log.tags.iter().map(|t| t.0).eq(targets.iter().copied()),
-            "{name}"
-        );
+        assert!(log.tags.iter().map(|t| t.0).eq(targets.iter().copied()), "{name}");
         for (i, d) in log.data.iter().enumerate() {
             assert!(*d == pattern(i), "{name}: data of tag {i}");
         }
@@ -401,26 +372,14 @@ fn debugfs_written_transactions() {
         assert_eq!(log.revoked, revokes, "{name}");
         let cap = DescriptorBuilder::capacity(&p);
         assert_eq!(log.descriptors, targets.len().div_ceil(cap), "{name}");
-        assert_eq!(
-            log.descriptors_without_last_tag,
-            log.descriptors - 1,
-            "{name}"
-        );
-        assert_eq!(
-            log.uuids.iter().filter(|&&u| u).count(),
-            log.descriptors,
-            "{name}"
-        );
+        assert_eq!(log.descriptors_without_last_tag, log.descriptors - 1, "{name}");
+        assert_eq!(log.uuids.iter().filter(|&&u| u).count(), log.descriptors, "{name}");
         let rcap = RevokeBuilder::capacity(&p);
         assert_eq!(log.revoke_blocks, revokes.len().div_ceil(rcap), "{name}");
         assert_eq!(log.commits.len(), 1, "{name}");
         let commit = &log.commits[0];
         assert_eq!(commit.sequence(), 1);
-        assert_eq!(
-            commit.v1_checksum().is_some(),
-            case.csum == CsumVersion::V1,
-            "{name}"
-        );
+        assert_eq!(commit.v1_checksum().is_some(), case.csum == CsumVersion::V1, "{name}");
 
         let (tags, revoked, dump) = logdump(&t, &img);
         assert_eq!(tags, log.tags, "{name}: logdump disagrees:\n{dump}");
@@ -431,19 +390,11 @@ fn debugfs_written_transactions() {
 /// Reads or writes one 4 KiB block of the image.
 fn read_block(img: &Path, n: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
-    fs::File::open(img)
-        .unwrap()
-        .read_exact_at(&mut b, n * BS as u64)
-        .unwrap();
+    fs::File::open(img).unwrap().read_exact_at(&mut b, n * BS as u64).unwrap();
     b
 }
 fn write_at(img: &Path, off: u64, bytes: &[u8]) {
-    fs::OpenOptions::new()
-        .write(true)
-        .open(img)
-        .unwrap()
-        .write_all_at(bytes, off)
-        .unwrap();
+    fs::OpenOptions::new().write(true).open(img).unwrap().write_all_at(bytes, off).unwrap();
 }
 
 /// What to damage (after checksumming) before e2fsck sees the journal.
@@ -458,14 +409,7 @@ enum Corrupt {
 
 /// Builds a transaction with this module, writes it into a fresh image's journal, marks the
 /// filesystem as needing recovery, and lets e2fsck replay it.
-fn replay(
-    t: &Tools,
-    name: &str,
-    opts: &[&str],
-    csum: CsumVersion,
-    is_64bit: bool,
-    corrupt: Corrupt,
-) {
+fn replay(t: &Tools, name: &str, opts: &[&str], csum: CsumVersion, is_64bit: bool, corrupt: Corrupt) {
     let dir = Scratch::new(name);
     let img = mkfs(t, &dir, opts);
     let map = journal_map(t, &img, 10);
@@ -494,10 +438,7 @@ fn replay(
     let revoked = 10002u64;
     let originals: Vec<Vec<u8>> = (0..targets.len()).map(|i| pattern(i + 1)).collect();
     for &b in &targets {
-        assert!(
-            read_block(&img, b).iter().all(|&x| x == 0),
-            "{name}: block {b} in use"
-        );
+        assert!(read_block(&img, b).iter().all(|&x| x == 0), "{name}: block {b} in use");
     }
     let mut desc = DescriptorBuilder::new(&p, seq, jsb.uuid());
     let mut copies = originals.clone();
@@ -525,8 +466,7 @@ fn replay(
     write_at(&img, map[0] * BS as u64, jsb.as_bytes());
     let raw = read_block(&img, 0);
     let mut fsb = Superblock::parse(&raw[1024..]).unwrap();
-    fsb.s_feature_incompat
-        .set(fsb.s_feature_incompat.get() | Incompat::RECOVER.bits());
+    fsb.s_feature_incompat.set(fsb.s_feature_incompat.get() | Incompat::RECOVER.bits());
     fsb.update_checksum();
     write_at(&img, 1024, fsb.as_bytes());
 
@@ -536,11 +476,7 @@ fn replay(
         .iter()
         .enumerate()
         .map(|(i, &b)| {
-            let mut f = if i > 0 {
-                TagFlags::SAME_UUID
-            } else {
-                TagFlags::empty()
-            };
+            let mut f = if i > 0 { TagFlags::SAME_UUID } else { TagFlags::empty() };
             if i == targets.len() - 1 {
                 f |= TagFlags::LAST_TAG;
             }
@@ -552,18 +488,12 @@ fn replay(
         .collect();
     assert_eq!(tags, expect, "{name}:\n{dump}");
     assert_eq!(revs, vec![revoked], "{name}");
-    assert!(
-        dump.contains("type 2 (commit block) at block 8"),
-        "{name}:\n{dump}"
-    );
+    assert!(dump.contains("type 2 (commit block) at block 8"), "{name}:\n{dump}");
 
     let fsck = run(Command::new(&t.e2fsck).arg("-fy").arg(&img), &[0, 1]);
     match corrupt {
         Corrupt::Nothing => assert!(!fsck.contains("checksum"), "{name}:\n{fsck}"),
-        Corrupt::Commit => assert!(
-            fsck.contains("transaction 1 was corrupt"),
-            "{name}:\n{fsck}"
-        ),
+        Corrupt::Commit => assert!(fsck.contains("transaction 1 was corrupt"), "{name}:\n{fsck}"),
         Corrupt::Data(i) => {
             let msg = format!("Invalid checksum recovering data block {}", targets[i]);
             assert!(fsck.contains(&msg), "{name}:\n{fsck}");
@@ -572,10 +502,7 @@ fn replay(
     for (i, (&b, orig)) in targets.iter().zip(&originals).enumerate() {
         let now = read_block(&img, b);
         if b == revoked || corrupt == Corrupt::Commit || corrupt == Corrupt::Data(i) {
-            assert!(
-                now.iter().all(|&x| x == 0),
-                "{name}: block {b} replayed:\n{fsck}"
-            );
+            assert!(now.iter().all(|&x| x == 0), "{name}: block {b} replayed:\n{fsck}");
         } else {
             assert!(now == *orig, "{name}: block {b} not replayed:\n{fsck}");
         }
@@ -590,30 +517,9 @@ fn e2fsck_replays_built_transactions() {
     let Some(t) = tools_or_skip("e2fsck_replays_built_transactions") else {
         return;
     };
-    replay(
-        &t,
-        "replay-v3-64bit",
-        &[],
-        CsumVersion::V3,
-        true,
-        Corrupt::Nothing,
-    );
-    replay(
-        &t,
-        "replay-v2-32bit",
-        &["-O", "^64bit"],
-        CsumVersion::V2,
-        false,
-        Corrupt::Nothing,
-    );
-    replay(
-        &t,
-        "replay-v2-64bit",
-        &[],
-        CsumVersion::V2,
-        true,
-        Corrupt::Nothing,
-    );
+    replay(&t, "replay-v3-64bit", &[], CsumVersion::V3, true, Corrupt::Nothing);
+    replay(&t, "replay-v2-32bit", &["-O", "^64bit"], CsumVersion::V2, false, Corrupt::Nothing);
+    replay(&t, "replay-v2-64bit", &[], CsumVersion::V2, true, Corrupt::Nothing);
     replay(
         &t,
         "replay-nocsum-32bit",
@@ -622,28 +528,7 @@ fn e2fsck_replays_built_transactions() {
         false,
         Corrupt::Nothing,
     );
-    replay(
-        &t,
-        "replay-v3-badcommit",
-        &[],
-        CsumVersion::V3,
-        true,
-        Corrupt::Commit,
-    );
-    replay(
-        &t,
-        "replay-v3-baddata",
-        &[],
-        CsumVersion::V3,
-        true,
-        Corrupt::Data(3),
-    );
-    replay(
-        &t,
-        "replay-v2-baddata",
-        &["-O", "^64bit"],
-        CsumVersion::V2,
-        false,
-        Corrupt::Data(0),
-    );
+    replay(&t, "replay-v3-badcommit", &[], CsumVersion::V3, true, Corrupt::Commit);
+    replay(&t, "replay-v3-baddata", &[], CsumVersion::V3, true, Corrupt::Data(3));
+    replay(&t, "replay-v2-baddata", &["-O", "^64bit"], CsumVersion::V2, false, Corrupt::Data(0));
 }

@@ -5,9 +5,7 @@
 //! 4 otherwise. `r_count` is the number of bytes used, header included. With checksum v2/v3 the
 //! block ends with the same 4-byte tail as a descriptor block.
 
-use super::{
-    check_block, set_tail, verify_tail, BlockType, Header, Jbd2Error, JournalParams, PushError,
-};
+use super::{check_block, set_tail, verify_tail, BlockType, Header, Jbd2Error, JournalParams, PushError};
 use zerocopy::big_endian::U32;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -47,12 +45,7 @@ impl<'a> RevokeBlock<'a> {
             return Err(Jbd2Error::BadRevokeCount(count));
         }
         let records = block.get(REVOKE_HEADER_SIZE..used).unwrap_or(&[]);
-        Ok(RevokeBlock {
-            header,
-            block,
-            records,
-            params: *params,
-        })
+        Ok(RevokeBlock { header, block, records, params: *params })
     }
     pub fn header(&self) -> &RevokeHeader {
         &self.header
@@ -70,9 +63,7 @@ impl<'a> RevokeBlock<'a> {
     /// The revoked filesystem block numbers.
     pub fn blocks(&self) -> impl Iterator<Item = u64> + 'a {
         let size = self.params.revoke_record_size();
-        self.records
-            .chunks_exact(size)
-            .map(|r| r.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
+        self.records.chunks_exact(size).map(|r| r.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
     }
     /// Whether the tail checksum matches (true without checksum v2/v3).
     pub fn verify_checksum(&self) -> bool {
@@ -95,17 +86,11 @@ impl RevokeBuilder {
         if let Some(h) = block.get_mut(..super::HEADER_SIZE) {
             h.copy_from_slice(Header::new(BlockType::Revoke, sequence).as_bytes());
         }
-        RevokeBuilder {
-            block,
-            params: *params,
-            pos: REVOKE_HEADER_SIZE,
-        }
+        RevokeBuilder { block, params: *params, pos: REVOKE_HEADER_SIZE }
     }
     /// The most records one revoke block can hold.
     pub fn capacity(params: &JournalParams) -> usize {
-        params
-            .block_size
-            .saturating_sub(REVOKE_HEADER_SIZE + params.tail_size())
+        params.block_size.saturating_sub(REVOKE_HEADER_SIZE + params.tail_size())
             / params.revoke_record_size()
     }
     pub fn len(&self) -> usize {
@@ -120,12 +105,7 @@ impl RevokeBuilder {
             return Err(PushError::BlockTooLarge(block));
         }
         let size = self.params.revoke_record_size();
-        if self.pos + size
-            > self
-                .params
-                .block_size
-                .saturating_sub(self.params.tail_size())
-        {
+        if self.pos + size > self.params.block_size.saturating_sub(self.params.tail_size()) {
             return Err(PushError::Full);
         }
         // In bounds: checked just above.
@@ -153,12 +133,7 @@ mod tests {
     use super::*;
 
     fn params(csum: CsumVersion, is_64bit: bool) -> JournalParams {
-        JournalParams {
-            block_size: 1024,
-            is_64bit,
-            csum,
-            csum_seed: journal_csum_seed(&[9; 16]),
-        }
+        JournalParams { block_size: 1024, is_64bit, csum, csum_seed: journal_csum_seed(&[9; 16]) }
     }
 
     #[test]
@@ -167,11 +142,7 @@ mod tests {
             for is_64bit in [false, true] {
                 let p = params(csum, is_64bit);
                 let cap = RevokeBuilder::capacity(&p);
-                let top = if is_64bit {
-                    u64::MAX
-                } else {
-                    u64::from(u32::MAX)
-                };
+                let top = if is_64bit { u64::MAX } else { u64::from(u32::MAX) };
                 let list: Vec<u64> = (0..cap as u64 - 1).chain([top]).collect();
                 let mut b = RevokeBuilder::new(&p, 12);
                 for &x in &list {
@@ -195,10 +166,7 @@ mod tests {
             }
         }
         // 4 KiB, 64bit, v3: (4096 - 16 - 4) / 8 = 509 records.
-        let p = JournalParams {
-            block_size: 4096,
-            ..params(CsumVersion::V3, true)
-        };
+        let p = JournalParams { block_size: 4096, ..params(CsumVersion::V3, true) };
         assert_eq!(RevokeBuilder::capacity(&p), 509);
     }
 
@@ -228,10 +196,7 @@ mod tests {
         let r = RevokeBlock::parse(&blk, &p).unwrap();
         assert_eq!(r.len(), (1020 - 16) / 8);
         blk[12..16].copy_from_slice(&1021u32.to_be_bytes());
-        assert_eq!(
-            RevokeBlock::parse(&blk, &p).unwrap_err(),
-            Jbd2Error::BadRevokeCount(1021)
-        );
+        assert_eq!(RevokeBlock::parse(&blk, &p).unwrap_err(), Jbd2Error::BadRevokeCount(1021));
         blk[12..16].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(RevokeBlock::parse(&blk, &p).is_err());
         // Below the header: no records. Partial trailing record: ignored.
@@ -242,26 +207,17 @@ mod tests {
         // Without a tail the whole block may be used.
         let p0 = params(CsumVersion::None, true);
         blk[12..16].copy_from_slice(&1024u32.to_be_bytes());
-        assert_eq!(
-            RevokeBlock::parse(&blk, &p0).unwrap().len(),
-            (1024 - 16) / 8
-        );
+        assert_eq!(RevokeBlock::parse(&blk, &p0).unwrap().len(), (1024 - 16) / 8);
     }
 
     #[test]
     fn garbage_never_panics() {
         for csum in [CsumVersion::None, CsumVersion::V3] {
             let p = params(csum, true);
-            assert!(matches!(
-                RevokeBlock::parse(&[0xFF; 1024], &p),
-                Err(Jbd2Error::BadMagic(_))
-            ));
+            assert!(matches!(RevokeBlock::parse(&[0xFF; 1024], &p), Err(Jbd2Error::BadMagic(_))));
             let mut blk = vec![0xFFu8; 1024];
             blk[..12].copy_from_slice(Header::new(BlockType::Revoke, 1).as_bytes());
-            assert_eq!(
-                RevokeBlock::parse(&blk, &p).unwrap_err(),
-                Jbd2Error::BadRevokeCount(u32::MAX)
-            );
+            assert_eq!(RevokeBlock::parse(&blk, &p).unwrap_err(), Jbd2Error::BadRevokeCount(u32::MAX));
             assert!(RevokeBlock::parse(&blk[..100], &p).is_err());
             assert!(RevokeBlock::parse(&blk[..TAIL_SIZE], &p).is_err());
         }

@@ -1,9 +1,9 @@
 //! The journal superblock (`journal_superblock_t`): the first 1024 bytes of journal block 0.
 
 use super::{
-    journal_csum_seed, tag_bytes, BlockType, CsumVersion, Header, Jbd2Error, JournalCompat,
-    JournalIncompat, JournalParams, CHKSUM_CRC32C, DEFAULT_FAST_COMMIT_BLOCKS, KNOWN_INCOMPAT,
-    KNOWN_RO_COMPAT, MIN_JOURNAL_BLOCKS,
+    journal_csum_seed, tag_bytes, BlockType, CsumVersion, Header, Jbd2Error, JournalCompat, JournalIncompat,
+    JournalParams, CHKSUM_CRC32C, DEFAULT_FAST_COMMIT_BLOCKS, KNOWN_INCOMPAT, KNOWN_RO_COMPAT,
+    MIN_JOURNAL_BLOCKS,
 };
 use crate::checksum::crc32c;
 use zerocopy::big_endian::{I32, U32};
@@ -248,11 +248,7 @@ impl JournalSuperblock {
         if first == 0 || first >= maxlen {
             return Err(Jbd2Error::BadFirst { first, maxlen });
         }
-        let fc_blocks = if self.has_fast_commit() {
-            self.fast_commit_blocks()
-        } else {
-            0
-        };
+        let fc_blocks = if self.has_fast_commit() { self.fast_commit_blocks() } else { 0 };
         if maxlen < MIN_JOURNAL_BLOCKS || maxlen - MIN_JOURNAL_BLOCKS < fc_blocks {
             return Err(Jbd2Error::TooShort { maxlen, fc_blocks });
         }
@@ -277,10 +273,7 @@ impl JournalSuperblock {
             }
             let computed = self.compute_checksum();
             if computed != self.s_checksum.get() {
-                return Err(Jbd2Error::BadChecksum {
-                    stored: self.s_checksum.get(),
-                    computed,
-                });
+                return Err(Jbd2Error::BadChecksum { stored: self.s_checksum.get(), computed });
             }
         }
         Ok(JournalParams {
@@ -363,34 +356,13 @@ mod tests {
             sb.update_checksum();
             sb.params()
         };
-        assert!(matches!(
-            check(&|sb| sb.s_header.h_magic.set(1)),
-            Err(Jbd2Error::BadMagic(1))
-        ));
-        assert_eq!(
-            check(&|sb| sb.s_header.h_blocktype.set(2)),
-            Err(Jbd2Error::NotASuperblock(2))
-        );
-        assert_eq!(
-            check(&|sb| sb.s_blocksize.set(3000)),
-            Err(Jbd2Error::BadBlockSize(3000))
-        );
-        assert_eq!(
-            check(&|sb| sb.s_blocksize.set(512)),
-            Err(Jbd2Error::BadBlockSize(512))
-        );
-        assert!(matches!(
-            check(&|sb| sb.s_first.set(0)),
-            Err(Jbd2Error::BadFirst { .. })
-        ));
-        assert!(matches!(
-            check(&|sb| sb.s_first.set(1024)),
-            Err(Jbd2Error::BadFirst { .. })
-        ));
-        assert!(matches!(
-            check(&|sb| sb.s_maxlen.set(1000)),
-            Err(Jbd2Error::TooShort { .. })
-        ));
+        assert!(matches!(check(&|sb| sb.s_header.h_magic.set(1)), Err(Jbd2Error::BadMagic(1))));
+        assert_eq!(check(&|sb| sb.s_header.h_blocktype.set(2)), Err(Jbd2Error::NotASuperblock(2)));
+        assert_eq!(check(&|sb| sb.s_blocksize.set(3000)), Err(Jbd2Error::BadBlockSize(3000)));
+        assert_eq!(check(&|sb| sb.s_blocksize.set(512)), Err(Jbd2Error::BadBlockSize(512)));
+        assert!(matches!(check(&|sb| sb.s_first.set(0)), Err(Jbd2Error::BadFirst { .. })));
+        assert!(matches!(check(&|sb| sb.s_first.set(1024)), Err(Jbd2Error::BadFirst { .. })));
+        assert!(matches!(check(&|sb| sb.s_maxlen.set(1000)), Err(Jbd2Error::TooShort { .. })));
         // Fast commit with the default 256 blocks needs 1024 + 256.
         assert!(matches!(
             check(&|sb| sb.set_incompat(sb.incompat() | JournalIncompat::FAST_COMMIT)),
@@ -405,22 +377,10 @@ mod tests {
             check(&|sb| sb.s_feature_incompat.set(0x10 | 0x100)),
             Err(Jbd2Error::UnknownIncompat(0x100))
         );
-        assert_eq!(
-            check(&|sb| sb.s_feature_ro_compat.set(1)),
-            Err(Jbd2Error::UnknownRoCompat(1))
-        );
-        assert_eq!(
-            check(&|sb| sb.s_feature_incompat.set(0x8 | 0x10)),
-            Err(Jbd2Error::ConflictingChecksums)
-        );
-        assert_eq!(
-            check(&|sb| sb.set_compat(JournalCompat::CHECKSUM)),
-            Err(Jbd2Error::ConflictingChecksums)
-        );
-        assert_eq!(
-            check(&|sb| sb.s_checksum_type = 1),
-            Err(Jbd2Error::BadChecksumType(1))
-        );
+        assert_eq!(check(&|sb| sb.s_feature_ro_compat.set(1)), Err(Jbd2Error::UnknownRoCompat(1)));
+        assert_eq!(check(&|sb| sb.s_feature_incompat.set(0x8 | 0x10)), Err(Jbd2Error::ConflictingChecksums));
+        assert_eq!(check(&|sb| sb.set_compat(JournalCompat::CHECKSUM)), Err(Jbd2Error::ConflictingChecksums));
+        assert_eq!(check(&|sb| sb.s_checksum_type = 1), Err(Jbd2Error::BadChecksumType(1)));
     }
 
     #[test]
