@@ -139,16 +139,24 @@ fn copy_file(fs: &Fs, a: &Attr, host: &Path, bar: &ProgressBar) -> Result<(), St
         if n == 0 {
             break;
         }
-        // Keep holes: skip runs of zeros instead of writing them.
-        if buf[..n].iter().all(|&b| b == 0) {
-            f.seek(SeekFrom::Current(n as i64)).map_err(|e| e.to_string())?;
-        } else {
-            f.write_all(&buf[..n]).map_err(|e| e.to_string())?;
-        }
+        write_sparse(&mut f, &buf[..n]).map_err(|e| e.to_string())?;
         off += n as u64;
         bar.inc(n as u64);
     }
     f.set_len(a.size).map_err(|e| e.to_string())
+}
+
+/// Writes `data` at the current position, seeking over all-zero 4 KiB pieces so holes stay
+/// holes.
+fn write_sparse(f: &mut std::fs::File, data: &[u8]) -> std::io::Result<()> {
+    for piece in data.chunks(4096) {
+        if piece.iter().all(|&b| b == 0) {
+            f.seek(SeekFrom::Current(piece.len() as i64))?;
+        } else {
+            f.write_all(piece)?;
+        }
+    }
+    Ok(())
 }
 
 fn finish_attrs(fs: &Fs, it: &Item, root: bool, warnings: &mut Vec<String>) {

@@ -1,0 +1,181 @@
+//! The `rext4` command end to end: every subcommand on an image made by `mkfs.ext4 -d`, its
+//! output checked against the source tree (and, for `cp`, every attribute it should keep).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    src: PathBuf,
+    image: PathBuf,
+    work: PathBuf,
+}
+
+fn rext4(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rext4")).args(args).output().expect("run rext4")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "rext4 failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).expect("utf-8 output")
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(src.join("hello.txt"), b"hello, world\n").unwrap();
+    std::fs::write(src.join("sub/data.bin"), (0..200_000u32).map(|i| (i * 7) as u8).collect::<Vec<_>>())
+        .unwrap();
+    std::fs::write(src.join("sub/deeper/empty"), b"").unwrap();
+    // A sparse file: data, a hole, data.
+    let f = std::fs::File::create(src.join("sparse")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"head", 0).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"tail", 5 << 20).unwrap();
+    drop(f);
+    std::os::unix::fs::symlink("hello.txt", src.join("link")).unwrap();
+    std::fs::hard_link(src.join("hello.txt"), src.join("sub/hard")).unwrap();
+    std::fs::set_permissions(src.join("sub/deeper"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    std::fs::set_permissions(src.join("hello.txt"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    xattr::set(src.join("hello.txt"), "user.colour", b"blue").unwrap();
+    for i in 0..300 {
+        std::fs::write(src.join(format!("sub/f{i:03}")), format!("{i}\n")).unwrap();
+    }
+    let image = dir.path().join("t.img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-d"])
+        .arg(&src)
+        .arg(&image)
+        .arg("32M")
+        .output()
+        .expect("mkfs.ext4 (e2fsprogs) is required");
+    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    Fixture { _dir: dir, src, image, work }
+}
+
+fn at(fx: &Fixture, path: &str) -> String {
+    format!("{}:{path}", fx.image.display())
+}
+
+#[test]
+fn info_ls_cat_stat_tree() {
+    let fx = fixture();
+    let info = stdout(&rext4(&["info", fx.image.to_str().unwrap()]));
+    assert!(info.contains("Filesystem magic number:  0xEF53"), "{info}");
+    assert!(info.contains("metadata_csum"), "{info}");
+    assert!(info.contains("Block size:"), "{info}");
+
+    let ls = stdout(&rext4(&["ls", &at(&fx, "/")]));
+    let names: Vec<&str> = ls.lines().collect();
+    assert_eq!(names, ["hello.txt", "link", "lost+found", "sparse", "sub"]);
+    let lsl = stdout(&rext4(&["ls", "-l", &at(&fx, "/")]));
+    assert!(lsl.lines().any(|l| l.starts_with("-rwsr-xr-x") && l.ends_with(" hello.txt")), "{lsl}");
+    assert!(lsl.lines().any(|l| l.starts_with('l') && l.ends_with("link -> hello.txt")), "{lsl}");
+    assert_eq!(stdout(&rext4(&["ls", &at(&fx, "/sub")])).lines().count(), 300 + 3);
+
+    let cat = rext4(&["cat", &at(&fx, "/sub/data.bin")]);
+    assert_eq!(cat.stdout, std::fs::read(fx.src.join("sub/data.bin")).unwrap());
+    let cat = rext4(&["cat", &at(&fx, "/link")]);
+    assert_eq!(cat.stdout, b"hello, world\n");
+
+    let stat = stdout(&rext4(&["stat", &at(&fx, "/hello.txt")]));
+    assert!(stat.contains("Size: 13"), "{stat}");
+    assert!(stat.contains("Links: 2"), "{stat}");
+    assert!(stat.contains("(4755/-rwsr-xr-x)"), "{stat}");
+    assert!(stat.contains("Xattr: user.colour (4 bytes)"), "{stat}");
+
+    let tree = stdout(&rext4(&["tree", &at(&fx, "/sub")]));
+    assert!(tree.contains("|-- deeper"), "{tree}");
+    assert!(tree.contains("|   `-- empty"), "{tree}");
+    assert!(tree.trim_end().ends_with("1 directories, 303 files"), "{tree}");
+}
+
+#[test]
+fn errors_exit_nonzero_with_one_line() {
+    let fx = fixture();
+    for args in [
+        vec!["cat".to_string(), at(&fx, "/nope")],
+        vec!["ls".to_string(), at(&fx, "/hello.txt/x")],
+        vec!["cat".to_string(), at(&fx, "/sub")],
+        vec!["cat".to_string(), "no-colon".to_string()],
+        vec!["info".to_string(), "/nonexistent.img".to_string()],
+        vec!["cp".to_string(), at(&fx, "/sub"), fx.work.to_str().unwrap().to_string()],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = rext4(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("rext4: "), "{args:?}: {err}");
+    }
+    let o = rext4(&["cat", &at(&fx, "/nope")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such file or directory"));
+}
+
+#[test]
+fn cp_exports_everything_it_should_keep() {
+    let fx = fixture();
+    let out = fx.work.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = rext4(&["cp", "-r", "-q", &at(&fx, "/"), out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    compare_trees(&fx.src, &out);
+    // Hard links stay hard links.
+    let a = std::fs::metadata(out.join("hello.txt")).unwrap();
+    let b = std::fs::metadata(out.join("sub/hard")).unwrap();
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 2);
+    // Holes stay holes.
+    let sparse = std::fs::metadata(out.join("sparse")).unwrap();
+    assert_eq!(sparse.len(), (5 << 20) + 4);
+    assert!(sparse.blocks() * 512 < 1 << 20, "sparse file was filled: {} blocks", sparse.blocks());
+    // A single file into a directory.
+    let one = fx.work.join("one");
+    std::fs::create_dir(&one).unwrap();
+    let o = rext4(&["cp", &at(&fx, "/sub/data.bin"), one.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert_eq!(
+        std::fs::read(one.join("data.bin")).unwrap(),
+        std::fs::read(fx.src.join("sub/data.bin")).unwrap()
+    );
+}
+
+/// Every entry of `src` exists in `dst` with the same type, mode, size, bytes, link target,
+/// mtime (mkfs keeps whole seconds) and user xattrs; owners too when running as root.
+fn compare_trees(src: &Path, dst: &Path) {
+    let root = nix_is_root();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let (s, d) = (e.path(), dst.join(e.file_name()));
+        let (sm, dm) = (std::fs::symlink_metadata(&s).unwrap(), std::fs::symlink_metadata(&d).unwrap());
+        assert_eq!(sm.mode(), dm.mode(), "{}", d.display());
+        assert_eq!(sm.mtime(), dm.mtime(), "{}", d.display());
+        if root {
+            assert_eq!((sm.uid(), sm.gid()), (dm.uid(), dm.gid()), "{}", d.display());
+        }
+        if sm.is_dir() {
+            compare_trees(&s, &d);
+        } else if sm.file_type().is_symlink() {
+            assert_eq!(std::fs::read_link(&s).unwrap(), std::fs::read_link(&d).unwrap());
+        } else {
+            assert_eq!(std::fs::read(&s).unwrap(), std::fs::read(&d).unwrap(), "{}", d.display());
+            let sx: Vec<_> =
+                xattr::list(&s).unwrap().filter(|n| n.to_string_lossy().starts_with("user.")).collect();
+            for n in sx {
+                assert_eq!(xattr::get(&s, &n).unwrap(), xattr::get(&d, &n).unwrap(), "{}", d.display());
+            }
+        }
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
