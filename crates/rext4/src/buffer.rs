@@ -4,8 +4,8 @@
 use crate::cache::{Cached, ShardedCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use parking_lot::{RwLock, RwLockReadGuard};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// What a buffer was last verified as (checksum and structure), so a check runs once per load
@@ -22,8 +22,13 @@ pub(crate) enum Verified {
 
 /// One cached block.
 pub(crate) struct Buffer {
-    /// Block contents. [own lock]
+    /// The block number. [immutable]
+    pub blk: u64,
+    /// Block contents. Written only through a journal handle (`Handle::write`). [own lock]
     data: RwLock<Box<[u8]>>,
+    /// Serial of the transaction this buffer last joined (0: none), so that a handle touching
+    /// a buffer already in its transaction takes no lock. [atomic]
+    pub(crate) jserial: AtomicU64,
     /// Set on every use, cleared by the clock hand. [atomic]
     referenced: AtomicBool,
     /// A `Verified` value. [atomic]
@@ -39,6 +44,14 @@ impl Cached for Buffer {
 impl Buffer {
     pub fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.data.read()
+    }
+
+    /// Write access to the contents. Only the journal hands this out (see `Handle::write`),
+    /// after adding the buffer to the running transaction.
+    pub(crate) fn data_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        // Whatever was verified no longer describes what will be there.
+        self.verified.store(Verified::None as u8, Ordering::Release);
+        self.data.write()
     }
 
     /// Runs `check` unless the buffer already passed a check of the same kind.
@@ -74,6 +87,8 @@ impl BufferCache {
                 .ok_or(std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
             self.dev.read_at(&mut data, off)?;
             Ok(Buffer {
+                blk,
+                jserial: AtomicU64::new(0),
                 data: RwLock::new(data),
                 referenced: AtomicBool::new(true),
                 verified: AtomicU8::new(Verified::None as u8),

@@ -34,7 +34,7 @@ pub enum Error {
     NoKey,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
     NotSupported(String),
-    /// The image cannot be opened: unknown incompat feature, needs recovery, ... (`EINVAL`).
+    /// The image cannot be opened: unknown incompat feature, external journal, ... (`EINVAL`).
     Incompatible(String),
     /// The device failed.
     Io(io::Error),
@@ -134,6 +134,7 @@ pub struct Corrupt(pub(crate) CorruptKind);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CorruptKind {
     Superblock(&'static str),
+    Journal(&'static str),
     SuperblockChecksum,
     GroupDesc {
         group: u32,
@@ -198,6 +199,8 @@ pub(crate) enum CorruptKind {
         ino: InodeNo,
         what: &'static str,
     },
+    /// A journal checksum does not match (superblock, a logged block, or a transaction).
+    JournalChecksum(&'static str),
 }
 
 impl Corrupt {
@@ -212,6 +215,7 @@ impl Corrupt {
             Symlink { ino, .. } => Some(*ino),
             BlockRange { ino, .. } => *ino,
             Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
+            Journal(_) | JournalChecksum(_) => None,
         }
     }
 
@@ -249,6 +253,7 @@ impl Corrupt {
                 | DirChecksum { .. }
                 | DxChecksum { .. }
                 | XattrChecksum { .. }
+                | JournalChecksum(_)
         )
     }
 }
@@ -292,6 +297,7 @@ impl fmt::Display for Corrupt {
             }
             InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
             Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),
+            Journal(what) | JournalChecksum(what) => write!(f, "journal: {what}"),
         }
     }
 }

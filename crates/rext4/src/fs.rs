@@ -20,11 +20,20 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Inodes to cache (default 65,536).
     pub inode_cache: usize,
+    /// Open for writing (default: read-only).
+    pub writable: bool,
+    /// How often the journal commits on its own (the kernel's `commit=`, default 5 s).
+    pub commit_interval: std::time::Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { cache_bytes: 64 << 20, inode_cache: 65536 }
+        Options {
+            cache_bytes: 64 << 20,
+            inode_cache: 65536,
+            writable: false,
+            commit_interval: std::time::Duration::from_secs(5),
+        }
     }
 }
 
@@ -39,6 +48,11 @@ pub(crate) struct FsInner {
     pub bcache: BufferCache,
     /// Inodes. [sharded, see cache.rs]
     pub icache: ShardedCache<Inode>,
+    /// The journal (also present, without a log, for unjournaled images); `None` when
+    /// read-only. [immutable after open]
+    pub journal: Option<Arc<crate::jbd2::journal::Journal>>,
+    /// The commit thread. [own lock; taken at close]
+    pub committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -54,9 +68,14 @@ impl Fs {
         Self::open_with(path, Options::default())
     }
 
-    /// Opens the image or block device at `path` read-only.
+    /// Opens the image or block device at `path` for reading and writing.
+    pub fn open_rw(path: impl AsRef<Path>) -> Result<Fs> {
+        Self::open_with(path, Options { writable: true, ..Options::default() })
+    }
+
+    /// Opens the image or block device at `path` as `opts` say.
     pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Fs> {
-        let dev = FileDevice::open(path.as_ref(), false)?;
+        let dev = FileDevice::open(path.as_ref(), opts.writable)?;
         Self::from_device(Arc::new(dev), opts)
     }
 
@@ -65,7 +84,18 @@ impl Fs {
         let sbi = SbInfo::load(&*dev)?;
         let bcache = BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes);
         let groups = Groups::load(&sbi, &bcache)?;
-        let inner = FsInner { dev, sbi, groups, bcache, icache: ShardedCache::new(opts.inode_cache) };
+        let mut inner = FsInner {
+            dev,
+            sbi,
+            groups,
+            bcache,
+            icache: ShardedCache::new(opts.inode_cache),
+            journal: None,
+            committer: parking_lot::Mutex::new(None),
+        };
+        if opts.writable {
+            inner.start_writing(&opts)?;
+        }
         Ok(Fs { inner: Arc::new(inner) })
     }
 

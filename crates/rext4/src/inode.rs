@@ -23,6 +23,11 @@ pub(crate) struct Inode {
     pub csum_seed: u32,
     /// Clock bit for the inode cache. [atomic]
     referenced: AtomicBool,
+    /// Transaction that last changed this inode's metadata (what `fsync` must wait for).
+    /// [atomic]
+    pub last_tid: std::sync::atomic::AtomicU32,
+    /// Whether `last_tid` is meaningful. [atomic]
+    pub dirtied: AtomicBool,
 }
 
 impl Cached for Inode {
@@ -41,6 +46,11 @@ impl Inode {
     /// The raw record bytes (for the in-inode xattr area).
     pub fn raw(&self) -> parking_lot::RwLockReadGuard<'_, Box<[u8]>> {
         self.raw.read()
+    }
+
+    /// The record for changing (under a journal handle; see `inode_write.rs`).
+    pub fn raw_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Box<[u8]>> {
+        self.raw.write()
     }
 
     pub fn file_type(&self) -> Option<FileType> {
@@ -83,9 +93,7 @@ impl FsInner {
             // Never initialised on disk: reads as a free, zeroed inode.
             vec![0u8; size].into_boxed_slice()
         } else {
-            let byte = u64::from(index) * size as u64;
-            let blk = gd.inode_table(ds) + byte / u64::from(sbi.block_size);
-            let off = (byte % u64::from(sbi.block_size)) as usize;
+            let (blk, off) = self.inode_location(ino);
             let buf = self.bread(blk, Some(ino))?;
             let data = buf.data();
             data[off..off + size].to_vec().into_boxed_slice()
@@ -97,7 +105,19 @@ impl FsInner {
             csum_seed: inode_csum_seed(sbi.csum_seed, ino.0, generation),
             raw: RwLock::new(raw),
             referenced: AtomicBool::new(true),
+            last_tid: std::sync::atomic::AtomicU32::new(0),
+            dirtied: AtomicBool::new(false),
         })
+    }
+
+    /// The inode-table block holding `ino` and the record's byte offset in it.
+    pub(crate) fn inode_location(&self, ino: InodeNo) -> (u64, usize) {
+        let sbi = &self.sbi;
+        let group = (ino.0 - 1) / sbi.inodes_per_group;
+        let index = (ino.0 - 1) % sbi.inodes_per_group;
+        let byte = u64::from(index) * sbi.inode_size as u64;
+        let table = self.groups.get(group).inode_table(sbi.desc_size);
+        (table + byte / u64::from(sbi.block_size), (byte % u64::from(sbi.block_size)) as usize)
     }
 
     fn check_inode(&self, ino: InodeNo, raw: &[u8]) -> Result<()> {

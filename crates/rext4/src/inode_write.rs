@@ -1,0 +1,143 @@
+//! Changing inodes (the write side of the kernel's `inode.c`: `ext4_mark_iloc_dirty`,
+//! `ext4_setattr`, `ext4_sync_file`).
+//!
+//! # Locking
+//! journal handle -> `Inode::raw` (write) -> inode-table `Buffer::data` (write).
+
+use crate::attr::{Attr, Timestamp};
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
+use crate::jbd2::journal::Journal;
+use crate::jbd2::transaction::Handle;
+use rext4_format::inode::{self as fi, encode_time, set_inode_checksum};
+use rext4_format::InodeNo;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A time to set: the current time, or a given one (`utimensat`'s `UTIME_NOW` or a value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timestamp),
+}
+
+/// Attribute changes for [`Fs::setattr`]; `None` leaves a field alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (`chmod`); the file type is kept.
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+pub(crate) fn now() -> Timestamp {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+}
+
+/// Stores a timestamp into a record: seconds always, the extra word where the record has it.
+fn put_time(raw: &mut [u8], inode_size: usize, sec_off: usize, extra_off: usize, t: Timestamp) {
+    let (sec, extra) = encode_time(t);
+    raw[sec_off..sec_off + 4].copy_from_slice(&sec.to_le_bytes());
+    let extra_isize =
+        usize::from(u16::from_le_bytes([raw[fi::OFF_EXTRA_ISIZE], raw[fi::OFF_EXTRA_ISIZE + 1]]));
+    if inode_size > fi::GOOD_OLD_INODE_SIZE && extra_off + 4 <= fi::GOOD_OLD_INODE_SIZE + extra_isize {
+        raw[extra_off..extra_off + 4].copy_from_slice(&extra.to_le_bytes());
+    }
+}
+
+impl FsInner {
+    pub(crate) fn journal(&self) -> Result<&Arc<Journal>> {
+        self.journal.as_ref().ok_or(Error::ReadOnly)
+    }
+
+    /// Copies an inode's record into its inode-table block under `h`, with its checksum.
+    pub(crate) fn mark_inode_dirty(&self, h: &Handle, inode: &Inode, raw: &mut [u8]) -> Result<()> {
+        if self.sbi.metadata_csum {
+            set_inode_checksum(raw, inode.csum_seed);
+        }
+        let (blk, off) = self.inode_location(inode.ino);
+        let buf = self.bread(blk, Some(inode.ino))?;
+        let mut data = h.write(&buf)?;
+        data[off..off + raw.len()].copy_from_slice(raw);
+        inode.last_tid.store(h.tid(), Ordering::Release);
+        inode.dirtied.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn setattr(&self, ino: InodeNo, ch: &SetAttr) -> Result<()> {
+        let journal = self.journal()?;
+        let h = journal.start(1)?;
+        let inode = self.iget_live(ino)?;
+        let size = self.sbi.inode_size;
+        let mut raw = inode.raw_mut();
+        let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;
+        let mut mode = disk.mode();
+        if let Some(m) = ch.mode {
+            mode = (mode & fi::S_IFMT) | (m & 0o7777);
+        }
+        let owner_changes =
+            ch.uid.is_some_and(|u| u != disk.uid()) || ch.gid.is_some_and(|g| g != disk.gid());
+        if owner_changes && ch.mode.is_none() && disk.file_type() != fi::S_IFDIR {
+            // As the VFS does on chown: drop set-user-ID, and set-group-ID where it means
+            // "executable by group" rather than mandatory locking.
+            mode &= !0o4000;
+            if mode & 0o010 != 0 {
+                mode &= !0o2000;
+            }
+        }
+        raw[0..2].copy_from_slice(&mode.to_le_bytes());
+        if let Some(uid) = ch.uid {
+            raw[0x02..0x04].copy_from_slice(&(uid as u16).to_le_bytes());
+            raw[0x78..0x7A].copy_from_slice(&((uid >> 16) as u16).to_le_bytes());
+        }
+        if let Some(gid) = ch.gid {
+            raw[0x18..0x1A].copy_from_slice(&(gid as u16).to_le_bytes());
+            raw[0x7A..0x7C].copy_from_slice(&((gid >> 16) as u16).to_le_bytes());
+        }
+        let t = now();
+        let pick = |s: TimeSet| match s {
+            TimeSet::Now => t,
+            TimeSet::At(x) => x,
+        };
+        if let Some(a) = ch.atime {
+            put_time(&mut raw, size, 0x08, fi::OFF_ATIME_EXTRA, pick(a));
+        }
+        if let Some(m) = ch.mtime {
+            put_time(&mut raw, size, 0x10, fi::OFF_MTIME_EXTRA, pick(m));
+        }
+        put_time(&mut raw, size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+        self.mark_inode_dirty(&h, &inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+
+    fn fsync(&self, ino: InodeNo) -> Result<()> {
+        let journal = self.journal()?;
+        let inode = self.iget(ino)?;
+        if !inode.dirtied.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        journal.commit_and_wait(inode.last_tid.load(Ordering::Acquire))
+    }
+}
+
+impl Fs {
+    /// Changes an inode's mode, owner or times (`chmod`, `chown`, `utimensat`); the change
+    /// time becomes now. Returns the new attributes.
+    pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        self.inner.setattr(ino, changes)?;
+        self.getattr(ino)
+    }
+
+    /// Makes the inode's changes durable (`fsync`): waits for the commit of the last
+    /// transaction that touched it, sharing that commit with every other waiter.
+    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
+        self.inner.fsync(ino)
+    }
+}

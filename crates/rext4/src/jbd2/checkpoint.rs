@@ -1,0 +1,57 @@
+//! Checkpointing (the kernel's `fs/jbd2/checkpoint.c`): write committed blocks home, then move
+//! the log tail past them in the journal superblock, freeing log space.
+
+use super::journal::{Journal, Log};
+use crate::error::Result;
+
+impl Journal {
+    /// Writes every committed block home and empties the log. `next_tid` is the first
+    /// transaction the log will hold afterwards. Commit thread (or close) only.
+    pub(super) fn checkpoint_all(&self, log: &mut Log, next_tid: u32) -> Result<()> {
+        let pending = std::mem::take(&mut *self.checkpoint.lock());
+        let mut blocks: Vec<_> = pending.into_iter().collect();
+        blocks.sort_unstable_by_key(|(blk, _)| *blk);
+        for (blk, p) in &blocks {
+            self.dev.write_at(&p.data, blk * self.block_size as u64)?;
+        }
+        // Home copies must be durable before the log forgets them.
+        self.dev.flush()?;
+        drop(blocks);
+        log.tail = log.head;
+        log.tail_tid = next_tid;
+        log.used = 0;
+        self.write_log_tail(log, log.head, next_tid)?;
+        self.count_checkpoint();
+        Ok(())
+    }
+
+    /// Records the log tail in the journal superblock (`start` 0 marks the log empty and
+    /// clean) and makes it durable.
+    pub(crate) fn write_log_tail(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
+        let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
+        jsb.set_start(start);
+        jsb.set_sequence(sequence);
+        jsb.update_checksum();
+        let mut block = vec![0u8; self.block_size];
+        let bytes = zerocopy::IntoBytes::as_bytes(&*jsb);
+        block[..bytes.len()].copy_from_slice(bytes);
+        self.dev.write_at(&block[..bytes.len()], geo.blocks[0] * self.block_size as u64)?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Closes the journal: commits what is running, writes everything home and marks the log
+    /// empty. After this the image needs no recovery.
+    pub(crate) fn close(&self) -> Result<()> {
+        self.check_aborted()?;
+        let mut log = self.log.lock();
+        let next = self.running_tid();
+        self.checkpoint_all(&mut log, next)?;
+        let head = log.head;
+        if log.geo.is_some() {
+            let _ = head;
+            self.write_log_tail(&mut log, 0, next)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,334 @@
+//! The journal object: where the log lives, the running transaction, starting handles, and
+//! the commit thread (the kernel's `fs/jbd2/journal.c`).
+//!
+//! # Locking
+//! `running` is read-locked by every handle start (shared) and write-locked only by the commit
+//! to install the next transaction. `state` is a small mutex held briefly to wait and to wake;
+//! it is never held across I/O. `log` belongs to the commit thread (commits and checkpoints
+//! run only there, one at a time); others take it only at open and close. `checkpoint` is held
+//! briefly by the commit (to add) and by handles revoking a block (to drop it).
+//! Order: `running` -> `state`; `log` -> `checkpoint`.
+
+use super::transaction::{Handle, Transaction};
+use crate::buffer::Buffer;
+use crate::dev::BlockDevice;
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex, RwLock};
+use rext4_format::jbd2::{JournalParams, JournalSuperblock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the journal's blocks are: `None` for a filesystem without a journal, whose commits
+/// write home directly.
+pub(crate) struct LogGeometry {
+    /// Device block of each journal block. [immutable]
+    pub blocks: Vec<u64>,
+    pub params: JournalParams,
+    pub uuid: [u8; 16],
+    /// First log block (after the journal superblock) and total length. [immutable]
+    pub first: u32,
+    pub maxlen: u32,
+}
+
+/// Log positions, owned by the commit thread.
+pub(crate) struct Log {
+    pub geo: Option<LogGeometry>,
+    pub jsb: Option<JournalSuperblock>,
+    /// Next free log block.
+    pub head: u32,
+    /// First log block still needed for recovery, and the tid found there.
+    pub tail: u32,
+    pub tail_tid: u32,
+    /// Log blocks in use (between tail and head).
+    pub used: u32,
+}
+
+/// A committed block not yet written home: the buffer (pinned so the cache keeps serving the
+/// newest contents) and the copy that was committed.
+pub(crate) struct Pending {
+    pub _pin: Arc<Buffer>,
+    pub data: Arc<[u8]>,
+}
+
+/// Called on each buffer's frozen copy at commit, with its block number.
+pub(crate) type FreezeHook = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
+
+/// Statistics of commits (seed 003's figures).
+#[derive(Default, Clone, Debug)]
+pub struct CommitStats {
+    pub commits: u64,
+    /// Commit durations in microseconds (each commit's, most recent last; bounded).
+    pub times_us: Vec<u64>,
+    pub handles_waited_us: u64,
+    pub blocks: u64,
+    pub checkpoints: u64,
+}
+
+struct State {
+    /// Last committed tid.
+    committed: u32,
+    /// Highest tid someone asked to commit.
+    requested: u32,
+    shutdown: bool,
+    stats: CommitStats,
+}
+
+pub(crate) struct Journal {
+    pub dev: Arc<dyn BlockDevice>,
+    pub block_size: usize,
+    /// The running transaction. [RwLock: read to join, write to replace]
+    running: RwLock<Arc<Transaction>>,
+    /// Commit bookkeeping and the condition everyone waits on. [own mutex, brief]
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Log positions and journal superblock. [commit thread; own mutex]
+    pub log: Mutex<Log>,
+    /// Committed blocks awaiting checkpoint. [own mutex, brief]
+    pub checkpoint: Mutex<HashMap<u64, Pending>>,
+    /// Serial for the next transaction. [atomic]
+    next_serial: AtomicU64,
+    /// Set after an I/O error: nothing more is committed. [atomic]
+    aborted: AtomicBool,
+    abort_reason: Mutex<Option<String>>,
+    max_txn_buffers: u32,
+    pub commit_interval: Duration,
+    /// Called on each buffer's frozen copy at commit (checksums computed there, seed 004).
+    pub freeze: FreezeHook,
+}
+
+impl Journal {
+    pub fn new(
+        dev: Arc<dyn BlockDevice>,
+        block_size: usize,
+        log: Log,
+        first_tid: u32,
+        commit_interval: Duration,
+        freeze: FreezeHook,
+    ) -> Self {
+        // Like jbd2: a transaction may use a quarter of the log. Without a journal, bound the
+        // memory a transaction pins instead.
+        let max_txn_buffers = match &log.geo {
+            Some(g) => (g.maxlen / 4).max(64),
+            None => 16384,
+        };
+        Journal {
+            dev,
+            block_size,
+            running: RwLock::new(Arc::new(Transaction::new(first_tid, 1))),
+            state: Mutex::new(State {
+                committed: first_tid.wrapping_sub(1),
+                requested: first_tid.wrapping_sub(1),
+                shutdown: false,
+                stats: CommitStats::default(),
+            }),
+            wake: Condvar::new(),
+            log: Mutex::new(log),
+            checkpoint: Mutex::new(HashMap::new()),
+            next_serial: AtomicU64::new(2),
+            aborted: AtomicBool::new(false),
+            abort_reason: Mutex::new(None),
+            max_txn_buffers,
+            commit_interval,
+            freeze,
+        }
+    }
+
+    pub fn max_txn_buffers(&self) -> u32 {
+        self.max_txn_buffers
+    }
+
+    pub fn check_aborted(&self) -> Result<()> {
+        if self.aborted.load(Ordering::Acquire) {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Stops all further commits after a failure; the filesystem turns read-only.
+    pub fn abort(&self, why: String) {
+        self.aborted.store(true, Ordering::Release);
+        *self.abort_reason.lock() = Some(why);
+        let _g = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    pub fn abort_reason(&self) -> Option<String> {
+        self.abort_reason.lock().clone()
+    }
+
+    /// Starts a handle that may write up to `credits` buffers (`jbd2_journal_start`).
+    pub fn start(self: &Arc<Self>, credits: u32) -> Result<Handle> {
+        if credits > self.max_txn_buffers {
+            return Err(Error::InvalidInput("operation too large for the journal"));
+        }
+        let began = Instant::now();
+        let mut waited = false;
+        loop {
+            self.check_aborted()?;
+            let t = self.running.read().clone();
+            t.updates.fetch_add(1, Ordering::SeqCst);
+            let fits = t.reserved.fetch_add(credits, Ordering::AcqRel)
+                + credits
+                + t.nbuffers.load(Ordering::Acquire)
+                <= self.max_txn_buffers;
+            if !t.locked.load(Ordering::SeqCst) && fits {
+                let mut started = t.started.lock();
+                if started.is_none() {
+                    *started = Some(Instant::now());
+                }
+                drop(started);
+                if waited {
+                    self.state.lock().stats.handles_waited_us += began.elapsed().as_micros() as u64;
+                }
+                return Ok(Handle::new(self.clone(), t, credits));
+            }
+            // Back off: the transaction is committing or full. Ask for its commit and wait
+            // for its successor.
+            t.reserved.fetch_sub(credits, Ordering::AcqRel);
+            if t.updates.fetch_sub(1, Ordering::SeqCst) == 1 && t.locked.load(Ordering::SeqCst) {
+                self.wake_commit();
+            }
+            waited = true;
+            let mut st = self.state.lock();
+            if jbd2_after(t.tid, st.requested) {
+                st.requested = t.tid;
+            }
+            self.wake.notify_all();
+            while self.running.read().tid == t.tid && !self.aborted.load(Ordering::Acquire) {
+                self.wake.wait_for(&mut st, Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Wakes the commit thread (a handle closed on a locked transaction, or a commit request).
+    pub fn wake_commit(&self) {
+        let _g = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    /// The running transaction's tid.
+    pub fn running_tid(&self) -> u32 {
+        self.running.read().tid
+    }
+
+    /// Asks for transaction `tid` to commit and waits until it has (group commit: waiters of
+    /// the same tid share one commit).
+    pub fn commit_and_wait(&self, tid: u32) -> Result<()> {
+        let mut st = self.state.lock();
+        if jbd2_after(tid, st.requested) {
+            st.requested = tid;
+        }
+        self.wake.notify_all();
+        while jbd2_after(tid, st.committed) {
+            self.check_aborted()?;
+            if st.shutdown {
+                return Err(Error::ReadOnly);
+            }
+            self.wake.wait_for(&mut st, Duration::from_millis(100));
+        }
+        drop(st);
+        self.check_aborted()
+    }
+
+    /// Commits whatever is running and waits for it.
+    pub fn sync(&self) -> Result<()> {
+        let tid = self.running_tid();
+        if self.running.read().is_empty() {
+            // Nothing new; wait for an in-flight commit of the previous one.
+            return self.commit_and_wait(tid.wrapping_sub(1));
+        }
+        self.commit_and_wait(tid)
+    }
+
+    /// Drops a pending copy of a freed block so a checkpoint never writes it home.
+    #[allow(dead_code)] // freeing metadata blocks arrives with allocation
+    pub fn forget(&self, blk: u64) {
+        self.checkpoint.lock().remove(&blk);
+    }
+
+    /// The commit thread's body: commit on request, on the interval, or when asked to stop.
+    pub fn run(self: &Arc<Self>) {
+        loop {
+            let (want, shutdown) = {
+                let mut st = self.state.lock();
+                let deadline = Instant::now() + self.commit_interval;
+                loop {
+                    let running = self.running.read().clone();
+                    let requested = !jbd2_after(running.tid, st.requested);
+                    let due = running.started.lock().is_some_and(|s| s.elapsed() >= self.commit_interval);
+                    if st.shutdown || requested || due {
+                        break (Some(running), st.shutdown);
+                    }
+                    if self.aborted.load(Ordering::Acquire) {
+                        break (None, true);
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    self.wake.wait_for(&mut st, left.max(Duration::from_millis(5)));
+                }
+            };
+            if let Some(t) = want {
+                if !self.aborted.load(Ordering::Acquire) {
+                    if let Err(e) = self.commit(&t) {
+                        self.abort(format!("journal commit failed: {e}"));
+                    }
+                }
+            }
+            if shutdown {
+                return;
+            }
+        }
+    }
+
+    /// Locks `t` (no new handles), waits for its open handles, installs the next transaction.
+    pub(super) fn lock_and_rotate(&self, t: &Arc<Transaction>) {
+        t.locked.store(true, Ordering::SeqCst);
+        let mut st = self.state.lock();
+        while t.updates.load(Ordering::SeqCst) > 0 {
+            self.wake.wait_for(&mut st, Duration::from_millis(50));
+        }
+        drop(st);
+    }
+
+    /// Installs the next running transaction after `t` and wakes waiting handle starts.
+    pub(super) fn install_next(&self, t: &Transaction) {
+        let serial = self.next_serial.fetch_add(1, Ordering::AcqRel);
+        *self.running.write() = Arc::new(Transaction::new(t.tid.wrapping_add(1), serial));
+        let _g = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    /// Records a finished commit and wakes its waiters.
+    pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64) {
+        let mut st = self.state.lock();
+        st.committed = tid;
+        st.stats.commits += 1;
+        st.stats.blocks += blocks;
+        if st.stats.times_us.len() >= 4096 {
+            st.stats.times_us.remove(0);
+        }
+        st.stats.times_us.push(took.as_micros() as u64);
+        self.wake.notify_all();
+    }
+
+    pub(super) fn count_checkpoint(&self) {
+        self.state.lock().stats.checkpoints += 1;
+    }
+
+    pub fn stats(&self) -> CommitStats {
+        self.state.lock().stats.clone()
+    }
+
+    /// Asks the commit thread to commit what is left and exit.
+    pub fn request_shutdown(&self) {
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        self.wake.notify_all();
+    }
+}
+
+/// `tid_gt`: whether `a` comes after `b` in jbd2's wrapping sequence space.
+pub(crate) fn jbd2_after(a: u32, b: u32) -> bool {
+    rext4_format::jbd2::tid_gt(a, b)
+}

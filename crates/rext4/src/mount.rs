@@ -1,0 +1,229 @@
+//! Opening for writing and closing (the write side of the kernel's `super.c` and
+//! `ext4_load_journal`): load the journal, mark the image in use, start the commit thread;
+//! at close, commit and checkpoint everything and mark the image clean.
+
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::{Fs, FsInner, Options};
+use crate::jbd2::journal::{Journal, Log, LogGeometry};
+use crate::map::Mapping;
+use rext4_format::features::{Compat, Incompat};
+use rext4_format::jbd2::{JournalIncompat, JournalSuperblock, CHKSUM_CRC32C};
+use rext4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::InodeNo;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use zerocopy::IntoBytes;
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+impl FsInner {
+    /// Block holding the primary superblock, and the superblock's offset in it.
+    pub(crate) fn sb_location(&self) -> (u64, usize) {
+        let bs = u64::from(self.sbi.block_size);
+        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
+    }
+
+    /// Turns a freshly loaded, read-only filesystem into a writable one.
+    pub(crate) fn start_writing(&mut self, opts: &Options) -> Result<()> {
+        if let Some(why) = self.sbi.read_only_reasons().first() {
+            return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
+        }
+        if self.sbi.sb.incompat().contains(Incompat::RECOVER) {
+            return Err(Error::Incompatible("the journal needs recovery before writing".into()));
+        }
+        let log = self.load_log()?;
+        let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        let (sb_blk, sb_off) = self.sb_location();
+        let metadata_csum = self.sbi.metadata_csum;
+        let freeze = Box::new(move |blk: u64, data: &mut [u8]| {
+            // The superblock checksum is computed on the frozen copy, not by every writer.
+            if blk == sb_blk && metadata_csum {
+                if let Some(sb) = Superblock::parse(&data[sb_off..]) {
+                    let c = sb.compute_checksum();
+                    data[sb_off + 0x3FC..sb_off + 0x400].copy_from_slice(&c.to_le_bytes());
+                }
+            }
+        });
+        let has_log = log.geo.is_some();
+        let journal = Arc::new(Journal::new(
+            self.dev.clone(),
+            self.sbi.block_size as usize,
+            log,
+            first_tid,
+            opts.commit_interval,
+            freeze,
+        ));
+        // Mark the image in use: needs_recovery with a journal, not-clean without one.
+        self.update_super(|sb| {
+            if has_log {
+                sb.s_feature_incompat.set(sb.s_feature_incompat.get() | Incompat::RECOVER.bits());
+            } else {
+                sb.s_state.set(sb.s_state.get() & !STATE_VALID);
+            }
+            sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
+            let t = now_secs();
+            sb.s_mtime.set(t as u32);
+            sb.s_mtime_hi = (t >> 32) as u8;
+        })?;
+        let j = journal.clone();
+        let thread = std::thread::Builder::new()
+            .name("rext4-commit".into())
+            .spawn(move || j.run())
+            .map_err(Error::Io)?;
+        *self.committer.lock() = Some(thread);
+        self.journal = Some(journal);
+        Ok(())
+    }
+
+    /// Reads the journal superblock and maps the log; an empty geometry without a journal.
+    fn load_log(&self) -> Result<Log> {
+        let none = Log { geo: None, jsb: None, head: 0, tail: 0, tail_tid: 1, used: 0 };
+        let sb = &self.sbi.sb;
+        if !sb.compat().contains(Compat::HAS_JOURNAL) {
+            return Ok(none);
+        }
+        let jino = sb.s_journal_inum.get();
+        if jino == 0 {
+            return Err(Error::NotSupported("external journal devices".into()));
+        }
+        let bad = |what| corrupt(CorruptKind::Journal(what));
+        let inode = self.iget(InodeNo(jino))?;
+        let bs = u64::from(self.sbi.block_size);
+        let len = inode.size() / bs;
+        if len < 1024 || len > u64::from(u32::MAX) {
+            return bad("journal inode size out of range");
+        }
+        let mut blocks = Vec::with_capacity(len as usize);
+        while (blocks.len() as u64) < len {
+            let l = blocks.len() as u32;
+            match self.map_block(&inode, l)? {
+                Mapping::Mapped { pblk, len: n, unwritten: false } => {
+                    let take = n.min(len - blocks.len() as u64);
+                    blocks.extend(pblk..pblk + take);
+                }
+                _ => return bad("journal has a hole"),
+            }
+        }
+        let mut raw = vec![0u8; bs as usize];
+        self.dev.read_at(&mut raw, blocks[0] * bs)?;
+        let Some(mut jsb) = JournalSuperblock::parse(&raw) else {
+            return bad("journal superblock unreadable");
+        };
+        jsb.params().map_err(|_| {
+            Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("bad journal superblock")))
+        })?;
+        if u64::from(jsb.maxlen()) > len || jsb.block_size() != self.sbi.block_size {
+            return bad("journal superblock does not match the journal inode");
+        }
+        // Features as the kernel sets them at mount: checksums v3 with metadata_csum, 64-bit
+        // block numbers on 64bit filesystems, revoke records.
+        let mut inc = jsb.incompat() | JournalIncompat::REVOKE;
+        if self.sbi.metadata_csum {
+            inc = (inc - JournalIncompat::CSUM_V2) | JournalIncompat::CSUM_V3;
+            jsb.s_checksum_type = CHKSUM_CRC32C;
+            jsb.set_compat(jsb.compat() - rext4_format::jbd2::JournalCompat::CHECKSUM);
+        }
+        if sb.is_64bit() {
+            inc |= JournalIncompat::BIT64;
+        }
+        jsb.set_incompat(inc);
+        jsb.update_checksum();
+        let params = jsb.params().map_err(|_| {
+            Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("unusable journal features")))
+        })?;
+        let first = jsb.first();
+        let maxlen = jsb.maxlen();
+        let geo = LogGeometry { blocks, params, uuid: jsb.uuid(), first, maxlen };
+        let mut log = Log { geo: Some(geo), jsb: Some(jsb), head: first, tail: first, tail_tid: 0, used: 0 };
+        // An empty log starting at `first`, with the sequence the superblock carries: older
+        // blocks in the log have smaller sequences and are never taken as part of it.
+        let seq = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        log.tail_tid = seq;
+        self.write_jsb(&mut log, first, seq)?;
+        Ok(log)
+    }
+
+    fn write_jsb(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
+        let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
+        jsb.set_start(start);
+        jsb.set_sequence(sequence);
+        jsb.update_checksum();
+        let bytes = jsb.as_bytes();
+        self.dev.write_at(bytes, geo.blocks[0] * u64::from(self.sbi.block_size))?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Changes the primary superblock directly (not through the journal: only at open and
+    /// close, when no transaction is running), with its checksum, and makes it durable.
+    pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let (blk, off) = self.sb_location();
+        let buf = self.bcache.get(blk)?;
+        let mut data = buf.data_mut();
+        let Some(mut sb) = Superblock::parse(&data[off..]) else {
+            return corrupt(CorruptKind::Superblock("unreadable"));
+        };
+        f(&mut sb);
+        let t = now_secs();
+        sb.s_wtime.set(t as u32);
+        sb.s_wtime_hi = (t >> 32) as u8;
+        sb.update_checksum();
+        data[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
+        self.dev.write_at(sb.as_bytes(), SUPERBLOCK_OFFSET)?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Commits and checkpoints everything and marks the image clean. Idempotent.
+    pub(crate) fn close(&self) -> Result<()> {
+        let Some(journal) = &self.journal else { return Ok(()) };
+        let Some(thread) = self.committer.lock().take() else { return Ok(()) };
+        journal.request_shutdown();
+        let _ = thread.join();
+        if let Some(why) = journal.abort_reason() {
+            return Err(Error::Io(std::io::Error::other(why)));
+        }
+        journal.close()?;
+        let has_log = journal.log.lock().geo.is_some();
+        self.update_super(|sb| {
+            if has_log {
+                sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+            }
+            sb.s_state.set(sb.s_state.get() | STATE_VALID);
+        })
+    }
+}
+
+impl Fs {
+    /// Commits everything, writes it home and marks the image clean; the filesystem is
+    /// read-only afterwards. Dropping the last handle does the same, ignoring errors.
+    pub fn unmount(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// Makes every change so far durable (`syncfs`).
+    pub fn sync(&self) -> Result<()> {
+        match &self.inner.journal {
+            Some(j) => j.sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the filesystem was opened for writing.
+    pub fn is_writable(&self) -> bool {
+        self.inner.journal.is_some()
+    }
+
+    /// Journal statistics: commits, per-commit times, blocks.
+    pub fn commit_stats(&self) -> Option<crate::jbd2::CommitStats> {
+        self.inner.journal.as_ref().map(|j| j.stats())
+    }
+}
+
+impl Drop for FsInner {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,170 @@
+//! The journal's write path: handles, commits, checkpoints, clean close; judged by e2fsck and
+//! by the kernel mounting what rext4 wrote.
+
+use rext4::{Fs, Options, SetAttr, TimeSet, Timestamp};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
+    let src = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..files {
+        std::fs::write(src.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let img = dir.join(format!("{name}.img"));
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .args(args)
+        .arg("-d")
+        .arg(&src)
+        .arg(&img)
+        .arg("32M")
+        .output()
+        .expect("mkfs.ext4 is required");
+    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn fsck_clean(img: &Path) {
+    let out = Command::new("e2fsck").args(["-fn"]).arg(img).output().expect("e2fsck is required");
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {}:\n{}{}",
+        img.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn chmod_all(fs: &Fs, n: usize, base: u16) {
+    for i in 0..n {
+        let ino = fs.resolve(format!("/f{i}"), false).unwrap();
+        let t = Timestamp { sec: 1_700_000_000 + i as i64, nsec: 123_456_789 };
+        let ch = SetAttr {
+            mode: Some(base + (i as u16 % 8)),
+            uid: Some(1000 + i as u32),
+            gid: Some(2000),
+            mtime: Some(TimeSet::At(t)),
+            atime: None,
+        };
+        let a = fs.setattr(ino, &ch).unwrap();
+        assert_eq!(a.perm(), base + (i as u16 % 8));
+        assert_eq!(a.uid, 1000 + i as u32);
+        assert_eq!(a.mtime, t);
+    }
+}
+
+fn check_all(fs: &Fs, n: usize, base: u16) {
+    for i in 0..n {
+        let a = fs.metadata(format!("/f{i}")).unwrap();
+        assert_eq!(a.perm(), base + (i as u16 % 8), "f{i}");
+        assert_eq!((a.uid, a.gid), (1000 + i as u32, 2000), "f{i}");
+        assert_eq!(a.mtime, Timestamp { sec: 1_700_000_000 + i as i64, nsec: 123_456_789 }, "f{i}");
+    }
+}
+
+#[test]
+fn setattr_commits_and_closes_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("default", &[][..]),
+        ("upstream", &["-O", "metadata_csum_seed,orphan_file"][..]),
+        ("nocsum", &["-O", "^metadata_csum"][..]),
+        ("nojournal", &["-O", "^has_journal"][..]),
+        ("ext3", &["-t", "ext3"][..]),
+    ] {
+        let img = mkfs(dir.path(), name, args, 200);
+        {
+            let fs = Fs::open_rw(&img).unwrap();
+            chmod_all(&fs, 200, 0o600);
+            fs.unmount().unwrap();
+        }
+        fsck_clean(&img);
+        let fs = Fs::open(&img).unwrap();
+        check_all(&fs, 200, 0o600);
+    }
+}
+
+#[test]
+fn fsync_is_durable_without_unmount() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "fsync", &[], 50);
+    let fs = Fs::open_with(
+        &img,
+        Options {
+            writable: true,
+            commit_interval: std::time::Duration::from_secs(3600),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    chmod_all(&fs, 50, 0o640);
+    let ino = fs.resolve("/f49", false).unwrap();
+    fs.fsync(ino).unwrap();
+    let stats = fs.commit_stats().unwrap();
+    assert!(stats.commits >= 1, "{stats:?}");
+    // The image as it is now (as after a crash) holds a committed journal; e2fsck replays it.
+    let copy = dir.path().join("crash.img");
+    std::fs::copy(&img, &copy).unwrap();
+    let out = Command::new("e2fsck").args(["-fy"]).arg(&copy).output().unwrap();
+    assert!(out.status.code().unwrap_or(8) < 4, "{}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&copy);
+    let crashed = Fs::open(&copy).unwrap();
+    check_all(&crashed, 50, 0o640);
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+}
+
+#[test]
+fn many_threads_many_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "threads", &[], 400);
+    let fs = Fs::open_with(
+        &img,
+        Options {
+            writable: true,
+            commit_interval: std::time::Duration::from_millis(20),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let fs = fs.clone();
+            s.spawn(move || {
+                for round in 0..20 {
+                    for i in (t..400).step_by(8) {
+                        let ino = fs.resolve(format!("/f{i}"), false).unwrap();
+                        let m = 0o400 + ((i + round) % 64) as u16;
+                        fs.setattr(ino, &SetAttr { mode: Some(m), ..SetAttr::default() }).unwrap();
+                        if i % 50 == 0 {
+                            fs.fsync(ino).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let stats = fs.commit_stats().unwrap();
+    assert!(stats.commits > 1, "{stats:?}");
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    for i in 0..400 {
+        assert_eq!(fs.metadata(format!("/f{i}")).unwrap().perm(), 0o400 + ((i + 19) % 64) as u16);
+    }
+}
+
+#[test]
+fn read_only_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "ro", &[], 1);
+    let fs = Fs::open(&img).unwrap();
+    let ino = fs.resolve("/f0", false).unwrap();
+    let e = fs.setattr(ino, &SetAttr { mode: Some(0o777), ..SetAttr::default() }).unwrap_err();
+    assert_eq!(e.errno(), libc_erofs());
+}
+
+fn libc_erofs() -> i32 {
+    30
+}
