@@ -3,6 +3,7 @@
 //! Every access is positional (`pread`/`pwrite` style), so a device shared by many threads needs
 //! no lock of its own.
 
+pub use crate::dev_crash::{apply as apply_ops, CrashDevice, Op};
 use parking_lot::RwLock;
 use std::fs::File;
 use std::io;

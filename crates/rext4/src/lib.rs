@@ -26,6 +26,7 @@ mod attr;
 mod buffer;
 mod cache;
 pub mod dev;
+mod dev_crash;
 mod dir;
 mod error;
 mod extents;

@@ -168,3 +168,48 @@ fn read_only_refuses_writes() {
 fn libc_erofs() -> i32 {
     30
 }
+
+/// The kernel replays a journal rext4 left behind (the image copied after an fsync, as after a
+/// crash) and sees the fsync'ed attributes.
+#[test]
+fn kernel_replays_our_journal() {
+    if !is_root() {
+        eprintln!("skipping: kernel loop mounts need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("k-default", &[][..]), ("k-upstream", &["-O", "metadata_csum_seed,orphan_file"][..]), ("k-nocsum", &["-O", "^metadata_csum,^64bit"][..])] {
+        let img = mkfs(dir.path(), name, args, 60);
+        let fs = Fs::open_with(&img, Options { writable: true, commit_interval: std::time::Duration::from_secs(3600), ..Options::default() }).unwrap();
+        chmod_all(&fs, 60, 0o700);
+        fs.fsync(fs.resolve("/f59", false).unwrap()).unwrap();
+        let copy = dir.path().join(format!("{name}-crash.img"));
+        std::fs::copy(&img, &copy).unwrap();
+        fs.unmount().unwrap();
+        let mnt = dir.path().join(format!("{name}-mnt"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        let out = Command::new("mount").args(["-o", "loop"]).arg(&copy).arg(&mnt).output().unwrap();
+        if !out.status.success() {
+            eprintln!("skipping: mount failed: {}", String::from_utf8_lossy(&out.stderr));
+            return;
+        }
+        let mut seen = Vec::new();
+        for i in 0..60 {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::symlink_metadata(mnt.join(format!("f{i}"))).unwrap();
+            seen.push((m.mode() & 0o7777, m.uid(), m.mtime(), m.mtime_nsec()));
+        }
+        assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+        for (i, s) in seen.into_iter().enumerate() {
+            assert_eq!(s, (0o700 + (i as u32 % 8), 1000 + i as u32, 1_700_000_000 + i as i64, 123_456_789), "{name} f{i}");
+        }
+        fsck_clean(&copy);
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
