@@ -155,13 +155,23 @@ pub struct KernelMount {
 }
 
 impl KernelMount {
+    /// A read-only mount.
     pub fn new(image: &Path, dir: &Path) -> Result<Self, String> {
+        Self::mount(image, dir, "loop,ro")
+    }
+
+    /// A read-write mount.
+    pub fn new_rw(image: &Path, dir: &Path) -> Result<Self, String> {
+        Self::mount(image, dir, "loop")
+    }
+
+    fn mount(image: &Path, dir: &Path, opts: &str) -> Result<Self, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("kernel loop mounts need root".into());
         }
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let out = Command::new("mount")
-            .args(["-o", "loop,ro"])
+            .args(["-o", opts])
             .arg(image)
             .arg(dir)
             .output()

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_journal;
 mod cp;
 mod demo;
 mod fmt;
@@ -80,6 +81,16 @@ enum BenchCmd {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
+    /// load vs the kernel.
+    Journal {
+        /// Worker counts.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
+        workers: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -92,6 +103,7 @@ fn main() -> ExitCode {
         Cmd::Stat { target } => inspect::stat(&target),
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
+        Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
         Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
     };
     match r {

@@ -11,9 +11,7 @@ impl Journal {
         let pending = std::mem::take(&mut *self.checkpoint.lock());
         let mut blocks: Vec<_> = pending.into_iter().collect();
         blocks.sort_unstable_by_key(|(blk, _)| *blk);
-        for (blk, p) in &blocks {
-            self.dev.write_at(&p.data, blk * self.block_size as u64)?;
-        }
+        self.write_home(blocks.iter().map(|(blk, p)| (*blk, &p.data[..])))?;
         // Home copies must be durable before the log forgets them.
         self.dev.flush()?;
         drop(blocks);
@@ -22,6 +20,29 @@ impl Journal {
         log.used = 0;
         self.write_log_tail(log, log.head, next_tid)?;
         self.count_checkpoint();
+        Ok(())
+    }
+
+    /// Writes blocks to their home locations, sorted by block number; runs of adjacent blocks
+    /// go out in one call.
+    pub(super) fn write_home<'a>(&self, blocks: impl Iterator<Item = (u64, &'a [u8])>) -> Result<()> {
+        let bs = self.block_size as u64;
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_start = 0u64;
+        for (blk, data) in blocks {
+            let contiguous = !run.is_empty() && blk == run_start + run.len() as u64 / bs;
+            if !contiguous || run.len() >= 8 << 20 {
+                if !run.is_empty() {
+                    self.dev.write_at(&run, run_start * bs)?;
+                }
+                run.clear();
+                run_start = blk;
+            }
+            run.extend_from_slice(data);
+        }
+        if !run.is_empty() {
+            self.dev.write_at(&run, run_start * bs)?;
+        }
         Ok(())
     }
 

@@ -45,9 +45,7 @@ impl Journal {
             }
         } else {
             // No journal: write home, then flush, as ext4's nojournal mode does at sync.
-            for (blk, data) in &frozen {
-                self.dev.write_at(data, blk * self.block_size as u64)?;
-            }
+            self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
             self.dev.flush()?;
         }
         drop(log);
@@ -80,31 +78,33 @@ impl Journal {
             return Err(Error::InvalidInput("transaction larger than the journal"));
         }
 
+        // Everything before the commit block is assembled in log order and written in as few
+        // calls as the log's layout allows.
+        let bs = self.block_size;
+        let mut out: Vec<u8> = Vec::with_capacity((needed as usize).saturating_sub(1) * bs);
         for chunk in revoked.chunks(per_revoke) {
             let mut rb = RevokeBuilder::new(&params, tid);
             for &b in chunk {
                 rb.push(b).map_err(|_| Error::InvalidInput("revoke record does not fit"))?;
             }
             if let Some(block) = rb.finish() {
-                self.log_write(log, &block)?;
+                out.extend_from_slice(&block);
             }
         }
         for chunk in frozen.chunks(per_desc) {
             let mut desc = DescriptorBuilder::new(&params, tid, uuid);
-            let mut copies = Vec::with_capacity(chunk.len());
+            let at = out.len();
+            out.resize(at + bs, 0);
             for (blk, data) in chunk {
                 let mut copy = data.clone();
-                desc.push_block(*blk, &mut copy)
-                    .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
-                copies.push(copy);
+                desc.push_block(*blk, &mut copy).map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
+                out.extend_from_slice(&copy);
             }
             if let Some(block) = desc.finish() {
-                self.log_write(log, &block)?;
-            }
-            for c in &copies {
-                self.log_write(log, c)?;
+                out[at..at + bs].copy_from_slice(&block);
             }
         }
+        self.log_write(log, &out)?;
         // Everything of the transaction must be durable before its commit block.
         self.dev.flush()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -114,17 +114,32 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes one block at the log head and advances it, wrapping at the end.
-    fn log_write(&self, log: &mut Log, block: &[u8]) -> Result<()> {
+    /// Writes whole blocks at the log head and advances it, wrapping at the end; runs of log
+    /// blocks that are contiguous on the device go out in one call.
+    fn log_write(&self, log: &mut Log, blocks: &[u8]) -> Result<()> {
+        let bs = self.block_size;
         // Cannot fail: only called while a journal is present.
         let g: &LogGeometry = log.geo.as_ref().unwrap();
-        let dev_blk = g.blocks[log.head as usize];
-        self.dev.write_at(block, dev_blk * self.block_size as u64)?;
-        log.head += 1;
-        if log.head >= g.maxlen {
-            log.head = g.first;
+        let mut rest = blocks;
+        while !rest.is_empty() {
+            let start = log.head;
+            let dev_start = g.blocks[start as usize];
+            let mut n = 1usize;
+            while n * bs < rest.len()
+                && start as usize + n < g.maxlen as usize
+                && g.blocks[start as usize + n] == dev_start + n as u64
+            {
+                n += 1;
+            }
+            let len = (n * bs).min(rest.len());
+            self.dev.write_at(&rest[..len], dev_start * bs as u64)?;
+            rest = &rest[len..];
+            log.head += n as u32;
+            if log.head >= g.maxlen {
+                log.head = g.first;
+            }
+            log.used += n as u32;
         }
-        log.used += 1;
         Ok(())
     }
 }

@@ -2,18 +2,19 @@
 //! the commit thread (the kernel's `fs/jbd2/journal.c`).
 //!
 //! # Locking
-//! `running` is read-locked by every handle start (shared) and write-locked only by the commit
-//! to install the next transaction. `state` is a small mutex held briefly to wait and to wake;
+//! `running` is an atomically swapped pointer: handle starts load it, the commit replaces it.
+//! `state` is a small mutex held briefly to wait and to wake;
 //! it is never held across I/O. `log` belongs to the commit thread (commits and checkpoints
 //! run only there, one at a time); others take it only at open and close. `checkpoint` is held
 //! briefly by the commit (to add) and by handles revoking a block (to drop it).
-//! Order: `running` -> `state`; `log` -> `checkpoint`.
+//! Order: `state` is taken after a handle has left its transaction; `log` -> `checkpoint`.
 
 use super::transaction::{Handle, Transaction};
 use crate::buffer::Buffer;
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::{Condvar, Mutex};
 use rext4_format::jbd2::{JournalParams, JournalSuperblock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,6 +67,38 @@ pub struct CommitStats {
     pub checkpoints: u64,
 }
 
+/// Commit-time figures in seed 003's style.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommitSummary {
+    pub commits: u64,
+    pub mean_us: f64,
+    pub stddev_us: f64,
+    pub max_us: u64,
+    /// The five longest commits, longest first.
+    pub top5_us: Vec<u64>,
+}
+
+impl CommitStats {
+    /// Mean, standard deviation, maximum and top five of the recorded commit times.
+    pub fn summary(&self) -> CommitSummary {
+        let n = self.times_us.len();
+        if n == 0 {
+            return CommitSummary { commits: self.commits, ..CommitSummary::default() };
+        }
+        let mean = self.times_us.iter().sum::<u64>() as f64 / n as f64;
+        let var = self.times_us.iter().map(|&t| (t as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        let mut sorted = self.times_us.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        CommitSummary {
+            commits: self.commits,
+            mean_us: mean,
+            stddev_us: var.sqrt(),
+            max_us: sorted[0],
+            top5_us: sorted.into_iter().take(5).collect(),
+        }
+    }
+}
+
 struct State {
     /// Last committed tid.
     committed: u32,
@@ -78,8 +111,8 @@ struct State {
 pub(crate) struct Journal {
     pub dev: Arc<dyn BlockDevice>,
     pub block_size: usize,
-    /// The running transaction. [RwLock: read to join, write to replace]
-    running: RwLock<Arc<Transaction>>,
+    /// The running transaction. [atomic pointer: loaded to join, replaced by the commit]
+    running: ArcSwap<Transaction>,
     /// Commit bookkeeping and the condition everyone waits on. [own mutex, brief]
     state: Mutex<State>,
     wake: Condvar,
@@ -116,7 +149,7 @@ impl Journal {
         Journal {
             dev,
             block_size,
-            running: RwLock::new(Arc::new(Transaction::new(first_tid, 1))),
+            running: ArcSwap::from_pointee(Transaction::new(first_tid, 1)),
             state: Mutex::new(State {
                 committed: first_tid.wrapping_sub(1),
                 requested: first_tid.wrapping_sub(1),
@@ -167,18 +200,10 @@ impl Journal {
         let mut waited = false;
         loop {
             self.check_aborted()?;
-            let t = self.running.read().clone();
-            t.updates.fetch_add(1, Ordering::SeqCst);
-            let fits = t.reserved.fetch_add(credits, Ordering::AcqRel)
-                + credits
-                + t.nbuffers.load(Ordering::Acquire)
-                <= self.max_txn_buffers;
+            let t = self.running.load_full();
+            let fits = t.join(credits) + t.nbuffers.load(Ordering::Acquire) <= self.max_txn_buffers;
             if !t.locked.load(Ordering::SeqCst) && fits {
-                let mut started = t.started.lock();
-                if started.is_none() {
-                    *started = Some(Instant::now());
-                }
-                drop(started);
+                t.mark_started();
                 if waited {
                     self.state.lock().stats.handles_waited_us += began.elapsed().as_micros() as u64;
                 }
@@ -186,8 +211,7 @@ impl Journal {
             }
             // Back off: the transaction is committing or full. Ask for its commit and wait
             // for its successor.
-            t.reserved.fetch_sub(credits, Ordering::AcqRel);
-            if t.updates.fetch_sub(1, Ordering::SeqCst) == 1 && t.locked.load(Ordering::SeqCst) {
+            if t.leave(credits) && t.locked.load(Ordering::SeqCst) {
                 self.wake_commit();
             }
             waited = true;
@@ -196,7 +220,7 @@ impl Journal {
                 st.requested = t.tid;
             }
             self.wake.notify_all();
-            while self.running.read().tid == t.tid && !self.aborted.load(Ordering::Acquire) {
+            while self.running.load().tid == t.tid && !self.aborted.load(Ordering::Acquire) {
                 self.wake.wait_for(&mut st, Duration::from_millis(100));
             }
         }
@@ -210,7 +234,7 @@ impl Journal {
 
     /// The running transaction's tid.
     pub fn running_tid(&self) -> u32 {
-        self.running.read().tid
+        self.running.load().tid
     }
 
     /// Asks for transaction `tid` to commit and waits until it has (group commit: waiters of
@@ -237,7 +261,7 @@ impl Journal {
     /// Commits whatever is running and waits for it.
     pub fn sync(&self) -> Result<()> {
         let tid = self.running_tid();
-        if self.running.read().is_empty() {
+        if self.running.load().is_empty() {
             // Nothing new; wait for an in-flight commit of the previous one.
             return self.commit_and_wait(tid.wrapping_sub(1));
         }
@@ -257,9 +281,9 @@ impl Journal {
                 let mut st = self.state.lock();
                 let deadline = Instant::now() + self.commit_interval;
                 loop {
-                    let running = self.running.read().clone();
+                    let running = self.running.load_full();
                     let requested = !jbd2_after(running.tid, st.requested);
-                    let due = running.started.lock().is_some_and(|s| s.elapsed() >= self.commit_interval);
+                    let due = running.age().is_some_and(|a| a >= self.commit_interval);
                     if st.shutdown || requested || due {
                         break (Some(running), st.shutdown);
                     }
@@ -287,7 +311,7 @@ impl Journal {
     pub(super) fn lock_and_rotate(&self, t: &Arc<Transaction>) {
         t.locked.store(true, Ordering::SeqCst);
         let mut st = self.state.lock();
-        while t.updates.load(Ordering::SeqCst) > 0 {
+        while t.updates() > 0 {
             self.wake.wait_for(&mut st, Duration::from_millis(50));
         }
         drop(st);
@@ -296,7 +320,7 @@ impl Journal {
     /// Installs the next running transaction after `t` and wakes waiting handle starts.
     pub(super) fn install_next(&self, t: &Transaction) {
         let serial = self.next_serial.fetch_add(1, Ordering::AcqRel);
-        *self.running.write() = Arc::new(Transaction::new(t.tid.wrapping_add(1), serial));
+        self.running.store(Arc::new(Transaction::new(t.tid.wrapping_add(1), serial)));
         let _g = self.state.lock();
         self.wake.notify_all();
     }

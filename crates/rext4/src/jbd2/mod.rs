@@ -1,8 +1,10 @@
-//! The journal, in jbd2's on-disk format: transactions and handles, commit, checkpoint.
+//! The journal, in jbd2's on-disk format: transactions and handles, commit, checkpoint,
+//! recovery.
 
 pub(crate) mod checkpoint;
 pub(crate) mod commit;
 pub(crate) mod journal;
+pub(crate) mod recovery;
 pub(crate) mod transaction;
 
-pub use journal::CommitStats;
+pub use journal::{CommitStats, CommitSummary};

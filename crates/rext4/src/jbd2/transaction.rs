@@ -16,7 +16,9 @@ use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use parking_lot::{Mutex, RwLockWriteGuard};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+const ONE_HANDLE: u64 = 1 << 32;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,10 +30,10 @@ pub(crate) struct Transaction {
     pub tid: u32,
     /// Engine-wide serial, never reused (buffers remember the serial they joined). [immutable]
     pub serial: u64,
-    /// Open handles. [atomic; SeqCst against `locked`]
-    pub updates: AtomicU32,
-    /// Credits reserved by open handles. [atomic]
-    pub reserved: AtomicU32,
+    /// Open handles (high 32 bits) and the credits they reserved (low 32 bits), in one word so
+    /// that joining and leaving are one atomic operation each. [atomic; SeqCst against
+    /// `locked`]
+    usage: AtomicU64,
     /// Buffers in the transaction. [atomic]
     pub nbuffers: AtomicU32,
     /// Set by the commit when it takes the transaction: no handle may join any more.
@@ -42,8 +44,10 @@ pub(crate) struct Transaction {
     /// Blocks freed in this transaction whose old journal copies must not be replayed.
     /// [own lock]
     pub revoked: Mutex<Vec<u64>>,
-    /// When the first handle joined. [own lock]
-    pub started: Mutex<Option<Instant>>,
+    /// When the first handle joined, in nanoseconds after `epoch` (0: none yet). [atomic]
+    pub started: AtomicU64,
+    /// Reference point for `started`. [immutable]
+    pub epoch: Instant,
 }
 
 impl Transaction {
@@ -51,13 +55,46 @@ impl Transaction {
         Transaction {
             tid,
             serial,
-            updates: AtomicU32::new(0),
-            reserved: AtomicU32::new(0),
+            usage: AtomicU64::new(0),
             nbuffers: AtomicU32::new(0),
             locked: AtomicBool::new(false),
             buffers: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             revoked: Mutex::new(Vec::new()),
-            started: Mutex::new(None),
+            started: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Adds a handle with `credits`; returns the credits now reserved.
+    pub fn join(&self, credits: u32) -> u32 {
+        let add = ONE_HANDLE + u64::from(credits);
+        (self.usage.fetch_add(add, Ordering::SeqCst) + add) as u32
+    }
+
+    /// Removes a handle with `credits`; returns whether it was the last one open.
+    pub fn leave(&self, credits: u32) -> bool {
+        let prev = self.usage.fetch_sub(ONE_HANDLE + u64::from(credits), Ordering::SeqCst);
+        prev >> 32 == 1
+    }
+
+    /// Handles open.
+    pub fn updates(&self) -> u32 {
+        (self.usage.load(Ordering::SeqCst) >> 32) as u32
+    }
+
+    /// Notes that a handle joined: the first one starts the commit-interval clock.
+    pub fn mark_started(&self) {
+        if self.started.load(Ordering::Relaxed) == 0 {
+            let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
+            let _ = self.started.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// How long ago the first handle joined, if one has.
+    pub fn age(&self) -> Option<std::time::Duration> {
+        match self.started.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(self.epoch.elapsed().saturating_sub(std::time::Duration::from_nanos(t))),
         }
     }
 
@@ -138,8 +175,7 @@ impl Handle {
         }
         self.stopped = true;
         let t = &self.txn;
-        t.reserved.fetch_sub(self.credits, Ordering::AcqRel);
-        if t.updates.fetch_sub(1, Ordering::SeqCst) == 1 && t.locked.load(Ordering::SeqCst) {
+        if t.leave(self.credits) && t.locked.load(Ordering::SeqCst) {
             self.journal.wake_commit();
         }
     }
