@@ -8,6 +8,7 @@ mod demo;
 mod fmt;
 mod imagepath;
 mod inspect;
+mod modify;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -49,6 +50,17 @@ enum Cmd {
     Stat { target: String },
     /// Show a directory tree: `rext4 tree IMAGE:/dir`.
     Tree { target: String },
+    /// Change permission bits: `rext4 chmod 0644 IMAGE:/path`.
+    Chmod { mode: String, target: String },
+    /// Change owner and group (numeric): `rext4 chown 1000:1000 IMAGE:/path`.
+    Chown { owner: String, target: String },
+    /// Set access and modification times of an existing file: `rext4 touch [-d SECS[.NANOS]] IMAGE:/path`.
+    Touch {
+        /// The time, in seconds since the epoch (default: now).
+        #[arg(short = 'd', long)]
+        date: Option<String>,
+        target: String,
+    },
     /// Benchmarks against kernel ext4 on the same image: `rext4 bench walk`.
     Bench {
         #[command(subcommand)]
@@ -100,6 +112,9 @@ fn main() -> ExitCode {
         Cmd::Info { image } => inspect::info(&image),
         Cmd::Ls { long, all, target } => inspect::ls(&target, long, all),
         Cmd::Cat { target } => inspect::cat(&target),
+        Cmd::Chmod { mode, target } => modify::chmod(&mode, &target),
+        Cmd::Chown { owner, target } => modify::chown(&owner, &target),
+        Cmd::Touch { date, target } => modify::touch(date.as_deref(), &target),
         Cmd::Stat { target } => inspect::stat(&target),
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),

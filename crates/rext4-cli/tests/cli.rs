@@ -179,3 +179,29 @@ fn nix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+#[test]
+fn chmod_chown_touch_change_the_image_and_leave_it_clean() {
+    let fx = fixture();
+    let o = rext4(&["chmod", "640", &at(&fx, "/sub/data.bin")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = rext4(&["chown", "1234:567", &at(&fx, "/sub/data.bin")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = rext4(&["touch", "-d", "1600000000.5", &at(&fx, "/sub/data.bin")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stat = stdout(&rext4(&["stat", &at(&fx, "/sub/data.bin")]));
+    assert!(stat.contains("(0640/-rw-r-----)  Uid:  1234   Gid:   567"), "{stat}");
+    assert!(stat.contains("Modify: 2020-09-13 12:26:40.500000000"), "{stat}");
+    let fsck = Command::new("e2fsck").arg("-fn").arg(&fx.image).output().unwrap();
+    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    for bad in [vec!["chmod", "999"], vec!["chown", "x:y"], vec!["touch", "-d", "soon"]] {
+        let mut args = bad.clone();
+        let t = at(&fx, "/hello.txt");
+        args.push(&t);
+        let o = rext4(&args);
+        assert!(!o.status.success(), "{args:?}");
+    }
+    let o = rext4(&["chmod", "600", &at(&fx, "/missing")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such file or directory"));
+}

@@ -49,7 +49,7 @@ impl Journal {
             self.dev.flush()?;
         }
         drop(log);
-        self.committed(t.tid, began.elapsed(), nblocks);
+        self.committed(t.tid, began.elapsed(), nblocks, u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)));
         Ok(())
     }
 

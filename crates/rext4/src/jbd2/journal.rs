@@ -63,6 +63,8 @@ pub struct CommitStats {
     /// Commit durations in microseconds (each commit's, most recent last; bounded).
     pub times_us: Vec<u64>,
     pub handles_waited_us: u64,
+    /// Handles and blocks over all commits.
+    pub handles: u64,
     pub blocks: u64,
     pub checkpoints: u64,
 }
@@ -326,10 +328,11 @@ impl Journal {
     }
 
     /// Records a finished commit and wakes its waiters.
-    pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64) {
+    pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64, handles: u64) {
         let mut st = self.state.lock();
         st.committed = tid;
         st.stats.commits += 1;
+        st.stats.handles += handles;
         st.stats.blocks += blocks;
         if st.stats.times_us.len() >= 4096 {
             st.stats.times_us.remove(0);

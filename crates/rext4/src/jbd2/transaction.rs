@@ -36,6 +36,8 @@ pub(crate) struct Transaction {
     usage: AtomicU64,
     /// Buffers in the transaction. [atomic]
     pub nbuffers: AtomicU32,
+    /// Handles that joined, in all. [atomic]
+    pub handles: AtomicU32,
     /// Set by the commit when it takes the transaction: no handle may join any more.
     /// [atomic; SeqCst against `updates`]
     pub locked: AtomicBool,
@@ -57,6 +59,7 @@ impl Transaction {
             serial,
             usage: AtomicU64::new(0),
             nbuffers: AtomicU32::new(0),
+            handles: AtomicU32::new(0),
             locked: AtomicBool::new(false),
             buffers: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             revoked: Mutex::new(Vec::new()),
@@ -84,6 +87,7 @@ impl Transaction {
 
     /// Notes that a handle joined: the first one starts the commit-interval clock.
     pub fn mark_started(&self) {
+        self.handles.fetch_add(1, Ordering::Relaxed);
         if self.started.load(Ordering::Relaxed) == 0 {
             let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
             let _ = self.started.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
