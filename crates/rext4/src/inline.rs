@@ -34,15 +34,18 @@ impl FsInner {
     pub(crate) fn read_inline(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let size = inode.size();
         let data = self.inline_bytes(inode)?;
-        if size > data.len() as u64 {
-            return corrupt(CorruptKind::InlineData { ino: inode.ino, what: "size exceeds inline data" });
-        }
         if offset >= size {
             return Ok(0);
         }
-        let n = buf.len().min((size - offset) as usize);
-        let off = offset as usize;
-        buf[..n].copy_from_slice(&data[off..off + n]);
+        // Bytes past the inline data up to i_size read as zeros, as in the kernel (a file
+        // extended by truncate keeps its data inline).
+        let n = usize::try_from(size - offset).map_or(buf.len(), |left| buf.len().min(left));
+        let off = usize::try_from(offset).unwrap_or(usize::MAX);
+        let have = data.len().saturating_sub(off).min(n);
+        if have > 0 {
+            buf[..have].copy_from_slice(&data[off..off + have]);
+        }
+        buf[have..n].fill(0);
         Ok(n)
     }
 }

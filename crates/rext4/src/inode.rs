@@ -154,6 +154,17 @@ impl FsInner {
         Ok(inode)
     }
 
+    /// `st_blocks`: the on-disk count, plus, for regular files with inline data, the sectors
+    /// their bytes would take, as the kernel reports so that tools do not take them for holes.
+    fn stat_blocks(&self, d: &fi::Inode, kind: FileType) -> u64 {
+        let n = d.blocks_512(self.sbi.huge_file, self.sbi.block_size);
+        if kind == FileType::RegularFile && d.flags() & fi::INLINE_DATA_FL != 0 {
+            n + d.size().saturating_add(511) / 512
+        } else {
+            n
+        }
+    }
+
     /// `stat(2)` of an inode.
     pub(crate) fn attr_of(&self, inode: &Inode) -> Result<Attr> {
         let d = inode.disk();
@@ -173,7 +184,7 @@ impl FsInner {
             uid: d.uid(),
             gid: d.gid(),
             size: d.size(),
-            blocks: d.blocks_512(self.sbi.huge_file, self.sbi.block_size),
+            blocks: self.stat_blocks(&d, kind),
             atime: d.atime(sz),
             mtime: d.mtime(sz),
             ctime: d.ctime(sz),
