@@ -96,6 +96,28 @@ impl BufferCache {
         })
     }
 
+    /// The cached buffer for `blk`, if any, without reading.
+    pub fn peek(&self, blk: u64) -> Option<Arc<Buffer>> {
+        self.cache.get(blk)
+    }
+
+    /// A buffer for a block about to be filled from scratch (newly allocated metadata): the
+    /// cached one if there is one, else a zeroed one; the device is not read.
+    pub fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
+        if let Some(b) = self.cache.get(blk) {
+            return b;
+        }
+        let b = Arc::new(Buffer {
+            blk,
+            jserial: AtomicU64::new(0),
+            data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
+            referenced: AtomicBool::new(true),
+            verified: AtomicU8::new(Verified::None as u8),
+        });
+        self.cache.insert(blk, b.clone());
+        b
+    }
+
     /// Number of cached blocks.
     pub fn len(&self) -> usize {
         self.cache.len()

@@ -75,6 +75,18 @@ impl<V: Cached> ShardedCache<V> {
         Ok(fresh)
     }
 
+    /// Puts `v` under `key`, replacing any cached entry (for objects created in memory).
+    pub fn insert(&self, key: u64, v: Arc<V>) {
+        v.referenced().store(true, Ordering::Relaxed);
+        let mut s = self.shard(key).lock();
+        if s.map.insert(key, v).is_none() {
+            s.clock.push_back(key);
+        }
+        if s.map.len() > self.per_shard {
+            Self::evict(&mut s, self.per_shard);
+        }
+    }
+
     fn evict(s: &mut Shard<V>, target: usize) {
         // Bounded sweep: at most two passes over the queue.
         let mut budget = s.clock.len() * 2;

@@ -10,6 +10,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+pub use crate::dev_overlay::OverlayDevice;
+
 /// Byte-addressed storage under a filesystem.
 pub trait BlockDevice: Send + Sync {
     /// Fills `buf` from byte `offset`; reading past the end is an error.

@@ -30,6 +30,8 @@ pub enum Error {
     Range,
     /// The filesystem is read-only (`EROFS`).
     ReadOnly,
+    /// No free blocks or inodes are left (`ENOSPC`).
+    NoSpace,
     /// The file is encrypted and no key is available (`ENOKEY`).
     NoKey,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
@@ -55,6 +57,7 @@ impl Error {
             Error::NoData => libc::ENODATA,
             Error::Range => libc::ERANGE,
             Error::ReadOnly => libc::EROFS,
+            Error::NoSpace => libc::ENOSPC,
             Error::NoKey => libc::ENOKEY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
@@ -87,6 +90,7 @@ impl fmt::Display for Error {
             Error::NoData => f.write_str("no such attribute"),
             Error::Range => f.write_str("result too large for buffer"),
             Error::ReadOnly => f.write_str("read-only filesystem"),
+            Error::NoSpace => f.write_str("no space left on device"),
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),

@@ -42,10 +42,12 @@ pub(crate) struct FsInner {
     pub dev: Arc<dyn BlockDevice>,
     /// Geometry and policy. [immutable]
     pub sbi: SbInfo,
-    /// Group descriptors. [immutable while read-only]
-    pub groups: Groups,
+    /// Group descriptors and live group counts. [see group.rs]
+    pub groups: Arc<Groups>,
+    /// Filesystem-wide free counts (seed 004). [sharded atomics]
+    pub counters: Arc<crate::counter::Counters>,
     /// Metadata blocks. [sharded, see cache.rs]
-    pub bcache: BufferCache,
+    pub bcache: Arc<BufferCache>,
     /// Inodes. [sharded, see cache.rs]
     pub icache: ShardedCache<Inode>,
     /// The journal (also present, without a log, for unjournaled images); `None` when
@@ -53,6 +55,8 @@ pub(crate) struct FsInner {
     pub journal: Option<Arc<crate::jbd2::journal::Journal>>,
     /// The commit thread. [own lock; taken at close]
     pub committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What journal recovery at open replayed, if the image needed it. [immutable]
+    pub recovery: Option<crate::RecoveryReport>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -80,23 +84,23 @@ impl Fs {
     }
 
     /// Opens a filesystem on any block device.
+    /// A journal that needs recovery is replayed first: onto the device when writing, in
+    /// memory when reading (the device is not modified).
     pub fn from_device(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Fs> {
         let sbi = SbInfo::load(&*dev)?;
-        let bcache = BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes);
-        let groups = Groups::load(&sbi, &bcache)?;
-        let mut inner = FsInner {
-            dev,
-            sbi,
-            groups,
-            bcache,
-            icache: ShardedCache::new(opts.inode_cache),
-            journal: None,
-            committer: parking_lot::Mutex::new(None),
-        };
+        let (dev, sbi, recovery) = crate::replay::recover_at_open(dev, sbi, opts.writable)?;
+        let mut inner = FsInner::new(dev, sbi, &opts)?;
+        inner.recovery = recovery;
         if opts.writable {
             inner.start_writing(&opts)?;
         }
         Ok(Fs { inner: Arc::new(inner) })
+    }
+
+    /// What journal recovery replayed when this filesystem was opened; `None` if the image
+    /// did not need recovery.
+    pub fn recovery(&self) -> Option<&crate::RecoveryReport> {
+        self.inner.recovery.as_ref()
     }
 
     /// The superblock as read at open.
@@ -183,6 +187,29 @@ impl Fs {
 }
 
 impl FsInner {
+    /// A read-only filesystem over `dev`, whose superblock `sbi` was loaded from it.
+    pub(crate) fn new(dev: Arc<dyn BlockDevice>, sbi: SbInfo, opts: &Options) -> Result<FsInner> {
+        let bcache = Arc::new(BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes));
+        let groups = Arc::new(Groups::load(&sbi, &bcache)?);
+        let (free_blocks, free_inodes, dirs) = groups.totals();
+        let counters = Arc::new(crate::counter::Counters {
+            free_blocks: crate::counter::ShardedCounter::new(free_blocks as i64),
+            free_inodes: crate::counter::ShardedCounter::new(free_inodes as i64),
+            dirs: crate::counter::ShardedCounter::new(dirs as i64),
+        });
+        Ok(FsInner {
+            dev,
+            sbi,
+            groups,
+            counters,
+            bcache,
+            icache: ShardedCache::new(opts.inode_cache),
+            journal: None,
+            committer: parking_lot::Mutex::new(None),
+            recovery: None,
+        })
+    }
+
     /// Reads metadata block `blk` through the cache, refusing blocks outside the filesystem.
     pub(crate) fn bread(&self, blk: u64, ino: Option<InodeNo>) -> Result<Arc<Buffer>> {
         if blk < self.sbi.first_data_block || blk >= self.sbi.blocks_count {
@@ -202,11 +229,13 @@ impl FsInner {
 
     fn statfs(&self) -> StatFs {
         let sbi = &self.sbi;
-        let (free_blocks, free_inodes) = self.groups.free_totals(sbi);
+        let (free_blocks, free_inodes, _) = self.groups.totals();
         let overhead = self.overhead();
         let sb = &sbi.sb;
-        // The kernel keeps 2% or 4096 blocks, whichever is less, for its own use.
-        let resv = (sbi.blocks_count / 50).min(4096);
+        // The kernel keeps 2% or 4096 blocks, whichever is less, for its own use (extent
+        // splits and unwritten conversions); without extents it keeps none.
+        let extents = sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
+        let resv = if extents { (sbi.blocks_count / 50).min(4096) } else { 0 };
         let reserved = sb.r_blocks_count() + resv;
         let uuid = &sb.s_uuid;
         // Cannot fail: both halves are 8 bytes of a 16-byte array.

@@ -1,15 +1,36 @@
-//! The group descriptor table (the read side of `ext4_get_group_desc` and
-//! `ext4_check_descriptors`): loaded and checked once at open.
+//! The group descriptor table (`ext4_get_group_desc`, `ext4_check_descriptors`): loaded and
+//! checked once at open. Locations of bitmaps and tables never change; the counts and flags
+//! that do are per-group atomics here, written into the descriptor blocks only when those are
+//! frozen for a commit, with the bitmap and descriptor checksums (seed 004: no checksum work
+//! under the locks of every allocation).
 
 use crate::buffer::BufferCache;
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::super_block::SbInfo;
+use rext4_format::checksum::crc32c;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Every group's descriptor, as read at open.
+/// What changes about a group while the filesystem is open. Updated by the allocators under
+/// the group's bitmap buffer lock; read without locks for placement decisions.
+pub(crate) struct GroupState {
+    pub free_blocks: AtomicU32,
+    pub free_inodes: AtomicU32,
+    pub used_dirs: AtomicU32,
+    /// `bg_flags` (BLOCK_UNINIT, INODE_UNINIT, INODE_ZEROED).
+    pub flags: AtomicU32,
+    pub itable_unused: AtomicU32,
+}
+
+/// Every group's descriptor, as read at open, and its live counts.
 pub(crate) struct Groups {
     descs: Vec<GroupDesc>,
+    /// Live counts and flags. [atomics; see GroupState]
+    pub state: Vec<GroupState>,
+    /// Descriptor block -> first group it describes. [immutable]
+    desc_blocks: HashMap<u64, u32>,
 }
 
 impl Groups {
@@ -34,7 +55,20 @@ impl Groups {
                 descs.push(GroupDesc::parse(d, sbi.desc_size).unwrap());
             }
         }
-        let groups = Groups { descs };
+        let ds = sbi.desc_size;
+        let state = descs
+            .iter()
+            .map(|d| GroupState {
+                free_blocks: AtomicU32::new(d.free_blocks_count(ds)),
+                free_inodes: AtomicU32::new(d.free_inodes_count(ds)),
+                used_dirs: AtomicU32::new(d.used_dirs_count(ds)),
+                flags: AtomicU32::new(u32::from(d.flags())),
+                itable_unused: AtomicU32::new(d.itable_unused(ds)),
+            })
+            .collect();
+        let desc_blocks =
+            (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), (i * per_block as u64) as u32)).collect();
+        let groups = Groups { descs, state, desc_blocks };
         for g in 0..sbi.group_count {
             groups.check(sbi, g)?;
         }
@@ -79,11 +113,65 @@ impl Groups {
         corrupt(CorruptKind::GroupDesc { group: g, what })
     }
 
-    /// Sums of free blocks and free inodes over all groups (what statfs reports).
-    pub fn free_totals(&self, sbi: &SbInfo) -> (u64, u64) {
-        let ds = sbi.desc_size;
-        self.descs.iter().fold((0, 0), |(b, i), d| {
-            (b + u64::from(d.free_blocks_count(ds)), i + u64::from(d.free_inodes_count(ds)))
+    /// Sums of free blocks, free inodes and directories over all groups.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.state.iter().fold((0, 0, 0), |(b, i, d), s| {
+            (
+                b + u64::from(s.free_blocks.load(Ordering::Relaxed)),
+                i + u64::from(s.free_inodes.load(Ordering::Relaxed)),
+                d + u64::from(s.used_dirs.load(Ordering::Relaxed)),
+            )
         })
+    }
+
+    /// Whether `blk` holds group descriptors.
+    pub fn is_desc_block(&self, blk: u64) -> bool {
+        self.desc_blocks.contains_key(&blk)
+    }
+
+    /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
+    /// groups, the checksums of the bitmaps `bitmap` can provide (current contents of cached
+    /// bitmap blocks), and each descriptor's checksum.
+    pub fn freeze_desc_block(&self, sbi: &SbInfo, blk: u64, data: &mut [u8], bitmap: impl Fn(u64) -> Option<Vec<u8>>) {
+        let Some(&first) = self.desc_blocks.get(&blk) else { return };
+        let ds = sbi.desc_size;
+        for (i, raw) in data.chunks_exact_mut(ds).enumerate() {
+            let g = first + i as u32;
+            let Some(st) = self.state.get(g as usize) else { break };
+            let Some(mut d) = GroupDesc::parse(raw, ds) else { break };
+            let (fb, fi, ud, iu) = (
+                st.free_blocks.load(Ordering::Relaxed),
+                st.free_inodes.load(Ordering::Relaxed),
+                st.used_dirs.load(Ordering::Relaxed),
+                st.itable_unused.load(Ordering::Relaxed),
+            );
+            d.bg_free_blocks_count_lo.set(fb as u16);
+            d.bg_free_blocks_count_hi.set((fb >> 16) as u16);
+            d.bg_free_inodes_count_lo.set(fi as u16);
+            d.bg_free_inodes_count_hi.set((fi >> 16) as u16);
+            d.bg_used_dirs_count_lo.set(ud as u16);
+            d.bg_used_dirs_count_hi.set((ud >> 16) as u16);
+            d.bg_itable_unused_lo.set(iu as u16);
+            d.bg_itable_unused_hi.set((iu >> 16) as u16);
+            d.bg_flags.set(st.flags.load(Ordering::Relaxed) as u16);
+            if sbi.metadata_csum {
+                if let Some(bm) = bitmap(d.block_bitmap(ds)) {
+                    let n = (sbi.blocks_per_group / 8) as usize;
+                    let c = crc32c(sbi.csum_seed, &bm[..n.min(bm.len())]);
+                    d.bg_block_bitmap_csum_lo.set(c as u16);
+                    d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+                }
+                if let Some(bm) = bitmap(d.inode_bitmap(ds)) {
+                    let n = (sbi.inodes_per_group / 8) as usize;
+                    let c = crc32c(sbi.csum_seed, &bm[..n.min(bm.len())]);
+                    d.bg_inode_bitmap_csum_lo.set(c as u16);
+                    d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+                }
+                d.bg_checksum.set(d.csum_crc32c(sbi.csum_seed, g, ds));
+            } else if sbi.gdt_csum {
+                d.bg_checksum.set(d.csum_crc16(&sbi.sb.s_uuid, g, ds));
+            }
+            d.encode_into(raw, ds);
+        }
     }
 }

@@ -22,18 +22,24 @@
 //! buffer data lock. Cache shard locks are never held across I/O or while taking another lock.
 #![forbid(unsafe_code)]
 
+#[cfg(test)]
+mod alloc_tests;
 mod attr;
+mod balloc;
+mod bitmap;
 mod buffer;
 mod cache;
+mod counter;
 pub mod dev;
-mod dev_overlay;
 mod dev_crash;
+mod dev_overlay;
 mod dir;
 mod error;
 mod extents;
 mod file;
 mod fs;
 mod group;
+mod ialloc;
 mod indirect;
 mod inline;
 mod inode;
@@ -52,9 +58,9 @@ pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
 pub use error::{Corrupt, Error, Result};
 pub use fs::{Fs, Options};
 pub use inode_write::{SetAttr, TimeSet};
-pub use jbd2::{CommitStats, CommitSummary};
 pub use jbd2::recovery::RecoveryReport;
+pub use jbd2::{CommitStats, CommitSummary};
 pub use path::{File, ReadDir};
-pub use rext4_format as format;
 pub use replay::recover_image;
+pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};

@@ -36,13 +36,20 @@ impl FsInner {
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         let (sb_blk, sb_off) = self.sb_location();
-        let metadata_csum = self.sbi.metadata_csum;
+        let (groups, counters, bcache, sbi) =
+            (self.groups.clone(), self.counters.clone(), self.bcache.clone(), self.sbi.clone());
         let freeze = Box::new(move |blk: u64, data: &mut [u8]| {
-            // The superblock checksum is computed on the frozen copy, not by every writer.
-            if blk == sb_blk && metadata_csum {
-                if let Some(sb) = Superblock::parse(&data[sb_off..]) {
-                    let c = sb.compute_checksum();
-                    data[sb_off + 0x3FC..sb_off + 0x400].copy_from_slice(&c.to_le_bytes());
+            // Counts and checksums go into the frozen copies here, not under the locks of every
+            // writer (seed 004). Nothing changes while the commit freezes.
+            if groups.is_desc_block(blk) {
+                groups.freeze_desc_block(&sbi, blk, data, |b| bcache.peek(b).map(|buf| buf.data().to_vec()));
+            }
+            if blk == sb_blk {
+                if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
+                    sb.set_free_blocks_count(counters.free_blocks.sum_positive());
+                    sb.s_free_inodes_count.set(counters.free_inodes.sum_positive() as u32);
+                    sb.update_checksum();
+                    data[sb_off..sb_off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
                 }
             }
         });

@@ -17,7 +17,9 @@ const INCOMPAT_SUPPORTED: Incompat = Incompat::FILETYPE
     .union(Incompat::CSUM_SEED)
     .union(Incompat::LARGEDIR)
     .union(Incompat::INLINE_DATA)
-    .union(Incompat::ENCRYPT);
+    .union(Incompat::ENCRYPT)
+    // Replayed at open (replay.rs) before anything else is read.
+    .union(Incompat::RECOVER);
 
 /// Ro-compat features this engine understands (it still opens read-only today, but an unknown
 /// one will keep it read-only once writing exists).
@@ -100,13 +102,6 @@ impl SbInfo {
         let incompat = sb.incompat();
         if incompat.contains(Incompat::JOURNAL_DEV) {
             return Err(Error::Incompatible("this is an external journal device, not a filesystem".into()));
-        }
-        if incompat.contains(Incompat::RECOVER) {
-            return Err(Error::Incompatible(
-                "the journal needs recovery (the filesystem was not cleanly unmounted); \
-                 run e2fsck or mount it with the kernel first"
-                    .into(),
-            ));
         }
         let unsupported = incompat.difference(INCOMPAT_SUPPORTED);
         if !unsupported.is_empty() {
@@ -271,6 +266,11 @@ impl SbInfo {
         let g = i * u64::from(self.descs_per_block);
         let g = u32::try_from(g).unwrap_or(u32::MAX);
         self.group_first_block(g) + u64::from(self.group_has_super(g))
+    }
+
+    /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).
+    pub fn needs_recovery(&self) -> bool {
+        self.sb.incompat().contains(Incompat::RECOVER)
     }
 
     /// Whether the filesystem may be modified, and if not, why.

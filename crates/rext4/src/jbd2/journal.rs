@@ -271,7 +271,6 @@ impl Journal {
     }
 
     /// Drops a pending copy of a freed block so a checkpoint never writes it home.
-    #[allow(dead_code)] // freeing metadata blocks arrives with allocation
     pub fn forget(&self, blk: u64) {
         self.checkpoint.lock().remove(&blk);
     }

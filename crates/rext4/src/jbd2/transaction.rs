@@ -139,11 +139,15 @@ impl Handle {
         self.txn.tid
     }
 
-    /// Write access to a metadata buffer: the buffer joins this handle's transaction (the
-    /// kernel's `get_write_access` + `dirty_metadata`), then its contents are locked for
-    /// writing.
-    pub fn write<'a>(&self, buf: &'a Arc<Buffer>) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
+    /// Puts a buffer into this handle's transaction without writing it: its contents are
+    /// produced when the commit freezes it (the superblock and descriptor blocks, whose
+    /// counts live in atomics).
+    pub fn join(&self, buf: &Arc<Buffer>) -> Result<()> {
         self.journal.check_aborted()?;
+        self.add(buf)
+    }
+
+    fn add(&self, buf: &Arc<Buffer>) -> Result<()> {
         let t = &self.txn;
         if buf.jserial.load(Ordering::Acquire) != t.serial {
             let mut shard = t.buffers[Transaction::shard(buf.blk)].lock();
@@ -156,12 +160,20 @@ impl Handle {
             }
             buf.jserial.store(t.serial, Ordering::Release);
         }
+        Ok(())
+    }
+
+    /// Write access to a metadata buffer: the buffer joins this handle's transaction (the
+    /// kernel's `get_write_access` + `dirty_metadata`), then its contents are locked for
+    /// writing.
+    pub fn write<'a>(&self, buf: &'a Arc<Buffer>) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
+        self.journal.check_aborted()?;
+        self.add(buf)?;
         Ok(buf.data_mut())
     }
 
     /// Records that metadata block `blk` was freed: older journal copies of it must never be
     /// replayed over whatever it holds next, and any pending copy is dropped.
-    #[allow(dead_code)] // freeing metadata blocks arrives with allocation
     pub fn revoke(&self, blk: u64) {
         self.txn.revoked.lock().push(blk);
         self.txn.buffers[Transaction::shard(blk)].lock().remove(&blk);

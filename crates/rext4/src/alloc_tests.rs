@@ -1,0 +1,125 @@
+//! Allocator tests against images made by mkfs.ext4: what is allocated and freed again leaves
+//! an image e2fsck accepts, with the same counts; concurrent allocators never hand out the same
+//! block or inode twice.
+
+use crate::dev::MemDevice;
+use crate::fs::{Fs, Options};
+use std::collections::HashSet;
+use std::process::Command;
+use std::sync::Arc;
+
+fn image(args: &[&str]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("a.img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .args(args)
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .expect("mkfs.ext4 is required");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::read(&img).unwrap()
+}
+
+fn fsck_clean(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("a.img");
+    std::fs::write(&img, bytes).unwrap();
+    let out = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+fn open(bytes: Vec<u8>) -> (Fs, Arc<MemDevice>) {
+    let dev = Arc::new(MemDevice::new(bytes));
+    let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
+    (fs, dev)
+}
+
+#[test]
+fn concurrent_block_and_inode_allocation_is_exclusive_and_balanced() {
+    for args in [&[][..], &["-O", "^metadata_csum"][..], &["-O", "^has_journal"][..], &["-b", "1024"][..]] {
+        let (fs, dev) = open(image(args));
+        let before = fs.statfs().unwrap();
+        let inner = &fs.inner;
+        let journal = inner.journal().unwrap().clone();
+        let root = inner.iget(fs.root()).unwrap();
+        let results: Vec<(Vec<(u64, u32)>, Vec<u32>)> = std::thread::scope(|s| {
+            let ws: Vec<_> = (0..8)
+                .map(|t| {
+                    let (journal, root) = (journal.clone(), root.clone());
+                    s.spawn(move || {
+                        let mut blocks = Vec::new();
+                        let mut inodes = Vec::new();
+                        for i in 0..50u64 {
+                            let h = journal.start(8).unwrap();
+                            let goal = inner.sbi.first_data_block + t * 5000 + i * 7;
+                            blocks.push(inner.alloc_blocks(&h, goal, 1 + (i % 9) as u32, true).unwrap());
+                            inodes.push(inner.alloc_inode(&h, &root, i % 3 == 0).unwrap().0);
+                        }
+                        (blocks, inodes)
+                    })
+                })
+                .collect();
+            ws.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut seen_blocks = HashSet::new();
+        let mut seen_inodes = HashSet::new();
+        for (blocks, inodes) in &results {
+            for &(b, n) in blocks {
+                for x in b..b + u64::from(n) {
+                    assert!(seen_blocks.insert(x), "{args:?}: block {x} handed out twice");
+                }
+            }
+            for &i in inodes {
+                assert!(seen_inodes.insert(i), "{args:?}: inode {i} handed out twice");
+                assert!(i >= inner.sbi.sb.first_ino(), "reserved inode {i} handed out");
+            }
+        }
+        let mid = fs.statfs().unwrap();
+        assert_eq!(mid.blocks_free, before.blocks_free - seen_blocks.len() as u64);
+        assert_eq!(mid.files_free, before.files_free - seen_inodes.len() as u64);
+        // Give everything back.
+        for (blocks, inodes) in &results {
+            let h = journal.start(64).unwrap();
+            for (k, &(b, n)) in blocks.iter().enumerate() {
+                inner.free_blocks(&h, b, u64::from(n), k % 2 == 0).unwrap();
+            }
+            for (k, &i) in inodes.iter().enumerate() {
+                inner.free_inode(&h, crate::InodeNo(i), k % 3 == 0).unwrap();
+            }
+        }
+        let after = fs.statfs().unwrap();
+        assert_eq!((after.blocks_free, after.files_free), (before.blocks_free, before.files_free));
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&dev.snapshot());
+    }
+}
+
+#[test]
+fn allocation_runs_out_with_enospc() {
+    let (fs, dev) = open(image(&["-b", "4096", "-N", "64"]));
+    let inner = &fs.inner;
+    let journal = inner.journal().unwrap().clone();
+    let mut got = Vec::new();
+    loop {
+        let h = journal.start(8).unwrap();
+        match inner.alloc_blocks(&h, 0, 256, true) {
+            Ok(r) => got.push(r),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().blocks_free, 0);
+    let h = journal.start(64).unwrap();
+    for (b, n) in got {
+        inner.free_blocks(&h, b, u64::from(n), false).unwrap();
+    }
+    drop(h);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}

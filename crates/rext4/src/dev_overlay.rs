@@ -1,0 +1,136 @@
+//! A read-only device that shows some blocks from memory over another device: how a journal is
+//! replayed for a read-only open without touching the image.
+
+use crate::dev::BlockDevice;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+
+/// `base` with whole blocks replaced by in-memory copies. Writes fail: the device is read-only.
+pub struct OverlayDevice {
+    base: Arc<dyn BlockDevice>,
+    /// Block number -> contents (exactly `block_size` bytes each). [immutable]
+    blocks: BTreeMap<u64, Box<[u8]>>,
+    block_size: u64,
+}
+
+impl OverlayDevice {
+    /// Overlays `blocks` (block number -> contents) on `base`, in units of `block_size` bytes.
+    /// Blocks whose contents are not `block_size` bytes long, or that lie past the end of
+    /// `base`, are refused.
+    pub fn new(
+        base: Arc<dyn BlockDevice>,
+        blocks: BTreeMap<u64, Box<[u8]>>,
+        block_size: u32,
+    ) -> io::Result<Self> {
+        let bs = u64::from(block_size);
+        let size = base.size();
+        let fits = |n: u64, b: &[u8]| {
+            b.len() as u64 == bs
+                && n.checked_mul(bs).and_then(|o| o.checked_add(bs)).is_some_and(|e| e <= size)
+        };
+        if bs == 0 || !blocks.iter().all(|(&n, b)| fits(n, b)) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "overlay block out of range"));
+        }
+        Ok(OverlayDevice { base, blocks, block_size: bs })
+    }
+
+    /// Number of blocks served from memory.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether no block is overlaid.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+}
+
+impl BlockDevice for OverlayDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.size())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let bs = self.block_size;
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let overlaid = self.blocks.range(first..=last);
+        // Read the base only if some block of the range is not in memory.
+        if overlaid.clone().count() as u64 != last - first + 1 {
+            self.base.read_at(buf, offset)?;
+        }
+        for (&n, data) in overlaid {
+            // The part of block n inside [offset, end), as offsets into the block and buf.
+            let start = n * bs;
+            let lo = start.max(offset);
+            let hi = (start + bs).min(end);
+            let src = &data[(lo - start) as usize..(hi - start) as usize];
+            buf[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::ReadOnlyFilesystem, "overlay device is read-only"))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn size(&self) -> u64 {
+        self.base.size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::MemDevice;
+
+    fn overlay() -> (Vec<u8>, OverlayDevice) {
+        let base: Vec<u8> = (0..64u8).collect();
+        let mut blocks = BTreeMap::new();
+        blocks.insert(1u64, vec![0xA1; 16].into_boxed_slice());
+        blocks.insert(2u64, vec![0xA2; 16].into_boxed_slice());
+        let mut view = base.clone();
+        view[16..32].fill(0xA1);
+        view[32..48].fill(0xA2);
+        let dev = OverlayDevice::new(Arc::new(MemDevice::new(base)), blocks, 16).unwrap();
+        (view, dev)
+    }
+
+    #[test]
+    fn every_range_reads_the_overlaid_view() {
+        let (view, dev) = overlay();
+        for off in 0..64usize {
+            for len in 0..=64 - off {
+                let mut b = vec![0u8; len];
+                dev.read_at(&mut b, off as u64).unwrap();
+                assert_eq!(b, view[off..off + len], "{off}+{len}");
+            }
+        }
+        let mut b = [0u8; 2];
+        assert!(dev.read_at(&mut b, 63).is_err());
+        assert!(dev.read_at(&mut b, u64::MAX).is_err());
+        assert!(dev.write_at(&b, 0).is_err());
+        assert_eq!((dev.size(), dev.len()), (64, 2));
+    }
+
+    #[test]
+    fn bad_blocks_are_refused() {
+        let base: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(vec![0; 64]));
+        let one = |n: u64, len: usize| {
+            let mut m = BTreeMap::new();
+            m.insert(n, vec![0u8; len].into_boxed_slice());
+            OverlayDevice::new(base.clone(), m, 16).is_ok()
+        };
+        assert!(one(3, 16));
+        assert!(!one(4, 16));
+        assert!(!one(0, 15));
+        assert!(!one(u64::MAX, 16));
+    }
+}

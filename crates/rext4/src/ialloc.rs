@@ -1,0 +1,183 @@
+//! Inode allocation (the kernel's `ialloc.c`) with seed 000's lock discipline: find a free bit
+//! in the group's inode bitmap without the group lock, test-and-set it under the lock, and if
+//! another thread took it, search again *with the lock held* and take the next free bit (one
+//! retry, never a loop of races). Placement: Orlov for directories (spread top-level ones,
+//! keep the rest near their parent), files in their directory's group.
+//!
+//! # Locking
+//! journal handle -> inode bitmap `Buffer::data` (write; the group's inode allocation lock)
+//! -> group state atomics. The new inode's record is written after the bitmap lock is dropped.
+
+use crate::bitmap;
+use crate::error::{Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use rext4_format::group_desc::BG_INODE_UNINIT;
+use rext4_format::InodeNo;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Source of inode generation numbers (the kernel draws them at random).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+fn next_generation() -> u32 {
+    let g = GENERATION.fetch_add(0x9E37_79B9, Ordering::Relaxed);
+    if g == 0 {
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(1);
+        GENERATION.store(seed | 1, Ordering::Relaxed);
+        return seed | 1;
+    }
+    g
+}
+
+impl FsInner {
+    /// Chooses a group for a new inode (`find_group_orlov` / `find_group_other`).
+    fn find_group(&self, parent: &Inode, is_dir: bool) -> Option<u32> {
+        let sbi = &self.sbi;
+        let n = sbi.group_count;
+        let pg = (parent.ino.0 - 1) / sbi.inodes_per_group;
+        let free_inodes = |g: u32| self.groups.state[g as usize].free_inodes.load(Ordering::Relaxed);
+        let free_blocks = |g: u32| self.groups.state[g as usize].free_blocks.load(Ordering::Relaxed);
+        let dirs = |g: u32| self.groups.state[g as usize].used_dirs.load(Ordering::Relaxed);
+        if is_dir {
+            let (fb, fi, nd) = self.groups.totals();
+            let avg_inodes = (fi / u64::from(n)) as u32;
+            let avg_blocks = (fb / u64::from(n)) as u32;
+            let avg_dirs = (nd / u64::from(n)) as u32;
+            if parent.ino == rext4_format::types::ROOT_INO {
+                // Top-level directories spread out: the group with the fewest directories among
+                // those with at least average free inodes and blocks, starting somewhere
+                // different for each parent generation of calls.
+                let start = next_generation() % n;
+                let mut best: Option<(u32, u32)> = None;
+                for k in 0..n {
+                    let g = (start + k) % n;
+                    if free_inodes(g) >= avg_inodes.max(1) && free_blocks(g) >= avg_blocks && best.is_none_or(|(_, d)| dirs(g) < d) {
+                        best = Some((g, dirs(g)));
+                    }
+                }
+                if let Some((g, _)) = best {
+                    return Some(g);
+                }
+            } else {
+                // Near the parent: the first group with enough room that is not crowded.
+                let min_inodes = avg_inodes.saturating_sub(sbi.inodes_per_group / 4).max(1);
+                let max_dirs = avg_dirs + sbi.inodes_per_group / 16 + 1;
+                for k in 0..n {
+                    let g = (pg + k) % n;
+                    if free_inodes(g) >= min_inodes && free_blocks(g) >= avg_blocks / 4 && dirs(g) < max_dirs {
+                        return Some(g);
+                    }
+                }
+            }
+        } else if free_inodes(pg) > 0 && free_blocks(pg) > 0 {
+            return Some(pg);
+        } else {
+            // Quadratic probe from the parent, then anything with room.
+            let mut g = pg;
+            let mut step = 1;
+            while step < n {
+                g = (g + step) % n;
+                if free_inodes(g) > 0 && free_blocks(g) > 0 {
+                    return Some(g);
+                }
+                step <<= 1;
+            }
+        }
+        (0..n).map(|k| (pg + k) % n).find(|&g| free_inodes(g) > 0)
+    }
+
+    /// Takes a free inode number in group `g`, or `None` if the group is full.
+    fn take_inode_bit(&self, h: &Handle, g: u32) -> Result<Option<u32>> {
+        let sbi = &self.sbi;
+        let ipg = sbi.inodes_per_group as usize;
+        let blk = self.groups.get(g).inode_bitmap(sbi.desc_size);
+        let st = &self.groups.state[g as usize];
+        let uninit = self.inode_uninit(g);
+        let buf = if uninit { self.bcache.get_fresh(blk) } else { self.bread(blk, None)? };
+        // Reserved inodes (below s_first_ino) are never handed out.
+        let first = if g == 0 { sbi.sb.first_ino() as usize } else { 0 };
+        let found = if uninit { Some(first) } else { bitmap::find_zero(&buf.data(), first, ipg) };
+        let Some(mut bit) = found else { return Ok(None) };
+        let mut map = h.write(&buf)?;
+        if self.inode_uninit(g) {
+            // First use of the group: an empty bitmap with the padding bits set.
+            map.fill(0);
+            bitmap::set_range(&mut map, ipg, sbi.block_size as usize * 8);
+            st.flags.fetch_and(!u32::from(BG_INODE_UNINIT), Ordering::AcqRel);
+            // The block bitmap must exist on disk too once the group holds an inode.
+            drop(map);
+            self.block_bitmap(h, g)?;
+            map = h.write(&buf)?;
+        }
+        if bitmap::test(&map, bit) {
+            // Another thread won this bit: search again, now under the lock.
+            match bitmap::find_zero(&map, bit + 1, ipg).or_else(|| bitmap::find_zero(&map, first, bit)) {
+                Some(b) => bit = b,
+                None => return Ok(None),
+            }
+        }
+        bitmap::set(&mut map, bit);
+        st.free_inodes.fetch_sub(1, Ordering::AcqRel);
+        // Inodes past `itable_unused` are about to be used: move the mark (lazy itable init).
+        let unused = st.itable_unused.load(Ordering::Acquire) as usize;
+        if bit >= ipg - unused.min(ipg) {
+            st.itable_unused.store((ipg - bit - 1) as u32, Ordering::Release);
+        }
+        drop(map);
+        self.counters.free_inodes.add(-1);
+        Ok(Some(bit as u32))
+    }
+
+    /// Allocates an inode for a child of `parent` and returns its number
+    /// (`__ext4_new_inode`'s bitmap part). The caller initialises and writes the record.
+    pub(crate) fn alloc_inode(&self, h: &Handle, parent: &Inode, is_dir: bool) -> Result<InodeNo> {
+        if self.counters.free_inodes.sum() <= 0 {
+            return Err(Error::NoSpace);
+        }
+        let n = self.sbi.group_count;
+        let start = self.find_group(parent, is_dir).ok_or(Error::NoSpace)?;
+        for k in 0..n {
+            let g = (start + k) % n;
+            if self.groups.state[g as usize].free_inodes.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            if let Some(bit) = self.take_inode_bit(h, g)? {
+                if is_dir {
+                    self.groups.state[g as usize].used_dirs.fetch_add(1, Ordering::AcqRel);
+                    self.counters.dirs.add(1);
+                }
+                self.touch_group_desc(h, g)?;
+                return Ok(InodeNo(g * self.sbi.inodes_per_group + bit + 1));
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Frees inode `ino` in its group's bitmap (`ext4_free_inode`).
+    pub(crate) fn free_inode(&self, h: &Handle, ino: InodeNo, was_dir: bool) -> Result<()> {
+        let sbi = &self.sbi;
+        let g = (ino.0 - 1) / sbi.inodes_per_group;
+        let bit = ((ino.0 - 1) % sbi.inodes_per_group) as usize;
+        let buf = self.bread(self.groups.get(g).inode_bitmap(sbi.desc_size), Some(ino))?;
+        let mut map = h.write(&buf)?;
+        if !bitmap::test(&map, bit) {
+            return crate::error::corrupt(crate::error::CorruptKind::Inode { ino, what: "freeing a free inode" });
+        }
+        bitmap::clear(&mut map, bit);
+        drop(map);
+        let st = &self.groups.state[g as usize];
+        st.free_inodes.fetch_add(1, Ordering::AcqRel);
+        self.counters.free_inodes.add(1);
+        if was_dir {
+            st.used_dirs.fetch_sub(1, Ordering::AcqRel);
+            self.counters.dirs.add(-1);
+        }
+        self.touch_group_desc(h, g)
+    }
+
+    /// A fresh generation number for a new inode.
+    pub(crate) fn new_generation(&self) -> u32 {
+        next_generation()
+    }
+}
