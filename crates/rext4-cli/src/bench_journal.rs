@@ -118,7 +118,8 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) ->
                     let per = (inos.len() - 1) / load;
                     for &ino in inos.iter().skip(1 + t * per).take(per) {
                         n = n.wrapping_add(1);
-                        let _ = fs.setattr(ino, &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() });
+                        let _ = fs
+                            .setattr(ino, &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() });
                     }
                 }
             });
@@ -129,7 +130,9 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) ->
         while Instant::now() < end {
             n = n.wrapping_add(1);
             let t = Instant::now();
-            if fs.setattr(inos[0], &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() }).is_err() || fs.fsync(inos[0]).is_err() {
+            if fs.setattr(inos[0], &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() }).is_err()
+                || fs.fsync(inos[0]).is_err()
+            {
                 break;
             }
             v.push(t.elapsed().as_micros() as u64);
@@ -151,7 +154,8 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
                     let per = (paths.len() - 1) / load;
                     for p in paths.iter().skip(1 + t * per).take(per) {
                         n = n.wrapping_add(1);
-                        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600 | (n & 0o77)));
+                        let _ =
+                            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600 | (n & 0o77)));
                     }
                 }
             });
@@ -163,7 +167,8 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
         while Instant::now() < end {
             n = n.wrapping_add(1);
             let t = Instant::now();
-            f.set_permissions(std::fs::Permissions::from_mode(0o600 | (n & 0o77))).map_err(|e| e.to_string())?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600 | (n & 0o77)))
+                .map_err(|e| e.to_string())?;
             f.sync_all().map_err(|e| e.to_string())?;
             v.push(t.elapsed().as_micros() as u64);
         }
@@ -185,7 +190,10 @@ fn run_in(dir: &Path, threads: &[usize], dur: Duration) -> CliResult {
     let plain = make_image(dir, "nojournal", &["-O", "^has_journal"])?;
 
     println!("chmod (one handle each), {:.1} s per cell, ops/s", dur.as_secs_f64());
-    println!("{:>8} {:>14} {:>10} {:>14} {:>12} {:>14}", "threads", "journaled", "commits/s", "no journal", "ratio", "vs 1 thread");
+    println!(
+        "{:>8} {:>14} {:>10} {:>14} {:>12} {:>14}",
+        "threads", "journaled", "commits/s", "no journal", "ratio", "vs 1 thread"
+    );
     let mut base = None;
     for &t in threads {
         let fs = open_rw(&journaled)?;
@@ -220,7 +228,10 @@ fn run_in(dir: &Path, threads: &[usize], dur: Duration) -> CliResult {
     match KernelMount::new_rw(&kimg, &dir.join("mnt")) {
         Ok(m) => {
             let k = fsync_latency_kernel(&m.dir, load, dur)?;
-            println!("{:<28} {:>8} {:>10.0} {:>10} {:>10}", "kernel ext4 (loop on tmpfs)", k.n, k.mean, k.p99, k.max);
+            println!(
+                "{:<28} {:>8} {:>10.0} {:>10} {:>10}",
+                "kernel ext4 (loop on tmpfs)", k.n, k.mean, k.p99, k.max
+            );
         }
         Err(why) => println!("kernel target skipped: {why}"),
     }

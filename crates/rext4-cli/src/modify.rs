@@ -6,7 +6,8 @@ use crate::CliResult;
 use rext4::{Fs, Options, SetAttr, TimeSet, Timestamp};
 
 fn open_rw(p: &ImagePath) -> CliResult<Fs> {
-    Fs::open_with(&p.image, Options { writable: true, ..Options::default() }).map_err(|e| format!("{}: {e}", p.image.display()))
+    Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
+        .map_err(|e| format!("{}: {e}", p.image.display()))
 }
 
 fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {
@@ -20,7 +21,10 @@ fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {
 
 /// `rext4 chmod MODE IMAGE:/path` (octal mode).
 pub fn chmod(mode: &str, target: &str) -> CliResult {
-    let m = u16::from_str_radix(mode, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| format!("invalid mode: '{mode}'"))?;
+    let m = u16::from_str_radix(mode, 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| format!("invalid mode: '{mode}'"))?;
     apply(target, &SetAttr { mode: Some(m), ..SetAttr::default() }, true)
 }
 

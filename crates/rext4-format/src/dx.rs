@@ -136,7 +136,8 @@ pub fn parse_root(block: &[u8]) -> Result<DxRoot<'_>, DxError> {
     {
         return Err(DxError::NotDx);
     }
-    let (info, _) = DxRootInfo::read_from_prefix(&block[ROOT_INFO_OFFSET..]).map_err(|_| DxError::NotDx)?;
+    let (info, _) = DxRootInfo::read_from_prefix(block.get(ROOT_INFO_OFFSET..).ok_or(DxError::NotDx)?)
+        .map_err(|_| DxError::NotDx)?;
     if info.reserved_zero.get() != 0 || usize::from(info.info_length) != 8 {
         return Err(DxError::BadRootInfo);
     }

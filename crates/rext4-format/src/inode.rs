@@ -245,23 +245,35 @@ impl Inode {
     }
 }
 
+/// Whether a record stores the high 16 bits of its checksum: it reaches `i_checksum_hi` and
+/// `i_extra_isize` says the field is in use.
+fn has_checksum_hi(record: &[u8]) -> bool {
+    if record.len() < OFF_CHECKSUM_HI + 2 {
+        return false;
+    }
+    let extra = u16::from_le_bytes([record[OFF_EXTRA_ISIZE], record[OFF_EXTRA_ISIZE + 1]]);
+    GOOD_OLD_INODE_SIZE + usize::from(extra) >= OFF_CHECKSUM_HI + 2
+}
+
 /// The metadata_csum checksum of an inode record. `inode_csum_seed` comes from
 /// [`crate::checksum::inode_csum_seed`]. The two checksum fields count as zero. For 128-byte
-/// records only the low 16 bits are stored.
+/// records only the low 16 bits are stored. Records of any length are accepted (an engine only
+/// passes whole `inode_size` records).
 pub fn inode_checksum(record: &[u8], inode_csum_seed: u32) -> u32 {
     let zero = [0u8; 2];
-    let mut c = crc32c(inode_csum_seed, &record[..OFF_CHECKSUM_LO]);
-    c = crc32c(c, &zero);
-    c = crc32c(c, &record[OFF_CHECKSUM_LO + 2..GOOD_OLD_INODE_SIZE]);
-    if record.len() > GOOD_OLD_INODE_SIZE {
-        let extra = u16::from_le_bytes([record[OFF_EXTRA_ISIZE], record[OFF_EXTRA_ISIZE + 1]]);
-        let has_hi = GOOD_OLD_INODE_SIZE + usize::from(extra) >= OFF_CHECKSUM_HI + 2;
-        c = crc32c(c, &record[GOOD_OLD_INODE_SIZE..OFF_CHECKSUM_HI]);
-        if has_hi {
+    let n = record.len();
+    let mut c = crc32c(inode_csum_seed, &record[..OFF_CHECKSUM_LO.min(n)]);
+    if n >= OFF_CHECKSUM_LO + 2 {
+        c = crc32c(c, &zero);
+        c = crc32c(c, &record[OFF_CHECKSUM_LO + 2..GOOD_OLD_INODE_SIZE.min(n)]);
+    }
+    if n > GOOD_OLD_INODE_SIZE {
+        if has_checksum_hi(record) {
+            c = crc32c(c, &record[GOOD_OLD_INODE_SIZE..OFF_CHECKSUM_HI]);
             c = crc32c(c, &zero);
             c = crc32c(c, &record[OFF_CHECKSUM_HI + 2..]);
         } else {
-            c = crc32c(c, &record[OFF_CHECKSUM_HI..]);
+            c = crc32c(c, &record[GOOD_OLD_INODE_SIZE..]);
         }
     }
     c
@@ -269,13 +281,11 @@ pub fn inode_checksum(record: &[u8], inode_csum_seed: u32) -> u32 {
 
 /// The checksum stored in an inode record, and whether it holds all 32 bits.
 pub fn stored_inode_checksum(record: &[u8]) -> (u32, bool) {
-    let lo = u32::from(u16::from_le_bytes([record[OFF_CHECKSUM_LO], record[OFF_CHECKSUM_LO + 1]]));
-    if record.len() > GOOD_OLD_INODE_SIZE {
-        let extra = u16::from_le_bytes([record[OFF_EXTRA_ISIZE], record[OFF_EXTRA_ISIZE + 1]]);
-        if GOOD_OLD_INODE_SIZE + usize::from(extra) >= OFF_CHECKSUM_HI + 2 {
-            let hi = u16::from_le_bytes([record[OFF_CHECKSUM_HI], record[OFF_CHECKSUM_HI + 1]]);
-            return (lo | u32::from(hi) << 16, true);
-        }
+    let Some(l) = record.get(OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2) else { return (0, false) };
+    let lo = u32::from(u16::from_le_bytes([l[0], l[1]]));
+    if has_checksum_hi(record) {
+        let hi = u16::from_le_bytes([record[OFF_CHECKSUM_HI], record[OFF_CHECKSUM_HI + 1]]);
+        return (lo | u32::from(hi) << 16, true);
     }
     (lo, false)
 }
@@ -293,6 +303,9 @@ pub fn verify_inode_checksum(record: &[u8], inode_csum_seed: u32) -> bool {
 
 /// Stores the checksum into a record.
 pub fn set_inode_checksum(record: &mut [u8], inode_csum_seed: u32) {
+    if record.len() < OFF_CHECKSUM_LO + 2 {
+        return;
+    }
     let c = inode_checksum(record, inode_csum_seed);
     record[OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2].copy_from_slice(&(c as u16).to_le_bytes());
     let (_, full) = stored_inode_checksum(record);
@@ -312,6 +325,18 @@ mod tests {
             let t = Timestamp { sec, nsec: 999_999_999 };
             let (s, x) = encode_time(t);
             assert_eq!(decode_time(s, Some(x)), t, "sec {sec}");
+        }
+    }
+
+    #[test]
+    fn checksum_never_panics_on_odd_lengths() {
+        for n in 0..300 {
+            let mut rec = vec![0xA5u8; n];
+            let _ = verify_inode_checksum(&rec, 1);
+            set_inode_checksum(&mut rec, 1);
+            if n >= OFF_CHECKSUM_LO + 2 {
+                assert!(verify_inode_checksum(&rec, 1), "length {n}");
+            }
         }
     }
 

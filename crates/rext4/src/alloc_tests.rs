@@ -8,6 +8,9 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
 
+/// What one worker allocated: block runs and inode numbers.
+type Taken = (Vec<(u64, u32)>, Vec<u32>);
+
 fn image(args: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("a.img");
@@ -44,7 +47,7 @@ fn concurrent_block_and_inode_allocation_is_exclusive_and_balanced() {
         let inner = &fs.inner;
         let journal = inner.journal().unwrap().clone();
         let root = inner.iget(fs.root()).unwrap();
-        let results: Vec<(Vec<(u64, u32)>, Vec<u32>)> = std::thread::scope(|s| {
+        let results: Vec<Taken> = std::thread::scope(|s| {
             let ws: Vec<_> = (0..8)
                 .map(|t| {
                     let (journal, root) = (journal.clone(), root.clone());

@@ -106,7 +106,13 @@ impl FsInner {
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
     /// block and the count. `reserved_ok` lets the allocation use the root-reserved blocks.
-    pub(crate) fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32, reserved_ok: bool) -> Result<(u64, u32)> {
+    pub(crate) fn alloc_blocks(
+        &self,
+        h: &Handle,
+        goal: u64,
+        want: u32,
+        reserved_ok: bool,
+    ) -> Result<(u64, u32)> {
         let sbi = &self.sbi;
         let want = want.max(1);
         let free = self.counters.free_blocks.sum_positive();
@@ -115,7 +121,8 @@ impl FsInner {
             return Err(Error::NoSpace);
         }
         let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.blocks_per_group);
-        let goal = if goal >= sbi.first_data_block && goal < sbi.blocks_count { goal } else { sbi.first_data_block };
+        let goal =
+            if goal >= sbi.first_data_block && goal < sbi.blocks_count { goal } else { sbi.first_data_block };
         let goal_group = self.block_group(goal);
         let n = sbi.group_count;
         // First pass: a group with room for the whole run; second: any free block.
@@ -138,14 +145,20 @@ impl FsInner {
 
     /// Takes a run of free blocks in group `g` from offset `start` on (wrapping to the group
     /// start); `full` asks for exactly `want`.
-    fn take_run(&self, h: &Handle, g: u32, start: usize, want: usize, full: bool) -> Result<Option<(usize, usize)>> {
+    fn take_run(
+        &self,
+        h: &Handle,
+        g: u32,
+        start: usize,
+        want: usize,
+        full: bool,
+    ) -> Result<Option<(usize, usize)>> {
         let n = self.sbi.blocks_in_group(g) as usize;
         let buf = self.block_bitmap(h, g)?;
         let search = |map: &[u8]| {
-            let found = bitmap::find_zero_run(map, start.min(n), n, want)
+            bitmap::find_zero_run(map, start.min(n), n, want)
                 .filter(|&(_, l)| l == want || !full)
-                .or_else(|| bitmap::find_zero_run(map, 0, n, want).filter(|&(_, l)| l == want || !full));
-            found
+                .or_else(|| bitmap::find_zero_run(map, 0, n, want).filter(|&(_, l)| l == want || !full))
         };
         // Look without the group lock first.
         let Some(mut found) = search(&buf.data()) else { return Ok(None) };

@@ -44,6 +44,13 @@ impl ShardedCounter {
     }
 }
 
+/// The filesystem-wide counts the superblock carries.
+pub(crate) struct Counters {
+    pub free_blocks: ShardedCounter,
+    pub free_inodes: ShardedCounter,
+    pub dirs: ShardedCounter,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,11 +70,4 @@ mod tests {
         });
         assert_eq!(c.sum(), 9000);
     }
-}
-
-/// The filesystem-wide counts the superblock carries.
-pub(crate) struct Counters {
-    pub free_blocks: ShardedCounter,
-    pub free_inodes: ShardedCounter,
-    pub dirs: ShardedCounter,
 }

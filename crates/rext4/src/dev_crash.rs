@@ -9,6 +9,9 @@ use parking_lot::Mutex;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Granularity at which unflushed writes survive or vanish in a crash image.
+const PIECE: usize = 1024;
+
 /// One recorded device operation.
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -87,7 +90,11 @@ impl BlockDevice for CrashDevice {
         }
         let mut log = self.log.lock();
         self.current.write_at(buf, offset)?;
-        log.push(Op::Write { offset, data: buf.to_vec() });
+        // A large write may reach the media in part: record it in 1 KiB pieces, each of which
+        // a crash may keep or lose.
+        for (i, piece) in buf.chunks(PIECE).enumerate() {
+            log.push(Op::Write { offset: offset + (i * PIECE) as u64, data: piece.to_vec() });
+        }
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {

@@ -129,6 +129,11 @@ impl FsInner {
             let start = pos % bs;
             let block_start = u64::from(lblk) * bs;
             pos = block_start + bs;
+            // Skip holes whole: a corrupt size must not mean billions of empty iterations.
+            if let Mapping::Hole { len } = self.map_block(dir, lblk)? {
+                pos = block_start.saturating_add(len.saturating_mul(bs));
+                continue;
+            }
             let Some((kind, buf)) = self.dir_block_any(dir, lblk)? else {
                 continue;
             };
@@ -166,6 +171,19 @@ impl FsInner {
             }
         }
         Ok(())
+    }
+
+    /// The first block at or after `lblk` (and before `end`) that holds data, skipping holes
+    /// a run at a time.
+    pub(crate) fn next_dir_block(&self, dir: &Inode, mut lblk: u64, end: u64) -> Result<Option<u32>> {
+        while lblk < end {
+            let Ok(l) = u32::try_from(lblk) else { return Ok(None) };
+            match self.map_block(dir, l)? {
+                Mapping::Mapped { unwritten: false, .. } => return Ok(Some(l)),
+                Mapping::Mapped { len, .. } | Mapping::Hole { len } => lblk = lblk.saturating_add(len.max(1)),
+            }
+        }
+        Ok(None)
     }
 
     /// Reads block `lblk` of a directory, tells an index block from a leaf, and checks it as

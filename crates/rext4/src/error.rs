@@ -32,6 +32,10 @@ pub enum Error {
     ReadOnly,
     /// No free blocks or inodes are left (`ENOSPC`).
     NoSpace,
+    /// The name already exists (`EEXIST`).
+    Exists,
+    /// The directory is not empty (`ENOTEMPTY`).
+    NotEmpty,
     /// The file is encrypted and no key is available (`ENOKEY`).
     NoKey,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
@@ -58,6 +62,8 @@ impl Error {
             Error::Range => libc::ERANGE,
             Error::ReadOnly => libc::EROFS,
             Error::NoSpace => libc::ENOSPC,
+            Error::Exists => libc::EEXIST,
+            Error::NotEmpty => libc::ENOTEMPTY,
             Error::NoKey => libc::ENOKEY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
@@ -91,6 +97,8 @@ impl fmt::Display for Error {
             Error::Range => f.write_str("result too large for buffer"),
             Error::ReadOnly => f.write_str("read-only filesystem"),
             Error::NoSpace => f.write_str("no space left on device"),
+            Error::Exists => f.write_str("file exists"),
+            Error::NotEmpty => f.write_str("directory not empty"),
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),

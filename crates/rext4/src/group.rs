@@ -132,7 +132,13 @@ impl Groups {
     /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
     /// groups, the checksums of the bitmaps `bitmap` can provide (current contents of cached
     /// bitmap blocks), and each descriptor's checksum.
-    pub fn freeze_desc_block(&self, sbi: &SbInfo, blk: u64, data: &mut [u8], bitmap: impl Fn(u64) -> Option<Vec<u8>>) {
+    pub fn freeze_desc_block(
+        &self,
+        sbi: &SbInfo,
+        blk: u64,
+        data: &mut [u8],
+        bitmap: impl Fn(u64) -> Option<Vec<u8>>,
+    ) {
         let Some(&first) = self.desc_blocks.get(&blk) else { return };
         let ds = sbi.desc_size;
         for (i, raw) in data.chunks_exact_mut(ds).enumerate() {

@@ -23,7 +23,10 @@ static GENERATION: AtomicU32 = AtomicU32::new(0);
 fn next_generation() -> u32 {
     let g = GENERATION.fetch_add(0x9E37_79B9, Ordering::Relaxed);
     if g == 0 {
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(1);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(1);
         GENERATION.store(seed | 1, Ordering::Relaxed);
         return seed | 1;
     }
@@ -52,7 +55,10 @@ impl FsInner {
                 let mut best: Option<(u32, u32)> = None;
                 for k in 0..n {
                     let g = (start + k) % n;
-                    if free_inodes(g) >= avg_inodes.max(1) && free_blocks(g) >= avg_blocks && best.is_none_or(|(_, d)| dirs(g) < d) {
+                    if free_inodes(g) >= avg_inodes.max(1)
+                        && free_blocks(g) >= avg_blocks
+                        && best.is_none_or(|(_, d)| dirs(g) < d)
+                    {
                         best = Some((g, dirs(g)));
                     }
                 }
@@ -65,7 +71,8 @@ impl FsInner {
                 let max_dirs = avg_dirs + sbi.inodes_per_group / 16 + 1;
                 for k in 0..n {
                     let g = (pg + k) % n;
-                    if free_inodes(g) >= min_inodes && free_blocks(g) >= avg_blocks / 4 && dirs(g) < max_dirs {
+                    if free_inodes(g) >= min_inodes && free_blocks(g) >= avg_blocks / 4 && dirs(g) < max_dirs
+                    {
                         return Some(g);
                     }
                 }
@@ -162,7 +169,10 @@ impl FsInner {
         let buf = self.bread(self.groups.get(g).inode_bitmap(sbi.desc_size), Some(ino))?;
         let mut map = h.write(&buf)?;
         if !bitmap::test(&map, bit) {
-            return crate::error::corrupt(crate::error::CorruptKind::Inode { ino, what: "freeing a free inode" });
+            return crate::error::corrupt(crate::error::CorruptKind::Inode {
+                ino,
+                what: "freeing a free inode",
+            });
         }
         bitmap::clear(&mut map, bit);
         drop(map);

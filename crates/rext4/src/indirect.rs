@@ -22,7 +22,9 @@ impl FsInner {
             self.check_range(inode.ino, p, 1)?;
             // Count following direct pointers that continue the run.
             let mut len = 1;
-            while l + len < NDIR_BLOCKS as u64 && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
+            while l + len < NDIR_BLOCKS as u64
+                && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
+                && p + len < self.sbi.blocks_count
             {
                 len += 1;
             }
@@ -41,8 +43,8 @@ impl FsInner {
             span = span.saturating_mul(ptrs);
         }
         let Some((slot, levels)) = chosen else {
-            // Beyond what a block map can address.
-            return Ok(Mapping::Hole { len: 1 });
+            // Beyond what a block map can address: a hole to the end of the file's range.
+            return Ok(Mapping::Hole { len: (1u64 << 32) - u64::from(lblk) });
         };
         let mut blk = u64::from(disk.i_block[slot].get());
         let mut covered = span; // blocks under `blk`
@@ -71,7 +73,10 @@ impl FsInner {
                 }
                 self.check_range(inode.ino, next, 1)?;
                 let mut len = 1u64;
-                while idx + (len as usize) < ptrs as usize && read(idx + len as usize) == next + len {
+                while idx + (len as usize) < ptrs as usize
+                    && read(idx + len as usize) == next + len
+                    && next + len < self.sbi.blocks_count
+                {
                     len += 1;
                 }
                 return Ok(Mapping::Mapped { pblk: next, len, unwritten: false });

@@ -28,6 +28,9 @@ pub(crate) struct Inode {
     pub last_tid: std::sync::atomic::AtomicU32,
     /// Whether `last_tid` is meaningful. [atomic]
     pub dirtied: AtomicBool,
+    /// Serialises namespace operations on this inode (the kernel's `i_rwsem`); taken before
+    /// a journal handle is started, parent before child. [own lock]
+    pub op_lock: parking_lot::Mutex<()>,
 }
 
 impl Cached for Inode {
@@ -37,6 +40,19 @@ impl Cached for Inode {
 }
 
 impl Inode {
+    /// A new inode built in memory (just allocated), not yet written.
+    pub(crate) fn new_in_memory(ino: InodeNo, raw: Box<[u8]>, csum_seed: u32) -> Self {
+        Inode {
+            ino,
+            raw: RwLock::new(raw),
+            csum_seed,
+            referenced: AtomicBool::new(true),
+            last_tid: std::sync::atomic::AtomicU32::new(0),
+            dirtied: AtomicBool::new(false),
+            op_lock: parking_lot::Mutex::new(()),
+        }
+    }
+
     /// A decoded copy of the base and extra fields.
     pub fn disk(&self) -> fi::Inode {
         // Cannot fail: records are at least 128 bytes (checked at open).
@@ -107,6 +123,7 @@ impl FsInner {
             referenced: AtomicBool::new(true),
             last_tid: std::sync::atomic::AtomicU32::new(0),
             dirtied: AtomicBool::new(false),
+            op_lock: parking_lot::Mutex::new(()),
         })
     }
 

@@ -42,12 +42,61 @@ pub(crate) fn now() -> Timestamp {
 /// Stores a timestamp into a record: seconds always, the extra word where the record has it.
 fn put_time(raw: &mut [u8], inode_size: usize, sec_off: usize, extra_off: usize, t: Timestamp) {
     let (sec, extra) = encode_time(t);
+    let extra_isize = if inode_size > fi::GOOD_OLD_INODE_SIZE {
+        usize::from(u16::from_le_bytes([raw[fi::OFF_EXTRA_ISIZE], raw[fi::OFF_EXTRA_ISIZE + 1]]))
+    } else {
+        0
+    };
+    let fits =
+        |off: usize| off + 4 <= fi::GOOD_OLD_INODE_SIZE || off + 4 <= fi::GOOD_OLD_INODE_SIZE + extra_isize;
+    if !fits(sec_off) {
+        return;
+    }
     raw[sec_off..sec_off + 4].copy_from_slice(&sec.to_le_bytes());
-    let extra_isize =
-        usize::from(u16::from_le_bytes([raw[fi::OFF_EXTRA_ISIZE], raw[fi::OFF_EXTRA_ISIZE + 1]]));
-    if inode_size > fi::GOOD_OLD_INODE_SIZE && extra_off + 4 <= fi::GOOD_OLD_INODE_SIZE + extra_isize {
+    if extra_off >= fi::GOOD_OLD_INODE_SIZE && fits(extra_off) {
         raw[extra_off..extra_off + 4].copy_from_slice(&extra.to_le_bytes());
     }
+}
+
+pub(crate) fn raw_set_size(raw: &mut [u8], v: u64) {
+    raw[4..8].copy_from_slice(&(v as u32).to_le_bytes());
+    raw[0x6C..0x70].copy_from_slice(&((v >> 32) as u32).to_le_bytes());
+}
+
+/// Adds `n` 512-byte sectors to `i_blocks` (records without HUGE_FILE_FL).
+pub(crate) fn raw_add_blocks(raw: &mut [u8], n: u64) {
+    let cur = u64::from(u32::from_le_bytes([raw[0x1C], raw[0x1D], raw[0x1E], raw[0x1F]]))
+        | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32;
+    let v = cur.saturating_add(n);
+    raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
+    raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+}
+
+pub(crate) fn raw_links(raw: &[u8]) -> u16 {
+    u16::from_le_bytes([raw[0x1A], raw[0x1B]])
+}
+
+pub(crate) fn raw_set_links(raw: &mut [u8], n: u16) {
+    raw[0x1A..0x1C].copy_from_slice(&n.to_le_bytes());
+}
+
+/// Sets ctime and mtime to `t` (a directory whose entries changed).
+pub(crate) fn raw_touch_cm(raw: &mut [u8], inode_size: usize, t: Timestamp) {
+    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+    put_time(raw, inode_size, 0x10, fi::OFF_MTIME_EXTRA, t);
+}
+
+/// Sets ctime to `t`.
+pub(crate) fn raw_touch_c(raw: &mut [u8], inode_size: usize, t: Timestamp) {
+    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+}
+
+/// Sets every timestamp of a new inode, creation time included.
+pub(crate) fn raw_init_times(raw: &mut [u8], inode_size: usize, t: Timestamp) {
+    put_time(raw, inode_size, 0x08, fi::OFF_ATIME_EXTRA, t);
+    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+    put_time(raw, inode_size, 0x10, fi::OFF_MTIME_EXTRA, t);
+    put_time(raw, inode_size, fi::OFF_CRTIME, fi::OFF_CRTIME_EXTRA, t);
 }
 
 impl FsInner {

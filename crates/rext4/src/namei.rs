@@ -97,8 +97,9 @@ impl FsInner {
     fn lookup_linear(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         let bs = u64::from(self.sbi.block_size);
         let nblocks = dir.size().div_ceil(bs);
-        for lblk in 0..nblocks {
-            let Ok(lblk) = u32::try_from(lblk) else { break };
+        let mut next = 0u64;
+        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
+            next = u64::from(lblk) + 1;
             let found = match self.dir_block_any(dir, lblk)? {
                 // Interior index nodes hold no names; the root holds `.` and `..`.
                 Some((DirBlockKind::Index, buf)) if lblk == 0 => self.search_leaf(&buf, name, true),
@@ -182,7 +183,9 @@ impl FsInner {
     }
 
     fn dx_node(&self, dir: &Inode, lblk: u32) -> Result<Arc<Buffer>, DxFail> {
-        let Some((_, buf)) = self.dir_block(dir, lblk, DirBlockKind::Index)? else {
+        // A block that is not shaped like an index node (a leaf where the root promised a
+        // node) is a structural problem: fall back to a linear scan, as the kernel does.
+        let Some((DirBlockKind::Index, buf)) = self.dir_block_any(dir, lblk)? else {
             return Err(DxFail::Fallback);
         };
         if dx::parse_node(&buf.data()).is_err() {

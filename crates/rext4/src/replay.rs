@@ -16,6 +16,7 @@ use rext4_format::inode::{INLINE_DATA_FL, S_IFREG};
 use rext4_format::jbd2::{JournalIncompat, JournalParams, JournalSuperblock};
 use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use rext4_format::InodeNo;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use zerocopy::IntoBytes;
@@ -60,7 +61,7 @@ pub(crate) fn recover_at_open(
         return Ok((dev, sbi, Some(report)));
     }
     let (replay, journal) = recover(&dev, &sbi)?;
-    let mut blocks = replay.blocks;
+    let mut blocks: BTreeMap<u64, Box<[u8]>> = replay.blocks.into_iter().map(|(b, d)| (b.0, d)).collect();
     let bs = u64::from(sbi.block_size);
     let (sb_blk, sb_off) = (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize);
     let mut block = match blocks.remove(&sb_blk) {
@@ -88,8 +89,8 @@ pub(crate) fn recover_at_open(
 fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<RecoveryReport> {
     let (replay, journal) = recover(dev, sbi)?;
     let bs = u64::from(sbi.block_size);
-    for (&blk, data) in &replay.blocks {
-        dev.write_at(data, blk * bs)?;
+    for (blk, data) in &replay.blocks {
+        dev.write_at(data, blk.0 * bs)?;
     }
     dev.flush()?;
     // `journal_reset` / `jbd2_mark_journal_empty`, and `jbd2_journal_clear_err`.

@@ -178,9 +178,21 @@ fn kernel_replays_our_journal() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    for (name, args) in [("k-default", &[][..]), ("k-upstream", &["-O", "metadata_csum_seed,orphan_file"][..]), ("k-nocsum", &["-O", "^metadata_csum,^64bit"][..])] {
+    for (name, args) in [
+        ("k-default", &[][..]),
+        ("k-upstream", &["-O", "metadata_csum_seed,orphan_file"][..]),
+        ("k-nocsum", &["-O", "^metadata_csum,^64bit"][..]),
+    ] {
         let img = mkfs(dir.path(), name, args, 60);
-        let fs = Fs::open_with(&img, Options { writable: true, commit_interval: std::time::Duration::from_secs(3600), ..Options::default() }).unwrap();
+        let fs = Fs::open_with(
+            &img,
+            Options {
+                writable: true,
+                commit_interval: std::time::Duration::from_secs(3600),
+                ..Options::default()
+            },
+        )
+        .unwrap();
         chmod_all(&fs, 60, 0o700);
         fs.fsync(fs.resolve("/f59", false).unwrap()).unwrap();
         let copy = dir.path().join(format!("{name}-crash.img"));
@@ -201,7 +213,11 @@ fn kernel_replays_our_journal() {
         }
         assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
         for (i, s) in seen.into_iter().enumerate() {
-            assert_eq!(s, (0o700 + (i as u32 % 8), 1000 + i as u32, 1_700_000_000 + i as i64, 123_456_789), "{name} f{i}");
+            assert_eq!(
+                s,
+                (0o700 + (i as u32 % 8), 1000 + i as u32, 1_700_000_000 + i as i64, 123_456_789),
+                "{name} f{i}"
+            );
         }
         fsck_clean(&copy);
     }
@@ -210,6 +226,8 @@ fn kernel_replays_our_journal() {
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false)
 }

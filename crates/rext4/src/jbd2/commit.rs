@@ -49,7 +49,12 @@ impl Journal {
             self.dev.flush()?;
         }
         drop(log);
-        self.committed(t.tid, began.elapsed(), nblocks, u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)));
+        self.committed(
+            t.tid,
+            began.elapsed(),
+            nblocks,
+            u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)),
+        );
         Ok(())
     }
 
@@ -97,7 +102,8 @@ impl Journal {
             out.resize(at + bs, 0);
             for (blk, data) in chunk {
                 let mut copy = data.clone();
-                desc.push_block(*blk, &mut copy).map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
+                desc.push_block(*blk, &mut copy)
+                    .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
                 out.extend_from_slice(&copy);
             }
             if let Some(block) = desc.finish() {

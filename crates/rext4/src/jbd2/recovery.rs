@@ -18,6 +18,7 @@ use rext4_format::jbd2::{
     tid_geq, tid_gt, unescape_block, verify_tail, BlockType, CommitBlock, DescriptorTags, Header, Jbd2Error,
     JournalIncompat, JournalParams, JournalSuperblock, RevokeBlock, CHKSUM_CRC32, CRC32_CHKSUM_SIZE,
 };
+use rext4_format::PhysBlock;
 use std::collections::{BTreeMap, HashMap};
 
 /// Reads block `n` of the journal (numbered as in the journal inode) into `buf`, which is one
@@ -51,7 +52,7 @@ pub struct RecoveryReport {
 /// The outcome of recovery: the newest copy of every replayed filesystem block, by block
 /// number, and the counts.
 pub(crate) struct Replay {
-    pub blocks: BTreeMap<u64, Box<[u8]>>,
+    pub blocks: BTreeMap<PhysBlock, Box<[u8]>>,
     pub report: RecoveryReport,
 }
 
@@ -194,7 +195,7 @@ struct Recovery<'a> {
     failed_commit: Option<u32>,
     /// Revoked block -> newest transaction revoking it (the kernel's revoke table).
     revoked: HashMap<u64, u32>,
-    blocks: BTreeMap<u64, Box<[u8]>>,
+    blocks: BTreeMap<PhysBlock, Box<[u8]>>,
     report: RecoveryReport,
     /// Scratch: the log block being looked at and a logged copy.
     bh: Vec<u8>,
@@ -476,7 +477,7 @@ impl Recovery<'_> {
             if tag.is_escaped() {
                 unescape_block(&mut copy);
             }
-            self.blocks.insert(tag.block, copy);
+            self.blocks.insert(PhysBlock(tag.block), copy);
             self.report.blocks_replayed += 1;
         }
         self.obh = obh;
@@ -510,11 +511,214 @@ impl Recovery<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rext4_format::jbd2::{
+        CommitHeader, DescriptorBuilder, RevokeBuilder, CHKSUM_CRC32C, JBD2_MAGIC_NUMBER,
+    };
+
+    const BS: usize = 1024;
+    const UUID: [u8; 16] = [0x5A; 16];
+
+    struct MemLog(Vec<Vec<u8>>);
+
+    impl JournalBlocks for MemLog {
+        fn read(&self, n: u32, buf: &mut [u8]) -> Result<()> {
+            buf.copy_from_slice(&self.0[n as usize]);
+            Ok(())
+        }
+    }
+
+    /// Writes transactions into an in-memory journal the way jbd2 lays them out.
+    struct Writer {
+        log: MemLog,
+        jsb: JournalSuperblock,
+        p: JournalParams,
+        pos: u32,
+        seq: u32,
+    }
+
+    impl Writer {
+        fn new(maxlen: u32, incompat: JournalIncompat, start: u32, seq: u32) -> Writer {
+            let mut jsb = JournalSuperblock::new(BS as u32, maxlen, UUID);
+            jsb.set_incompat(incompat);
+            jsb.s_checksum_type = CHKSUM_CRC32C;
+            jsb.set_start(start);
+            jsb.set_sequence(seq);
+            jsb.update_checksum();
+            let p = check_superblock(&jsb, BS as u32, u64::from(maxlen)).unwrap();
+            Writer { log: MemLog(vec![vec![0u8; BS]; maxlen as usize]), jsb, p, pos: start, seq }
+        }
+        fn put(&mut self, block: Vec<u8>) -> u32 {
+            let at = self.pos;
+            self.log.0[at as usize] = block;
+            self.pos = if at + 1 >= self.jsb.maxlen() { self.jsb.first() } else { at + 1 };
+            at
+        }
+        /// One transaction; returns the log positions of its commit block and first data block.
+        fn tx(&mut self, blocks: &[(u64, u8)], revokes: &[u64], time: u64) -> (u32, u32) {
+            let mut d = DescriptorBuilder::new(&self.p, self.seq, UUID);
+            let mut copies = Vec::new();
+            for &(b, fill) in blocks {
+                let mut data = vec![fill; BS];
+                if fill == 0xC0 {
+                    data[..4].copy_from_slice(&JBD2_MAGIC_NUMBER.to_be_bytes());
+                }
+                d.push_block(b, &mut data).unwrap();
+                copies.push(data);
+            }
+            if let Some(desc) = d.finish() {
+                self.put(desc);
+            }
+            let first_data = self.pos;
+            for c in copies {
+                self.put(c);
+            }
+            let mut r = RevokeBuilder::new(&self.p, self.seq);
+            for &b in revokes {
+                r.push(b).unwrap();
+            }
+            if let Some(rb) = r.finish() {
+                self.put(rb);
+            }
+            let commit = self.put(CommitHeader::new(self.seq, time, 0).to_block(&self.p));
+            self.seq = self.seq.wrapping_add(1);
+            (commit, first_data)
+        }
+        fn run(&self) -> Result<Replay> {
+            recover(&self.jsb, self.p, &self.log, 1 << 20)
+        }
+    }
+
+    const V3: JournalIncompat =
+        JournalIncompat::REVOKE.union(JournalIncompat::BIT64).union(JournalIncompat::CSUM_V3);
+
+    fn fill(r: &Replay, b: u64) -> Option<u8> {
+        r.blocks.get(&PhysBlock(b)).map(|d| d[BS / 2])
+    }
 
     #[test]
     fn crc32_be_matches_the_kernel() {
         // crc32_be(~0, "123456789") without the final inversion: the CRC-32/MPEG-2 check value.
         assert_eq!(crc32_be(!0, b"123456789"), 0x0376_E6E7);
         assert_eq!(crc32_be(!0, b""), !0);
+    }
+
+    #[test]
+    fn revokes_escapes_and_the_newest_copy() {
+        let mut w = Writer::new(1024, V3, 1, 7);
+        w.tx(&[(10, 1), (11, 1), (12, 0xC0)], &[], 100);
+        // 11 revoked by a later transaction; 13 logged and revoked in the same one.
+        w.tx(&[(10, 2), (13, 2)], &[11, 13], 101);
+        // 13 logged again after its revoke: replayed.
+        w.tx(&[(13, 3)], &[], 102);
+        let r = w.run().unwrap();
+        assert_eq!((fill(&r, 10), fill(&r, 11), fill(&r, 13)), (Some(2), None, Some(3)));
+        let twelve = &r.blocks[&PhysBlock(12)];
+        assert_eq!(&twelve[..4], &JBD2_MAGIC_NUMBER.to_be_bytes());
+        let rep = &r.report;
+        assert_eq!((rep.start_sequence, rep.end_sequence, rep.transactions), (7, 11, 3));
+        assert_eq!((rep.blocks_replayed, rep.blocks_revoked, rep.revoke_records), (4, 2, 2));
+        assert_eq!(rep.distinct_blocks, 3);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_and_the_log_wraps() {
+        // Starting four blocks before the end: the first transaction wraps to s_first.
+        let mut w = Writer::new(1024, V3, 1020, u32::MAX - 1);
+        w.tx(&[(10, 1), (11, 1), (12, 1)], &[20], 1);
+        w.tx(&[(20, 2)], &[10], 2);
+        w.tx(&[(21, 3)], &[], 3);
+        let r = w.run().unwrap();
+        assert_eq!(r.report.transactions, 3);
+        assert_eq!(r.report.end_sequence, 2);
+        assert_eq!(
+            (fill(&r, 10), fill(&r, 11), fill(&r, 20), fill(&r, 21)),
+            (None, Some(1), Some(2), Some(3))
+        );
+    }
+
+    #[test]
+    fn an_uncommitted_tail_is_not_replayed() {
+        let mut w = Writer::new(1024, V3, 1, 1);
+        w.tx(&[(10, 1)], &[], 1);
+        let (commit, _) = w.tx(&[(10, 2), (11, 2)], &[], 2);
+        w.log.0[commit as usize] = vec![0; BS];
+        let r = w.run().unwrap();
+        assert_eq!((r.report.transactions, fill(&r, 10), fill(&r, 11)), (1, Some(1), None));
+    }
+
+    #[test]
+    fn bad_commits_refuse_a_synchronous_journal_and_end_an_async_one() {
+        for incompat in [V3, V3 | JournalIncompat::ASYNC_COMMIT] {
+            let mut w = Writer::new(1024, incompat, 1, 1);
+            w.tx(&[(10, 1)], &[], 1);
+            let (commit, _) = w.tx(&[(10, 2)], &[], 2);
+            w.tx(&[(11, 3)], &[], 3);
+            w.log.0[commit as usize][0x20] ^= 1;
+            let r = w.run();
+            if incompat.contains(JournalIncompat::ASYNC_COMMIT) {
+                let r = r.unwrap();
+                assert_eq!((r.report.transactions, fill(&r, 10), fill(&r, 11)), (1, Some(1), None));
+            } else {
+                assert_eq!(r.err().map(|e| e.errno()), Some(libc::EUCLEAN));
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_descriptor_is_stale_if_time_went_back_else_corrupt() {
+        for (time, ok) in [(0u64, true), (50, false)] {
+            let mut w = Writer::new(1024, V3, 1, 1);
+            w.tx(&[(10, 1)], &[], 10);
+            let desc = w.pos;
+            w.tx(&[(11, 2)], &[], time);
+            w.log.0[desc as usize][100] ^= 1;
+            match w.run() {
+                Ok(r) => {
+                    assert!(ok);
+                    assert_eq!((r.report.transactions, fill(&r, 11)), (1, None));
+                }
+                Err(e) => {
+                    assert!(!ok);
+                    assert_eq!(e.errno(), libc::EBADMSG);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_data_block_refuses_unless_revoked() {
+        let mut w = Writer::new(1024, V3, 1, 1);
+        let (_, data) = w.tx(&[(10, 1), (11, 1)], &[], 1);
+        w.log.0[data as usize][9] ^= 1;
+        assert_eq!(w.run().err().map(|e| e.errno()), Some(libc::EBADMSG));
+        // The same damage on a copy that a later transaction revokes is never looked at.
+        w.tx(&[], &[10], 2);
+        assert_eq!(w.run().unwrap().report.blocks_revoked, 1);
+    }
+
+    #[test]
+    fn fast_commits_for_the_next_transaction_are_refused() {
+        let incompat = V3 | JournalIncompat::FAST_COMMIT;
+        for (tid, refused) in [(3u32, true), (2, false)] {
+            let mut w = Writer::new(1024 + 256, incompat, 1, 1);
+            w.tx(&[(10, 1)], &[], 1);
+            w.tx(&[(11, 1)], &[], 2);
+            // EXT4_FC_TAG_HEAD, length 8, features 0, tid.
+            let fc = &mut w.log.0[1024 + 1];
+            fc[..4].copy_from_slice(&[9, 0, 8, 0]);
+            fc[8..12].copy_from_slice(&tid.to_le_bytes());
+            match w.run() {
+                Err(Error::NotSupported(_)) => assert!(refused),
+                Ok(r) => assert!(!refused && r.report.transactions == 2),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn targets_outside_the_filesystem_are_refused() {
+        let mut w = Writer::new(1024, V3, 1, 1);
+        w.tx(&[(1 << 20, 1)], &[], 1);
+        assert_eq!(w.run().err().map(|e| e.errno()), Some(libc::EUCLEAN));
     }
 }

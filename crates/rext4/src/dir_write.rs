@@ -1,0 +1,230 @@
+//! Adding and removing directory entries in linear (unindexed) directories (the write side of
+//! the kernel's `namei.c`: `add_dirent_to_buf`, `ext4_delete_entry`, `ext4_append`). Indexed
+//! (htree) directories are refused until htree insertion exists.
+//!
+//! # Locking
+//! The directory's `op_lock` is held by the caller; then the handle; then the directory's
+//! record and its blocks.
+
+use crate::dir::DirBlockKind;
+use crate::error::{Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use rext4_format::dirent::{self as fd, DirBlockIter};
+use rext4_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC, INIT_MAX_LEN};
+use rext4_format::inode::{EXTENTS_FL, NDIR_BLOCKS};
+use rext4_format::InodeNo;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// Writes one entry at `off` of `block`.
+pub(crate) fn put_entry(
+    block: &mut [u8],
+    off: usize,
+    bs: u32,
+    ino: u32,
+    rec_len: usize,
+    name: &[u8],
+    ft: u8,
+) {
+    let h = fd::DirEntryHeader {
+        inode: ino.into(),
+        rec_len: fd::rec_len_to_disk(rec_len as u32, bs).into(),
+        name_len: name.len() as u8,
+        file_type: ft,
+    };
+    block[off..off + fd::HEADER_SIZE].copy_from_slice(h.as_bytes());
+    block[off + fd::HEADER_SIZE..off + fd::HEADER_SIZE + name.len()].copy_from_slice(name);
+}
+
+impl FsInner {
+    fn entry_area(&self) -> usize {
+        self.sbi.block_size as usize - if self.sbi.metadata_csum { fd::TAIL_SIZE } else { 0 }
+    }
+
+    fn seal_leaf(&self, dir: &Inode, block: &mut [u8]) {
+        if self.sbi.metadata_csum {
+            fd::set_leaf_tail(block, dir.csum_seed);
+        }
+    }
+
+    fn refuse_indexed(&self, dir: &Inode) -> Result<()> {
+        if self.has_inline_data(dir) {
+            return Err(Error::NotSupported("changing inline directories".into()));
+        }
+        if self.is_dx(dir) {
+            return Err(Error::NotSupported("changing indexed (htree) directories".into()));
+        }
+        Ok(())
+    }
+
+    /// Adds `name` -> `ino` to directory `dir` (whose `op_lock` the caller holds), appending a
+    /// block when no block has room.
+    pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
+        self.refuse_indexed(dir)?;
+        let bs = self.sbi.block_size;
+        let need = fd::rec_len_for(name.len());
+        let nblocks = dir.size().div_ceil(u64::from(bs));
+        let ft = if self.sbi.filetype { ft } else { 0 };
+        let mut next = 0u64;
+        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
+            next = u64::from(lblk) + 1;
+            let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
+            // Find room without the write lock, then take it and look again.
+            let fits = |block: &[u8]| {
+                DirBlockIter::new(&block[..self.entry_area()], bs).map_while(|e| e.ok()).find_map(|e| {
+                    let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
+                    (e.rec_len as usize >= used + need).then_some((
+                        e.offset,
+                        e.rec_len as usize,
+                        used,
+                        e.inode,
+                    ))
+                })
+            };
+            if fits(&buf.data()).is_none() {
+                continue;
+            }
+            let mut block = h.write(&buf)?;
+            let Some((off, rec_len, used, cur)) = fits(&block) else { continue };
+            if cur == 0 {
+                put_entry(&mut block, off, bs, ino.0, rec_len, name, ft);
+            } else {
+                block[off + 4..off + 6].copy_from_slice(&fd::rec_len_to_disk(used as u32, bs).to_le_bytes());
+                put_entry(&mut block, off + used, bs, ino.0, rec_len - used, name, ft);
+            }
+            self.seal_leaf(dir, &mut block);
+            return Ok(());
+        }
+        // No room: a new block at the end.
+        let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
+        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
+        let buf = self.bcache.get_fresh(pblk);
+        let mut block = h.write(&buf)?;
+        block.fill(0);
+        put_entry(&mut block, 0, bs, ino.0, self.entry_area(), name, ft);
+        self.seal_leaf(dir, &mut block);
+        Ok(())
+    }
+
+    /// Allocates a block and maps it at `lblk` of `inode` (record `raw`), growing size and
+    /// block count. Handles extent roots with room and direct block pointers.
+    pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
+        let bs = u64::from(self.sbi.block_size);
+        let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
+        let ib = &mut raw[0x28..0x28 + 60];
+        let goal;
+        if flags & EXTENTS_FL != 0 {
+            let (hdr, _) =
+                ExtentHeader::read_from_prefix(&ib[..]).map_err(|_| Error::InvalidInput("extent header"))?;
+            if hdr.eh_magic.get() != EXTENT_MAGIC || hdr.eh_depth.get() != 0 {
+                return Err(Error::NotSupported("growing a directory with a deep extent tree".into()));
+            }
+            let n = usize::from(hdr.eh_entries.get());
+            let last = (n > 0).then(|| Extent::read_from_bytes(&ib[12 * n..12 * n + 12]).ok()).flatten();
+            goal = last.map(|e| e.start() + u64::from(e.len())).unwrap_or_else(|| self.inode_goal(inode));
+            let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
+            match last {
+                Some(mut e)
+                    if !e.is_unwritten()
+                        && u64::from(e.ee_block.get()) + u64::from(e.len()) == u64::from(lblk)
+                        && e.start() + u64::from(e.len()) == pblk
+                        && e.ee_len.get() < INIT_MAX_LEN =>
+                {
+                    e.ee_len.set(e.ee_len.get() + 1);
+                    ib[12 * n..12 * n + 12].copy_from_slice(e.as_bytes());
+                }
+                _ if n < usize::from(hdr.eh_max.get()) && n < 4 => {
+                    let mut e = Extent::new_zeroed();
+                    e.ee_block.set(lblk);
+                    e.ee_len.set(1);
+                    e.set_start(pblk);
+                    ib[12 * (n + 1)..12 * (n + 2)].copy_from_slice(e.as_bytes());
+                    ib[2..4].copy_from_slice(&((n + 1) as u16).to_le_bytes());
+                }
+                _ => {
+                    self.free_blocks(h, pblk, 1, false)?;
+                    return Err(Error::NotSupported("directory extent root is full".into()));
+                }
+            }
+            crate::inode_write::raw_add_blocks(raw, bs / 512);
+            crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
+            return Ok(pblk);
+        }
+        if lblk as usize >= NDIR_BLOCKS {
+            return Err(Error::NotSupported("growing a block-mapped directory past 12 blocks".into()));
+        }
+        let prev = if lblk > 0 {
+            u64::from(u32::from_le_bytes(
+                ib[4 * (lblk as usize - 1)..4 * lblk as usize].try_into().unwrap_or([0; 4]),
+            ))
+        } else {
+            0
+        };
+        goal = if prev != 0 { prev + 1 } else { self.inode_goal(inode) };
+        let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
+        let i = lblk as usize;
+        ib[4 * i..4 * i + 4].copy_from_slice(&(pblk as u32).to_le_bytes());
+        crate::inode_write::raw_add_blocks(raw, bs / 512);
+        crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
+        Ok(pblk)
+    }
+
+    /// Where new blocks of `inode` should go by default: the start of its group's data.
+    pub(crate) fn inode_goal(&self, inode: &Inode) -> u64 {
+        let g = (inode.ino.0 - 1) / self.sbi.inodes_per_group;
+        self.sbi.group_first_block(g)
+    }
+
+    /// Removes `name` from directory `dir`; returns the inode it named.
+    pub(crate) fn remove_entry(&self, h: &Handle, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        self.refuse_indexed(dir)?;
+        let bs = self.sbi.block_size;
+        let nblocks = dir.size().div_ceil(u64::from(bs));
+        let mut next = 0u64;
+        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
+            next = u64::from(lblk) + 1;
+            let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
+            let find = |block: &[u8]| {
+                let mut prev: Option<usize> = None;
+                for e in DirBlockIter::new(&block[..self.entry_area()], bs).map_while(|e| e.ok()) {
+                    if e.inode != 0 && e.name == name {
+                        return Some((prev, e.offset, e.rec_len as usize, e.inode));
+                    }
+                    prev = Some(e.offset);
+                }
+                None
+            };
+            if find(&buf.data()).is_none() {
+                continue;
+            }
+            let mut block = h.write(&buf)?;
+            let Some((prev, off, rec_len, ino)) = find(&block) else { continue };
+            match prev {
+                Some(p) => {
+                    // Merge into the previous entry.
+                    let prev_len =
+                        fd::rec_len_from_disk(u16::from_le_bytes([block[p + 4], block[p + 5]]), bs) as usize;
+                    block[p + 4..p + 6]
+                        .copy_from_slice(&fd::rec_len_to_disk((prev_len + rec_len) as u32, bs).to_le_bytes());
+                }
+                None => block[off..off + 4].fill(0),
+            }
+            self.seal_leaf(dir, &mut block);
+            return Ok(InodeNo(ino));
+        }
+        Err(Error::NotFound)
+    }
+
+    /// Whether directory `dir` holds nothing but `.` and `..`.
+    pub(crate) fn dir_is_empty(&self, dir: &Inode) -> Result<bool> {
+        let mut empty = true;
+        self.readdir(dir, 0, |e| {
+            if e.name != b"." && e.name != b".." {
+                empty = false;
+            }
+            empty
+        })?;
+        Ok(empty)
+    }
+}

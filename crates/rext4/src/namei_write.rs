@@ -1,0 +1,247 @@
+//! Creating and removing names (the write side of the kernel's `namei.c`): create, mkdir,
+//! unlink, rmdir, with the kernel's errno. Each is one journal handle, so a crash leaves it
+//! done or not done.
+//!
+//! # Locking
+//! parent `op_lock` -> child `op_lock` -> journal handle -> inode records (parent, then child)
+//! -> buffers. Operations in different directories share no lock.
+
+use crate::attr::Attr;
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
+use crate::inode_write::{now, raw_init_times, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
+use crate::jbd2::transaction::Handle;
+use rext4_format::checksum::inode_csum_seed;
+use rext4_format::dirent::{FT_DIR, FT_REG_FILE};
+use rext4_format::extent::{ExtentHeader, EXTENT_MAGIC};
+use rext4_format::features::Incompat;
+use rext4_format::inode::{self as fi, EXTENTS_FL};
+use rext4_format::InodeNo;
+use std::sync::Arc;
+use zerocopy::IntoBytes;
+
+/// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
+const LINK_MAX: u16 = 65000;
+
+/// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
+/// directory blocks, and the blocks a freed file had in a few groups.
+const NAME_CREDITS: u32 = 24;
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > 255 {
+        return Err(Error::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::InvalidInput("invalid name"));
+    }
+    Ok(())
+}
+
+impl FsInner {
+    /// A new inode's record: type and permissions, owner, times, extent root.
+    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
+        let size = self.sbi.inode_size;
+        let mut raw = vec![0u8; size].into_boxed_slice();
+        raw[0..2].copy_from_slice(&mode.to_le_bytes());
+        raw[0x02..0x04].copy_from_slice(&(uid as u16).to_le_bytes());
+        raw[0x78..0x7A].copy_from_slice(&((uid >> 16) as u16).to_le_bytes());
+        raw[0x18..0x1A].copy_from_slice(&(gid as u16).to_le_bytes());
+        raw[0x7A..0x7C].copy_from_slice(&((gid >> 16) as u16).to_le_bytes());
+        raw_set_links(&mut raw, links);
+        raw[0x64..0x68].copy_from_slice(&generation.to_le_bytes());
+        if size > fi::GOOD_OLD_INODE_SIZE {
+            let want = self.sbi.sb.s_want_extra_isize.get().max(32);
+            let extra = usize::from(want).min(size - fi::GOOD_OLD_INODE_SIZE) as u16 & !3;
+            raw[fi::OFF_EXTRA_ISIZE..fi::OFF_EXTRA_ISIZE + 2].copy_from_slice(&extra.to_le_bytes());
+        }
+        raw_init_times(&mut raw, size, now());
+        if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
+            raw[0x20..0x24].copy_from_slice(&EXTENTS_FL.to_le_bytes());
+            let h = ExtentHeader {
+                eh_magic: EXTENT_MAGIC.into(),
+                eh_entries: 0.into(),
+                eh_max: 4.into(),
+                eh_depth: 0.into(),
+                eh_generation: 0.into(),
+            };
+            raw[0x28..0x28 + 12].copy_from_slice(h.as_bytes());
+        }
+        raw
+    }
+
+    /// Allocates and writes a new inode; returns it with its record locked for writing.
+    fn new_inode(
+        &self,
+        h: &Handle,
+        parent: &Inode,
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        links: u16,
+    ) -> Result<Arc<Inode>> {
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let ino = self.alloc_inode(h, parent, is_dir)?;
+        let generation = self.new_generation();
+        let raw = self.new_record(mode, uid, gid, links, generation);
+        let inode =
+            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+        self.icache.insert(u64::from(ino.0), inode.clone());
+        Ok(inode)
+    }
+
+    fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<InodeNo> {
+        check_name(name)?;
+        let journal = self.journal()?.clone();
+        let dir = self.iget_live(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir);
+        }
+        let _dl = dir.op_lock.lock();
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(Error::Exists),
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let h = journal.start(NAME_CREDITS)?;
+        let child = self.new_inode(&h, &dir, mode, uid, gid, if is_dir { 2 } else { 1 })?;
+        // Record locks are taken only around changes to the records: reading a directory
+        // (to find room for the entry) reads its record too.
+        let mut craw = child.raw_mut();
+        if is_dir {
+            self.init_dir(&h, &child, &mut craw, parent)?;
+        }
+        self.add_entry(&h, &dir, name, child.ino, if is_dir { FT_DIR } else { FT_REG_FILE })?;
+        let mut draw = dir.raw_mut();
+        if is_dir {
+            let links = raw_links(&draw);
+            // dir_nlink: past the limit the count stays 1, meaning "many".
+            let next = if links >= LINK_MAX - 1 || links == 1 { 1 } else { links + 1 };
+            raw_set_links(&mut draw, next);
+        }
+        raw_touch_cm(&mut draw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(&h, &child, &mut craw)?;
+        self.mark_inode_dirty(&h, &dir, &mut draw)?;
+        Ok(child.ino)
+    }
+
+    /// The first block of a new directory: `.` and `..`.
+    fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
+        let bs = self.sbi.block_size;
+        let pblk = self.append_block(h, dir, raw, 0)?;
+        let buf = self.bcache.get_fresh(pblk);
+        let mut block = h.write(&buf)?;
+        block.fill(0);
+        let area = bs as usize - if self.sbi.metadata_csum { rext4_format::dirent::TAIL_SIZE } else { 0 };
+        let ft = if self.sbi.filetype { FT_DIR } else { 0 };
+        crate::dir_write::put_entry(&mut block, 0, bs, dir.ino.0, 12, b".", ft);
+        crate::dir_write::put_entry(&mut block, 12, bs, parent.0, area - 12, b"..", ft);
+        if self.sbi.metadata_csum {
+            rext4_format::dirent::set_leaf_tail(&mut block, dir.csum_seed);
+        }
+        Ok(())
+    }
+
+    fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> Result<()> {
+        if name == b"." || name == b".." {
+            return Err(if want_dir { Error::InvalidInput("cannot remove . or ..") } else { Error::IsDir });
+        }
+        check_name(name)?;
+        let journal = self.journal()?.clone();
+        let dir = self.iget_live(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir);
+        }
+        let _dl = dir.op_lock.lock();
+        let ino = self.lookup(&dir, name)?;
+        let child = self.iget_live(ino)?;
+        let _cl = child.op_lock.lock();
+        let is_dir = child.is_dir();
+        match (want_dir, is_dir) {
+            (true, false) => return Err(Error::NotDir),
+            (false, true) => return Err(Error::IsDir),
+            _ => {}
+        }
+        if is_dir && !self.dir_is_empty(&child)? {
+            return Err(Error::NotEmpty);
+        }
+        let h = journal.start(NAME_CREDITS)?;
+        let removed = self.remove_entry(&h, &dir, name)?;
+        if removed != ino {
+            return Err(Error::InvalidInput("directory changed under its lock"));
+        }
+        let mut draw = dir.raw_mut();
+        let t = now();
+        raw_touch_cm(&mut draw, self.sbi.inode_size, t);
+        if is_dir {
+            let links = raw_links(&draw);
+            if links > 2 {
+                raw_set_links(&mut draw, links - 1);
+            }
+        }
+        self.mark_inode_dirty(&h, &dir, &mut draw)?;
+        drop(draw);
+        let links = child.disk().links_count();
+        let left = if is_dir { 0 } else { links.saturating_sub(1) };
+        if left == 0 {
+            // The last name: free everything now (open-file orphans arrive with file handles).
+            // Blocks first, while the record can still be read.
+            self.free_all_blocks(&h, &child)?;
+        }
+        let mut craw = child.raw_mut();
+        raw_set_links(&mut craw, left);
+        raw_touch_c(&mut craw, self.sbi.inode_size, t);
+        if left == 0 {
+            craw[0x1C..0x20].fill(0);
+            craw[0x74..0x76].fill(0);
+            craw[0x68..0x6C].fill(0);
+            craw[0x76..0x78].fill(0);
+            crate::inode_write::raw_set_size(&mut craw, 0);
+            craw[0x28..0x28 + 60].fill(0);
+            if self.sbi.sb.incompat().contains(Incompat::EXTENTS) && craw[0x20..0x24] != [0; 4] {
+                let h0 = ExtentHeader {
+                    eh_magic: EXTENT_MAGIC.into(),
+                    eh_entries: 0.into(),
+                    eh_max: 4.into(),
+                    eh_depth: 0.into(),
+                    eh_generation: 0.into(),
+                };
+                craw[0x28..0x28 + 12].copy_from_slice(h0.as_bytes());
+            }
+            let dtime = t.sec as u32;
+            craw[0x14..0x18].copy_from_slice(&dtime.to_le_bytes());
+            self.mark_inode_dirty(&h, &child, &mut craw)?;
+            drop(craw);
+            self.free_inode(&h, ino, is_dir)?;
+        } else {
+            self.mark_inode_dirty(&h, &child, &mut craw)?;
+        }
+        Ok(())
+    }
+}
+
+impl Fs {
+    /// Creates a regular file `name` in directory `parent` (`open(O_CREAT|O_EXCL)`); `mode`
+    /// holds the permission bits.
+    pub fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        let ino = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid)?;
+        self.getattr(ino)
+    }
+
+    /// Creates directory `name` in `parent` (`mkdir(2)`).
+    pub fn mkdir(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        let ino = self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid)?;
+        self.getattr(ino)
+    }
+
+    /// Removes the non-directory `name` from `parent` (`unlink(2)`).
+    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.inner.remove(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent` (`rmdir(2)`).
+    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.inner.remove(parent, name, true)
+    }
+}

@@ -1,0 +1,126 @@
+//! Freeing all of an inode's blocks (the kernel's `ext4_truncate` to zero, as done when the
+//! last link goes): data runs and tree/indirect blocks, and its extended-attribute block.
+//! Partial truncation arrives with file writes.
+
+use crate::error::{corrupt, CorruptKind, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use rext4_format::extent::Node;
+use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL, S_IFLNK};
+use rext4_format::xattr as fx;
+use rext4_format::PhysBlock;
+
+/// Blocks an inode owns: data runs, and metadata blocks (tree or indirect blocks).
+#[derive(Default)]
+pub(crate) struct Owned {
+    pub data: Vec<(u64, u64)>,
+    pub meta: Vec<u64>,
+}
+
+impl FsInner {
+    /// Every block `inode` maps (not its xattr block).
+    pub(crate) fn owned_blocks(&self, inode: &Inode) -> Result<Owned> {
+        let d = inode.disk();
+        let mut out = Owned::default();
+        if d.flags() & INLINE_DATA_FL != 0 || (d.file_type() == S_IFLNK && self.is_fast_symlink(inode)) {
+            return Ok(out);
+        }
+        if d.flags() & EXTENTS_FL != 0 {
+            // Depth-first over the tree; depth strictly decreases, so this ends.
+            let mut stack: Vec<(Vec<u8>, Option<u16>)> = vec![(d.i_block_bytes().to_vec(), None)];
+            while let Some((bytes, expect)) = stack.pop() {
+                let bad = |what| corrupt(CorruptKind::ExtentTree { ino: inode.ino, block: None, what });
+                let Ok(node) = Node::parse(&bytes) else { return bad("bad node while freeing") };
+                if expect.is_some_and(|e| e != node.depth()) {
+                    return bad("depth does not match parent");
+                }
+                for i in 0..node.len() {
+                    if node.depth() == 0 {
+                        let e = node.extent(i);
+                        self.check_range(inode.ino, e.start(), u64::from(e.len()))?;
+                        if !e.is_empty() {
+                            out.data.push((e.start(), u64::from(e.len())));
+                        }
+                    } else {
+                        let child = node.index(i).leaf();
+                        let buf = self.bread(child, Some(inode.ino))?;
+                        out.meta.push(child);
+                        stack.push((buf.data().to_vec(), Some(node.depth() - 1)));
+                    }
+                }
+            }
+        } else {
+            let ptrs = self.sbi.block_size as usize / 4;
+            let word = |b: &[u8], i: usize| {
+                u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
+            };
+            let ib = d.i_block_bytes().to_vec();
+            for i in 0..12 {
+                let p = word(&ib, i);
+                if p != 0 {
+                    self.check_range(inode.ino, p, 1)?;
+                    out.data.push((p, 1));
+                }
+            }
+            // (block, levels of indirection below it)
+            let mut stack: Vec<(u64, u32)> = [(word(&ib, 12), 1), (word(&ib, 13), 2), (word(&ib, 14), 3)]
+                .into_iter()
+                .filter(|(b, _)| *b != 0)
+                .collect();
+            while let Some((blk, level)) = stack.pop() {
+                let buf = self.bread(blk, Some(inode.ino))?;
+                out.meta.push(blk);
+                let data = buf.data();
+                for i in 0..ptrs {
+                    let p = word(&data, i);
+                    if p == 0 {
+                        continue;
+                    }
+                    if level == 1 {
+                        self.check_range(inode.ino, p, 1)?;
+                        out.data.push((p, 1));
+                    } else {
+                        stack.push((p, level - 1));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Frees every block of `inode` and its xattr block (drops one reference to a shared
+    /// one). The caller clears the block map and counts in the record.
+    pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode) -> Result<()> {
+        let owned = self.owned_blocks(inode)?;
+        for (b, n) in owned.data {
+            self.free_blocks(h, b, n, false)?;
+        }
+        for b in owned.meta {
+            self.free_blocks(h, b, 1, true)?;
+        }
+        let acl = inode.disk().file_acl();
+        if acl != 0 {
+            let buf = self.bread(acl, Some(inode.ino))?;
+            let mut data = h.write(&buf)?;
+            let refs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+            if u32::from_le_bytes([data[0], data[1], data[2], data[3]]) != fx::XATTR_MAGIC {
+                return corrupt(CorruptKind::Xattr {
+                    ino: inode.ino,
+                    block: Some(PhysBlock(acl)),
+                    what: "bad block header",
+                });
+            }
+            if refs > 1 {
+                data[4..8].copy_from_slice(&(refs - 1).to_le_bytes());
+                if self.sbi.metadata_csum {
+                    fx::set_block_checksum(&mut data, self.sbi.csum_seed, acl);
+                }
+            } else {
+                drop(data);
+                self.free_blocks(h, acl, 1, true)?;
+            }
+        }
+        Ok(())
+    }
+}

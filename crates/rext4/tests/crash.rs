@@ -1,0 +1,273 @@
+//! Crash consistency: run a workload over a device that records every write and flush, rebuild
+//! the image a crash would leave at every flush point (and with random subsets of the writes
+//! after it, as disks reorder unflushed writes), and recover each one three ways: rext4's
+//! recovery, e2fsck's, and the kernel's. Each must give an image `e2fsck -fn` accepts in which
+//! everything fsync'ed before the crash is present.
+//!
+//! `REXT4_CRASH_ROUNDS` scales the workload (default 60 rounds; each adds about two crash
+//! points).
+
+use rext4::dev::{apply_ops, CrashDevice, Op};
+use rext4::{Fs, Options, SetAttr};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+const FILES: usize = 64;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn tmpdir() -> tempfile::TempDir {
+    // Hundreds of image files: keep them in memory where possible.
+    if Path::new("/dev/shm").is_dir() {
+        if let Ok(d) = tempfile::tempdir_in("/dev/shm") {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+fn make_image(dir: &Path, args: &[&str]) -> Vec<u8> {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..FILES {
+        std::fs::write(src.join(format!("f{i}")), b"x").unwrap();
+    }
+    let img = dir.join("base.img");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "1024", "-E", "root_owner=0:0"])
+        .args(args)
+        .arg("-d")
+        .arg(&src)
+        .arg(&img)
+        .arg("8M")
+        .output()
+        .expect("mkfs.ext4 is required");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::read(&img).unwrap()
+}
+
+/// What the workload did: every uid each file had, and what fsync made durable when.
+struct Model {
+    /// Versions (uids) each file has had, in order; the first is the initial one.
+    history: Vec<Vec<u32>>,
+    /// (log position when fsync returned, file, version it made durable).
+    durable: Vec<(usize, usize, u32)>,
+}
+
+fn run_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
+    let fs = Fs::from_device(
+        dev.clone(),
+        Options {
+            writable: true,
+            commit_interval: std::time::Duration::from_secs(3600),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut rng = Rng(seed);
+    let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    let mut history: Vec<Vec<u32>> = inos.iter().map(|&ino| vec![fs.getattr(ino).unwrap().uid]).collect();
+    let mut durable = Vec::new();
+    let mut version = 10_000u32;
+    let mut last = 0usize;
+    for _ in 0..rounds {
+        // A burst of changes (several transactions' worth), then an fsync of one file.
+        for _ in 0..(rng.next() % 40 + 1) {
+            let f = (rng.next() % FILES as u64) as usize;
+            version += 1;
+            fs.setattr(
+                inos[f],
+                &SetAttr {
+                    uid: Some(version),
+                    mode: Some(0o600 | (version as u16 & 0o77)),
+                    ..SetAttr::default()
+                },
+            )
+            .unwrap();
+            history[f].push(version);
+            last = f;
+        }
+        // Usually the file changed last (a commit), sometimes any file (often nothing to do).
+        let f = if rng.next() % 4 == 0 { (rng.next() % FILES as u64) as usize } else { last };
+        fs.fsync(inos[f]).unwrap();
+        durable.push((dev.position(), f, *history[f].last().unwrap()));
+    }
+    fs.unmount().unwrap();
+    Model { history, durable }
+}
+
+/// Checks a recovered image against the model for a crash at log position `pos`.
+fn check_model(img: &Path, model: &Model, pos: usize, how: &str) {
+    let fs = Fs::open(img).unwrap_or_else(|e| panic!("{how}: open after recovery: {e}"));
+    for (f, hist) in model.history.iter().enumerate() {
+        let uid = fs.metadata(format!("/f{f}")).unwrap().uid;
+        let at = hist
+            .iter()
+            .position(|&v| v == uid)
+            .unwrap_or_else(|| panic!("{how}: f{f} has uid {uid}, never written"));
+        for &(p, df, v) in &model.durable {
+            if df == f && p <= pos {
+                let need = hist.iter().position(|&x| x == v).unwrap();
+                assert!(at >= need, "{how}: crash at {pos}: f{f} lost fsync'ed version {v} (has {uid})");
+            }
+        }
+    }
+}
+
+fn fsck(img: &Path, fix: bool) -> (i32, String) {
+    let out = Command::new("e2fsck").arg(if fix { "-fy" } else { "-fn" }).arg(img).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn assert_clean(img: &Path, how: &str) {
+    let (code, out) = fsck(img, false);
+    assert_eq!(code, 0, "{how}: e2fsck -fn not clean:\n{out}");
+}
+
+fn can_mount() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn kernel_recover(img: &Path, mnt: &Path) -> bool {
+    std::fs::create_dir_all(mnt).unwrap();
+    let out = Command::new("mount").args(["-o", "loop"]).arg(img).arg(mnt).output().unwrap();
+    if !out.status.success() {
+        eprintln!("kernel mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        return false;
+    }
+    assert!(Command::new("umount").arg(mnt).status().unwrap().success());
+    true
+}
+
+fn crash_images(ops: &[Op], initial: &[u8], rng: &mut Rng) -> Vec<(usize, Vec<u8>)> {
+    let flushes: Vec<usize> =
+        ops.iter().enumerate().filter(|(_, o)| matches!(o, Op::Flush)).map(|(i, _)| i).collect();
+    let mut out = Vec::new();
+    let mut base = initial.to_vec();
+    let mut done = 0;
+    for (n, &k) in flushes.iter().enumerate() {
+        apply_ops(&mut base, ops, done, k, |_| true);
+        done = k;
+        out.push((k, base.clone()));
+        // Some of the writes between this flush and the next, as a reordering disk might keep.
+        let next = flushes.get(n + 1).copied().unwrap_or(ops.len());
+        if next > k + 2 {
+            let mut img = base.clone();
+            let mask = rng.next();
+            apply_ops(&mut img, ops, k + 1, next, |i| (mask >> (i % 64)) & 1 == 1);
+            out.push((k, img));
+        }
+    }
+    out
+}
+
+fn run(name: &str, mkfs_args: &[&str], seed: u64) {
+    let rounds: usize = std::env::var("REXT4_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let dir = tmpdir();
+    let image = make_image(dir.path(), mkfs_args);
+    let dev = Arc::new(CrashDevice::new(image));
+    let model = run_workload(&dev, rounds, seed);
+    // The image after a clean close.
+    let done = dir.path().join("final.img");
+    std::fs::write(&done, dev.snapshot()).unwrap();
+    assert_clean(&done, &format!("{name}: after unmount"));
+
+    let ops = dev.ops();
+    let mut rng = Rng(seed ^ 0xABCDEF);
+    let images = crash_images(&ops, dev.initial(), &mut rng);
+    let kernel = can_mount();
+    if !kernel {
+        eprintln!("{name}: skipping kernel recovery: loop mounts need root");
+    }
+    for (n, (pos, bytes)) in images.iter().enumerate() {
+        let how = format!("{name} crash #{n} at op {pos}");
+        // rext4: read-only open replays in memory and must show what was fsync'ed.
+        let img = dir.path().join("c.img");
+        std::fs::write(&img, bytes).unwrap();
+        check_model(&img, &model, *pos, &format!("{how} (rext4 in-memory replay)"));
+        rext4::recover_image(&img).unwrap_or_else(|e| panic!("{how}: rext4 recovery: {e}"));
+        assert_clean(&img, &format!("{how} (rext4 recovery)"));
+        check_model(&img, &model, *pos, &format!("{how} (rext4 recovery)"));
+        // e2fsck's recovery.
+        std::fs::write(&img, bytes).unwrap();
+        let (code, out) = fsck(&img, true);
+        assert!(code < 4, "{how}: e2fsck -fy failed ({code}):\n{out}");
+        assert_clean(&img, &format!("{how} (e2fsck recovery)"));
+        check_model(&img, &model, *pos, &format!("{how} (e2fsck recovery)"));
+        // The kernel's recovery, on every other image to bound the run time.
+        if kernel && n % 2 == 0 {
+            std::fs::write(&img, bytes).unwrap();
+            if kernel_recover(&img, &dir.path().join("mnt")) {
+                assert_clean(&img, &format!("{how} (kernel recovery)"));
+                check_model(&img, &model, *pos, &format!("{how} (kernel recovery)"));
+            }
+        }
+    }
+    eprintln!(
+        "{name}: {} crash images checked ({} operations, {} fsyncs)",
+        images.len(),
+        ops.len(),
+        model.durable.len()
+    );
+}
+
+#[test]
+fn crash_default_features() {
+    run("default", &[], 1);
+}
+
+#[test]
+fn crash_upstream_features() {
+    run("upstream", &["-O", "metadata_csum_seed,orphan_file"], 2);
+}
+
+#[test]
+fn crash_no_metadata_csum() {
+    run("nocsum", &["-O", "^metadata_csum,^64bit"], 3);
+}
+
+/// An I/O error while committing aborts the journal: later changes fail with EROFS and
+/// nothing half-written is presented as committed.
+#[test]
+fn io_error_aborts_the_journal() {
+    let dir = tmpdir();
+    let image = make_image(dir.path(), &[]);
+    let dev = Arc::new(CrashDevice::new(image));
+    let fs = Fs::from_device(
+        dev.clone(),
+        Options {
+            writable: true,
+            commit_interval: std::time::Duration::from_secs(3600),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let ino = fs.resolve("/f1", false).unwrap();
+    fs.setattr(ino, &SetAttr { uid: Some(7), ..SetAttr::default() }).unwrap();
+    dev.fail_writes_after(1);
+    let e = fs.fsync(ino).unwrap_err();
+    assert_eq!(e.errno(), 5, "fsync after an I/O error: {e}"); // EIO
+    let e = fs.setattr(ino, &SetAttr { uid: Some(8), ..SetAttr::default() }).unwrap_err();
+    assert_eq!(e.errno(), 30, "{e}");
+    assert!(fs.unmount().is_err());
+    // What reached the device recovers to a consistent image.
+    let img = dir.path().join("aborted.img");
+    std::fs::write(&img, dev.snapshot()).unwrap();
+    let (code, out) = fsck(&img, true);
+    assert!(code < 4, "{out}");
+    assert_clean(&img, "after abort");
+}

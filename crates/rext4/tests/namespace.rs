@@ -1,0 +1,156 @@
+//! Names: create, mkdir, unlink, rmdir through the journal, with the kernel's errno; every
+//! image e2fsck-clean afterwards and the kernel seeing the same tree.
+
+use rext4::{FileType, Fs, Options};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let img = dir.join(format!("{name}.img"));
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .args(args)
+        .arg(&img)
+        .arg("64M")
+        .output()
+        .expect("mkfs.ext4");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn fsck_clean(img: &Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    assert!(out.status.success(), "e2fsck -fn {}:\n{}", img.display(), String::from_utf8_lossy(&out.stdout));
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn rw(img: &Path) -> Fs {
+    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+}
+
+#[test]
+fn create_mkdir_unlink_rmdir_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("default", &[][..]),
+        ("upstream", &["-O", "metadata_csum_seed,orphan_file"][..]),
+        ("nocsum", &["-O", "^metadata_csum"][..]),
+        ("nojournal1k", &["-O", "^has_journal", "-b", "1024"][..]),
+        ("ext3", &["-t", "ext3"][..]),
+    ] {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let root = fs.root();
+        let before = fs.statfs().unwrap();
+        let a = fs.mkdir(root, b"d", 0o755, 1000, 1000).unwrap();
+        assert_eq!(a.kind, FileType::Directory);
+        assert_eq!(a.nlink, 2);
+        assert_eq!(fs.getattr(root).unwrap().nlink, 4, "{name}: root links after mkdir");
+        for i in 0..300 {
+            let f = fs
+                .create(a.ino, format!("file-{i:04}-with-a-longer-name").as_bytes(), 0o644, 1000, 100)
+                .unwrap();
+            assert_eq!(f.kind, FileType::RegularFile);
+            assert_eq!(f.perm(), 0o644);
+        }
+        assert_eq!(
+            fs.create(a.ino, b"file-0000-with-a-longer-name", 0o644, 0, 0).unwrap_err().errno(),
+            libc_eexist()
+        );
+        assert_eq!(fs.create(a.ino, &[b'x'; 256], 0o644, 0, 0).unwrap_err().errno(), 36); // ENAMETOOLONG
+        assert_eq!(fs.rmdir(root, b"d").unwrap_err().errno(), 39); // ENOTEMPTY
+        assert_eq!(fs.unlink(root, b"d").unwrap_err().errno(), 21); // EISDIR
+        let sub = fs.mkdir(a.ino, b"sub", 0o700, 0, 0).unwrap();
+        assert_eq!(fs.rmdir(a.ino, b"file-0001-with-a-longer-name").unwrap_err().errno(), 20); // ENOTDIR
+        assert_eq!(fs.getattr(a.ino).unwrap().nlink, 3);
+        for i in (0..300).step_by(2) {
+            fs.unlink(a.ino, format!("file-{i:04}-with-a-longer-name").as_bytes()).unwrap();
+        }
+        assert_eq!(fs.unlink(a.ino, b"file-0000-with-a-longer-name").unwrap_err().errno(), 2); // ENOENT
+        fs.rmdir(a.ino, b"sub").unwrap();
+        assert_eq!(fs.getattr(sub.ino).unwrap_err().errno(), 117, "{name}: removed dir still live"); // EUCLEAN
+        let names: Vec<_> = fs.read_dir("/d").unwrap().map(|e| e.unwrap().name).collect();
+        assert_eq!(names.len(), 150);
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+
+        if is_root() {
+            let mnt = dir.path().join(format!("{name}-mnt"));
+            std::fs::create_dir_all(&mnt).unwrap();
+            if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
+                let mut seen: Vec<String> = std::fs::read_dir(mnt.join("d"))
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect();
+                seen.sort();
+                let m = std::fs::metadata(mnt.join("d/file-0001-with-a-longer-name")).unwrap();
+                let dm = std::fs::metadata(mnt.join("d")).unwrap();
+                assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+                let want: Vec<String> =
+                    (1..300).step_by(2).map(|i| format!("file-{i:04}-with-a-longer-name")).collect();
+                assert_eq!(seen, want, "{name}: kernel view");
+                assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1000, 100, 0o644));
+                assert_eq!(dm.nlink(), 2);
+            }
+        }
+
+        // Remove the rest: counts return to where they were.
+        let fs = rw(&img);
+        let d = fs.resolve("/d", false).unwrap();
+        for i in (1..300).step_by(2) {
+            fs.unlink(d, format!("file-{i:04}-with-a-longer-name").as_bytes()).unwrap();
+        }
+        fs.rmdir(fs.root(), b"d").unwrap();
+        let after = fs.statfs().unwrap();
+        assert_eq!((after.files_free, after.blocks_free), (before.files_free, before.blocks_free), "{name}");
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+    }
+}
+
+#[test]
+fn parallel_creates_in_own_and_shared_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "par", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let shared = fs.mkdir(root, b"shared", 0o777, 0, 0).unwrap().ino;
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let fs = fs.clone();
+            s.spawn(move || {
+                let own = fs.mkdir(root, format!("w{t}").as_bytes(), 0o755, 0, 0).unwrap().ino;
+                for i in 0..200 {
+                    fs.create(own, format!("f{i}").as_bytes(), 0o600, t, t).unwrap();
+                    fs.create(shared, format!("t{t}-{i}").as_bytes(), 0o600, t, t).unwrap();
+                }
+                for i in (0..200).step_by(3) {
+                    fs.unlink(own, format!("f{i}").as_bytes()).unwrap();
+                    fs.unlink(shared, format!("t{t}-{i}").as_bytes()).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(fs.read_dir("/shared").unwrap().count(), 8 * 133);
+    for t in 0..8 {
+        assert_eq!(fs.read_dir(format!("/w{t}")).unwrap().count(), 133);
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
+
+fn libc_eexist() -> i32 {
+    17
+}
