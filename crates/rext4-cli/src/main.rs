@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_journal;
+mod bench_mdtest;
 mod cp;
 mod demo;
 mod fmt;
@@ -93,6 +94,14 @@ enum BenchCmd {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Seed 000's workload: per-worker directories, create/stat/remove of empty files.
+    Mdtest {
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
+        workers: Vec<usize>,
+        /// Files per worker.
+        #[arg(long, default_value_t = 2000)]
+        files: usize,
+    },
     /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
     /// load vs the kernel.
     Journal {
@@ -119,6 +128,7 @@ fn main() -> ExitCode {
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
+        Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
         Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
     };
     match r {
