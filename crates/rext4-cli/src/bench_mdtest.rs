@@ -103,8 +103,8 @@ fn run_in(dir: &Path, workers: &[usize], files: usize) -> CliResult {
         "mdtest: each worker creates, stats and removes {files} empty files in its own directory (ops/s)"
     );
     println!(
-        "{:>7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}   {}",
-        "workers", "create", "k-create", "stat", "k-stat", "remove", "k-remove", "rext4/kernel c/s/r"
+        "{:>7} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}   rext4/kernel c/s/r",
+        "workers", "create", "k-create", "stat", "k-stat", "remove", "k-remove"
     );
     for &w in workers {
         let (c, s, r) = run_rext4(&img, w, files)?;
