@@ -12,10 +12,9 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
-use rext4_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC, INIT_MAX_LEN};
 use rext4_format::inode::{EXTENTS_FL, NDIR_BLOCKS};
 use rext4_format::InodeNo;
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::IntoBytes;
 
 /// Writes one entry at `off` of `block`.
 pub(crate) fn put_entry(
@@ -112,45 +111,23 @@ impl FsInner {
     pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
         let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
-        let ib = &mut raw[0x28..0x28 + 60];
-        let goal;
         if flags & EXTENTS_FL != 0 {
-            let (hdr, _) =
-                ExtentHeader::read_from_prefix(&ib[..]).map_err(|_| Error::InvalidInput("extent header"))?;
-            if hdr.eh_magic.get() != EXTENT_MAGIC || hdr.eh_depth.get() != 0 {
-                return Err(Error::NotSupported("growing a directory with a deep extent tree".into()));
-            }
-            let n = usize::from(hdr.eh_entries.get());
-            let last = (n > 0).then(|| Extent::read_from_bytes(&ib[12 * n..12 * n + 12]).ok()).flatten();
-            goal = last.map(|e| e.start() + u64::from(e.len())).unwrap_or_else(|| self.inode_goal(inode));
+            let goal =
+                self.ext_last_pblk(inode, raw)?.map(|b| b + 1).unwrap_or_else(|| self.inode_goal(inode));
             let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
-            match last {
-                Some(mut e)
-                    if !e.is_unwritten()
-                        && u64::from(e.ee_block.get()) + u64::from(e.len()) == u64::from(lblk)
-                        && e.start() + u64::from(e.len()) == pblk
-                        && e.ee_len.get() < INIT_MAX_LEN =>
-                {
-                    e.ee_len.set(e.ee_len.get() + 1);
-                    ib[12 * n..12 * n + 12].copy_from_slice(e.as_bytes());
-                }
-                _ if n < usize::from(hdr.eh_max.get()) && n < 4 => {
-                    let mut e = Extent::new_zeroed();
-                    e.ee_block.set(lblk);
-                    e.ee_len.set(1);
-                    e.set_start(pblk);
-                    ib[12 * (n + 1)..12 * (n + 2)].copy_from_slice(e.as_bytes());
-                    ib[2..4].copy_from_slice(&((n + 1) as u16).to_le_bytes());
-                }
-                _ => {
+            let tree_blocks = match self.ext_append(h, inode, raw, lblk, pblk) {
+                Ok(n) => n,
+                Err(e) => {
                     self.free_blocks(h, pblk, 1, false)?;
-                    return Err(Error::NotSupported("directory extent root is full".into()));
+                    return Err(e);
                 }
-            }
-            crate::inode_write::raw_add_blocks(raw, bs / 512);
+            };
+            crate::inode_write::raw_add_blocks(raw, (1 + u64::from(tree_blocks)) * (bs / 512));
             crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);
         }
+        let ib = &mut raw[0x28..0x28 + 60];
+        let goal;
         if lblk as usize >= NDIR_BLOCKS {
             return Err(Error::NotSupported("growing a block-mapped directory past 12 blocks".into()));
         }

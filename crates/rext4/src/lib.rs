@@ -37,6 +37,7 @@ mod dir;
 mod dir_write;
 mod error;
 mod extents;
+mod extents_write;
 mod file;
 mod fs;
 mod group;

@@ -46,6 +46,8 @@ pub(crate) struct Transaction {
     /// Blocks freed in this transaction whose old journal copies must not be replayed.
     /// [own lock]
     pub revoked: Mutex<Vec<u64>>,
+    /// Whether `revoked` may be non-empty (spares the lock when it is not). [atomic]
+    pub has_revokes: AtomicBool,
     /// When the first handle joined, in nanoseconds after `epoch` (0: none yet). [atomic]
     pub started: AtomicU64,
     /// Reference point for `started`. [immutable]
@@ -63,6 +65,7 @@ impl Transaction {
             locked: AtomicBool::new(false),
             buffers: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             revoked: Mutex::new(Vec::new()),
+            has_revokes: AtomicBool::new(false),
             started: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -151,6 +154,11 @@ impl Handle {
         let t = &self.txn;
         if buf.jserial.load(Ordering::Acquire) != t.serial {
             let mut shard = t.buffers[Transaction::shard(buf.blk)].lock();
+            if t.has_revokes.load(Ordering::Acquire) {
+                // A block freed and reused as metadata in the same transaction: cancel the
+                // revoke, or replay would skip the new contents (`jbd2_journal_cancel_revoke`).
+                t.revoked.lock().retain(|&b| b != buf.blk);
+            }
             if shard.insert(buf.blk, buf.clone()).is_none() {
                 let n = t.nbuffers.fetch_add(1, Ordering::AcqRel) + 1;
                 if n > self.journal.max_txn_buffers() {
@@ -176,7 +184,11 @@ impl Handle {
     /// replayed over whatever it holds next, and any pending copy is dropped.
     pub fn revoke(&self, blk: u64) {
         self.txn.revoked.lock().push(blk);
-        self.txn.buffers[Transaction::shard(blk)].lock().remove(&blk);
+        self.txn.has_revokes.store(true, Ordering::Release);
+        if let Some(b) = self.txn.buffers[Transaction::shard(blk)].lock().remove(&blk) {
+            // A later write in this transaction must add the buffer again.
+            b.jserial.store(0, Ordering::Release);
+        }
         self.journal.forget(blk);
     }
 
