@@ -127,7 +127,6 @@ impl FsInner {
             return Ok(pblk);
         }
         let ib = &mut raw[0x28..0x28 + 60];
-        let goal;
         if lblk as usize >= NDIR_BLOCKS {
             return Err(Error::NotSupported("growing a block-mapped directory past 12 blocks".into()));
         }
@@ -138,7 +137,7 @@ impl FsInner {
         } else {
             0
         };
-        goal = if prev != 0 { prev + 1 } else { self.inode_goal(inode) };
+        let goal = if prev != 0 { prev + 1 } else { self.inode_goal(inode) };
         let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
         let i = lblk as usize;
         ib[4 * i..4 * i + 4].copy_from_slice(&(pblk as u32).to_le_bytes());
