@@ -99,12 +99,14 @@ impl FsInner {
         let sbi = &self.sbi;
         let group = (ino.0 - 1) / sbi.inodes_per_group;
         let index = (ino.0 - 1) % sbi.inodes_per_group;
-        let gd = self.groups.get(group);
-        let ds = sbi.desc_size;
         let size = sbi.inode_size;
+        // The live flags and mark, not the descriptor as read at open: allocation moves them.
+        let st = &self.groups.state[group as usize];
+        let flags = st.flags.load(std::sync::atomic::Ordering::Acquire);
+        let unused = st.itable_unused.load(std::sync::atomic::Ordering::Acquire);
         let uninit = (sbi.metadata_csum || sbi.gdt_csum)
-            && (gd.flags() & BG_INODE_UNINIT != 0
-                || index >= sbi.inodes_per_group - gd.itable_unused(ds).min(sbi.inodes_per_group));
+            && (flags & u32::from(BG_INODE_UNINIT) != 0
+                || index >= sbi.inodes_per_group - unused.min(sbi.inodes_per_group));
         let raw: Box<[u8]> = if uninit {
             // Never initialised on disk: reads as a free, zeroed inode.
             vec![0u8; size].into_boxed_slice()

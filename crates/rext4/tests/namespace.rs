@@ -196,3 +196,27 @@ fn interleaved_growth_deepens_extent_trees() {
         fsck_clean(&img);
     }
 }
+
+/// New inodes beyond the group's never-used mark stay readable after the inode cache forgets
+/// them (their group's live `itable_unused`, not the one read at open, decides).
+#[test]
+fn new_inodes_survive_cache_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "evict", &[]);
+    let fs = Fs::open_with(
+        &img,
+        Options { writable: true, inode_cache: 16, cache_bytes: 64 << 10, ..Options::default() },
+    )
+    .unwrap();
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    for i in 0..2000 {
+        fs.create(d, format!("f{i}").as_bytes(), 0o644, 7, 7).unwrap();
+    }
+    fs.drop_caches();
+    for i in 0..2000 {
+        assert_eq!(fs.lookup(d, format!("f{i}").as_bytes()).unwrap().uid, 7, "f{i}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
