@@ -38,14 +38,7 @@ pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliR
     while i < plan.len() {
         if plan[i].attr.kind == FileType::Directory {
             let (dir, host) = (plan[i].attr.ino, plan[i].host.clone());
-            let mut entries = Vec::new();
-            fs.readdir(dir, 0, |e| {
-                if e.name != b"." && e.name != b".." {
-                    entries.push(e);
-                }
-                true
-            })
-            .map_err(|e| p.err(e))?;
+            let entries = p.children(&fs, dir)?;
             for e in entries {
                 let attr = fs.getattr(e.ino).map_err(|err| p.err(format!("{}: {err}", name(&e.name))))?;
                 plan.push(Item { attr, host: host.join(OsStr::from_bytes(&e.name)) });

@@ -27,6 +27,19 @@ impl ImagePath {
         Fs::open(&self.image).map_err(|e| format!("{}: {e}", self.image.display()))
     }
 
+    /// The entries of directory `dir` other than `.` and `..`, in on-disk order.
+    pub fn children(&self, fs: &Fs, dir: rext4::InodeNo) -> CliResult<Vec<rext4::DirEntry>> {
+        let mut entries = Vec::new();
+        fs.readdir(dir, 0, |e| {
+            if e.name != b"." && e.name != b".." {
+                entries.push(e);
+            }
+            true
+        })
+        .map_err(|e| self.err(e))?;
+        Ok(entries)
+    }
+
     /// Formats an error about this path.
     pub fn err(&self, e: impl std::fmt::Display) -> String {
         format!("{}:{}: {e}", self.image.display(), self.path)

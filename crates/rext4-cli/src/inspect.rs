@@ -299,14 +299,7 @@ struct Child {
 
 /// The sorted entries of `dir` as `tree` lines under `prefix`.
 fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str) -> CliResult<Vec<Child>> {
-    let mut entries = Vec::new();
-    fs.readdir(dir, 0, |e| {
-        if e.name != b"." && e.name != b".." {
-            entries.push(e);
-        }
-        true
-    })
-    .map_err(|e| p.err(e))?;
+    let mut entries = p.children(fs, dir)?;
     entries.sort_by(|x, y| x.name.cmp(&y.name));
     let n = entries.len();
     let mut out = Vec::with_capacity(n);

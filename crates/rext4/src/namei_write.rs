@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{now, raw_init_times, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
+use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::inode_csum_seed;
 use rext4_format::dirent::{FT_DIR, FT_REG_FILE};
@@ -90,13 +91,20 @@ impl FsInner {
         Ok(inode)
     }
 
-    fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<InodeNo> {
+    /// The journal and the directory for an operation on `name` in `parent`, after the
+    /// checks every name operation makes first.
+    fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
         check_name(name)?;
         let journal = self.journal()?.clone();
         let dir = self.iget_live(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
+        Ok((journal, dir))
+    }
+
+    fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<InodeNo> {
+        let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = dir.op_lock.lock();
         match self.lookup(&dir, name) {
             Ok(_) => return Err(Error::Exists),
@@ -147,12 +155,7 @@ impl FsInner {
         if name == b"." || name == b".." {
             return Err(if want_dir { Error::InvalidInput("cannot remove . or ..") } else { Error::IsDir });
         }
-        check_name(name)?;
-        let journal = self.journal()?.clone();
-        let dir = self.iget_live(parent)?;
-        if !dir.is_dir() {
-            return Err(Error::NotDir);
-        }
+        let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = dir.op_lock.lock();
         let ino = self.lookup(&dir, name)?;
         let child = self.iget_live(ino)?;

@@ -5,6 +5,10 @@ use rext4::{Fs, Options, SetAttr, TimeSet, Timestamp};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::{e2fsck_clean as fsck_clean, is_root};
+
 fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
     let src = dir.join(format!("{name}-src"));
     std::fs::create_dir_all(&src).unwrap();
@@ -12,28 +16,8 @@ fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
         std::fs::write(src.join(format!("f{i}")), format!("file {i}\n")).unwrap();
     }
     let img = dir.join(format!("{name}.img"));
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .args(args)
-        .arg("-d")
-        .arg(&src)
-        .arg(&img)
-        .arg("32M")
-        .output()
-        .expect("mkfs.ext4 is required");
-    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    common::mkfs(Some(&src), &img, args, "32M");
     img
-}
-
-fn fsck_clean(img: &Path) {
-    let out = Command::new("e2fsck").args(["-fn"]).arg(img).output().expect("e2fsck is required");
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {}:\n{}{}",
-        img.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn chmod_all(fs: &Fs, n: usize, base: u16) {
@@ -223,11 +207,3 @@ fn kernel_replays_our_journal() {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}

@@ -6,31 +6,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
+use common::{e2fsck_clean as fsck_clean, is_root};
+
 fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .args(args)
-        .arg(&img)
-        .arg("64M")
-        .output()
-        .expect("mkfs.ext4");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::mkfs(None, &img, args, "64M");
     img
-}
-
-fn fsck_clean(img: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(out.status.success(), "e2fsck -fn {}:\n{}", img.display(), String::from_utf8_lossy(&out.stdout));
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn rw(img: &Path) -> Fs {
