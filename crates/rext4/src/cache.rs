@@ -87,6 +87,27 @@ impl<V: Cached> ShardedCache<V> {
         }
     }
 
+    /// Puts `v` under `key` if `still_valid()` holds, checked under the shard lock (so that a
+    /// remover that invalidates before removing cannot be overtaken).
+    pub fn insert_if(&self, key: u64, v: Arc<V>, still_valid: impl FnOnce() -> bool) {
+        let mut s = self.shard(key).lock();
+        if !still_valid() {
+            return;
+        }
+        v.referenced().store(true, Ordering::Relaxed);
+        if s.map.insert(key, v).is_none() {
+            s.clock.push_back(key);
+        }
+        if s.map.len() > self.per_shard {
+            Self::evict(&mut s, self.per_shard);
+        }
+    }
+
+    /// Drops the entry under `key`, if any.
+    pub fn remove(&self, key: u64) {
+        self.shard(key).lock().map.remove(&key);
+    }
+
     fn evict(s: &mut Shard<V>, target: usize) {
         // Bounded sweep: at most two passes over the queue.
         let mut budget = s.clock.len() * 2;

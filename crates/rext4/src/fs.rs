@@ -4,7 +4,7 @@ use crate::attr::{Attr, DirEntry, StatFs};
 use crate::buffer::{Buffer, BufferCache};
 use crate::cache::ShardedCache;
 use crate::dev::{BlockDevice, FileDevice};
-use crate::error::{corrupt, CorruptKind, Result};
+use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::group::Groups;
 use crate::inode::Inode;
 use crate::super_block::SbInfo;
@@ -20,6 +20,8 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Inodes to cache (default 65,536).
     pub inode_cache: usize,
+    /// Name lookups to cache (default 262,144).
+    pub name_cache: usize,
     /// Open for writing (default: read-only).
     pub writable: bool,
     /// How often the journal commits on its own (the kernel's `commit=`, default 5 s).
@@ -31,6 +33,7 @@ impl Default for Options {
         Options {
             cache_bytes: 64 << 20,
             inode_cache: 65536,
+            name_cache: 262_144,
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
         }
@@ -50,6 +53,8 @@ pub(crate) struct FsInner {
     pub bcache: Arc<BufferCache>,
     /// Inodes. [sharded, see cache.rs]
     pub icache: ShardedCache<Inode>,
+    /// Name lookups. [sharded, see dcache.rs]
+    pub dcache: crate::dcache::Dcache,
     /// The journal (also present, without a log, for unjournaled images); `None` when
     /// read-only. [immutable after open]
     pub journal: Option<Arc<crate::jbd2::journal::Journal>>,
@@ -133,7 +138,16 @@ impl Fs {
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
         let d = self.inner.iget_live(dir)?;
         let ino = self.inner.lookup(&d, name)?;
-        self.getattr(ino)
+        match self.getattr(ino) {
+            // The name may have been removed (and its inode freed) since it was found: look
+            // again with removals held off; only an entry still naming a free inode is corrupt.
+            Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
+                let _l = d.op_lock.lock();
+                let ino = self.inner.lookup(&d, name)?;
+                self.getattr(ino)
+            }
+            r => r,
+        }
     }
 
     /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),
@@ -204,6 +218,7 @@ impl FsInner {
             counters,
             bcache,
             icache: ShardedCache::new(opts.inode_cache),
+            dcache: crate::dcache::Dcache::new(opts.name_cache),
             journal: None,
             committer: parking_lot::Mutex::new(None),
             recovery: None,

@@ -31,6 +31,10 @@ pub(crate) struct Inode {
     /// Serialises namespace operations on this inode (the kernel's `i_rwsem`); taken before
     /// a journal handle is started, parent before child. [own lock]
     pub op_lock: parking_lot::Mutex<()>,
+    /// Bumped before and after a name is removed from this directory (odd while it is), so
+    /// that a lookup racing with the removal does not cache the old name (see dcache.rs).
+    /// [atomic]
+    pub names_gen: std::sync::atomic::AtomicU64,
 }
 
 impl Cached for Inode {
@@ -50,6 +54,7 @@ impl Inode {
             last_tid: std::sync::atomic::AtomicU32::new(0),
             dirtied: AtomicBool::new(false),
             op_lock: parking_lot::Mutex::new(()),
+            names_gen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -126,6 +131,7 @@ impl FsInner {
             last_tid: std::sync::atomic::AtomicU32::new(0),
             dirtied: AtomicBool::new(false),
             op_lock: parking_lot::Mutex::new(()),
+            names_gen: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -30,6 +30,7 @@ mod bitmap;
 mod buffer;
 mod cache;
 mod counter;
+mod dcache;
 pub mod dev;
 mod dev_crash;
 mod dev_overlay;

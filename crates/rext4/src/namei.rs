@@ -62,6 +62,21 @@ impl FsInner {
         if dir.flags() & ENCRYPT_FL != 0 {
             return Err(Error::NoKey);
         }
+        // `.` and `..` are not cached: a removed directory's number may come back as another
+        // directory with another parent.
+        if name == b"." || name == b".." {
+            return self.lookup_uncached(dir, name);
+        }
+        if let Some(ino) = self.dcache.get(dir.ino, name) {
+            return Ok(ino);
+        }
+        let gen = dir.names_gen.load(std::sync::atomic::Ordering::Acquire);
+        let found = self.lookup_uncached(dir, name)?;
+        self.dcache.insert_found(dir, gen, name, found);
+        Ok(found)
+    }
+
+    fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         if self.has_inline_data(dir) {
             return self.lookup_inline(dir, name);
         }

@@ -121,6 +121,7 @@ impl FsInner {
             self.init_dir(&h, &child, &mut craw, parent)?;
         }
         self.add_entry(&h, &dir, name, child.ino, if is_dir { FT_DIR } else { FT_REG_FILE })?;
+        self.dcache.insert(dir.ino, name, child.ino);
         let mut draw = dir.raw_mut();
         if is_dir {
             let links = raw_links(&draw);
@@ -170,7 +171,12 @@ impl FsInner {
             return Err(Error::NotEmpty);
         }
         let h = journal.start(NAME_CREDITS)?;
-        let removed = self.remove_entry(&h, &dir, name)?;
+        // Odd while the name is being removed: lookups meanwhile do not cache (dcache.rs).
+        dir.names_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let removed = self.remove_entry(&h, &dir, name);
+        dir.names_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.dcache.remove(dir.ino, name);
+        let removed = removed?;
         if removed != ino {
             return Err(Error::InvalidInput("directory changed under its lock"));
         }

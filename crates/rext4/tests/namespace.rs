@@ -203,3 +203,38 @@ fn new_inodes_survive_cache_eviction() {
     drop(fs);
     fsck_clean(&img);
 }
+
+/// Lookups racing with unlink and re-create of the same name never see a removed inode (the
+/// name cache must not keep what a removal took away).
+#[test]
+fn lookups_racing_removals_see_only_live_inodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "race", &[]);
+    let fs = rw(&img);
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            let (fs, stop) = (fs.clone(), &stop);
+            s.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for n in [&b"x"[..], b"y"] {
+                        match fs.lookup(d, n) {
+                            Ok(a) => assert_eq!(a.kind, FileType::RegularFile),
+                            Err(e) => assert_eq!(e.errno(), 2, "lookup during removal: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        for i in 0..3000u32 {
+            let n: &[u8] = if i % 2 == 0 { b"x" } else { b"y" };
+            fs.create(d, n, 0o644, i, 0).unwrap();
+            fs.unlink(d, n).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
