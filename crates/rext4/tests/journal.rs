@@ -206,4 +206,3 @@ fn kernel_replays_our_journal() {
         fsck_clean(&copy);
     }
 }
-

@@ -1,0 +1,328 @@
+//! Shared pieces of the fuzz targets: small base images made with `mkfs.ext4` at fuzz start,
+//! patches applied to them, and a bounded walk of everything an image holds.
+
+use rext4::dev::{BlockDevice, MemDevice};
+use rext4::{FileType, Fs, InodeNo, Options};
+use rext4_format::checksum::{crc32c, inode_csum_seed};
+use rext4_format::group_desc::GroupDesc;
+use rext4_format::superblock::Superblock;
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Opens `bytes` as a filesystem and walks it; errors are fine, panics are the fuzzer's to see.
+pub fn open_and_walk(bytes: Vec<u8>) {
+    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(bytes)), Options::default()) {
+        walk(&fs);
+    }
+}
+
+/// Visits everything reachable, with bounds on inodes, entries and bytes read so that a
+/// corrupt image cannot make the walk itself unbounded: readdir (from the start and resumed),
+/// lookup of every name, getattr, reads, readlink, xattrs, statfs, and the path API.
+pub fn walk(fs: &Fs) {
+    const MAX_INODES: usize = 400;
+    const MAX_ENTRIES: usize = 600;
+    const MAX_READ: u64 = 64 << 10;
+    let _ = fs.statfs();
+    let _ = fs.read_only_reasons();
+    let mut seen = HashSet::new();
+    let mut stack = vec![(fs.root(), 0u32)];
+    let mut buf = vec![0u8; 16 << 10];
+    while let Some((ino, depth)) = stack.pop() {
+        if !seen.insert(ino) || seen.len() > MAX_INODES {
+            continue;
+        }
+        if let Ok(names) = fs.listxattr(ino) {
+            for n in names.iter().take(16) {
+                let _ = fs.getxattr(ino, n);
+            }
+        }
+        let _ = fs.getxattr(ino, b"system.posix_acl_access");
+        let Ok(attr) = fs.getattr(ino) else { continue };
+        match attr.kind {
+            FileType::Directory => {
+                let mut entries = Vec::new();
+                let _ = fs.readdir(ino, 0, |e| {
+                    entries.push(e);
+                    entries.len() < MAX_ENTRIES
+                });
+                if let Some(mid) = entries.get(entries.len() / 2) {
+                    let _ = fs.readdir(ino, mid.next, |_| false);
+                }
+                for e in &entries {
+                    if e.name == b"." || e.name == b".." {
+                        continue;
+                    }
+                    let _ = fs.lookup(ino, &e.name);
+                    if depth < 8 {
+                        stack.push((e.ino, depth + 1));
+                    }
+                }
+                let _ = fs.lookup(ino, b"no-such-name");
+            }
+            FileType::RegularFile => {
+                let mut off = 0u64;
+                while off < attr.size.min(MAX_READ) {
+                    match fs.read(ino, off, &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => off += n as u64,
+                    }
+                }
+                if attr.size > 0 {
+                    let _ = fs.read(ino, attr.size - 1, &mut buf[..1]);
+                }
+                let _ = fs.read(ino, u64::MAX - 3, &mut buf[..8]);
+            }
+            FileType::Symlink => {
+                let _ = fs.readlink(ino);
+            }
+            _ => {}
+        }
+    }
+    let _ = fs.getattr(InodeNo(u32::MAX));
+    if let Ok(rd) = fs.read_dir("/") {
+        for e in rd.take(32).flatten() {
+            let mut p = b"/".to_vec();
+            p.extend_from_slice(&e.name);
+            let p = std::path::PathBuf::from(
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(p),
+            );
+            let _ = fs.metadata(&p);
+            let _ = fs.read_link(&p);
+            if let Ok(rd) = fs.read_dir(&p) {
+                let _ = rd.take(MAX_ENTRIES).count();
+            }
+        }
+    }
+}
+
+/// A valid image to corrupt, and its metadata blocks (what a walk reads through the block
+/// cache: superblock, descriptors, inode tables, directory, extent, index and xattr blocks).
+pub struct BaseImage {
+    pub name: &'static str,
+    pub bytes: Vec<u8>,
+    pub block_size: usize,
+    pub meta_blocks: Vec<u64>,
+}
+
+/// (name, mkfs arguments, size): small images so that copying one per run is cheap.
+const VARIANTS: &[(&str, &[&str], &str)] = &[
+    ("ext4-nocsum-1k", &["-b", "1024", "-O", "^metadata_csum,uninit_bg,^has_journal"], "2M"),
+    ("ext2-1k", &["-t", "ext2", "-b", "1024"], "2M"),
+    ("inline-1k", &["-b", "1024", "-O", "^metadata_csum,inline_data,^has_journal"], "2M"),
+    ("ext4-csum-4k", &["-b", "4096", "-O", "^has_journal"], "4M"),
+    // A 1024-block journal whose superblock and first log blocks are among the patch targets
+    // (set `needs_recovery` and a log start, and recovery runs at open).
+    ("ext4-journal-1k", &["-b", "1024", "-J", "size=1"], "4M"),
+];
+
+/// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
+pub fn base_images() -> &'static [BaseImage] {
+    static IMAGES: OnceLock<Vec<BaseImage>> = OnceLock::new();
+    IMAGES.get_or_init(|| VARIANTS.iter().map(|&(name, args, size)| build(name, args, size)).collect())
+}
+
+fn tool(name: &str) -> String {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| format!("{d}/{name}"))
+        .find(|p| Path::new(p).exists())
+        .unwrap_or_else(|| panic!("{name} not found: the image_walk target needs e2fsprogs"))
+}
+
+fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = std::env::temp_dir().join(format!("rext4-fuzz-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("dir1/sub")).unwrap();
+    std::fs::write(src.join("dir1/sub/file"), b"hello\n").unwrap();
+    std::fs::write(src.join("dir1/a"), b"a\n").unwrap();
+    std::fs::create_dir(src.join("big")).unwrap();
+    for i in 0..150 {
+        std::fs::write(src.join(format!("big/entry_{i:04}_padding")), format!("{i}\n")).unwrap();
+    }
+    let mut f = std::fs::File::create(src.join("frag")).unwrap();
+    for i in 0..12u8 {
+        f.seek(SeekFrom::Start(u64::from(i) * 2048)).unwrap();
+        f.write_all(&[b'A' + i; 1024]).unwrap();
+    }
+    drop(f);
+    std::fs::write(src.join("small"), b"small file\n").unwrap();
+    std::fs::write(src.join("medium"), [b'm'; 100]).unwrap();
+    std::os::unix::fs::symlink("dir1/sub/file", src.join("fastlink")).unwrap();
+    std::os::unix::fs::symlink(format!("{}target", "d/".repeat(50)), src.join("slowlink")).unwrap();
+    let img = dir.join("img");
+    let ok = |c: &mut Command| c.status().map(|s| s.code().unwrap_or(8)).unwrap_or(8);
+    // A fixed UUID and hash seed keep the image layout (and so the meaning of an input) the
+    // same from run to run.
+    let uuid = "2f0b6c51-8d6e-4f7a-9a51-6c0de5e1a7b3";
+    let rc = ok(Command::new(tool("mkfs.ext4"))
+        .stdout(std::process::Stdio::null())
+        .args(["-q", "-F", "-U", uuid, "-E", &format!("hash_seed={uuid}")])
+        .args(args)
+        .arg("-d")
+        .arg(&src)
+        .arg(&img)
+        .arg(size));
+    assert_eq!(rc, 0, "mkfs.ext4 {args:?} failed");
+    let val = dir.join("val");
+    std::fs::write(&val, vec![b'x'; 700]).unwrap();
+    let cmds = dir.join("cmds");
+    std::fs::write(
+        &cmds,
+        format!(
+            "ea_set -f {} /small user.big\nea_set /small user.tiny abc\nea_set /dir1 user.d v\n",
+            val.display()
+        ),
+    )
+    .unwrap();
+    let quiet =
+        |c: &mut Command| ok(c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()));
+    quiet(Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&cmds).arg(&img));
+    // Index the directories (mkfs -d writes linear ones), except where that would un-inline.
+    let opt = if name.starts_with("inline") { "-fy" } else { "-fyD" };
+    assert!(quiet(Command::new(tool("e2fsck")).arg(opt).arg(&img)) <= 1, "e2fsck {opt} failed");
+    assert_eq!(quiet(Command::new(tool("e2fsck")).arg("-fn").arg(&img)), 0, "{name} is not clean");
+    let bytes = std::fs::read(&img).unwrap();
+    let sb = Superblock::parse(&bytes[1024..2048]).unwrap();
+    let block_size = sb.block_size().unwrap() as usize;
+    let mut meta_blocks = record_metadata(&bytes, block_size);
+    if sb.s_journal_inum.get() != 0 {
+        for n in 0..8 {
+            let out = Command::new(tool("debugfs"))
+                .arg("-R")
+                .arg(format!("bmap <8> {n}"))
+                .arg(&img)
+                .output()
+                .unwrap();
+            if let Ok(b) = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>() {
+                meta_blocks.push(b);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    BaseImage { name, bytes, block_size, meta_blocks }
+}
+
+/// A device that records the whole-block reads a walk makes (the buffer cache's).
+struct Recorder {
+    inner: MemDevice,
+    bs: u64,
+    blocks: Mutex<HashSet<u64>>,
+}
+
+impl BlockDevice for Recorder {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if buf.len() as u64 == self.bs && offset.is_multiple_of(self.bs) {
+            self.blocks.lock().unwrap().insert(offset / self.bs);
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+fn record_metadata(bytes: &[u8], bs: usize) -> Vec<u64> {
+    let dev = Arc::new(Recorder {
+        inner: MemDevice::new(bytes.to_vec()),
+        bs: bs as u64,
+        blocks: Mutex::new(HashSet::new()),
+    });
+    let fs = Fs::from_device(dev.clone(), Options::default()).expect("base image opens");
+    walk(&fs);
+    drop(fs);
+    let mut v: Vec<u64> = dev.blocks.lock().unwrap().iter().copied().collect();
+    v.push(if bs == 1024 { 1 } else { 0 });
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The fuzz input of `image_walk`, decoded: which base image, whether to re-checksum, and
+/// `(offset, xor)` patches.
+///
+/// Layout: byte 0 selects the image (low bits) and re-checksumming (bit 7); then 5-byte
+/// records `[block index: u16 LE][offset in block: u16 LE][xor]`. The block index counts into
+/// the image's metadata blocks (so most flips land in metadata), except that index `0xFFFF`
+/// makes the next 3 bytes a raw 24-bit image offset (with the 5th byte still the xor).
+pub fn patched_image(data: &[u8]) -> Option<(Vec<u8>, &'static BaseImage)> {
+    let (&sel, rest) = data.split_first()?;
+    let images = base_images();
+    let base = &images[usize::from(sel & 0x7F) % images.len()];
+    let mut img = base.bytes.clone();
+    let mut touched = Vec::new();
+    for r in rest.chunks_exact(5).take(64) {
+        let idx = u16::from_le_bytes([r[0], r[1]]);
+        let off = if idx == 0xFFFF {
+            (usize::from(r[2]) | usize::from(r[3]) << 8 | usize::from(r[4] & 0x7F) << 16) % img.len()
+        } else {
+            let blk = base.meta_blocks[usize::from(idx) % base.meta_blocks.len()] as usize;
+            blk * base.block_size + usize::from(u16::from_le_bytes([r[2], r[3]])) % base.block_size
+        };
+        let x = if r[4] == 0 { 0xFF } else { r[4] };
+        img[off] ^= x;
+        touched.push(off / base.block_size);
+    }
+    if sel & 0x80 != 0 {
+        refresh_checksums(&mut img, base.block_size, &touched);
+    }
+    Some((img, base))
+}
+
+/// Re-computes the superblock, descriptor and inode checksums (of inodes in touched blocks),
+/// so that damage to those structures on a metadata_csum image reaches the structural checks.
+/// Uses the (possibly damaged) superblock's own geometry and gives up where it is nonsense.
+pub fn refresh_checksums(img: &mut [u8], bs: usize, touched: &[usize]) {
+    let Some(sb) = Superblock::parse(&img[1024..2048]) else { return };
+    if !sb.has_metadata_csum() {
+        return;
+    }
+    let seed = sb.csum_seed();
+    let ds = usize::from(sb.desc_size());
+    let ipg = sb.s_inodes_per_group.get();
+    let isz = usize::from(sb.inode_size());
+    let first = sb.s_first_data_block.get() as usize;
+    if !(32..=1024).contains(&ds)
+        || !(128..=bs).contains(&isz)
+        || ipg == 0
+        || sb.block_size() != Some(bs as u32)
+    {
+        return;
+    }
+    let groups = (sb.s_inodes_count.get() / ipg).min(64);
+    let gdt = (first + 1) * bs;
+    for g in 0..groups {
+        let o = gdt + g as usize * ds;
+        let Some(raw) = img.get(o..o + ds) else { break };
+        let Some(d) = GroupDesc::parse(raw, ds) else { break };
+        let c = d.csum_crc32c(seed, g, ds);
+        img[o + 0x1E..o + 0x20].copy_from_slice(&c.to_le_bytes());
+        let table = d.inode_table(ds) as usize;
+        let per_block = bs / isz;
+        for &t in touched {
+            if t < table || t >= table + (ipg as usize).div_ceil(per_block) {
+                continue;
+            }
+            for k in 0..per_block {
+                let index = (t - table) * per_block + k;
+                let ino = g * ipg + index as u32 + 1;
+                let o = t * bs + k * isz;
+                let Some(rec) = img.get_mut(o..o + isz) else { continue };
+                let generation = u32::from_le_bytes(rec[0x64..0x68].try_into().unwrap());
+                rext4_format::inode::set_inode_checksum(rec, inode_csum_seed(seed, ino, generation));
+            }
+        }
+    }
+    let c = crc32c(!0, &img[1024..1024 + 0x3FC]);
+    img[1024 + 0x3FC..1024 + 0x400].copy_from_slice(&c.to_le_bytes());
+}
