@@ -38,11 +38,6 @@ impl Journal {
                 cp.insert(blk, Pending { _pin: b, data: data.into() });
             }
             drop(cp);
-            // Reclaim log space early: a checkpoint once a quarter of the log is left.
-            let geo_len = log.geo.as_ref().map_or(0, |g| g.maxlen - g.first);
-            if log.used > geo_len - geo_len / 4 {
-                self.checkpoint_all(&mut log, t.tid.wrapping_add(1))?;
-            }
         } else {
             // No journal: write home, then flush, as ext4's nojournal mode does at sync.
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
@@ -55,6 +50,13 @@ impl Journal {
             nblocks,
             u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)),
         );
+        // Reclaim log space early (a checkpoint once a quarter of the log is left), after the
+        // waiters of this commit have been released: fsync does not wait for home writes.
+        let mut log = self.log.lock();
+        let geo_len = log.geo.as_ref().map_or(0, |g| g.maxlen - g.first);
+        if log.geo.is_some() && log.used > geo_len - geo_len / 4 {
+            self.checkpoint_all(&mut log, t.tid.wrapping_add(1))?;
+        }
         Ok(())
     }
 
