@@ -13,6 +13,22 @@ use rext4_format::inode::{ENCRYPT_FL, INDEX_FL};
 use rext4_format::{InodeNo, PhysBlock};
 use std::sync::Arc;
 
+/// The directory-entry file type for an inode mode.
+pub(crate) fn dirent_type(mode: u16) -> u8 {
+    use rext4_format::dirent as fd;
+    use rext4_format::inode as fi;
+    match mode & fi::S_IFMT {
+        fi::S_IFREG => fd::FT_REG_FILE,
+        fi::S_IFDIR => fd::FT_DIR,
+        fi::S_IFLNK => fd::FT_SYMLINK,
+        fi::S_IFCHR => fd::FT_CHRDEV,
+        fi::S_IFBLK => fd::FT_BLKDEV,
+        fi::S_IFIFO => fd::FT_FIFO,
+        fi::S_IFSOCK => fd::FT_SOCK,
+        _ => fd::FT_UNKNOWN,
+    }
+}
+
 /// How a directory block is to be read.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DirBlockKind {

@@ -36,6 +36,11 @@ pub enum Error {
     Exists,
     /// The directory is not empty (`ENOTEMPTY`).
     NotEmpty,
+    /// The operation is not permitted on this kind of file (`EPERM`), e.g. a hard link to a
+    /// directory.
+    NotPermitted,
+    /// The inode has as many links as it can (`EMLINK`).
+    TooManyLinks,
     /// The file is encrypted and no key is available (`ENOKEY`).
     NoKey,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
@@ -64,6 +69,8 @@ impl Error {
             Error::NoSpace => libc::ENOSPC,
             Error::Exists => libc::EEXIST,
             Error::NotEmpty => libc::ENOTEMPTY,
+            Error::NotPermitted => libc::EPERM,
+            Error::TooManyLinks => libc::EMLINK,
             Error::NoKey => libc::ENOKEY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
@@ -99,6 +106,8 @@ impl fmt::Display for Error {
             Error::NoSpace => f.write_str("no space left on device"),
             Error::Exists => f.write_str("file exists"),
             Error::NotEmpty => f.write_str("directory not empty"),
+            Error::NotPermitted => f.write_str("operation not permitted"),
+            Error::TooManyLinks => f.write_str("too many links"),
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),

@@ -48,6 +48,7 @@ mod inline;
 mod inode;
 mod inode_write;
 mod jbd2;
+mod link_write;
 mod map;
 mod mount;
 mod namei;

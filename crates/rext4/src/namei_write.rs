@@ -72,7 +72,7 @@ impl FsInner {
     }
 
     /// Allocates and writes a new inode; returns it with its record locked for writing.
-    fn new_inode(
+    pub(crate) fn new_inode(
         &self,
         h: &Handle,
         parent: &Inode,
@@ -93,7 +93,7 @@ impl FsInner {
 
     /// The journal and the directory for an operation on `name` in `parent`, after the
     /// checks every name operation makes first.
-    fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
+    pub(crate) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
         check_name(name)?;
         let journal = self.journal()?.clone();
         let dir = self.iget_live(parent)?;

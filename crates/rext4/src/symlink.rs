@@ -31,9 +31,21 @@ impl FsInner {
         if size >= u64::from(self.sbi.block_size) {
             return bad("target longer than a block");
         }
-        let mut v = vec![0u8; size as usize];
-        let n = self.read_data(inode, 0, &mut v)?;
-        if n != v.len() || v.contains(&0) {
+        let v = if self.has_inline_data(inode) {
+            let mut v = vec![0u8; size as usize];
+            self.read_data(inode, 0, &mut v)?;
+            v
+        } else {
+            // Through the buffer cache: the block is written through the journal, and may not
+            // be home yet.
+            match self.map_block(inode, 0)? {
+                crate::map::Mapping::Mapped { pblk, unwritten: false, .. } => {
+                    self.bread(pblk, Some(ino))?.data()[..size as usize].to_vec()
+                }
+                _ => return bad("target block missing"),
+            }
+        };
+        if v.contains(&0) {
             return bad("target shorter than its size");
         }
         Ok(v)

@@ -93,8 +93,11 @@ impl FsInner {
     /// one). The caller clears the block map and counts in the record.
     pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let owned = self.owned_blocks(inode)?;
+        // Directory and symlink blocks went through the journal: revoke them like metadata, so
+        // an old copy is never replayed over the block's next owner.
+        let journaled = matches!(inode.disk().file_type(), rext4_format::inode::S_IFDIR | S_IFLNK);
         for (b, n) in owned.data {
-            self.free_blocks(h, b, n, false)?;
+            self.free_blocks(h, b, n, journaled)?;
         }
         for b in owned.meta {
             self.free_blocks(h, b, 1, true)?;

@@ -238,3 +238,61 @@ fn lookups_racing_removals_see_only_live_inodes() {
     drop(fs);
     fsck_clean(&img);
 }
+
+#[test]
+fn hard_and_symbolic_links() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in
+        [("l-default", &[][..]), ("l-ext2", &["-t", "ext2"][..]), ("l-1k", &["-b", "1024"][..])]
+    {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let root = fs.root();
+        let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+        let f = fs.create(d, b"f", 0o600, 5, 5).unwrap().ino;
+        let a = fs.link(f, root, b"hard").unwrap();
+        assert_eq!(a.nlink, 2);
+        assert_eq!(fs.link(d, root, b"dirlink").unwrap_err().errno(), 1); // EPERM
+        assert_eq!(fs.link(f, root, b"hard").unwrap_err().errno(), 17); // EEXIST
+        let fast = "f".repeat(59);
+        let slow = "s/".repeat(300);
+        fs.symlink(root, b"fast", fast.as_bytes(), 0, 0).unwrap();
+        let s = fs.symlink(root, b"slow", slow.as_bytes(), 0, 0).unwrap();
+        assert_eq!(s.kind, FileType::Symlink);
+        assert_eq!(s.size, 600);
+        fs.symlink(root, b"tof", b"d/f", 0, 0).unwrap();
+        assert_eq!(fs.read_link("/fast").unwrap().as_os_str().len(), 59);
+        assert_eq!(fs.read_link("/slow").unwrap().as_os_str().len(), 600);
+        assert_eq!(fs.metadata("/tof").unwrap().ino, f);
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+        if is_root() {
+            let mnt = dir.path().join(format!("{name}-mnt"));
+            std::fs::create_dir_all(&mnt).unwrap();
+            if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
+                let fast_k = std::fs::read_link(mnt.join("fast")).unwrap();
+                let slow_k = std::fs::read_link(mnt.join("slow")).unwrap();
+                let hard = std::fs::metadata(mnt.join("hard")).unwrap();
+                let orig = std::fs::metadata(mnt.join("d/f")).unwrap();
+                assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+                assert_eq!(fast_k.to_str().unwrap(), fast);
+                assert_eq!(slow_k.to_str().unwrap(), slow);
+                assert_eq!((hard.ino(), hard.nlink()), (orig.ino(), 2));
+            }
+        }
+        // Removing everything returns every block and inode.
+        let fs = rw(&img);
+        let root = fs.root();
+        for n in [&b"hard"[..], b"fast", b"slow", b"tof"] {
+            fs.unlink(root, n).unwrap();
+        }
+        let d = fs.resolve("/d", false).unwrap();
+        assert_eq!(fs.getattr(fs.resolve("/d/f", false).unwrap()).unwrap().nlink, 1);
+        fs.unlink(d, b"f").unwrap();
+        fs.rmdir(root, b"d").unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+    }
+}

@@ -1,0 +1,118 @@
+//! Hard and symbolic links (the kernel's `ext4_link`, `ext4_symlink`): a new name for an
+//! existing inode, and a new inode holding a path — in `i_block` up to 59 bytes ("fast"), else
+//! in one block.
+//!
+//! # Locking
+//! As for other name operations: parent `op_lock` (and the target's for `link`) -> handle ->
+//! records -> buffers.
+
+use crate::attr::Attr;
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode_write::{now, raw_links, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm};
+use rext4_format::dirent::FT_SYMLINK;
+use rext4_format::inode::{self as fi, EXTENTS_FL};
+use rext4_format::InodeNo;
+
+/// The kernel's `EXT4_LINK_MAX`.
+const LINK_MAX: u16 = 65000;
+/// Longest target stored in `i_block` (the 60 bytes, less a NUL).
+const FAST_MAX: usize = 59;
+/// Credits: as for create, plus a data block for a slow symlink.
+const CREDITS: u32 = 28;
+
+impl FsInner {
+    fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let (journal, dir) = self.name_op_target(parent, name)?;
+        let target = self.iget_live(ino)?;
+        if target.is_dir() {
+            return Err(Error::NotPermitted);
+        }
+        let _dl = dir.op_lock.lock();
+        let _tl = target.op_lock.lock();
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(Error::Exists),
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let links = target.disk().links_count();
+        if links == 0 {
+            return Err(Error::NotFound);
+        }
+        if links >= LINK_MAX {
+            return Err(Error::TooManyLinks);
+        }
+        let ft = crate::dir::dirent_type(target.disk().mode());
+        let h = journal.start(CREDITS)?;
+        self.add_entry(&h, &dir, name, ino, ft)?;
+        self.dcache.insert(dir.ino, name, ino);
+        let t = now();
+        let mut traw = target.raw_mut();
+        let links = raw_links(&traw);
+        raw_set_links(&mut traw, links + 1);
+        raw_touch_c(&mut traw, self.sbi.inode_size, t);
+        self.mark_inode_dirty(&h, &target, &mut traw)?;
+        drop(traw);
+        let mut draw = dir.raw_mut();
+        raw_touch_cm(&mut draw, self.sbi.inode_size, t);
+        self.mark_inode_dirty(&h, &dir, &mut draw)
+    }
+
+    fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<InodeNo> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() >= self.sbi.block_size as usize || target.contains(&0) {
+            return Err(Error::NameTooLong);
+        }
+        let (journal, dir) = self.name_op_target(parent, name)?;
+        let _dl = dir.op_lock.lock();
+        match self.lookup(&dir, name) {
+            Ok(_) => return Err(Error::Exists),
+            Err(Error::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        let h = journal.start(CREDITS)?;
+        let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
+        let mut craw = child.raw_mut();
+        if target.len() <= FAST_MAX {
+            // Fast: the target lives in i_block, which then holds no block map.
+            let flags = u32::from_le_bytes([craw[0x20], craw[0x21], craw[0x22], craw[0x23]]) & !EXTENTS_FL;
+            craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+            craw[0x28..0x28 + 60].fill(0);
+            craw[0x28..0x28 + target.len()].copy_from_slice(target);
+            raw_set_size(&mut craw, target.len() as u64);
+        } else {
+            // Slow: one block, journaled like metadata (so freeing it revokes it).
+            let pblk = self.append_block(&h, &child, &mut craw, 0)?;
+            let buf = self.bcache.get_fresh(pblk);
+            let mut block = h.write(&buf)?;
+            block.fill(0);
+            block[..target.len()].copy_from_slice(target);
+            drop(block);
+            raw_set_size(&mut craw, target.len() as u64);
+        }
+        self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK)?;
+        self.dcache.insert(dir.ino, name, child.ino);
+        self.mark_inode_dirty(&h, &child, &mut craw)?;
+        drop(craw);
+        let mut draw = dir.raw_mut();
+        raw_touch_cm(&mut draw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(&h, &dir, &mut draw)?;
+        Ok(child.ino)
+    }
+}
+
+impl Fs {
+    /// Gives inode `ino` the additional name `name` in `parent` (`link(2)`).
+    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        self.inner.link(ino, parent, name)?;
+        self.getattr(ino)
+    }
+
+    /// Creates symbolic link `name` in `parent` pointing at `target` (`symlink(2)`).
+    pub fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        let ino = self.inner.symlink(parent, name, target, uid, gid)?;
+        self.getattr(ino)
+    }
+}
