@@ -192,6 +192,43 @@ impl FsInner {
         Err(Error::NotFound)
     }
 
+    /// Points the existing entry `name` in `dir` at `ino` (type `ft`); returns the inode it
+    /// named before.
+    pub(crate) fn set_entry(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        name: &[u8],
+        ino: InodeNo,
+        ft: u8,
+    ) -> Result<InodeNo> {
+        self.refuse_indexed(dir)?;
+        let bs = self.sbi.block_size;
+        let nblocks = dir.size().div_ceil(u64::from(bs));
+        let ft = if self.sbi.filetype { ft } else { 0 };
+        let mut next = 0u64;
+        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
+            next = u64::from(lblk) + 1;
+            let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
+            let find = |block: &[u8]| {
+                DirBlockIter::new(&block[..self.entry_area()], bs)
+                    .map_while(|e| e.ok())
+                    .find(|e| e.inode != 0 && e.name == name)
+                    .map(|e| (e.offset, e.inode))
+            };
+            if find(&buf.data()).is_none() {
+                continue;
+            }
+            let mut block = h.write(&buf)?;
+            let Some((off, old)) = find(&block) else { continue };
+            block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
+            block[off + 7] = ft;
+            self.seal_leaf(dir, &mut block);
+            return Ok(InodeNo(old));
+        }
+        Err(Error::NotFound)
+    }
+
     /// Whether directory `dir` holds nothing but `.` and `..`.
     pub(crate) fn dir_is_empty(&self, dir: &Inode) -> Result<bool> {
         let mut empty = true;

@@ -41,6 +41,8 @@ pub enum Error {
     NotPermitted,
     /// The inode has as many links as it can (`EMLINK`).
     TooManyLinks,
+    /// The name is in use in a way that forbids the operation (`EBUSY`), e.g. renaming `.`.
+    Busy,
     /// The file is encrypted and no key is available (`ENOKEY`).
     NoKey,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
@@ -71,6 +73,7 @@ impl Error {
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::NotPermitted => libc::EPERM,
             Error::TooManyLinks => libc::EMLINK,
+            Error::Busy => libc::EBUSY,
             Error::NoKey => libc::ENOKEY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
@@ -108,6 +111,7 @@ impl fmt::Display for Error {
             Error::NotEmpty => f.write_str("directory not empty"),
             Error::NotPermitted => f.write_str("operation not permitted"),
             Error::TooManyLinks => f.write_str("too many links"),
+            Error::Busy => f.write_str("resource busy"),
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),

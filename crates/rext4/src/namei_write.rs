@@ -202,24 +202,7 @@ impl FsInner {
         raw_set_links(&mut craw, left);
         raw_touch_c(&mut craw, self.sbi.inode_size, t);
         if left == 0 {
-            craw[0x1C..0x20].fill(0);
-            craw[0x74..0x76].fill(0);
-            craw[0x68..0x6C].fill(0);
-            craw[0x76..0x78].fill(0);
-            crate::inode_write::raw_set_size(&mut craw, 0);
-            craw[0x28..0x28 + 60].fill(0);
-            if self.sbi.sb.incompat().contains(Incompat::EXTENTS) && craw[0x20..0x24] != [0; 4] {
-                let h0 = ExtentHeader {
-                    eh_magic: EXTENT_MAGIC.into(),
-                    eh_entries: 0.into(),
-                    eh_max: 4.into(),
-                    eh_depth: 0.into(),
-                    eh_generation: 0.into(),
-                };
-                craw[0x28..0x28 + 12].copy_from_slice(h0.as_bytes());
-            }
-            let dtime = t.sec as u32;
-            craw[0x14..0x18].copy_from_slice(&dtime.to_le_bytes());
+            self.clear_freed_record(&mut craw);
             self.mark_inode_dirty(&h, &child, &mut craw)?;
             drop(craw);
             self.free_inode(&h, ino, is_dir)?;
@@ -227,6 +210,34 @@ impl FsInner {
             self.mark_inode_dirty(&h, &child, &mut craw)?;
         }
         Ok(())
+    }
+}
+
+impl FsInner {
+    /// Turns the record of an inode whose blocks were just freed into a deleted inode's:
+    /// no links, size or blocks, an empty block map, and the deletion time.
+    pub(crate) fn clear_freed_record(&self, raw: &mut [u8]) {
+        let t = now();
+        raw_set_links(raw, 0);
+        raw[0x1C..0x20].fill(0); // i_blocks_lo
+        raw[0x74..0x76].fill(0); // i_blocks_high
+        raw[0x68..0x6C].fill(0); // i_file_acl_lo
+        raw[0x76..0x78].fill(0); // i_file_acl_high
+        crate::inode_write::raw_set_size(raw, 0);
+        raw[0x28..0x28 + 60].fill(0);
+        let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
+        if flags & EXTENTS_FL != 0 {
+            let h0 = ExtentHeader {
+                eh_magic: EXTENT_MAGIC.into(),
+                eh_entries: 0.into(),
+                eh_max: 4.into(),
+                eh_depth: 0.into(),
+                eh_generation: 0.into(),
+            };
+            raw[0x28..0x28 + 12].copy_from_slice(h0.as_bytes());
+        }
+        raw_touch_c(raw, self.sbi.inode_size, t);
+        raw[0x14..0x18].copy_from_slice(&(t.sec as u32).to_le_bytes());
     }
 }
 

@@ -1,0 +1,227 @@
+//! Rename (the kernel's `ext4_rename`, with `lock_rename`'s discipline): move a name within
+//! or across directories, replacing a target (`RENAME_NOREPLACE` forbids that), or swap two
+//! names (`RENAME_EXCHANGE`); directories moved across parents get their `..` and both parents'
+//! link counts fixed; a directory cannot move into itself (`EINVAL`).
+//!
+//! # Locking
+//! Cross-directory renames first take the filesystem's rename lock (the kernel's
+//! `s_vfs_rename_mutex`), which keeps the ancestry check true until the move is done; renames
+//! within one directory do not. Then the parents' `op_lock`s, then those of the inodes moved
+//! or replaced (parent before child, as in every name operation; ascending inode order within
+//! each group, each inode once); then the handle.
+
+use crate::dir::dirent_type;
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
+use crate::inode_write::{now, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
+use rext4_format::dirent::FT_DIR;
+use rext4_format::InodeNo;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// `renameat2` flags.
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+const CREDITS: u32 = 40;
+
+impl FsInner {
+    /// Whether `dir` is `ancestor` or lies below it (walking `..` up to the root).
+    fn is_within(&self, dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
+        let mut cur = dir;
+        for _ in 0..65536 {
+            if cur == ancestor {
+                return Ok(true);
+            }
+            if cur == rext4_format::types::ROOT_INO {
+                return Ok(false);
+            }
+            let inode = self.iget_live(cur)?;
+            cur = self.lookup(&inode, b"..")?;
+        }
+        Err(Error::Loop)
+    }
+
+    fn bump_links(&self, h: &crate::jbd2::transaction::Handle, inode: &Inode, delta: i32) -> Result<()> {
+        let is_dir = inode.is_dir();
+        let mut raw = inode.raw_mut();
+        let links = raw_links(&raw);
+        // A directory at the dir_nlink limit (1 = "many") stays there.
+        let next = if is_dir && links == 1 { 1 } else { (i32::from(links) + delta).max(0) as u16 };
+        raw_set_links(&mut raw, next);
+        raw_touch_c(&mut raw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(h, inode, &mut raw)
+    }
+
+    fn rename(&self, op: InodeNo, on: &[u8], np: InodeNo, nn: &[u8], flags: u32) -> Result<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+            return Err(Error::InvalidInput("rename flags"));
+        }
+        for n in [on, nn] {
+            if n == b"." || n == b".." {
+                return Err(Error::Busy);
+            }
+        }
+        let (journal, odir) = self.name_op_target(op, on)?;
+        let (_, ndir) = self.name_op_target(np, nn)?;
+        let _cross = (op != np).then(|| self.rename_lock.lock());
+        let src_ino = self.lookup(&odir, on)?;
+        let src = self.iget_live(src_ino)?;
+        let dst_ino = match self.lookup(&ndir, nn) {
+            Ok(i) => Some(i),
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        // A directory may not move below itself, nor may an exchange put one there.
+        if src.is_dir() && op != np && self.is_within(np, src_ino)? {
+            return Err(Error::InvalidInput("directory moved into itself"));
+        }
+        let dst = dst_ino.map(|i| self.iget_live(i)).transpose()?;
+        if let Some(d) = &dst {
+            if flags & RENAME_EXCHANGE != 0 && d.is_dir() && op != np && self.is_within(op, d.ino)? {
+                return Err(Error::InvalidInput("directory moved into itself"));
+            }
+        }
+        // Lock the parents first (as every name operation does: parent before child), then the
+        // inodes being moved or replaced; each group in ascending inode order, each inode once.
+        let mut parents: Vec<&Arc<Inode>> = vec![&odir, &ndir];
+        parents.sort_by_key(|i| i.ino.0);
+        parents.dedup_by_key(|i| i.ino.0);
+        let mut children: Vec<&Arc<Inode>> = std::iter::once(&src).chain(dst.as_ref()).collect();
+        children.retain(|c| parents.iter().all(|p| p.ino != c.ino));
+        children.sort_by_key(|i| i.ino.0);
+        children.dedup_by_key(|i| i.ino.0);
+        let _guards: Vec<_> = parents.iter().chain(children.iter()).map(|i| i.op_lock.lock()).collect();
+        // Look again under the locks: the names may have changed meanwhile.
+        if self.lookup(&odir, on)? != src_ino || self.lookup(&ndir, nn).ok() != dst_ino {
+            return Err(Error::Busy);
+        }
+        if dst_ino == Some(src_ino) {
+            return Ok(()); // two names of one inode: nothing to do, as POSIX says
+        }
+        match (&dst, flags) {
+            (None, f) if f & RENAME_EXCHANGE != 0 => return Err(Error::NotFound),
+            (Some(_), f) if f & RENAME_NOREPLACE != 0 => return Err(Error::Exists),
+            (Some(d), f) if f & RENAME_EXCHANGE == 0 => match (src.is_dir(), d.is_dir()) {
+                (true, false) => return Err(Error::NotDir),
+                (false, true) => return Err(Error::IsDir),
+                (true, true) if !self.dir_is_empty(d)? => return Err(Error::NotEmpty),
+                _ => {}
+            },
+            _ => {}
+        }
+        let h = journal.start(CREDITS)?;
+        let src_ft = dirent_type(src.disk().mode());
+        let t = now();
+        // Names leave the cache before the directories change (see dcache.rs): each distinct
+        // directory's generation goes odd now and even again after.
+        let dirs: &[&Arc<Inode>] = if op == np { &[&odir] } else { &[&odir, &ndir] };
+        for d in dirs {
+            d.names_gen.fetch_add(1, Ordering::AcqRel);
+        }
+        let result = (|| -> Result<()> {
+            if flags & RENAME_EXCHANGE != 0 {
+                // Cannot fail: RENAME_EXCHANGE with no target returned above.
+                let d = dst.as_ref().unwrap();
+                self.set_entry(&h, &ndir, nn, src_ino, src_ft)?;
+                self.set_entry(&h, &odir, on, d.ino, dirent_type(d.disk().mode()))?;
+                if op != np {
+                    self.reparent(&h, &src, np, &odir, &ndir)?;
+                    self.reparent(&h, d, op, &ndir, &odir)?;
+                }
+                return Ok(());
+            }
+            match &dst {
+                Some(d) => {
+                    self.set_entry(&h, &ndir, nn, src_ino, src_ft)?;
+                    // The replaced inode loses this name; a directory loses its `..` too.
+                    self.drop_link(&h, &ndir, d)?;
+                }
+                None => self.add_entry(&h, &ndir, nn, src_ino, src_ft)?,
+            }
+            self.remove_entry(&h, &odir, on)?;
+            if op != np {
+                self.reparent(&h, &src, np, &odir, &ndir)?;
+            }
+            Ok(())
+        })();
+        for d in dirs {
+            d.names_gen.fetch_add(1, Ordering::AcqRel);
+        }
+        self.dcache.remove(odir.ino, on);
+        self.dcache.remove(ndir.ino, nn);
+        result?;
+        {
+            let mut raw = src.raw_mut();
+            raw_touch_c(&mut raw, self.sbi.inode_size, t);
+            self.mark_inode_dirty(&h, &src, &mut raw)?;
+        }
+        for d in [&odir, &ndir] {
+            let mut raw = d.raw_mut();
+            raw_touch_cm(&mut raw, self.sbi.inode_size, t);
+            self.mark_inode_dirty(&h, d, &mut raw)?;
+            if op == np {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory `child` moved from `from` to `to` (parent `to_ino`): its `..` and both
+    /// parents' link counts follow. Non-directories need nothing.
+    fn reparent(
+        &self,
+        h: &crate::jbd2::transaction::Handle,
+        child: &Inode,
+        to_ino: InodeNo,
+        from: &Inode,
+        to: &Inode,
+    ) -> Result<()> {
+        if !child.is_dir() {
+            return Ok(());
+        }
+        self.set_entry(h, child, b"..", to_ino, FT_DIR)?;
+        self.bump_links(h, from, -1)?;
+        self.bump_links(h, to, 1)
+    }
+
+    /// Removes one link of `victim`, whose name in `dir` was just taken over; frees it when
+    /// no name is left.
+    fn drop_link(&self, h: &crate::jbd2::transaction::Handle, dir: &Inode, victim: &Inode) -> Result<()> {
+        let is_dir = victim.is_dir();
+        let links = victim.disk().links_count();
+        let left = if is_dir { 0 } else { links.saturating_sub(1) };
+        if is_dir {
+            // The victim's `..` no longer counts for `dir`.
+            self.bump_links(h, dir, -1)?;
+        }
+        if left == 0 {
+            self.free_all_blocks(h, victim)?;
+            let mut raw = victim.raw_mut();
+            self.clear_freed_record(&mut raw);
+            self.mark_inode_dirty(h, victim, &mut raw)?;
+            drop(raw);
+            return self.free_inode(h, victim.ino, is_dir);
+        }
+        let mut raw = victim.raw_mut();
+        raw_set_links(&mut raw, left);
+        raw_touch_c(&mut raw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(h, victim, &mut raw)
+    }
+}
+
+impl Fs {
+    /// `renameat2(2)`: moves `old_name` in `old_parent` to `new_name` in `new_parent`.
+    /// `flags` may hold [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
+    pub fn rename(
+        &self,
+        old_parent: InodeNo,
+        old_name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.inner.rename(old_parent, old_name, new_parent, new_name, flags)
+    }
+}
