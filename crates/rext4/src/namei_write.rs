@@ -14,7 +14,7 @@ use crate::inode_write::{now, raw_init_times, raw_links, raw_set_links, raw_touc
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::inode_csum_seed;
-use rext4_format::dirent::{FT_DIR, FT_REG_FILE};
+use rext4_format::dirent::FT_DIR;
 use rext4_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use rext4_format::features::Incompat;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
@@ -104,6 +104,19 @@ impl FsInner {
     }
 
     fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<InodeNo> {
+        self.create_node(parent, name, mode, uid, gid, (0, 0))
+    }
+
+    /// Creates any kind of inode but a symlink; `rdev` is used for device nodes.
+    fn create_node(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        rdev: (u32, u32),
+    ) -> Result<InodeNo> {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = dir.op_lock.lock();
         match self.lookup(&dir, name) {
@@ -120,7 +133,22 @@ impl FsInner {
         if is_dir {
             self.init_dir(&h, &child, &mut craw, parent)?;
         }
-        self.add_entry(&h, &dir, name, child.ino, if is_dir { FT_DIR } else { FT_REG_FILE })?;
+        let kind = mode & fi::S_IFMT;
+        if kind == fi::S_IFCHR || kind == fi::S_IFBLK || kind == fi::S_IFIFO || kind == fi::S_IFSOCK {
+            // Special files map no blocks: i_block holds the device number, if any.
+            let flags = u32::from_le_bytes([craw[0x20], craw[0x21], craw[0x22], craw[0x23]]) & !EXTENTS_FL;
+            craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+            craw[0x28..0x28 + 60].fill(0);
+            let (major, minor) = rdev;
+            if major < 256 && minor < 256 {
+                // The old 16-bit encoding, as the kernel uses when the number fits.
+                craw[0x28..0x2C].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+            } else {
+                let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+                craw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
+            }
+        }
+        self.add_entry(&h, &dir, name, child.ino, crate::dir::dirent_type(mode))?;
         self.dcache.insert(dir.ino, name, child.ino);
         let mut draw = dir.raw_mut();
         if is_dir {
@@ -246,6 +274,25 @@ impl Fs {
     /// holds the permission bits.
     pub fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
         let ino = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid)?;
+        self.getattr(ino)
+    }
+
+    /// Creates a fifo, socket, or character or block device `name` in `parent` (`mknod(2)`);
+    /// `mode` holds the file type and permission bits, `rdev` the device's (major, minor).
+    pub fn mknod(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        rdev: (u32, u32),
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let kind = mode & fi::S_IFMT;
+        if ![fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK, fi::S_IFREG].contains(&kind) {
+            return Err(Error::InvalidInput("mknod file type"));
+        }
+        let ino = self.inner.create_node(parent, name, mode, uid, gid, rdev)?;
         self.getattr(ino)
     }
 

@@ -391,3 +391,38 @@ fn concurrent_renames() {
     drop(fs);
     fsck_clean(&img);
 }
+
+#[test]
+fn mknod_makes_fifos_sockets_and_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "mknod", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let fifo = fs.mknod(root, b"fifo", 0o010644, (0, 0), 0, 0).unwrap();
+    assert_eq!(fifo.kind, FileType::Fifo);
+    fs.mknod(root, b"sock", 0o140600, (0, 0), 0, 0).unwrap();
+    let c = fs.mknod(root, b"null", 0o020666, (1, 3), 0, 0).unwrap();
+    assert_eq!((c.kind, c.rdev), (FileType::CharDevice, (1, 3)));
+    let b = fs.mknod(root, b"big", 0o060600, (259, 70000), 0, 0).unwrap();
+    assert_eq!((b.kind, b.rdev), (FileType::BlockDevice, (259, 70000)));
+    assert_eq!(fs.mknod(root, b"d", 0o040755, (0, 0), 0, 0).unwrap_err().errno(), 22);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    if is_root() {
+        let mnt = dir.path().join("mknod-mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
+            use std::os::unix::fs::FileTypeExt;
+            let c = std::fs::symlink_metadata(mnt.join("null")).unwrap();
+            let b = std::fs::symlink_metadata(mnt.join("big")).unwrap();
+            let f = std::fs::symlink_metadata(mnt.join("fifo")).unwrap();
+            let s = std::fs::symlink_metadata(mnt.join("sock")).unwrap();
+            assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+            assert!(c.file_type().is_char_device() && c.rdev() == (1 << 8 | 3));
+            assert!(b.file_type().is_block_device());
+            assert_eq!(b.rdev(), ((259u64 & 0xFFF) << 8) | (70000 & 0xFF) | ((70000u64 & !0xFF) << 12));
+            assert!(f.file_type().is_fifo() && s.file_type().is_socket());
+        }
+    }
+}
