@@ -62,6 +62,28 @@ enum Cmd {
         date: Option<String>,
         target: String,
     },
+    /// Make a directory: `rext4 mkdir [-p] IMAGE:/path`.
+    Mkdir {
+        /// Make missing parents too; no error if it exists.
+        #[arg(short = 'p')]
+        parents: bool,
+        target: String,
+    },
+    /// Remove a file, or with -r a directory tree: `rext4 rm [-r] IMAGE:/path`.
+    Rm {
+        #[arg(short = 'r', short_alias = 'R')]
+        recursive: bool,
+        target: String,
+    },
+    /// Rename or move within an image: `rext4 mv IMAGE:/from IMAGE:/to`.
+    Mv { from: String, to: String },
+    /// Make a hard link, or with -s a symbolic link: `rext4 ln [-s] TARGET IMAGE:/path`.
+    Ln {
+        #[arg(short = 's')]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
     /// Benchmarks against kernel ext4 on the same image: `rext4 bench walk`.
     Bench {
         #[command(subcommand)]
@@ -122,6 +144,10 @@ fn main() -> ExitCode {
         Cmd::Ls { long, all, target } => inspect::ls(&target, long, all),
         Cmd::Cat { target } => inspect::cat(&target),
         Cmd::Chmod { mode, target } => modify::chmod(&mode, &target),
+        Cmd::Mkdir { parents, target } => modify::mkdir(&target, parents),
+        Cmd::Rm { recursive, target } => modify::rm(&target, recursive),
+        Cmd::Mv { from, to } => modify::mv(&from, &to),
+        Cmd::Ln { symbolic, target, link } => modify::ln(&target, &link, symbolic),
         Cmd::Chown { owner, target } => modify::chown(&owner, &target),
         Cmd::Touch { date, target } => modify::touch(date.as_deref(), &target),
         Cmd::Stat { target } => inspect::stat(&target),

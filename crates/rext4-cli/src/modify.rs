@@ -62,3 +62,132 @@ pub fn touch(date: Option<&str>, target: &str) -> CliResult {
     };
     apply(target, &SetAttr { atime: Some(t), mtime: Some(t), ..SetAttr::default() }, true)
 }
+
+/// Splits an image path into its parent directory and last name.
+fn split(path: &str) -> CliResult<(&str, &str)> {
+    let p = path.trim_end_matches('/');
+    match p.rsplit_once('/') {
+        Some((parent, name)) if !name.is_empty() => Ok((if parent.is_empty() { "/" } else { parent }, name)),
+        _ => Err(format!("{path}: not a path below the root")),
+    }
+}
+
+fn parent_of(fs: &Fs, p: &ImagePath, path: &str) -> CliResult<(rext4::InodeNo, Vec<u8>)> {
+    let (parent, name) = split(path)?;
+    let dir = fs.resolve(parent, true).map_err(|e| p.err(e))?;
+    Ok((dir, name.as_bytes().to_vec()))
+}
+
+fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliResult {
+    let p = ImagePath::parse(target)?;
+    let fs = open_rw(&p)?;
+    let r = f(&fs, &p);
+    let closed = fs.unmount();
+    r?;
+    closed.map_err(|e| p.err(e))
+}
+
+/// `rext4 mkdir [-p] IMAGE:/path`.
+pub fn mkdir(target: &str, parents: bool) -> CliResult {
+    with_rw(target, |fs, p| {
+        let comps: Vec<&str> = p.path.split('/').filter(|c| !c.is_empty()).collect();
+        if comps.is_empty() {
+            return Err(p.err("file exists"));
+        }
+        let mut dir = fs.root();
+        for (i, c) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            match fs.lookup(dir, c.as_bytes()) {
+                Ok(a) if !last || parents => {
+                    if a.kind != rext4::FileType::Directory {
+                        return Err(p.err("not a directory"));
+                    }
+                    dir = a.ino;
+                }
+                Ok(_) => return Err(p.err("file exists")),
+                Err(e) if e.errno() == 2 && (last || parents) => {
+                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| p.err(e))?.ino;
+                }
+                Err(e) => return Err(p.err(e)),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `rext4 rm [-r] IMAGE:/path`.
+pub fn rm(target: &str, recursive: bool) -> CliResult {
+    with_rw(target, |fs, p| {
+        let (dir, name) = parent_of(fs, p, &p.path)?;
+        let a = fs.lookup(dir, &name).map_err(|e| p.err(e))?;
+        if a.kind != rext4::FileType::Directory {
+            return fs.unlink(dir, &name).map_err(|e| p.err(e));
+        }
+        if !recursive {
+            return Err(p.err("is a directory (use -r)"));
+        }
+        remove_tree(fs, p, dir, &name, a.ino)
+    })
+}
+
+/// Removes directory `ino` (named `name` in `parent`) and everything below it, depth first
+/// with an explicit stack.
+fn remove_tree(
+    fs: &Fs,
+    p: &ImagePath,
+    parent: rext4::InodeNo,
+    name: &[u8],
+    ino: rext4::InodeNo,
+) -> CliResult {
+    let mut stack = vec![(parent, name.to_vec(), ino, false)];
+    while let Some((par, n, dir, emptied)) = stack.pop() {
+        if emptied {
+            fs.rmdir(par, &n).map_err(|e| p.err(e))?;
+            continue;
+        }
+        stack.push((par, n, dir, true));
+        for e in p.children(fs, dir)? {
+            let kind = match e.kind {
+                Some(k) => k,
+                None => fs.getattr(e.ino).map_err(|err| p.err(err))?.kind,
+            };
+            if kind == rext4::FileType::Directory {
+                stack.push((dir, e.name, e.ino, false));
+            } else {
+                fs.unlink(dir, &e.name).map_err(|err| p.err(err))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `rext4 mv IMAGE:/from IMAGE:/to` (within one image; into `to` if it is a directory).
+pub fn mv(from: &str, to: &str) -> CliResult {
+    let dest = ImagePath::parse(to)?;
+    with_rw(from, |fs, p| {
+        if dest.image != p.image {
+            return Err("mv works within one image".into());
+        }
+        let (odir, oname) = parent_of(fs, p, &p.path)?;
+        let (ndir, nname) = match fs.metadata(&dest.path) {
+            Ok(a) if a.kind == rext4::FileType::Directory => (a.ino, oname.clone()),
+            _ => parent_of(fs, &dest, &dest.path)?,
+        };
+        fs.rename(odir, &oname, ndir, &nname, 0).map_err(|e| p.err(e))
+    })
+}
+
+/// `rext4 ln [-s] TARGET IMAGE:/path`: a hard link to `IMAGE:/target`, or with `-s` a
+/// symbolic link holding TARGET as written.
+pub fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
+    with_rw(link, |fs, p| {
+        let (dir, name) = parent_of(fs, p, &p.path)?;
+        if symbolic {
+            fs.symlink(dir, &name, target.as_bytes(), 0, 0).map(|_| ()).map_err(|e| p.err(e))
+        } else {
+            let t = ImagePath::parse(target).map(|t| t.path).unwrap_or_else(|_| target.to_string());
+            let ino = fs.resolve(&t, false).map_err(|e| p.err(e))?;
+            fs.link(ino, dir, &name).map(|_| ()).map_err(|e| p.err(e))
+        }
+    })
+}

@@ -205,3 +205,38 @@ fn chmod_chown_touch_change_the_image_and_leave_it_clean() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no such file or directory"));
 }
+
+#[test]
+fn mkdir_rm_mv_ln_change_the_tree_and_leave_it_clean() {
+    let fx = fixture();
+    for args in [
+        vec!["mkdir".to_string(), "-p".into(), at(&fx, "/new/deep/er")],
+        vec!["mkdir".to_string(), at(&fx, "/new/sibling")],
+        vec!["ln".to_string(), "-s".into(), "../hello.txt".into(), at(&fx, "/new/link")],
+        vec!["ln".to_string(), at(&fx, "/hello.txt"), at(&fx, "/new/hard")],
+        vec!["mv".to_string(), at(&fx, "/sub/data.bin"), at(&fx, "/new/deep")],
+        vec!["mv".to_string(), at(&fx, "/new/sibling"), at(&fx, "/new/renamed")],
+        vec!["rm".to_string(), at(&fx, "/sub/f000")],
+        vec!["rm".to_string(), "-r".into(), at(&fx, "/sub")],
+    ] {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = rext4(&a);
+        assert!(o.status.success(), "{a:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let tree = stdout(&rext4(&["tree", &at(&fx, "/new")]));
+    for want in ["deep", "er", "data.bin", "renamed", "link -> ../hello.txt", "hard"] {
+        assert!(tree.contains(want), "{want} missing:\n{tree}");
+    }
+    let ls = stdout(&rext4(&["ls", &at(&fx, "/")]));
+    assert!(!ls.contains("sub"), "{ls}");
+    assert_eq!(rext4(&["cat", &at(&fx, "/new/link")]).stdout, b"hello, world\n");
+    // hello.txt had two names (one in /sub); /new/hard added one and `rm -r /sub` took one.
+    let stat = stdout(&rext4(&["stat", &at(&fx, "/hello.txt")]));
+    assert!(stat.contains("Links: 2"), "{stat}");
+    let fsck = Command::new("e2fsck").arg("-fn").arg(&fx.image).output().unwrap();
+    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    // Errors: existing directory, non-empty without -r, missing source.
+    assert!(!rext4(&["mkdir", &at(&fx, "/new")]).status.success());
+    assert!(!rext4(&["rm", &at(&fx, "/new")]).status.success());
+    assert!(!rext4(&["mv", &at(&fx, "/missing"), &at(&fx, "/x")]).status.success());
+}
