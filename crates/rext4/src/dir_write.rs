@@ -57,45 +57,65 @@ impl FsInner {
         Ok(())
     }
 
-    /// Adds `name` -> `ino` to directory `dir` (whose `op_lock` the caller holds), appending a
-    /// block when no block has room.
-    pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
+    /// Finds the first leaf block of `dir` in which `probe` finds something (looking first
+    /// under the block's read lock, then again under its write lock), lets `apply` change that
+    /// block, and seals it with its checksum. `None` if no block matched.
+    fn edit_leaf<T, R>(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        probe: impl Fn(&[u8]) -> Option<T>,
+        apply: impl FnOnce(&mut [u8], T) -> R,
+    ) -> Result<Option<R>> {
         self.refuse_indexed(dir)?;
-        let bs = self.sbi.block_size;
-        let need = fd::rec_len_for(name.len());
-        let nblocks = dir.size().div_ceil(u64::from(bs));
-        let ft = if self.sbi.filetype { ft } else { 0 };
+        let nblocks = dir.size().div_ceil(u64::from(self.sbi.block_size));
         let mut next = 0u64;
         while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
             next = u64::from(lblk) + 1;
             let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
-            // Find room without the write lock, then take it and look again.
-            let fits = |block: &[u8]| {
-                DirBlockIter::new(&block[..self.entry_area()], bs).map_while(|e| e.ok()).find_map(|e| {
-                    let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
-                    (e.rec_len as usize >= used + need).then_some((
-                        e.offset,
-                        e.rec_len as usize,
-                        used,
-                        e.inode,
-                    ))
-                })
-            };
-            if fits(&buf.data()).is_none() {
+            if probe(&buf.data()).is_none() {
                 continue;
             }
             let mut block = h.write(&buf)?;
-            let Some((off, rec_len, used, cur)) = fits(&block) else { continue };
+            let Some(found) = probe(&block) else { continue };
+            let r = apply(&mut block, found);
+            self.seal_leaf(dir, &mut block);
+            return Ok(Some(r));
+        }
+        Ok(None)
+    }
+
+    /// The live entries of a leaf block's entry area.
+    fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
+        DirBlockIter::new(&block[..self.entry_area()], self.sbi.block_size).map_while(|e| e.ok())
+    }
+
+    /// Adds `name` -> `ino` to directory `dir` (whose `op_lock` the caller holds), appending a
+    /// block when no block has room.
+    pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
+        let bs = self.sbi.block_size;
+        let need = fd::rec_len_for(name.len());
+        let ft = if self.sbi.filetype { ft } else { 0 };
+        // An entry whose slack (or, if unused, whole length) holds the new one.
+        let fits = |block: &[u8]| {
+            self.leaf_iter(block).find_map(|e| {
+                let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
+                (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
+            })
+        };
+        let put = |block: &mut [u8], (off, rec_len, used, cur): (usize, usize, usize, u32)| {
             if cur == 0 {
-                put_entry(&mut block, off, bs, ino.0, rec_len, name, ft);
+                put_entry(block, off, bs, ino.0, rec_len, name, ft);
             } else {
                 block[off + 4..off + 6].copy_from_slice(&fd::rec_len_to_disk(used as u32, bs).to_le_bytes());
-                put_entry(&mut block, off + used, bs, ino.0, rec_len - used, name, ft);
+                put_entry(block, off + used, bs, ino.0, rec_len - used, name, ft);
             }
-            self.seal_leaf(dir, &mut block);
+        };
+        if self.edit_leaf(h, dir, fits, put)?.is_some() {
             return Ok(());
         }
         // No room: a new block at the end.
+        let nblocks = dir.size().div_ceil(u64::from(bs));
         let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
         let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
         let buf = self.bcache.get_fresh(pblk);
@@ -154,28 +174,18 @@ impl FsInner {
 
     /// Removes `name` from directory `dir`; returns the inode it named.
     pub(crate) fn remove_entry(&self, h: &Handle, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
-        self.refuse_indexed(dir)?;
         let bs = self.sbi.block_size;
-        let nblocks = dir.size().div_ceil(u64::from(bs));
-        let mut next = 0u64;
-        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
-            next = u64::from(lblk) + 1;
-            let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
-            let find = |block: &[u8]| {
-                let mut prev: Option<usize> = None;
-                for e in DirBlockIter::new(&block[..self.entry_area()], bs).map_while(|e| e.ok()) {
-                    if e.inode != 0 && e.name == name {
-                        return Some((prev, e.offset, e.rec_len as usize, e.inode));
-                    }
-                    prev = Some(e.offset);
+        let find = |block: &[u8]| {
+            let mut prev: Option<usize> = None;
+            for e in self.leaf_iter(block) {
+                if e.inode != 0 && e.name == name {
+                    return Some((prev, e.offset, e.rec_len as usize, e.inode));
                 }
-                None
-            };
-            if find(&buf.data()).is_none() {
-                continue;
+                prev = Some(e.offset);
             }
-            let mut block = h.write(&buf)?;
-            let Some((prev, off, rec_len, ino)) = find(&block) else { continue };
+            None
+        };
+        let remove = |block: &mut [u8], (prev, off, rec_len, ino): (Option<usize>, usize, usize, u32)| {
             match prev {
                 Some(p) => {
                     // Merge into the previous entry.
@@ -186,10 +196,9 @@ impl FsInner {
                 }
                 None => block[off..off + 4].fill(0),
             }
-            self.seal_leaf(dir, &mut block);
-            return Ok(InodeNo(ino));
-        }
-        Err(Error::NotFound)
+            InodeNo(ino)
+        };
+        self.edit_leaf(h, dir, find, remove)?.ok_or(Error::NotFound)
     }
 
     /// Points the existing entry `name` in `dir` at `ino` (type `ft`); returns the inode it
@@ -202,31 +211,16 @@ impl FsInner {
         ino: InodeNo,
         ft: u8,
     ) -> Result<InodeNo> {
-        self.refuse_indexed(dir)?;
-        let bs = self.sbi.block_size;
-        let nblocks = dir.size().div_ceil(u64::from(bs));
         let ft = if self.sbi.filetype { ft } else { 0 };
-        let mut next = 0u64;
-        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
-            next = u64::from(lblk) + 1;
-            let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
-            let find = |block: &[u8]| {
-                DirBlockIter::new(&block[..self.entry_area()], bs)
-                    .map_while(|e| e.ok())
-                    .find(|e| e.inode != 0 && e.name == name)
-                    .map(|e| (e.offset, e.inode))
-            };
-            if find(&buf.data()).is_none() {
-                continue;
-            }
-            let mut block = h.write(&buf)?;
-            let Some((off, old)) = find(&block) else { continue };
+        let find = |block: &[u8]| {
+            self.leaf_iter(block).find(|e| e.inode != 0 && e.name == name).map(|e| (e.offset, e.inode))
+        };
+        let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
             block[off + 7] = ft;
-            self.seal_leaf(dir, &mut block);
-            return Ok(InodeNo(old));
-        }
-        Err(Error::NotFound)
+            InodeNo(old)
+        };
+        self.edit_leaf(h, dir, find, set)?.ok_or(Error::NotFound)
     }
 
     /// Whether directory `dir` holds nothing but `.` and `..`.

@@ -30,11 +30,7 @@ impl FsInner {
         }
         let _dl = dir.op_lock.lock();
         let _tl = target.op_lock.lock();
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(Error::Exists),
-            Err(Error::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        self.ensure_absent(&dir, name)?;
         let links = target.disk().links_count();
         if links == 0 {
             return Err(Error::NotFound);
@@ -67,11 +63,7 @@ impl FsInner {
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = dir.op_lock.lock();
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(Error::Exists),
-            Err(Error::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        self.ensure_absent(&dir, name)?;
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();

@@ -91,6 +91,15 @@ impl FsInner {
         Ok(inode)
     }
 
+    /// `EEXIST` if `name` is in `dir` (whose `op_lock` the caller holds).
+    pub(crate) fn ensure_absent(&self, dir: &Inode, name: &[u8]) -> Result<()> {
+        match self.lookup(dir, name) {
+            Ok(_) => Err(Error::Exists),
+            Err(Error::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The journal and the directory for an operation on `name` in `parent`, after the
     /// checks every name operation makes first.
     pub(crate) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
@@ -119,11 +128,7 @@ impl FsInner {
     ) -> Result<InodeNo> {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = dir.op_lock.lock();
-        match self.lookup(&dir, name) {
-            Ok(_) => return Err(Error::Exists),
-            Err(Error::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        self.ensure_absent(&dir, name)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let h = journal.start(NAME_CREDITS)?;
         let child = self.new_inode(&h, &dir, mode, uid, gid, if is_dir { 2 } else { 1 })?;

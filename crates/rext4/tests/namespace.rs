@@ -4,11 +4,10 @@
 use rext4::{FileType, Fs, Options};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 
-use common::{e2fsck_clean as fsck_clean, is_root};
+use common::e2fsck_clean as fsck_clean;
 
 fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
@@ -67,24 +66,21 @@ fn create_mkdir_unlink_rmdir_round_trip() {
         drop(fs);
         fsck_clean(&img);
 
-        if is_root() {
-            let mnt = dir.path().join(format!("{name}-mnt"));
-            std::fs::create_dir_all(&mnt).unwrap();
-            if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
-                let mut seen: Vec<String> = std::fs::read_dir(mnt.join("d"))
-                    .unwrap()
-                    .map(|e| e.unwrap().file_name().into_string().unwrap())
-                    .collect();
-                seen.sort();
-                let m = std::fs::metadata(mnt.join("d/file-0001-with-a-longer-name")).unwrap();
-                let dm = std::fs::metadata(mnt.join("d")).unwrap();
-                assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-                let want: Vec<String> =
-                    (1..300).step_by(2).map(|i| format!("file-{i:04}-with-a-longer-name")).collect();
-                assert_eq!(seen, want, "{name}: kernel view");
-                assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1000, 100, 0o644));
-                assert_eq!(dm.nlink(), 2);
-            }
+        if let Ok(km) = common::KernelMount::ro(&img) {
+            let mnt = km.path().to_path_buf();
+            let mut seen: Vec<String> = std::fs::read_dir(mnt.join("d"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            seen.sort();
+            let m = std::fs::metadata(mnt.join("d/file-0001-with-a-longer-name")).unwrap();
+            let dm = std::fs::metadata(mnt.join("d")).unwrap();
+            km.unmount().unwrap();
+            let want: Vec<String> =
+                (1..300).step_by(2).map(|i| format!("file-{i:04}-with-a-longer-name")).collect();
+            assert_eq!(seen, want, "{name}: kernel view");
+            assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1000, 100, 0o644));
+            assert_eq!(dm.nlink(), 2);
         }
 
         // Remove the rest: counts return to where they were.
@@ -267,19 +263,16 @@ fn hard_and_symbolic_links() {
         fs.unmount().unwrap();
         drop(fs);
         fsck_clean(&img);
-        if is_root() {
-            let mnt = dir.path().join(format!("{name}-mnt"));
-            std::fs::create_dir_all(&mnt).unwrap();
-            if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
-                let fast_k = std::fs::read_link(mnt.join("fast")).unwrap();
-                let slow_k = std::fs::read_link(mnt.join("slow")).unwrap();
-                let hard = std::fs::metadata(mnt.join("hard")).unwrap();
-                let orig = std::fs::metadata(mnt.join("d/f")).unwrap();
-                assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-                assert_eq!(fast_k.to_str().unwrap(), fast);
-                assert_eq!(slow_k.to_str().unwrap(), slow);
-                assert_eq!((hard.ino(), hard.nlink()), (orig.ino(), 2));
-            }
+        if let Ok(km) = common::KernelMount::ro(&img) {
+            let mnt = km.path().to_path_buf();
+            let fast_k = std::fs::read_link(mnt.join("fast")).unwrap();
+            let slow_k = std::fs::read_link(mnt.join("slow")).unwrap();
+            let hard = std::fs::metadata(mnt.join("hard")).unwrap();
+            let orig = std::fs::metadata(mnt.join("d/f")).unwrap();
+            km.unmount().unwrap();
+            assert_eq!(fast_k.to_str().unwrap(), fast);
+            assert_eq!(slow_k.to_str().unwrap(), slow);
+            assert_eq!((hard.ino(), hard.nlink()), (orig.ino(), 2));
         }
         // Removing everything returns every block and inode.
         let fs = rw(&img);
@@ -335,17 +328,14 @@ fn rename_with_the_kernels_semantics() {
         fs.unmount().unwrap();
         drop(fs);
         fsck_clean(&img);
-        if is_root() {
-            let mnt = dir.path().join(format!("{name}-mnt"));
-            std::fs::create_dir_all(&mnt).unwrap();
-            if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
-                let inner = mnt.join("a/inner").exists();
-                let up = std::fs::metadata(mnt.join("b/sub/..")).unwrap().ino();
-                let broot = std::fs::metadata(mnt.join("b")).unwrap().ino();
-                assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-                assert!(inner, "{name}: kernel does not see a/inner");
-                assert_eq!(up, broot);
-            }
+        if let Ok(km) = common::KernelMount::ro(&img) {
+            let mnt = km.path().to_path_buf();
+            let inner = mnt.join("a/inner").exists();
+            let up = std::fs::metadata(mnt.join("b/sub/..")).unwrap().ino();
+            let broot = std::fs::metadata(mnt.join("b")).unwrap().ino();
+            km.unmount().unwrap();
+            assert!(inner, "{name}: kernel does not see a/inner");
+            assert_eq!(up, broot);
         }
     }
 }
@@ -409,20 +399,17 @@ fn mknod_makes_fifos_sockets_and_devices() {
     fs.unmount().unwrap();
     drop(fs);
     fsck_clean(&img);
-    if is_root() {
-        let mnt = dir.path().join("mknod-mnt");
-        std::fs::create_dir_all(&mnt).unwrap();
-        if Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).status().unwrap().success() {
-            use std::os::unix::fs::FileTypeExt;
-            let c = std::fs::symlink_metadata(mnt.join("null")).unwrap();
-            let b = std::fs::symlink_metadata(mnt.join("big")).unwrap();
-            let f = std::fs::symlink_metadata(mnt.join("fifo")).unwrap();
-            let s = std::fs::symlink_metadata(mnt.join("sock")).unwrap();
-            assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-            assert!(c.file_type().is_char_device() && c.rdev() == (1 << 8 | 3));
-            assert!(b.file_type().is_block_device());
-            assert_eq!(b.rdev(), ((259u64 & 0xFFF) << 8) | (70000 & 0xFF) | ((70000u64 & !0xFF) << 12));
-            assert!(f.file_type().is_fifo() && s.file_type().is_socket());
-        }
+    if let Ok(km) = common::KernelMount::ro(&img) {
+        let mnt = km.path().to_path_buf();
+        use std::os::unix::fs::FileTypeExt;
+        let c = std::fs::symlink_metadata(mnt.join("null")).unwrap();
+        let b = std::fs::symlink_metadata(mnt.join("big")).unwrap();
+        let f = std::fs::symlink_metadata(mnt.join("fifo")).unwrap();
+        let s = std::fs::symlink_metadata(mnt.join("sock")).unwrap();
+        km.unmount().unwrap();
+        assert!(c.file_type().is_char_device() && c.rdev() == (1 << 8 | 3));
+        assert!(b.file_type().is_block_device());
+        assert_eq!(b.rdev(), ((259u64 & 0xFFF) << 8) | (70000 & 0xFF) | ((70000u64 & !0xFF) << 12));
+        assert!(f.file_type().is_fifo() && s.file_type().is_socket());
     }
 }
