@@ -104,18 +104,19 @@ impl BufferCache {
     /// A buffer for a block about to be filled from scratch (newly allocated metadata): the
     /// cached one if there is one, else a zeroed one; the device is not read.
     pub fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
-        if let Some(b) = self.cache.get(blk) {
-            return b;
-        }
-        let b = Arc::new(Buffer {
-            blk,
-            jserial: AtomicU64::new(0),
-            data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
-            referenced: AtomicBool::new(true),
-            verified: AtomicU8::new(Verified::None as u8),
+        // One buffer per block even when threads race here (the first insert wins): two
+        // copies of a bitmap would hand out the same bit twice.
+        let made = self.cache.get_or_load(blk, || {
+            Ok(Buffer {
+                blk,
+                jserial: AtomicU64::new(0),
+                data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
+                referenced: AtomicBool::new(true),
+                verified: AtomicU8::new(Verified::None as u8),
+            })
         });
-        self.cache.insert(blk, b.clone());
-        b
+        // Cannot fail: the loader above never returns an error.
+        made.unwrap()
     }
 
     /// Number of cached blocks.
