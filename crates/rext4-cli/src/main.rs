@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build a demo image with mkfs.ext4, then read it back with rext4 and check every file.
+    /// Build a demo image with mkfs.ext4, read it back with rext4 and check every file, then
+    /// change it through the journal and check it with e2fsck.
     Demo {
         /// Keep the image and its source tree in this directory instead of a temporary one.
         #[arg(long)]
