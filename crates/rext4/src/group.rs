@@ -7,7 +7,6 @@
 use crate::buffer::BufferCache;
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::super_block::SbInfo;
-use rext4_format::checksum::crc32c;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
 use std::collections::HashMap;
@@ -130,14 +129,14 @@ impl Groups {
     }
 
     /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
-    /// groups, the checksums of the bitmaps `bitmap` can provide (current contents of cached
-    /// bitmap blocks), and each descriptor's checksum.
+    /// groups, the bitmap checksums `bitmap_csum(block, bytes)` can provide (crc32c of the
+    /// first `bytes` of a cached bitmap block), and each descriptor's checksum.
     pub fn freeze_desc_block(
         &self,
         sbi: &SbInfo,
         blk: u64,
         data: &mut [u8],
-        bitmap: impl Fn(u64) -> Option<Vec<u8>>,
+        bitmap_csum: impl Fn(u64, usize) -> Option<u32>,
     ) {
         let Some(&first) = self.desc_blocks.get(&blk) else { return };
         let ds = sbi.desc_size;
@@ -161,15 +160,11 @@ impl Groups {
             d.bg_itable_unused_hi.set((iu >> 16) as u16);
             d.bg_flags.set(st.flags.load(Ordering::Relaxed) as u16);
             if sbi.metadata_csum {
-                if let Some(bm) = bitmap(d.block_bitmap(ds)) {
-                    let n = (sbi.blocks_per_group / 8) as usize;
-                    let c = crc32c(sbi.csum_seed, &bm[..n.min(bm.len())]);
+                if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.blocks_per_group / 8) as usize) {
                     d.bg_block_bitmap_csum_lo.set(c as u16);
                     d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
                 }
-                if let Some(bm) = bitmap(d.inode_bitmap(ds)) {
-                    let n = (sbi.inodes_per_group / 8) as usize;
-                    let c = crc32c(sbi.csum_seed, &bm[..n.min(bm.len())]);
+                if let Some(c) = bitmap_csum(d.inode_bitmap(ds), (sbi.inodes_per_group / 8) as usize) {
                     d.bg_inode_bitmap_csum_lo.set(c as u16);
                     d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
                 }

@@ -43,7 +43,10 @@ impl FsInner {
         let free_blocks = |g: u32| self.groups.state[g as usize].free_blocks.load(Ordering::Relaxed);
         let dirs = |g: u32| self.groups.state[g as usize].used_dirs.load(Ordering::Relaxed);
         if is_dir {
-            let (fb, fi, nd) = self.groups.totals();
+            // The sharded counters already hold these sums; no walk over every group.
+            let c = &self.counters;
+            let (fb, fi, nd) =
+                (c.free_blocks.sum_positive(), c.free_inodes.sum_positive(), c.dirs.sum_positive());
             let avg_inodes = (fi / u64::from(n)) as u32;
             let avg_blocks = (fb / u64::from(n)) as u32;
             let avg_dirs = (nd / u64::from(n)) as u32;

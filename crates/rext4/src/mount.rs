@@ -5,9 +5,9 @@
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner, Options};
 use crate::jbd2::journal::{Journal, Log, LogGeometry};
-use crate::map::Mapping;
+use rext4_format::checksum::crc32c;
 use rext4_format::features::{Compat, Incompat};
-use rext4_format::jbd2::{JournalIncompat, JournalSuperblock, CHKSUM_CRC32C};
+use rext4_format::jbd2::{JournalIncompat, CHKSUM_CRC32C};
 use rext4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use rext4_format::InodeNo;
 use std::sync::Arc;
@@ -30,9 +30,6 @@ impl FsInner {
         if let Some(why) = self.sbi.read_only_reasons().first() {
             return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
         }
-        if self.sbi.sb.incompat().contains(Incompat::RECOVER) {
-            return Err(Error::Incompatible("the journal needs recovery before writing".into()));
-        }
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         let (sb_blk, sb_off) = self.sb_location();
@@ -42,7 +39,13 @@ impl FsInner {
             // Counts and checksums go into the frozen copies here, not under the locks of every
             // writer (seed 004). Nothing changes while the commit freezes.
             if groups.is_desc_block(blk) {
-                groups.freeze_desc_block(&sbi, blk, data, |b| bcache.peek(b).map(|buf| buf.data().to_vec()));
+                let seed = sbi.csum_seed;
+                let bitmap_csum = |b: u64, n: usize| {
+                    let buf = bcache.peek(b)?;
+                    let map = buf.data();
+                    Some(crc32c(seed, &map[..n.min(map.len())]))
+                };
+                groups.freeze_desc_block(&sbi, blk, data, bitmap_csum);
             }
             if blk == sb_blk {
                 if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
@@ -95,35 +98,8 @@ impl FsInner {
         if jino == 0 {
             return Err(Error::NotSupported("external journal devices".into()));
         }
-        let bad = |what| corrupt(CorruptKind::Journal(what));
-        let inode = self.iget(InodeNo(jino))?;
-        let bs = u64::from(self.sbi.block_size);
-        let len = inode.size() / bs;
-        if len < 1024 || len > u64::from(u32::MAX) {
-            return bad("journal inode size out of range");
-        }
-        let mut blocks = Vec::with_capacity(len as usize);
-        while (blocks.len() as u64) < len {
-            let l = blocks.len() as u32;
-            match self.map_block(&inode, l)? {
-                Mapping::Mapped { pblk, len: n, unwritten: false } => {
-                    let take = n.min(len - blocks.len() as u64);
-                    blocks.extend(pblk..pblk + take);
-                }
-                _ => return bad("journal has a hole"),
-            }
-        }
-        let mut raw = vec![0u8; bs as usize];
-        self.dev.read_at(&mut raw, blocks[0] * bs)?;
-        let Some(mut jsb) = JournalSuperblock::parse(&raw) else {
-            return bad("journal superblock unreadable");
-        };
-        jsb.params().map_err(|_| {
-            Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("bad journal superblock")))
-        })?;
-        if u64::from(jsb.maxlen()) > len || jsb.block_size() != self.sbi.block_size {
-            return bad("journal superblock does not match the journal inode");
-        }
+        // The same checks and mapping recovery uses (`ext4_get_journal_inode`).
+        let (map, mut jsb, _) = self.journal_log(InodeNo(jino))?;
         // Features as the kernel sets them at mount: checksums v3 with metadata_csum, 64-bit
         // block numbers on 64bit filesystems, revoke records.
         let mut inc = jsb.incompat() | JournalIncompat::REVOKE;
@@ -142,25 +118,14 @@ impl FsInner {
         })?;
         let first = jsb.first();
         let maxlen = jsb.maxlen();
-        let geo = LogGeometry { blocks, params, uuid: jsb.uuid(), first, maxlen };
+        let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, maxlen };
         let mut log = Log { geo: Some(geo), jsb: Some(jsb), head: first, tail: first, tail_tid: 0, used: 0 };
         // An empty log starting at `first`, with the sequence the superblock carries: older
         // blocks in the log have smaller sequences and are never taken as part of it.
         let seq = log.jsb.as_ref().map_or(1, |j| j.sequence());
         log.tail_tid = seq;
-        self.write_jsb(&mut log, first, seq)?;
+        crate::jbd2::checkpoint::write_jsb(&*self.dev, self.sbi.block_size as usize, &mut log, first, seq)?;
         Ok(log)
-    }
-
-    fn write_jsb(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
-        let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
-        jsb.set_start(start);
-        jsb.set_sequence(sequence);
-        jsb.update_checksum();
-        let bytes = jsb.as_bytes();
-        self.dev.write_at(bytes, geo.blocks[0] * u64::from(self.sbi.block_size))?;
-        self.dev.flush()?;
-        Ok(())
     }
 
     /// Changes the primary superblock directly (not through the journal: only at open and

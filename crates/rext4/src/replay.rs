@@ -181,7 +181,7 @@ pub(crate) struct JournalLog {
 
 impl JournalLog {
     /// Device block of journal block `n`, if it is mapped.
-    fn device_block(&self, n: u32) -> Option<u64> {
+    pub(crate) fn device_block(&self, n: u32) -> Option<u64> {
         let i = self.runs.partition_point(|r| r.0 <= n).checked_sub(1)?;
         let (l, p, len) = self.runs[i];
         (n - l < len).then(|| p + u64::from(n - l))
@@ -202,7 +202,7 @@ impl FsInner {
     /// The internal journal in inode `ino` (`ext4_get_journal_inode`, `jbd2_journal_init_inode`):
     /// a linked regular file whose first `s_maxlen` blocks are all mapped inside the
     /// filesystem, with a journal superblock the kernel would load.
-    fn journal_log(&self, ino: InodeNo) -> Result<(JournalLog, JournalSuperblock, JournalParams)> {
+    pub(crate) fn journal_log(&self, ino: InodeNo) -> Result<(JournalLog, JournalSuperblock, JournalParams)> {
         let bad = |what| corrupt(CorruptKind::Journal(what));
         let inode = self.iget(ino)?;
         let disk = inode.disk();

@@ -2,6 +2,7 @@
 //! the log tail past them in the journal superblock, freeing log space.
 
 use super::journal::{Journal, Log};
+use crate::dev::BlockDevice;
 use crate::error::Result;
 
 impl Journal {
@@ -49,16 +50,7 @@ impl Journal {
     /// Records the log tail in the journal superblock (`start` 0 marks the log empty and
     /// clean) and makes it durable.
     pub(crate) fn write_log_tail(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
-        let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
-        jsb.set_start(start);
-        jsb.set_sequence(sequence);
-        jsb.update_checksum();
-        let mut block = vec![0u8; self.block_size];
-        let bytes = zerocopy::IntoBytes::as_bytes(&*jsb);
-        block[..bytes.len()].copy_from_slice(bytes);
-        self.dev.write_at(&block[..bytes.len()], geo.blocks[0] * self.block_size as u64)?;
-        self.dev.flush()?;
-        Ok(())
+        write_jsb(&*self.dev, self.block_size, log, start, sequence)
     }
 
     /// Closes the journal: commits what is running, writes everything home and marks the log
@@ -75,4 +67,23 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// Writes the journal superblock with the log starting at `start` and transaction `sequence`
+/// next, and flushes: used at open (before the journal object exists) and at every tail move.
+pub(crate) fn write_jsb(
+    dev: &dyn BlockDevice,
+    block_size: usize,
+    log: &mut Log,
+    start: u32,
+    sequence: u32,
+) -> Result<()> {
+    let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
+    jsb.set_start(start);
+    jsb.set_sequence(sequence);
+    jsb.update_checksum();
+    let bytes = zerocopy::IntoBytes::as_bytes(&*jsb);
+    dev.write_at(bytes, geo.dev_block(0) * block_size as u64)?;
+    dev.flush()?;
+    Ok(())
 }

@@ -13,7 +13,7 @@ impl Journal {
     /// Commits `t`: called only by the commit thread.
     pub(super) fn commit(&self, t: &Arc<Transaction>) -> Result<()> {
         let began = Instant::now();
-        self.lock_and_rotate(t);
+        self.lock_and_drain(t);
         // No handle is open on `t` and none can join: its buffers are stable. Freeze a copy of
         // each (running the checksum hooks on the copy) before letting the next transaction
         // write to them.
@@ -131,11 +131,11 @@ impl Journal {
         let mut rest = blocks;
         while !rest.is_empty() {
             let start = log.head;
-            let dev_start = g.blocks[start as usize];
+            let dev_start = g.dev_block(start);
             let mut n = 1usize;
             while n * bs < rest.len()
                 && start as usize + n < g.maxlen as usize
-                && g.blocks[start as usize + n] == dev_start + n as u64
+                && g.dev_block(start + n as u32) == dev_start + n as u64
             {
                 n += 1;
             }

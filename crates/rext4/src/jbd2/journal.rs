@@ -24,13 +24,23 @@ use std::time::{Duration, Instant};
 /// Where the journal's blocks are: `None` for a filesystem without a journal, whose commits
 /// write home directly.
 pub(crate) struct LogGeometry {
-    /// Device block of each journal block. [immutable]
-    pub blocks: Vec<u64>,
+    /// Where the journal's blocks are on the device, as recovery mapped them: every one of
+    /// the first `maxlen` blocks, checked to lie inside the filesystem. [immutable]
+    pub map: crate::replay::JournalLog,
     pub params: JournalParams,
     pub uuid: [u8; 16],
     /// First log block (after the journal superblock) and total length. [immutable]
     pub first: u32,
     pub maxlen: u32,
+}
+
+impl LogGeometry {
+    /// Device block of journal block `n` (below `maxlen`).
+    pub fn dev_block(&self, n: u32) -> u64 {
+        // Cannot fail: `journal_log` mapped every block below `maxlen`, and the log never
+        // addresses a block at or past it.
+        self.map.device_block(n).unwrap()
+    }
 }
 
 /// Log positions, owned by the commit thread.
@@ -308,8 +318,8 @@ impl Journal {
         }
     }
 
-    /// Locks `t` (no new handles), waits for its open handles, installs the next transaction.
-    pub(super) fn lock_and_rotate(&self, t: &Arc<Transaction>) {
+    /// Locks `t` (no new handles) and waits for its open handles to stop.
+    pub(super) fn lock_and_drain(&self, t: &Arc<Transaction>) {
         t.locked.store(true, Ordering::SeqCst);
         let mut st = self.state.lock();
         while t.updates() > 0 {
