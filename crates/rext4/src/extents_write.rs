@@ -55,41 +55,18 @@ impl FsInner {
         }
     }
 
-    /// One past the last physical block of the rightmost extent of the tree rooted in the
-    /// record `raw` (read from the record, not the cached inode, whose lock the caller holds).
-    pub(crate) fn ext_last_pblk(&self, inode: &Inode, raw: &[u8]) -> Result<Option<u64>> {
-        let mut node_bytes = raw[I_BLOCK].to_vec();
-        for _ in 0..=fe::MAX_DEPTH {
-            let node = Node::parse(&node_bytes).map_err(|_| bad(inode, None, "bad node"))?;
-            if node.is_empty() {
-                return Ok(None);
-            }
-            if node.depth() == 0 {
-                let e = node.extent(node.len() - 1);
-                return Ok(Some(e.start() + u64::from(e.len()).saturating_sub(1)));
-            }
-            let child = node.index(node.len() - 1).leaf();
-            node_bytes = self.bread(child, Some(inode.ino))?.data().to_vec();
-        }
-        Err(bad(inode, None, "tree deeper than the format allows"))
-    }
-
-    /// Maps `lblk` (past every mapped block) to `pblk` in the extent tree of `inode`, whose
-    /// record `raw` the caller holds for writing. Returns the tree blocks it allocated.
+    /// Allocates a block for `lblk` (past every mapped block), next to the file's last block,
+    /// and maps it in the extent tree of `inode`, whose record `raw` the caller holds for
+    /// writing. Returns the block and how many tree blocks were allocated on the way.
     pub(crate) fn ext_append(
         &self,
         h: &Handle,
         inode: &Inode,
         raw: &mut [u8],
         lblk: u32,
-        pblk: u64,
-    ) -> Result<u32> {
+    ) -> Result<(u64, u32)> {
         let ino = inode.ino;
-        let mut e = Extent::new_zeroed();
-        e.ee_block.set(lblk);
-        e.ee_len.set(1);
-        e.set_start(pblk);
-        // Walk the rightmost path: the root in the record, then blocks.
+        // Walk the rightmost path once: the root in the record, then blocks.
         let root_depth = header(&raw[I_BLOCK])?.eh_depth.get();
         let mut path: Vec<Arc<Buffer>> = Vec::new();
         let mut next = {
@@ -112,6 +89,43 @@ impl FsInner {
             };
             path.push(buf);
         }
+        // The goal: right after the last extent of the rightmost leaf.
+        let last_end = {
+            let leaf_data = path.last().map(|b| b.data().to_vec());
+            let leaf = leaf_data.as_deref().unwrap_or(&raw[I_BLOCK]);
+            let node = Node::parse(leaf).map_err(|_| bad(inode, None, "bad leaf"))?;
+            (node.depth() == 0 && !node.is_empty()).then(|| {
+                let e = node.extent(node.len() - 1);
+                e.start() + u64::from(e.len())
+            })
+        };
+        let goal = last_end.unwrap_or_else(|| self.inode_goal(inode));
+        let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
+        let mut e = Extent::new_zeroed();
+        e.ee_block.set(lblk);
+        e.ee_len.set(1);
+        e.set_start(pblk);
+        match self.ext_insert_last(h, inode, raw, &path, root_depth, e) {
+            Ok(n) => Ok((pblk, n)),
+            Err(e) => {
+                self.free_blocks(h, pblk, 1, false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts extent `e` (past every mapped block) at the end of the tree whose rightmost path
+    /// (below the root in `raw`) is `path`.
+    fn ext_insert_last(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        path: &[Arc<Buffer>],
+        root_depth: u16,
+        e: Extent,
+    ) -> Result<u32> {
+        let (lblk, pblk) = (e.ee_block.get(), e.start());
         // Extend or add in the rightmost leaf if it has room.
         let added = if let Some(leaf) = path.last() {
             let mut data = h.write(leaf)?;

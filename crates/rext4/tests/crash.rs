@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+mod common;
+
 const FILES: usize = 64;
 
 struct Rng(u64);
@@ -42,16 +44,9 @@ fn make_image(dir: &Path, args: &[&str]) -> Vec<u8> {
         std::fs::write(src.join(format!("f{i}")), b"x").unwrap();
     }
     let img = dir.join("base.img");
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-b", "1024", "-E", "root_owner=0:0"])
-        .args(args)
-        .arg("-d")
-        .arg(&src)
-        .arg(&img)
-        .arg("8M")
-        .output()
-        .expect("mkfs.ext4 is required");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut args_all = vec!["-b", "1024", "-E", "root_owner=0:0"];
+    args_all.extend_from_slice(args);
+    common::mkfs(Some(&src), &img, &args_all, "8M");
     std::fs::read(&img).unwrap()
 }
 
@@ -63,16 +58,19 @@ struct Model {
     durable: Vec<(usize, usize, u32)>,
 }
 
+/// A writable filesystem over the recording device that commits only when asked, so every
+/// commit in the log comes from an fsync (or the close).
+fn open_rw(dev: &Arc<CrashDevice>) -> Fs {
+    let opts = Options {
+        writable: true,
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..Options::default()
+    };
+    Fs::from_device(dev.clone(), opts).unwrap()
+}
+
 fn run_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
-    let fs = Fs::from_device(
-        dev.clone(),
-        Options {
-            writable: true,
-            commit_interval: std::time::Duration::from_secs(3600),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let fs = open_rw(dev);
     let mut rng = Rng(seed);
     let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
     let mut history: Vec<Vec<u32>> = inos.iter().map(|&ino| vec![fs.getattr(ino).unwrap().uid]).collect();
@@ -133,15 +131,6 @@ fn assert_clean(img: &Path, how: &str) {
     assert_eq!(code, 0, "{how}: e2fsck -fn not clean:\n{out}");
 }
 
-fn can_mount() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 fn kernel_recover(img: &Path, mnt: &Path) -> bool {
     std::fs::create_dir_all(mnt).unwrap();
     let out = Command::new("mount").args(["-o", "loop"]).arg(img).arg(mnt).output().unwrap();
@@ -189,7 +178,7 @@ fn run(name: &str, mkfs_args: &[&str], seed: u64) {
     let ops = dev.ops();
     let mut rng = Rng(seed ^ 0xABCDEF);
     let images = crash_images(&ops, dev.initial(), &mut rng);
-    let kernel = can_mount();
+    let kernel = common::is_root();
     if !kernel {
         eprintln!("{name}: skipping kernel recovery: loop mounts need root");
     }
@@ -247,15 +236,7 @@ fn io_error_aborts_the_journal() {
     let dir = tmpdir();
     let image = make_image(dir.path(), &[]);
     let dev = Arc::new(CrashDevice::new(image));
-    let fs = Fs::from_device(
-        dev.clone(),
-        Options {
-            writable: true,
-            commit_interval: std::time::Duration::from_secs(3600),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let fs = open_rw(&dev);
     let ino = fs.resolve("/f1", false).unwrap();
     fs.setattr(ino, &SetAttr { uid: Some(7), ..SetAttr::default() }).unwrap();
     dev.fail_writes_after(1);

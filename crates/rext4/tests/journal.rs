@@ -20,6 +20,11 @@ fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
     img
 }
 
+/// Opens `img` for writing with the given commit interval.
+fn open_rw(img: &Path, commit_interval: std::time::Duration) -> Fs {
+    Fs::open_with(img, Options { writable: true, commit_interval, ..Options::default() }).unwrap()
+}
+
 fn chmod_all(fs: &Fs, n: usize, base: u16) {
     for i in 0..n {
         let ino = fs.resolve(format!("/f{i}"), false).unwrap();
@@ -73,15 +78,7 @@ fn setattr_commits_and_closes_clean() {
 fn fsync_is_durable_without_unmount() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkfs(dir.path(), "fsync", &[], 50);
-    let fs = Fs::open_with(
-        &img,
-        Options {
-            writable: true,
-            commit_interval: std::time::Duration::from_secs(3600),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let fs = open_rw(&img, std::time::Duration::from_secs(3600));
     chmod_all(&fs, 50, 0o640);
     let ino = fs.resolve("/f49", false).unwrap();
     fs.fsync(ino).unwrap();
@@ -103,15 +100,7 @@ fn fsync_is_durable_without_unmount() {
 fn many_threads_many_commits() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkfs(dir.path(), "threads", &[], 400);
-    let fs = Fs::open_with(
-        &img,
-        Options {
-            writable: true,
-            commit_interval: std::time::Duration::from_millis(20),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let fs = open_rw(&img, std::time::Duration::from_millis(20));
     std::thread::scope(|s| {
         for t in 0..8 {
             let fs = fs.clone();
@@ -146,11 +135,7 @@ fn read_only_refuses_writes() {
     let fs = Fs::open(&img).unwrap();
     let ino = fs.resolve("/f0", false).unwrap();
     let e = fs.setattr(ino, &SetAttr { mode: Some(0o777), ..SetAttr::default() }).unwrap_err();
-    assert_eq!(e.errno(), libc_erofs());
-}
-
-fn libc_erofs() -> i32 {
-    30
+    assert_eq!(e.errno(), 30); // EROFS
 }
 
 /// The kernel replays a journal rext4 left behind (the image copied after an fsync, as after a
@@ -168,20 +153,13 @@ fn kernel_replays_our_journal() {
         ("k-nocsum", &["-O", "^metadata_csum,^64bit"][..]),
     ] {
         let img = mkfs(dir.path(), name, args, 60);
-        let fs = Fs::open_with(
-            &img,
-            Options {
-                writable: true,
-                commit_interval: std::time::Duration::from_secs(3600),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let fs = open_rw(&img, std::time::Duration::from_secs(3600));
         chmod_all(&fs, 60, 0o700);
         fs.fsync(fs.resolve("/f59", false).unwrap()).unwrap();
         let copy = dir.path().join(format!("{name}-crash.img"));
         std::fs::copy(&img, &copy).unwrap();
         fs.unmount().unwrap();
+        fsck_clean(&img);
         let mnt = dir.path().join(format!("{name}-mnt"));
         std::fs::create_dir_all(&mnt).unwrap();
         let out = Command::new("mount").args(["-o", "loop"]).arg(&copy).arg(&mnt).output().unwrap();
