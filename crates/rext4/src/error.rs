@@ -45,6 +45,10 @@ pub enum Error {
     Busy,
     /// The file is encrypted and no key is available (`ENOKEY`).
     NoKey,
+    /// A size or offset past what the format can address (`EFBIG`).
+    FileTooBig,
+    /// `SEEK_DATA` / `SEEK_HOLE` from at or past the end of the file (`ENXIO`).
+    NoSuchOffset,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
     NotSupported(String),
     /// The image cannot be opened: unknown incompat feature, external journal, ... (`EINVAL`).
@@ -75,6 +79,8 @@ impl Error {
             Error::TooManyLinks => libc::EMLINK,
             Error::Busy => libc::EBUSY,
             Error::NoKey => libc::ENOKEY,
+            Error::FileTooBig => libc::EFBIG,
+            Error::NoSuchOffset => libc::ENXIO,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
@@ -113,6 +119,8 @@ impl fmt::Display for Error {
             Error::TooManyLinks => f.write_str("too many links"),
             Error::Busy => f.write_str("resource busy"),
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
+            Error::FileTooBig => f.write_str("file too large"),
+            Error::NoSuchOffset => f.write_str("no such device or address"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),

@@ -32,6 +32,9 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime: Option<TimeSet>,
     pub mtime: Option<TimeSet>,
+    /// New size of a regular file (`truncate`): shrinking frees the blocks past it, growing
+    /// leaves a hole.
+    pub size: Option<u64>,
 }
 
 pub(crate) fn now() -> Timestamp {

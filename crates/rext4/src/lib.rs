@@ -40,6 +40,7 @@ mod error;
 mod extents;
 mod extents_write;
 mod file;
+mod file_write;
 mod fs;
 mod group;
 mod ialloc;
@@ -53,6 +54,7 @@ mod map;
 mod mount;
 mod namei;
 mod namei_write;
+mod orphan;
 mod path;
 mod rename;
 mod replay;
@@ -60,9 +62,14 @@ mod super_block;
 mod symlink;
 mod truncate;
 mod xattr;
+mod xattr_write;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
 pub use error::{Corrupt, Error, Result};
+pub use file_write::{
+    FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
+    FALLOC_FL_ZERO_RANGE,
+};
 pub use fs::{Fs, Options};
 pub use inode_write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;
@@ -72,3 +79,4 @@ pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use replay::recover_image;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
+pub use xattr_write::{XATTR_CREATE, XATTR_REPLACE};
