@@ -144,7 +144,8 @@ impl FsInner {
     }
 
     /// Takes a run of free blocks in group `g` from offset `start` on (wrapping to the group
-    /// start); `full` asks for exactly `want`.
+    /// start); `full` asks for exactly `want`. Blocks freed by uncommitted transactions are
+    /// skipped as if in use.
     fn take_run(
         &self,
         h: &Handle,
@@ -161,14 +162,24 @@ impl FsInner {
                 .or_else(|| bitmap::find_zero_run(map, 0, n, want).filter(|&(_, l)| l == want || !full))
         };
         // Look without the group lock first.
-        let Some(mut found) = search(&buf.data()) else { return Ok(None) };
+        let found = {
+            let map = buf.data();
+            let busy = self.busy_ranges(g);
+            search(&with_busy(&map, &busy))
+        };
+        let Some(mut found) = found else { return Ok(None) };
         let mut map = h.write(&buf)?;
         // Under the lock: take what we found if it is still free; if another thread won it,
-        // search once more with the lock held.
-        if (found.0..found.0 + found.1).any(|i| bitmap::test(&map, i)) {
-            match search(&map) {
-                Some(f) => found = f,
-                None => return Ok(None),
+        // search once more with the lock held. Frees push their busy ranges under this lock,
+        // so the list read here is complete.
+        let busy = self.busy_ranges(g);
+        {
+            let view = with_busy(&map, &busy);
+            if (found.0..found.0 + found.1).any(|i| bitmap::test(&view, i)) {
+                match search(&view) {
+                    Some(f) => found = f,
+                    None => return Ok(None),
+                }
             }
         }
         let (off, len) = found;
@@ -179,6 +190,26 @@ impl FsInner {
         self.counters.free_blocks.add(-(len as i64));
         self.touch_group_desc(h, g)?;
         Ok(Some((off, len)))
+    }
+
+    /// Group `g`'s busy ranges (offset, length) whose freeing transaction has not committed;
+    /// committed ones are dropped on the way.
+    fn busy_ranges(&self, g: u32) -> Vec<(usize, usize)> {
+        let mut busy = self.groups.state[g as usize].busy.lock();
+        if busy.is_empty() {
+            return Vec::new();
+        }
+        if let Some(j) = &self.journal {
+            let committed = j.committed_tid();
+            busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, committed));
+        }
+        busy.iter().map(|&(off, len, _)| (off as usize, len as usize)).collect()
+    }
+
+    /// Whether any freed block waits for its transaction to commit before it can be reused
+    /// (an allocation that failed may succeed after a commit).
+    pub(crate) fn has_busy_blocks(&self) -> bool {
+        (0..self.sbi.group_count).any(|g| !self.busy_ranges(g).is_empty())
     }
 
     /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
@@ -205,6 +236,7 @@ impl FsInner {
                 bitmap::clear(&mut map, i);
                 freed += 1;
             }
+            self.groups.state[g as usize].busy.lock().push(((b - gfirst) as u32, freed, h.tid()));
             drop(map);
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
             self.counters.free_blocks.add(i64::from(freed));
@@ -223,4 +255,16 @@ impl FsInner {
     pub(crate) fn inode_uninit(&self, g: u32) -> bool {
         self.groups.state[g as usize].flags.load(Ordering::Acquire) & u32::from(BG_INODE_UNINIT) != 0
     }
+}
+
+/// `map` with the busy ranges marked as used (a copy only when there are any).
+fn with_busy<'a>(map: &'a [u8], busy: &[(usize, usize)]) -> std::borrow::Cow<'a, [u8]> {
+    if busy.is_empty() {
+        return std::borrow::Cow::Borrowed(map);
+    }
+    let mut v = map.to_vec();
+    for &(off, len) in busy {
+        bitmap::set_range(&mut v, off, off + len);
+    }
+    std::borrow::Cow::Owned(v)
 }

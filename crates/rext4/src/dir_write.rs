@@ -132,8 +132,7 @@ impl FsInner {
         let bs = u64::from(self.sbi.block_size);
         let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
         if flags & EXTENTS_FL != 0 {
-            let (pblk, tree_blocks) = self.ext_append(h, inode, raw, lblk)?;
-            crate::inode_write::raw_add_blocks(raw, (1 + u64::from(tree_blocks)) * (bs / 512));
+            let pblk = self.ext_append(h, inode, raw, lblk)?;
             crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);
         }

@@ -94,7 +94,7 @@ impl FsInner {
     }
 
     /// Reads an extent tree block and checks its header and checksum (once per load).
-    fn read_extent_block(&self, inode: &Inode, blk: u64) -> Result<Arc<Buffer>> {
+    pub(crate) fn read_extent_block(&self, inode: &Inode, blk: u64) -> Result<Arc<Buffer>> {
         let ino = inode.ino;
         let buf = self.bread(blk, Some(ino))?;
         let csum = self.sbi.metadata_csum;

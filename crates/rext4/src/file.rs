@@ -18,6 +18,8 @@ impl FsInner {
         if inode.flags() & ENCRYPT_FL != 0 {
             return Err(Error::NoKey);
         }
+        // Writers change the map under this lock exclusively (and fill new blocks first).
+        let _d = inode.data_sem.read();
         self.read_data(inode, offset, buf)
     }
 

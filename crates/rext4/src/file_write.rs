@@ -1,8 +1,26 @@
 //! Writing file data (the write side of the kernel's `file.c`, `inode.c` and `extents.c`):
-//! `write(2)`, `fallocate(2)`, `lseek(2)`'s `SEEK_DATA` / `SEEK_HOLE`.
+//! `write(2)`, `truncate(2)`, `fallocate(2)`, `lseek(2)`'s `SEEK_DATA` / `SEEK_HOLE`.
+//!
+//! Data goes straight to the device; there is no page cache of our own (the host's caches the
+//! image). Ordering is the kernel's `data=ordered`: newly mapped blocks are written before the
+//! handle that maps them stops, so the commit that makes them reachable (and its flush) comes
+//! after their contents. Blocks freed by a transaction are not reused before it commits (see
+//! balloc.rs), so a crash never shows one file another's data.
+//!
+//! # Locking
+//! `op_lock` (writers to one file serialise, as under the kernel's `i_rwsem`) -> journal
+//! handle -> `data_sem` (exclusive while the map changes and new blocks are filled) ->
+//! `raw` (write). Readers take `data_sem` shared.
 
 use crate::error::{Error, Result};
-use crate::fs::Fs;
+use crate::extents_write::{Ext, LBLK_END};
+use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
+use crate::inode_write::{
+    now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
+};
+use crate::jbd2::transaction::Handle;
+use rext4_format::inode::{self as fi, ENCRYPT_FL, EXTENTS_FL, INLINE_DATA_FL};
 use rext4_format::InodeNo;
 
 /// `fallocate(2)` mode: keep the file size even when allocating past it.
@@ -16,30 +34,707 @@ pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 /// `fallocate(2)` mode: insert a hole, shifting the rest of the file up.
 pub const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
 
+/// Blocks one write handle covers at most.
+const CHUNK_BLOCKS: u64 = 2048;
+/// Allocations (or conversions) one handle makes at most, which bounds its buffers.
+const OPS_PER_HANDLE: usize = 4;
+/// Credits of a data handle: per operation a bitmap, a descriptor and a tree path with splits.
+const DATA_CREDITS: u32 = 96;
+/// Extents freed per handle when truncating or punching.
+const FREES_PER_HANDLE: usize = 16;
+
+/// A run of the file to fill: logical start, length, physical start, and whether it was
+/// just mapped (so the parts of its blocks the write does not cover must be zeroed).
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    lblk: u64,
+    len: u64,
+    pblk: u64,
+    fresh: bool,
+}
+
+impl FsInner {
+    /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
+    pub(crate) fn max_file_size(&self, extents: bool) -> u64 {
+        let bits = self.sbi.block_size.trailing_zeros();
+        // Without huge_file, i_blocks (512-byte units, 32 bits) bounds the size.
+        let upper =
+            if self.sbi.huge_file { i64::MAX as u64 } else { (((1u64 << 32) - 1) >> (bits - 9)) << bits };
+        let blocks = if extents {
+            (1u64 << 32) - 1
+        } else {
+            let p = u64::from(self.sbi.block_size / 4);
+            (12 + p + p * p + p * p * p).min((1u64 << 32) - 1)
+        };
+        (blocks << bits).min(upper)
+    }
+
+    fn regular_file(&self, ino: InodeNo) -> Result<std::sync::Arc<Inode>> {
+        let inode = self.iget_live(ino)?;
+        let d = inode.disk();
+        match d.file_type() {
+            fi::S_IFREG => {}
+            fi::S_IFDIR => return Err(Error::IsDir),
+            _ => return Err(Error::InvalidInput("not a regular file")),
+        }
+        if d.flags() & ENCRYPT_FL != 0 {
+            return Err(Error::NoKey);
+        }
+        if d.flags() & INLINE_DATA_FL != 0 {
+            return Err(Error::NotSupported("writing a file with inline data".into()));
+        }
+        Ok(inode)
+    }
+
+    /// Mapped runs of `lo..hi` in record `raw` (clipped to the range, in order).
+    pub(crate) fn map_runs(&self, inode: &Inode, raw: &[u8], lo: u64, hi: u64) -> Result<Vec<Ext>> {
+        if raw_flags(raw) & EXTENTS_FL != 0 {
+            let mut v = self.ext_collect(inode, raw, lo, hi)?;
+            for e in &mut v {
+                let a = e.lblk.max(lo);
+                let b = (e.lblk + e.len).min(hi);
+                *e = Ext { lblk: a, len: b - a, pblk: e.pblk + (a - e.lblk), unwritten: e.unwritten };
+            }
+            return Ok(v);
+        }
+        let mut out: Vec<Ext> = Vec::new();
+        let top = self.max_file_size(false) / u64::from(self.sbi.block_size);
+        for l in lo..hi.min(top) {
+            if let Some(p) = self.ind_lookup(inode, raw, l)? {
+                match out.last_mut() {
+                    Some(e) if e.lblk + e.len == l && e.pblk + e.len == p => e.len += 1,
+                    _ => out.push(Ext { lblk: l, len: 1, pblk: p, unwritten: false }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes zeros over the bytes `from..to` wherever they are stored (written blocks);
+    /// holes and unwritten blocks already read as zeros.
+    fn zero_stored(&self, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let zeros = vec![0u8; bs as usize];
+        for e in self.map_runs(inode, raw, from / bs, to.div_ceil(bs))? {
+            if e.unwritten {
+                continue;
+            }
+            let a = from.max(e.lblk * bs);
+            let b = to.min((e.lblk + e.len) * bs);
+            let mut pos = a;
+            while pos < b {
+                let n = (b - pos).min(bs);
+                let phys = e.pblk * bs + (pos - e.lblk * bs);
+                self.dev.write_at(&zeros[..n as usize], phys)?;
+                pos += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the holes and unwritten blocks of `lo..hi` storage (written, or unwritten when
+    /// `unwritten`), at most `OPS_PER_HANDLE` operations' worth. Returns the runs of the
+    /// range it covered (existing written ones included) and how far it got; an error after
+    /// some progress ends the range early instead.
+    fn fill_map(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lo: u64,
+        hi: u64,
+        unwritten: bool,
+    ) -> Result<(Vec<Run>, u64)> {
+        let extents = raw_flags(raw) & EXTENTS_FL != 0;
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let mapped = self.map_runs(inode, raw, lo, hi)?;
+        let mut runs = Vec::new();
+        let mut ops = 0usize;
+        let mut cur = lo;
+        let mut prev_end: Option<u64> = None;
+        let mut it = mapped.into_iter().peekable();
+        while cur < hi {
+            if ops >= OPS_PER_HANDLE {
+                break;
+            }
+            let next = it.peek().copied();
+            match next {
+                Some(e) if e.lblk <= cur => {
+                    it.next();
+                    if e.unwritten && !unwritten {
+                        // Written now: convert (`ext4_ext_convert_to_initialized`).
+                        self.ext_remap(h, inode, raw, e.lblk, e.lblk + e.len, Some((e.pblk, false)), 0)?;
+                        ops += 1;
+                        runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
+                    } else {
+                        runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false });
+                    }
+                    prev_end = Some(e.pblk + e.len);
+                    cur = e.lblk + e.len;
+                }
+                _ => {
+                    let hole_end = next.map_or(hi, |e| e.lblk).min(hi);
+                    let goal = match prev_end {
+                        Some(p) => p,
+                        None if extents => self.ext_goal(inode, raw, cur)?,
+                        None => self.ind_goal(inode, raw, cur)?,
+                    };
+                    let step = if extents {
+                        let want = u32::try_from(hole_end - cur).unwrap_or(u32::MAX);
+                        let got = match self.alloc_blocks(h, goal, want, false) {
+                            Ok(x) => x,
+                            Err(e) if runs.is_empty() => return Err(e),
+                            Err(_) => break,
+                        };
+                        let (p, n) = (got.0, u64::from(got.1));
+                        if let Err(e) = self.ext_remap(h, inode, raw, cur, cur + n, Some((p, unwritten)), 0) {
+                            self.free_blocks(h, p, n, false)?;
+                            return Err(e);
+                        }
+                        raw_add_blocks(raw, n * sectors);
+                        Run { lblk: cur, len: n, pblk: p, fresh: true }
+                    } else {
+                        let p = match self.ind_alloc(h, inode, raw, cur, goal) {
+                            Ok(p) => p,
+                            Err(e) if runs.is_empty() => return Err(e),
+                            Err(_) => break,
+                        };
+                        Run { lblk: cur, len: 1, pblk: p, fresh: true }
+                    };
+                    // Block maps allocate block by block: count a handle's worth of them as
+                    // one operation per 64.
+                    ops += if extents || step.lblk % 64 == 63 { 1 } else { 0 };
+                    prev_end = Some(step.pblk + step.len);
+                    cur = step.lblk + step.len;
+                    runs.push(step);
+                }
+            }
+        }
+        Ok((runs, cur))
+    }
+
+    /// Goal for a new block of a block-mapped file: after the block before it.
+    fn ind_goal(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<u64> {
+        if lblk > 0 {
+            if let Some(p) = self.ind_lookup(inode, raw, lblk - 1)? {
+                return Ok(p + 1);
+            }
+        }
+        Ok(self.inode_goal(inode))
+    }
+
+    /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
+    /// zeroing the uncovered parts of freshly mapped blocks.
+    fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        let zeros = vec![0u8; bs as usize];
+        for r in runs {
+            let (rs, re) = (r.lblk * bs, (r.lblk + r.len) * bs);
+            let a = rs.max(offset);
+            let b = re.min(end);
+            let phys = |pos: u64| r.pblk * bs + (pos - rs);
+            if r.fresh {
+                // The part of the first and last blocks outside the write reads as zeros.
+                let head = a - (a / bs) * bs;
+                if head > 0 {
+                    self.dev.write_at(&zeros[..head as usize], phys(a - head))?;
+                }
+                let tail = b.div_ceil(bs) * bs - b;
+                if tail > 0 {
+                    self.dev.write_at(&zeros[..tail as usize], phys(b))?;
+                }
+            }
+            if a < b {
+                self.dev.write_at(&data[(a - offset) as usize..(b - offset) as usize], phys(a))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        let journal = self.journal()?.clone();
+        let inode = self.regular_file(ino)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = self.max_file_size(inode.flags() & EXTENTS_FL != 0);
+        if offset >= max {
+            return Err(Error::FileTooBig);
+        }
+        let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
+        let _op = inode.op_lock.lock();
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        let mut lblk = offset / bs;
+        let last = end.div_ceil(bs);
+        let mut retried = false;
+        while lblk < last {
+            let h = journal.start(DATA_CREDITS)?;
+            let _d = inode.data_sem.write();
+            let mut raw = inode.raw_mut();
+            let size = raw_size(&raw);
+            if lblk == offset / bs && offset > size && size % bs != 0 {
+                // The old last block's tail past the size must read as zeros now that the
+                // size moves past it.
+                self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
+            }
+            let hi = last.min(lblk + CHUNK_BLOCKS);
+            let (runs, reached) = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false) {
+                Ok(x) => x,
+                Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
+                    // Freed blocks wait for their commit: commit, then try once more.
+                    drop(raw);
+                    drop(h);
+                    journal.sync()?;
+                    retried = true;
+                    continue;
+                }
+                Err(Error::NoSpace) if lblk * bs > offset => break,
+                Err(e) => return Err(e),
+            };
+            self.write_runs(&runs, offset, data)?;
+            let written_end = (reached * bs).min(end);
+            if written_end > size {
+                crate::inode_write::raw_set_size(&mut raw, written_end);
+            }
+            raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            self.mark_inode_dirty(&h, &inode, &mut raw)?;
+            drop(raw);
+            h.stop();
+            if reached == lblk {
+                break;
+            }
+            lblk = reached;
+        }
+        let done = (lblk * bs).min(end).saturating_sub(offset);
+        if done == 0 {
+            return Err(Error::NoSpace);
+        }
+        Ok(done as usize)
+    }
+
+    /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes. The first
+    /// handle is `h` (already holding the caller's other changes); the record is marked dirty
+    /// at the end of each.
+    fn free_range(&self, h: Handle, inode: &Inode, lo: u64, hi: u64) -> Result<()> {
+        let journal = self.journal()?.clone();
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let mut h = Some(h);
+        let mut cur = lo;
+        loop {
+            let hd = match h.take() {
+                Some(x) => x,
+                None => journal.start(DATA_CREDITS)?,
+            };
+            let _d = inode.data_sem.write();
+            let mut raw = inode.raw_mut();
+            let reached = if raw_flags(&raw) & EXTENTS_FL != 0 {
+                let (old, reached) = if cur < hi {
+                    self.ext_remap(&hd, inode, &mut raw, cur, hi, None, FREES_PER_HANDLE)?
+                } else {
+                    (Vec::new(), hi)
+                };
+                for e in old {
+                    self.free_blocks(&hd, e.pblk, e.len, false)?;
+                    raw_sub_blocks(&mut raw, e.len * sectors);
+                }
+                reached
+            } else {
+                if hi >= LBLK_END {
+                    self.ind_truncate(&hd, inode, &mut raw, cur)?;
+                } else {
+                    for e in self.map_runs(inode, &raw, cur, hi)? {
+                        // Punching a block map: clear pointers one by one.
+                        for l in e.lblk..e.lblk + e.len {
+                            self.ind_clear(&hd, inode, &mut raw, l)?;
+                        }
+                    }
+                }
+                hi
+            };
+            self.mark_inode_dirty(&hd, inode, &mut raw)?;
+            drop(raw);
+            hd.stop();
+            if reached >= hi {
+                return Ok(());
+            }
+            cur = reached;
+        }
+    }
+
+    /// `truncate(2)`: sets the size of a regular file, freeing the blocks past it.
+    pub(crate) fn truncate(&self, ino: InodeNo, new_size: u64) -> Result<()> {
+        let journal = self.journal()?.clone();
+        let inode = self.regular_file(ino)?;
+        if new_size > self.max_file_size(inode.flags() & EXTENTS_FL != 0) {
+            return Err(Error::FileTooBig);
+        }
+        let _op = inode.op_lock.lock();
+        let bs = u64::from(self.sbi.block_size);
+        let h = journal.start(DATA_CREDITS)?;
+        {
+            let _d = inode.data_sem.write();
+            let mut raw = inode.raw_mut();
+            let old = raw_size(&raw);
+            // Bytes past the new end of its last block read as zeros if the file grows again.
+            if new_size % bs != 0 {
+                self.zero_stored(&inode, &raw, new_size, new_size.div_ceil(bs) * bs)?;
+            } else if new_size > old && old % bs != 0 {
+                self.zero_stored(&inode, &raw, old, old.div_ceil(bs) * bs)?;
+            }
+            crate::inode_write::raw_set_size(&mut raw, new_size);
+            raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            self.mark_inode_dirty(&h, &inode, &mut raw)?;
+        }
+        // Everything from the first block past the new size goes (blocks fallocated past the
+        // old size too).
+        self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)
+    }
+
+    pub(crate) fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
+        let journal = self.journal()?.clone();
+        let known = FALLOC_FL_KEEP_SIZE
+            | FALLOC_FL_PUNCH_HOLE
+            | FALLOC_FL_COLLAPSE_RANGE
+            | FALLOC_FL_ZERO_RANGE
+            | FALLOC_FL_INSERT_RANGE;
+        if mode & !known != 0 {
+            return Err(Error::NotSupported("fallocate mode".into()));
+        }
+        if len == 0 {
+            return Err(Error::InvalidInput("fallocate length 0"));
+        }
+        if self.iget_live(ino)?.disk().file_type() != fi::S_IFREG {
+            // `vfs_fallocate`: EISDIR for directories, ENODEV for other non-regular files.
+            return Err(match self.iget_live(ino)?.disk().file_type() {
+                fi::S_IFDIR => Error::IsDir,
+                _ => Error::NotSupported("fallocate on a special file".into()),
+            });
+        }
+        let inode = self.regular_file(ino)?;
+        if inode.flags() & EXTENTS_FL == 0 {
+            // As the kernel: only extent-mapped files have unwritten extents.
+            return Err(Error::NotSupported("fallocate on a block-mapped file".into()));
+        }
+        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
+        if end > self.max_file_size(true) {
+            return Err(Error::FileTooBig);
+        }
+        let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let _op = inode.op_lock.lock();
+        let bs = u64::from(self.sbi.block_size);
+        match mode & !FALLOC_FL_KEEP_SIZE {
+            0 => self.alloc_range(&journal, &inode, offset, end, keep, false),
+            FALLOC_FL_ZERO_RANGE => self.alloc_range(&journal, &inode, offset, end, keep, true),
+            FALLOC_FL_PUNCH_HOLE if keep => {
+                let size = inode.size();
+                let end = end.min(size.div_ceil(bs) * bs);
+                if offset >= end {
+                    return Ok(());
+                }
+                let h = journal.start(DATA_CREDITS)?;
+                {
+                    let _d = inode.data_sem.write();
+                    let mut raw = inode.raw_mut();
+                    self.zero_partial(&inode, &raw, offset, end)?;
+                    raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+                    self.mark_inode_dirty(&h, &inode, &mut raw)?;
+                }
+                let (lo, hi) = (offset.div_ceil(bs), end / bs);
+                if lo < hi {
+                    self.free_range(h, &inode, lo, hi)?;
+                }
+                Ok(())
+            }
+            FALLOC_FL_COLLAPSE_RANGE if !keep => self.shift_range(&journal, &inode, offset, len, false),
+            FALLOC_FL_INSERT_RANGE if !keep => self.shift_range(&journal, &inode, offset, len, true),
+            _ => Err(Error::NotSupported("fallocate mode combination".into())),
+        }
+    }
+
+    /// Zeros the parts of `from..to` that lie in partial blocks at its ends.
+    fn zero_partial(&self, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let head_end = from.div_ceil(bs) * bs;
+        if from % bs != 0 {
+            self.zero_stored(inode, raw, from, head_end.min(to))?;
+        }
+        let tail_start = (to / bs) * bs;
+        if to % bs != 0 && tail_start >= head_end {
+            self.zero_stored(inode, raw, tail_start.max(from), to)?;
+        }
+        Ok(())
+    }
+
+    /// `fallocate` modes 0 and `ZERO_RANGE`: every block of the range gets storage (unwritten
+    /// where there was none; with `zero`, written blocks become unwritten too, and partial end
+    /// blocks are zeroed); the size grows to `end` unless `keep`.
+    fn alloc_range(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        end: u64,
+        keep: bool,
+        zero: bool,
+    ) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let (lo, hi) = if zero { (offset.div_ceil(bs), end / bs) } else { (offset / bs, end.div_ceil(bs)) };
+        let mut cur = lo;
+        let mut first = true;
+        let mut retried = false;
+        loop {
+            let h = journal.start(DATA_CREDITS)?;
+            let _d = inode.data_sem.write();
+            let mut raw = inode.raw_mut();
+            if first && zero {
+                self.zero_partial(inode, &raw, offset, end)?;
+            }
+            first = false;
+            let mut reached = cur;
+            if cur < hi {
+                if zero {
+                    // Stored blocks become unwritten in place (`ext4_zero_range`).
+                    let upto = hi.min(cur + CHUNK_BLOCKS);
+                    let written: Vec<Ext> = self
+                        .map_runs(inode, &raw, cur, upto)?
+                        .into_iter()
+                        .filter(|e| !e.unwritten)
+                        .take(OPS_PER_HANDLE)
+                        .collect();
+                    for e in &written {
+                        self.ext_remap(&h, inode, &mut raw, e.lblk, e.lblk + e.len, Some((e.pblk, true)), 0)?;
+                    }
+                    let conv_end = if written.len() == OPS_PER_HANDLE {
+                        written.last().map_or(upto, |e| e.lblk + e.len)
+                    } else {
+                        upto
+                    };
+                    reached = cur;
+                    while reached < conv_end {
+                        match self.fill_map(&h, inode, &mut raw, reached, conv_end, true) {
+                            Ok((_, r)) if r > reached => reached = r,
+                            Ok(_) => break,
+                            Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                } else {
+                    match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true) {
+                        Ok((_, r)) => reached = r,
+                        Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            let done = reached >= hi;
+            if done && !keep && end > raw_size(&raw) {
+                crate::inode_write::raw_set_size(&mut raw, end);
+                raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            } else {
+                raw_touch_c(&mut raw, self.sbi.inode_size, now());
+            }
+            if zero {
+                raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            }
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            drop(raw);
+            h.stop();
+            if done {
+                return Ok(());
+            }
+            if reached == cur {
+                if retried {
+                    return Err(Error::NoSpace);
+                }
+                journal.sync()?;
+                retried = true;
+            }
+            cur = reached;
+        }
+    }
+
+    /// `COLLAPSE_RANGE` (remove `offset..offset+len`, shifting the rest down) and
+    /// `INSERT_RANGE` (shift up from `offset`, leaving a hole).
+    fn shift_range(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        len: u64,
+        insert: bool,
+    ) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        if offset % bs != 0 || len % bs != 0 {
+            return Err(Error::InvalidInput("range not block-aligned"));
+        }
+        let size = inode.size();
+        let (lo, n) = (offset / bs, len / bs);
+        if insert {
+            if offset >= size {
+                return Err(Error::InvalidInput("insert at or past the end"));
+            }
+            if size + len > self.max_file_size(true) {
+                return Err(Error::FileTooBig);
+            }
+        } else {
+            if offset + len >= size {
+                return Err(Error::InvalidInput("collapse reaching the end"));
+            }
+            // Free the range first (several handles if need be), then shift in one.
+            let h = journal.start(DATA_CREDITS)?;
+            self.free_range(h, inode, lo, lo + n)?;
+        }
+        let extents = {
+            let raw = inode.raw();
+            self.ext_collect(inode, &raw, lo, LBLK_END)?.len() as u32
+        };
+        let credits = (DATA_CREDITS + extents / 8).min(journal.max_txn_buffers());
+        let h = journal.start(credits)?;
+        let _d = inode.data_sem.write();
+        let mut raw = inode.raw_mut();
+        if insert {
+            let last = self.ext_collect(inode, &raw, 0, LBLK_END)?.last().map_or(0, |e| e.lblk + e.len);
+            if last + n > LBLK_END {
+                return Err(Error::FileTooBig);
+            }
+            // Split the extent straddling `lo`, so every key from `lo` on can move up.
+            if let Some(e) = self.map_runs(inode, &raw, lo, lo + 1)?.first().copied() {
+                let whole = self.ext_collect(inode, &raw, lo, lo + 1)?;
+                if let Some(w) = whole.first().filter(|w| w.lblk < lo) {
+                    let right_len = w.lblk + w.len - lo;
+                    self.ext_remap(&h, inode, &mut raw, lo, lo + right_len, None, usize::MAX)?;
+                    self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+                    self.ext_remap(
+                        &h,
+                        inode,
+                        &mut raw,
+                        lo + n,
+                        lo + n + right_len,
+                        Some((e.pblk, e.unwritten)),
+                        0,
+                    )?;
+                } else {
+                    self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+                }
+            } else {
+                self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+            }
+            crate::inode_write::raw_set_size(&mut raw, size + len);
+        } else {
+            self.ext_shift(&h, inode, &mut raw, lo + n, -(n as i64))?;
+            crate::inode_write::raw_set_size(&mut raw, size - len);
+        }
+        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+
+    /// Clears the pointer to logical block `lblk` of a block map and frees the block.
+    fn ind_clear(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u64) -> Result<()> {
+        let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(()) };
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let word = |b: &[u8], i: usize| {
+            u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
+        };
+        if offs.is_empty() {
+            let p = word(&raw[0x28..], slot);
+            if p != 0 {
+                self.free_blocks(h, p, 1, false)?;
+                raw_sub_blocks(raw, sectors);
+                raw[0x28 + 4 * slot..0x28 + 4 * slot + 4].fill(0);
+            }
+            return Ok(());
+        }
+        let mut blk = word(&raw[0x28..], slot);
+        for (i, &o) in offs.iter().enumerate() {
+            if blk == 0 {
+                return Ok(());
+            }
+            self.check_range(inode.ino, blk, 1)?;
+            let buf = self.bread(blk, Some(inode.ino))?;
+            let p = word(&buf.data(), o);
+            if i + 1 == offs.len() && p != 0 {
+                self.check_range(inode.ino, p, 1)?;
+                self.free_blocks(h, p, 1, false)?;
+                raw_sub_blocks(raw, sectors);
+                h.write(&buf)?[4 * o..4 * o + 4].fill(0);
+                return Ok(());
+            }
+            blk = p;
+        }
+        Ok(())
+    }
+
+    /// `SEEK_DATA` (`data`) or `SEEK_HOLE`: unwritten extents count as holes, as in the
+    /// kernel when no page holds their data.
+    pub(crate) fn seek(&self, ino: InodeNo, offset: u64, data: bool) -> Result<u64> {
+        let inode = self.iget_live(ino)?;
+        if inode.disk().file_type() != fi::S_IFREG {
+            return Err(Error::InvalidInput("not a regular file"));
+        }
+        let _d = inode.data_sem.read();
+        let raw = inode.raw();
+        let size = raw_size(&raw);
+        if offset >= size {
+            return Err(Error::NoSuchOffset);
+        }
+        if raw_flags(&raw) & INLINE_DATA_FL != 0 {
+            return Ok(if data { offset } else { size });
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let runs: Vec<Ext> = self
+            .map_runs(&inode, &raw, offset / bs, size.div_ceil(bs))?
+            .into_iter()
+            .filter(|e| !e.unwritten)
+            .collect();
+        if data {
+            let first = runs.first().map(|e| (e.lblk * bs).max(offset));
+            return first.filter(|&p| p < size).ok_or(Error::NoSuchOffset);
+        }
+        let mut pos = offset;
+        for e in &runs {
+            if e.lblk * bs > pos {
+                break;
+            }
+            pos = pos.max((e.lblk + e.len) * bs);
+        }
+        Ok(pos.min(size))
+    }
+}
+
 impl Fs {
     /// `pwrite(2)` on a regular file: writes `data` at `offset`, allocating blocks as needed,
-    /// and returns the number of bytes written.
+    /// and returns the number of bytes written (short only when the disk fills up part way).
+    /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
-        let _ = (ino, offset, data);
-        Err(Error::NotSupported("file writes".into()))
+        self.inner.write(ino, offset, data)
     }
 
-    /// `fallocate(2)` with the kernel's mode flags (`FALLOC_FL_*`).
+    /// `fallocate(2)` with the kernel's mode flags (`FALLOC_FL_*`): 0 and `KEEP_SIZE`
+    /// allocate unwritten blocks, `PUNCH_HOLE | KEEP_SIZE` frees, `ZERO_RANGE` makes the
+    /// range read as zeros keeping it allocated, `COLLAPSE_RANGE` and `INSERT_RANGE` shift
+    /// the rest of the file by a block-aligned amount. Extent-mapped files only, as in the
+    /// kernel (`EOPNOTSUPP` otherwise).
     pub fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
-        let _ = (ino, mode, offset, len);
-        Err(Error::NotSupported("fallocate".into()))
+        self.inner.fallocate(ino, mode, offset, len)
     }
 
-    /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data.
+    /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data
+    /// (`ENXIO` if none before the end).
     pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        let _ = (ino, offset);
-        Err(Error::NotSupported("SEEK_DATA".into()))
+        self.inner.seek(ino, offset, true)
     }
 
     /// `lseek(2)` with `SEEK_HOLE`: the first offset at or after `offset` in a hole (the end
-    /// of the file counts as one).
+    /// of the file counts as one); `ENXIO` at or past the end.
     pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        let _ = (ino, offset);
-        Err(Error::NotSupported("SEEK_HOLE".into()))
+        self.inner.seek(ino, offset, false)
     }
 }

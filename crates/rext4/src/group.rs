@@ -21,6 +21,11 @@ pub(crate) struct GroupState {
     /// `bg_flags` (BLOCK_UNINIT, INODE_UNINIT, INODE_ZEROED).
     pub flags: AtomicU32,
     pub itable_unused: AtomicU32,
+    /// Blocks freed by transactions that have not committed yet, as (offset in group, length,
+    /// tid): not handed out again before that commit, so a crash can never leave the old owner
+    /// pointing at a new owner's data (mballoc's busy extents). Pushed under the group's
+    /// bitmap lock. [own lock]
+    pub busy: parking_lot::Mutex<Vec<(u32, u32, u32)>>,
 }
 
 /// Every group's descriptor, as read at open, and its live counts.
@@ -63,6 +68,7 @@ impl Groups {
                 used_dirs: AtomicU32::new(d.used_dirs_count(ds)),
                 flags: AtomicU32::new(u32::from(d.flags())),
                 itable_unused: AtomicU32::new(d.itable_unused(ds)),
+                busy: parking_lot::Mutex::new(Vec::new()),
             })
             .collect();
         let desc_blocks =

@@ -35,6 +35,11 @@ pub(crate) struct Inode {
     /// that a lookup racing with the removal does not cache the old name (see dcache.rs).
     /// [atomic]
     pub names_gen: std::sync::atomic::AtomicU64,
+    /// Guards a regular file's block map against readers while it is edited (the kernel's
+    /// `i_data_sem`): reads hold it shared across mapping and reading the data; writes,
+    /// truncates and fallocate hold it exclusive while changing the map and writing newly
+    /// mapped blocks. Taken after a journal handle, before `raw`. [own lock]
+    pub data_sem: RwLock<()>,
 }
 
 impl Cached for Inode {
@@ -55,6 +60,7 @@ impl Inode {
             dirtied: AtomicBool::new(false),
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
+            data_sem: RwLock::new(()),
         }
     }
 
@@ -132,6 +138,7 @@ impl FsInner {
             dirtied: AtomicBool::new(false),
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
+            data_sem: RwLock::new(()),
         })
     }
 

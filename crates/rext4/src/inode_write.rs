@@ -68,11 +68,33 @@ pub(crate) fn raw_set_size(raw: &mut [u8], v: u64) {
 
 /// Adds `n` 512-byte sectors to `i_blocks` (records without HUGE_FILE_FL).
 pub(crate) fn raw_add_blocks(raw: &mut [u8], n: u64) {
-    let cur = u64::from(u32::from_le_bytes([raw[0x1C], raw[0x1D], raw[0x1E], raw[0x1F]]))
-        | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32;
+    let cur = raw_blocks(raw);
     let v = cur.saturating_add(n);
     raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
     raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+}
+
+/// Takes `n` 512-byte sectors from `i_blocks`.
+pub(crate) fn raw_sub_blocks(raw: &mut [u8], n: u64) {
+    let cur = raw_blocks(raw);
+    let v = cur.saturating_sub(n);
+    raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
+    raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+}
+
+/// `i_blocks` in 512-byte sectors (records without HUGE_FILE_FL).
+pub(crate) fn raw_blocks(raw: &[u8]) -> u64 {
+    u64::from(u32::from_le_bytes([raw[0x1C], raw[0x1D], raw[0x1E], raw[0x1F]]))
+        | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32
+}
+
+pub(crate) fn raw_size(raw: &[u8]) -> u64 {
+    u64::from(u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]))
+        | u64::from(u32::from_le_bytes([raw[0x6C], raw[0x6D], raw[0x6E], raw[0x6F]])) << 32
+}
+
+pub(crate) fn raw_flags(raw: &[u8]) -> u32 {
+    u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]])
 }
 
 pub(crate) fn raw_links(raw: &[u8]) -> u16 {
@@ -180,10 +202,16 @@ impl FsInner {
 }
 
 impl Fs {
-    /// Changes an inode's mode, owner or times (`chmod`, `chown`, `utimensat`); the change
-    /// time becomes now. Returns the new attributes.
+    /// Changes an inode's mode, owner, times or size (`chmod`, `chown`, `utimensat`,
+    /// `truncate`); the change time becomes now. Returns the new attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
-        self.inner.setattr(ino, changes)?;
+        if let Some(size) = changes.size {
+            self.inner.truncate(ino, size)?;
+        }
+        let rest = SetAttr { size: None, ..changes.clone() };
+        if changes.size.is_none() || rest != SetAttr::default() {
+            self.inner.setattr(ino, &rest)?;
+        }
         self.getattr(ino)
     }
 

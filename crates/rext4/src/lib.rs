@@ -45,6 +45,7 @@ mod fs;
 mod group;
 mod ialloc;
 mod indirect;
+mod indirect_write;
 mod inline;
 mod inode;
 mod inode_write;

@@ -35,6 +35,7 @@ fn chmod_all(fs: &Fs, n: usize, base: u16) {
             gid: Some(2000),
             mtime: Some(TimeSet::At(t)),
             atime: None,
+            size: None,
         };
         let a = fs.setattr(ino, &ch).unwrap();
         assert_eq!(a.perm(), base + (i as u16 % 8));

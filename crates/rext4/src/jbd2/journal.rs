@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 use rext4_format::jbd2::{JournalParams, JournalSuperblock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,6 +138,8 @@ pub(crate) struct Journal {
     aborted: AtomicBool,
     abort_reason: Mutex<Option<String>>,
     max_txn_buffers: u32,
+    /// Copy of `State::committed` readable without the state lock. [atomic]
+    committed_tid: AtomicU32,
     pub commit_interval: Duration,
     /// Called on each buffer's frozen copy at commit (checksums computed there, seed 004).
     pub freeze: FreezeHook,
@@ -175,6 +177,7 @@ impl Journal {
             aborted: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
             max_txn_buffers,
+            committed_tid: AtomicU32::new(first_tid.wrapping_sub(1)),
             commit_interval,
             freeze,
         }
@@ -242,6 +245,11 @@ impl Journal {
     pub fn wake_commit(&self) {
         let _g = self.state.lock();
         self.wake.notify_all();
+    }
+
+    /// The last committed tid.
+    pub fn committed_tid(&self) -> u32 {
+        self.committed_tid.load(Ordering::Acquire)
     }
 
     /// The running transaction's tid.
@@ -340,6 +348,7 @@ impl Journal {
     pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64, handles: u64) {
         let mut st = self.state.lock();
         st.committed = tid;
+        self.committed_tid.store(tid, Ordering::Release);
         st.stats.commits += 1;
         st.stats.handles += handles;
         st.stats.blocks += blocks;
