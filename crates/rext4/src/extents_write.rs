@@ -217,8 +217,7 @@ impl FsInner {
     fn ext_walk(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<Vec<Level>> {
         let (depth, max, entries) = self.ext_parse(inode, None, &raw[I_BLOCK])?;
         let mut path = vec![Level { buf: None, depth, max, entries, pos: 0 }];
-        loop {
-            let Some(level) = path.last_mut() else { break };
+        while let Some(level) = path.last_mut() {
             let Entries::Index(v) = &level.entries else { break };
             if v.is_empty() {
                 return Err(self.ext_bad(inode, level.blk(), "empty index node"));
@@ -255,11 +254,11 @@ impl FsInner {
         h: &Handle,
         inode: &Inode,
         raw: &mut [u8],
-        lo: u64,
-        hi: u64,
+        range: std::ops::Range<u64>,
         new: Option<(u64, bool)>,
         limit: usize,
     ) -> Result<(Vec<Ext>, u64)> {
+        let (lo, hi) = (range.start, range.end);
         if lo >= hi || hi > LBLK_END {
             return Err(Error::InvalidInput("extent range"));
         }
@@ -468,7 +467,7 @@ impl FsInner {
         let goal = self.ext_goal(inode, raw, u64::from(lblk))?;
         let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
         let lblk = u64::from(lblk);
-        if let Err(e) = self.ext_remap(h, inode, raw, lblk, lblk + 1, Some((pblk, false)), usize::MAX) {
+        if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((pblk, false)), usize::MAX) {
             self.free_blocks(h, pblk, 1, false)?;
             return Err(e);
         }

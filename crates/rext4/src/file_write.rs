@@ -166,7 +166,7 @@ impl FsInner {
                     it.next();
                     if e.unwritten && !unwritten {
                         // Written now: convert (`ext4_ext_convert_to_initialized`).
-                        self.ext_remap(h, inode, raw, e.lblk, e.lblk + e.len, Some((e.pblk, false)), 0)?;
+                        self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false)), 0)?;
                         ops += 1;
                         runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
                     } else {
@@ -190,7 +190,7 @@ impl FsInner {
                             Err(_) => break,
                         };
                         let (p, n) = (got.0, u64::from(got.1));
-                        if let Err(e) = self.ext_remap(h, inode, raw, cur, cur + n, Some((p, unwritten)), 0) {
+                        if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten)), 0) {
                             self.free_blocks(h, p, n, false)?;
                             return Err(e);
                         }
@@ -334,7 +334,7 @@ impl FsInner {
             let mut raw = inode.raw_mut();
             let reached = if raw_flags(&raw) & EXTENTS_FL != 0 {
                 let (old, reached) = if cur < hi {
-                    self.ext_remap(&hd, inode, &mut raw, cur, hi, None, FREES_PER_HANDLE)?
+                    self.ext_remap(&hd, inode, &mut raw, cur..hi, None, FREES_PER_HANDLE)?
                 } else {
                     (Vec::new(), hi)
                 };
@@ -507,7 +507,7 @@ impl FsInner {
                         .take(OPS_PER_HANDLE)
                         .collect();
                     for e in &written {
-                        self.ext_remap(&h, inode, &mut raw, e.lblk, e.lblk + e.len, Some((e.pblk, true)), 0)?;
+                        self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)), 0)?;
                     }
                     let conv_end = if written.len() == OPS_PER_HANDLE {
                         written.last().map_or(upto, |e| e.lblk + e.len)
@@ -607,14 +607,13 @@ impl FsInner {
                 let whole = self.ext_collect(inode, &raw, lo, lo + 1)?;
                 if let Some(w) = whole.first().filter(|w| w.lblk < lo) {
                     let right_len = w.lblk + w.len - lo;
-                    self.ext_remap(&h, inode, &mut raw, lo, lo + right_len, None, usize::MAX)?;
+                    self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, None, usize::MAX)?;
                     self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
                     self.ext_remap(
                         &h,
                         inode,
                         &mut raw,
-                        lo + n,
-                        lo + n + right_len,
+                        lo + n..lo + n + right_len,
                         Some((e.pblk, e.unwritten)),
                         0,
                     )?;

@@ -153,6 +153,21 @@ pub fn htree_levels(img: &Path, path: &str) -> Option<u8> {
 }
 
 /// The feature names `dumpe2fs -h` lists for the image.
+/// Depth of the extent tree of `path` in `img` (0: extents in the inode), from `debugfs ex`.
+#[allow(dead_code)]
+pub fn extent_depth(img: &Path, path: &str) -> u32 {
+    let o = run(Command::new(tool("debugfs")).arg("-R").arg(format!("ex {path}")).arg(img));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    // Data lines start with "level/ max".
+    text.lines()
+        .filter_map(|l| {
+            let (_, max) = l.trim_start().split_once('/')?;
+            max.split_whitespace().next()?.parse::<u32>().ok()
+        })
+        .next()
+        .unwrap_or_else(|| panic!("no extent listing for {path}:\n{text}"))
+}
+
 pub fn features(img: &Path) -> BTreeSet<String> {
     let o = run(Command::new(tool("dumpe2fs")).arg("-h").arg(img));
     assert!(o.status.success(), "dumpe2fs -h failed:\n{}", out_text(&o));

@@ -1,0 +1,321 @@
+//! File data: writes, truncates, fallocate modes and SEEK_DATA/SEEK_HOLE through the journal,
+//! checked against an in-memory model, e2fsck, and what the kernel reads from the image.
+
+use proptest::prelude::*;
+use rext4::{Error, Fs, InodeNo, Options, SetAttr};
+use std::path::{Path, PathBuf};
+
+mod common;
+
+use common::{e2fsck_clean, is_root, KernelMount, Rng};
+
+const KEEP: u32 = rext4::FALLOC_FL_KEEP_SIZE;
+const PUNCH: u32 = rext4::FALLOC_FL_PUNCH_HOLE;
+const ZERO: u32 = rext4::FALLOC_FL_ZERO_RANGE;
+const COLLAPSE: u32 = rext4::FALLOC_FL_COLLAPSE_RANGE;
+const INSERT: u32 = rext4::FALLOC_FL_INSERT_RANGE;
+
+fn mkfs(dir: &Path, name: &str, args: &[&str], size: &str) -> PathBuf {
+    let img = dir.join(format!("{name}.img"));
+    common::mkfs(None, &img, args, size);
+    img
+}
+
+fn rw(img: &Path) -> Fs {
+    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+}
+
+fn read_all(fs: &Fs, ino: InodeNo) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    let mut done = 0;
+    while done < size {
+        let n = fs.read(ino, done as u64, &mut buf[done..]).unwrap();
+        assert!(n > 0, "short read at {done} of {size}");
+        done += n;
+    }
+    buf
+}
+
+fn truncate(fs: &Fs, ino: InodeNo, size: u64) -> rext4::Result<()> {
+    fs.setattr(ino, &SetAttr { size: Some(size), ..SetAttr::default() }).map(|_| ())
+}
+
+/// Compares files on the kernel's mount of `img` with the expected contents.
+fn kernel_reads(img: &Path, files: &[(String, Vec<u8>)]) {
+    if !is_root() {
+        eprintln!("not root: skipping the kernel comparison");
+        return;
+    }
+    let m = KernelMount::ro(img).unwrap();
+    for (name, want) in files {
+        let got = std::fs::read(m.path().join(name)).unwrap();
+        assert!(got == *want, "kernel reads {name} differently ({} vs {} bytes)", got.len(), want.len());
+    }
+    m.unmount().unwrap();
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write { off: u64, len: usize, byte: u8 },
+    Truncate(u64),
+    Punch { off: u64, len: u64 },
+    Zero { off: u64, len: u64, keep: bool },
+    Alloc { off: u64, len: u64, keep: bool },
+    Collapse { blk: u64, n: u64 },
+    Insert { blk: u64, n: u64 },
+}
+
+/// Offsets stay in the first 1 MiB plus a few far ones, so trees grow and holes are real.
+fn offset() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 0u64..(1 << 20), 1 => (0u64..64).prop_map(|k| (k << 20) + 4093)]
+}
+
+fn op(extents: bool) -> impl Strategy<Value = Op> {
+    let basic = prop_oneof![
+        6 => (offset(), 1usize..40_000, any::<u8>()).prop_map(|(off, len, byte)| Op::Write { off, len, byte }),
+        2 => offset().prop_map(Op::Truncate),
+    ];
+    if !extents {
+        return basic.boxed();
+    }
+    prop_oneof![
+        8 => basic,
+        2 => (offset(), 1u64..100_000).prop_map(|(off, len)| Op::Punch { off, len }),
+        2 => (offset(), 1u64..100_000, any::<bool>()).prop_map(|(off, len, keep)| Op::Zero { off, len, keep }),
+        2 => (offset(), 1u64..100_000, any::<bool>()).prop_map(|(off, len, keep)| Op::Alloc { off, len, keep }),
+        1 => (0u64..300, 1u64..20).prop_map(|(blk, n)| Op::Collapse { blk, n }),
+        1 => (0u64..300, 1u64..20).prop_map(|(blk, n)| Op::Insert { blk, n }),
+    ]
+    .boxed()
+}
+
+/// Applies `op` to the engine and the model; both must agree on success or the errno.
+fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
+    let size = model.len() as u64;
+    match *op {
+        Op::Write { off, len, byte } => {
+            let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8 / 7)).collect();
+            assert_eq!(fs.write(ino, off, &data).unwrap(), len);
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(&data);
+        }
+        Op::Truncate(s) => {
+            truncate(fs, ino, s).unwrap();
+            model.resize(s as usize, 0);
+        }
+        Op::Punch { off, len } => {
+            fs.fallocate(ino, PUNCH | KEEP, off, len).unwrap();
+            let (a, b) = ((off.min(size)) as usize, ((off + len).min(size)) as usize);
+            model[a..b].fill(0);
+        }
+        Op::Zero { off, len, keep } => {
+            fs.fallocate(ino, ZERO | if keep { KEEP } else { 0 }, off, len).unwrap();
+            let end = off + len;
+            if !keep && end > size {
+                model.resize(end as usize, 0);
+            }
+            let (a, b) = ((off.min(model.len() as u64)) as usize, (end.min(model.len() as u64)) as usize);
+            model[a..b].fill(0);
+        }
+        Op::Alloc { off, len, keep } => {
+            fs.fallocate(ino, if keep { KEEP } else { 0 }, off, len).unwrap();
+            if !keep && off + len > size {
+                model.resize((off + len) as usize, 0);
+            }
+        }
+        Op::Collapse { blk, n } => {
+            let (off, len) = (blk * bs, n * bs);
+            let r = fs.fallocate(ino, COLLAPSE, off, len);
+            if off + len >= size {
+                assert!(matches!(r, Err(Error::InvalidInput(_))), "collapse past the end: {r:?}");
+            } else {
+                r.unwrap();
+                model.drain(off as usize..(off + len) as usize);
+            }
+        }
+        Op::Insert { blk, n } => {
+            let (off, len) = (blk * bs, n * bs);
+            let r = fs.fallocate(ino, INSERT, off, len);
+            if off >= size {
+                assert!(matches!(r, Err(Error::InvalidInput(_))), "insert past the end: {r:?}");
+            } else {
+                r.unwrap();
+                let at = off as usize;
+                model.splice(at..at, std::iter::repeat_n(0u8, len as usize));
+            }
+        }
+    }
+}
+
+fn run_model(img: &Path, ops: &[Op], bs: u64) {
+    let fs = rw(img);
+    let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let mut model = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        apply(&fs, ino, &mut model, op, bs);
+        let got = read_all(&fs, ino);
+        assert!(got == model, "after op {i} {op:?}: contents differ (len {} vs {})", got.len(), model.len());
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(img);
+    let fs = Fs::open(img).unwrap();
+    let ino = fs.resolve("/f", false).unwrap();
+    assert!(read_all(&fs, ino) == model, "contents differ after reopening");
+    kernel_reads(img, &[("f".into(), model)]);
+}
+
+fn model_config() -> ProptestConfig {
+    ProptestConfig { cases: 12, max_shrink_iters: 200, ..ProptestConfig::default() }
+}
+
+proptest! {
+    #![proptest_config(model_config())]
+
+    #[test]
+    fn model_4k_extents(ops in proptest::collection::vec(op(true), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &[], "256M");
+        run_model(&img, &ops, 4096);
+    }
+
+    #[test]
+    fn model_1k_extents_nocsum(ops in proptest::collection::vec(op(true), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &["-b", "1024", "-O", "^metadata_csum"], "256M");
+        run_model(&img, &ops, 1024);
+    }
+
+    #[test]
+    fn model_block_map(ops in proptest::collection::vec(op(false), 1..30)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &["-t", "ext3"], "256M");
+        run_model(&img, &ops, 4096);
+    }
+}
+
+/// A file with thousands of extents (every other block written) has a multi-level tree; it is
+/// punched, collapsed and truncated back to nothing, freeing every tree block.
+#[test]
+fn deep_extent_tree_grows_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "deep", &["-b", "1024"], "128M");
+    let fs = rw(&img);
+    let free0 = fs.statfs().unwrap().blocks_free;
+    let ino = fs.create(fs.root(), b"frag", 0o644, 0, 0).unwrap().ino;
+    let mut model = Vec::new();
+    let mut rng = Rng::new(7);
+    for i in 0..12_000u64 {
+        let blk = i * 2;
+        let data = rng.bytes(1024);
+        fs.write(ino, blk * 1024, &data).unwrap();
+        model.resize((blk as usize + 1) * 1024, 0);
+        model[blk as usize * 1024..].copy_from_slice(&data);
+    }
+    assert!(read_all(&fs, ino) == model);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let depth = common::extent_depth(&img, "/frag");
+    assert!(depth >= 2, "12,000 extents in 1 KiB blocks need two index levels, got depth {depth}");
+    kernel_reads(&img, &[("frag".into(), model.clone())]);
+
+    let fs = rw(&img);
+    let ino = fs.resolve("/frag", false).unwrap();
+    for _ in 0..200 {
+        let off = rng.below(model.len() as u64);
+        let len = rng.range(1, 200_000);
+        fs.fallocate(ino, PUNCH | KEEP, off, len).unwrap();
+        let end = ((off + len) as usize).min(model.len());
+        model[off as usize..end].fill(0);
+    }
+    fs.fallocate(ino, COLLAPSE, 1024 * 100, 1024 * 3001).unwrap();
+    model.drain(1024 * 100..1024 * 3101);
+    assert!(read_all(&fs, ino) == model);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    kernel_reads(&img, &[("frag".into(), model.clone())]);
+
+    let fs = rw(&img);
+    let ino = fs.resolve("/frag", false).unwrap();
+    truncate(&fs, ino, 0).unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().blocks, 0, "every data and tree block freed");
+    fs.unlink(fs.root(), b"frag").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().unwrap().blocks_free, free0);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// SEEK_DATA / SEEK_HOLE agree with the kernel's on the same file.
+#[test]
+fn seek_data_and_hole_match_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "seek", &[], "64M");
+    let fs = rw(&img);
+    let ino = fs.create(fs.root(), b"s", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 8192, &[1u8; 5000]).unwrap();
+    fs.write(ino, 1 << 20, &[2u8; 100]).unwrap();
+    fs.fallocate(ino, KEEP, 200_000, 50_000).unwrap();
+    fs.write(ino, 3 << 20, &[3u8; 10]).unwrap();
+    let size = fs.getattr(ino).unwrap().size;
+    let probes: Vec<u64> = vec![
+        0,
+        1,
+        4096,
+        8191,
+        8192,
+        12000,
+        13192,
+        16384,
+        199_999,
+        220_000,
+        1 << 20,
+        (1 << 20) + 99,
+        (3 << 20) + 5,
+        size - 1,
+        size,
+        size + 10,
+    ];
+    let ours: Vec<(String, String)> = probes
+        .iter()
+        .map(|&p| {
+            let show = |r: rext4::Result<u64>| match r {
+                Ok(v) => v.to_string(),
+                Err(e) => format!("errno {}", e.errno()),
+            };
+            (show(fs.seek_data(ino, p)), show(fs.seek_hole(ino, p)))
+        })
+        .collect();
+    assert_eq!(ours[0], ("8192".to_string(), "0".to_string()));
+    assert_eq!(ours[probes.len() - 1].0, format!("errno {}", libc::ENXIO));
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    if !is_root() {
+        return;
+    }
+    let m = KernelMount::ro(&img).unwrap();
+    let f = std::fs::File::open(m.path().join("s")).unwrap();
+    use std::os::fd::AsRawFd;
+    for (i, &p) in probes.iter().enumerate() {
+        let k = |whence| {
+            // SAFETY: lseek on a file descriptor `f` owns and keeps open.
+            let r = unsafe { libc::lseek(f.as_raw_fd(), p as i64, whence) };
+            if r < 0 {
+                format!("errno {}", std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+            } else {
+                r.to_string()
+            }
+        };
+        assert_eq!(ours[i], (k(libc::SEEK_DATA), k(libc::SEEK_HOLE)), "probe {p}");
+    }
+    drop(f);
+    m.unmount().unwrap();
+}
