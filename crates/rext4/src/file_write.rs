@@ -57,16 +57,33 @@ impl FsInner {
     /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
     pub(crate) fn max_file_size(&self, extents: bool) -> u64 {
         let bits = self.sbi.block_size.trailing_zeros();
-        // Without huge_file, i_blocks (512-byte units, 32 bits) bounds the size.
-        let upper =
-            if self.sbi.huge_file { i64::MAX as u64 } else { (((1u64 << 32) - 1) >> (bits - 9)) << bits };
-        let blocks = if extents {
-            (1u64 << 32) - 1
+        // Without huge_file, i_blocks (32 bits of 512-byte units) bounds the blocks a file
+        // may own, metadata included.
+        let upper_blocks =
+            if self.sbi.huge_file { u64::MAX >> bits } else { ((1u64 << 32) - 1) >> (bits - 9) };
+        let max_lfs = i64::MAX as u64;
+        if extents {
+            return ((((1u64 << 32) - 1).min(upper_blocks)) << bits).min(max_lfs);
+        }
+        let ppb = 1u64 << (bits - 2);
+        let tree = 12 + ppb + ppb * ppb + ppb * ppb * ppb;
+        let tree_meta = 1 + (1 + ppb) + (1 + ppb + ppb * ppb);
+        let blocks = if tree + tree_meta <= upper_blocks {
+            tree
         } else {
-            let p = u64::from(self.sbi.block_size / 4);
-            (12 + p + p * p + p * p * p).min((1u64 << 32) - 1)
+            // Data blocks plus the indirect blocks addressing them must fit in i_blocks.
+            let mut rest = upper_blocks - 12 - ppb;
+            let mut meta = 1;
+            if rest < ppb * ppb {
+                meta += 1 + rest.div_ceil(ppb);
+            } else {
+                meta += 1 + ppb;
+                rest -= ppb * ppb;
+                meta += 1 + rest.div_ceil(ppb) + rest.div_ceil(ppb * ppb);
+            }
+            upper_blocks - meta
         };
-        (blocks << bits).min(upper)
+        (blocks << bits).min(max_lfs)
     }
 
     fn regular_file(&self, ino: InodeNo) -> Result<std::sync::Arc<Inode>> {

@@ -319,3 +319,204 @@ fn seek_data_and_hole_match_the_kernel() {
     drop(f);
     m.unmount().unwrap();
 }
+
+/// Threads write, extend and truncate their own files while allocating from the same groups:
+/// no block is lost or handed out twice, and every file holds what its thread wrote.
+#[test]
+fn concurrent_writers_share_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("ext4", &[][..]), ("ext3", &["-t", "ext3"][..])] {
+        let img = mkfs(dir.path(), name, args, "256M");
+        let fs = rw(&img);
+        let threads = 8;
+        let results: Vec<(String, Vec<u8>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let fs = fs.clone();
+                    s.spawn(move || {
+                        let mut rng = Rng::new(100 + t);
+                        let mut out = Vec::new();
+                        for k in 0..3 {
+                            let name = format!("t{t}_{k}");
+                            let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+                            let mut model = Vec::new();
+                            for _ in 0..60 {
+                                match rng.below(10) {
+                                    0 => {
+                                        let s = rng.below(model.len() as u64 + 1);
+                                        truncate(&fs, ino, s).unwrap();
+                                        model.truncate(s as usize);
+                                    }
+                                    1..=6 => {
+                                        let n = rng.range(1, 70_000) as usize;
+                                        let data = rng.bytes(n);
+                                        let off = model.len() as u64;
+                                        fs.write(ino, off, &data).unwrap();
+                                        model.extend_from_slice(&data);
+                                    }
+                                    _ => {
+                                        let off = rng.below(model.len() as u64 + 50_000);
+                                        let n = rng.range(1, 20_000) as usize;
+                                        let data = rng.bytes(n);
+                                        fs.write(ino, off, &data).unwrap();
+                                        let end = off as usize + data.len();
+                                        if model.len() < end {
+                                            model.resize(end, 0);
+                                        }
+                                        model[off as usize..end].copy_from_slice(&data);
+                                    }
+                                }
+                            }
+                            assert!(read_all(&fs, ino) == model, "{name} differs");
+                            out.push((name, model));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+        kernel_reads(&img, &results);
+    }
+}
+
+/// Filling the filesystem from several threads: every write succeeds (maybe short) or gets
+/// ENOSPC, the image stays clean, and freeing space makes writes work again.
+#[test]
+fn enospc_from_many_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "full", &[], "32M");
+    let fs = rw(&img);
+    let written: Vec<(String, u64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    let name = format!("fill{t}");
+                    let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 1000, 1000).unwrap().ino;
+                    let chunk = vec![t as u8 + 1; 256 * 1024];
+                    let mut off = 0u64;
+                    loop {
+                        match fs.write(ino, off, &chunk) {
+                            Ok(n) => off += n as u64,
+                            Err(Error::NoSpace) => break,
+                            Err(e) => panic!("{name}: {e}"),
+                        }
+                    }
+                    (name, off)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let total: u64 = written.iter().map(|w| w.1).sum();
+    assert!(total > 20 << 20, "wrote only {total} bytes into 32 MiB");
+    let st = fs.statfs().unwrap();
+    assert!(st.blocks_avail < 16, "{} blocks still available after ENOSPC", st.blocks_avail);
+    for (name, len) in &written {
+        let ino = fs.resolve(format!("/{name}"), false).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().size, *len);
+    }
+    // Free one file: writing works again, once its transaction commits (done on demand).
+    fs.unlink(fs.root(), written[0].0.as_bytes()).unwrap();
+    let ino = fs.resolve(format!("/{}", written[1].0), false).unwrap();
+    assert_eq!(fs.write(ino, written[1].1, &[9u8; 1 << 20]).unwrap(), 1 << 20);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// Files the kernel wrote are extended, overwritten, punched and truncated by rext4; the image
+/// stays clean and the kernel reads what rext4 says is there.
+#[test]
+fn kernel_written_files_are_extended_and_truncated() {
+    if !is_root() {
+        eprintln!("not root: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "k", &[], "128M");
+    let mut rng = Rng::new(3);
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    {
+        let m = KernelMount::rw(&img).unwrap();
+        for (i, len) in [0usize, 1, 4095, 4096, 100_000, 3_000_000].into_iter().enumerate() {
+            let data = rng.bytes(len);
+            std::fs::write(m.path().join(format!("k{i}")), &data).unwrap();
+            files.push((format!("k{i}"), data));
+        }
+        m.unmount().unwrap();
+    }
+    let fs = rw(&img);
+    for (name, model) in files.iter_mut() {
+        let ino = fs.resolve(format!("/{name}"), false).unwrap();
+        assert!(read_all(&fs, ino) == *model);
+        let n = rng.range(1, 300_000) as usize;
+        let extra = rng.bytes(n);
+        fs.write(ino, model.len() as u64, &extra).unwrap();
+        model.extend_from_slice(&extra);
+        let off = rng.below(model.len() as u64);
+        let patch = rng.bytes(5000);
+        fs.write(ino, off, &patch).unwrap();
+        let end = off as usize + patch.len();
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&patch);
+        let p = rng.below(model.len() as u64);
+        fs.fallocate(ino, PUNCH | KEEP, p, 10_000).unwrap();
+        let pe = (p as usize + 10_000).min(model.len());
+        model[p as usize..pe].fill(0);
+        let t = rng.below(model.len() as u64);
+        truncate(&fs, ino, t).unwrap();
+        model.truncate(t as usize);
+        assert!(read_all(&fs, ino) == *model);
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    kernel_reads(&img, &files);
+}
+
+/// The format's limits: EFBIG at the largest size, huge sparse sizes work.
+#[test]
+fn file_size_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args, max) in [
+        ("ext4", &["-b", "4096"][..], ((1u64 << 32) - 1) * 4096),
+        ("ext3", &["-t", "ext3", "-b", "4096"][..], 2196873666560u64),
+        ("ext4-1k", &["-b", "1024"][..], ((1u64 << 32) - 1) * 1024),
+    ] {
+        let img = mkfs(dir.path(), name, args, "64M");
+        let fs = rw(&img);
+        let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+        assert!(matches!(fs.write(ino, max, b"x"), Err(Error::FileTooBig)), "{name}: write at the limit");
+        assert_eq!(fs.write(ino, max - 1, b"xy").unwrap(), 1, "{name}: short write up to the limit");
+        assert_eq!(fs.getattr(ino).unwrap().size, max);
+        assert!(matches!(truncate(&fs, ino, max + 1), Err(Error::FileTooBig)));
+        truncate(&fs, ino, 5 << 30).unwrap();
+        let mut b = [7u8; 16];
+        assert_eq!(fs.read(ino, (5 << 30) - 16, &mut b).unwrap(), 16);
+        assert_eq!(b, [0u8; 16]);
+        assert!(fs.write(ino, 0, b"start").is_ok());
+        truncate(&fs, ino, 0).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().blocks, 0, "{name}: truncate to 0 frees everything");
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+        if is_root() {
+            // The kernel draws the line at the same place.
+            let m = KernelMount::rw(&img).unwrap();
+            let f = std::fs::OpenOptions::new().write(true).open(m.path().join("big")).unwrap();
+            f.set_len(max).unwrap();
+            let e = f.set_len(max + 1).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{name}");
+            f.set_len(0).unwrap();
+            drop(f);
+            m.unmount().unwrap();
+        }
+    }
+}
