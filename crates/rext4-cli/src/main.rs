@@ -4,6 +4,7 @@
 mod bench;
 mod bench_journal;
 mod bench_mdtest;
+mod bench_seqio;
 mod cp;
 mod demo;
 mod fmt;
@@ -125,6 +126,12 @@ enum BenchCmd {
         #[arg(long, default_value_t = 2000)]
         files: usize,
     },
+    /// Sequential write and read of one large file, MB/s, and its contiguity.
+    Seqio {
+        /// File size in MiB.
+        #[arg(long, default_value_t = 2048)]
+        mib: u64,
+    },
     /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
     /// load vs the kernel.
     Journal {
@@ -156,6 +163,7 @@ fn main() -> ExitCode {
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
         Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
+        Cmd::Bench { workload: BenchCmd::Seqio { mib } } => bench_seqio::run(mib),
         Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
     };
     match r {
