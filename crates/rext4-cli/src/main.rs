@@ -6,6 +6,7 @@ mod bench_journal;
 mod bench_mdtest;
 mod bench_seqio;
 mod cp;
+mod cp_in;
 mod demo;
 mod fmt;
 mod imagepath;
@@ -64,6 +65,13 @@ enum Cmd {
         date: Option<String>,
         target: String,
     },
+    /// Set the size of a file: `rext4 truncate -s SIZE IMAGE:/path` (SIZE in bytes, or with a
+    /// K, M, G or T suffix; `+N` / `-N` grow or shrink by N). Creates the file if missing.
+    Truncate {
+        #[arg(short = 's', long, allow_hyphen_values = true)]
+        size: String,
+        target: String,
+    },
     /// Make a directory: `rext4 mkdir [-p] IMAGE:/path`.
     Mkdir {
         /// Make missing parents too; no error if it exists.
@@ -91,7 +99,8 @@ enum Cmd {
         #[command(subcommand)]
         workload: BenchCmd,
     },
-    /// Copy out of an image: `rext4 cp [-r] IMAGE:/path HOSTDIR`.
+    /// Copy out of an image (`rext4 cp [-r] IMAGE:/path HOSTDIR`) or into one
+    /// (`rext4 cp [-r] HOSTPATH IMAGE:/path`).
     Cp {
         /// Copy directories recursively.
         #[arg(short = 'r', short_alias = 'R')]
@@ -100,7 +109,7 @@ enum Cmd {
         #[arg(short = 'q', long)]
         quiet: bool,
         source: String,
-        dest: PathBuf,
+        dest: String,
     },
 }
 
@@ -158,13 +167,22 @@ fn main() -> ExitCode {
         Cmd::Ln { symbolic, target, link } => modify::ln(&target, &link, symbolic),
         Cmd::Chown { owner, target } => modify::chown(&owner, &target),
         Cmd::Touch { date, target } => modify::touch(date.as_deref(), &target),
+        Cmd::Truncate { size, target } => modify::truncate(&size, &target),
         Cmd::Stat { target } => inspect::stat(&target),
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
         Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
         Cmd::Bench { workload: BenchCmd::Seqio { mib } } => bench_seqio::run(mib),
-        Cmd::Cp { recursive, quiet, source, dest } => cp::copy_out(&source, &dest, recursive, quiet),
+        Cmd::Cp { recursive, quiet, source, dest } => {
+            if imagepath::ImagePath::parse(&source).is_ok() {
+                cp::copy_out(&source, std::path::Path::new(&dest), recursive, quiet)
+            } else if imagepath::ImagePath::parse(&dest).is_ok() {
+                cp_in::copy_in(std::path::Path::new(&source), &dest, recursive, quiet)
+            } else {
+                Err("cp: one side must be IMAGE:/path".to_string())
+            }
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

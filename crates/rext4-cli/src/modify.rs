@@ -191,3 +191,52 @@ pub fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
         }
     })
 }
+
+/// `rext4 truncate -s [+|-]SIZE[K|M|G|T] IMAGE:/path`, creating the file if it is missing.
+pub fn truncate(size: &str, target: &str) -> CliResult {
+    let bad = || format!("invalid size: '{size}'");
+    let (rel, digits) = match size.as_bytes().first() {
+        Some(b'+') => (1i8, &size[1..]),
+        Some(b'-') => (-1, &size[1..]),
+        _ => (0, size),
+    };
+    let (num, mult) = match digits.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(bad()),
+            };
+            (&digits[..i], m)
+        }
+        _ => (digits, 1),
+    };
+    let n = num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(bad)?;
+    let p = ImagePath::parse(target)?;
+    let fs = open_rw(&p)?;
+    let r = (|| {
+        let ino = match fs.resolve(&p.path, true) {
+            Ok(ino) => ino,
+            Err(rext4::Error::NotFound) => {
+                let trimmed = p.path.trim_end_matches('/');
+                let (dir, leaf) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
+                let parent = fs.resolve(if dir.is_empty() { "/" } else { dir }, true)?;
+                let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+                fs.create(parent, leaf.as_bytes(), 0o644, uid, gid)?.ino
+            }
+            Err(e) => return Err(e),
+        };
+        let cur = fs.getattr(ino)?.size;
+        let new = match rel {
+            1 => cur.checked_add(n).ok_or(rext4::Error::FileTooBig)?,
+            -1 => cur.saturating_sub(n),
+            _ => n,
+        };
+        fs.setattr(ino, &SetAttr { size: Some(new), ..SetAttr::default() }).map(|_| ())
+    })();
+    let closed = fs.unmount();
+    r.map_err(|e| p.err(e))?;
+    closed.map_err(|e| p.err(e))
+}
