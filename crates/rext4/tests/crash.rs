@@ -279,7 +279,7 @@ fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel 
     let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
     for (f, &ino) in inos.iter().enumerate() {
         fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
-        fs.write(ino, 0, &vec![tag(f); 100]).unwrap();
+        fs.write(ino, 0, &[tag(f); 100]).unwrap();
     }
     let mut sizes = vec![100u64; DATA_FILES];
     let mut durable = Vec::new();
@@ -377,7 +377,7 @@ fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> 
     let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
     for (f, &ino) in inos.iter().enumerate() {
         fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
-        fs.write(ino, 0, &vec![tag(f); 100]).unwrap();
+        fs.write(ino, 0, &[tag(f); 100]).unwrap();
     }
     let mut sizes = vec![100u64; DATA_FILES];
     let mut durable = Vec::new();
