@@ -281,7 +281,7 @@ fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel 
         fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
         fs.write(ino, 0, &[tag(f); 100]).unwrap();
     }
-    let mut sizes = vec![100u64; DATA_FILES];
+    let mut sizes = [100u64; DATA_FILES];
     let mut durable = Vec::new();
     for _ in 0..rounds {
         for _ in 0..(rng.next() % 12 + 1) {
@@ -379,7 +379,7 @@ fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> 
         fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
         fs.write(ino, 0, &[tag(f); 100]).unwrap();
     }
-    let mut sizes = vec![100u64; DATA_FILES];
+    let mut sizes = [100u64; DATA_FILES];
     let mut durable = Vec::new();
     for _ in 0..rounds {
         for _ in 0..(rng.next() % 12 + 1) {
