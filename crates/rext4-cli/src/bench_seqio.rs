@@ -88,6 +88,66 @@ fn run_kernel(dir: &Path, size: u64) -> CliResult<(f64, f64)> {
     Ok((w, r))
 }
 
+/// Small files from `threads` threads, each in its own directory: create, write `size`
+/// bytes, done. Files per second.
+fn small_rext4(img: &Path, threads: usize, files: usize, size: usize) -> CliResult<f64> {
+    let e = |e: rext4::Error| e.to_string();
+    let fs = Fs::open_with(img, Options { writable: true, ..Options::default() }).map_err(e)?;
+    let dirs: Vec<_> = (0..threads)
+        .map(|t| fs.mkdir(fs.root(), format!("s{t}").as_bytes(), 0o755, 0, 0).map(|a| a.ino))
+        .collect::<rext4::Result<_>>()
+        .map_err(e)?;
+    let body = vec![0x5Au8; size];
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = dirs
+            .iter()
+            .map(|&d| {
+                let (fs, body) = (&fs, &body);
+                s.spawn(move || -> rext4::Result<()> {
+                    for i in 0..files {
+                        let ino = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)?.ino;
+                        fs.write(ino, 0, body)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| "worker panicked".to_string())?.map_err(e))
+    })?;
+    fs.sync().map_err(e)?;
+    let rate = (threads * files) as f64 / t.elapsed().as_secs_f64();
+    fs.unmount().map_err(e)?;
+    Ok(rate)
+}
+
+fn small_kernel(dir: &Path, threads: usize, files: usize, size: usize) -> CliResult<f64> {
+    let e = |e: std::io::Error| e.to_string();
+    let dirs: Vec<PathBuf> = (0..threads).map(|t| dir.join(format!("s{t}"))).collect();
+    for d in &dirs {
+        std::fs::create_dir(d).map_err(e)?;
+    }
+    let body = vec![0x5Au8; size];
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = dirs
+            .iter()
+            .map(|d| {
+                let body = &body;
+                s.spawn(move || -> std::io::Result<()> {
+                    for i in 0..files {
+                        std::fs::write(d.join(format!("f{i}")), body)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| "worker panicked".to_string())?.map_err(e))
+    })?;
+    nix::unistd::sync();
+    Ok((threads * files) as f64 / t.elapsed().as_secs_f64())
+}
+
 /// Extents of `path` as `filefrag` counts them.
 fn extents(path: &Path) -> Option<u64> {
     let out = Command::new("filefrag").arg(path).output().ok()?;
@@ -135,6 +195,26 @@ fn run_in(dir: &Path, mib: u64) -> CliResult {
             let per = n as f64 / (mib as f64 / 128.0);
             println!("the file rext4 wrote has {n} extents (filefrag): {per:.1} per 128 MiB");
         }
+    }
+    let _ = std::fs::remove_file(&img);
+
+    let (threads, files, size) = (8, 2000, 16 << 10);
+    println!();
+    println!("small files: {threads} threads each write {files} files of {} KiB in their own directory, then sync (files/s)", size >> 10);
+    let img = dir.join("small.img");
+    mkfs(&img, 1024)?;
+    let r = small_rext4(&img, threads, files, size)?;
+    let kimg = dir.join("ksmall.img");
+    mkfs(&kimg, 1024)?;
+    let k = match KernelMount::new_rw(&kimg, &dir.join("ksmnt")) {
+        Ok(m) => Some(small_kernel(&m.dir, threads, files, size)?),
+        Err(_) => None,
+    };
+    println!("{:<24} {:>12}", "target", "files/s");
+    println!("{:<24} {r:>12.0}", "rext4 in process");
+    if let Some(k) = k {
+        println!("{:<24} {k:>12.0}", "kernel ext4 (loop)");
+        println!("{:<24} {:>11.2}x", "rext4 / kernel", r / k);
     }
     Ok(())
 }
