@@ -73,14 +73,25 @@ impl FsInner {
             Err(Error::NotFound) => None,
             Err(e) => return Err(e),
         };
-        // A directory may not move below itself, nor may an exchange put one there.
+        // The kernel's order of checks (`do_renameat2`): the flags, then the source moving
+        // below itself, then the target being an ancestor of the source.
+        if flags & RENAME_NOREPLACE != 0 && dst_ino.is_some() {
+            return Err(Error::Exists);
+        }
+        if flags & RENAME_EXCHANGE != 0 && dst_ino.is_none() {
+            return Err(Error::NotFound);
+        }
         if src.is_dir() && op != np && self.is_within(np, src_ino)? {
             return Err(Error::InvalidInput("directory moved into itself"));
         }
         let dst = dst_ino.map(|i| self.iget_live(i)).transpose()?;
         if let Some(d) = &dst {
-            if flags & RENAME_EXCHANGE != 0 && d.is_dir() && op != np && self.is_within(op, d.ino)? {
-                return Err(Error::InvalidInput("directory moved into itself"));
+            if d.is_dir() && op != np && d.ino != src_ino && self.is_within(op, d.ino)? {
+                return Err(if flags & RENAME_EXCHANGE != 0 {
+                    Error::InvalidInput("directory moved into itself")
+                } else {
+                    Error::NotEmpty
+                });
             }
         }
         // Lock the parents first (as every name operation does: parent before child), then the
@@ -101,8 +112,6 @@ impl FsInner {
             return Ok(()); // two names of one inode: nothing to do, as POSIX says
         }
         match (&dst, flags) {
-            (None, f) if f & RENAME_EXCHANGE != 0 => return Err(Error::NotFound),
-            (Some(_), f) if f & RENAME_NOREPLACE != 0 => return Err(Error::Exists),
             (Some(d), f) if f & RENAME_EXCHANGE == 0 => match (src.is_dir(), d.is_dir()) {
                 (true, false) => return Err(Error::NotDir),
                 (false, true) => return Err(Error::IsDir),
