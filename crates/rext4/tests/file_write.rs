@@ -520,3 +520,21 @@ fn file_size_limits() {
         }
     }
 }
+
+/// Images whose features rext4 cannot keep right when writing open read-only, or refuse a
+/// writable open, rather than being damaged.
+#[test]
+fn unsupported_write_features_refuse_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in
+        [("quota", &["-O", "quota"][..]), ("bigalloc", &["-O", "bigalloc", "-C", "16384"][..])]
+    {
+        let img = mkfs(dir.path(), name, args, "64M");
+        let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
+        assert!(r.is_err(), "{name}: writable open should be refused");
+        let fs = Fs::open(&img).unwrap();
+        assert!(!fs.read_only_reasons().is_empty(), "{name}");
+        drop(fs);
+        e2fsck_clean(&img);
+    }
+}
