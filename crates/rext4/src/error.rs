@@ -49,6 +49,11 @@ pub enum Error {
     FileTooBig,
     /// `SEEK_DATA` / `SEEK_HOLE` from at or past the end of the file (`ENXIO`).
     NoSuchOffset,
+    /// An extended attribute value larger than the VFS passes (`E2BIG`).
+    TooBig,
+    /// The operation is refused for this kind of file (`EACCES`), e.g. a default ACL on a
+    /// non-directory.
+    AccessDenied,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
     NotSupported(String),
     /// The image cannot be opened: unknown incompat feature, external journal, ... (`EINVAL`).
@@ -81,6 +86,8 @@ impl Error {
             Error::NoKey => libc::ENOKEY,
             Error::FileTooBig => libc::EFBIG,
             Error::NoSuchOffset => libc::ENXIO,
+            Error::TooBig => libc::E2BIG,
+            Error::AccessDenied => libc::EACCES,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
@@ -121,6 +128,8 @@ impl fmt::Display for Error {
             Error::NoKey => f.write_str("file is encrypted and no key is available"),
             Error::FileTooBig => f.write_str("file too large"),
             Error::NoSuchOffset => f.write_str("no such device or address"),
+            Error::TooBig => f.write_str("argument list too long"),
+            Error::AccessDenied => f.write_str("permission denied"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),

@@ -55,6 +55,8 @@ pub(crate) struct FsInner {
     pub icache: ShardedCache<Inode>,
     /// Name lookups. [sharded, see dcache.rs]
     pub dcache: crate::dcache::Dcache,
+    /// Xattr blocks by hash, for sharing. [sharded, see mbcache.rs]
+    pub xattr_cache: crate::mbcache::XattrBlockCache,
     /// Held by cross-directory renames only (the kernel's `s_vfs_rename_mutex`). [own lock]
     pub rename_lock: parking_lot::Mutex<()>,
     /// The journal (also present, without a log, for unjournaled images); `None` when
@@ -221,6 +223,7 @@ impl FsInner {
             bcache,
             icache: ShardedCache::new(opts.inode_cache),
             dcache: crate::dcache::Dcache::new(opts.name_cache),
+            xattr_cache: crate::mbcache::XattrBlockCache::new(4096),
             rename_lock: parking_lot::Mutex::new(()),
             journal: None,
             committer: parking_lot::Mutex::new(None),

@@ -22,6 +22,7 @@
 //! buffer data lock. Cache shard locks are never held across I/O or while taking another lock.
 #![forbid(unsafe_code)]
 
+mod acl;
 #[cfg(test)]
 mod alloc_tests;
 mod attr;
@@ -52,6 +53,7 @@ mod inode_write;
 mod jbd2;
 mod link_write;
 mod map;
+mod mbcache;
 mod mount;
 mod namei;
 mod namei_write;
@@ -63,6 +65,7 @@ mod super_block;
 mod symlink;
 mod truncate;
 mod xattr;
+mod xattr_area;
 mod xattr_write;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};

@@ -8,8 +8,6 @@ use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::extent::Node;
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL, S_IFLNK};
-use rext4_format::xattr as fx;
-use rext4_format::PhysBlock;
 
 /// Blocks an inode owns: data runs, and metadata blocks (tree or indirect blocks).
 #[derive(Default)]
@@ -104,25 +102,7 @@ impl FsInner {
         }
         let acl = inode.disk().file_acl();
         if acl != 0 {
-            let buf = self.bread(acl, Some(inode.ino))?;
-            let mut data = h.write(&buf)?;
-            let refs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
-            if u32::from_le_bytes([data[0], data[1], data[2], data[3]]) != fx::XATTR_MAGIC {
-                return corrupt(CorruptKind::Xattr {
-                    ino: inode.ino,
-                    block: Some(PhysBlock(acl)),
-                    what: "bad block header",
-                });
-            }
-            if refs > 1 {
-                data[4..8].copy_from_slice(&(refs - 1).to_le_bytes());
-                if self.sbi.metadata_csum {
-                    fx::set_block_checksum(&mut data, self.sbi.csum_seed, acl);
-                }
-            } else {
-                drop(data);
-                self.free_blocks(h, acl, 1, true)?;
-            }
+            self.xattr_release_block(h, inode.ino, acl)?;
         }
         Ok(())
     }

@@ -1,13 +1,15 @@
 //! Extended attributes, read side (the kernel's `xattr.c`): entries in the inode's extra space
 //! and in an xattr block, values inline or in an EA inode (`ea_inode`).
 
-use crate::buffer::Verified;
+use crate::buffer::{Buffer, Verified};
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
+use crate::xattr_write::raw_file_acl;
 use rext4_format::inode::{EA_INODE_FL, GOOD_OLD_INODE_SIZE};
 use rext4_format::xattr::{self as fx, RawXattr, XattrIter};
 use rext4_format::{InodeNo, PhysBlock};
+use std::sync::Arc;
 
 /// Largest value the VFS passes (`XATTR_SIZE_MAX`).
 const VALUE_MAX: u32 = 65536;
@@ -25,8 +27,7 @@ impl FsInner {
     /// Every attribute of `inode`: in-inode ones first, then the block's.
     pub(crate) fn xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
         let mut out = Vec::new();
-        self.ibody_xattrs(inode, &mut out)?;
-        self.block_xattrs(inode, &mut out)?;
+        self.xattrs_snapshot(inode, &mut out)?;
         for x in &mut out {
             if let Some((vino, size)) = x.ea_inode {
                 x.value = self.ea_inode_value(inode.ino, vino, size)?;
@@ -35,12 +36,46 @@ impl FsInner {
         Ok(out)
     }
 
-    fn ibody_xattrs(&self, inode: &Inode, out: &mut Vec<Xattr>) -> Result<()> {
+    /// Reads both areas under one hold of the record's read lock: a change (which holds the
+    /// write lock throughout) moving an attribute between them is seen whole, and the block
+    /// named is the inode's while it is read. The block is brought into the cache before the
+    /// lock is taken; if the record names another one by then, that one is fetched.
+    fn xattrs_snapshot(&self, inode: &Inode, out: &mut Vec<Xattr>) -> Result<()> {
+        let ino = inode.ino;
+        let mut blk = raw_file_acl(&inode.raw());
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let fetched = (blk != 0).then(|| self.xattr_block(ino, blk));
+            let raw = inode.raw();
+            let now = raw_file_acl(&raw);
+            if now != blk && tries < 4 {
+                blk = now;
+                continue;
+            }
+            let buf = match fetched {
+                _ if now != blk => (now != 0).then(|| self.xattr_block(ino, now)).transpose()?,
+                f => f.transpose()?,
+            };
+            self.ibody_xattrs(ino, &raw, out)?;
+            if let Some(buf) = buf {
+                let data = buf.data();
+                let entries = &data[fx::BLOCK_HEADER_SIZE..];
+                self.collect(ino, Some(now), entries, &data, fx::BLOCK_HEADER_SIZE, out)?;
+                // Known good: a candidate for sharing (the kernel's mbcache learns blocks as
+                // they are read, too).
+                let hash = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
+                self.xattr_cache.insert(hash, now);
+            }
+            return Ok(());
+        }
+    }
+
+    fn ibody_xattrs(&self, ino: InodeNo, raw: &[u8], out: &mut Vec<Xattr>) -> Result<()> {
         let size = self.sbi.inode_size;
         if size <= GOOD_OLD_INODE_SIZE {
             return Ok(());
         }
-        let raw = inode.raw();
         let start = GOOD_OLD_INODE_SIZE + usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
         let Some(magic) = raw.get(start..start + 4) else {
             return Ok(());
@@ -49,15 +84,11 @@ impl FsInner {
             return Ok(());
         }
         let area = &raw[start + 4..];
-        self.collect(inode.ino, None, area, area, 0, out)
+        self.collect(ino, None, area, area, 0, out)
     }
 
-    fn block_xattrs(&self, inode: &Inode, out: &mut Vec<Xattr>) -> Result<()> {
-        let blk = inode.disk().file_acl();
-        if blk == 0 {
-            return Ok(());
-        }
-        let ino = inode.ino;
+    /// Xattr block `blk` of inode `ino`, its header and checksum checked (once per load).
+    pub(crate) fn xattr_block(&self, ino: InodeNo, blk: u64) -> Result<Arc<Buffer>> {
         let buf = self.bread(blk, Some(ino))?;
         let (csum, seed) = (self.sbi.metadata_csum, self.sbi.csum_seed);
         buf.verify(Verified::XattrBlock, |data| {
@@ -72,8 +103,7 @@ impl FsInner {
             }
             Ok(())
         })?;
-        let data = buf.data();
-        self.collect(ino, Some(blk), &data[fx::BLOCK_HEADER_SIZE..], &data, fx::BLOCK_HEADER_SIZE, out)
+        Ok(buf)
     }
 
     /// Reads the entries in `entries` with values in `values`; `entries_at` is where the entry
@@ -166,7 +196,7 @@ impl FsInner {
     /// The value of the inline-data attribute `system.data`, if present.
     pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
-        self.ibody_xattrs(inode, &mut out)?;
+        self.ibody_xattrs(inode.ino, &inode.raw(), &mut out)?;
         Ok(out.into_iter().find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data").map(|x| x.value))
     }
 }
@@ -185,7 +215,7 @@ fn is_visible(index: u8) -> bool {
 
 fn visible_split(name: &[u8]) -> Result<(u8, &[u8])> {
     if name.is_empty() || name.len() > 255 {
-        return Err(if name.is_empty() { Error::InvalidInput("empty xattr name") } else { Error::Range });
+        return Err(Error::Range);
     }
     match fx::split_name(name) {
         Some((index, suffix)) if is_visible(index) => Ok((index, suffix)),
