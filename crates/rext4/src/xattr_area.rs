@@ -165,7 +165,7 @@ pub(crate) fn set_entry(
         // Callers refuse values in EA inodes before getting here.
         return Err(AreaError::Corrupt("value in an EA inode"));
     }
-    if name.is_empty() || name.len() > 255 {
+    if name.len() > 255 {
         return Err(AreaError::Corrupt("bad name length"));
     }
     let old_size = here.map_or(0, |e| if e.value_size != 0 { value_size(e.value_size) } else { 0 });

@@ -1,0 +1,982 @@
+//! Extended attribute writes: placement in the inode and in blocks, shared blocks and their
+//! reference counts, ACLs, the kernel's errnos. Every image is `e2fsck -fn` clean afterwards
+//! and the kernel (`getfattr -d -m -`, `getfacl`) sees what rext4 wrote; where the kernel can
+//! do the same thing, its result (errno, on-disk bytes) is the expected one.
+
+mod common;
+
+use common::{e2fsck_clean, KernelMount};
+use rext4::{Fs, InodeNo, Options, XATTR_CREATE, XATTR_REPLACE};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const U: u32 = u32::MAX;
+const ACL_USER_OBJ: u16 = 0x01;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_GROUP: u16 = 0x08;
+const ACL_MASK: u16 = 0x10;
+const ACL_OTHER: u16 = 0x20;
+
+fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let img = dir.join(format!("{name}.img"));
+    common::mkfs(None, &img, args, "32M");
+    img
+}
+
+fn rw(img: &Path) -> Fs {
+    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+}
+
+#[track_caller]
+fn ino(fs: &Fs, path: &str) -> InodeNo {
+    fs.resolve(path, false).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn errno<T>(r: rext4::Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.errno(),
+    }
+}
+
+/// Every attribute of `path` as rext4 lists and reads it.
+fn rext4_xattrs(fs: &Fs, path: &str) -> Xattrs {
+    let i = ino(fs, path);
+    let names = fs.listxattr(i).unwrap_or_else(|e| panic!("{path}: listxattr: {e}"));
+    names
+        .into_iter()
+        .map(|n| {
+            let v = fs.getxattr(i, &n).unwrap_or_else(|e| panic!("{path}: getxattr: {e}"));
+            (n, v)
+        })
+        .collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
+}
+
+/// What `getfattr -h -d -m - -e hex` shows for `path` below the mount point `mnt`.
+fn getfattr(mnt: &Path, path: &str) -> Xattrs {
+    let full = mnt.join(path.trim_start_matches('/'));
+    let o = Command::new(common::tool("getfattr"))
+        .args(["-h", "-d", "-m", "-", "-e", "hex", "--absolute-names"])
+        .arg(&full)
+        .output()
+        .expect("getfattr (package attr) is required");
+    assert!(o.status.success(), "getfattr {}: {}", full.display(), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (n, v) = l.split_once("=0x").unwrap_or_else(|| panic!("getfattr line {l:?}"));
+            (n.as_bytes().to_vec(), unhex(v))
+        })
+        .collect()
+}
+
+/// Closes `fs`, then checks the image: `e2fsck -fn` clean, and every path's attributes as a
+/// fresh rext4 open and the kernel see them equal to `expected`.
+fn finish(fs: Fs, img: &Path, expected: &[(&str, Xattrs)]) {
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(img);
+    let again = Fs::open(img).unwrap();
+    for (p, want) in expected {
+        assert_eq!(&rext4_xattrs(&again, p), want, "{p}: rext4 after reopening");
+    }
+    match KernelMount::ro(img) {
+        Ok(km) => {
+            for (p, want) in expected {
+                assert_eq!(&getfattr(km.path(), p), want, "{p}: as the kernel sees it");
+            }
+            km.unmount().unwrap();
+        }
+        Err(e) => eprintln!("skipping the kernel comparison: {e}"),
+    }
+}
+
+/// A POSIX ACL in the VFS xattr format.
+fn vfs_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn debugfs(img: &Path, req: &str) -> String {
+    let o = Command::new(common::tool("debugfs")).arg("-R").arg(req).arg(img).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The xattr block of `path` (`i_file_acl`), 0 if none.
+fn file_acl(img: &Path, path: &str) -> u64 {
+    let out = debugfs(img, &format!("stat {path}"));
+    let v = out.split("File ACL: ").nth(1).unwrap_or_else(|| panic!("debugfs stat {path}: {out}"));
+    v.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn block_size(img: &Path) -> usize {
+    let fs = Fs::open(img).unwrap();
+    fs.block_size() as usize
+}
+
+fn read_block(img: &Path, blk: u64) -> Vec<u8> {
+    let bs = block_size(img);
+    let all = std::fs::read(img).unwrap();
+    all[blk as usize * bs..(blk as usize + 1) * bs].to_vec()
+}
+
+fn refcount(img: &Path, blk: u64) -> u32 {
+    let b = read_block(img, blk);
+    u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+}
+
+/// The on-disk inode record of `path` (`debugfs imap`).
+fn inode_record(img: &Path, path: &str) -> Vec<u8> {
+    let out = debugfs(img, &format!("imap {path}"));
+    let at = out.split("located at block ").nth(1).unwrap_or_else(|| panic!("imap {path}: {out}"));
+    let (blk, off) = at.trim().split_once(", offset 0x").unwrap();
+    let blk: usize = blk.parse().unwrap();
+    let off = usize::from_str_radix(off.trim(), 16).unwrap();
+    let isize: usize = debugfs(img, "stats")
+        .lines()
+        .find_map(|l| l.strip_prefix("Inode size:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let all = std::fs::read(img).unwrap();
+    let at = blk * block_size(img) + off;
+    all[at..at + isize].to_vec()
+}
+
+#[track_caller]
+fn set(fs: &Fs, path: &str, name: &str, value: &[u8]) {
+    fs.setxattr(ino(fs, path), name.as_bytes(), value, 0).unwrap_or_else(|e| panic!("{path} {name}: {e}"));
+}
+
+fn map(pairs: &[(&str, &[u8])]) -> Xattrs {
+    pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.to_vec())).collect()
+}
+
+#[test]
+fn set_replace_remove_in_inode_and_in_block() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("default", &[][..]),
+        ("inode128", &["-I", "128"][..]),
+        ("nocsum", &["-O", "^metadata_csum"][..]),
+        ("ext2_1k", &["-t", "ext2", "-b", "1024"][..]),
+    ] {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+        let small_inode = args.contains(&"128");
+        let sectors = fs.block_size() as u64 / 512;
+        let before = fs.getattr(f).unwrap();
+        // 128-byte records keep whole seconds.
+        std::thread::sleep(std::time::Duration::from_millis(if small_inode { 1100 } else { 20 }));
+        set(&fs, "/f", "user.a", b"alpha");
+        let after = fs.getattr(f).unwrap();
+        assert!(after.ctime > before.ctime, "{name}: ctime moves");
+        assert_eq!(after.mtime, before.mtime, "{name}: mtime stays");
+        // A small value lives in the inode where there is room; in a block otherwise.
+        assert_eq!(after.blocks, if small_inode { sectors } else { 0 }, "{name}: blocks after a small value");
+        // Setting the same value again changes nothing, not even ctime.
+        set(&fs, "/f", "user.a", b"alpha");
+        assert_eq!(fs.getattr(f).unwrap().ctime, after.ctime, "{name}: same value");
+        set(&fs, "/f", "trusted.t", b"");
+        set(&fs, "/f", "security.s", &[0, 1, 2, 255]);
+        let big = vec![b'B'; 500];
+        set(&fs, "/f", "user.big", &big);
+        assert_eq!(fs.getattr(f).unwrap().blocks, sectors, "{name}: one xattr block");
+        set(&fs, "/f", "user.a", &[b'A'; 300]);
+        set(&fs, "/f", "user.a", b"short again");
+        set(&fs, "/f", "user.big", &big[..499]);
+        assert_eq!(errno(fs.setxattr(f, b"user.a", b"x", XATTR_CREATE)), libc::EEXIST);
+        assert_eq!(errno(fs.setxattr(f, b"user.nope", b"x", XATTR_REPLACE)), libc::ENODATA);
+        fs.setxattr(f, b"user.c", b"created", XATTR_CREATE).unwrap();
+        fs.setxattr(f, b"user.c", b"replaced", XATTR_REPLACE).unwrap();
+        assert_eq!(errno(fs.removexattr(f, b"user.nope")), libc::ENODATA);
+        fs.removexattr(f, b"user.big").unwrap();
+        assert_eq!(errno(fs.getxattr(f, b"user.big")), libc::ENODATA);
+        let want = map(&[
+            ("user.a", b"short again"),
+            ("trusted.t", b""),
+            ("security.s", &[0, 1, 2, 255]),
+            ("user.c", b"replaced"),
+        ]);
+        assert_eq!(rext4_xattrs(&fs, "/f"), want, "{name}");
+        // Everything removed: no block left, nothing listed.
+        let g = fs.create(fs.root(), b"g", 0o644, 0, 0).unwrap().ino;
+        set(&fs, "/g", "user.x", &[1; 900]);
+        set(&fs, "/g", "user.y", b"y");
+        fs.removexattr(g, b"user.x").unwrap();
+        fs.removexattr(g, b"user.y").unwrap();
+        assert_eq!(fs.getattr(g).unwrap().blocks, 0, "{name}: block released");
+        assert!(fs.listxattr(g).unwrap().is_empty());
+        // Directories take attributes too.
+        fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap();
+        set(&fs, "/d", "user.dir", b"on a directory");
+        finish(
+            fs,
+            &img,
+            &[("/f", want), ("/g", Xattrs::new()), ("/d", map(&[("user.dir", b"on a directory")]))],
+        );
+    }
+}
+
+#[test]
+fn many_attributes_spill_into_a_block_until_full() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("default", &[][..]), ("1k", &["-b", "1024"][..]), ("inode128", &["-I", "128"][..])]
+    {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+        let mut want = Xattrs::new();
+        let mut full_at = None;
+        for i in 0..400 {
+            let n = format!("user.attr-{i:03}-{}", "n".repeat(i % 17)).into_bytes();
+            let v: Vec<u8> = (0..(i * 7) % 90).map(|k| (i + k) as u8).collect();
+            match fs.setxattr(f, &n, &v, 0) {
+                Ok(()) => {
+                    want.insert(n, v);
+                }
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{name}: attribute {i}");
+                    full_at = Some(i);
+                    break;
+                }
+            }
+        }
+        let full_at = full_at.unwrap_or_else(|| panic!("{name}: never full"));
+        assert!(full_at > 10, "{name}: full after {full_at}");
+        assert_eq!(rext4_xattrs(&fs, "/f"), want, "{name}: all readable when full");
+        // Removing every other one makes room again.
+        let names: Vec<_> = want.keys().cloned().collect();
+        for n in names.iter().step_by(2) {
+            fs.removexattr(f, n).unwrap();
+            want.remove(n);
+        }
+        set(&fs, "/f", "user.after", b"room again");
+        want.insert(b"user.after".to_vec(), b"room again".to_vec());
+        assert_eq!(rext4_xattrs(&fs, "/f"), want, "{name}");
+        finish(fs, &img, &[("/f", want)]);
+    }
+}
+
+/// The same operations done by the kernel on one image and by rext4 on another leave the
+/// same bytes: the in-inode area and the xattr block (all but its checksum) match exactly.
+#[test]
+fn layout_matches_the_kernel() {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return;
+    }
+    let acl = vfs_acl(&[
+        (ACL_USER_OBJ, 6, U),
+        (ACL_USER, 4, 1000),
+        (ACL_GROUP_OBJ, 4, U),
+        (ACL_GROUP, 6, 50),
+        (ACL_MASK, 6, U),
+        (ACL_OTHER, 4, U),
+    ]);
+    let ops: Vec<(&str, Option<Vec<u8>>)> = vec![
+        ("user.a", Some(vec![1; 10])),
+        ("user.bb", Some(vec![2; 30])),
+        ("trusted.t", Some(vec![3; 5])),
+        ("user.a", Some(vec![4; 40])),
+        ("user.big", Some(vec![5; 300])),
+        ("security.s", Some(vec![6; 7])),
+        ("user.bb", None),
+        ("user.a", Some(vec![7; 3])),
+        ("user.big", Some(vec![8; 299])),
+        ("system.posix_acl_access", Some(acl)),
+        ("user.c1", Some(vec![9; 100])),
+        ("user.c22", Some(vec![])),
+        ("trusted.c333", Some(vec![10; 61])),
+        ("user.a", Some(vec![11; 90])),
+        ("user.big", None),
+        ("user.c1", Some(vec![12; 1])),
+        ("security.s", None),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("default", &[][..]), ("inode128", &["-I", "128"][..]), ("1k", &["-b", "1024"][..])]
+    {
+        let kimg = mkfs(dir.path(), &format!("{name}-kernel"), args);
+        let rimg = mkfs(dir.path(), &format!("{name}-rext4"), args);
+        {
+            let km = KernelMount::rw(&kimg).unwrap();
+            let p = km.path().join("f");
+            std::fs::write(&p, b"").unwrap();
+            for (n, v) in &ops {
+                match v {
+                    Some(v) => xattr::set(&p, n, v).unwrap_or_else(|e| panic!("kernel set {n}: {e}")),
+                    None => xattr::remove(&p, n).unwrap(),
+                }
+            }
+            km.unmount().unwrap();
+        }
+        let fs = rw(&rimg);
+        let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+        for (n, v) in &ops {
+            match v {
+                Some(v) => {
+                    fs.setxattr(f, n.as_bytes(), v, 0).unwrap_or_else(|e| panic!("rext4 set {n}: {e}"))
+                }
+                None => fs.removexattr(f, n.as_bytes()).unwrap(),
+            }
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&rimg);
+        e2fsck_clean(&kimg);
+        let (kr, rr) = (inode_record(&kimg, "/f"), inode_record(&rimg, "/f"));
+        if kr.len() > 128 {
+            let extra = 128 + usize::from(u16::from_le_bytes([kr[0x80], kr[0x81]]));
+            assert_eq!(&kr[0x80..0x82], &rr[0x80..0x82], "{name}: i_extra_isize");
+            assert_eq!(kr[extra..], rr[extra..], "{name}: in-inode area");
+        }
+        let (kb, rb) = (file_acl(&kimg, "/f"), file_acl(&rimg, "/f"));
+        assert!(kb != 0 && rb != 0, "{name}: both have a block");
+        let (mut kd, mut rd) = (read_block(&kimg, kb), read_block(&rimg, rb));
+        kd[0x10..0x14].fill(0);
+        rd[0x10..0x14].fill(0);
+        assert!(
+            kd == rd,
+            "{name}: xattr block differs:\nkernel {:02x?}\nrext4  {:02x?}",
+            &kd[..128],
+            &rd[..128]
+        );
+        // i_blocks agree too.
+        assert_eq!(kr[0x1C..0x20], rr[0x1C..0x20], "{name}: i_blocks");
+    }
+}
+
+#[test]
+fn acls_are_stored_as_the_kernel_stores_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "acl", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o777, 0, 0).unwrap().ino;
+    let d = fs.mkdir(root, b"d", 0o777, 0, 0).unwrap().ino;
+    let e = fs.create(root, b"equiv", 0o777, 0, 0).unwrap().ino;
+    let l = fs.symlink(root, b"l", b"f", 0, 0).unwrap().ino;
+    let access = vfs_acl(&[
+        (ACL_USER_OBJ, 6, U),
+        (ACL_USER, 4, 1000),
+        (ACL_USER, 7, 1001),
+        (ACL_GROUP_OBJ, 4, U),
+        (ACL_GROUP, 2, 100),
+        (ACL_MASK, 6, U),
+        (ACL_OTHER, 0, U),
+    ]);
+    let default = vfs_acl(&[
+        (ACL_USER_OBJ, 7, U),
+        (ACL_USER, 5, 1234),
+        (ACL_GROUP_OBJ, 5, U),
+        (ACL_MASK, 7, U),
+        (ACL_OTHER, 5, U),
+    ]);
+    fs.setxattr(f, b"system.posix_acl_access", &access, 0).unwrap();
+    // The group bits become the mask.
+    assert_eq!(fs.getattr(f).unwrap().mode & 0o7777, 0o660);
+    assert_eq!(fs.getxattr(f, b"system.posix_acl_access").unwrap(), access);
+    fs.setxattr(d, b"system.posix_acl_default", &default, 0).unwrap();
+    fs.setxattr(d, b"system.posix_acl_access", &access, 0).unwrap();
+    // An ACL that says no more than a mode is the mode (ids of such entries are ignored).
+    fs.setxattr(
+        e,
+        b"system.posix_acl_access",
+        &vfs_acl(&[(ACL_USER_OBJ, 6, 5), (ACL_GROUP_OBJ, 4, 7), (ACL_OTHER, 1, 9)]),
+        0,
+    )
+    .unwrap();
+    assert_eq!(fs.getattr(e).unwrap().mode & 0o7777, 0o641);
+    assert_eq!(errno(fs.getxattr(e, b"system.posix_acl_access")), libc::ENODATA);
+    // Flags do not apply to ACLs; removing an absent one succeeds (as in the kernel).
+    fs.setxattr(f, b"system.posix_acl_access", &access, XATTR_CREATE).unwrap();
+    fs.removexattr(e, b"system.posix_acl_access").unwrap();
+    fs.removexattr(f, b"system.posix_acl_default").unwrap();
+    // An empty value, or a header alone, removes.
+    let g = fs.create(root, b"g", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(g, b"system.posix_acl_access", &access, 0).unwrap();
+    fs.setxattr(g, b"system.posix_acl_access", b"", 0).unwrap();
+    assert!(fs.listxattr(g).unwrap().is_empty());
+    // Errors.
+    assert_eq!(errno(fs.setxattr(f, b"system.posix_acl_default", &default, 0)), libc::EACCES);
+    assert_eq!(errno(fs.setxattr(l, b"system.posix_acl_access", &access, 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.setxattr(f, b"system.posix_acl_access", &1u32.to_le_bytes(), 0)), libc::EOPNOTSUPP);
+    let no_mask =
+        vfs_acl(&[(ACL_USER_OBJ, 6, U), (ACL_USER, 4, 1), (ACL_GROUP_OBJ, 4, U), (ACL_OTHER, 0, U)]);
+    assert_eq!(errno(fs.setxattr(f, b"system.posix_acl_access", &no_mask, 0)), libc::EINVAL);
+    assert_eq!(
+        errno(fs.setxattr(f, b"system.posix_acl_access", &access[..access.len() - 1], 0)),
+        libc::EINVAL
+    );
+
+    let stored = |p: &str| rext4_xattrs(&fs, p);
+    let (wf, wd) = (stored("/f"), stored("/d"));
+    assert_eq!(wd.len(), 2);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let Ok(km) = KernelMount::ro(&img) else {
+        eprintln!("skipping the kernel comparison");
+        return;
+    };
+    let getfacl = |p: &str| {
+        let o =
+            Command::new(common::tool("getfacl")).args(["-n", "-p"]).arg(km.path().join(p)).output().unwrap();
+        assert!(o.status.success());
+        let text = String::from_utf8(o.stdout).unwrap();
+        text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(
+        getfacl("f"),
+        "user::rw-\nuser:1000:r--\nuser:1001:rwx\t#effective:rw-\ngroup::r--\ngroup:100:-w-\nmask::rw-\nother::---"
+    );
+    assert_eq!(
+        getfacl("d"),
+        "user::rw-\nuser:1000:r--\nuser:1001:rwx\t#effective:rw-\ngroup::r--\ngroup:100:-w-\nmask::rw-\nother::---\n\
+         default:user::rwx\ndefault:user:1234:r-x\ndefault:group::r-x\ndefault:mask::rwx\ndefault:other::r-x"
+    );
+    assert_eq!(getfacl("equiv"), "user::rw-\ngroup::r--\nother::--x");
+    assert_eq!(getfattr(km.path(), "f"), wf);
+    assert_eq!(getfattr(km.path(), "d"), wd);
+    km.unmount().unwrap();
+}
+
+fn close(fs: Fs) {
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn identical_attributes_share_one_block() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("default", &[][..]), ("nocsum", &["-O", "^metadata_csum"][..])] {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let root = fs.root();
+        let free0 = fs.statfs().unwrap().blocks_free;
+        let used = |fs: &Fs| free0 - fs.statfs().unwrap().blocks_free;
+        let shared = map(&[("user.shared", &[b'S'; 200]), ("user.other", &[b'o'; 100])]);
+        for i in 0..10 {
+            let f = fs.create(root, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+            for (n, v) in &shared {
+                fs.setxattr(f, n, v, 0).unwrap();
+            }
+            assert_eq!(
+                fs.getattr(f).unwrap().blocks,
+                fs.block_size() as u64 / 512,
+                "{name}: i_blocks of f{i}"
+            );
+        }
+        assert_eq!(used(&fs), 1, "{name}: one block for ten files");
+        // Changing one copies the block first; changing it back shares again and frees the copy.
+        set(&fs, "/f3", "user.other", &[b'y'; 100]);
+        assert_eq!(used(&fs), 2, "{name}: the changed inode has its own block");
+        set(&fs, "/f3", "user.other", &[b'o'; 100]);
+        assert_eq!(used(&fs), 1, "{name}: shared again, copy freed");
+        close(fs);
+        let b = file_acl(&img, "/f0");
+        for i in 1..10 {
+            assert_eq!(file_acl(&img, &format!("/f{i}")), b, "{name}: f{i} shares the block");
+        }
+        assert_eq!(refcount(&img, b), 10);
+        e2fsck_clean(&img);
+
+        // Deleting drops references.
+        let fs = rw(&img);
+        for i in 0..9 {
+            fs.unlink(root, format!("f{i}").as_bytes()).unwrap();
+        }
+        assert_eq!(used(&fs), 1);
+        close(fs);
+        assert_eq!(refcount(&img, b), 1);
+        e2fsck_clean(&img);
+
+        // The sole user rewrites it in place; a later file with the same attributes shares it.
+        let fs = rw(&img);
+        fs.removexattr(ino(&fs, "/f9"), b"user.other").unwrap();
+        fs.create(root, b"late", 0o644, 0, 0).unwrap();
+        set(&fs, "/late", "user.shared", &[b'S'; 200]);
+        assert_eq!(used(&fs), 1);
+        let one = map(&[("user.shared", &[b'S'; 200])]);
+        finish(fs, &img, &[("/f9", one.clone()), ("/late", one)]);
+        assert_eq!(
+            (file_acl(&img, "/f9"), file_acl(&img, "/late")),
+            (b, b),
+            "{name}: rewritten in place, shared"
+        );
+        assert_eq!(refcount(&img, b), 2);
+
+        let fs = rw(&img);
+        fs.unlink(root, b"f9").unwrap();
+        fs.unlink(root, b"late").unwrap();
+        assert_eq!(used(&fs), 0, "{name}: everything freed");
+        finish(fs, &img, &[]);
+    }
+}
+
+/// Past the kernel's `EXT4_XATTR_REFCOUNT_MAX` (1024) references a second block is started.
+#[test]
+fn shared_block_reference_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "refmax", &["-N", "2048"]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let v = vec![b'v'; 300];
+    for i in 0..1030 {
+        let f = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.setxattr(f, b"user.same", &v, 0).unwrap();
+    }
+    close(fs);
+    let (b0, b1) = (file_acl(&img, "/d/f0"), file_acl(&img, "/d/f1029"));
+    assert_ne!(b0, b1);
+    assert_eq!((refcount(&img, b0), refcount(&img, b1)), (1024, 6));
+    // Dropping one reference from the full block makes it shareable again.
+    let fs = rw(&img);
+    let _ = rext4_xattrs(&fs, "/d/f1");
+    fs.unlink(d, b"f0").unwrap();
+    let g = fs.create(d, b"g", 0o644, 0, 0).unwrap().ino;
+    fs.setxattr(g, b"user.same", &v, 0).unwrap();
+    let want = map(&[("user.same", &v)]);
+    finish(fs, &img, &[("/d/f1", want.clone()), ("/d/f1029", want.clone()), ("/d/g", want)]);
+    assert_eq!(file_acl(&img, "/d/g"), b0);
+    assert_eq!((refcount(&img, b0), refcount(&img, b1)), (1024, 6));
+}
+
+/// One operation of the errno table, done the same way on rext4 and on a kernel mount.
+struct Case {
+    path: &'static str,
+    name: Vec<u8>,
+    /// `None`: removexattr.
+    value: Option<Vec<u8>>,
+    flags: u32,
+}
+
+fn case(path: &'static str, name: &[u8], value: Option<&[u8]>, flags: u32) -> Case {
+    Case { path, name: name.to_vec(), value: value.map(<[u8]>::to_vec), flags }
+}
+
+fn kernel_errno(mnt: &Path, c: &Case) -> i32 {
+    let p = CString::new(mnt.join(c.path.trim_start_matches('/')).as_os_str().as_bytes()).unwrap();
+    let n = CString::new(c.name.clone()).unwrap();
+    // SAFETY: both strings are NUL-terminated and live across the call; the value pointer
+    // and length describe a live slice.
+    let r = unsafe {
+        match &c.value {
+            Some(v) => libc::lsetxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), c.flags as i32),
+            None => libc::lremovexattr(p.as_ptr(), n.as_ptr()),
+        }
+    };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap()
+    }
+}
+
+#[test]
+fn errnos_match_the_kernel() {
+    let acl = vfs_acl(&[
+        (ACL_USER_OBJ, 6, U),
+        (ACL_USER, 4, 7),
+        (ACL_GROUP_OBJ, 4, U),
+        (ACL_MASK, 4, U),
+        (ACL_OTHER, 0, U),
+    ]);
+    let long = |n: usize| [b"user.".to_vec(), vec![b'n'; n - 5]].concat();
+    let cases = vec![
+        case("/f", b"user.x", Some(b"1"), XATTR_CREATE),
+        case("/f", b"user.x", Some(b"2"), XATTR_CREATE),
+        case("/f", b"user.x", Some(b"3"), XATTR_REPLACE),
+        case("/f", b"user.y", Some(b"3"), XATTR_REPLACE),
+        case("/f", b"user.x", Some(b"4"), XATTR_CREATE | XATTR_REPLACE),
+        case("/f", b"user.x", Some(b"4"), 4),
+        case("/f", b"user.y", None, 0),
+        case("/f", b"user.x", None, 0),
+        case("/f", b"user.x", None, 0),
+        case("/f", b"", Some(b"1"), 0),
+        case("/f", &long(255), Some(b"1"), 0),
+        case("/f", &long(256), Some(b"1"), 0),
+        case("/f", b"user.big", Some(&[1; 65537]), 0),
+        case("/f", b"user.big", Some(&[1; 65536]), 0),
+        case("/f", b"user.big", Some(&[1; 4000]), 0),
+        case("/f", b"user.", Some(b"1"), 0),
+        case("/f", b"bogus.x", Some(b"1"), 0),
+        case("/f", b"system.data", Some(b"1"), 0),
+        case("/f", b"system.posix_acl_accessx", Some(b"1"), 0),
+        case("/f", b"bogus.x", None, 0),
+        case("/f", b"user.", None, 0),
+        case("/f", b"trusted.t", Some(b"t"), 0),
+        case("/f", b"security.s", Some(b""), 0),
+        case("/l", b"user.x", Some(b"1"), 0),
+        case("/l", b"user.x", None, 0),
+        case("/l", b"trusted.x", Some(b"1"), 0),
+        case("/l", b"system.posix_acl_access", Some(&acl), 0),
+        case("/l", b"system.posix_acl_access", None, 0),
+        case("/p", b"user.x", Some(b"1"), 0),
+        case("/p", b"security.x", Some(b"1"), 0),
+        case("/f", b"system.posix_acl_default", Some(&acl), 0),
+        case("/f", b"system.posix_acl_default", None, 0),
+        case("/d", b"system.posix_acl_default", Some(&acl), XATTR_REPLACE),
+        case("/d", b"system.posix_acl_default", Some(&acl), XATTR_CREATE),
+        case("/d", b"system.posix_acl_access", None, 0),
+        case("/f", b"system.posix_acl_access", Some(&acl[..6]), 0),
+        case("/f", b"system.posix_acl_access", Some(&1u32.to_le_bytes()), 0),
+        case("/f", b"system.posix_acl_access", Some(&acl), 0),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let rimg = mkfs(dir.path(), "rext4", &[]);
+    let fs = rw(&rimg);
+    let root = fs.root();
+    fs.create(root, b"f", 0o644, 0, 0).unwrap();
+    fs.mkdir(root, b"d", 0o755, 0, 0).unwrap();
+    fs.symlink(root, b"l", b"f", 0, 0).unwrap();
+    fs.mknod(root, b"p", 0o010644, (0, 0), 0, 0).unwrap();
+    let got: Vec<i32> = cases
+        .iter()
+        .map(|c| {
+            let i = ino(&fs, c.path);
+            errno(match &c.value {
+                Some(v) => fs.setxattr(i, &c.name, v, c.flags),
+                None => fs.removexattr(i, &c.name),
+            })
+        })
+        .collect();
+    let paths = ["/f", "/d", "/l", "/p"];
+    let views: Vec<(&str, Xattrs)> = paths.iter().map(|p| (*p, rext4_xattrs(&fs, p))).collect();
+    finish(fs, &rimg, &views);
+    // A read-only filesystem refuses.
+    let ro = Fs::open(&rimg).unwrap();
+    assert_eq!(errno(ro.setxattr(ino(&ro, "/f"), b"user.z", b"1", 0)), libc::EROFS);
+    drop(ro);
+
+    if !common::kernel_can_mount() {
+        eprintln!("skipping the kernel comparison");
+        return;
+    }
+    let kimg = mkfs(dir.path(), "kernel", &[]);
+    let km = KernelMount::rw(&kimg).unwrap();
+    let m = km.path().to_path_buf();
+    std::fs::write(m.join("f"), b"").unwrap();
+    std::fs::create_dir(m.join("d")).unwrap();
+    std::os::unix::fs::symlink("f", m.join("l")).unwrap();
+    nix::unistd::mkfifo(&m.join("p"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let want: Vec<i32> = cases.iter().map(|c| kernel_errno(&m, c)).collect();
+    for (i, c) in cases.iter().enumerate() {
+        assert_eq!(
+            got[i],
+            want[i],
+            "case {i}: {} {} flags {}: rext4 errno {} kernel errno {}",
+            c.path,
+            String::from_utf8_lossy(&c.name[..c.name.len().min(40)]),
+            c.flags,
+            got[i],
+            want[i]
+        );
+    }
+    for (p, v) in &views {
+        assert_eq!(&getfattr(&m, p), v, "{p}: kernel's own result vs rext4's");
+    }
+    km.unmount().unwrap();
+}
+
+#[test]
+fn immutable_and_append_only_inodes_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "imm", &[]);
+    let fs = rw(&img);
+    fs.create(fs.root(), b"i", 0o644, 0, 0).unwrap();
+    fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    for (p, fl) in [("/i", "0x80010"), ("/a", "0x80020")] {
+        let o = Command::new(common::tool("debugfs"))
+            .args(["-w", "-R", &format!("set_inode_field {p} flags {fl}")])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+    }
+    let fs = rw(&img);
+    for p in ["/i", "/a"] {
+        assert_eq!(errno(fs.setxattr(ino(&fs, p), b"user.x", b"1", 0)), libc::EPERM, "{p}");
+        assert_eq!(errno(fs.removexattr(ino(&fs, p), b"user.x")), libc::EPERM, "{p}");
+    }
+    finish(fs, &img, &[("/i", Xattrs::new()), ("/a", Xattrs::new())]);
+}
+
+/// Attributes the kernel wrote (in the inode, in blocks, shared) changed by rext4.
+#[test]
+fn kernel_written_attributes_modified() {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("default", &[][..]), ("nocsum", &["-O", "^metadata_csum"][..])] {
+        let img = mkfs(dir.path(), name, args);
+        {
+            let km = KernelMount::rw(&img).unwrap();
+            let m = km.path();
+            for i in 0..4 {
+                let p = m.join(format!("k{i}"));
+                std::fs::write(&p, b"data").unwrap();
+                xattr::set(&p, "user.small", b"in the inode").unwrap();
+                xattr::set(&p, "user.big", &[b'K'; 500]).unwrap();
+                xattr::set(&p, "trusted.t", b"tt").unwrap();
+            }
+            km.unmount().unwrap();
+        }
+        let before_free = {
+            let fs = Fs::open(&img).unwrap();
+            fs.statfs().unwrap().blocks_free
+        };
+        let kernel_block = file_acl(&img, "/k0");
+        assert_eq!(refcount(&img, kernel_block), 4, "{name}: the kernel shared its block");
+        let fs = rw(&img);
+        // rext4 learns the kernel's block when reading it, and shares it.
+        let _ = rext4_xattrs(&fs, "/k0");
+        fs.create(fs.root(), b"r", 0o644, 0, 0).unwrap();
+        set(&fs, "/r", "user.big", &[b'K'; 500]);
+        set(&fs, "/r", "trusted.t", b"tt");
+        assert_eq!(fs.statfs().unwrap().blocks_free, before_free, "{name}: no new block");
+        // Change a shared one, replace and remove in-inode ones.
+        set(&fs, "/k1", "user.big", &[b'Z'; 600]);
+        set(&fs, "/k2", "user.small", b"replaced");
+        fs.removexattr(ino(&fs, "/k3"), b"user.small").unwrap();
+        fs.removexattr(ino(&fs, "/k3"), b"user.big").unwrap();
+        let base = map(&[("user.small", b"in the inode"), ("user.big", &[b'K'; 500]), ("trusted.t", b"tt")]);
+        let mut k1 = base.clone();
+        k1.insert(b"user.big".to_vec(), vec![b'Z'; 600]);
+        let mut k2 = base.clone();
+        k2.insert(b"user.small".to_vec(), b"replaced".to_vec());
+        let k3 = map(&[("trusted.t", b"tt")]);
+        let r = map(&[("user.big", &[b'K'; 500]), ("trusted.t", b"tt")]);
+        finish(fs, &img, &[("/k0", base), ("/k1", k1), ("/k2", k2), ("/k3", k3), ("/r", r)]);
+        assert_eq!(file_acl(&img, "/r"), kernel_block);
+        assert_eq!(refcount(&img, kernel_block), 3, "{name}: k0, k2, r (k1 copied, k3 dropped it)");
+        // And the kernel can go on changing and removing them.
+        let km = KernelMount::rw(&img).unwrap();
+        for i in 0..4 {
+            let p = km.path().join(format!("k{i}"));
+            for n in xattr::list(&p).unwrap() {
+                xattr::remove(&p, n).unwrap();
+            }
+        }
+        std::fs::remove_file(km.path().join("r")).unwrap();
+        km.unmount().unwrap();
+        e2fsck_clean(&img);
+    }
+}
+
+/// Threads giving many files the same attributes at once: references are counted right.
+#[test]
+fn concurrent_sharing_keeps_counts_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "conc", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let dirs: Vec<InodeNo> =
+        (0..4).map(|t| fs.mkdir(root, format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino).collect();
+    let free0 = fs.statfs().unwrap().blocks_free;
+    std::thread::scope(|s| {
+        for (t, &d) in dirs.iter().enumerate() {
+            let fs = fs.clone();
+            s.spawn(move || {
+                for i in 0..60 {
+                    let f = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino;
+                    fs.setxattr(f, b"user.common", &[b'c'; 400], 0).unwrap();
+                    if i % 3 == 0 {
+                        fs.setxattr(f, b"user.mine", format!("{t}").as_bytes(), 0).unwrap();
+                    }
+                    if i % 5 == 0 {
+                        fs.setxattr(f, b"user.common", &[b'd'; 400], 0).unwrap();
+                    }
+                    if i % 7 == 0 {
+                        fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    // Distinct sets: common=c, common=c+mine, common=d, common=d+mine(t) for each thread.
+    let used = free0 - fs.statfs().unwrap().blocks_free;
+    assert!(used <= 2 + 2 * 4, "{used} blocks for a handful of distinct attribute sets");
+    let mut expected = Vec::new();
+    for t in 0..4 {
+        for i in (0..60).filter(|i| i % 7 != 0) {
+            let p: &'static str = Box::leak(format!("/t{t}/f{i}").into_boxed_str());
+            let mut want = map(&[("user.common", &[if i % 5 == 0 { b'd' } else { b'c' }; 400])]);
+            if i % 3 == 0 {
+                want.insert(b"user.mine".to_vec(), format!("{t}").into_bytes());
+            }
+            expected.push((p, want));
+        }
+    }
+    finish(fs, &img, &expected);
+}
+
+mod model {
+    //! Random sequences of set / replace / remove / recreate on a few files against a map.
+    use super::*;
+    use proptest::prelude::*;
+    use rext4::dev::MemDevice;
+    use std::sync::Arc;
+
+    const FILES: usize = 3;
+    const NAMES: &[&str] = &[
+        "user.a",
+        "user.bb",
+        "user.ccc",
+        "user.a-rather-longer-name-for-the-entry",
+        "trusted.t",
+        "trusted.tt",
+        "security.s",
+        "user.x1",
+        "user.x2",
+        "user.x3",
+    ];
+    const LENS: &[usize] = &[0, 1, 3, 4, 5, 31, 60, 100, 300, 700, 1200];
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Set { file: usize, name: usize, len: usize, byte: u8, flags: u32 },
+        Remove { file: usize, name: usize },
+        Recreate { file: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..FILES, 0..NAMES.len(), 0..LENS.len(), 0u8..2, prop_oneof![3 => Just(0u32), 1 => Just(XATTR_CREATE), 1 => Just(XATTR_REPLACE)])
+                .prop_map(|(file, name, l, byte, flags)| Op::Set { file, name, len: LENS[l], byte, flags }),
+            3 => (0..FILES, 0..NAMES.len()).prop_map(|(file, name)| Op::Remove { file, name }),
+            1 => (0..FILES).prop_map(|file| Op::Recreate { file }),
+        ]
+    }
+
+    fn size_of(m: &Xattrs) -> usize {
+        // Entry (name without its prefix) and padded value, as a block would need.
+        m.iter()
+            .map(|(n, v)| {
+                let suffix = n.len() - n.iter().position(|&c| c == b'.').unwrap() - 1;
+                ((16 + suffix + 3) & !3) + ((v.len() + 3) & !3)
+            })
+            .sum()
+    }
+
+    fn image(args: &[&str]) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("m.img");
+        common::mkfs(None, &img, args, "8M");
+        std::fs::read(img).unwrap()
+    }
+
+    fn run(bytes: &[u8], ops: &[Op]) {
+        let dev = Arc::new(MemDevice::new(bytes.to_vec()));
+        let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
+        let root = fs.root();
+        let bs = fs.block_size() as usize;
+        let fname = |f: usize| format!("f{f}");
+        let mut ino: Vec<InodeNo> =
+            (0..FILES).map(|f| fs.create(root, fname(f).as_bytes(), 0o644, 0, 0).unwrap().ino).collect();
+        let mut model: Vec<Xattrs> = vec![Xattrs::new(); FILES];
+        for (k, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Set { file, name, len, byte, flags } => {
+                    let n = NAMES[name].as_bytes().to_vec();
+                    let v = vec![byte; len];
+                    let m = &mut model[file];
+                    let r = fs.setxattr(ino[file], &n, &v, flags);
+                    let exists = m.contains_key(&n);
+                    let expect = if flags == XATTR_CREATE && exists {
+                        libc::EEXIST
+                    } else if flags == XATTR_REPLACE && !exists {
+                        libc::ENODATA
+                    } else {
+                        0
+                    };
+                    match r {
+                        Err(e) if e.errno() == libc::ENOSPC && expect == 0 => {
+                            let mut after = m.clone();
+                            after.insert(n, v);
+                            // Everything fitting in one block never runs out of room.
+                            assert!(
+                                size_of(&after) + 36 > bs,
+                                "op {k}: ENOSPC with {} bytes",
+                                size_of(&after)
+                            );
+                        }
+                        r => {
+                            assert_eq!(errno(r), expect, "op {k}: {op:?}");
+                            if expect == 0 {
+                                m.insert(n, v);
+                            }
+                        }
+                    }
+                }
+                Op::Remove { file, name } => {
+                    let n = NAMES[name].as_bytes();
+                    let expect = if model[file].remove(n).is_some() { 0 } else { libc::ENODATA };
+                    assert_eq!(errno(fs.removexattr(ino[file], n)), expect, "op {k}: {op:?}");
+                }
+                Op::Recreate { file } => {
+                    fs.unlink(root, fname(file).as_bytes()).unwrap();
+                    ino[file] = fs.create(root, fname(file).as_bytes(), 0o644, 0, 0).unwrap().ino;
+                    model[file].clear();
+                }
+            }
+            let f = match *op {
+                Op::Set { file, .. } | Op::Remove { file, .. } | Op::Recreate { file } => file,
+            };
+            assert_eq!(rext4_xattrs(&fs, &format!("/{}", fname(f))), model[f], "after op {k}: {op:?}");
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("m.img");
+        std::fs::write(&img, dev.snapshot()).unwrap();
+        let expected: Vec<(String, Xattrs)> =
+            (0..FILES).map(|f| (format!("/{}", fname(f)), model[f].clone())).collect();
+        let refs: Vec<(&str, Xattrs)> = expected.iter().map(|(p, m)| (p.as_str(), m.clone())).collect();
+        let fs = Fs::open(&img).unwrap();
+        finish(fs, &img, &refs);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            // Each case makes and checks an image; PROPTEST_CASES asks for more.
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+        #[test]
+        fn random_sequences_match_a_map(ops in proptest::collection::vec(op(), 1..80), small in any::<bool>()) {
+            static DEFAULT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+            static SMALL: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+            let bytes = if small {
+                SMALL.get_or_init(|| image(&["-I", "128", "-b", "1024", "-O", "^metadata_csum"]))
+            } else {
+                DEFAULT.get_or_init(|| image(&[]))
+            };
+            run(bytes, &ops);
+        }
+    }
+}
