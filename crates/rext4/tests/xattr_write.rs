@@ -23,9 +23,15 @@ const ACL_GROUP: u16 = 0x08;
 const ACL_MASK: u16 = 0x10;
 const ACL_OTHER: u16 = 0x20;
 
+/// A 32 MiB image; 4 KiB blocks unless `args` say otherwise (mkfs picks 1 KiB for so small a
+/// filesystem).
 fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
-    common::mkfs(None, &img, args, "32M");
+    let mut all = args.to_vec();
+    if !args.contains(&"-b") {
+        all.extend(["-b", "4096"]);
+    }
+    common::mkfs(None, &img, &all, "32M");
     img
 }
 
@@ -854,7 +860,7 @@ mod model {
         "user.x2",
         "user.x3",
     ];
-    const LENS: &[usize] = &[0, 1, 3, 4, 5, 31, 60, 100, 300, 700, 1200];
+    const LENS: &[usize] = &[0, 1, 3, 4, 5, 31, 60, 100, 300, 700, 1200, 2500];
 
     #[derive(Clone, Debug)]
     enum Op {
@@ -885,7 +891,7 @@ mod model {
     fn image(args: &[&str]) -> Vec<u8> {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("m.img");
-        common::mkfs(None, &img, args, "8M");
+        common::mkfs(None, &img, args, "16M");
         std::fs::read(img).unwrap()
     }
 
@@ -974,7 +980,7 @@ mod model {
             let bytes = if small {
                 SMALL.get_or_init(|| image(&["-I", "128", "-b", "1024", "-O", "^metadata_csum"]))
             } else {
-                DEFAULT.get_or_init(|| image(&[]))
+                DEFAULT.get_or_init(|| image(&["-b", "4096"]))
             };
             run(bytes, &ops);
         }
