@@ -12,6 +12,7 @@ mod fmt;
 mod imagepath;
 mod inspect;
 mod modify;
+mod xattr_cmd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -94,6 +95,32 @@ enum Cmd {
         target: String,
         link: String,
     },
+    /// Set or remove an extended attribute: `rext4 setfattr -n NAME [-v VALUE] IMAGE:/path`,
+    /// `rext4 setfattr -x NAME IMAGE:/path`. VALUE is text, "quoted text", 0xHEX or 0sBASE64.
+    Setfattr {
+        #[arg(short = 'n', required_unless_present = "remove", conflicts_with = "remove")]
+        name: Option<String>,
+        #[arg(short = 'v', requires = "name")]
+        value: Option<String>,
+        #[arg(short = 'x')]
+        remove: Option<String>,
+        /// Act on a final symbolic link itself.
+        #[arg(long)]
+        no_dereference: bool,
+        target: String,
+    },
+    /// Show extended attributes, all or one: `rext4 getfattr [-n NAME] [-e text|hex|base64]
+    /// IMAGE:/path`.
+    Getfattr {
+        #[arg(short = 'n')]
+        name: Option<String>,
+        #[arg(short = 'e', value_enum, default_value = "text")]
+        encoding: xattr_cmd::Encoding,
+        /// Act on a final symbolic link itself.
+        #[arg(long)]
+        no_dereference: bool,
+        target: String,
+    },
     /// Benchmarks against kernel ext4 on the same image: `rext4 bench walk`.
     Bench {
         #[command(subcommand)]
@@ -169,6 +196,18 @@ fn main() -> ExitCode {
         Cmd::Touch { date, target } => modify::touch(date.as_deref(), &target),
         Cmd::Truncate { size, target } => modify::truncate(&size, &target),
         Cmd::Stat { target } => inspect::stat(&target),
+        Cmd::Setfattr { name, value, remove, no_dereference, target } => match (name, remove) {
+            (Some(name), _) => {
+                xattr_cmd::setfattr(&xattr_cmd::Change::Set { name, value }, &target, !no_dereference)
+            }
+            (None, Some(name)) => {
+                xattr_cmd::setfattr(&xattr_cmd::Change::Remove { name }, &target, !no_dereference)
+            }
+            (None, None) => Err("setfattr: give -n NAME or -x NAME".into()),
+        },
+        Cmd::Getfattr { name, encoding, no_dereference, target } => {
+            xattr_cmd::getfattr(name.as_deref(), encoding, &target, !no_dereference)
+        }
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),

@@ -239,6 +239,40 @@ fn mkdir_rm_mv_ln_change_the_tree_and_leave_it_clean() {
     fsck_clean(&fx.image);
 }
 
+#[test]
+fn setfattr_getfattr_round_trip_and_leave_the_image_clean() {
+    let fx = fixture();
+    let f = at(&fx, "/hello.txt");
+    assert_eq!(stdout(&rext4(&["getfattr", &f])), "# file: /hello.txt\nuser.colour=\"blue\"\n\n");
+    for args in [
+        vec!["setfattr", "-n", "user.colour", "-v", "green", &f],
+        vec!["setfattr", "-n", "user.bin", "-v", "0x00ff", &f],
+        vec!["setfattr", "-n", "trusted.b64", "-v", "0sYQpi", &f],
+        vec!["setfattr", "-n", "user.empty", &f],
+        vec!["setfattr", "-n", "user.gone", "-v", "x", &f],
+        vec!["setfattr", "-x", "user.gone", &f],
+    ] {
+        let o = rext4(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let all = stdout(&rext4(&["getfattr", "-e", "hex", &f]));
+    for want in ["user.colour=0x677265656e", "user.bin=0x00ff", "trusted.b64=0x610a62", "user.empty=0x"] {
+        assert!(all.contains(want), "{want} missing:\n{all}");
+    }
+    assert!(!all.contains("user.gone"), "{all}");
+    assert_eq!(
+        stdout(&rext4(&["getfattr", "-n", "user.colour", &f])),
+        "# file: /hello.txt\nuser.colour=\"green\"\n\n"
+    );
+    // Errors: missing attribute, unknown namespace, missing file.
+    assert!(!rext4(&["getfattr", "-n", "user.nope", &f]).status.success());
+    assert!(!rext4(&["setfattr", "-x", "user.nope", &f]).status.success());
+    let o = rext4(&["setfattr", "-n", "bogus.x", "-v", "1", &f]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not supported"), "{o:?}");
+    assert!(!rext4(&["setfattr", "-n", "user.x", &at(&fx, "/missing")]).status.success());
+    fsck_clean(&fx.image);
+}
+
 /// `e2fsck -fn` finds nothing to fix.
 fn fsck_clean(img: &Path) {
     let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();

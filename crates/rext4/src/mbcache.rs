@@ -20,9 +20,12 @@ const SHARDS: usize = 16;
 /// the reference limit is the usual reason for a second).
 const PER_HASH: usize = 8;
 
+/// Block hash -> blocks with it, newest last.
+type Shard = HashMap<u32, Vec<u64>>;
+
 pub(crate) struct XattrBlockCache {
-    /// Hash -> blocks, newest last. [own lock per shard]
-    shards: Box<[Mutex<HashMap<u32, Vec<u64>>>]>,
+    /// [own lock per shard]
+    shards: Box<[Mutex<Shard>]>,
     /// Hashes per shard before one is dropped. [immutable]
     per_shard: usize,
 }
@@ -36,7 +39,7 @@ impl XattrBlockCache {
         }
     }
 
-    fn shard(&self, hash: u32) -> &Mutex<HashMap<u32, Vec<u64>>> {
+    fn shard(&self, hash: u32) -> &Mutex<Shard> {
         &self.shards[(hash.wrapping_mul(0x9E37_79B9) >> 28) as usize % SHARDS]
     }
 
