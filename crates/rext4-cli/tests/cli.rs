@@ -273,6 +273,70 @@ fn setfattr_getfattr_round_trip_and_leave_the_image_clean() {
     fsck_clean(&fx.image);
 }
 
+#[test]
+fn cp_imports_a_tree_and_truncate_resizes() {
+    let fx = fixture();
+    let img = fx.work.join("empty.img");
+    let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).arg("64M").output().unwrap();
+    assert!(out.status.success());
+    let target = format!("{}:/", img.display());
+    let o = rext4(&["cp", "-r", "-q", fx.src.to_str().unwrap(), &target]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A single file to a new name, then over it again.
+    let named = format!("{}:/copy.bin", img.display());
+    for _ in 0..2 {
+        let o = rext4(&["cp", fx.src.join("sub/data.bin").to_str().unwrap(), &named]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    fsck_clean(&img);
+    // Round trip: export what was imported and compare with the source.
+    let back = fx.work.join("back");
+    std::fs::create_dir(&back).unwrap();
+    let o = rext4(&["cp", "-r", "-q", &format!("{}:/src", img.display()), back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    compare_trees(&fx.src, &back.join("src"));
+    let a = std::fs::metadata(back.join("src/hello.txt")).unwrap();
+    assert_eq!(a.nlink(), 2, "hard link kept");
+    let sm = std::fs::metadata(fx.src.join("sparse")).unwrap();
+    let stat = stdout(&rext4(&["stat", &format!("{}:/src/sparse", img.display())]));
+    assert!(stat.contains(&format!("Size: {}", sm.len())), "{stat}");
+    let blocks: u64 = stat
+        .split("Blocks:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(blocks < 64, "the hole stayed a hole: {stat}");
+    let m = std::fs::metadata(fx.src.join("sub/data.bin")).unwrap();
+    let stat = stdout(&rext4(&["stat", &format!("{}:/src/sub/data.bin", img.display())]));
+    assert!(stat.contains(&format!(".{:09}", m.mtime_nsec())), "nanoseconds kept: {stat}");
+
+    // truncate: absolute, relative, with suffixes, creating a missing file.
+    for (arg, want) in [("100", 100u64), ("+1K", 1124), ("-24", 1100), ("3M", 3 << 20), ("0", 0)] {
+        let o = rext4(&["truncate", "-s", arg, &named]);
+        assert!(o.status.success(), "{arg}: {}", String::from_utf8_lossy(&o.stderr));
+        let stat = stdout(&rext4(&["stat", &named]));
+        assert!(stat.contains(&format!("Size: {want} ")), "{arg}: {stat}");
+    }
+    let fresh = format!("{}:/new-file", img.display());
+    assert!(rext4(&["truncate", "-s", "5G", &fresh]).status.success());
+    assert!(!rext4(&["truncate", "-s", "lots", &fresh]).status.success());
+    assert!(!rext4(&["truncate", "-s", "1", &format!("{}:/src", img.display())]).status.success());
+    fsck_clean(&img);
+    if nix_is_root() {
+        let mnt = fx.work.join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let o = Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r = std::panic::catch_unwind(|| {
+            compare_trees(&fx.src, &mnt.join("src"));
+            assert_eq!(std::fs::metadata(mnt.join("new-file")).unwrap().len(), 5 << 30);
+        });
+        Command::new("umount").arg(&mnt).status().unwrap();
+        r.unwrap();
+    }
+}
+
 /// `e2fsck -fn` finds nothing to fix.
 fn fsck_clean(img: &Path) {
     let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
