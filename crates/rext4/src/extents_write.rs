@@ -119,6 +119,11 @@ fn header(node: &[u8]) -> Result<ExtentHeader> {
         .map_err(|_| Error::InvalidInput("extent node too short"))
 }
 
+/// An empty extent root in `i_block` of record `raw`.
+pub(crate) fn init_root(raw: &mut [u8]) {
+    encode(&mut raw[I_BLOCK], 0, ROOT_MAX, &Entries::Leaf(Vec::new()));
+}
+
 /// Writes a node: header and entries, the rest of the entry area zeroed.
 fn encode(node: &mut [u8], depth: u16, max: usize, entries: &Entries) {
     let h = ExtentHeader {

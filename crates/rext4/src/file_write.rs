@@ -97,10 +97,42 @@ impl FsInner {
         if d.flags() & ENCRYPT_FL != 0 {
             return Err(Error::NoKey);
         }
-        if d.flags() & INLINE_DATA_FL != 0 {
-            return Err(Error::NotSupported("writing a file with inline data".into()));
-        }
         Ok(inode)
+    }
+
+    /// Moves an inline-data file's bytes into a block (`ext4_convert_inline_data`), so that
+    /// writes, truncates and fallocate work on an ordinary block map. The caller holds the
+    /// file's `op_lock`.
+    fn inline_to_blocks(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+    ) -> Result<()> {
+        let h = journal.start(DATA_CREDITS)?;
+        let _d = inode.data_sem.write();
+        if inode.flags() & INLINE_DATA_FL == 0 {
+            return Ok(());
+        }
+        let size = inode.size();
+        let mut data = self.inline_bytes(inode)?;
+        data.truncate(usize::try_from(size).unwrap_or(usize::MAX));
+        let mut raw = inode.raw_mut();
+        self.ibody_remove(inode.ino, &mut raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
+        let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
+        let flags = (raw_flags(&raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        raw[crate::extents_write::I_BLOCK].fill(0);
+        if extents {
+            crate::extents_write::init_root(&mut raw);
+        }
+        if !data.is_empty() {
+            let (runs, _) = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
+            self.write_runs(&runs, 0, &data)?;
+        }
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
     }
 
     /// Mapped runs of `lo..hi` in record `raw` (clipped to the range, in order).
@@ -284,6 +316,9 @@ impl FsInner {
         }
         let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
         let _op = inode.op_lock.lock();
+        if inode.flags() & INLINE_DATA_FL != 0 {
+            self.inline_to_blocks(&journal, &inode)?;
+        }
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
         let mut lblk = offset / bs;
@@ -391,6 +426,9 @@ impl FsInner {
             return Err(Error::FileTooBig);
         }
         let _op = inode.op_lock.lock();
+        if inode.flags() & INLINE_DATA_FL != 0 {
+            self.inline_to_blocks(&journal, &inode)?;
+        }
         let bs = u64::from(self.sbi.block_size);
         let h = journal.start(DATA_CREDITS)?;
         {
@@ -433,6 +471,10 @@ impl FsInner {
             });
         }
         let inode = self.regular_file(ino)?;
+        if inode.flags() & INLINE_DATA_FL != 0 {
+            let _op = inode.op_lock.lock();
+            self.inline_to_blocks(&journal, &inode)?;
+        }
         if inode.flags() & EXTENTS_FL == 0 {
             // As the kernel: only extent-mapped files have unwritten extents.
             return Err(Error::NotSupported("fallocate on a block-mapped file".into()));

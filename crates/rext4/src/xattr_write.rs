@@ -560,8 +560,6 @@ impl FsInner {
     /// Removes in-inode attribute `index`/`name` (inline data's `system.data`) from the record
     /// `raw`, which the caller holds for writing and stores afterwards. Returns whether it was
     /// there.
-    // For inline-data file writes; exercised by the tests below until they land.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn ibody_remove(&self, ino: InodeNo, raw: &mut [u8], index: u8, name: &[u8]) -> Result<bool> {
         let is = self.ibody_find(ino, raw, index, name)?;
         if !is.is_some_and(|s| s.pos.found) {

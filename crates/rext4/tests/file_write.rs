@@ -539,3 +539,51 @@ fn unsupported_write_features_refuse_writing() {
         e2fsck_clean(&img);
     }
 }
+
+/// Small files the kernel stored inline (`inline_data`) are moved into blocks when rext4
+/// writes, truncates or fallocates them; their bytes and the image stay right.
+#[test]
+fn inline_data_files_are_converted_on_write() {
+    if !is_root() {
+        eprintln!("not root: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "inline", &["-O", "inline_data", "-b", "4096"], "64M");
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    {
+        let m = KernelMount::rw(&img).unwrap();
+        for (i, len) in [0usize, 10, 59, 60, 100, 150].into_iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+            std::fs::write(m.path().join(format!("i{i}")), &data).unwrap();
+            files.push((format!("i{i}"), data));
+        }
+        m.unmount().unwrap();
+    }
+    let fs = rw(&img);
+    for (i, (name, model)) in files.iter_mut().enumerate() {
+        let ino = fs.resolve(format!("/{name}"), false).unwrap();
+        assert!(read_all(&fs, ino) == *model);
+        match i % 3 {
+            0 => {
+                let extra = vec![0xEE; 5000];
+                fs.write(ino, model.len() as u64 + 3, &extra).unwrap();
+                model.resize(model.len() + 3, 0);
+                model.extend_from_slice(&extra);
+            }
+            1 => {
+                truncate(&fs, ino, 20_000).unwrap();
+                model.resize(20_000, 0);
+            }
+            _ => {
+                fs.fallocate(ino, 0, 0, 9000).unwrap();
+                model.resize(model.len().max(9000), 0);
+            }
+        }
+        assert!(read_all(&fs, ino) == *model, "{name}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    kernel_reads(&img, &files);
+}
