@@ -26,8 +26,9 @@ use zerocopy::IntoBytes;
 const LINK_MAX: u16 = 65000;
 
 /// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
-/// directory blocks, and the blocks a freed file had in a few groups.
-const NAME_CREDITS: u32 = 24;
+/// directory blocks (an htree insertion may split a leaf and index nodes on three levels),
+/// and the blocks a freed file had in a few groups.
+const NAME_CREDITS: u32 = 36;
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > 255 {
