@@ -84,7 +84,11 @@ impl FsInner {
             drop(block);
             raw_set_size(&mut craw, target.len() as u64);
         }
-        self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK)?;
+        if let Err(e) = self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK) {
+            drop(craw);
+            self.abandon_new_inode(&h, &child, false)?;
+            return Err(e);
+        }
         self.dcache.insert(dir.ino, name, child.ino);
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);

@@ -18,6 +18,22 @@ fn mkfs(dir: &Path, name: &str, args: &[&str], size: &str) -> PathBuf {
     img
 }
 
+/// Runs `tool args img`, which must succeed.
+fn run_on(tool: &str, args: &[&str], img: &Path) {
+    let o = std::process::Command::new(common::tool(tool)).args(args).arg(img).output().unwrap();
+    assert!(o.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An image whose default directory hash is `alg`, signed or unsigned.
+fn mkfs_hash(dir: &Path, name: &str, args: &[&str], alg: &str, unsigned: bool) -> PathBuf {
+    let img = mkfs(dir, name, args, "64M");
+    run_on("tune2fs", &["-E", &format!("hash_alg={alg}")], &img);
+    if unsigned {
+        run_on("debugfs", &["-w", "-R", "ssv flags 2"], &img);
+    }
+    img
+}
+
 fn rw(img: &Path) -> Fs {
     Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
 }
@@ -99,5 +115,197 @@ fn two_hundred_thousand_entries() {
     common::e2fsck_clean(&img);
     if let Some(k) = kernel_names(&img, "/big") {
         assert!(k.is_empty(), "kernel still lists {} names", k.len());
+    }
+}
+
+/// A name for variant tests; some carry bytes >= 0x80, whose hash depends on signedness.
+fn vname(i: usize, len: usize) -> Vec<u8> {
+    let mut n = format!("v{i:05}-").into_bytes();
+    if i % 3 == 0 {
+        n.extend_from_slice(&[0xC3, 0xA9, 0xFF, 0x80]);
+    }
+    while n.len() < len {
+        n.push(b'a' + (n.len() % 26) as u8);
+    }
+    n.truncate(len.max(8));
+    n
+}
+
+/// Creates, renames (to new names, over existing ones, and the directory itself to another
+/// parent, which repoints its `..` in the root block) and removes names in a directory that
+/// becomes indexed; checks readdir and lookups, then e2fsck and the kernel.
+fn exercise(img: &Path, n: usize, len: usize) {
+    let fs = rw(img);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let mut want: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for i in 0..n {
+        fs.create(d, &vname(i, len), 0o644, 0, 0).unwrap();
+        want.insert(vname(i, len));
+    }
+    assert_ne!(fs.getattr(d).unwrap().flags & INDEX_FL, 0, "not indexed");
+    assert_eq!(fs.create(d, &vname(0, len), 0o644, 0, 0).unwrap_err().errno(), 17);
+    for i in (0..n).step_by(7) {
+        let mut to = vname(i, len.min(250));
+        to.extend_from_slice(b"-r");
+        fs.rename(d, &vname(i, len), d, &to, 0).unwrap();
+        want.remove(&vname(i, len));
+        want.insert(to);
+    }
+    // Over an existing name: the entry is repointed in place.
+    for i in (1..n - 1).step_by(11).filter(|i| i % 7 != 0 && (i + 1) % 7 != 0) {
+        let from = vname(i, len);
+        let to = vname(i + 1, len);
+        if want.contains(&from) && want.contains(&to) {
+            let ino = fs.lookup(d, &from).unwrap().ino;
+            fs.rename(d, &from, d, &to, 0).unwrap();
+            assert_eq!(fs.lookup(d, &to).unwrap().ino, ino);
+            want.remove(&from);
+        }
+    }
+    let victims: Vec<_> = want.iter().step_by(3).cloned().collect();
+    for v in &victims {
+        fs.unlink(d, v).unwrap();
+        want.remove(v);
+    }
+    assert_eq!(fs.unlink(d, &victims[0]).unwrap_err().errno(), 2);
+    assert!(names(&fs, d) == want, "rext4 readdir differs");
+    common::readdir_resume(&fs, "/d", 37);
+    let p2 = fs.mkdir(root, b"p2", 0o755, 0, 0).unwrap().ino;
+    fs.rename(root, b"d", p2, b"d", 0).unwrap();
+    assert_eq!(fs.lookup(d, b"..").unwrap().ino, p2);
+    fs.unmount().unwrap();
+    drop(fs);
+    common::e2fsck_clean(img);
+    // A fresh open (no cached names): every name found by lookup.
+    let fs = Fs::open(img).unwrap();
+    for w in &want {
+        fs.lookup(d, w).unwrap_or_else(|e| panic!("lookup {}: {e}", String::from_utf8_lossy(w)));
+    }
+    assert!(names(&fs, d) == want);
+    drop(fs);
+    if let Some(k) = kernel_names(img, "/p2/d") {
+        assert!(k == want, "kernel lists {} names, want {}", k.len(), want.len());
+    }
+}
+
+#[test]
+fn hash_versions_and_features() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args, alg, n, len) in [
+        ("half_md4-4k", &["-b", "4096"][..], "half_md4", 3000, 20),
+        ("tea", &[][..], "tea", 3000, 20),
+        ("legacy", &[][..], "legacy", 3000, 20),
+        ("nocsum-4k", &["-b", "4096", "-O", "^metadata_csum"][..], "half_md4", 3000, 40),
+        ("1k-two-levels", &["-b", "1024"][..], "half_md4", 4000, 120),
+        ("1k-nocsum-tea", &["-b", "1024", "-O", "^metadata_csum,^has_journal"][..], "tea", 4000, 120),
+        ("ext3", &["-t", "ext3"][..], "half_md4", 100, 30),
+    ] {
+        for unsigned in [false, true] {
+            if unsigned && args.len() > 2 {
+                continue;
+            }
+            let name = format!("{name}{}", if unsigned { "-unsigned" } else { "" });
+            eprintln!("{name}");
+            let img = mkfs_hash(dir.path(), &name, args, alg, unsigned);
+            exercise(&img, n, len);
+            if name.starts_with("1k") {
+                assert_eq!(common::htree_levels(&img, "/p2/d"), Some(1), "{name}");
+            }
+        }
+    }
+}
+
+/// 255-byte names in 1 KiB blocks: with large_dir the index grows a third level; without it,
+/// a full two-level index refuses more names with ENOSPC, as the kernel does.
+#[test]
+fn large_dir_three_levels_and_full_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = |i: usize| vname(i, 255);
+    for large in [true, false] {
+        let features = if large { "large_dir" } else { "^large_dir" };
+        let img = mkfs(dir.path(), features, &["-b", "1024", "-N", "70000", "-O", features], "160M");
+        let fs = rw(&img);
+        let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+        let t = Instant::now();
+        let mut n = 0;
+        let full = loop {
+            match fs.create(d, &long(n), 0o644, 0, 0) {
+                Ok(_) => n += 1,
+                Err(e) => break Some(e),
+            }
+            if n == 45_000 {
+                break None;
+            }
+        };
+        eprintln!("{features}: {n} long names in {:.1} s, stopped by {full:?}", t.elapsed().as_secs_f64());
+        if large {
+            assert!(full.is_none(), "large_dir: {full:?} after {n}");
+        } else {
+            assert_eq!(full.map(|e| e.errno()), Some(28), "without large_dir the index fills");
+        }
+        // Remove a third, so leaves empty out (the kernel does not merge them either).
+        for i in (0..n).step_by(3) {
+            fs.unlink(d, &long(i)).unwrap();
+        }
+        let want: BTreeSet<Vec<u8>> = (0..n).filter(|i| i % 3 != 0).map(long).collect();
+        assert!(names(&fs, d) == want);
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&img);
+        assert_eq!(common::htree_levels(&img, "/d"), Some(if large { 2 } else { 1 }), "{features}");
+        if let Some(k) = kernel_names(&img, "/d") {
+            assert!(k == want, "{features}: kernel lists {} names, want {}", k.len(), want.len());
+        }
+    }
+}
+
+/// Directories the kernel indexed (one and two levels), then changed by rext4: names added
+/// and removed, and the kernel still agrees.
+#[test]
+fn kernel_indexed_directories() {
+    if !common::kernel_can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args, n) in [("4k", &["-b", "4096"][..], 5000), ("1k", &["-b", "1024"][..], 5000)] {
+        let img = mkfs(dir.path(), name, args, "64M");
+        {
+            let km = common::KernelMount::rw(&img).unwrap();
+            let k = km.path().join("k");
+            std::fs::create_dir(&k).unwrap();
+            for i in 0..n {
+                std::fs::write(k.join(format!("kernel-{i:05}")), b"").unwrap();
+            }
+            km.unmount().unwrap();
+        }
+        let levels = common::htree_levels(&img, "/k");
+        assert!(levels.is_some(), "{name}: the kernel did not index /k");
+        let fs = rw(&img);
+        let k = fs.resolve("/k", true).unwrap();
+        let mut want: BTreeSet<Vec<u8>> = (0..n).map(|i| format!("kernel-{i:05}").into_bytes()).collect();
+        for i in 0..n {
+            let nm = format!("rext4-{i:05}-{}", "x".repeat(i % 40)).into_bytes();
+            fs.create(k, &nm, 0o600, 0, 0).unwrap();
+            want.insert(nm);
+        }
+        for i in (0..n).step_by(2) {
+            let nm = format!("kernel-{i:05}").into_bytes();
+            fs.unlink(k, &nm).unwrap();
+            want.remove(&nm);
+        }
+        for i in (1..n).step_by(10) {
+            let from = format!("kernel-{i:05}").into_bytes();
+            let to = format!("renamed-{i:05}").into_bytes();
+            fs.rename(k, &from, k, &to, 0).unwrap();
+            want.remove(&from);
+            want.insert(to);
+        }
+        assert!(names(&fs, k) == want);
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&img);
+        assert!(common::htree_levels(&img, "/k") >= levels);
+        assert!(kernel_names(&img, "/k").unwrap() == want, "{name}: kernel view differs");
     }
 }
