@@ -148,7 +148,7 @@ impl FsInner {
         let mut entries = Vec::new();
         if start <= DOTDOT_POS {
             let d = path.levels[0].buf.data();
-            let mut it = DirBlockIter::new(&d[..24], self.sbi.block_size);
+            let mut it = DirBlockIter::new(&d, self.sbi.block_size);
             for p in [0, DOTDOT_POS] {
                 let Some(Ok(e)) = it.next() else { return Ok(Batch::Unusable) };
                 if p >= start && e.inode != 0 {

@@ -42,6 +42,8 @@ fn rw(img: &Path) -> Fs {
 fn names(fs: &Fs, dir: InodeNo) -> BTreeSet<Vec<u8>> {
     let mut v = Vec::new();
     fs.readdir(dir, 0, |e| {
+        // The top bit marks block-order positions, used only when an index is unusable.
+        assert_eq!(e.next >> 63, 0, "readdir fell back to block order");
         v.push(e.name);
         true
     })
@@ -308,4 +310,223 @@ fn kernel_indexed_directories() {
         assert!(common::htree_levels(&img, "/k") >= levels);
         assert!(kernel_names(&img, "/k").unwrap() == want, "{name}: kernel view differs");
     }
+}
+
+/// Threads creating, renaming (within the shared directory and from their own into it) and
+/// unlinking in one shared indexed directory and in their own, while another thread looks up
+/// names that stay put and reads the shared directory: no lookup misses, no readdir repeats,
+/// and afterwards every directory holds exactly what the threads left, clean for e2fsck and
+/// the kernel.
+#[test]
+fn concurrent_name_operations() {
+    const THREADS: usize = 6;
+    const PER: usize = 2500;
+    const STABLE: usize = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "conc", &["-b", "1024", "-N", "40000"], "256M");
+    let fs = rw(&img);
+    let root = fs.root();
+    let shared = fs.mkdir(root, b"shared", 0o755, 0, 0).unwrap().ino;
+    let stable: Vec<Vec<u8>> =
+        (0..STABLE).map(|i| format!("stable-{i:04}-{}", "s".repeat(i % 50)).into_bytes()).collect();
+    for s in &stable {
+        fs.create(shared, s, 0o644, 0, 0).unwrap();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let t = Instant::now();
+    let (results, reads) = std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut rng = common::Rng::new(99);
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..200 {
+                    let s = rng.pick(&stable);
+                    fs.lookup(shared, s)
+                        .unwrap_or_else(|e| panic!("lookup {}: {e}", String::from_utf8_lossy(s)));
+                }
+                let seen = names(&fs, shared);
+                assert!(stable.iter().all(|s| seen.contains(s)), "readdir lost a stable name");
+                reads += 1;
+            }
+            reads
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let fs = &fs;
+                sc.spawn(move || {
+                    let own = fs.mkdir(root, format!("own-{t}").as_bytes(), 0o755, 0, 0).unwrap().ino;
+                    let (mut in_shared, mut in_own) = (BTreeSet::new(), BTreeSet::new());
+                    let mut rng = common::Rng::new(t as u64);
+                    for i in 0..PER {
+                        let pad = "p".repeat(rng.below(60) as usize);
+                        let s = format!("t{t}-{i:05}-{pad}").into_bytes();
+                        fs.create(shared, &s, 0o644, 0, 0).unwrap();
+                        let o = format!("own{t}-{i:05}-{pad}").into_bytes();
+                        fs.create(own, &o, 0o644, 0, 0).unwrap();
+                        in_own.insert(o.clone());
+                        if i % 3 == 0 {
+                            let mut r = s.clone();
+                            r.extend_from_slice(b"-r");
+                            fs.rename(shared, &s, shared, &r, 0).unwrap();
+                            in_shared.insert(r);
+                        } else {
+                            in_shared.insert(s);
+                        }
+                        if i % 5 == 0 {
+                            let to = format!("moved-{t}-{i:05}").into_bytes();
+                            fs.rename(own, &o, shared, &to, 0).unwrap();
+                            in_own.remove(&o);
+                            in_shared.insert(to);
+                        }
+                        if i % 4 == 0 {
+                            let victim =
+                                in_shared.iter().nth(rng.below(in_shared.len() as u64) as usize).cloned();
+                            let victim = victim.unwrap();
+                            fs.unlink(shared, &victim).unwrap();
+                            in_shared.remove(&victim);
+                        }
+                    }
+                    (own, in_shared, in_own)
+                })
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (results, reader.join().unwrap())
+    });
+    let ops = THREADS * PER * 2 + THREADS * (PER / 3 + PER / 5 + PER / 4);
+    eprintln!(
+        "{ops} operations from {THREADS} threads in {:.1} s; {reads} full reads",
+        t.elapsed().as_secs_f64()
+    );
+    let mut want_shared: BTreeSet<Vec<u8>> = stable.iter().cloned().collect();
+    for (own, in_shared, in_own) in &results {
+        want_shared.extend(in_shared.iter().cloned());
+        assert!(names(&fs, *own) == *in_own, "an own directory differs");
+    }
+    assert!(names(&fs, shared) == want_shared, "the shared directory differs");
+    fs.unmount().unwrap();
+    drop(fs);
+    common::e2fsck_clean(&img);
+    assert!(common::htree_levels(&img, "/shared").is_some());
+    if let Some(k) = kernel_names(&img, "/shared") {
+        assert!(k == want_shared, "kernel: shared directory differs");
+    }
+    if let Some(k) = kernel_names(&img, "/own-0") {
+        assert!(k == results[0].2, "kernel: own-0 differs");
+    }
+}
+
+/// Reads `dir` a page of `step` entries at a time (each page a new readdir from the last
+/// entry's `next`), calling `between` after each page; returns every name in order.
+fn paged(fs: &Fs, dir: InodeNo, step: usize, mut between: impl FnMut(usize)) -> Vec<Vec<u8>> {
+    let mut all = Vec::new();
+    let mut pos = 0;
+    for page in 0.. {
+        let mut got = 0;
+        fs.readdir(dir, pos, |e| {
+            assert_eq!(e.next >> 63, 0, "readdir fell back to block order");
+            pos = e.next;
+            all.push(e.name);
+            got += 1;
+            got < step
+        })
+        .unwrap();
+        if got < step {
+            break;
+        }
+        between(page);
+    }
+    all
+}
+
+/// Every name in `before` seen exactly once, and no name seen twice.
+#[track_caller]
+fn once_each(seen: &[Vec<u8>], before: &BTreeSet<Vec<u8>>, ctx: &str) {
+    let mut count = std::collections::BTreeMap::new();
+    for n in seen {
+        *count.entry(n.clone()).or_insert(0) += 1;
+    }
+    let dups: Vec<_> =
+        count.iter().filter(|(_, &c)| c > 1).map(|(n, _)| String::from_utf8_lossy(n)).collect();
+    assert!(dups.is_empty(), "{ctx}: repeated {dups:?}");
+    let lost: Vec<_> =
+        before.iter().filter(|n| !count.contains_key(*n)).map(|n| String::from_utf8_lossy(n)).collect();
+    assert!(lost.is_empty(), "{ctx}: skipped {} names, e.g. {:?}", lost.len(), &lost[..lost.len().min(3)]);
+}
+
+/// Names inserted during a paginated readdir (splitting leaves and index nodes, and turning a
+/// one-block directory into an indexed one) neither repeat nor hide entries that were there
+/// from the start.
+#[test]
+fn readdir_positions_survive_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "rd", &["-b", "1024", "-N", "60000"], "256M");
+    let fs = rw(&img);
+    let root = fs.root();
+    let mut serial = 0usize;
+    let mut fresh = || {
+        serial += 1;
+        format!("new-{serial:06}-{}", "n".repeat(serial % 37)).into_bytes()
+    };
+
+    // A one-block directory read an entry at a time while it becomes indexed and grows.
+    let small = fs.mkdir(root, b"small", 0o755, 0, 0).unwrap().ino;
+    let before: BTreeSet<Vec<u8>> = (0..20).map(|i| format!("orig-{i:02}").into_bytes()).collect();
+    for n in &before {
+        fs.create(small, n, 0o644, 0, 0).unwrap();
+    }
+    assert_eq!(fs.getattr(small).unwrap().flags & INDEX_FL, 0);
+    let seen = paged(&fs, small, 1, |page| {
+        for _ in 0..if page < 15 { 30 } else { 0 } {
+            fs.create(small, &fresh(), 0o644, 0, 0).unwrap();
+        }
+    });
+    assert_ne!(fs.getattr(small).unwrap().flags & INDEX_FL, 0);
+    once_each(&seen, &before, "one block becoming indexed");
+
+    // A two-level tree read in pages while inserts split leaves and nodes under the reader.
+    let big = fs.mkdir(root, b"big", 0o755, 0, 0).unwrap().ino;
+    let before: BTreeSet<Vec<u8>> =
+        (0..8000).map(|i| format!("orig-{i:05}-{}", "o".repeat(i % 41)).into_bytes()).collect();
+    for n in &before {
+        fs.create(big, n, 0o644, 0, 0).unwrap();
+    }
+    let seen = paged(&fs, big, 40, |page| {
+        for _ in 0..if page < 200 { 60 } else { 0 } {
+            fs.create(big, &fresh(), 0o644, 0, 0).unwrap();
+        }
+    });
+    once_each(&seen, &before, "paged with inserts between pages");
+
+    // The same with a writer thread inserting (and removing its own names) meanwhile.
+    let before = names(&fs, big);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (seen, written) = std::thread::scope(|sc| {
+        let writer = sc.spawn(|| {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = format!("thread-{n:06}-{}", "t".repeat(n % 53)).into_bytes();
+                fs.create(big, &name, 0o644, 0, 0).unwrap();
+                if n % 3 == 0 {
+                    fs.unlink(big, &name).unwrap();
+                }
+                n += 1;
+            }
+            n
+        });
+        let mut rounds = Vec::new();
+        for step in [7, 64, 1000] {
+            rounds.push(paged(&fs, big, step, |_| {}));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (rounds, writer.join().unwrap())
+    });
+    eprintln!("{written} names written during three paged reads");
+    for (i, s) in seen.iter().enumerate() {
+        once_each(s, &before, &format!("paged read {i} with a writer thread"));
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    common::e2fsck_clean(&img);
 }
