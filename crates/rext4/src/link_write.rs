@@ -19,7 +19,7 @@ const LINK_MAX: u16 = 65000;
 /// Longest target stored in `i_block` (the 60 bytes, less a NUL).
 const FAST_MAX: usize = 59;
 /// Credits: as for create, plus a data block for a slow symlink.
-const CREDITS: u32 = 28;
+const CREDITS: u32 = 36;
 
 impl FsInner {
     fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {

@@ -201,7 +201,7 @@ fn hash_versions_and_features() {
         ("nocsum-4k", &["-b", "4096", "-O", "^metadata_csum"][..], "half_md4", 3000, 40),
         ("1k-two-levels", &["-b", "1024"][..], "half_md4", 4000, 120),
         ("1k-nocsum-tea", &["-b", "1024", "-O", "^metadata_csum,^has_journal"][..], "tea", 4000, 120),
-        ("ext3", &["-t", "ext3"][..], "half_md4", 100, 30),
+        ("ext3", &["-t", "ext3"][..], "half_md4", 1500, 30),
     ] {
         for unsigned in [false, true] {
             if unsigned && args.len() > 2 {
