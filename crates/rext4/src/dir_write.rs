@@ -13,7 +13,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
-use rext4_format::inode::{EXTENTS_FL, IND_BLOCK, NDIR_BLOCKS};
+use rext4_format::inode::EXTENTS_FL;
 use rext4_format::InodeNo;
 use zerocopy::IntoBytes;
 
@@ -163,7 +163,7 @@ impl FsInner {
     }
 
     /// Allocates a block and maps it at `lblk` of `inode` (record `raw`), growing size and
-    /// block count. Handles extent trees, direct block pointers and the single-indirect block.
+    /// block count, in an extent tree or a block map.
     pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
         let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
@@ -172,52 +172,13 @@ impl FsInner {
             crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);
         }
-        let slot = |raw: &[u8], i: usize| {
-            u64::from(u32::from_le_bytes([
-                raw[0x28 + 4 * i],
-                raw[0x28 + 4 * i + 1],
-                raw[0x28 + 4 * i + 2],
-                raw[0x28 + 4 * i + 3],
-            ]))
+        // A block map (an indexed ext3 directory soon outgrows its twelve direct blocks).
+        let prev = match lblk.checked_sub(1) {
+            Some(p) => self.ind_lookup(inode, raw, u64::from(p))?,
+            None => None,
         };
-        let i = lblk as usize;
-        if i < NDIR_BLOCKS {
-            let prev = if i > 0 { slot(raw, i - 1) } else { 0 };
-            let goal = if prev != 0 { prev + 1 } else { self.inode_goal(inode) };
-            let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
-            raw[0x28 + 4 * i..0x28 + 4 * i + 4].copy_from_slice(&(pblk as u32).to_le_bytes());
-            crate::inode_write::raw_add_blocks(raw, bs / 512);
-            crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
-            return Ok(pblk);
-        }
-        // The single-indirect range (an indexed directory of a block-mapped filesystem
-        // outgrows twelve blocks quickly); the indirect block is allocated with its first
-        // entry and journaled like any metadata.
-        let idx = i - NDIR_BLOCKS;
-        if idx >= (bs / 4) as usize {
-            return Err(Error::NotSupported(
-                "growing a block-mapped directory past its indirect block".into(),
-            ));
-        }
-        let mut ind = slot(raw, IND_BLOCK);
-        if ind == 0 {
-            let goal = slot(raw, NDIR_BLOCKS - 1) + 1;
-            ind = self.alloc_blocks(h, goal, 1, true)?.0;
-            let buf = self.bcache.get_fresh(ind);
-            h.write(&buf)?.fill(0);
-            raw[0x28 + 4 * IND_BLOCK..0x28 + 4 * IND_BLOCK + 4].copy_from_slice(&(ind as u32).to_le_bytes());
-            crate::inode_write::raw_add_blocks(raw, bs / 512);
-        }
-        let ibuf = self.bread(ind, Some(inode.ino))?;
-        let prev = if idx > 0 {
-            let d = ibuf.data();
-            u64::from(u32::from_le_bytes([d[4 * idx - 4], d[4 * idx - 3], d[4 * idx - 2], d[4 * idx - 1]]))
-        } else {
-            ind
-        };
-        let (pblk, _) = self.alloc_blocks(h, prev + 1, 1, true)?;
-        h.write(&ibuf)?[4 * idx..4 * idx + 4].copy_from_slice(&(pblk as u32).to_le_bytes());
-        crate::inode_write::raw_add_blocks(raw, bs / 512);
+        let goal = prev.map_or_else(|| self.inode_goal(inode), |p| p + 1);
+        let pblk = self.ind_alloc(h, inode, raw, u64::from(lblk), goal)?;
         crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
         Ok(pblk)
     }

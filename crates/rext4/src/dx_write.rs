@@ -56,6 +56,24 @@ fn ent_block(b: &[u8], off: usize, i: usize) -> u32 {
     le32(b, off + i * dx::ENTRY_SIZE + 4)
 }
 
+/// Where a full leaf is cut (`do_split`), given its live entries sorted by hash as (major
+/// hash, bytes): the first entry that moves, entries moving from the top until about half the
+/// block's bytes did (or half the entries, if they all fit in half a block); and whether that
+/// entry's hash also stays behind, so the new leaf continues a collision. `map` is not empty.
+fn split_point(map: &[(u32, usize)], bs: usize) -> (usize, bool) {
+    let (mut size, mut moved) = (0, 0);
+    for &(_, len) in map.iter().rev() {
+        if size + len / 2 > bs / 2 {
+            break;
+        }
+        size += len;
+        moved += 1;
+    }
+    let count = map.len();
+    let split = if moved + 1 < count { count - moved } else { count / 2 };
+    (split, split > 0 && map[split - 1].0 == map[split].0)
+}
+
 /// What a probe descends by.
 #[derive(Clone, Copy)]
 pub(crate) enum DxKey<'a> {
@@ -508,19 +526,9 @@ impl FsInner {
             return Err(self.dx_corrupt(dir, Some(leaf.blk), "full htree leaf without entries"));
         }
         map.sort_by_key(|m| m.0);
-        // Move entries from the top until about half the block's bytes moved.
-        let (mut size, mut moved) = (0, 0);
-        for m in map.iter().rev() {
-            if size + m.2 / 2 > bs / 2 {
-                break;
-            }
-            size += m.2;
-            moved += 1;
-        }
-        let count = map.len();
-        let split = if moved < count - 1 { count - moved } else { count / 2 };
+        let sizes: Vec<(u32, usize)> = map.iter().map(|&(h, _, l)| (h, l)).collect();
+        let (split, continued) = split_point(&sizes, bs);
         let hash2 = map[split].0;
-        let continued = split > 0 && map[split - 1].0 == hash2;
         let (new_lblk, nbuf) = self.dx_new_block(h, dir)?;
         let pick = |m: &[(u32, usize, usize)]| m.iter().map(|&(_, o, l)| (o, l)).collect::<Vec<_>>();
         let mut low = vec![0u8; bs];
@@ -616,5 +624,28 @@ impl FsInner {
         }
         self.dx_seal(dir, &mut b);
         Ok(InodeNo(old))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_point;
+
+    #[test]
+    fn leaves_split_by_bytes_and_mark_collisions() {
+        // 40 entries of 24 bytes in a 1 KiB block: about 512 bytes (21 entries) move.
+        let map: Vec<(u32, usize)> = (0..40).map(|i| (i * 2, 24)).collect();
+        assert_eq!(split_point(&map, 1024), (19, false));
+        // Three 264-byte entries (255-byte names): the top two move.
+        assert_eq!(split_point(&[(2, 264), (4, 264), (6, 264)], 1024), (1, false));
+        // The cut falls inside a run of one hash: the new leaf continues it.
+        let map: Vec<(u32, usize)> =
+            (0..40).map(|i| (if (15..25).contains(&i) { 100 } else { i * 2 }, 24)).collect();
+        assert_eq!(split_point(&map, 1024), (19, true));
+        // Every entry with one hash: still cut, and continued.
+        assert_eq!(split_point(&[(8, 300), (8, 300), (8, 300)], 1024), (1, true));
+        // Small entries that all fit in half a block: half of them move.
+        assert_eq!(split_point(&[(2, 12), (4, 12), (6, 12), (8, 12)], 1024), (2, false));
+        assert_eq!(split_point(&[(2, 12)], 1024), (0, false));
     }
 }
