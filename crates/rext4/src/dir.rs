@@ -1,5 +1,6 @@
 //! Directory blocks and `readdir` (the read side of the kernel's `dir.c`): reading and checking
-//! leaf and index blocks, linear iteration with byte-position cookies, inline directories.
+//! leaf and index blocks, linear iteration with byte-position cookies, inline directories
+//! (hash-order iteration is in dx_readdir.rs).
 
 use crate::attr::{DirEntry, FileType};
 use crate::buffer::{Buffer, Verified};
@@ -125,7 +126,9 @@ impl FsInner {
     }
 
     /// `readdir`: calls `f` for each entry from position `pos` until it returns false.
-    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+    /// Indexed and one-block directories use hash positions (dx_readdir.rs), others byte
+    /// positions.
+    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
@@ -135,6 +138,19 @@ impl FsInner {
         if self.has_inline_data(dir) {
             return self.readdir_inline(dir, pos, f);
         }
+        if self.hash_order_readdir(dir) {
+            return self.dx_readdir(dir, pos, f);
+        }
+        self.readdir_linear(dir, pos, f)
+    }
+
+    /// `readdir` in block order, with byte positions.
+    pub(crate) fn readdir_linear(
+        &self,
+        dir: &Inode,
+        pos: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let size = dir.size();
         let mut pos = pos;

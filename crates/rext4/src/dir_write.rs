@@ -1,6 +1,7 @@
-//! Adding and removing directory entries in linear (unindexed) directories (the write side of
-//! the kernel's `namei.c`: `add_dirent_to_buf`, `ext4_delete_entry`, `ext4_append`). Indexed
-//! (htree) directories are refused until htree insertion exists.
+//! Adding and removing directory entries (the write side of the kernel's `namei.c`:
+//! `add_dirent_to_buf`, `ext4_delete_entry`, `ext4_append`). Linear directories are scanned
+//! block by block; in indexed (htree) ones the index names the leaf (see dx_write.rs, which
+//! also turns a full one-block directory into an indexed one). Inline directories are refused.
 //!
 //! # Locking
 //! The directory's `op_lock` is held by the caller; then the handle; then the directory's
@@ -12,7 +13,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
-use rext4_format::inode::{EXTENTS_FL, NDIR_BLOCKS};
+use rext4_format::inode::EXTENTS_FL;
 use rext4_format::InodeNo;
 use zerocopy::IntoBytes;
 
@@ -37,41 +38,53 @@ pub(crate) fn put_entry(
 }
 
 impl FsInner {
-    fn entry_area(&self) -> usize {
+    pub(crate) fn entry_area(&self) -> usize {
         self.sbi.block_size as usize - if self.sbi.metadata_csum { fd::TAIL_SIZE } else { 0 }
     }
 
-    fn seal_leaf(&self, dir: &Inode, block: &mut [u8]) {
+    pub(crate) fn seal_leaf(&self, dir: &Inode, block: &mut [u8]) {
         if self.sbi.metadata_csum {
             fd::set_leaf_tail(block, dir.csum_seed);
         }
     }
 
-    fn refuse_indexed(&self, dir: &Inode) -> Result<()> {
+    fn refuse_inline(&self, dir: &Inode) -> Result<()> {
         if self.has_inline_data(dir) {
             return Err(Error::NotSupported("changing inline directories".into()));
-        }
-        if self.is_dx(dir) {
-            return Err(Error::NotSupported("changing indexed (htree) directories".into()));
         }
         Ok(())
     }
 
     /// Finds the first leaf block of `dir` in which `probe` finds something (looking first
     /// under the block's read lock, then again under its write lock), lets `apply` change that
-    /// block, and seals it with its checksum. `None` if no block matched.
+    /// block, and seals it with its checksum. `None` if no block matched. In an indexed
+    /// directory only the leaves the index gives for `name` are searched (all leaves if the
+    /// index is unusable, as the kernel falls back).
     fn edit_leaf<T, R>(
         &self,
         h: &Handle,
         dir: &Inode,
+        name: &[u8],
         probe: impl Fn(&[u8]) -> Option<T>,
         apply: impl FnOnce(&mut [u8], T) -> R,
     ) -> Result<Option<R>> {
-        self.refuse_indexed(dir)?;
+        self.refuse_inline(dir)?;
         let nblocks = dir.size().div_ceil(u64::from(self.sbi.block_size));
+        let mut hashed =
+            if self.is_dx(dir) { self.dx_leaves_for(dir, name)? } else { None }.map(Vec::into_iter);
         let mut next = 0u64;
-        while let Some(lblk) = self.next_dir_block(dir, next, nblocks)? {
-            next = u64::from(lblk) + 1;
+        loop {
+            let lblk = match hashed.as_mut() {
+                Some(leaves) => match leaves.next() {
+                    Some(l) => l,
+                    None => break,
+                },
+                None => {
+                    let Some(l) = self.next_dir_block(dir, next, nblocks)? else { break };
+                    next = u64::from(l) + 1;
+                    l
+                }
+            };
             let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
             if probe(&buf.data()).is_none() {
                 continue;
@@ -86,36 +99,59 @@ impl FsInner {
     }
 
     /// The live entries of a leaf block's entry area.
-    fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
+    pub(crate) fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
         DirBlockIter::new(&block[..self.entry_area()], self.sbi.block_size).map_while(|e| e.ok())
     }
 
-    /// Adds `name` -> `ino` to directory `dir` (whose `op_lock` the caller holds), appending a
-    /// block when no block has room.
+    /// Where in a leaf block an entry of `need` bytes fits: an entry whose slack (or, if
+    /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
+    pub(crate) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<(usize, usize, usize, u32)> {
+        self.leaf_iter(block).find_map(|e| {
+            let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
+            (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
+        })
+    }
+
+    /// Writes `name` -> `ino` into the slot `leaf_slot` found.
+    pub(crate) fn leaf_put(
+        &self,
+        block: &mut [u8],
+        (off, rec_len, used, cur): (usize, usize, usize, u32),
+        name: &[u8],
+        ino: InodeNo,
+        ft: u8,
+    ) {
+        let bs = self.sbi.block_size;
+        let ft = if self.sbi.filetype { ft } else { 0 };
+        if cur == 0 {
+            put_entry(block, off, bs, ino.0, rec_len, name, ft);
+        } else {
+            block[off + 4..off + 6].copy_from_slice(&fd::rec_len_to_disk(used as u32, bs).to_le_bytes());
+            put_entry(block, off + used, bs, ino.0, rec_len - used, name, ft);
+        }
+    }
+
+    /// Adds `name` -> `ino` to directory `dir` (whose `op_lock` the caller holds). A linear
+    /// directory gets a new block when no block has room, or is indexed when it is one full
+    /// block and the filesystem has dir_index (the kernel's `make_indexed_dir`).
     pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
         let bs = self.sbi.block_size;
+        if self.is_dx(dir) {
+            self.refuse_inline(dir)?;
+            return self.dx_add_entry(h, dir, name, ino, ft);
+        }
         let need = fd::rec_len_for(name.len());
-        let ft = if self.sbi.filetype { ft } else { 0 };
-        // An entry whose slack (or, if unused, whole length) holds the new one.
-        let fits = |block: &[u8]| {
-            self.leaf_iter(block).find_map(|e| {
-                let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
-                (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
-            })
-        };
-        let put = |block: &mut [u8], (off, rec_len, used, cur): (usize, usize, usize, u32)| {
-            if cur == 0 {
-                put_entry(block, off, bs, ino.0, rec_len, name, ft);
-            } else {
-                block[off + 4..off + 6].copy_from_slice(&fd::rec_len_to_disk(used as u32, bs).to_le_bytes());
-                put_entry(block, off + used, bs, ino.0, rec_len - used, name, ft);
-            }
-        };
-        if self.edit_leaf(h, dir, fits, put)?.is_some() {
+        let fits = |block: &[u8]| self.leaf_slot(block, need);
+        let put = |block: &mut [u8], slot| self.leaf_put(block, slot, name, ino, ft);
+        if self.edit_leaf(h, dir, name, fits, put)?.is_some() {
             return Ok(());
         }
-        // No room: a new block at the end.
         let nblocks = dir.size().div_ceil(u64::from(bs));
+        if nblocks == 1 && self.can_index(dir) {
+            return self.make_indexed_dir(h, dir, name, ino, ft);
+        }
+        // No room: a new block at the end.
+        let ft = if self.sbi.filetype { ft } else { 0 };
         let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
         let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
         let buf = self.bcache.get_fresh(pblk);
@@ -127,7 +163,7 @@ impl FsInner {
     }
 
     /// Allocates a block and maps it at `lblk` of `inode` (record `raw`), growing size and
-    /// block count. Handles extent roots with room and direct block pointers.
+    /// block count, in an extent tree or a block map.
     pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
         let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
@@ -136,22 +172,13 @@ impl FsInner {
             crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);
         }
-        let ib = &mut raw[0x28..0x28 + 60];
-        if lblk as usize >= NDIR_BLOCKS {
-            return Err(Error::NotSupported("growing a block-mapped directory past 12 blocks".into()));
-        }
-        let prev = if lblk > 0 {
-            u64::from(u32::from_le_bytes(
-                ib[4 * (lblk as usize - 1)..4 * lblk as usize].try_into().unwrap_or([0; 4]),
-            ))
-        } else {
-            0
+        // A block map (an indexed ext3 directory soon outgrows its twelve direct blocks).
+        let prev = match lblk.checked_sub(1) {
+            Some(p) => self.ind_lookup(inode, raw, u64::from(p))?,
+            None => None,
         };
-        let goal = if prev != 0 { prev + 1 } else { self.inode_goal(inode) };
-        let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
-        let i = lblk as usize;
-        ib[4 * i..4 * i + 4].copy_from_slice(&(pblk as u32).to_le_bytes());
-        crate::inode_write::raw_add_blocks(raw, bs / 512);
+        let goal = prev.map_or_else(|| self.inode_goal(inode), |p| p + 1);
+        let pblk = self.ind_alloc(h, inode, raw, u64::from(lblk), goal)?;
         crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
         Ok(pblk)
     }
@@ -188,7 +215,7 @@ impl FsInner {
             }
             InodeNo(ino)
         };
-        self.edit_leaf(h, dir, find, remove)?.ok_or(Error::NotFound)
+        self.edit_leaf(h, dir, name, find, remove)?.ok_or(Error::NotFound)
     }
 
     /// Points the existing entry `name` in `dir` at `ino` (type `ft`); returns the inode it
@@ -201,6 +228,9 @@ impl FsInner {
         ino: InodeNo,
         ft: u8,
     ) -> Result<InodeNo> {
+        if name == b".." && self.is_dx(dir) {
+            return self.dx_set_dotdot(h, dir, ino, ft);
+        }
         let ft = if self.sbi.filetype { ft } else { 0 };
         let find = |block: &[u8]| {
             self.leaf_iter(block).find(|e| e.inode != 0 && e.name == name).map(|e| (e.offset, e.inode))
@@ -210,7 +240,7 @@ impl FsInner {
             block[off + 7] = ft;
             InodeNo(old)
         };
-        self.edit_leaf(h, dir, find, set)?.ok_or(Error::NotFound)
+        self.edit_leaf(h, dir, name, find, set)?.ok_or(Error::NotFound)
     }
 
     /// Whether directory `dir` holds nothing but `.` and `..`.

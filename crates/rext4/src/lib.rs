@@ -37,6 +37,8 @@ mod dev_crash;
 mod dev_overlay;
 mod dir;
 mod dir_write;
+mod dx_readdir;
+mod dx_write;
 mod error;
 mod extents;
 mod extents_write;

@@ -19,7 +19,7 @@ const LINK_MAX: u16 = 65000;
 /// Longest target stored in `i_block` (the 60 bytes, less a NUL).
 const FAST_MAX: usize = 59;
 /// Credits: as for create, plus a data block for a slow symlink.
-const CREDITS: u32 = 28;
+const CREDITS: u32 = 36;
 
 impl FsInner {
     fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {
@@ -84,7 +84,11 @@ impl FsInner {
             drop(block);
             raw_set_size(&mut craw, target.len() as u64);
         }
-        self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK)?;
+        if let Err(e) = self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK) {
+            drop(craw);
+            self.abandon_new_inode(&h, &child, false)?;
+            return Err(e);
+        }
         self.dcache.insert(dir.ino, name, child.ino);
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);

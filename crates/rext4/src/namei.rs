@@ -77,6 +77,11 @@ impl FsInner {
     }
 
     fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        // An htree split moving names between blocks must not make a name look absent.
+        self.names_stable(dir, || self.lookup_once(dir, name))
+    }
+
+    fn lookup_once(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         if self.has_inline_data(dir) {
             return self.lookup_inline(dir, name);
         }

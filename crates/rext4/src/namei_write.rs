@@ -26,8 +26,9 @@ use zerocopy::IntoBytes;
 const LINK_MAX: u16 = 65000;
 
 /// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
-/// directory blocks, and the blocks a freed file had in a few groups.
-const NAME_CREDITS: u32 = 24;
+/// directory blocks (an htree insertion may split a leaf and index nodes on three levels),
+/// and the blocks a freed file had in a few groups.
+const NAME_CREDITS: u32 = 36;
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > 255 {
@@ -153,7 +154,11 @@ impl FsInner {
                 craw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
             }
         }
-        self.add_entry(&h, &dir, name, child.ino, crate::dir::dirent_type(mode))?;
+        if let Err(e) = self.add_entry(&h, &dir, name, child.ino, crate::dir::dirent_type(mode)) {
+            drop(craw);
+            self.abandon_new_inode(&h, &child, is_dir)?;
+            return Err(e);
+        }
         self.dcache.insert(dir.ino, name, child.ino);
         let mut draw = dir.raw_mut();
         if is_dir {
@@ -247,6 +252,17 @@ impl FsInner {
 }
 
 impl FsInner {
+    /// Frees a just-allocated inode whose name could not be added (a full htree index, a
+    /// full disk), with any block it got, as the kernel's failed create drops the inode.
+    pub(crate) fn abandon_new_inode(&self, h: &Handle, child: &Inode, is_dir: bool) -> Result<()> {
+        self.free_all_blocks(h, child)?;
+        let mut craw = child.raw_mut();
+        self.clear_freed_record(&mut craw);
+        self.mark_inode_dirty(h, child, &mut craw)?;
+        drop(craw);
+        self.free_inode(h, child.ino, is_dir)
+    }
+
     /// Turns the record of an inode whose blocks were just freed into a deleted inode's:
     /// no links, size or blocks, an empty block map, and the deletion time.
     pub(crate) fn clear_freed_record(&self, raw: &mut [u8]) {
