@@ -9,7 +9,8 @@
 //! # Bounds
 //! Each shard holds about `capacity / SHARDS` entries. Eviction is CLOCK (second chance): an
 //! entry used since the hand last passed is spared once; an entry someone still holds (`Arc`
-//! count above one) is never dropped, so the bound can be exceeded only by what is in use.
+//! count above one) or that is pinned (`Cached::pinned`) is never dropped, so the bound can be
+//! exceeded only by what is in use.
 
 use crate::error::Result;
 use parking_lot::Mutex;
@@ -22,6 +23,11 @@ const SHARDS: usize = 64;
 /// What a cached value must offer: a "used recently" bit for the clock.
 pub(crate) trait Cached {
     fn referenced(&self) -> &AtomicBool;
+    /// Whether the entry must stay cached even when nobody holds it (an inode with
+    /// references or an orphan record: its in-memory state is the only copy).
+    fn pinned(&self) -> bool {
+        false
+    }
 }
 
 struct Shard<V> {
@@ -117,12 +123,20 @@ impl<V: Cached> ShardedCache<V> {
                 break;
             };
             let Some(v) = s.map.get(&key) else { continue };
-            if v.referenced().swap(false, Ordering::Relaxed) || Arc::strong_count(v) > 1 {
+            if v.referenced().swap(false, Ordering::Relaxed) || Arc::strong_count(v) > 1 || v.pinned() {
                 s.clock.push_back(key);
             } else {
                 s.map.remove(&key);
             }
         }
+    }
+
+    /// Every entry for which `keep` says yes (one shard locked at a time).
+    pub fn collect(&self, keep: impl Fn(&V) -> bool) -> Vec<Arc<V>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().map.values().filter(|v| keep(v)).cloned().collect::<Vec<_>>())
+            .collect()
     }
 
     /// Number of cached entries.
@@ -134,7 +148,7 @@ impl<V: Cached> ShardedCache<V> {
     pub fn shrink(&self) {
         for s in self.shards.iter() {
             let mut s = s.lock();
-            s.map.retain(|_, v| Arc::strong_count(v) > 1);
+            s.map.retain(|_, v| Arc::strong_count(v) > 1 || v.pinned());
             let Shard { map, clock } = &mut *s;
             clock.retain(|k| map.contains_key(k));
         }

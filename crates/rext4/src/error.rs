@@ -243,6 +243,16 @@ pub(crate) enum CorruptKind {
     },
     /// A journal checksum does not match (superblock, a logged block, or a transaction).
     JournalChecksum(&'static str),
+    /// The orphan file (inode `ino`) or one of its blocks.
+    OrphanFile {
+        ino: InodeNo,
+        block: Option<PhysBlock>,
+        what: &'static str,
+    },
+    OrphanFileChecksum {
+        ino: InodeNo,
+        block: PhysBlock,
+    },
 }
 
 impl Corrupt {
@@ -254,7 +264,7 @@ impl Corrupt {
             ExtentChecksum { ino, .. } | BlockMap { ino, .. } | DirEntry { ino, .. } => Some(*ino),
             DirChecksum { ino, .. } | DxChecksum { ino, .. } => Some(*ino),
             Xattr { ino, .. } | XattrChecksum { ino, .. } | InlineData { ino, .. } => Some(*ino),
-            Symlink { ino, .. } => Some(*ino),
+            Symlink { ino, .. } | OrphanFile { ino, .. } | OrphanFileChecksum { ino, .. } => Some(*ino),
             BlockRange { ino, .. } => *ino,
             Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
             Journal(_) | JournalChecksum(_) => None,
@@ -270,7 +280,8 @@ impl Corrupt {
                 Some(*block)
             }
             ExtentTree { block, .. } | DirEntry { block, .. } => *block,
-            Xattr { block, .. } => *block,
+            Xattr { block, .. } | OrphanFile { block, .. } => *block,
+            OrphanFileChecksum { block, .. } => Some(*block),
             _ => None,
         }
     }
@@ -295,6 +306,7 @@ impl Corrupt {
                 | DirChecksum { .. }
                 | DxChecksum { .. }
                 | XattrChecksum { .. }
+                | OrphanFileChecksum { .. }
                 | JournalChecksum(_)
         )
     }
@@ -340,6 +352,10 @@ impl fmt::Display for Corrupt {
             InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
             Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),
             Journal(what) | JournalChecksum(what) => write!(f, "journal: {what}"),
+            OrphanFile { ino, block, what } => write!(f, "orphan file (inode {ino}){}: {what}", blk(block)),
+            OrphanFileChecksum { ino, block } => {
+                write!(f, "orphan file (inode {ino}), block {block}: checksum mismatch")
+            }
         }
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct FsInner {
     pub committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// What journal recovery at open replayed, if the image needed it. [immutable]
     pub recovery: Option<crate::RecoveryReport>,
+    /// Orphan records (see orphan.rs). [immutable after open; its own locks inside]
+    pub orphans: Arc<crate::orphan::Orphans>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -140,7 +142,7 @@ impl Fs {
 
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
-        let d = self.inner.iget_live(dir)?;
+        let d = self.inner.iget_dir(dir)?;
         let ino = self.inner.lookup(&d, name)?;
         match self.getattr(ino) {
             // The name may have been removed (and its inode freed) since it was found: look
@@ -158,7 +160,7 @@ impl Fs {
     /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
     /// included.
     pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
-        let d = self.inner.iget_live(dir)?;
+        let d = self.inner.iget_dir(dir)?;
         self.inner.readdir(&d, pos, f)
     }
 
@@ -228,6 +230,7 @@ impl FsInner {
             journal: None,
             committer: parking_lot::Mutex::new(None),
             recovery: None,
+            orphans: Arc::new(crate::orphan::Orphans::inactive()),
         })
     }
 

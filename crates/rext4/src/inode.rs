@@ -10,7 +10,7 @@ use rext4_format::checksum::inode_csum_seed;
 use rext4_format::group_desc::BG_INODE_UNINIT;
 use rext4_format::inode::{self as fi, verify_inode_checksum, GOOD_OLD_INODE_SIZE};
 use rext4_format::InodeNo;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// An inode as the engine holds it.
@@ -40,11 +40,21 @@ pub(crate) struct Inode {
     /// truncates and fallocate hold it exclusive while changing the map and writing newly
     /// mapped blocks. Taken after a journal handle, before `raw`. [own lock]
     pub data_sem: RwLock<()>,
+    /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
+    /// orphan.rs for the state machine). [atomic]
+    pub refs: AtomicU32,
+    /// Where this inode's orphan record is: `ORPHAN_NONE`, `ORPHAN_LIST`, or a slot of the
+    /// orphan file plus one (see orphan.rs). [atomic; changed by the holder of `op_lock`]
+    pub orphan: AtomicU32,
 }
 
 impl Cached for Inode {
     fn referenced(&self) -> &AtomicBool {
         &self.referenced
+    }
+    fn pinned(&self) -> bool {
+        self.refs.load(Ordering::Acquire) & crate::orphan::REF_COUNT != 0
+            || self.orphan.load(Ordering::Acquire) != crate::orphan::ORPHAN_NONE
     }
 }
 
@@ -61,6 +71,8 @@ impl Inode {
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
+            refs: AtomicU32::new(0),
+            orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
         }
     }
 
@@ -113,8 +125,8 @@ impl FsInner {
         let size = sbi.inode_size;
         // The live flags and mark, not the descriptor as read at open: allocation moves them.
         let st = &self.groups.state[group as usize];
-        let flags = st.flags.load(std::sync::atomic::Ordering::Acquire);
-        let unused = st.itable_unused.load(std::sync::atomic::Ordering::Acquire);
+        let flags = st.flags.load(Ordering::Acquire);
+        let unused = st.itable_unused.load(Ordering::Acquire);
         let uninit = (sbi.metadata_csum || sbi.gdt_csum)
             && (flags & u32::from(BG_INODE_UNINIT) != 0
                 || index >= sbi.inodes_per_group - unused.min(sbi.inodes_per_group));
@@ -139,6 +151,8 @@ impl FsInner {
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
+            refs: AtomicU32::new(0),
+            orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
         })
     }
 
@@ -173,11 +187,12 @@ impl FsInner {
         Ok(())
     }
 
-    /// The inode `ino`, which must be in use (linked): what a directory entry may point at.
+    /// The inode `ino`, which must be in use: linked (what a directory entry may point at), or
+    /// an orphan someone still holds (see orphan.rs).
     pub(crate) fn iget_live(&self, ino: InodeNo) -> Result<Arc<Inode>> {
         let inode = self.iget(ino)?;
         let d = inode.disk();
-        if d.links_count() == 0 {
+        if d.links_count() == 0 && !inode.is_held_orphan() {
             return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
         }
         if FileType::from_mode(d.mode()).is_none() {

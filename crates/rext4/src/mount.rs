@@ -6,7 +6,7 @@ use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner, Options};
 use crate::jbd2::journal::{Journal, Log, LogGeometry};
 use rext4_format::checksum::crc32c;
-use rext4_format::features::{Compat, Incompat};
+use rext4_format::features::{Compat, Incompat, RoCompat};
 use rext4_format::jbd2::{JournalIncompat, CHKSUM_CRC32C};
 use rext4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use rext4_format::InodeNo;
@@ -32,9 +32,16 @@ impl FsInner {
         }
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        let has_log = log.geo.is_some();
+        self.orphans = Arc::new(crate::orphan::Orphans::load(self, has_log)?);
         let (sb_blk, sb_off) = self.sb_location();
-        let (groups, counters, bcache, sbi) =
-            (self.groups.clone(), self.counters.clone(), self.bcache.clone(), self.sbi.clone());
+        let (groups, counters, bcache, sbi, orphans) = (
+            self.groups.clone(),
+            self.counters.clone(),
+            self.bcache.clone(),
+            self.sbi.clone(),
+            self.orphans.clone(),
+        );
         let freeze = Box::new(move |blk: u64, data: &mut [u8]| {
             // Counts and checksums go into the frozen copies here, not under the locks of every
             // writer (seed 004). Nothing changes while the commit freezes.
@@ -51,12 +58,13 @@ impl FsInner {
                 if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
                     sb.set_free_blocks_count(counters.free_blocks.sum_positive());
                     sb.s_free_inodes_count.set(counters.free_inodes.sum_positive() as u32);
+                    sb.s_last_orphan.set(orphans.head());
                     sb.update_checksum();
                     data[sb_off..sb_off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
                 }
             }
+            orphans.freeze_block(blk, data);
         });
-        let has_log = log.geo.is_some();
         let journal = Arc::new(Journal::new(
             self.dev.clone(),
             self.sbi.block_size as usize,
@@ -65,10 +73,15 @@ impl FsInner {
             opts.commit_interval,
             freeze,
         ));
-        // Mark the image in use: needs_recovery with a journal, not-clean without one.
+        // Mark the image in use: needs_recovery with a journal, not-clean without one; with an
+        // orphan file, orphan_present (orphans may be recorded there from now on).
         self.update_super(|sb| {
             if has_log {
                 sb.s_feature_incompat.set(sb.s_feature_incompat.get() | Incompat::RECOVER.bits());
+                if sb.compat().contains(Compat::ORPHAN_FILE) {
+                    let ro = sb.s_feature_ro_compat.get() | RoCompat::ORPHAN_PRESENT.bits();
+                    sb.s_feature_ro_compat.set(ro);
+                }
             } else {
                 sb.s_state.set(sb.s_state.get() & !STATE_VALID);
             }
@@ -84,7 +97,8 @@ impl FsInner {
             .map_err(Error::Io)?;
         *self.committer.lock() = Some(thread);
         self.journal = Some(journal);
-        Ok(())
+        // What a crash left recorded is freed or truncated now (`ext4_orphan_cleanup`).
+        self.orphan_cleanup()
     }
 
     /// Reads the journal superblock and maps the log; an empty geometry without a journal.
@@ -129,7 +143,9 @@ impl FsInner {
     }
 
     /// Changes the primary superblock directly (not through the journal: only at open and
-    /// close, when no transaction is running), with its checksum, and makes it durable.
+    /// close, when no transaction is running), with its checksum, and makes it durable. The
+    /// counts and the orphan list head are taken from memory: commits write them only into
+    /// the frozen copies, so the cached bytes hold those of the open.
     pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
         let (blk, off) = self.sb_location();
         let buf = self.bcache.get(blk)?;
@@ -137,6 +153,9 @@ impl FsInner {
         let Some(mut sb) = Superblock::parse(&data[off..]) else {
             return corrupt(CorruptKind::Superblock("unreadable"));
         };
+        sb.set_free_blocks_count(self.counters.free_blocks.sum_positive());
+        sb.s_free_inodes_count.set(self.counters.free_inodes.sum_positive() as u32);
+        sb.s_last_orphan.set(self.orphans.head());
         f(&mut sb);
         let t = now_secs();
         sb.s_wtime.set(t as u32);
@@ -152,16 +171,23 @@ impl FsInner {
     pub(crate) fn close(&self) -> Result<()> {
         let Some(journal) = &self.journal else { return Ok(()) };
         let Some(thread) = self.committer.lock().take() else { return Ok(()) };
+        let evicted = self.evict_held_orphans();
         journal.request_shutdown();
         let _ = thread.join();
         if let Some(why) = journal.abort_reason() {
             return Err(Error::Io(std::io::Error::other(why)));
         }
         journal.close()?;
+        evicted?;
         let has_log = journal.log.lock().geo.is_some();
+        let no_orphans = self.orphans.is_empty();
         self.update_super(|sb| {
             if has_log {
                 sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+            }
+            if no_orphans {
+                let ro = sb.s_feature_ro_compat.get() & !RoCompat::ORPHAN_PRESENT.bits();
+                sb.s_feature_ro_compat.set(ro);
             }
             sb.s_state.set(sb.s_state.get() | STATE_VALID);
         })

@@ -106,7 +106,7 @@ impl FsInner {
     pub(crate) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
         check_name(name)?;
         let journal = self.journal()?.clone();
-        let dir = self.iget_live(parent)?;
+        let dir = self.iget_dir(parent)?;
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
@@ -231,21 +231,18 @@ impl FsInner {
         drop(draw);
         let links = child.disk().links_count();
         let left = if is_dir { 0 } else { links.saturating_sub(1) };
-        if left == 0 {
-            // The last name: free everything now (open-file orphans arrive with file handles).
-            // Blocks first, while the record can still be read.
-            self.free_all_blocks(&h, &child)?;
+        if left == 0 && !self.unlinked_while_held(&child) {
+            // The last name, and nobody holds the inode: free everything now, in this handle.
+            return self.delete_inode(&h, &child);
         }
         let mut craw = child.raw_mut();
         raw_set_links(&mut craw, left);
         raw_touch_c(&mut craw, self.sbi.inode_size, t);
+        self.mark_inode_dirty(&h, &child, &mut craw)?;
+        drop(craw);
         if left == 0 {
-            self.clear_freed_record(&mut craw);
-            self.mark_inode_dirty(&h, &child, &mut craw)?;
-            drop(craw);
-            self.free_inode(&h, ino, is_dir)?;
-        } else {
-            self.mark_inode_dirty(&h, &child, &mut craw)?;
+            // Still held: an orphan until the last release (orphan.rs).
+            self.orphan_add(&h, &child)?;
         }
         Ok(())
     }

@@ -196,7 +196,7 @@ impl FsInner {
     }
 
     /// Removes one link of `victim`, whose name in `dir` was just taken over; frees it when
-    /// no name is left.
+    /// no name is left and nobody holds it, else makes it an orphan.
     fn drop_link(&self, h: &crate::jbd2::transaction::Handle, dir: &Inode, victim: &Inode) -> Result<()> {
         let is_dir = victim.is_dir();
         let links = victim.disk().links_count();
@@ -205,18 +205,19 @@ impl FsInner {
             // The victim's `..` no longer counts for `dir`.
             self.bump_links(h, dir, -1)?;
         }
-        if left == 0 {
-            self.free_all_blocks(h, victim)?;
-            let mut raw = victim.raw_mut();
-            self.clear_freed_record(&mut raw);
-            self.mark_inode_dirty(h, victim, &mut raw)?;
-            drop(raw);
-            return self.free_inode(h, victim.ino, is_dir);
+        if left == 0 && !self.unlinked_while_held(victim) {
+            return self.delete_inode(h, victim);
         }
         let mut raw = victim.raw_mut();
         raw_set_links(&mut raw, left);
         raw_touch_c(&mut raw, self.sbi.inode_size, now());
-        self.mark_inode_dirty(h, victim, &mut raw)
+        self.mark_inode_dirty(h, victim, &mut raw)?;
+        drop(raw);
+        if left == 0 {
+            // Still held: an orphan until the last release (orphan.rs).
+            self.orphan_add(h, victim)?;
+        }
+        Ok(())
     }
 }
 
