@@ -677,3 +677,7 @@ impl Fs {
         (c.0.load(Ordering::Relaxed), c.1.load(Ordering::Relaxed))
     }
 }
+
+#[cfg(test)]
+#[path = "orphan_tests.rs"]
+mod tests;

@@ -7,6 +7,7 @@ use rext4::{Fs, InodeNo, Options, SetAttr};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 mod common;
 
@@ -362,4 +363,324 @@ fn concurrent_orphans() {
             }
         }
     }
+}
+
+fn copy(from: &Path, to: &Path) -> PathBuf {
+    std::fs::copy(from, to).unwrap();
+    to.to_path_buf()
+}
+
+fn free_counts(img: &Path) -> (u64, u64) {
+    let s = Fs::open(img).unwrap().statfs().unwrap();
+    (s.blocks_free, s.files_free)
+}
+
+/// The kernel leaves orphans behind: files (and a directory) opened, unlinked and still open
+/// when the image is copied from under the mount, i.e. a crash with open files. A read-only
+/// open leaves them; a writable open frees them, as the kernel's own recovery does.
+#[test]
+fn kernel_made_orphans() {
+    if !common::kernel_can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for &(name, args) in &VARIANTS[..4] {
+        let img = image(dir.path(), name, args, 1, 6);
+        let snap = dir.path().join(format!("{name}-crash.img"));
+        let mut inos = Vec::new();
+        {
+            let km = common::KernelMount::rw(&img).unwrap();
+            let m = km.path();
+            let mut open = Vec::new();
+            for f in 0..5 {
+                let p = m.join(format!("d0/f{f}"));
+                let file = std::fs::File::open(&p).unwrap();
+                inos.push(InodeNo(std::os::unix::fs::MetadataExt::ino(&file.metadata().unwrap()) as u32));
+                std::fs::remove_file(&p).unwrap();
+                open.push(file);
+            }
+            let d = std::fs::File::open(m.join("emptydir")).unwrap();
+            inos.push(InodeNo(std::os::unix::fs::MetadataExt::ino(&d.metadata().unwrap()) as u32));
+            std::fs::remove_dir(m.join("emptydir")).unwrap();
+            open.push(d);
+            // Commit the journal, then take the image as a crash would leave it.
+            assert_eq!(unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&open[0])) }, 0);
+            copy(&img, &snap);
+            drop(open);
+            km.unmount().unwrap();
+        }
+        inos.sort_by_key(|i| i.0);
+        common::e2fsck_clean(&img);
+        let kernel_final = free_counts(&img);
+
+        // Read-only: the records are there (after the in-memory replay) and the image is left
+        // alone.
+        let bytes = std::fs::read(&snap).unwrap();
+        let (head, file) = recorded(&snap);
+        let mut seen: Vec<u32> = file.into_iter().collect();
+        if head != 0 {
+            let ro = Fs::open(&snap).unwrap();
+            let mut i = head;
+            while i != 0 && seen.len() < 100 {
+                seen.push(i);
+                let raw = ro.getattr(InodeNo(i));
+                assert!(raw.is_err(), "{name}: orphan {i} looks live");
+                i = dtime_of(&snap, i);
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, inos.iter().map(|i| i.0).collect::<Vec<_>>(), "{name}: orphans the kernel recorded");
+        assert_eq!(std::fs::read(&snap).unwrap(), bytes, "{name}: read-only open wrote");
+
+        // rext4's recovery.
+        let ours = copy(&snap, &dir.path().join(format!("{name}-ours.img")));
+        let fs = rw(&ours);
+        assert_eq!(fs.orphans_recovered(), (inos.len() as u32, 0), "{name}");
+        assert!(fs.orphans().is_empty());
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&ours);
+        assert!(!common::features(&ours).contains("orphan_present"), "{name}");
+        assert_eq!(free_counts(&ours), kernel_final, "{name}: rext4's recovery vs the kernel's unmount");
+        for &ino in &inos {
+            assert!(!in_use(&ours, ino), "{name}: {ino:?}");
+        }
+        // The kernel's recovery of the same crash agrees.
+        let theirs = copy(&snap, &dir.path().join(format!("{name}-theirs.img")));
+        common::KernelMount::rw(&theirs).unwrap().unmount().unwrap();
+        common::e2fsck_clean(&theirs);
+        assert_eq!(free_counts(&theirs), kernel_final, "{name}: kernel recovery");
+    }
+}
+
+/// `i_dtime` of an inode (the next orphan on the list), read with debugfs.
+fn dtime_of(img: &Path, ino: u32) -> u32 {
+    let o = Command::new(common::tool("debugfs"))
+        .arg("-R")
+        .arg(format!("stat <{ino}>"))
+        .arg(img)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("dtime: 0x"))
+        .map(|v| u32::from_str_radix(&v[..8], 16).unwrap())
+        .unwrap_or(0)
+}
+
+fn debugfs_w(img: &Path, cmds: &[String]) {
+    let script = cmds.join("\n");
+    let mut c = Command::new(common::tool("debugfs"));
+    c.arg("-w").arg("-f").arg("-").arg(img).stdin(std::process::Stdio::piped());
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "debugfs: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Orphans written by hand the way the kernel records them: a truncate to zero still linked
+/// (its blocks must go, its name stay) and a deleted inode, on the list and in the orphan file,
+/// plus entries recovery must drop (a free inode, a duplicate).
+#[test]
+fn recorded_truncates_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(name, args) in &VARIANTS[..2] {
+        let img = image(dir.path(), name, args, 1, 4);
+        let (ino0, ino1, blocks, before, csum_seed, oino) = {
+            let fs = Fs::open(&img).unwrap();
+            let i0 = fs.resolve("/d0/f0", false).unwrap();
+            let i1 = fs.resolve("/d0/f1", false).unwrap();
+            let oino = fs.superblock().s_orphan_file_inum.get();
+            let seed = if oino != 0 {
+                let g = fs.getattr(InodeNo(oino)).unwrap().generation;
+                rext4::format::checksum::inode_csum_seed(fs.superblock().csum_seed(), oino, g)
+            } else {
+                0
+            };
+            (i0, i1, fs_blocks(&fs, i0) + fs_blocks(&fs, i1), free_counts(&img), seed, oino)
+        };
+        let mut cmds = vec![
+            "sif /d0/f0 size 0".to_string(),
+            "unlink /d0/f1".to_string(),
+            format!("sif <{}> links_count 0", ino1.0),
+        ];
+        if oino == 0 {
+            cmds.push(format!("ssv last_orphan {}", ino0.0));
+            cmds.push(format!("sif <{}> dtime {}", ino0.0, ino1.0));
+        }
+        debugfs_w(&img, &cmds);
+        if oino != 0 {
+            let o = Command::new(common::tool("debugfs"))
+                .arg("-R")
+                .arg(format!("bmap <{oino}> 0"))
+                .arg(&img)
+                .output()
+                .unwrap();
+            let pblk: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+            let mut block = vec![0u8; 1024];
+            for (k, v) in [ino0.0, ino1.0, 3999, ino1.0].into_iter().enumerate() {
+                block[k * 4..k * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            rext4::format::orphan::set_tail(&mut block, csum_seed, pblk);
+            let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+            std::os::unix::fs::FileExt::write_at(&f, &block, pblk * 1024).unwrap();
+        }
+        let fs = rw(&img);
+        assert_eq!(fs.orphans_recovered(), (1, 1), "{name}");
+        let a = fs.getattr(ino0).unwrap();
+        assert_eq!((a.size, a.blocks, a.nlink), (0, 0, 1), "{name}: truncated orphan");
+        assert_eq!(fs.lookup(fs.resolve("/d0", false).unwrap(), b"f1").unwrap_err().errno(), libc::ENOENT);
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&img);
+        assert_eq!(free_counts(&img), (before.0 + blocks, before.1 + 1), "{name}");
+        assert!(!in_use(&img, ino1));
+        assert_eq!(recorded(&img), (0, BTreeSet::new()), "{name}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Crashes
+// ------------------------------------------------------------------------------------------
+
+use rext4::dev::{apply_ops, CrashDevice, Op};
+
+/// Every image a crash could leave: the state at each flush, and the same with a random subset
+/// of the writes up to the next flush (disks reorder unflushed writes).
+fn crash_images(ops: &[Op], initial: &[u8], seed: u64) -> Vec<(usize, Vec<u8>)> {
+    let mut rng = common::Rng::new(seed);
+    let flushes: Vec<usize> =
+        ops.iter().enumerate().filter(|(_, o)| matches!(o, Op::Flush)).map(|(i, _)| i).collect();
+    let mut out = Vec::new();
+    let mut base = initial.to_vec();
+    let mut done = 0;
+    for (n, &k) in flushes.iter().enumerate() {
+        apply_ops(&mut base, ops, done, k, |_| true);
+        done = k;
+        out.push((k, base.clone()));
+        let next = flushes.get(n + 1).copied().unwrap_or(ops.len());
+        if next > k + 2 {
+            let mut img = base.clone();
+            let mask = rng.next_u64();
+            apply_ops(&mut img, ops, k + 1, next, |i| (mask >> (i % 64)) & 1 == 1);
+            out.push((k, img));
+        }
+    }
+    out
+}
+
+/// After any recovery: each of `files` (name, inode) either still has its name and inode, or
+/// has neither; a replaced name points at the inode that replaced it.
+fn check_crash_model(img: &Path, files: &[(&str, InodeNo)], replaced: (&str, InodeNo, InodeNo), how: &str) {
+    let fs = Fs::open(img).unwrap_or_else(|e| panic!("{how}: open: {e}"));
+    for &(path, ino) in files {
+        match fs.resolve(path, false) {
+            Ok(i) => {
+                assert_eq!(i, ino, "{how}: {path}");
+                assert_eq!(fs.getattr(ino).unwrap().nlink, 1, "{how}: {path}");
+            }
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOENT, "{how}: {path}: {e}");
+                assert!(fs.getattr(ino).is_err(), "{how}: {path} gone but inode {ino:?} still live");
+            }
+        }
+    }
+    let (path, old, new) = replaced;
+    let now = fs.resolve(path, false).unwrap_or_else(|e| panic!("{how}: {path}: {e}"));
+    assert!(now == old || now == new, "{how}: {path} is {now:?}");
+    if now == new {
+        assert!(fs.getattr(old).is_err(), "{how}: replaced inode {old:?} still live");
+    }
+}
+
+fn crash_run(name: &str, args: &[&str], seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), name, args, 1, 6);
+    let dev = Arc::new(CrashDevice::new(std::fs::read(&img).unwrap()));
+    let opts = Options {
+        writable: true,
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let fs = Fs::from_device(dev.clone(), opts).unwrap();
+    let d = fs.resolve("/d0", false).unwrap();
+    let ino = |n: &str| fs.lookup(d, n.as_bytes()).unwrap().ino;
+    let (f0, f1, f2, f3, f4) = (ino("f0"), ino("f1"), ino("f2"), ino("f3"), ino("f4"));
+    let data0 = read_all(&fs, f0);
+    for i in [f0, f1, f2, f3] {
+        fs.hold(i).unwrap();
+    }
+    fs.unlink(d, b"f0").unwrap();
+    fs.sync().unwrap();
+    fs.unlink(d, b"f1").unwrap();
+    fs.rename(d, b"f4", d, b"f2", 0).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(read_all(&fs, f0), data0);
+    fs.release(f0).unwrap();
+    fs.sync().unwrap();
+    fs.release(f1).unwrap();
+    fs.release(f3).unwrap();
+    // f2 is still held at unmount.
+    fs.unmount().unwrap();
+    drop(fs);
+    let done = dir.path().join("final.img");
+    std::fs::write(&done, dev.snapshot()).unwrap();
+    common::e2fsck_clean(&done);
+
+    let files = [("/d0/f0", f0), ("/d0/f1", f1), ("/d0/f3", f3)];
+    let replaced = ("/d0/f2", f2, f4);
+    let ops = dev.ops();
+    let images = crash_images(&ops, dev.initial(), seed);
+    let kernel = common::kernel_can_mount();
+    let c = dir.path().join("c.img");
+    let mut with_orphans = 0;
+    for (n, (pos, bytes)) in images.iter().enumerate() {
+        let how = format!("{name} crash #{n} at op {pos}");
+        // rext4: journal replay and orphan recovery at a writable open.
+        std::fs::write(&c, bytes).unwrap();
+        let fs = rw(&c);
+        let (freed, _) = fs.orphans_recovered();
+        if freed > 0 {
+            with_orphans += 1;
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        let (code, out) = fsck(&c, false);
+        assert_eq!(code, 0, "{how} (rext4 recovery): e2fsck -fn:\n{out}");
+        check_crash_model(&c, &files, replaced, &format!("{how} (rext4)"));
+        // e2fsck's.
+        std::fs::write(&c, bytes).unwrap();
+        let (code, out) = fsck(&c, true);
+        assert!(code < 4, "{how}: e2fsck -fy failed ({code}):\n{out}");
+        let (code, out) = fsck(&c, false);
+        assert_eq!(code, 0, "{how} (e2fsck recovery): e2fsck -fn:\n{out}");
+        check_crash_model(&c, &files, replaced, &format!("{how} (e2fsck)"));
+        // The kernel's.
+        if kernel {
+            std::fs::write(&c, bytes).unwrap();
+            common::KernelMount::rw(&c).unwrap().unmount().unwrap();
+            let (code, out) = fsck(&c, false);
+            assert_eq!(code, 0, "{how} (kernel recovery): e2fsck -fn:\n{out}");
+            check_crash_model(&c, &files, replaced, &format!("{how} (kernel)"));
+        }
+    }
+    assert!(with_orphans >= 2, "{name}: only {with_orphans} of {} crash images held orphans", images.len());
+    eprintln!("{name}: {} crash images, {with_orphans} with orphans to recover", images.len());
+}
+
+fn fsck(img: &Path, fix: bool) -> (i32, String) {
+    let o =
+        Command::new(common::tool("e2fsck")).arg(if fix { "-fy" } else { "-fn" }).arg(img).output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+#[test]
+fn crash_with_held_orphans_list() {
+    crash_run("list", VARIANTS[0].1, 11);
+}
+
+#[test]
+fn crash_with_held_orphans_orphan_file() {
+    crash_run("orphan-file", VARIANTS[1].1, 12);
 }
