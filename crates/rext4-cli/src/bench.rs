@@ -1,7 +1,8 @@
 //! `rext4 bench`: workloads run against rext4 in process and against the same image mounted by
 //! the kernel, in one run, reported as rates and ratios.
 //!
-//! Workloads so far: `walk` (readdir + stat of every inode, warm cache).
+//! Workloads so far: `walk` (readdir + stat of every inode, warm cache); `mdtest`, `journal`
+//! and `orphan` live in their own files.
 
 use crate::CliResult;
 use rext4::{FileType, Fs};

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_journal;
 mod bench_mdtest;
+mod bench_orphan;
 mod bench_seqio;
 mod cp;
 mod cp_in;
@@ -168,6 +169,15 @@ enum BenchCmd {
         #[arg(long, default_value_t = 2048)]
         mib: u64,
     },
+    /// Seed 001's stress-orphan: create, hold, unlink, release per worker; orphan file vs
+    /// list vs no orphan, and the kernel.
+    Orphan {
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
+        workers: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 1.0)]
+        secs: f64,
+    },
     /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
     /// load vs the kernel.
     Journal {
@@ -213,6 +223,7 @@ fn main() -> ExitCode {
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
         Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
         Cmd::Bench { workload: BenchCmd::Seqio { mib } } => bench_seqio::run(mib),
+        Cmd::Bench { workload: BenchCmd::Orphan { workers, secs } } => bench_orphan::run(&workers, secs),
         Cmd::Cp { recursive, quiet, source, dest } => {
             if imagepath::ImagePath::parse(&source).is_ok() {
                 cp::copy_out(&source, std::path::Path::new(&dest), recursive, quiet)
