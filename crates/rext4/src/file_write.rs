@@ -431,7 +431,7 @@ impl FsInner {
         }
         let bs = u64::from(self.sbi.block_size);
         let h = journal.start(DATA_CREDITS)?;
-        {
+        let shrinks = {
             let _d = inode.data_sem.write();
             let mut raw = inode.raw_mut();
             let old = raw_size(&raw);
@@ -444,10 +444,21 @@ impl FsInner {
             crate::inode_write::raw_set_size(&mut raw, new_size);
             raw_touch_cm(&mut raw, self.sbi.inode_size, now());
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
+            new_size < old
+        };
+        // Freeing may take several transactions: an orphan record with the new size makes
+        // recovery finish a truncate a crash interrupts (orphan.rs).
+        if shrinks {
+            self.orphan_add(&h, &inode)?;
         }
         // Everything from the first block past the new size goes (blocks fallocated past the
         // old size too).
-        self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)
+        self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)?;
+        if shrinks {
+            let h = journal.start(4)?;
+            self.orphan_del(&h, &inode)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {

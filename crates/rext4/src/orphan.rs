@@ -543,19 +543,30 @@ impl FsInner {
 
     /// Frees (no links) or truncates (links left) a recovered orphan, and drops its record.
     fn process_orphan(&self, inode: &Arc<Inode>) -> Result<()> {
-        if inode.disk().links_count() == 0 {
+        let d = inode.disk();
+        if d.links_count() == 0 {
             inode.refs.store(REF_DEAD, Ordering::Release);
             self.evict(inode)?;
             self.orphans.cleaned.0.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
+        // A truncate that did not finish: cut the file at its recorded size, over as many
+        // transactions as it takes (the record stays until the end).
+        let truncated = if d.file_type() == rext4_format::inode::S_IFREG {
+            match self.truncate(inode.ino, d.size()) {
+                Ok(()) => true,
+                // Files the data path does not write (inline data, encrypted without a key).
+                Err(Error::NotSupported(_) | Error::NoKey) => false,
+                Err(e) => return Err(e),
+            }
+        } else {
+            false
+        };
         let _l = inode.op_lock.lock();
         let h = self.journal()?.start(EVICT_CREDITS)?;
-        if inode.size() == 0 {
+        if !truncated && d.size() == 0 {
             self.free_data_blocks(&h, inode)?;
         }
-        // A truncate to a non-zero size arrives with partial truncation: until then the
-        // blocks past `i_size` stay, and only the record goes.
         self.orphan_del(&h, inode)?;
         self.orphans.cleaned.1.fetch_add(1, Ordering::Relaxed);
         Ok(())
