@@ -187,6 +187,8 @@ fn held_file_outlives_its_name() {
         assert!(!common::features(&img).contains("orphan_present"), "{name}: orphan_present after unmount");
         assert!(!in_use(&img, ino), "{name}");
         assert_eq!(recorded(&img), (0, BTreeSet::new()), "{name}");
+        // The superblock's own counts (written at unmount) agree with the groups'.
+        assert_eq!(superblock_free_counts(&img), free_counts(&img), "{name}: superblock counts");
         if let Ok(km) = common::KernelMount::ro(&img) {
             let f = Fs::open(&img).unwrap();
             common::assert_no_diff(name, &common::statfs_diff(&f, km.path()));
@@ -380,6 +382,16 @@ fn concurrent_orphans() {
 fn copy(from: &Path, to: &Path) -> PathBuf {
     std::fs::copy(from, to).unwrap();
     to.to_path_buf()
+}
+
+/// "Free blocks" and "Free inodes" as the superblock records them (`dumpe2fs -h`).
+fn superblock_free_counts(img: &Path) -> (u64, u64) {
+    let o = Command::new(common::tool("dumpe2fs")).arg("-h").arg(img).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let field = |name: &str| -> u64 {
+        text.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().parse().unwrap()).unwrap()
+    };
+    (field("Free blocks:"), field("Free inodes:"))
 }
 
 fn free_counts(img: &Path) -> (u64, u64) {
