@@ -533,6 +533,30 @@ impl FsInner {
         Ok(())
     }
 
+    /// Where the last `n` extents mapped in `lo..hi` begin, looking only at the leaf that holds
+    /// the end of the range (so freeing from the end costs one walk per step); `None` when
+    /// nothing is mapped there.
+    pub(crate) fn ext_tail_start(
+        &self,
+        inode: &Inode,
+        raw: &[u8],
+        lo: u64,
+        hi: u64,
+        n: usize,
+    ) -> Result<Option<u64>> {
+        if lo >= hi {
+            return Ok(None);
+        }
+        let path = self.ext_walk(inode, raw, hi - 1)?;
+        let Some(Level { entries: Entries::Leaf(v), .. }) = path.last() else { return Ok(None) };
+        let inside: Vec<&Ext> = v.iter().filter(|e| e.end() > lo && e.lblk < hi).collect();
+        Ok(inside
+            .len()
+            .checked_sub(n.max(1))
+            .map_or(inside.first(), |i| inside.get(i))
+            .map(|e| e.lblk.max(lo)))
+    }
+
     /// Every extent of the tree in `raw` overlapping `lo..hi`, in order (read-only walk).
     pub(crate) fn ext_collect(&self, inode: &Inode, raw: &[u8], lo: u64, hi: u64) -> Result<Vec<Ext>> {
         let mut out = Vec::new();

@@ -42,6 +42,8 @@ const OPS_PER_HANDLE: usize = 4;
 const DATA_CREDITS: u32 = 96;
 /// Extents freed per handle when truncating or punching.
 const FREES_PER_HANDLE: usize = 16;
+/// Blocks of a block map freed per handle when truncating.
+const IND_FREE_STEP: u64 = 8192;
 
 /// A run of the file to fill: logical start, length, physical start, and whether it was
 /// just mapped (so the parts of its blocks the write does not cover must be zeroed).
@@ -369,14 +371,15 @@ impl FsInner {
         Ok(done as usize)
     }
 
-    /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes. The first
-    /// handle is `h` (already holding the caller's other changes); the record is marked dirty
-    /// at the end of each.
+    /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes, from the
+    /// end backwards (as `ext4_ext_remove_space`), so that an interrupted run leaves the file
+    /// a prefix of itself. The first handle is `h` (already holding the caller's other
+    /// changes); the record is marked dirty at the end of each.
     fn free_range(&self, h: Handle, inode: &Inode, lo: u64, hi: u64) -> Result<()> {
         let journal = self.journal()?.clone();
         let sectors = u64::from(self.sbi.block_size / 512);
         let mut h = Some(h);
-        let mut cur = lo;
+        let mut hi = hi;
         loop {
             let hd = match h.take() {
                 Some(x) => x,
@@ -384,37 +387,34 @@ impl FsInner {
             };
             let _d = inode.data_sem.write();
             let mut raw = inode.raw_mut();
-            let reached = if raw_flags(&raw) & EXTENTS_FL != 0 {
-                let (old, reached) = if cur < hi {
-                    self.ext_remap(&hd, inode, &mut raw, cur..hi, None, FREES_PER_HANDLE)?
-                } else {
-                    (Vec::new(), hi)
-                };
-                for e in old {
-                    self.free_blocks(&hd, e.pblk, e.len, false)?;
-                    raw_sub_blocks(&mut raw, e.len * sectors);
-                }
-                reached
-            } else {
-                if hi >= LBLK_END {
-                    self.ind_truncate(&hd, inode, &mut raw, cur)?;
-                } else {
-                    for e in self.map_runs(inode, &raw, cur, hi)? {
-                        // Punching a block map: clear pointers one by one.
-                        for l in e.lblk..e.lblk + e.len {
-                            self.ind_clear(&hd, inode, &mut raw, l)?;
+            let start = if raw_flags(&raw) & EXTENTS_FL != 0 {
+                let start = match self.ext_tail_start(inode, &raw, lo, hi, FREES_PER_HANDLE)? {
+                    Some(start) => {
+                        let (old, _) = self.ext_remap(&hd, inode, &mut raw, start..hi, None, usize::MAX)?;
+                        for e in old {
+                            self.free_blocks(&hd, e.pblk, e.len, false)?;
+                            raw_sub_blocks(&mut raw, e.len * sectors);
                         }
+                        start
                     }
-                }
-                hi
+                    None => lo,
+                };
+                start.max(lo)
+            } else {
+                // Block maps only shrink at the end (no fallocate on them); bounded steps
+                // keep each handle's bitmaps and indirect blocks few.
+                let top = hi.min(raw_size(&raw).div_ceil(u64::from(self.sbi.block_size)).max(lo));
+                let start = top.saturating_sub(IND_FREE_STEP).max(lo);
+                self.ind_truncate(&hd, inode, &mut raw, start)?;
+                start
             };
             self.mark_inode_dirty(&hd, inode, &mut raw)?;
             drop(raw);
             hd.stop();
-            if reached >= hi {
+            if start <= lo {
                 return Ok(());
             }
-            cur = reached;
+            hi = start;
         }
     }
 
@@ -431,7 +431,7 @@ impl FsInner {
         }
         let bs = u64::from(self.sbi.block_size);
         let h = journal.start(DATA_CREDITS)?;
-        let shrinks = {
+        let (shrinks, old_size) = {
             let _d = inode.data_sem.write();
             let mut raw = inode.raw_mut();
             let old = raw_size(&raw);
@@ -444,16 +444,20 @@ impl FsInner {
             crate::inode_write::raw_set_size(&mut raw, new_size);
             raw_touch_cm(&mut raw, self.sbi.inode_size, now());
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
-            new_size < old
+            (new_size < old, old)
         };
         // Freeing may take several transactions: an orphan record with the new size makes
         // recovery finish a truncate a crash interrupts (orphan.rs).
         if shrinks {
             self.orphan_add(&h, &inode)?;
         }
-        // Everything from the first block past the new size goes (blocks fallocated past the
-        // old size too).
-        self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)?;
+        // Shrinking (or keeping) the size frees everything from the first block past it,
+        // blocks fallocated past the old size included; growing frees nothing (`ext4_setattr`).
+        if shrinks || new_size == old_size {
+            self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)?;
+        } else {
+            h.stop();
+        }
         if shrinks {
             let h = journal.start(4)?;
             self.orphan_del(&h, &inode)?;
@@ -702,42 +706,6 @@ impl FsInner {
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
         h.stop();
-        Ok(())
-    }
-
-    /// Clears the pointer to logical block `lblk` of a block map and frees the block.
-    fn ind_clear(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u64) -> Result<()> {
-        let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(()) };
-        let sectors = u64::from(self.sbi.block_size / 512);
-        let word = |b: &[u8], i: usize| {
-            u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
-        };
-        if offs.is_empty() {
-            let p = word(&raw[0x28..], slot);
-            if p != 0 {
-                self.free_blocks(h, p, 1, false)?;
-                raw_sub_blocks(raw, sectors);
-                raw[0x28 + 4 * slot..0x28 + 4 * slot + 4].fill(0);
-            }
-            return Ok(());
-        }
-        let mut blk = word(&raw[0x28..], slot);
-        for (i, &o) in offs.iter().enumerate() {
-            if blk == 0 {
-                return Ok(());
-            }
-            self.check_range(inode.ino, blk, 1)?;
-            let buf = self.bread(blk, Some(inode.ino))?;
-            let p = word(&buf.data(), o);
-            if i + 1 == offs.len() && p != 0 {
-                self.check_range(inode.ino, p, 1)?;
-                self.free_blocks(h, p, 1, false)?;
-                raw_sub_blocks(raw, sectors);
-                h.write(&buf)?[4 * o..4 * o + 4].fill(0);
-                return Ok(());
-            }
-            blk = p;
-        }
         Ok(())
     }
 
