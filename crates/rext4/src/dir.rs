@@ -45,6 +45,13 @@ const INLINE_DOTDOT: u64 = 1;
 const INLINE_FIRST: u64 = 4;
 
 impl FsInner {
+    /// Maps a directory block, shared with a growing directory's tree edits (`data_sem`), so
+    /// a lookup never walks a half-split extent tree.
+    pub(crate) fn dir_map(&self, dir: &Inode, lblk: u32) -> Result<crate::map::Mapping> {
+        let _d = dir.data_sem.read();
+        self.map_block(dir, lblk)
+    }
+
     /// Whether `dir` uses an htree index.
     pub(crate) fn is_dx(&self, dir: &Inode) -> bool {
         self.sbi.dir_index && dir.flags() & INDEX_FL != 0
@@ -58,7 +65,7 @@ impl FsInner {
         lblk: u32,
         kind: DirBlockKind,
     ) -> Result<Option<(u64, Arc<Buffer>)>> {
-        let pblk = match self.map_block(dir, lblk)? {
+        let pblk = match self.dir_map(dir, lblk)? {
             Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
             _ => return Ok(None),
         };
@@ -162,7 +169,7 @@ impl FsInner {
             let block_start = u64::from(lblk) * bs;
             pos = block_start + bs;
             // Skip holes whole: a corrupt size must not mean billions of empty iterations.
-            if let Mapping::Hole { len } = self.map_block(dir, lblk)? {
+            if let Mapping::Hole { len } = self.dir_map(dir, lblk)? {
                 pos = block_start.saturating_add(len.saturating_mul(bs));
                 continue;
             }
@@ -210,7 +217,7 @@ impl FsInner {
     pub(crate) fn next_dir_block(&self, dir: &Inode, mut lblk: u64, end: u64) -> Result<Option<u32>> {
         while lblk < end {
             let Ok(l) = u32::try_from(lblk) else { return Ok(None) };
-            match self.map_block(dir, l)? {
+            match self.dir_map(dir, l)? {
                 Mapping::Mapped { unwritten: false, .. } => return Ok(Some(l)),
                 Mapping::Mapped { len, .. } | Mapping::Hole { len } => lblk = lblk.saturating_add(len.max(1)),
             }
@@ -225,7 +232,7 @@ impl FsInner {
         dir: &Inode,
         lblk: u32,
     ) -> Result<Option<(DirBlockKind, Arc<Buffer>)>> {
-        let pblk = match self.map_block(dir, lblk)? {
+        let pblk = match self.dir_map(dir, lblk)? {
             Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
             _ => return Ok(None),
         };

@@ -419,7 +419,11 @@ impl FsInner {
     /// Appends a block to `dir` for new index or leaf contents.
     fn dx_new_block(&self, h: &Handle, dir: &Inode) -> Result<(u32, Arc<Buffer>)> {
         let lblk = self.dir_end_lblk(dir)?;
-        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
+        let pblk = {
+            // Readers map directory blocks under data_sem: keep them off the tree being edited.
+            let _d = dir.data_sem.write();
+            self.append_block(h, dir, &mut dir.raw_mut(), lblk)?
+        };
         Ok((lblk, self.bcache.get_fresh(pblk)))
     }
 
