@@ -153,11 +153,10 @@ impl FsInner {
         // No room: a new block at the end.
         let ft = if self.sbi.filetype { ft } else { 0 };
         let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
-        let pblk = {
-            // Readers map directory blocks under data_sem: keep them off the tree being edited.
-            let _d = dir.data_sem.write();
-            self.append_block(h, dir, &mut dir.raw_mut(), lblk)?
-        };
+        // Readers map directory blocks under data_sem: keep them off the tree being edited,
+        // and off the new block until it holds its entry.
+        let _d = dir.data_sem.write();
+        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
         let buf = self.bcache.get_fresh(pblk);
         let mut block = h.write(&buf)?;
         block.fill(0);
