@@ -113,6 +113,17 @@ impl Level {
     }
 }
 
+/// Where the range of a path's leaf ends: where the nearest right sibling's subtree begins.
+fn leaf_end(path: &[Level]) -> u64 {
+    path.iter()
+        .filter_map(|l| match &l.entries {
+            Entries::Index(v) => v.get(l.pos + 1).map(|e| e.0),
+            Entries::Leaf(_) => None,
+        })
+        .min()
+        .unwrap_or(LBLK_END)
+}
+
 fn header(node: &[u8]) -> Result<ExtentHeader> {
     ExtentHeader::read_from_prefix(node)
         .map(|(h, _)| h)
@@ -274,15 +285,7 @@ impl FsInner {
         let mut cur = lo;
         while cur < hi {
             let path = self.ext_walk(inode, raw, cur)?;
-            // The leaf's range ends where the nearest right sibling's subtree begins.
-            let leaf_hi = path
-                .iter()
-                .filter_map(|l| match &l.entries {
-                    Entries::Index(v) => v.get(l.pos + 1).map(|e| e.0),
-                    Entries::Leaf(_) => None,
-                })
-                .min()
-                .unwrap_or(LBLK_END);
+            let leaf_hi = leaf_end(&path);
             if leaf_hi <= cur {
                 return Err(self.ext_bad(inode, path.last().and_then(Level::blk), "index keys out of order"));
             }
@@ -563,14 +566,7 @@ impl FsInner {
         let mut cur = lo;
         while cur < hi {
             let path = self.ext_walk(inode, raw, cur)?;
-            let leaf_hi = path
-                .iter()
-                .filter_map(|l| match &l.entries {
-                    Entries::Index(v) => v.get(l.pos + 1).map(|e| e.0),
-                    Entries::Leaf(_) => None,
-                })
-                .min()
-                .unwrap_or(LBLK_END);
+            let leaf_hi = leaf_end(&path);
             if leaf_hi <= cur {
                 return Err(self.ext_bad(inode, None, "index keys out of order"));
             }

@@ -45,6 +45,14 @@ const FREES_PER_HANDLE: usize = 16;
 /// Blocks of a block map freed per handle when truncating.
 const IND_FREE_STEP: u64 = 8192;
 
+/// What `fill_map` mapped: the runs, how far it got, and whether it stopped short for lack
+/// of space.
+struct Filled {
+    runs: Vec<Run>,
+    reached: u64,
+    short: bool,
+}
+
 /// A run of the file to fill: logical start, length, physical start, and whether it was
 /// just mapped (so the parts of its blocks the write does not cover must be zeroed).
 #[derive(Clone, Copy, Debug)]
@@ -128,8 +136,8 @@ impl FsInner {
             crate::extents_write::init_root(&mut raw);
         }
         if !data.is_empty() {
-            let (runs, _) = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
-            self.write_runs(&runs, 0, &data)?;
+            let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
+            self.write_runs(&f.runs, 0, &data)?;
         }
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
@@ -188,8 +196,8 @@ impl FsInner {
 
     /// Gives the holes and unwritten blocks of `lo..hi` storage (written, or unwritten when
     /// `unwritten`), at most `OPS_PER_HANDLE` operations' worth. Returns the runs of the
-    /// range it covered (existing written ones included) and how far it got; an error after
-    /// some progress ends the range early instead.
+    /// range it covered (existing written ones included) and how far it got; running out of
+    /// space after some progress ends the range early instead (see `Filled::short`).
     fn fill_map(
         &self,
         h: &Handle,
@@ -198,8 +206,9 @@ impl FsInner {
         lo: u64,
         hi: u64,
         unwritten: bool,
-    ) -> Result<(Vec<Run>, u64)> {
+    ) -> Result<Filled> {
         let extents = raw_flags(raw) & EXTENTS_FL != 0;
+        let mut short = false;
         let sectors = u64::from(self.sbi.block_size / 512);
         let mapped = self.map_runs(inode, raw, lo, hi)?;
         let mut runs = Vec::new();
@@ -238,7 +247,10 @@ impl FsInner {
                         let got = match self.alloc_blocks(h, goal, want, false) {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
-                            Err(_) => break,
+                            Err(_) => {
+                                short = true;
+                                break;
+                            }
                         };
                         let (p, n) = (got.0, u64::from(got.1));
                         if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten)), 0) {
@@ -251,7 +263,10 @@ impl FsInner {
                         let p = match self.ind_alloc(h, inode, raw, cur, goal) {
                             Ok(p) => p,
                             Err(e) if runs.is_empty() => return Err(e),
-                            Err(_) => break,
+                            Err(_) => {
+                                short = true;
+                                break;
+                            }
                         };
                         Run { lblk: cur, len: 1, pblk: p, fresh: true }
                     };
@@ -264,7 +279,7 @@ impl FsInner {
                 }
             }
         }
-        Ok((runs, cur))
+        Ok(Filled { runs, reached: cur, short })
     }
 
     /// Goal for a new block of a block-mapped file: after the block before it.
@@ -337,7 +352,7 @@ impl FsInner {
                 self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
             }
             let hi = last.min(lblk + CHUNK_BLOCKS);
-            let (runs, reached) = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false) {
+            let Filled { runs, reached, short } = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false) {
                 Ok(x) => x,
                 Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
                     // Freed blocks wait for their commit: commit, then try once more.
@@ -358,7 +373,13 @@ impl FsInner {
             raw_touch_cm(&mut raw, self.sbi.inode_size, now());
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             drop(raw);
+            drop(_d);
             h.stop();
+            if short && !retried && self.has_busy_blocks() {
+                // Out of space part way, with freed blocks waiting for their commit.
+                journal.sync()?;
+                retried = true;
+            }
             if reached == lblk {
                 break;
             }
@@ -591,7 +612,7 @@ impl FsInner {
                     reached = cur;
                     while reached < conv_end {
                         match self.fill_map(&h, inode, &mut raw, reached, conv_end, true) {
-                            Ok((_, r)) if r > reached => reached = r,
+                            Ok(f) if f.reached > reached => reached = f.reached,
                             Ok(_) => break,
                             Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
                             Err(e) => return Err(e),
@@ -599,7 +620,7 @@ impl FsInner {
                     }
                 } else {
                     match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true) {
-                        Ok((_, r)) => reached = r,
+                        Ok(f) => reached = f.reached,
                         Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
                         Err(e) => return Err(e),
                     }

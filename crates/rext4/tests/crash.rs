@@ -285,6 +285,15 @@ fn tag(f: usize) -> u8 {
 }
 
 fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    data_workload_with(dev, rounds, seed, true)
+}
+
+/// The data workload for block-mapped files: fallocate is not supported there.
+fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    data_workload_with(dev, rounds, seed, false)
+}
+
+fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: bool) -> DataModel {
     let fs = open_rw(dev);
     let mut rng = Rng(seed);
     let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
@@ -300,31 +309,26 @@ fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel 
             let len = rng.next() % 9000 + 1;
             let buf = vec![tag(f); len as usize];
             if f < APPEND_FILES {
-                if sizes[f] > 150_000 {
-                    continue;
+                if sizes[f] <= 150_000 {
+                    fs.write(inos[f], sizes[f], &buf).unwrap();
+                    sizes[f] += len;
                 }
-                fs.write(inos[f], sizes[f], &buf).unwrap();
-                sizes[f] += len;
                 continue;
             }
             let off = rng.next() % 120_000;
-            match rng.next() % 6 {
+            let ino = inos[f];
+            match rng.next() % if falloc { 6 } else { 3 } {
                 0 | 1 => {
-                    fs.write(inos[f], off, &buf).unwrap();
+                    fs.write(ino, off, &buf).unwrap();
                 }
                 2 => {
-                    fs.setattr(inos[f], &SetAttr { size: Some(off / 3), ..SetAttr::default() }).unwrap();
+                    fs.setattr(ino, &SetAttr { size: Some(off / 3), ..SetAttr::default() }).unwrap();
                 }
                 3 => fs
-                    .fallocate(
-                        inos[f],
-                        rext4::FALLOC_FL_PUNCH_HOLE | rext4::FALLOC_FL_KEEP_SIZE,
-                        off,
-                        len * 3,
-                    )
+                    .fallocate(ino, rext4::FALLOC_FL_PUNCH_HOLE | rext4::FALLOC_FL_KEEP_SIZE, off, len * 3)
                     .unwrap(),
-                4 => fs.fallocate(inos[f], rext4::FALLOC_FL_ZERO_RANGE, off, len).unwrap(),
-                _ => fs.fallocate(inos[f], 0, off, len * 2).unwrap(),
+                4 => fs.fallocate(ino, rext4::FALLOC_FL_ZERO_RANGE, off, len).unwrap(),
+                _ => fs.fallocate(ino, 0, off, len * 2).unwrap(),
             }
         }
         let f = (rng.next() % APPEND_FILES as u64) as usize;
@@ -379,42 +383,6 @@ fn crash_file_data_block_maps() {
         data_workload_no_falloc,
         check_data,
     );
-}
-
-/// The data workload for block-mapped files: fallocate is not supported there.
-fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
-    let fs = open_rw(dev);
-    let mut rng = Rng(seed);
-    let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
-    for (f, &ino) in inos.iter().enumerate() {
-        fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
-        fs.write(ino, 0, &[tag(f); 100]).unwrap();
-    }
-    let mut sizes = [100u64; DATA_FILES];
-    let mut durable = Vec::new();
-    for _ in 0..rounds {
-        for _ in 0..(rng.next() % 12 + 1) {
-            let f = (rng.next() % DATA_FILES as u64) as usize;
-            let len = rng.next() % 9000 + 1;
-            let buf = vec![tag(f); len as usize];
-            if f < APPEND_FILES {
-                if sizes[f] <= 150_000 {
-                    fs.write(inos[f], sizes[f], &buf).unwrap();
-                    sizes[f] += len;
-                }
-            } else if rng.next() % 3 == 0 {
-                let s = rng.next() % 60_000;
-                fs.setattr(inos[f], &SetAttr { size: Some(s), ..SetAttr::default() }).unwrap();
-            } else {
-                fs.write(inos[f], rng.next() % 120_000, &buf).unwrap();
-            }
-        }
-        let f = (rng.next() % APPEND_FILES as u64) as usize;
-        fs.fsync(inos[f]).unwrap();
-        durable.push((dev.position(), f, sizes[f]));
-    }
-    fs.unmount().unwrap();
-    DataModel { durable }
 }
 
 /// An I/O error while committing aborts the journal: later changes fail with EROFS and
