@@ -2,41 +2,14 @@
 //! an image e2fsck accepts, with the same counts; concurrent allocators never hand out the same
 //! block or inode twice.
 
-use crate::dev::MemDevice;
-use crate::fs::{Fs, Options};
+use crate::test_image::{fsck_clean, mkfs_image, open_mem as open};
 use std::collections::HashSet;
-use std::process::Command;
-use std::sync::Arc;
 
 /// What one worker allocated: block runs and inode numbers.
 type Taken = (Vec<(u64, u32)>, Vec<u32>);
 
 fn image(args: &[&str]) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("a.img");
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .args(args)
-        .arg(&img)
-        .arg("64M")
-        .output()
-        .expect("mkfs.ext4 is required");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::read(&img).unwrap()
-}
-
-fn fsck_clean(bytes: &[u8]) {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("a.img");
-    std::fs::write(&img, bytes).unwrap();
-    let out = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-}
-
-fn open(bytes: Vec<u8>) -> (Fs, Arc<MemDevice>) {
-    let dev = Arc::new(MemDevice::new(bytes));
-    let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
-    (fs, dev)
+    mkfs_image(None, args, "64M")
 }
 
 #[test]

@@ -65,6 +65,8 @@ mod rename;
 mod replay;
 mod super_block;
 mod symlink;
+#[cfg(test)]
+mod test_image;
 mod truncate;
 mod xattr;
 mod xattr_area;

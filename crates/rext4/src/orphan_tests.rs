@@ -2,41 +2,16 @@
 //! with `orphan_add` and not yet removed by `orphan_del` makes the next writable open truncate
 //! the inode to its `i_size`.
 
-use super::*;
-use crate::dev::MemDevice;
-use crate::fs::Options;
-use std::process::Command;
+use crate::test_image::{fsck_clean, mkfs_image, open_mem as open};
 
 fn image(args: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("big"), vec![7u8; 300 << 10]).unwrap();
-    let img = dir.path().join("a.img");
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-b", "1024", "-d"])
-        .arg(&src)
-        .args(args)
-        .arg(&img)
-        .arg("16M")
-        .output()
-        .expect("mkfs.ext4 is required");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::read(&img).unwrap()
-}
-
-fn fsck_clean(bytes: &[u8]) {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("a.img");
-    std::fs::write(&img, bytes).unwrap();
-    let out = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-}
-
-fn open(bytes: Vec<u8>) -> (Fs, Arc<MemDevice>) {
-    let dev = Arc::new(MemDevice::new(bytes));
-    let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
-    (fs, dev)
+    let mut all = vec!["-b", "1024"];
+    all.extend_from_slice(args);
+    mkfs_image(Some(&src), &all, "16M")
 }
 
 #[test]
