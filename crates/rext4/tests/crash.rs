@@ -7,7 +7,7 @@
 //! `REXT4_CRASH_ROUNDS` scales the workload (default 60 rounds; each adds about two crash
 //! points).
 
-use rext4::dev::{apply_ops, CrashDevice, Op};
+use rext4::dev::CrashDevice;
 use rext4::{Fs, Options, SetAttr};
 use std::path::Path;
 use std::process::Command;
@@ -142,28 +142,6 @@ fn kernel_recover(img: &Path, mnt: &Path) -> bool {
     true
 }
 
-fn crash_images(ops: &[Op], initial: &[u8], rng: &mut Rng) -> Vec<(usize, Vec<u8>)> {
-    let flushes: Vec<usize> =
-        ops.iter().enumerate().filter(|(_, o)| matches!(o, Op::Flush)).map(|(i, _)| i).collect();
-    let mut out = Vec::new();
-    let mut base = initial.to_vec();
-    let mut done = 0;
-    for (n, &k) in flushes.iter().enumerate() {
-        apply_ops(&mut base, ops, done, k, |_| true);
-        done = k;
-        out.push((k, base.clone()));
-        // Some of the writes between this flush and the next, as a reordering disk might keep.
-        let next = flushes.get(n + 1).copied().unwrap_or(ops.len());
-        if next > k + 2 {
-            let mut img = base.clone();
-            let mask = rng.next();
-            apply_ops(&mut img, ops, k + 1, next, |i| (mask >> (i % 64)) & 1 == 1);
-            out.push((k, img));
-        }
-    }
-    out
-}
-
 fn run(name: &str, mkfs_args: &[&str], seed: u64) {
     run_with(name, mkfs_args, seed, run_workload, check_model);
 }
@@ -197,8 +175,7 @@ fn run_with<M: Durable>(
     assert_clean(&done, &format!("{name}: after unmount"));
 
     let ops = dev.ops();
-    let mut rng = Rng(seed ^ 0xABCDEF);
-    let images = crash_images(&ops, dev.initial(), &mut rng);
+    let images = common::crash_images(&ops, dev.initial(), seed ^ 0xABCDEF);
     let kernel = common::is_root();
     if !kernel {
         eprintln!("{name}: skipping kernel recovery: loop mounts need root");

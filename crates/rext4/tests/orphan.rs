@@ -581,31 +581,8 @@ fn recorded_truncates_and_deletes() {
 // Crashes
 // ------------------------------------------------------------------------------------------
 
-use rext4::dev::{apply_ops, CrashDevice, Op};
-
-/// Every image a crash could leave: the state at each flush, and the same with a random subset
-/// of the writes up to the next flush (disks reorder unflushed writes).
-fn crash_images(ops: &[Op], initial: &[u8], seed: u64) -> Vec<(usize, Vec<u8>)> {
-    let mut rng = common::Rng::new(seed);
-    let flushes: Vec<usize> =
-        ops.iter().enumerate().filter(|(_, o)| matches!(o, Op::Flush)).map(|(i, _)| i).collect();
-    let mut out = Vec::new();
-    let mut base = initial.to_vec();
-    let mut done = 0;
-    for (n, &k) in flushes.iter().enumerate() {
-        apply_ops(&mut base, ops, done, k, |_| true);
-        done = k;
-        out.push((k, base.clone()));
-        let next = flushes.get(n + 1).copied().unwrap_or(ops.len());
-        if next > k + 2 {
-            let mut img = base.clone();
-            let mask = rng.next_u64();
-            apply_ops(&mut img, ops, k + 1, next, |i| (mask >> (i % 64)) & 1 == 1);
-            out.push((k, img));
-        }
-    }
-    out
-}
+use common::crash_images;
+use rext4::dev::CrashDevice;
 
 /// After any recovery: each of `files` (name, inode) either still has its name and inode, or
 /// has neither; a replaced name points at the inode that replaced it.
