@@ -26,6 +26,9 @@ pub struct Options {
     pub writable: bool,
     /// How often the journal commits on its own (the kernel's `commit=`, default 5 s).
     pub commit_interval: std::time::Duration,
+    /// Read-only opens only: show the image as it is, without replaying a journal that needs
+    /// recovery (the kernel's `norecovery`).
+    pub norecovery: bool,
 }
 
 impl Default for Options {
@@ -36,6 +39,7 @@ impl Default for Options {
             name_cache: 262_144,
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
+            norecovery: false,
         }
     }
 }
@@ -99,7 +103,14 @@ impl Fs {
     /// memory when reading (the device is not modified).
     pub fn from_device(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Fs> {
         let sbi = SbInfo::load(&*dev)?;
-        let (dev, sbi, recovery) = crate::replay::recover_at_open(dev, sbi, opts.writable)?;
+        if opts.norecovery && opts.writable {
+            return Err(Error::InvalidInput("norecovery is for read-only opens"));
+        }
+        let (dev, sbi, recovery) = if opts.norecovery {
+            (dev, sbi, None)
+        } else {
+            crate::replay::recover_at_open(dev, sbi, opts.writable)?
+        };
         let mut inner = FsInner::new(dev, sbi, &opts)?;
         inner.recovery = recovery;
         if opts.writable {

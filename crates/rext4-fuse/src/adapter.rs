@@ -1,0 +1,851 @@
+//! The `fuser::Filesystem` implementation: every FUSE request becomes one engine call.
+//!
+//! Requests arrive on several worker threads at once (one cloned `/dev/fuse` fd each) and go
+//! straight to the engine, which has no filesystem-wide lock; the adapter adds only the sharded
+//! lookup-count and handle tables (see handles.rs).
+//!
+//! # Caching
+//! The daemon is the image's only writer, so entries and attributes are given long timeouts
+//! and files and directories are opened with `FOPEN_KEEP_CACHE` / `FOPEN_CACHE_DIR`: every
+//! change goes through this mount, and the kernel invalidates what each change touches.
+//! Missing names are answered with a negative entry (node id 0) that the kernel caches too.
+//!
+//! # Lookup counts
+//! Each reply carrying an entry adds one lookup before it is sent; see handles.rs.
+
+use crate::attr::{decode_dev, engine_ino, file_attr, fuse_ino, fuse_type, negative_attr, time_set, visible};
+use crate::errno::ErrorPolicy;
+use crate::handles::{FileHandles, LookupCounts, Transition};
+use crate::options::MountOptions;
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rext4::{Attr, FileType, Fs, InodeNo, SetAttr, TimeSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How long the kernel may trust entries and attributes without asking again.
+const TTL: Duration = Duration::from_secs(24 * 3600);
+/// Largest request payload: 1 MiB reads and writes.
+const MAX_IO: u32 = 1 << 20;
+/// `copy_file_range` moves data through a buffer of this size.
+const COPY_CHUNK: usize = 1 << 20;
+/// Most bytes one `copy_file_range` request copies (the reply carries a 32-bit count).
+const COPY_MAX: u64 = 1 << 30;
+
+const S_IFMT: u32 = libc::S_IFMT;
+const S_ISGID: u16 = 0o2000;
+
+// `FS_IOC_GETFLAGS` / `FS_IOC_GETVERSION`, with the argument sizes of 64- and 32-bit callers.
+const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC_GETVERSION: u32 = 0x8008_7601;
+const FS_IOC32_GETVERSION: u32 = 0x8004_7601;
+
+/// State shared by the workers and by the mount after they stop.
+pub(crate) struct Shared {
+    pub fs: Fs,
+    pub lookups: LookupCounts,
+    pub handles: FileHandles,
+    pub policy: ErrorPolicy,
+    pub opts: MountOptions,
+}
+
+impl Shared {
+    /// Releases every inode the kernel still knew (at unmount, when no forget will come).
+    pub fn release_all(&self) {
+        for ino in self.lookups.drain() {
+            if let Err(e) = self.fs.release(InodeNo(ino as u32)) {
+                crate::log(&format!("release of inode {ino} at unmount: {e}"));
+            }
+        }
+    }
+}
+
+/// The FUSE filesystem over one engine [`Fs`].
+pub(crate) struct Adapter {
+    pub shared: Arc<Shared>,
+}
+
+type R<T> = Result<T, Errno>;
+
+fn ino_of(ino: INodeNo) -> R<InodeNo> {
+    engine_ino(ino).ok_or(Errno::ENOENT)
+}
+
+fn name_of(name: &OsStr) -> R<&[u8]> {
+    let n = name.as_bytes();
+    if n.len() > 255 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(n)
+}
+
+impl Adapter {
+    fn fs(&self) -> &Fs {
+        &self.shared.fs
+    }
+
+    fn err(&self, op: &str, e: rext4::Error) -> Errno {
+        self.shared.policy.errno(op, &e)
+    }
+
+    /// Fails with `EROFS` unless changes are allowed.
+    fn writable(&self) -> R<()> {
+        if !self.fs().is_writable() || self.shared.policy.forced_read_only() {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
+    }
+
+    /// Counts one lookup of `ino`, holding it in the engine on the first.
+    fn take_lookup(&self, ino: InodeNo) -> R<()> {
+        if self.shared.lookups.add(u64::from(ino.0)) == Transition::Hold {
+            if let Err(e) = self.fs().hold(ino) {
+                self.shared.lookups.sub(u64::from(ino.0), 1);
+                return Err(self.err("hold", e));
+            }
+        }
+        Ok(())
+    }
+
+    fn forget_one(&self, ino: INodeNo, n: u64) {
+        let Some(e) = engine_ino(ino) else { return };
+        if self.shared.lookups.sub(u64::from(e.0), n) == Transition::Release {
+            if let Err(err) = self.fs().release(e) {
+                self.shared.policy.errno("forget", &err);
+                crate::log(&format!("release of inode {e}: {err}"));
+            }
+        }
+    }
+
+    fn entry(&self, r: R<Attr>, reply: ReplyEntry) {
+        match r.and_then(|a| self.take_lookup(a.ino).map(|()| a)) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Owner and mode of a new inode in `parent`, as `inode_init_owner` gives them: the
+    /// caller's ids, except that a set-group-ID directory passes on its group (and, to new
+    /// directories, the set-group-ID bit).
+    fn new_owner(&self, req: &Request, parent: InodeNo, mode: u16, is_dir: bool) -> R<(u16, u32, u32)> {
+        let p = self.fs().getattr(parent).map_err(|e| self.err("getattr", e))?;
+        if p.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        if p.mode & S_ISGID != 0 {
+            let mode = if is_dir { mode | S_ISGID } else { mode };
+            return Ok((mode, req.uid(), p.gid));
+        }
+        Ok((mode, req.uid(), req.gid()))
+    }
+
+    fn attr(&self, ino: INodeNo) -> R<Attr> {
+        self.fs().getattr(ino_of(ino)?).map_err(|e| self.err("getattr", e))
+    }
+
+    fn do_setattr(&self, ino: InodeNo, ch: &SetAttr) -> R<Attr> {
+        if *ch == SetAttr::default() {
+            return self.fs().getattr(ino).map_err(|e| self.err("getattr", e));
+        }
+        self.writable()?;
+        self.fs().setattr(ino, ch).map_err(|e| self.err("setattr", e))
+    }
+
+    fn do_open(&self, ino: INodeNo, flags: OpenFlags) -> R<(u64, FopenFlags)> {
+        let e = ino_of(ino)?;
+        let acc = flags.0 & libc::O_ACCMODE;
+        if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            self.writable()?;
+        }
+        if flags.0 & libc::O_TRUNC != 0 {
+            // FUSE_ATOMIC_O_TRUNC: the truncation is ours, with the times `open(2)` sets.
+            let ch = SetAttr { size: Some(0), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+            self.fs().setattr(e, &ch).map_err(|err| self.err("open(O_TRUNC)", err))?;
+        }
+        let fh = self.shared.handles.open(u64::from(e.0), flags.0);
+        Ok((fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH))
+    }
+
+    fn do_xattr_reply(data: Vec<u8>, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            match u32::try_from(data.len()) {
+                Ok(n) => reply.size(n),
+                Err(_) => reply.error(Errno::E2BIG),
+            }
+        } else if data.len() > size as usize {
+            reply.error(Errno::ERANGE);
+        } else {
+            reply.data(&data);
+        }
+    }
+
+    fn do_copy(&self, src: InodeNo, mut off_in: u64, dst: InodeNo, mut off_out: u64, len: u64) -> R<u64> {
+        self.writable()?;
+        let mut left = len.min(COPY_MAX);
+        let mut buf = vec![0u8; COPY_CHUNK.min(left as usize)];
+        let mut done = 0u64;
+        while left > 0 {
+            let want = buf.len().min(left as usize);
+            let n = self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err("copy_file_range", e))?;
+            if n == 0 {
+                break;
+            }
+            let mut put = 0;
+            while put < n {
+                let w = self
+                    .fs()
+                    .write(dst, off_out + put as u64, &buf[put..n])
+                    .map_err(|e| self.err("copy_file_range", e))?;
+                if w == 0 {
+                    return Err(Errno::EIO);
+                }
+                put += w;
+            }
+            done += n as u64;
+            left -= n as u64;
+            off_in += n as u64;
+            off_out += n as u64;
+        }
+        Ok(done)
+    }
+
+    /// Permission check for `access(2)` when the kernel does not check (no
+    /// `default_permissions`): owner, group (the caller's primary group only) or other bits;
+    /// root may read and write anything and execute what anyone may.
+    fn check_access(&self, req: &Request, a: &Attr, mask: AccessFlags) -> R<()> {
+        let want = mask.bits() & 7;
+        if want & 2 != 0 {
+            self.writable()?;
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        let mode = u32::from(a.mode);
+        if req.uid() == 0 {
+            let any_x = mode & 0o111 != 0 || a.kind == FileType::Directory;
+            return if want & 1 == 0 || any_x { Ok(()) } else { Err(Errno::EACCES) };
+        }
+        let bits = if req.uid() == a.uid {
+            (mode >> 6) & 7
+        } else if req.gid() == a.gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if (bits & want as u32) == want as u32 {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_MAX_PAGES;
+        if self.shared.opts.writeback_cache {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // Each flag the kernel lacks is simply not used.
+        let _ = config.add_capabilities(want & config.capabilities());
+        if self.shared.opts.writeback_cache && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+            crate::log("writeback_cache: not supported by this kernel, writing through");
+        }
+        let _ = config.set_max_write(MAX_IO);
+        let _ = config.set_max_readahead(MAX_IO).or_else(|max| config.set_max_readahead(max));
+        let _ = config.set_max_background(64);
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.shared.release_all();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let p = ino_of(parent)?;
+            let n = name_of(name)?;
+            match self.fs().lookup(p, n) {
+                Ok(a) if !visible(a.ino) => Err(Errno::from_i32(libc::EUCLEAN)),
+                Ok(a) => Ok(Some(a)),
+                Err(rext4::Error::NotFound) => Ok(None),
+                Err(e) => Err(self.err("lookup", e)),
+            }
+        })();
+        match r {
+            Ok(Some(a)) => self.entry(Ok(a), reply),
+            // A negative entry the kernel may cache: node id 0 with a timeout.
+            Ok(None) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.forget_one(ino, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.attr(ino) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = ino_of(ino).and_then(|e| {
+            let ch = SetAttr {
+                mode: mode.map(|m| (m & 0o7777) as u16),
+                uid,
+                gid,
+                atime: atime.map(time_set),
+                mtime: mtime.map(time_set),
+                size,
+            };
+            self.do_setattr(e, &ch)
+        });
+        match r {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match ino_of(ino).and_then(|e| self.fs().readlink(e).map_err(|err| self.err("readlink", err))) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let (p, n) = (ino_of(parent)?, name_of(name)?);
+            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+            let kind = mode & S_IFMT;
+            let r = if kind == libc::S_IFREG || kind == 0 {
+                self.fs().create(p, n, m, uid, gid)
+            } else {
+                self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
+            };
+            r.map_err(|e| self.err("mknod", e))
+        })();
+        self.entry(r, reply);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = (|| {
+            self.writable()?;
+            let (p, n) = (ino_of(parent)?, name_of(name)?);
+            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, true)?;
+            self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))
+        })();
+        self.entry(r, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.writable()?;
+            self.fs().unlink(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("unlink", e))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.writable()?;
+            self.fs().rmdir(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("rmdir", e))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let r = (|| {
+            self.writable()?;
+            let (p, n) = (ino_of(parent)?, name_of(link_name)?);
+            let (_, uid, gid) = self.new_owner(req, p, 0o777, false)?;
+            let t = target.as_os_str().as_bytes();
+            self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e))
+        })();
+        self.entry(r, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                return Err(Errno::EINVAL);
+            }
+            let mut f = 0;
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                f |= rext4::RENAME_NOREPLACE;
+            }
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                f |= rext4::RENAME_EXCHANGE;
+            }
+            let (op, on) = (ino_of(parent)?, name_of(name)?);
+            let (np, nn) = (ino_of(newparent)?, name_of(newname)?);
+            self.fs().rename(op, on, np, nn, f).map_err(|e| self.err("rename", e))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            self.writable()?;
+            let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
+            self.fs().link(i, p, n).map_err(|e| self.err("link", e))
+        })();
+        self.entry(r, reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.do_open(ino, flags) {
+            Ok((fh, f)) => reply.opened(FileHandle(fh), f),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = ino_of(ino).and_then(|e| {
+            let mut buf = vec![0u8; size.min(MAX_IO) as usize];
+            let n = self.fs().read(e, offset, &mut buf).map_err(|err| self.err("read", err))?;
+            buf.truncate(n);
+            Ok(buf)
+        });
+        match r {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let e = ino_of(ino)?;
+            let n = self.fs().write(e, offset, data).map_err(|err| self.err("write", err))?;
+            u32::try_from(n).map_err(|_| Errno::EIO)
+        })();
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Writes reach the engine synchronously; there is nothing to push at close.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.shared.handles.close(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsync", err)));
+        reply_empty(ro_ok(r), reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match ino_of(ino) {
+            Ok(e) => {
+                let fh = self.shared.handles.open(u64::from(e.0), flags.0);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let r = ino_of(ino).and_then(|dir| {
+            let mut failed = None;
+            let res = self.fs().readdir(dir, offset, |e| {
+                if !visible(e.ino) {
+                    return true;
+                }
+                let kind = match e.kind {
+                    Some(k) => k,
+                    None => match self.fs().getattr(e.ino) {
+                        Ok(a) => a.kind,
+                        // Removed since the entry was read: leave it out.
+                        Err(rext4::Error::NotFound) => return true,
+                        Err(err) => {
+                            failed = Some(self.err("readdir", err));
+                            return false;
+                        }
+                    },
+                };
+                !reply.add(fuse_ino(e.ino), e.next, fuse_type(kind), OsStr::from_bytes(&e.name))
+            });
+            match (res, failed) {
+                (_, Some(e)) => Err(e),
+                (Err(e), None) => Err(self.err("readdir", e)),
+                (Ok(()), None) => Ok(()),
+            }
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = ino_of(ino).and_then(|dir| {
+            let mut failed = None;
+            let mut added = 0usize;
+            let res = self.fs().readdir(dir, offset, |e| {
+                if !visible(e.ino) {
+                    return true;
+                }
+                let a = match self.fs().getattr(e.ino) {
+                    Ok(a) => a,
+                    Err(rext4::Error::NotFound) => return true,
+                    Err(err) => {
+                        failed = Some(self.err("readdirplus", err));
+                        return false;
+                    }
+                };
+                let dots = e.name == b"." || e.name == b"..";
+                // `.` and `..` carry no lookup: the kernel skips them. Every other entry
+                // that fits is counted before the reply goes out.
+                if !dots {
+                    if let Err(err) = self.take_lookup(a.ino) {
+                        failed = Some(err);
+                        return false;
+                    }
+                }
+                let fa = file_attr(&a);
+                let full = reply.add(fa.ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
+                if full && !dots {
+                    self.forget_one(fa.ino, 1);
+                }
+                if !full {
+                    added += 1;
+                }
+                !full
+            });
+            match (res, failed) {
+                // What was added is still good; the error comes back on the next call.
+                _ if added > 0 => Ok(()),
+                (_, Some(e)) => Err(e),
+                (Err(e), None) => Err(self.err("readdirplus", e)),
+                (Ok(()), None) => Ok(()),
+            }
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.shared.handles.close(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsyncdir", err)));
+        reply_empty(ro_ok(r), reply);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs().statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_avail,
+                s.files,
+                s.files_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(self.err("statfs", e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            if position != 0 {
+                return Err(Errno::EINVAL);
+            }
+            let e = ino_of(ino)?;
+            let flags = u32::try_from(flags).map_err(|_| Errno::EINVAL)?;
+            self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err("setxattr", err))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match ino_of(ino).and_then(|e| self.fs().getxattr(e, name.as_bytes()).map_err(|err| self.err("getxattr", err)))
+        {
+            Ok(v) => Self::do_xattr_reply(v, size, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match ino_of(ino).and_then(|e| self.fs().listxattr(e).map_err(|err| self.err("listxattr", err))) {
+            Ok(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    out.extend_from_slice(&n);
+                    out.push(0);
+                }
+                Self::do_xattr_reply(out, size, reply)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            self.writable()?;
+            let e = ino_of(ino)?;
+            self.fs().removexattr(e, name.as_bytes()).map_err(|err| self.err("removexattr", err))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let r = self.attr(ino).and_then(|a| self.check_access(req, &a, mask));
+        reply_empty(r, reply);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let (p, n) = (ino_of(parent)?, name_of(name)?);
+            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+            let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
+            self.take_lookup(a.ino)?;
+            let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
+            Ok((a, fh))
+        })();
+        match r {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                gen(&a),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let r = self.attr(ino).and_then(|a| match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(u64::from(a.flags)),
+            FS_IOC_GETVERSION | FS_IOC32_GETVERSION => Ok(u64::from(a.generation)),
+            _ => Err(Errno::ENOTTY),
+        });
+        match r {
+            Ok(v) => {
+                let bytes = v.to_le_bytes();
+                reply.ioctl(0, &bytes[..(out_size as usize).min(8)]);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = (|| {
+            self.writable()?;
+            let e = ino_of(ino)?;
+            let mode = u32::try_from(mode).map_err(|_| Errno::EINVAL)?;
+            self.fs().fallocate(e, mode, offset, length).map_err(|err| self.err("fallocate", err))
+        })();
+        reply_empty(r, reply);
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let r = (|| {
+            let e = ino_of(ino)?;
+            let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+            let pos = match whence {
+                libc::SEEK_DATA => self.fs().seek_data(e, off),
+                libc::SEEK_HOLE => self.fs().seek_hole(e, off),
+                _ => return Err(Errno::EINVAL),
+            };
+            let pos = pos.map_err(|err| self.err("lseek", err))?;
+            i64::try_from(pos).map_err(|_| Errno::EOVERFLOW)
+        })();
+        match r {
+            Ok(p) => reply.offset(p),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let r = (|| {
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            let (src, dst) = (ino_of(ino_in)?, ino_of(ino_out)?);
+            let n = self.do_copy(src, offset_in, dst, offset_out, len)?;
+            u32::try_from(n).map_err(|_| Errno::EIO)
+        })();
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+fn gen(a: &Attr) -> Generation {
+    Generation(u64::from(a.generation))
+}
+
+fn reply_empty(r: R<()>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// `fsync` on a read-only mount has nothing to make durable.
+fn ro_ok(r: R<()>) -> R<()> {
+    match r {
+        Err(e) if e == Errno::EROFS => Ok(()),
+        r => r,
+    }
+}

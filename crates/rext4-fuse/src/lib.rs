@@ -1,0 +1,182 @@
+//! rext4-fuse: serves a [`rext4::Fs`] to the kernel through FUSE.
+//!
+//! ```no_run
+//! let opts = rext4_fuse::MountOptions::parse("rw,allow_other").unwrap();
+//! let fs = rext4::Fs::open_with("disk.img", opts.engine_options())?;
+//! rext4_fuse::mount(fs, "/mnt".as_ref(), &opts)?; // returns once unmounted, image clean
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Only the adapter lives here: option parsing (options.rs), lookup counts and file handles
+//! (handles.rs), errno and `errors=` policy (errno.rs), attribute translation (attr.rs) and the
+//! `fuser::Filesystem` implementation (adapter.rs). Daemonizing, the image lock and signals
+//! belong to the `rext4 mount` command.
+#![forbid(unsafe_code)]
+
+mod adapter;
+mod attr;
+mod errno;
+mod handles;
+mod options;
+
+pub use options::{ErrorBehavior, MountOptions};
+
+use adapter::{Adapter, Shared};
+use errno::ErrorPolicy;
+use fuser::{Config, MountOption, Session, SessionACL};
+use rext4::Fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Writes one line to standard error, ignoring failure (a daemon's stderr may be gone).
+pub fn log(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(io::stderr(), "rext4: {msg}");
+}
+
+/// A mounted filesystem, not yet serving requests.
+pub struct Mount {
+    session: Session<Adapter>,
+    shared: Arc<Shared>,
+    mountpoint: PathBuf,
+}
+
+impl Mount {
+    /// Mounts `fs` on `mountpoint` (the kernel's handshake included). Requests are served by
+    /// [`Mount::run`].
+    pub fn new(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mount> {
+        opts.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if fs.is_writable() == opts.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the filesystem's open mode does not match the ro/rw option",
+            ));
+        }
+        let behavior = opts.errors.unwrap_or_else(|| {
+            // As the kernel: the superblock's errors= when the mount does not say.
+            if fs.superblock().s_errors.get() == rext4::format::superblock::ERRORS_CONTINUE {
+                ErrorBehavior::Continue
+            } else {
+                ErrorBehavior::RemountRo
+            }
+        });
+        let shared = Arc::new(Shared {
+            fs,
+            lookups: Default::default(),
+            handles: Default::default(),
+            policy: ErrorPolicy::new(behavior),
+            opts: opts.clone(),
+        });
+        let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
+        let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
+        Ok(Mount { session, shared, mountpoint })
+    }
+
+    /// Where the filesystem is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Serves requests on the configured number of threads until the filesystem is unmounted
+    /// (`umount`, `fusermount3 -u`, or [`unmount`]); then releases every inode the kernel
+    /// still held, commits the journal and marks the image clean.
+    pub fn run(self) -> io::Result<()> {
+        let Mount { session, shared, .. } = self;
+        let served = session.run();
+        shared.release_all();
+        let closed = shared.fs.unmount().map_err(io::Error::from);
+        served.and(closed)
+    }
+}
+
+/// Mounts `fs` on `mountpoint` and serves it until it is unmounted; returns once the image is
+/// committed and clean.
+pub fn mount(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
+    Mount::new(fs, mountpoint, opts)?.run()
+}
+
+/// A mount served by a background thread.
+pub struct Background {
+    thread: std::thread::JoinHandle<io::Result<()>>,
+    mountpoint: PathBuf,
+}
+
+impl Background {
+    /// Where the filesystem is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits until the image is committed and clean.
+    pub fn unmount(self) -> io::Result<()> {
+        let r = unmount(&self.mountpoint);
+        let served = self.thread.join().map_err(|_| io::Error::other("the FUSE session panicked"))?;
+        r.and(served)
+    }
+
+    /// Waits for the mount to end (unmounted by someone else).
+    pub fn join(self) -> io::Result<()> {
+        self.thread.join().map_err(|_| io::Error::other("the FUSE session panicked"))?
+    }
+}
+
+/// Mounts `fs` on `mountpoint` and serves it from a background thread.
+pub fn spawn(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<Background> {
+    let m = Mount::new(fs, mountpoint, opts)?;
+    let mountpoint = m.mountpoint().to_path_buf();
+    let thread = std::thread::Builder::new().name("rext4-fuse".into()).spawn(move || m.run())?;
+    Ok(Background { thread, mountpoint })
+}
+
+/// Unmounts a FUSE mount: a plain unmount; if it is busy, a lazy one (it goes once the last
+/// user closes it); without the privilege to unmount, through `fusermount3 -u -z`.
+pub fn unmount(mountpoint: &Path) -> io::Result<()> {
+    use nix::errno::Errno;
+    match nix::mount::umount(mountpoint) {
+        Ok(()) => Ok(()),
+        Err(Errno::EBUSY) => nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).map_err(io::Error::from),
+        Err(Errno::EPERM) => {
+            let st = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
+            if st.success() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!("fusermount3 -u {} failed", mountpoint.display())))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn fuser_config(opts: &MountOptions) -> Config {
+    let mut mo = vec![
+        MountOption::FSName(opts.fsname.clone().unwrap_or_else(|| "rext4".into())),
+        MountOption::Subtype("rext4".into()),
+        if opts.read_only { MountOption::RO } else { MountOption::RW },
+    ];
+    if opts.default_permissions {
+        mo.push(MountOption::DefaultPermissions);
+    }
+    for f in &opts.kernel_flags {
+        mo.push(match f.as_str() {
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            other => MountOption::CUSTOM(other.to_string()),
+        });
+    }
+    let mut c = Config::default();
+    c.mount_options = mo;
+    c.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
+    c.n_threads = Some(opts.thread_count());
+    c.clone_fd = true;
+    c
+}

@@ -1,0 +1,226 @@
+//! Mount options: what `-o` accepts, and how each one becomes an engine option, a kernel mount
+//! option or an adapter setting.
+
+use std::time::Duration;
+
+/// What to do when corruption is found while mounted (the kernel's `errors=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorBehavior {
+    /// Report the error for the operation that found it and go on.
+    Continue,
+    /// Refuse every later change with `EROFS`; reads go on.
+    RemountRo,
+}
+
+/// Everything `rext4 mount -o ...` can say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Mount read-only (`ro`); `rw` is the default.
+    pub read_only: bool,
+    /// Let users other than the one who mounted use the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from the mode bits (`default_permissions`, on unless
+    /// `nodefault_permissions` is given).
+    pub default_permissions: bool,
+    /// Journal commit interval (`commit=SECONDS`); `None` keeps the engine's default.
+    pub commit: Option<Duration>,
+    /// `errors=`; `None` follows the superblock's setting, as the kernel does.
+    pub errors: Option<ErrorBehavior>,
+    /// Let the kernel cache writes (`writeback_cache`).
+    pub writeback_cache: bool,
+    /// Worker threads reading requests (`threads=N`); `None` is one per core.
+    pub threads: Option<usize>,
+    /// The source shown in the mount table (`fsname=`); the image path by default.
+    pub fsname: Option<String>,
+    /// Do not replay the journal (`norecovery`, read-only mounts only).
+    pub norecovery: bool,
+    /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
+    pub cache_bytes: Option<usize>,
+    /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
+    pub kernel_flags: Vec<String>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            allow_other: false,
+            default_permissions: true,
+            commit: None,
+            errors: None,
+            writeback_cache: false,
+            threads: None,
+            fsname: None,
+            norecovery: false,
+            cache_bytes: None,
+            kernel_flags: Vec::new(),
+        }
+    }
+}
+
+/// Generic VFS flags handed to the kernel unchanged.
+const KERNEL_FLAGS: &[&str] =
+    &["atime", "noatime", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "sync", "async", "dirsync"];
+
+fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+    v.ok_or_else(|| format!("option {key} needs a value"))
+}
+
+impl MountOptions {
+    /// Parses a comma-separated `-o` list (several lists may be given one after another).
+    pub fn parse(list: &str) -> Result<MountOptions, String> {
+        let mut o = MountOptions::default();
+        o.add(list)?;
+        Ok(o)
+    }
+
+    /// Adds the options of a comma-separated list; later options win.
+    pub fn add(&mut self, list: &str) -> Result<(), String> {
+        for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let flag = |v: Option<&str>| match v {
+                None => Ok(()),
+                Some(_) => Err(format!("option {key} takes no value")),
+            };
+            match key {
+                "ro" => {
+                    flag(val)?;
+                    self.read_only = true;
+                }
+                "rw" => {
+                    flag(val)?;
+                    self.read_only = false;
+                }
+                "allow_other" => {
+                    flag(val)?;
+                    self.allow_other = true;
+                }
+                "default_permissions" => {
+                    flag(val)?;
+                    self.default_permissions = true;
+                }
+                "nodefault_permissions" => {
+                    flag(val)?;
+                    self.default_permissions = false;
+                }
+                "writeback_cache" => {
+                    flag(val)?;
+                    self.writeback_cache = true;
+                }
+                "norecovery" | "noload" => {
+                    flag(val)?;
+                    self.norecovery = true;
+                }
+                "commit" => {
+                    let v = need(key, val)?;
+                    let secs: u64 = v.parse().map_err(|_| format!("commit={v}: not a number of seconds"))?;
+                    // The kernel takes 0 as its default of 5 seconds.
+                    self.commit = Some(Duration::from_secs(if secs == 0 { 5 } else { secs }));
+                }
+                "errors" => {
+                    self.errors = Some(match need(key, val)? {
+                        "continue" => ErrorBehavior::Continue,
+                        "remount-ro" => ErrorBehavior::RemountRo,
+                        "panic" => {
+                            return Err("errors=panic is not supported: the daemon never stops on an \
+                                        error (use continue or remount-ro)"
+                                .into())
+                        }
+                        v => return Err(format!("errors={v}: expected continue or remount-ro")),
+                    });
+                }
+                "threads" => {
+                    let v = need(key, val)?;
+                    let n: usize = v.parse().map_err(|_| format!("threads={v}: not a number"))?;
+                    if n == 0 || n > 1024 {
+                        return Err(format!("threads={v}: must be between 1 and 1024"));
+                    }
+                    self.threads = Some(n);
+                }
+                "fsname" => {
+                    let v = need(key, val)?;
+                    if v.is_empty() || v.contains([',', '\\', ' ', '\n']) {
+                        return Err(format!("fsname={v}: must be non-empty, without commas or spaces"));
+                    }
+                    self.fsname = Some(v.to_string());
+                }
+                "cache" => {
+                    let v = need(key, val)?;
+                    let mib: usize = v.parse().map_err(|_| format!("cache={v}: not a number of MiB"))?;
+                    if mib == 0 {
+                        return Err("cache=0: the cache needs at least 1 MiB".into());
+                    }
+                    self.cache_bytes = Some(mib.saturating_mul(1 << 20));
+                }
+                k if KERNEL_FLAGS.contains(&k) => {
+                    flag(val)?;
+                    self.kernel_flags.push(k.to_string());
+                }
+                _ => return Err(format!("unknown mount option: {opt}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks combinations that no single option can judge.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.norecovery && !self.read_only {
+            return Err("norecovery needs ro: a read-write mount must replay the journal first".into());
+        }
+        Ok(())
+    }
+
+    /// Worker threads to run.
+    pub fn thread_count(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// The engine options these mount options ask for.
+    pub fn engine_options(&self) -> rext4::Options {
+        let mut o = rext4::Options {
+            writable: !self.read_only,
+            norecovery: self.norecovery,
+            ..rext4::Options::default()
+        };
+        if let Some(c) = self.commit {
+            o.commit_interval = c;
+        }
+        if let Some(b) = self.cache_bytes {
+            o.cache_bytes = b;
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_option() {
+        let o = MountOptions::parse(
+            "ro,allow_other,commit=30,errors=remount-ro,writeback_cache,threads=4,fsname=img,norecovery,noatime",
+        )
+        .unwrap();
+        assert!(o.read_only && o.allow_other && o.default_permissions && o.writeback_cache && o.norecovery);
+        assert_eq!(o.commit, Some(Duration::from_secs(30)));
+        assert_eq!(o.errors, Some(ErrorBehavior::RemountRo));
+        assert_eq!(o.threads, Some(4));
+        assert_eq!(o.fsname.as_deref(), Some("img"));
+        assert_eq!(o.kernel_flags, vec!["noatime".to_string()]);
+        o.validate().unwrap();
+        assert!(!o.engine_options().writable);
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        for bad in ["bogus", "threads=0", "threads=x", "commit", "errors=panic", "errors=x", "ro=1", "fsname="] {
+            assert!(MountOptions::parse(bad).is_err(), "{bad} accepted");
+        }
+        assert!(MountOptions::parse("norecovery").unwrap().validate().is_err());
+        assert!(MountOptions::parse("ro,rw").map(|o| !o.read_only).unwrap());
+    }
+}
