@@ -13,6 +13,7 @@ mod fmt;
 mod imagepath;
 mod inspect;
 mod modify;
+mod mount_cmd;
 mod xattr_cmd;
 
 use clap::{Parser, Subcommand};
@@ -127,6 +128,21 @@ enum Cmd {
         #[command(subcommand)]
         workload: BenchCmd,
     },
+    /// Serve an image through FUSE: `rext4 mount IMAGE MOUNTPOINT [-o OPTIONS] [-f]` (see
+    /// docs/fuse.md for the options).
+    Mount {
+        image: PathBuf,
+        mountpoint: PathBuf,
+        /// Comma-separated mount options: ro, rw, allow_other, default_permissions, commit=N,
+        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB.
+        #[arg(short = 'o', action = clap::ArgAction::Append)]
+        options: Vec<String>,
+        /// Stay in the foreground instead of daemonizing.
+        #[arg(short = 'f')]
+        foreground: bool,
+        #[arg(long, hide = true)]
+        daemon_child: bool,
+    },
     /// Copy out of an image (`rext4 cp [-r] IMAGE:/path HOSTDIR`) or into one
     /// (`rext4 cp [-r] HOSTPATH IMAGE:/path`).
     Cp {
@@ -222,6 +238,9 @@ fn main() -> ExitCode {
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
         Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
+        Cmd::Mount { image, mountpoint, options, foreground, daemon_child } => {
+            mount_cmd::run(&image, &mountpoint, &options, foreground, daemon_child)
+        }
         Cmd::Bench { workload: BenchCmd::Seqio { mib } } => bench_seqio::run(mib),
         Cmd::Bench { workload: BenchCmd::Orphan { workers, secs } } => bench_orphan::run(&workers, secs),
         Cmd::Cp { recursive, quiet, source, dest } => {

@@ -18,10 +18,10 @@ use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
 use crate::options::MountOptions;
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rext4::{Attr, FileType, Fs, InodeNo, SetAttr, TimeSet};
 use std::ffi::OsStr;
@@ -194,7 +194,8 @@ impl Adapter {
         let mut done = 0u64;
         while left > 0 {
             let want = buf.len().min(left as usize);
-            let n = self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err("copy_file_range", e))?;
+            let n =
+                self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err("copy_file_range", e))?;
             if n == 0 {
                 break;
             }
@@ -263,7 +264,9 @@ impl Filesystem for Adapter {
         }
         // Each flag the kernel lacks is simply not used.
         let _ = config.add_capabilities(want & config.capabilities());
-        if self.shared.opts.writeback_cache && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+        if self.shared.opts.writeback_cache
+            && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE)
+        {
             crate::log("writeback_cache: not supported by this kernel, writing through");
         }
         let _ = config.set_max_write(MAX_IO);
@@ -503,7 +506,14 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // Writes reach the engine synchronously; there is nothing to push at close.
         reply.ok();
     }
@@ -626,7 +636,14 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.shared.handles.close(fh.0);
         reply.ok();
     }
@@ -675,7 +692,8 @@ impl Filesystem for Adapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match ino_of(ino).and_then(|e| self.fs().getxattr(e, name.as_bytes()).map_err(|err| self.err("getxattr", err)))
+        match ino_of(ino)
+            .and_then(|e| self.fs().getxattr(e, name.as_bytes()).map_err(|err| self.err("getxattr", err)))
         {
             Ok(v) => Self::do_xattr_reply(v, size, reply),
             Err(e) => reply.error(e),
@@ -785,7 +803,15 @@ impl Filesystem for Adapter {
         reply_empty(r, reply);
     }
 
-    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         let r = (|| {
             let e = ino_of(ino)?;
             let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;

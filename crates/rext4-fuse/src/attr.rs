@@ -146,7 +146,9 @@ mod tests {
 
     #[test]
     fn times_round_trip_both_sides_of_the_epoch() {
-        for (sec, nsec) in [(0, 0), (1, 999_999_999), (1_700_000_000, 123_456_789), (-1, 0), (-2, 500_000_000)] {
+        for (sec, nsec) in
+            [(0, 0), (1, 999_999_999), (1_700_000_000, 123_456_789), (-1, 0), (-2, 500_000_000)]
+        {
             let t = Timestamp { sec, nsec };
             let st = system_time(t);
             // What the kernel receives is seconds rounded down plus nanoseconds.

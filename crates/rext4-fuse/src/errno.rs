@@ -42,7 +42,8 @@ impl ErrorPolicy {
     }
 
     fn corruption(&self, op: &str, what: &str) {
-        let newly_ro = self.behavior == ErrorBehavior::RemountRo && !self.read_only.swap(true, Ordering::AcqRel);
+        let newly_ro =
+            self.behavior == ErrorBehavior::RemountRo && !self.read_only.swap(true, Ordering::AcqRel);
         let mut logged = self.logged.lock();
         if logged.len() < LOG_LIMIT && logged.insert(what.to_string()) {
             crate::log(&format!("{op}: filesystem corrupt: {what}"));

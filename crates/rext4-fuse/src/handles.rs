@@ -121,7 +121,10 @@ pub struct FileHandles {
 
 impl Default for FileHandles {
     fn default() -> Self {
-        FileHandles { next: AtomicU64::new(1), shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        FileHandles {
+            next: AtomicU64::new(1),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
     }
 }
 

@@ -135,9 +135,12 @@ pub fn unmount(mountpoint: &Path) -> io::Result<()> {
     use nix::errno::Errno;
     match nix::mount::umount(mountpoint) {
         Ok(()) => Ok(()),
-        Err(Errno::EBUSY) => nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).map_err(io::Error::from),
+        Err(Errno::EBUSY) => {
+            nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).map_err(io::Error::from)
+        }
         Err(Errno::EPERM) => {
-            let st = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
+            let st =
+                std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
             if st.success() {
                 Ok(())
             } else {

@@ -217,7 +217,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_options() {
-        for bad in ["bogus", "threads=0", "threads=x", "commit", "errors=panic", "errors=x", "ro=1", "fsname="] {
+        for bad in
+            ["bogus", "threads=0", "threads=x", "commit", "errors=panic", "errors=x", "ro=1", "fsname="]
+        {
             assert!(MountOptions::parse(bad).is_err(), "{bad} accepted");
         }
         assert!(MountOptions::parse("norecovery").unwrap().validate().is_err());

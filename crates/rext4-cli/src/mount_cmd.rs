@@ -1,0 +1,164 @@
+//! `rext4 mount IMAGE MOUNTPOINT [-o OPTIONS] [-f]`: serve an image through FUSE.
+//!
+//! Without `-f` the command starts itself again as a detached daemon (`-f --daemon-child`)
+//! and returns once that daemon has mounted the image, or with its error. The daemon holds an
+//! exclusive `flock` on the image while it runs, so a second mount fails at once; it is
+//! released only after the journal is committed and the image marked clean, so
+//! `flock IMAGE true` waits for a daemon that is finishing after `umount`.
+//!
+//! Unmounting (`umount`, `fusermount3 -u`) or SIGTERM / SIGINT / SIGHUP ends the daemon
+//! cleanly: the filesystem is unmounted (lazily if busy), the journal committed and the image
+//! left clean.
+
+use crate::CliResult;
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use rext4_fuse::MountOptions;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The daemon's first line on its status pipe once it is mounted.
+const READY: &str = "ready";
+
+/// `rext4 mount`.
+pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool, child: bool) -> CliResult {
+    let mut opts = MountOptions::default();
+    for o in options {
+        opts.add(o)?;
+    }
+    opts.validate()?;
+    let image = image.canonicalize().map_err(|e| format!("{}: {e}", image.display()))?;
+    let mountpoint = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    if !mountpoint.is_dir() {
+        return Err(format!("{}: not a directory", mountpoint.display()));
+    }
+    if opts.fsname.is_none() {
+        let s = image.to_string_lossy();
+        if !s.contains([',', ' ', '\\', '\n']) {
+            opts.fsname = Some(s.into_owned());
+        }
+    }
+    if foreground || child {
+        serve(&image, &mountpoint, &opts, child)
+    } else {
+        daemonize(&image, &mountpoint, options)
+    }
+}
+
+/// Starts the daemon and waits for its word: mounted, or why not.
+fn daemonize(image: &Path, mountpoint: &Path, options: &[String]) -> CliResult {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the rext4 executable: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg(image).arg(mountpoint);
+    for o in options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.arg("--daemon-child").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    if line.trim_end() == READY {
+        return Ok(());
+    }
+    // The daemon stopped before mounting: its stderr says why.
+    let mut why = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut why);
+    }
+    let _ = child.wait();
+    let why = why.trim().trim_start_matches("rext4: ").to_string();
+    Err(if why.is_empty() { "the daemon stopped before mounting".into() } else { why })
+}
+
+/// Takes the image's exclusive lock, or says who has it.
+fn lock_image(image: &Path) -> CliResult<Flock<File>> {
+    let meta = std::fs::metadata(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let mut oo = std::fs::OpenOptions::new();
+    oo.read(true);
+    if meta.file_type().is_block_device() {
+        // O_EXCL on a block device fails while the kernel (or anyone) has it mounted.
+        oo.custom_flags(libc::O_EXCL);
+    }
+    let f = oo.open(image).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => format!("{}: device is in use (mounted?)", image.display()),
+        _ => format!("{}: {e}", image.display()),
+    })?;
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        if e == nix::errno::Errno::EWOULDBLOCK {
+            format!("{}: image is in use by another rext4 process (already mounted?)", image.display())
+        } else {
+            format!("{}: cannot lock: {e}", image.display())
+        }
+    })
+}
+
+fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> CliResult {
+    if child {
+        // A session of its own, so the terminal's signals and hangups do not reach it.
+        let _ = nix::unistd::setsid();
+        let _ = std::env::set_current_dir("/");
+    }
+    // Block the stop signals before any thread starts, so that every thread inherits the mask
+    // and only the waiter below sees them.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+
+    let lock = lock_image(image)?;
+    let fs = rext4::Fs::open_with(image, opts.engine_options())
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    if let Some(r) = fs.recovery() {
+        rext4_fuse::log(&format!(
+            "{}: journal recovered at mount: {} transactions, {} blocks replayed",
+            image.display(),
+            r.transactions,
+            r.blocks_replayed
+        ));
+    }
+    for why in fs.read_only_reasons() {
+        rext4_fuse::log(&format!("{}: {why}", image.display()));
+    }
+    let mount = rext4_fuse::Mount::new(fs, mountpoint, opts)
+        .map_err(|e| format!("cannot mount on {}: {e}", mountpoint.display()))?;
+
+    let mp: PathBuf = mountpoint.to_path_buf();
+    std::thread::Builder::new()
+        .name("rext4-signals".into())
+        .spawn(move || loop {
+            match signals.wait() {
+                Ok(sig) => {
+                    rext4_fuse::log(&format!("{sig}: unmounting {}", mp.display()));
+                    if let Err(e) = rext4_fuse::unmount(&mp) {
+                        rext4_fuse::log(&format!("unmount {}: {e}", mp.display()));
+                    }
+                }
+                Err(e) => {
+                    rext4_fuse::log(&format!("waiting for signals: {e}"));
+                    return;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+
+    if child {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{READY}");
+        let _ = out.flush();
+        // Nobody reads the status pipe or stderr from now on.
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = nix::unistd::dup2_stdout(&null);
+            let _ = nix::unistd::dup2_stderr(&null);
+        }
+    }
+    let r = mount.run().map_err(|e| format!("{}: {e}", image.display()));
+    drop(lock);
+    r
+}

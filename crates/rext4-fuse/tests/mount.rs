@@ -1,0 +1,488 @@
+//! Real FUSE mounts of images through rext4-fuse: workloads run through `std::fs` (and the
+//! syscalls it lacks), then the mount is unmounted, `e2fsck -fn` must be clean, and a kernel
+//! loop mount must show the same tree, bytes, times and xattrs the FUSE mount showed.
+//! Skipped (with a message) where FUSE mounts are not possible.
+
+mod common;
+
+use common::*;
+use nix::fcntl::{renameat2, FallocateFlags, RenameFlags, AT_FDCWD};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
+use std::sync::OnceLock;
+
+fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+#[track_caller]
+fn expect_errno<T: std::fmt::Debug>(r: std::io::Result<T>, want: i32, what: &str) {
+    match r {
+        Ok(v) => panic!("{what}: succeeded ({v:?}), expected errno {want}"),
+        Err(e) => assert_eq!(errno(&e), want, "{what}: {e}"),
+    }
+}
+
+fn ft(sec: i64, nsec: u32) -> filetime::FileTime {
+    filetime::FileTime::from_unix_time(sec, nsec)
+}
+
+static MEDIUM: OnceLock<SourceTree> = OnceLock::new();
+
+/// A tree made by `mkfs.ext4 -d`, read through the mount: every stat field, byte, xattr and
+/// link target as the kernel's ext4 shows them.
+#[test]
+fn read_tree_matches_kernel() {
+    if !fuse_available() {
+        return;
+    }
+    let tree = source_tree(&MEDIUM, "fuse-medium", TreeSpec::medium());
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("tree.img");
+    mkfs(Some(&tree.dir), &img, &[], "1G");
+    let m = FuseMount::new(&img, "ro");
+    // Directory listings resume at the positions the mount hands out, with a cold and a warm
+    // kernel cache.
+    let big: Vec<_> = fs::read_dir(m.join(paths::BIGDIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(big.len(), tree.spec.big_dir_entries);
+    unmount_and_compare(m, &img);
+}
+
+/// Directories, names, links, renames, devices, owners, modes and nanosecond times through the
+/// mount; then the kernel must see exactly the same.
+#[test]
+fn namespace_workload_matches_kernel() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "ns.img", &[], "256M");
+    let m = FuseMount::new(&img, "rw");
+    let p = |s: &str| m.join(s);
+
+    fs::create_dir_all(p("a/b/c")).unwrap();
+    fs::create_dir(p("many")).unwrap();
+    for i in 0..600 {
+        File::create(p(&format!("many/file-{i:04}-{}", "x".repeat(i % 50)))).unwrap();
+    }
+    for i in (0..600).step_by(3) {
+        fs::remove_file(p(&format!("many/file-{i:04}-{}", "x".repeat(i % 50)))).unwrap();
+    }
+    assert_eq!(fs::read_dir(p("many")).unwrap().count(), 400);
+
+    symlink("short", p("a/fast")).unwrap();
+    let long_target = "t/".repeat(100);
+    symlink(&long_target, p("a/slow")).unwrap();
+    assert_eq!(fs::read_link(p("a/slow")).unwrap().to_str().unwrap(), long_target);
+
+    File::create(p("a/orig")).unwrap();
+    fs::hard_link(p("a/orig"), p("a/b/link1")).unwrap();
+    fs::hard_link(p("a/orig"), p("link2")).unwrap();
+    assert_eq!(fs::metadata(p("a/orig")).unwrap().nlink(), 3);
+    expect_errno(fs::hard_link(p("a"), p("dirlink")), libc::EPERM, "link to a directory");
+
+    // Renames: within a directory, across directories, over a file, over an empty directory,
+    // exchange, and no-replace.
+    File::create(p("a/r1")).unwrap();
+    fs::rename(p("a/r1"), p("a/r2")).unwrap();
+    fs::rename(p("a/r2"), p("a/b/c/r3")).unwrap();
+    File::create(p("victim")).unwrap();
+    fs::rename(p("a/b/c/r3"), p("victim")).unwrap();
+    fs::create_dir(p("d1")).unwrap();
+    fs::create_dir(p("d2")).unwrap();
+    File::create(p("d1/inside")).unwrap();
+    fs::rename(p("d1"), p("d2")).unwrap();
+    assert!(p("d2/inside").exists() && !p("d1").exists());
+    fs::create_dir(p("x1")).unwrap();
+    File::create(p("x2")).unwrap();
+    renameat2(AT_FDCWD, &p("x1"), AT_FDCWD, &p("x2"), RenameFlags::RENAME_EXCHANGE).unwrap();
+    assert!(p("x2").is_dir() && p("x1").is_file());
+    let r = renameat2(AT_FDCWD, &p("x1"), AT_FDCWD, &p("x2"), RenameFlags::RENAME_NOREPLACE);
+    assert_eq!(r, Err(nix::errno::Errno::EEXIST));
+    fs::create_dir(p("full")).unwrap();
+    File::create(p("full/f")).unwrap();
+    expect_errno(fs::rename(p("a/b"), p("full")), libc::ENOTEMPTY, "rename over a non-empty dir");
+    expect_errno(fs::rename(p("a"), p("a/b/c/under")), libc::EINVAL, "rename into itself");
+
+    // Devices, fifos, sockets.
+    nix::unistd::mkfifo(&p("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o640)).unwrap();
+    nix::sys::stat::mknod(
+        &p("chr"),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(4, 70000),
+    )
+    .unwrap();
+    nix::sys::stat::mknod(
+        &p("blk"),
+        nix::sys::stat::SFlag::S_IFBLK,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(259, 3),
+    )
+    .unwrap();
+    let rdev = fs::symlink_metadata(p("chr")).unwrap().rdev();
+    assert_eq!((nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)), (4, 70000));
+    std::os::unix::net::UnixListener::bind(p("sock")).unwrap();
+
+    // Owners, modes, set-group-ID inheritance.
+    fs::create_dir(p("sgid")).unwrap();
+    nix::unistd::chown(&p("sgid"), Some(1000.into()), Some(4242.into())).unwrap();
+    fs::set_permissions(p("sgid"), fs::Permissions::from_mode(0o2775)).unwrap();
+    File::create(p("sgid/f")).unwrap();
+    fs::create_dir(p("sgid/sub")).unwrap();
+    assert_eq!(fs::metadata(p("sgid/f")).unwrap().gid(), 4242);
+    let sub = fs::metadata(p("sgid/sub")).unwrap();
+    assert_eq!((sub.gid(), sub.mode() & 0o2000), (4242, 0o2000));
+    nix::unistd::chown(&p("a/orig"), Some(123_456.into()), Some(654_321.into())).unwrap();
+    fs::set_permissions(p("a/orig"), fs::Permissions::from_mode(0o4751)).unwrap();
+    assert_eq!(fs::metadata(p("a/orig")).unwrap().mode() & 0o7777, 0o4751);
+
+    // Nanosecond times, after 2038 and before 1970 too.
+    let times = [(p("a/orig"), (1_234_567_890, 123_456_789)), (p("victim"), (4_102_444_800, 999_999_999))];
+    for (f, (s, ns)) in &times {
+        filetime::set_file_times(f, ft(*s, *ns), ft(*s - 1, ns / 2)).unwrap();
+    }
+    filetime::set_file_mtime(p("a/b/link1"), ft(-2, 500_000_000)).unwrap();
+    filetime::set_symlink_file_times(p("a/fast"), ft(1, 1), ft(2, 2)).unwrap();
+    let md = fs::metadata(p("victim")).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec()), (4_102_444_800, 999_999_999));
+    assert_eq!((md.mtime(), md.mtime_nsec()), (4_102_444_799, 499_999_999));
+    let md = fs::metadata(p("a/orig")).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (-2, 500_000_000), "a/b/link1 is a/orig");
+
+    // Removal.
+    fs::remove_dir_all(p("full")).unwrap();
+    fs::remove_file(p("link2")).unwrap();
+    expect_errno(fs::remove_dir(p("a")), libc::ENOTEMPTY, "rmdir of a non-empty dir");
+    expect_errno(fs::remove_file(p("a")), libc::EISDIR, "unlink of a dir");
+    expect_errno(fs::remove_dir(p("victim")), libc::ENOTDIR, "rmdir of a file");
+    expect_errno(fs::create_dir(p("a")), libc::EEXIST, "mkdir over a dir");
+    expect_errno(File::open(p("nope")), libc::ENOENT, "open of a missing file");
+
+    let st = nix::sys::statvfs::statvfs(m.path()).unwrap();
+    assert_eq!(st.name_max(), 255);
+    unmount_and_compare(m, &img);
+}
+
+/// Names over 255 bytes give ENAMETOOLONG from every operation and write nothing.
+#[test]
+fn long_names_are_refused() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "names.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw");
+    let ok = "n".repeat(255);
+    let long = "n".repeat(256);
+    File::create(m.join(&ok)).unwrap();
+    fs::create_dir(m.join("d")).unwrap();
+    let l = m.join(&long);
+    expect_errno(File::create(&l), libc::ENAMETOOLONG, "create");
+    expect_errno(fs::create_dir(&l), libc::ENAMETOOLONG, "mkdir");
+    expect_errno(symlink("x", &l), libc::ENAMETOOLONG, "symlink");
+    expect_errno(fs::hard_link(m.join(&ok), &l), libc::ENAMETOOLONG, "link");
+    expect_errno(fs::rename(m.join(&ok), &l), libc::ENAMETOOLONG, "rename");
+    expect_errno(fs::metadata(&l), libc::ENAMETOOLONG, "lookup");
+    expect_errno(fs::remove_file(&l), libc::ENAMETOOLONG, "unlink");
+    let mut names: Vec<_> = fs::read_dir(m.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["d", "lost+found", ok.as_str()].map(std::ffi::OsString::from));
+    unmount_and_compare(m, &img);
+}
+
+/// A directory handle whose directory was replaced by a rename, and a file handle whose file
+/// was unlinked, still answer fstat (and the file still reads); once closed and forgotten,
+/// nothing is left behind.
+#[test]
+fn handles_outlive_their_names() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "handles.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw");
+    fs::create_dir(m.join("src")).unwrap();
+    fs::create_dir(m.join("dst")).unwrap();
+    let before = fs::metadata(m.join("dst")).unwrap();
+    let dst = File::open(m.join("dst")).unwrap();
+    fs::rename(m.join("src"), m.join("dst")).unwrap();
+    let md = dst.metadata().expect("fstat of a directory replaced by rename");
+    assert_eq!(md.ino(), before.ino());
+    assert!(md.is_dir());
+    assert_eq!(md.nlink(), 0, "the replaced directory has no links left");
+    drop(dst);
+
+    fs::write(m.join("gone"), b"still here").unwrap_or_else(|e| {
+        // Without engine writes an empty file still exercises the handle.
+        eprintln!("note: write: {e}");
+        File::create(m.join("gone")).map(drop).unwrap()
+    });
+    let mut f = File::open(m.join("gone")).unwrap();
+    let len = f.metadata().unwrap().len();
+    fs::remove_file(m.join("gone")).unwrap();
+    let md = f.metadata().expect("fstat of an unlinked file");
+    assert_eq!((md.nlink(), md.len()), (0, len));
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).unwrap();
+    assert_eq!(back.len() as u64, len);
+    drop(f);
+    unmount_and_compare(m, &img);
+}
+
+/// File data through the mount: sizes around block and extent boundaries, overwrites,
+/// appends, sparse files, truncates (incl. huge ones), fallocate modes, copy_file_range,
+/// SEEK_DATA / SEEK_HOLE, O_TRUNC, fsync.
+#[test]
+fn data_workload_matches_kernel() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "data.img", &[], "512M");
+    let m = FuseMount::new(&img, "rw");
+    let p = |s: &str| m.join(s);
+    let mut rng = Rng::new(42);
+
+    for (i, size) in [0usize, 1, 4095, 4096, 4097, 65536, 1 << 20, (3 << 20) + 17].into_iter().enumerate() {
+        let data = rng.bytes(size);
+        fs::write(p(&format!("f{i}")), &data).unwrap();
+        assert_eq!(fs::read(p(&format!("f{i}"))).unwrap(), data, "f{i} ({size} bytes)");
+    }
+    // Overwrite in the middle, across a block boundary.
+    let f = OpenOptions::new().write(true).open(p("f6")).unwrap();
+    f.write_all_at(&[0xAB; 10_000], 4000).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // Appends.
+    let mut a = OpenOptions::new().append(true).create(true).open(p("log")).unwrap();
+    for i in 0..200 {
+        writeln!(a, "line {i}").unwrap();
+    }
+    drop(a);
+    assert_eq!(fs::read_to_string(p("log")).unwrap().lines().count(), 200);
+    // Sparse: data far out, holes between.
+    let s = File::create(p("sparse")).unwrap();
+    s.write_all_at(b"head", 0).unwrap();
+    s.write_all_at(b"far", 5 << 30).unwrap();
+    assert_eq!(s.metadata().unwrap().len(), (5 << 30) + 3);
+    let fd = &s;
+    let data = nix::unistd::lseek(fd, 4096, nix::unistd::Whence::SeekData).unwrap();
+    assert!(data > 4096 && data <= 5 << 30, "SEEK_DATA gave {data}");
+    assert_eq!(nix::unistd::lseek(fd, 0, nix::unistd::Whence::SeekHole).unwrap() % 4096, 0);
+    assert_eq!(
+        nix::unistd::lseek(fd, (5 << 30) + 10, nix::unistd::Whence::SeekData),
+        Err(nix::errno::Errno::ENXIO)
+    );
+    drop(s);
+    // Truncates: shrink, grow, and past what ext4 can address.
+    let t = OpenOptions::new().write(true).open(p("f7")).unwrap();
+    t.set_len(12345).unwrap();
+    t.set_len(1 << 22).unwrap();
+    match t.set_len(1 << 60) {
+        Ok(()) => assert_eq!(t.metadata().unwrap().len(), 1 << 60),
+        Err(e) => assert_eq!(errno(&e), libc::EFBIG, "huge truncate: {e}"),
+    }
+    t.set_len(20000).unwrap();
+    drop(t);
+    // O_TRUNC.
+    fs::write(p("f5"), b"short").unwrap();
+    assert_eq!(fs::read(p("f5")).unwrap(), b"short");
+    // fallocate: plain, keep-size, punch, zero range.
+    let fa = File::create(p("falloc")).unwrap();
+    nix::fcntl::fallocate(&fa, FallocateFlags::empty(), 0, 1 << 20).unwrap();
+    assert_eq!(fa.metadata().unwrap().len(), 1 << 20);
+    nix::fcntl::fallocate(&fa, FallocateFlags::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
+    assert_eq!(fa.metadata().unwrap().len(), 1 << 20);
+    fa.write_all_at(&rng.bytes(300_000), 1000).unwrap();
+    let punch = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    nix::fcntl::fallocate(&fa, punch, 8192, 65536).unwrap();
+    nix::fcntl::fallocate(&fa, FallocateFlags::FALLOC_FL_ZERO_RANGE, 200_000, 50_000).unwrap();
+    let mut buf = vec![0xFFu8; 65536];
+    fa.read_exact_at(&mut buf, 8192).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "punched range reads as zeros");
+    drop(fa);
+    // copy_file_range (std's copy uses it between regular files).
+    let mut src = File::open(p("f7")).unwrap();
+    let mut dst = File::create(p("copy")).unwrap();
+    std::io::copy(&mut src, &mut dst).unwrap();
+    drop(dst);
+    assert_eq!(fs::read(p("copy")).unwrap(), fs::read(p("f7")).unwrap());
+    src.seek(SeekFrom::Start(0)).unwrap();
+    // Many small files with data.
+    fs::create_dir(p("small")).unwrap();
+    for i in 0..300 {
+        fs::write(p(&format!("small/{i}")), rng.bytes(i * 37)).unwrap();
+    }
+    for i in (0..300).step_by(2) {
+        fs::remove_file(p(&format!("small/{i}"))).unwrap();
+    }
+    unmount_and_compare(m, &img);
+}
+
+/// Extended attributes: set, replace, create-only, list, remove, ERANGE, ENODATA.
+#[test]
+fn xattrs_match_kernel() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "xattr.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw");
+    let f = m.join("f");
+    File::create(&f).unwrap();
+    fs::create_dir(m.join("d")).unwrap();
+    xattr::set(&f, "user.small", b"v").unwrap();
+    xattr::set(&f, "user.big", &vec![7u8; 3000]).unwrap();
+    xattr::set(m.join("d"), "user.dir", b"on a directory").unwrap();
+    xattr::set(&f, "user.small", b"replaced").unwrap();
+    xattr::set(&f, "user.gone", b"x").unwrap();
+    xattr::remove(&f, "user.gone").unwrap();
+    assert_eq!(xattr::get(&f, "user.small").unwrap().as_deref(), Some(&b"replaced"[..]));
+    assert_eq!(xattr::get(&f, "user.gone").unwrap(), None);
+    let mut names: Vec<_> = xattr::list(&f).unwrap().collect();
+    names.sort();
+    assert_eq!(names, ["user.big", "user.small"]);
+    let r = nix::sys::stat::stat(&f).map(drop);
+    assert!(r.is_ok());
+    expect_errno(xattr::remove(&f, "user.none"), libc::ENODATA, "removexattr of a missing name");
+    unmount_and_compare(m, &img);
+}
+
+/// A read-only mount answers reads and refuses every change with EROFS; `norecovery` is
+/// accepted only with `ro`.
+#[test]
+fn read_only_mount_refuses_changes() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/f"), b"content").unwrap();
+    let img = dir.path().join("ro.img");
+    mkfs(Some(&src), &img, &[], "64M");
+    for opts in ["ro", "ro,norecovery"] {
+        let m = FuseMount::new(&img, opts);
+        assert_eq!(fs::read(m.join("d/f")).unwrap(), b"content");
+        expect_errno(File::create(m.join("new")), libc::EROFS, "create");
+        expect_errno(fs::create_dir(m.join("nd")), libc::EROFS, "mkdir");
+        expect_errno(fs::remove_file(m.join("d/f")), libc::EROFS, "unlink");
+        expect_errno(OpenOptions::new().write(true).open(m.join("d/f")), libc::EROFS, "open for writing");
+        m.unmount();
+    }
+    assert!(FuseMount::try_new(&img, "rw,norecovery").is_err());
+    e2fsck_clean(&img);
+}
+
+/// Corruption found while mounted follows `errors=`: the operation fails with the kernel's
+/// errno and the daemon goes on; under remount-ro later changes get EROFS.
+#[test]
+fn corruption_follows_errors_option() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("bad")).unwrap();
+    for i in 0..50 {
+        fs::write(src.join(format!("bad/entry-{i}")), b"").unwrap();
+    }
+    let img = dir.path().join("corrupt.img");
+    mkfs(Some(&src), &img, &["-b", "4096"], "64M");
+    let out = std::process::Command::new("debugfs").args(["-R", "blocks /bad"]).arg(&img).output().unwrap();
+    let blk: u64 = String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().parse().unwrap();
+    let f = OpenOptions::new().write(true).open(&img).unwrap();
+    f.write_all_at(&[0x5A; 64], blk * 4096 + 24).unwrap();
+    drop(f);
+
+    for (opts, then_ok) in [("rw,errors=remount-ro", false), ("rw,errors=continue", true)] {
+        let m = FuseMount::new(&img, opts);
+        let r = fs::read_dir(m.join("bad")).and_then(|rd| rd.collect::<Result<Vec<_>, _>>());
+        let e = r.expect_err("reading a corrupt directory");
+        assert!([libc::EBADMSG, libc::EUCLEAN].contains(&errno(&e)), "{opts}: {e}");
+        assert!(fs::metadata(m.path()).is_ok(), "{opts}: the daemon still answers");
+        let made = fs::create_dir(m.join("after"));
+        if then_ok {
+            made.unwrap();
+        } else {
+            expect_errno(made, libc::EROFS, "mkdir after corruption under remount-ro");
+        }
+        m.unmount();
+    }
+}
+
+/// With allow_other, other users get the kernel's permission checks (default_permissions):
+/// they work in what they own or may write, and are refused elsewhere.
+#[test]
+fn permissions_for_other_users() {
+    if !fuse_available() || find_tool("setpriv").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "perm.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw,allow_other");
+    let root = m.path().to_str().unwrap().to_string();
+    fs::create_dir(m.join("pub")).unwrap();
+    fs::set_permissions(m.join("pub"), fs::Permissions::from_mode(0o1777)).unwrap();
+    fs::create_dir(m.join("priv")).unwrap();
+    fs::set_permissions(m.join("priv"), fs::Permissions::from_mode(0o700)).unwrap();
+    File::create(m.join("pub/roots")).unwrap();
+    fs::set_permissions(m.join("pub/roots"), fs::Permissions::from_mode(0o644)).unwrap();
+
+    let (ok, out) = as_nobody(&format!("touch {root}/pub/mine && mkdir {root}/pub/mydir && ls {root}/pub"));
+    assert!(ok, "nobody works in a world-writable dir: {out}");
+    let md = fs::metadata(m.join("pub/mine")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (65534, 65534));
+    for (what, script) in [
+        ("create in a 0700 root dir", format!("touch {root}/priv/x")),
+        ("list a 0700 root dir", format!("ls {root}/priv")),
+        ("mkdir in the 0755 root", format!("mkdir {root}/x")),
+        ("unlink root's file in a sticky dir", format!("rm -f {root}/pub/roots")),
+        ("chmod root's file", format!("chmod 777 {root}/pub/roots")),
+        ("write root's 0644 file", format!("echo x >> {root}/pub/roots")),
+    ] {
+        let (ok, out) = as_nobody(&script);
+        assert!(!ok, "{what} must be refused: {out}");
+        assert!(
+            out.contains("Permission denied") || out.contains("Operation not permitted"),
+            "{what}: {out}"
+        );
+    }
+    assert!(m.join("pub/roots").exists());
+    unmount_and_compare(m, &img);
+}
+
+/// Many workers creating, listing and removing in parallel directories and one shared one.
+#[test]
+fn parallel_namespace_workload() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "par.img", &[], "256M");
+    let m = FuseMount::new(&img, "rw,threads=4");
+    let root = m.path().to_path_buf();
+    fs::create_dir(root.join("shared")).unwrap();
+    std::thread::scope(|s| {
+        for w in 0..8 {
+            let root = root.clone();
+            s.spawn(move || {
+                let own = root.join(format!("w{w}"));
+                fs::create_dir(&own).unwrap();
+                for i in 0..300 {
+                    File::create(own.join(format!("f{i}"))).unwrap();
+                    File::create(root.join(format!("shared/w{w}-{i}"))).unwrap();
+                }
+                assert_eq!(fs::read_dir(&own).unwrap().count(), 300);
+                for i in (0..300).step_by(2) {
+                    fs::remove_file(own.join(format!("f{i}"))).unwrap();
+                    fs::rename(root.join(format!("shared/w{w}-{i}")), own.join(format!("moved{i}"))).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(fs::read_dir(root.join("shared")).unwrap().count(), 8 * 150);
+    unmount_and_compare(m, &img);
+}
