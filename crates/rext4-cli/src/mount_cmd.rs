@@ -136,7 +136,7 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
             match signals.wait() {
                 Ok(sig) => {
                     rext4_fuse::log(&format!("{sig}: unmounting {}", mp.display()));
-                    if let Err(e) = rext4_fuse::unmount(&mp) {
+                    if let Err(e) = rext4_fuse::unmount(&mp, true) {
                         rext4_fuse::log(&format!("unmount {}: {e}", mp.display()));
                     }
                 }

@@ -108,11 +108,21 @@ impl Background {
         &self.mountpoint
     }
 
-    /// Unmounts and waits until the image is committed and clean.
+    /// Unmounts and waits until the image is committed and clean. If files on the mount stay
+    /// open for seconds, detaches it instead (it goes once they are closed) and returns
+    /// `EBUSY` without waiting.
     pub fn unmount(self) -> io::Result<()> {
-        let r = unmount(&self.mountpoint);
-        let served = self.thread.join().map_err(|_| io::Error::other("the FUSE session panicked"))?;
-        r.and(served)
+        for _ in 0..50 {
+            match unmount(&self.mountpoint, false) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(100))
+                }
+                Err(e) => return Err(e),
+                Ok(()) => return self.join(),
+            }
+        }
+        unmount(&self.mountpoint, true)?;
+        Err(io::Error::from_raw_os_error(libc::EBUSY))
     }
 
     /// Waits for the mount to end (unmounted by someone else).
@@ -129,19 +139,23 @@ pub fn spawn(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<Backg
     Ok(Background { thread, mountpoint })
 }
 
-/// Unmounts a FUSE mount: a plain unmount; if it is busy, a lazy one (it goes once the last
-/// user closes it); without the privilege to unmount, through `fusermount3 -u -z`.
-pub fn unmount(mountpoint: &Path) -> io::Result<()> {
+/// Unmounts a FUSE mount. A busy mount is an error (`EBUSY`) unless `lazy`, when it is
+/// detached and goes once its last user closes it. Without the privilege to unmount, goes
+/// through `fusermount3 -u` (`-z` when lazy).
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
     use nix::errno::Errno;
     match nix::mount::umount(mountpoint) {
         Ok(()) => Ok(()),
-        Err(Errno::EBUSY) => {
+        Err(Errno::EBUSY) if lazy => {
             nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH).map_err(io::Error::from)
         }
         Err(Errno::EPERM) => {
-            let st =
-                std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
-            if st.success() {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg("-u");
+            if lazy {
+                cmd.arg("-z");
+            }
+            if cmd.arg(mountpoint).status()?.success() {
                 Ok(())
             } else {
                 Err(io::Error::other(format!("fusermount3 -u {} failed", mountpoint.display())))

@@ -290,7 +290,7 @@ fn data_workload_matches_kernel() {
     fs::write(p("f5"), b"short").unwrap();
     assert_eq!(fs::read(p("f5")).unwrap(), b"short");
     // fallocate: plain, keep-size, punch, zero range.
-    let fa = File::create(p("falloc")).unwrap();
+    let fa = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p("falloc")).unwrap();
     nix::fcntl::fallocate(&fa, FallocateFlags::empty(), 0, 1 << 20).unwrap();
     assert_eq!(fa.metadata().unwrap().len(), 1 << 20);
     nix::fcntl::fallocate(&fa, FallocateFlags::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
@@ -310,6 +310,7 @@ fn data_workload_matches_kernel() {
     drop(dst);
     assert_eq!(fs::read(p("copy")).unwrap(), fs::read(p("f7")).unwrap());
     src.seek(SeekFrom::Start(0)).unwrap();
+    drop(src);
     // Many small files with data.
     fs::create_dir(p("small")).unwrap();
     for i in 0..300 {
