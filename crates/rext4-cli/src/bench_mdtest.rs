@@ -64,7 +64,7 @@ fn run_rext4(img: &Path, workers: usize, files: usize) -> CliResult<Rates> {
     Ok((c, s, r))
 }
 
-fn run_kernel(root: &Path, workers: usize, files: usize) -> CliResult<Rates> {
+pub(crate) fn run_kernel(root: &Path, workers: usize, files: usize) -> CliResult<Rates> {
     let dirs: Vec<PathBuf> = (0..workers).map(|w| root.join(format!("w{w}"))).collect();
     for d in &dirs {
         std::fs::create_dir(d).map_err(|e| e.to_string())?;

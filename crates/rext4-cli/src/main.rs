@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_fuse;
 mod bench_journal;
 mod bench_mdtest;
 mod bench_orphan;
@@ -194,6 +195,18 @@ enum BenchCmd {
         #[arg(long, default_value_t = 1.0)]
         secs: f64,
     },
+    /// The mdtest workload through mount points: rext4's FUSE daemon, kernel ext4 (loop over
+    /// tmpfs) and fuse2fs, side by side.
+    Fuse {
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
+        workers: Vec<usize>,
+        /// Files per worker.
+        #[arg(long, default_value_t = 1000)]
+        files: usize,
+        /// Targets to run: fuse, kernel, fuse2fs.
+        #[arg(long, value_delimiter = ',', default_values_t = ["fuse".to_string(), "kernel".to_string(), "fuse2fs".to_string()])]
+        target: Vec<String>,
+    },
     /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
     /// load vs the kernel.
     Journal {
@@ -237,6 +250,9 @@ fn main() -> ExitCode {
         Cmd::Tree { target } => inspect::tree(&target),
         Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
         Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
+        Cmd::Bench { workload: BenchCmd::Fuse { workers, files, target } } => {
+            bench_fuse::run(&workers, files, &target)
+        }
         Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
         Cmd::Mount { image, mountpoint, options, foreground, daemon_child } => {
             mount_cmd::run(&image, &mountpoint, &options, foreground, daemon_child)
