@@ -83,7 +83,15 @@ impl Mount {
     /// still held, commits the journal and marks the image clean.
     pub fn run(self) -> io::Result<()> {
         let Mount { session, shared, .. } = self;
-        let served = session.run();
+        let served = match session.run() {
+            // The connection going away is how every session ends; which errno a worker sees
+            // depends on how the kernel tore it down.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => {
+                log(&format!("session ended: {e}"));
+                Ok(())
+            }
+            r => r,
+        };
         shared.release_all();
         let closed = shared.fs.unmount().map_err(io::Error::from);
         served.and(closed)
