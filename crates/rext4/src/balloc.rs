@@ -113,6 +113,7 @@ impl FsInner {
         want: u32,
         reserved_ok: bool,
     ) -> Result<(u64, u32)> {
+        let _t = self.stats.time(crate::stats::Op::NewBlocks);
         let sbi = &self.sbi;
         let want = want.max(1);
         let free = self.counters.free_blocks.sum_positive();
@@ -215,6 +216,7 @@ impl FsInner {
     /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
     /// journal copy is replayed over whatever they hold next.
     pub(crate) fn free_blocks(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::FreeBlocks);
         let sbi = &self.sbi;
         if start < sbi.first_data_block || start.checked_add(len).is_none_or(|e| e > sbi.blocks_count) {
             return corrupt(CorruptKind::BlockRange { ino: None, block: PhysBlock(start) });

@@ -54,6 +54,12 @@ impl Buffer {
         self.data.write()
     }
 
+    /// [`Buffer::data_mut`], with the wait for the lock counted in `stats`.
+    pub(crate) fn data_mut_timed(&self, stats: &crate::stats::Stats) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        self.verified.store(Verified::None as u8, Ordering::Release);
+        stats.write(crate::stats::LockClass::BufferData, &self.data)
+    }
+
     /// Runs `check` unless the buffer already passed a check of the same kind.
     pub fn verify(&self, kind: Verified, check: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
         if self.verified.load(Ordering::Acquire) == kind as u8 {

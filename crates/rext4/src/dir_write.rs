@@ -135,6 +135,7 @@ impl FsInner {
     /// directory gets a new block when no block has room, or is indexed when it is one full
     /// block and the filesystem has dir_index (the kernel's `make_indexed_dir`).
     pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::AddEntry);
         let bs = self.sbi.block_size;
         if self.is_dx(dir) {
             self.refuse_inline(dir)?;
@@ -194,6 +195,7 @@ impl FsInner {
 
     /// Removes `name` from directory `dir`; returns the inode it named.
     pub(crate) fn remove_entry(&self, h: &Handle, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        let _t = self.stats.time(crate::stats::Op::DeleteEntry);
         let bs = self.sbi.block_size;
         let find = |block: &[u8]| {
             let mut prev: Option<usize> = None;

@@ -119,7 +119,7 @@ impl FsInner {
         inode: &Inode,
     ) -> Result<()> {
         let h = journal.start(DATA_CREDITS)?;
-        let _d = inode.data_sem.write();
+        let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
         if inode.flags() & INLINE_DATA_FL == 0 {
             return Ok(());
         }
@@ -332,7 +332,7 @@ impl FsInner {
             return Err(Error::FileTooBig);
         }
         let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
-        let _op = inode.op_lock.lock();
+        let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
@@ -343,7 +343,7 @@ impl FsInner {
         let mut retried = false;
         while lblk < last {
             let h = journal.start(DATA_CREDITS)?;
-            let _d = inode.data_sem.write();
+            let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
             let size = raw_size(&raw);
             if lblk == offset / bs && offset > size && size % bs != 0 {
@@ -406,7 +406,7 @@ impl FsInner {
                 Some(x) => x,
                 None => journal.start(DATA_CREDITS)?,
             };
-            let _d = inode.data_sem.write();
+            let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
             let start = if raw_flags(&raw) & EXTENTS_FL != 0 {
                 let start = match self.ext_tail_start(inode, &raw, lo, hi, FREES_PER_HANDLE)? {
@@ -441,19 +441,20 @@ impl FsInner {
 
     /// `truncate(2)`: sets the size of a regular file, freeing the blocks past it.
     pub(crate) fn truncate(&self, ino: InodeNo, new_size: u64) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::Truncate);
         let journal = self.journal()?.clone();
         let inode = self.regular_file(ino)?;
         if new_size > self.max_file_size(inode.flags() & EXTENTS_FL != 0) {
             return Err(Error::FileTooBig);
         }
-        let _op = inode.op_lock.lock();
+        let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
         let bs = u64::from(self.sbi.block_size);
         let h = journal.start(DATA_CREDITS)?;
         let (shrinks, old_size) = {
-            let _d = inode.data_sem.write();
+            let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
             let old = raw_size(&raw);
             // Bytes past the new end of its last block read as zeros if the file grows again.
@@ -508,7 +509,7 @@ impl FsInner {
         }
         let inode = self.regular_file(ino)?;
         if inode.flags() & INLINE_DATA_FL != 0 {
-            let _op = inode.op_lock.lock();
+            let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
         }
         if inode.flags() & EXTENTS_FL == 0 {
@@ -520,7 +521,7 @@ impl FsInner {
             return Err(Error::FileTooBig);
         }
         let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
-        let _op = inode.op_lock.lock();
+        let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         let bs = u64::from(self.sbi.block_size);
         match mode & !FALLOC_FL_KEEP_SIZE {
             0 => self.alloc_range(&journal, &inode, offset, end, keep, false),
@@ -533,7 +534,7 @@ impl FsInner {
                 }
                 let h = journal.start(DATA_CREDITS)?;
                 {
-                    let _d = inode.data_sem.write();
+                    let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
                     let mut raw = inode.raw_mut();
                     self.zero_partial(&inode, &raw, offset, end)?;
                     raw_touch_cm(&mut raw, self.sbi.inode_size, now());
@@ -584,7 +585,7 @@ impl FsInner {
         let mut retried = false;
         loop {
             let h = journal.start(DATA_CREDITS)?;
-            let _d = inode.data_sem.write();
+            let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
             if first && zero {
                 self.zero_partial(inode, &raw, offset, end)?;
@@ -690,7 +691,7 @@ impl FsInner {
         };
         let credits = (DATA_CREDITS + extents / 8).min(journal.max_txn_buffers());
         let h = journal.start(credits)?;
-        let _d = inode.data_sem.write();
+        let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
         let mut raw = inode.raw_mut();
         if insert {
             let last = self.ext_collect(inode, &raw, 0, LBLK_END)?.last().map_or(0, |e| e.lblk + e.len);
@@ -772,6 +773,7 @@ impl Fs {
     /// and returns the number of bytes written (short only when the disk fills up part way).
     /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        let _t = self.inner.stats.time(crate::stats::Op::Write);
         self.inner.write(ino, offset, data)
     }
 
@@ -781,6 +783,7 @@ impl Fs {
     /// the rest of the file by a block-aligned amount. Extent-mapped files only, as in the
     /// kernel (`EOPNOTSUPP` otherwise).
     pub fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Fallocate);
         self.inner.fallocate(ino, mode, offset, len)
     }
 

@@ -72,6 +72,8 @@ pub(crate) struct FsInner {
     pub recovery: Option<crate::RecoveryReport>,
     /// Orphan records (see orphan.rs). [immutable after open; its own locks inside]
     pub orphans: Arc<crate::orphan::Orphans>,
+    /// Operation times and lock waits (`Fs::stats`), shared with the journal. [sharded atomics]
+    pub stats: Arc<crate::stats::Stats>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -147,19 +149,21 @@ impl Fs {
 
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Getattr);
         let inode = self.inner.iget_live(ino)?;
         self.inner.attr_of(&inode)
     }
 
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Lookup);
         let d = self.inner.iget_dir(dir)?;
         let ino = self.inner.lookup(&d, name)?;
         match self.getattr(ino) {
             // The name may have been removed (and its inode freed) since it was found: look
             // again with removals held off; only an entry still naming a free inode is corrupt.
             Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
-                let _l = d.op_lock.lock();
+                let _l = self.inner.stats.lock(crate::stats::LockClass::OpLock, &d.op_lock);
                 let ino = self.inner.lookup(&d, name)?;
                 self.getattr(ino)
             }
@@ -171,6 +175,7 @@ impl Fs {
     /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
     /// included.
     pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Readdir);
         let d = self.inner.iget_dir(dir)?;
         self.inner.readdir(&d, pos, f)
     }
@@ -178,30 +183,35 @@ impl Fs {
     /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
     /// past the end).
     pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let _t = self.inner.stats.time(crate::stats::Op::Read);
         let inode = self.inner.iget_live(ino)?;
         self.inner.read(&inode, offset, buf)
     }
 
     /// The target of a symbolic link.
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        let _t = self.inner.stats.time(crate::stats::Op::Readlink);
         let inode = self.inner.iget_live(ino)?;
         self.inner.readlink(&inode)
     }
 
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        let _t = self.inner.stats.time(crate::stats::Op::Getxattr);
         let inode = self.inner.iget_live(ino)?;
         self.inner.getxattr(&inode, name)
     }
 
     /// The names of the inode's extended attributes.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        let _t = self.inner.stats.time(crate::stats::Op::Listxattr);
         let inode = self.inner.iget_live(ino)?;
         self.inner.listxattr(&inode)
     }
 
     /// Filesystem-wide counts, as `statfs(2)` reports them.
     pub fn statfs(&self) -> Result<StatFs> {
+        let _t = self.inner.stats.time(crate::stats::Op::Statfs);
         Ok(self.inner.statfs())
     }
 
@@ -242,6 +252,7 @@ impl FsInner {
             committer: parking_lot::Mutex::new(None),
             recovery: None,
             orphans: Arc::new(crate::orphan::Orphans::inactive()),
+            stats: Arc::default(),
         })
     }
 

@@ -142,6 +142,7 @@ impl FsInner {
     /// Allocates an inode for a child of `parent` and returns its number
     /// (`__ext4_new_inode`'s bitmap part). The caller initialises and writes the record.
     pub(crate) fn alloc_inode(&self, h: &Handle, parent: &Inode, is_dir: bool) -> Result<InodeNo> {
+        let _t = self.stats.time(crate::stats::Op::NewInode);
         if self.counters.free_inodes.sum() <= 0 {
             return Err(Error::NoSpace);
         }
@@ -166,6 +167,7 @@ impl FsInner {
 
     /// Frees inode `ino` in its group's bitmap (`ext4_free_inode`).
     pub(crate) fn free_inode(&self, h: &Handle, ino: InodeNo, was_dir: bool) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::FreeInode);
         let sbi = &self.sbi;
         let g = (ino.0 - 1) / sbi.inodes_per_group;
         let bit = ((ino.0 - 1) % sbi.inodes_per_group) as usize;

@@ -131,6 +131,7 @@ impl FsInner {
 
     /// Copies an inode's record into its inode-table block under `h`, with its checksum.
     pub(crate) fn mark_inode_dirty(&self, h: &Handle, inode: &Inode, raw: &mut [u8]) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::MarkInodeDirty);
         if self.sbi.metadata_csum {
             set_inode_checksum(raw, inode.csum_seed);
         }
@@ -205,6 +206,7 @@ impl Fs {
     /// Changes an inode's mode, owner, times or size (`chmod`, `chown`, `utimensat`,
     /// `truncate`); the change time becomes now. Returns the new attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Setattr);
         if let Some(size) = changes.size {
             self.inner.truncate(ino, size)?;
         }
@@ -218,6 +220,7 @@ impl Fs {
     /// Makes the inode's changes durable (`fsync`): waits for the commit of the last
     /// transaction that touched it, sharing that commit with every other waiter.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Fsync);
         self.inner.fsync(ino)
     }
 }

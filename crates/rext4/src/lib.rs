@@ -63,6 +63,7 @@ mod orphan;
 mod path;
 mod rename;
 mod replay;
+mod stats;
 mod super_block;
 mod symlink;
 #[cfg(test)]
@@ -87,4 +88,5 @@ pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub use replay::recover_image;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
+pub use stats::{LockStat, OpStat, StatsReport};
 pub use xattr_write::{XATTR_CREATE, XATTR_REPLACE};

@@ -28,8 +28,8 @@ impl FsInner {
         if target.is_dir() {
             return Err(Error::NotPermitted);
         }
-        let _dl = dir.op_lock.lock();
-        let _tl = target.op_lock.lock();
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
+        let _tl = self.stats.lock(crate::stats::LockClass::OpLock, &target.op_lock);
         self.ensure_absent(&dir, name)?;
         let links = target.disk().links_count();
         if links == 0 {
@@ -62,7 +62,7 @@ impl FsInner {
             return Err(Error::NameTooLong);
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
-        let _dl = dir.op_lock.lock();
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
@@ -102,12 +102,14 @@ impl FsInner {
 impl Fs {
     /// Gives inode `ino` the additional name `name` in `parent` (`link(2)`).
     pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Link);
         self.inner.link(ino, parent, name)?;
         self.getattr(ino)
     }
 
     /// Creates symbolic link `name` in `parent` pointing at `target` (`symlink(2)`).
     pub fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Symlink);
         let ino = self.inner.symlink(parent, name, target, uid, gid)?;
         self.getattr(ino)
     }

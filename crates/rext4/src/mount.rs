@@ -72,6 +72,7 @@ impl FsInner {
             first_tid,
             opts.commit_interval,
             freeze,
+            self.stats.clone(),
         ));
         // Mark the image in use: needs_recovery with a journal, not-clean without one; with an
         // orphan file, orphan_present (orphans may be recorded there from now on).
@@ -203,6 +204,7 @@ impl Fs {
 
     /// Makes every change so far durable (`syncfs`).
     pub fn sync(&self) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Sync);
         match &self.inner.journal {
             Some(j) => j.sync(),
             None => Ok(()),

@@ -128,7 +128,7 @@ impl FsInner {
         rdev: (u32, u32),
     ) -> Result<InodeNo> {
         let (journal, dir) = self.name_op_target(parent, name)?;
-        let _dl = dir.op_lock.lock();
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let h = journal.start(NAME_CREDITS)?;
@@ -195,10 +195,10 @@ impl FsInner {
             return Err(if want_dir { Error::InvalidInput("cannot remove . or ..") } else { Error::IsDir });
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
-        let _dl = dir.op_lock.lock();
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         let ino = self.lookup(&dir, name)?;
         let child = self.iget_live(ino)?;
-        let _cl = child.op_lock.lock();
+        let _cl = self.stats.lock(crate::stats::LockClass::OpLock, &child.op_lock);
         let is_dir = child.is_dir();
         match (want_dir, is_dir) {
             (true, false) => return Err(Error::NotDir),
@@ -291,6 +291,7 @@ impl Fs {
     /// Creates a regular file `name` in directory `parent` (`open(O_CREAT|O_EXCL)`); `mode`
     /// holds the permission bits.
     pub fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Create);
         let ino = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid)?;
         self.getattr(ino)
     }
@@ -306,6 +307,7 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Mknod);
         let kind = mode & fi::S_IFMT;
         if ![fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK, fi::S_IFREG].contains(&kind) {
             return Err(Error::InvalidInput("mknod file type"));
@@ -316,17 +318,20 @@ impl Fs {
 
     /// Creates directory `name` in `parent` (`mkdir(2)`).
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Mkdir);
         let ino = self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid)?;
         self.getattr(ino)
     }
 
     /// Removes the non-directory `name` from `parent` (`unlink(2)`).
     pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Unlink);
         self.inner.remove(parent, name, false)
     }
 
     /// Removes the empty directory `name` from `parent` (`rmdir(2)`).
     pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Rmdir);
         self.inner.remove(parent, name, true)
     }
 }

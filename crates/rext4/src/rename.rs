@@ -65,7 +65,7 @@ impl FsInner {
         }
         let (journal, odir) = self.name_op_target(op, on)?;
         let (_, ndir) = self.name_op_target(np, nn)?;
-        let _cross = (op != np).then(|| self.rename_lock.lock());
+        let _cross = (op != np).then(|| self.stats.lock(crate::stats::LockClass::Rename, &self.rename_lock));
         let src_ino = self.lookup(&odir, on)?;
         let src = self.iget_live(src_ino)?;
         let dst_ino = match self.lookup(&ndir, nn) {
@@ -103,7 +103,11 @@ impl FsInner {
         children.retain(|c| parents.iter().all(|p| p.ino != c.ino));
         children.sort_by_key(|i| i.ino.0);
         children.dedup_by_key(|i| i.ino.0);
-        let _guards: Vec<_> = parents.iter().chain(children.iter()).map(|i| i.op_lock.lock()).collect();
+        let _guards: Vec<_> = parents
+            .iter()
+            .chain(children.iter())
+            .map(|i| self.stats.lock(crate::stats::LockClass::OpLock, &i.op_lock))
+            .collect();
         // Look again under the locks: the names may have changed meanwhile.
         if self.lookup(&odir, on)? != src_ino || self.lookup(&ndir, nn).ok() != dst_ino {
             return Err(Error::Busy);
@@ -232,6 +236,7 @@ impl Fs {
         new_name: &[u8],
         flags: u32,
     ) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Rename);
         self.inner.rename(old_parent, old_name, new_parent, new_name, flags)
     }
 }

@@ -183,7 +183,7 @@ impl FsInner {
             (Some(_), Some(v)) => acl::from_xattr(v)?,
             _ => None,
         };
-        let _op = inode.op_lock.lock();
+        let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         let d = inode.disk();
         if d.flags() & (fi::IMMUTABLE_FL | fi::APPEND_FL) != 0 {
             return Err(Error::NotPermitted);
@@ -594,12 +594,14 @@ impl Fs {
     /// to `value`. `flags` is 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`] (ignored for ACLs, as
     /// in the kernel). The change time becomes now.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
         self.inner.setxattr(ino, name, Some(value), flags)
     }
 
     /// `removexattr(2)`: `ENODATA` if the attribute does not exist (except for ACLs, whose
     /// removal always succeeds, as in the kernel).
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
         self.inner.setxattr(ino, name, None, XATTR_REPLACE)
     }
 }

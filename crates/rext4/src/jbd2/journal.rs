@@ -13,6 +13,7 @@ use super::transaction::{Handle, Transaction};
 use crate::buffer::Buffer;
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
+use crate::stats::{LockClass, Op};
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 use rext4_format::jbd2::{JournalParams, JournalSuperblock};
@@ -143,6 +144,8 @@ pub(crate) struct Journal {
     pub commit_interval: Duration,
     /// Called on each buffer's frozen copy at commit (checksums computed there, seed 004).
     pub freeze: FreezeHook,
+    /// The filesystem's operation and lock statistics. [sharded atomics]
+    pub stats: Arc<crate::stats::Stats>,
 }
 
 impl Journal {
@@ -153,6 +156,7 @@ impl Journal {
         first_tid: u32,
         commit_interval: Duration,
         freeze: FreezeHook,
+        stats: Arc<crate::stats::Stats>,
     ) -> Self {
         // Like jbd2: a transaction may use a quarter of the log. Without a journal, bound the
         // memory a transaction pins instead.
@@ -180,6 +184,7 @@ impl Journal {
             committed_tid: AtomicU32::new(first_tid.wrapping_sub(1)),
             commit_interval,
             freeze,
+            stats,
         }
     }
 
@@ -219,9 +224,14 @@ impl Journal {
             let fits = t.join(credits) + t.nbuffers.load(Ordering::Acquire) <= self.max_txn_buffers;
             if !t.locked.load(Ordering::SeqCst) && fits {
                 t.mark_started();
+                let took = began.elapsed();
                 if waited {
-                    self.state.lock().stats.handles_waited_us += began.elapsed().as_micros() as u64;
+                    self.state.lock().stats.handles_waited_us += took.as_micros() as u64;
+                    self.stats.waited(LockClass::HandleStart, took);
+                } else {
+                    self.stats.acquired(LockClass::HandleStart);
                 }
+                self.stats.record(Op::JournalStart, took);
                 return Ok(Handle::new(self.clone(), t, credits));
             }
             // Back off: the transaction is committing or full. Ask for its commit and wait
@@ -356,6 +366,7 @@ impl Journal {
             st.stats.times_us.remove(0);
         }
         st.stats.times_us.push(took.as_micros() as u64);
+        self.stats.record(Op::Commit, took);
         self.wake.notify_all();
     }
 

@@ -14,6 +14,7 @@
 use super::journal::Journal;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::stats::{LockClass, Op};
 use parking_lot::{Mutex, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -153,7 +154,8 @@ impl Handle {
     fn add(&self, buf: &Arc<Buffer>) -> Result<()> {
         let t = &self.txn;
         if buf.jserial.load(Ordering::Acquire) != t.serial {
-            let mut shard = t.buffers[Transaction::shard(buf.blk)].lock();
+            let stats = &self.journal.stats;
+            let mut shard = stats.lock(LockClass::TxnBuffers, &t.buffers[Transaction::shard(buf.blk)]);
             if t.has_revokes.load(Ordering::Acquire) {
                 // A block freed and reused as metadata in the same transaction: cancel the
                 // revoke, or replay would skip the new contents (`jbd2_journal_cancel_revoke`).
@@ -175,9 +177,10 @@ impl Handle {
     /// kernel's `get_write_access` + `dirty_metadata`), then its contents are locked for
     /// writing.
     pub fn write<'a>(&self, buf: &'a Arc<Buffer>) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
+        let _t = self.journal.stats.time(Op::GetWriteAccess);
         self.journal.check_aborted()?;
         self.add(buf)?;
-        Ok(buf.data_mut())
+        Ok(buf.data_mut_timed(&self.journal.stats))
     }
 
     /// Records that metadata block `blk` was freed: older journal copies of it must never be

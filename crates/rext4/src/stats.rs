@@ -1,0 +1,359 @@
+//! Engine statistics for `rext4 stats`: time and count per operation (named after the kernel
+//! functions they mirror, so the table reads like a function profile of ext4 — seed 000), and
+//! wait times per lock class. Journal commit times live with the journal
+//! (`CommitStats`); [`Fs::stats`] reports all three.
+//!
+//! Always on, so it must cost next to nothing: every thread adds to its own shard (a cache-line
+//! aligned block of relaxed atomics, like `counter.rs`), so counting never bounces a line
+//! between cores; only a reader sums the shards. A timed operation costs two monotonic clock
+//! reads. A lock is first tried without blocking; only when that fails is the wait timed, so an
+//! uncontended acquisition costs one extra relaxed add.
+//!
+//! # Locking
+//! None: atomics only. A report taken while operations run is a sum of shards read one by one
+//! (each figure exact, the set not a snapshot), like `percpu_counter_sum`.
+
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum $name { $($(#[$vm])* $v,)* }
+        impl $name {
+            pub(crate) const ALL: &'static [$name] = &[$($name::$v,)*];
+            pub(crate) fn name(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// A timed operation. Public operations carry the name of the kernel entry point they
+    /// correspond to; internal ones the kernel function doing the same job. Nested operations
+    /// count in both (as in a function profile: `ext4_create` includes its `ext4_add_entry`).
+    Op {
+        Lookup = "ext4_lookup",
+        Getattr = "ext4_getattr",
+        Readdir = "ext4_readdir",
+        Read = "ext4_file_read_iter",
+        Readlink = "ext4_get_link",
+        Statfs = "ext4_statfs",
+        Getxattr = "ext4_xattr_get",
+        Listxattr = "ext4_listxattr",
+        Create = "ext4_create",
+        Mknod = "ext4_mknod",
+        Mkdir = "ext4_mkdir",
+        Unlink = "ext4_unlink",
+        Rmdir = "ext4_rmdir",
+        Rename = "ext4_rename2",
+        Link = "ext4_link",
+        Symlink = "ext4_symlink",
+        Setattr = "ext4_setattr",
+        Write = "ext4_file_write_iter",
+        Fallocate = "ext4_fallocate",
+        Fsync = "ext4_sync_file",
+        Sync = "ext4_sync_fs",
+        Setxattr = "ext4_xattr_set",
+        JournalStart = "jbd2__journal_start",
+        GetWriteAccess = "jbd2_journal_get_write_access",
+        MarkInodeDirty = "ext4_mark_inode_dirty",
+        AddEntry = "ext4_add_entry",
+        DeleteEntry = "ext4_delete_entry",
+        NewInode = "__ext4_new_inode",
+        FreeInode = "ext4_free_inode",
+        NewBlocks = "ext4_mb_new_blocks",
+        FreeBlocks = "ext4_free_blocks",
+        Truncate = "ext4_truncate",
+        Commit = "jbd2_journal_commit_transaction",
+    }
+}
+
+named_enum! {
+    /// A lock whose waits are timed. Names say what the lock is in rext4 and, after the
+    /// slash, its kernel counterpart.
+    LockClass {
+        /// `Inode::op_lock`.
+        OpLock = "inode op_lock / i_rwsem",
+        /// `FsInner::rename_lock`.
+        Rename = "rename_lock / s_vfs_rename_mutex",
+        /// `Inode::data_sem`, taken for writing.
+        DataSem = "data_sem / i_data_sem",
+        /// A handle start that had to wait for the running transaction to commit.
+        HandleStart = "handle start / t_updates",
+        /// `Transaction::buffers` shard, when a buffer joins a transaction.
+        TxnBuffers = "transaction buffers / j_list_lock",
+        /// A metadata buffer's data lock taken for writing through a handle (bitmaps: the
+        /// group allocation lock; directory and inode-table blocks).
+        BufferData = "buffer data / bh lock, group lock",
+    }
+}
+
+const SHARDS: usize = 16;
+const OPS: usize = Op::ALL.len();
+const LOCKS: usize = LockClass::ALL.len();
+
+/// Per-lock-class counters in a shard.
+#[derive(Default)]
+struct LockCell {
+    acquired: AtomicU64,
+    contended: AtomicU64,
+    wait_ns: AtomicU64,
+    max_wait_ns: AtomicU64,
+}
+
+#[repr(align(128))]
+struct Shard {
+    count: [AtomicU64; OPS],
+    ns: [AtomicU64; OPS],
+    locks: [LockCell; LOCKS],
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            count: std::array::from_fn(|_| AtomicU64::new(0)),
+            ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            locks: std::array::from_fn(|_| LockCell::default()),
+        }
+    }
+}
+
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static SLOT: Cell<usize> = Cell::new(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+}
+
+/// The statistics of one filesystem. [atomics only; see the module's notes]
+pub(crate) struct Stats {
+    shards: Box<[Shard]>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats { shards: (0..SHARDS).map(|_| Shard::default()).collect() }
+    }
+}
+
+/// Times an operation until dropped.
+pub(crate) struct Timed<'a> {
+    stats: &'a Stats,
+    op: Op,
+    start: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.stats.record(self.op, self.start.elapsed());
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Stats {
+    fn shard(&self) -> &Shard {
+        &self.shards[SLOT.with(|s| s.get())]
+    }
+
+    /// Starts timing `op`; the time is recorded when the guard drops.
+    pub(crate) fn time(&self, op: Op) -> Timed<'_> {
+        Timed { stats: self, op, start: Instant::now() }
+    }
+
+    /// Adds one `op` that took `d`.
+    pub(crate) fn record(&self, op: Op, d: Duration) {
+        let s = self.shard();
+        s.count[op as usize].fetch_add(1, Ordering::Relaxed);
+        s.ns[op as usize].fetch_add(nanos(d), Ordering::Relaxed);
+    }
+
+    /// Counts an acquisition of a `class` lock that did not have to wait.
+    pub(crate) fn acquired(&self, class: LockClass) {
+        self.shard().locks[class as usize].acquired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an acquisition of a `class` lock that waited `d`.
+    pub(crate) fn waited(&self, class: LockClass, d: Duration) {
+        let c = &self.shard().locks[class as usize];
+        let ns = nanos(d);
+        c.acquired.fetch_add(1, Ordering::Relaxed);
+        c.contended.fetch_add(1, Ordering::Relaxed);
+        c.wait_ns.fetch_add(ns, Ordering::Relaxed);
+        c.max_wait_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// `m.lock()`, timing the wait if there is one.
+    pub(crate) fn lock<'a, T>(&self, class: LockClass, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        if let Some(g) = m.try_lock() {
+            self.acquired(class);
+            return g;
+        }
+        let t = Instant::now();
+        let g = m.lock();
+        self.waited(class, t.elapsed());
+        g
+    }
+
+    /// `l.write()`, timing the wait if there is one.
+    pub(crate) fn write<'a, T>(&self, class: LockClass, l: &'a RwLock<T>) -> RwLockWriteGuard<'a, T> {
+        if let Some(g) = l.try_write() {
+            self.acquired(class);
+            return g;
+        }
+        let t = Instant::now();
+        let g = l.write();
+        self.waited(class, t.elapsed());
+        g
+    }
+
+    /// Sums the shards.
+    pub(crate) fn report(&self) -> StatsReport {
+        let sum = |f: &dyn Fn(&Shard) -> u64| self.shards.iter().map(f).sum::<u64>();
+        let ops = Op::ALL
+            .iter()
+            .map(|&op| OpStat {
+                name: op.name(),
+                count: sum(&|s| s.count[op as usize].load(Ordering::Relaxed)),
+                total_ns: sum(&|s| s.ns[op as usize].load(Ordering::Relaxed)),
+            })
+            .collect();
+        let locks = LockClass::ALL
+            .iter()
+            .map(|&c| {
+                fn cell(s: &Shard, c: LockClass) -> &LockCell {
+                    &s.locks[c as usize]
+                }
+                LockStat {
+                    name: c.name(),
+                    acquired: sum(&|s| cell(s, c).acquired.load(Ordering::Relaxed)),
+                    contended: sum(&|s| cell(s, c).contended.load(Ordering::Relaxed)),
+                    wait_ns: sum(&|s| cell(s, c).wait_ns.load(Ordering::Relaxed)),
+                    max_wait_ns: self
+                        .shards
+                        .iter()
+                        .map(|s| cell(s, c).max_wait_ns.load(Ordering::Relaxed))
+                        .max()
+                        .unwrap_or(0),
+                }
+            })
+            .collect();
+        StatsReport { ops, locks, commits: None }
+    }
+
+    /// Sets every figure back to zero (figures added meanwhile may survive).
+    pub(crate) fn reset(&self) {
+        for s in self.shards.iter() {
+            for a in s.count.iter().chain(s.ns.iter()) {
+                a.store(0, Ordering::Relaxed);
+            }
+            for c in &s.locks {
+                for a in [&c.acquired, &c.contended, &c.wait_ns, &c.max_wait_ns] {
+                    a.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// One row of the operation table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpStat {
+    /// The kernel function this operation corresponds to (`ext4_create`, ...).
+    pub name: &'static str,
+    pub count: u64,
+    /// Total time inside the operation, nanoseconds, summed over threads.
+    pub total_ns: u64,
+}
+
+/// Waits on one class of lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockStat {
+    pub name: &'static str,
+    /// Acquisitions, and how many of them had to wait.
+    pub acquired: u64,
+    pub contended: u64,
+    /// Total and longest wait, nanoseconds.
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+}
+
+/// What [`Fs::stats`](crate::Fs::stats) reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatsReport {
+    /// Every timed operation, in a fixed order (unused ones with a zero count).
+    pub ops: Vec<OpStat>,
+    /// Every lock class, in a fixed order.
+    pub locks: Vec<LockStat>,
+    /// Journal commit times (seed 003's figures); `None` when opened read-only.
+    pub commits: Option<crate::CommitSummary>,
+}
+
+impl crate::Fs {
+    /// Per-operation times and counts, lock waits and journal commit times since the
+    /// filesystem was opened (or since [`Fs::reset_stats`](crate::Fs::reset_stats)).
+    pub fn stats(&self) -> StatsReport {
+        let mut r = self.inner.stats.report();
+        r.commits = self.commit_stats().map(|c| c.summary());
+        r
+    }
+
+    /// Zeroes the operation and lock figures (not the journal's commit history).
+    pub fn reset_stats(&self) {
+        self.inner.stats.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_threads_and_times_contended_waits() {
+        let s = Stats::default();
+        let m = Mutex::new(0u64);
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    for _ in 0..1000 {
+                        let _t = s.time(Op::Create);
+                        *s.lock(LockClass::OpLock, &m) += 1;
+                    }
+                });
+            }
+        });
+        let r = s.report();
+        let create = r.ops.iter().find(|o| o.name == "ext4_create").unwrap();
+        assert_eq!(create.count, 4000);
+        assert!(create.total_ns > 0);
+        let l = r.locks.iter().find(|l| l.name.starts_with("inode op_lock")).unwrap();
+        assert_eq!(l.acquired, 4000);
+        assert!(l.contended <= l.acquired);
+        assert!(l.max_wait_ns <= l.wait_ns);
+        assert_eq!(*m.lock(), 4000);
+        s.reset();
+        assert!(s.report().ops.iter().all(|o| o.count == 0 && o.total_ns == 0));
+    }
+
+    #[test]
+    fn a_held_lock_is_counted_as_a_wait() {
+        let s = Stats::default();
+        let l = RwLock::new(());
+        let g = l.write();
+        std::thread::scope(|sc| {
+            let h = sc.spawn(|| drop(s.write(LockClass::DataSem, &l)));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(g);
+            h.join().unwrap();
+        });
+        let r = s.report();
+        let d = r.locks.iter().find(|l| l.name.starts_with("data_sem")).unwrap();
+        assert_eq!((d.acquired, d.contended), (1, 1));
+        assert!(d.wait_ns >= 10_000_000, "{d:?}");
+    }
+}
