@@ -2,11 +2,6 @@
 #![forbid(unsafe_code)]
 
 mod bench;
-mod bench_fuse;
-mod bench_journal;
-mod bench_mdtest;
-mod bench_orphan;
-mod bench_seqio;
 mod cp;
 mod cp_in;
 mod demo;
@@ -15,6 +10,7 @@ mod imagepath;
 mod inspect;
 mod modify;
 mod mount_cmd;
+mod stats_cmd;
 mod xattr_cmd;
 
 use clap::{Parser, Subcommand};
@@ -124,10 +120,20 @@ enum Cmd {
         no_dereference: bool,
         target: String,
     },
-    /// Benchmarks against kernel ext4 on the same image: `rext4 bench walk`.
-    Bench {
-        #[command(subcommand)]
-        workload: BenchCmd,
+    /// The seeds' workloads as one benchmark suite, side by side on rext4 in process, rext4
+    /// through FUSE, kernel ext4, fuse2fs and tmpfs: `rext4 bench [WORKLOAD...] [--targets ...]
+    /// [--workers 1,2,8,48] [--quick] [--json FILE] [--plot FILE.svg]`.
+    Bench(bench::BenchArgs),
+    /// The engine's statistics for a filesystem served by `rext4 mount`: time and count per
+    /// operation, lock waits, journal commit times.
+    Stats {
+        mountpoint: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Zero the operation and lock figures after reporting them.
+        #[arg(long)]
+        reset: bool,
     },
     /// Serve an image through FUSE: `rext4 mount IMAGE MOUNTPOINT [-o OPTIONS] [-f]` (see
     /// docs/fuse.md for the options).
@@ -155,67 +161,6 @@ enum Cmd {
         quiet: bool,
         source: String,
         dest: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// readdir + stat of every inode, warm cache: rext4 in process vs a kernel loop mount.
-    Walk {
-        /// Use this image instead of building one.
-        #[arg(long)]
-        image: Option<PathBuf>,
-        /// Files in the generated image.
-        #[arg(long, default_value_t = 100_000)]
-        files: usize,
-        /// Timed rounds per target (the best is reported).
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-    },
-    /// Seed 000's workload: per-worker directories, create/stat/remove of empty files.
-    Mdtest {
-        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
-        workers: Vec<usize>,
-        /// Files per worker.
-        #[arg(long, default_value_t = 2000)]
-        files: usize,
-    },
-    /// Sequential write and read of one large file, MB/s, and its contiguity.
-    Seqio {
-        /// File size in MiB.
-        #[arg(long, default_value_t = 2048)]
-        mib: u64,
-    },
-    /// Seed 001's stress-orphan: create, hold, unlink, release per worker; orphan file vs
-    /// list vs no orphan, and the kernel.
-    Orphan {
-        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
-        workers: Vec<usize>,
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 1.0)]
-        secs: f64,
-    },
-    /// The mdtest workload through mount points: rext4's FUSE daemon, kernel ext4 (loop over
-    /// tmpfs) and fuse2fs, side by side.
-    Fuse {
-        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
-        workers: Vec<usize>,
-        /// Files per worker.
-        #[arg(long, default_value_t = 1000)]
-        files: usize,
-        /// Targets to run: fuse, kernel, fuse2fs.
-        #[arg(long, value_delimiter = ',', default_values_t = ["fuse".to_string(), "kernel".to_string(), "fuse2fs".to_string()])]
-        target: Vec<String>,
-    },
-    /// Tiny metadata transactions from many threads, journaled vs not; fsync latency under
-    /// load vs the kernel.
-    Journal {
-        /// Worker counts.
-        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
-        workers: Vec<usize>,
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 2.0)]
-        secs: f64,
     },
 }
 
@@ -248,17 +193,11 @@ fn main() -> ExitCode {
             xattr_cmd::getfattr(name.as_deref(), encoding, &target, !no_dereference)
         }
         Cmd::Tree { target } => inspect::tree(&target),
-        Cmd::Bench { workload: BenchCmd::Walk { image, files, rounds } } => bench::walk(image, files, rounds),
-        Cmd::Bench { workload: BenchCmd::Journal { workers, secs } } => bench_journal::run(&workers, secs),
-        Cmd::Bench { workload: BenchCmd::Fuse { workers, files, target } } => {
-            bench_fuse::run(&workers, files, &target)
-        }
-        Cmd::Bench { workload: BenchCmd::Mdtest { workers, files } } => bench_mdtest::run(&workers, files),
+        Cmd::Bench(args) => bench::run(args),
+        Cmd::Stats { mountpoint, json, reset } => stats_cmd::run(&mountpoint, json, reset),
         Cmd::Mount { image, mountpoint, options, foreground, daemon_child } => {
             mount_cmd::run(&image, &mountpoint, &options, foreground, daemon_child)
         }
-        Cmd::Bench { workload: BenchCmd::Seqio { mib } } => bench_seqio::run(mib),
-        Cmd::Bench { workload: BenchCmd::Orphan { workers, secs } } => bench_orphan::run(&workers, secs),
         Cmd::Cp { recursive, quiet, source, dest } => {
             if imagepath::ImagePath::parse(&source).is_ok() {
                 cp::copy_out(&source, std::path::Path::new(&dest), recursive, quiet)

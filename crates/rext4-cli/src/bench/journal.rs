@@ -3,7 +3,7 @@
 //! latency of one thread while the others keep changing metadata, against the kernel doing the
 //! same on a loop mount of the same kind of image.
 
-use crate::bench::KernelMount;
+use super::targets::KernelMount;
 use crate::CliResult;
 use rext4::{Fs, InodeNo, Options, SetAttr};
 use std::os::unix::fs::PermissionsExt;
@@ -13,12 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const FILES: usize = 4096;
-
-fn work_dir() -> PathBuf {
-    // Like the seeds' ramdisk: images live in memory where possible.
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    base.join(format!("rext4-bench-journal-{}", std::process::id()))
-}
 
 fn make_image(dir: &Path, name: &str, extra: &[&str]) -> CliResult<PathBuf> {
     let src = dir.join("src");
@@ -178,7 +172,7 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
 }
 
 pub fn run(threads: &[usize], secs: f64) -> CliResult {
-    let dir = work_dir();
+    let dir = super::work_dir("journal");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let r = run_in(&dir, threads, Duration::from_secs_f64(secs));
     let _ = std::fs::remove_dir_all(&dir);

@@ -5,18 +5,13 @@
 //! (unlink before anything holds the inode); the kernel runs the same loop on a loop mount
 //! (open(O_CREAT), unlink, close) with and without the orphan file.
 
-use crate::bench::KernelMount;
+use super::targets::KernelMount;
 use crate::CliResult;
 use rext4::{Fs, InodeNo, Options};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-fn work_dir() -> PathBuf {
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    base.join(format!("rext4-bench-orphan-{}", std::process::id()))
-}
 
 fn mkfs(img: &Path, features: &str) -> CliResult {
     let out = Command::new("mkfs.ext4")
@@ -106,7 +101,7 @@ fn run_kernel(root: &Path, workers: usize, secs: f64) -> CliResult<f64> {
 }
 
 pub fn run(workers: &[usize], secs: f64) -> CliResult {
-    let dir = work_dir();
+    let dir = super::work_dir("orphan");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let r = run_in(&dir, workers, secs);
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,9 +1,7 @@
-//! `rext4 bench`: workloads run against rext4 in process and against the same image mounted by
-//! the kernel, in one run, reported as rates and ratios.
-//!
-//! Workloads so far: `walk` (readdir + stat of every inode, warm cache); `mdtest`, `journal`
-//! and `orphan` live in their own files.
+//! `rext4 bench walk`: readdir + stat of every inode of a large image, warm cache, rext4 in
+//! process against the same image mounted read-only by the kernel.
 
+use super::targets::KernelMount;
 use crate::CliResult;
 use rext4::{FileType, Fs};
 use std::os::unix::fs::MetadataExt;
@@ -12,8 +10,8 @@ use std::process::Command;
 use std::time::Instant;
 
 /// `rext4 bench walk`.
-pub fn walk(image: Option<PathBuf>, files: usize, rounds: usize) -> CliResult {
-    let work = std::env::temp_dir().join(format!("rext4-bench-{}", std::process::id()));
+pub fn run(image: Option<PathBuf>, files: usize, rounds: usize) -> CliResult {
+    let work = super::work_dir("walk");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let r = walk_in(&work, image, files, rounds.max(1));
     let _ = std::fs::remove_dir_all(&work);
@@ -148,44 +146,4 @@ fn peak_rss_kib() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// A read-only kernel loop mount, unmounted on drop.
-pub struct KernelMount {
-    pub dir: PathBuf,
-}
-
-impl KernelMount {
-    /// A read-only mount.
-    pub fn new(image: &Path, dir: &Path) -> Result<Self, String> {
-        Self::mount(image, dir, "loop,ro")
-    }
-
-    /// A read-write mount.
-    pub fn new_rw(image: &Path, dir: &Path) -> Result<Self, String> {
-        Self::mount(image, dir, "loop")
-    }
-
-    fn mount(image: &Path, dir: &Path, opts: &str) -> Result<Self, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("kernel loop mounts need root".into());
-        }
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-o", opts])
-            .arg(image)
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("mount: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("mount failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
-        Ok(KernelMount { dir: dir.to_path_buf() })
-    }
-}
-
-impl Drop for KernelMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-    }
 }

@@ -1,0 +1,477 @@
+//! `rext4 bench`: the seeds' workloads as one suite, run side by side on rext4 in process, rext4
+//! mounted through FUSE, kernel ext4 (loop device over tmpfs), fuse2fs and plain tmpfs, each on
+//! a fresh image made by `mkfs.ext4` with the same arguments. Results: a table per workload and
+//! metric with ratio columns against kernel ext4, every sample as JSON, an SVG plot of rates
+//! against workers, and the in-process engine's own statistics (`rext4 stats` format).
+//!
+//! Workloads are written once against [`targets::Target`]. The suite makes and removes its own
+//! images and mounts under one work directory in tmpfs; Ctrl-C (or SIGTERM, SIGHUP) takes down
+//! every mount and daemon and removes the directory before exiting.
+//!
+//! `walk`, `journal` and `orphan` are comparisons of their own (an image walked; journaled
+//! against unjournaled chmod; orphan file against orphan list); `fuse` is `mdtest` on the
+//! mounted targets.
+
+mod creat_clo;
+mod journal;
+mod lockperf;
+mod mdtest;
+mod orphan;
+mod pgioperf;
+pub mod report;
+mod seqio;
+mod stress_orphan;
+pub mod targets;
+mod walk;
+
+use crate::CliResult;
+use report::{Out, Results};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use targets::{ImageSpec, Kind, Target};
+
+/// `rext4 bench [WORKLOAD...] [options]`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio (default:
+    /// all of them); also walk, journal, orphan (orphan file against list, in process and the
+    /// kernel) and fuse (mdtest on fuse, kernel and fuse2fs).
+    workloads: Vec<String>,
+    /// Targets, in any order: inproc, fuse, kernel, fuse2fs, tmpfs.
+    #[arg(long, value_delimiter = ',')]
+    targets: Option<Vec<String>>,
+    /// Worker counts (threads).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
+    workers: Vec<usize>,
+    /// Smaller sizes: the whole suite in a few minutes.
+    #[arg(long)]
+    quick: bool,
+    /// Tiny sizes, for testing the harness itself.
+    #[arg(long, hide = true)]
+    tiny: bool,
+    /// Repetitions of each measurement (tables show the median; JSON has every sample).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Write every sample as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write an SVG plot of every rate against workers to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Files per worker (mdtest), loops per worker (creat_clo); walk: files in its image.
+    #[arg(long)]
+    files: Option<usize>,
+    /// Size in MiB of the large files (seqio: total; pgioperf: the large file).
+    #[arg(long)]
+    mib: Option<u64>,
+    /// Seconds per measurement (pgioperf, journal).
+    #[arg(long)]
+    secs: Option<f64>,
+    /// walk: use this image instead of building one.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// walk: timed rounds per target (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Do not print the in-process engine's statistics.
+    #[arg(long)]
+    no_stats: bool,
+}
+
+/// Sizes of everything, by mode.
+#[derive(Clone, Debug)]
+pub struct Sizes {
+    /// mdtest: files per worker.
+    pub files: usize,
+    /// creat_clo: loops per worker.
+    pub creat: usize,
+    /// stress_orphan: file size truncated byte by byte, and rounds.
+    pub trunc_bytes: u64,
+    pub trunc_rounds: u64,
+    /// lockperf: lock/unlock pairs per worker and test.
+    pub lock_iters: usize,
+    /// pgioperf: large file MiB, seconds.
+    pub pg_mib: u64,
+    pub pg_secs: f64,
+    /// seqio: total MiB, small files per worker.
+    pub seq_mib: u64,
+    pub small_files: usize,
+}
+
+impl Sizes {
+    fn new(a: &BenchArgs) -> Sizes {
+        let mut s = if a.tiny {
+            Sizes {
+                files: 20,
+                creat: 20,
+                trunc_bytes: 32,
+                trunc_rounds: 1,
+                lock_iters: 50,
+                pg_mib: 4,
+                pg_secs: 0.3,
+                seq_mib: 4,
+                small_files: 5,
+            }
+        } else if a.quick {
+            Sizes {
+                files: 500,
+                creat: 500,
+                trunc_bytes: 512,
+                trunc_rounds: 1,
+                lock_iters: 2000,
+                pg_mib: 64,
+                pg_secs: 1.0,
+                seq_mib: 256,
+                small_files: 100,
+            }
+        } else {
+            Sizes {
+                files: 2000,
+                creat: 2000,
+                trunc_bytes: 2048,
+                trunc_rounds: 1,
+                lock_iters: 10_000,
+                pg_mib: 256,
+                pg_secs: 5.0,
+                seq_mib: 1024,
+                small_files: 500,
+            }
+        };
+        if let Some(f) = a.files {
+            (s.files, s.creat) = (f, f);
+        }
+        if let Some(m) = a.mib {
+            (s.seq_mib, s.pg_mib) = (m, m);
+        }
+        if let Some(t) = a.secs {
+            s.pg_secs = t;
+        }
+        s
+    }
+}
+
+/// A workload of the suite.
+struct Workload {
+    name: &'static str,
+    image: fn(&Sizes, usize) -> ImageSpec,
+    run: fn(&dyn Target, usize, &Sizes) -> CliResult<Out>,
+}
+
+const SUITE: [Workload; 6] = [
+    Workload { name: "mdtest", image: mdtest::image, run: mdtest::run },
+    Workload { name: "creat_clo", image: creat_clo::image, run: creat_clo::run },
+    Workload { name: "stress_orphan", image: stress_orphan::image, run: stress_orphan::run },
+    Workload { name: "lockperf", image: lockperf::image, run: lockperf::run },
+    Workload { name: "pgioperf", image: pgioperf::image, run: pgioperf::run },
+    Workload { name: "seqio", image: seqio::image, run: seqio::run },
+];
+
+/// Runs `f(worker)` on `workers` threads released together; the wall time from their release
+/// until the last one finished (taken by the workers, so that a main thread scheduled late
+/// does not stretch or shrink it).
+pub fn parallel(workers: usize, f: impl Fn(usize) -> CliResult + Sync) -> CliResult<Duration> {
+    let barrier = std::sync::Barrier::new(workers + 1);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..workers)
+            .map(|w| {
+                let (b, f) = (&barrier, &f);
+                s.spawn(move || {
+                    b.wait();
+                    f(w).map(|()| Instant::now())
+                })
+            })
+            .collect();
+        let start = Instant::now();
+        barrier.wait();
+        let mut end = Ok(start);
+        for h in hs {
+            let x = h.join().map_err(|_| "worker panicked".to_string()).and_then(|x| x);
+            end = match (end, x) {
+                (Ok(a), Ok(b)) => Ok(a.max(b)),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+        }
+        end.map(|e| e - start)
+    })
+}
+
+/// Work directories alive now, removed by the Ctrl-C handler. [own mutex]
+static WORK_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A fresh work directory in tmpfs (like the seeds' ramdisks), or the temporary directory.
+pub fn work_dir(what: &str) -> PathBuf {
+    let base = targets::tmpfs_base().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("rext4-bench-{what}-{}", std::process::id()));
+    WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner()).push(dir.clone());
+    dir
+}
+
+fn remove_work_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner()).retain(|d| d != dir);
+}
+
+/// Blocks the stop signals in this thread (so in every thread started after) and leaves them
+/// to one thread that, on the first, takes down every mount and work directory and exits.
+fn install_signal_handler() -> CliResult {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+    std::thread::Builder::new()
+        .name("bench-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = set.wait() {
+                eprintln!("\nrext4 bench: {sig}: unmounting and removing images");
+                targets::teardown_all();
+                for d in std::mem::take(&mut *WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())) {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+                std::process::exit(130);
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+/// The progress line on standard error.
+struct Progress {
+    tty: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn show(&self, msg: &str) {
+        let mut e = std::io::stderr();
+        let secs = self.started.elapsed().as_secs();
+        if self.tty {
+            let _ = write!(e, "\r\x1b[2K[{:>3}:{:02}] {msg}", secs / 60, secs % 60);
+        } else {
+            let _ = writeln!(e, "[{:>3}:{:02}] {msg}", secs / 60, secs % 60);
+        }
+        let _ = e.flush();
+    }
+
+    fn done(&self) {
+        if self.tty {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}
+
+/// `rext4 bench`.
+pub fn run(a: BenchArgs) -> CliResult {
+    if a.workers.is_empty() || a.workers.contains(&0) || a.runs == 0 {
+        return Err("bench: --workers needs counts of at least 1, --runs at least 1".into());
+    }
+    install_signal_handler()?;
+    let names: Vec<String> = if a.workloads.is_empty() {
+        SUITE.iter().map(|w| w.name.to_string()).collect()
+    } else {
+        a.workloads.clone()
+    };
+    let mut suite = Vec::new();
+    let mut targets = a.targets.clone();
+    for n in &names {
+        match n.as_str() {
+            "walk" => walk::run(a.image.clone(), a.files.unwrap_or(100_000), a.rounds.max(1))?,
+            "journal" => journal::run(&a.workers, a.secs.unwrap_or(2.0))?,
+            "orphan" => orphan::run(&a.workers, a.secs.unwrap_or(1.0))?,
+            "fuse" => {
+                targets.get_or_insert_with(|| vec!["fuse".into(), "kernel".into(), "fuse2fs".into()]);
+                suite.push("mdtest");
+            }
+            _ => match SUITE.iter().find(|w| w.name == n) {
+                Some(w) => suite.push(w.name),
+                None => {
+                    return Err(format!(
+                        "unknown workload {n} (mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, walk, journal, orphan, fuse)"
+                    ))
+                }
+            },
+        }
+    }
+    if suite.is_empty() {
+        return Ok(());
+    }
+    let mut kinds: Vec<Kind> = match &targets {
+        Some(t) => t.iter().map(|s| Kind::parse(s)).collect::<CliResult<_>>()?,
+        None => Kind::ALL.to_vec(),
+    };
+    kinds.sort();
+    kinds.dedup();
+    let work = work_dir("suite");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let r = run_suite(&a, &suite, &kinds, &work);
+    remove_work_dir(&work);
+    r
+}
+
+fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliResult {
+    let sizes = Sizes::new(a);
+    let mut results = Results {
+        machine: report::Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            quick: a.quick,
+            tiny: a.tiny,
+        },
+        ..Results::default()
+    };
+    for &k in kinds {
+        if let Some(why) = targets::unavailable(k) {
+            results.note(format!("{}: skipped: {why}", k.name()));
+        }
+    }
+    let kinds: Vec<Kind> = kinds.iter().copied().filter(|&k| targets::unavailable(k).is_none()).collect();
+    let max_workers = a.workers.iter().copied().max().unwrap_or(1);
+    let p = Progress { tty: std::io::stderr().is_terminal(), started: Instant::now() };
+    let steps = suite.len() * kinds.len() * a.workers.len() * a.runs;
+    let mut step = 0;
+    let mut failures = 0;
+    for wl in SUITE.iter().filter(|w| suite.contains(&w.name)) {
+        let spec = (wl.image)(&sizes, max_workers);
+        for &kind in &kinds {
+            p.show(&format!("{}: setting up {} ({} MiB image)", wl.name, kind.name(), spec.mib));
+            let built = match Built::new(kind, work, &spec) {
+                Ok(b) => b,
+                Err(why) => {
+                    results.note(format!("{}: skipped: {why}", kind.name()));
+                    step += a.workers.len() * a.runs;
+                    continue;
+                }
+            };
+            let base = step;
+            'workers: for &w in &a.workers {
+                for run in 0..a.runs {
+                    step += 1;
+                    p.show(&format!("[{step}/{steps}] {} · {} · {w} workers", wl.name, kind.name()));
+                    match (wl.run)(built.target(), w, &sizes) {
+                        Ok(out) => results.add(wl.name, kind, w, run, out),
+                        Err(e) => {
+                            failures += 1;
+                            results.note(format!(
+                                "{} / {}: FAILED with {w} workers: {e}",
+                                wl.name,
+                                kind.name()
+                            ));
+                            step = base + a.workers.len() * a.runs;
+                            break 'workers;
+                        }
+                    }
+                }
+            }
+            p.show(&format!("{}: taking down {}", wl.name, kind.name()));
+            if let Some(fs) = built.target().engine() {
+                results.engine_stats.push((wl.name, crate::stats_cmd::Report::from(&fs.stats())));
+            }
+            if let Err(e) = built.finish(work) {
+                failures += 1;
+                results.note(format!("{} / {}: {e}", wl.name, kind.name()));
+            }
+        }
+    }
+    p.done();
+    print_header(&results, &sizes, kinds.as_slice());
+    results.print_tables();
+    if !a.no_stats {
+        for (wl, r) in &results.engine_stats {
+            println!("\n== rext4 in process: engine statistics during {wl} ==");
+            r.print();
+        }
+    }
+    if let Some(path) = &a.json {
+        results.write_json(path)?;
+        println!("\nsamples written to {}", path.display());
+    }
+    if let Some(path) = &a.plot {
+        std::fs::write(path, results.svg()).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("plot written to {}", path.display());
+    }
+    if failures > 0 {
+        return Err(format!("{failures} run(s) failed; see the notes"));
+    }
+    Ok(())
+}
+
+fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind]) {
+    println!(
+        "rext4 bench on {} CPUs, Linux {}{}",
+        r.machine.cpus,
+        r.machine.kernel,
+        if r.machine.tiny {
+            " (tiny sizes)"
+        } else if r.machine.quick {
+            " (quick sizes)"
+        } else {
+            ""
+        }
+    );
+    for k in kinds {
+        println!("  {:<8} {}", k.name(), k.describe());
+    }
+    println!(
+        "sizes: mdtest {} files/worker; creat_clo {} loops/worker; stress_orphan {} bytes x {}; lockperf {} locks/worker; pgioperf {} MiB, {} s; seqio {} MiB, {} small files/worker",
+        sz.files, sz.creat, sz.trunc_bytes, sz.trunc_rounds, sz.lock_iters, sz.pg_mib, sz.pg_secs, sz.seq_mib, sz.small_files
+    );
+}
+
+/// A target set up for one workload.
+enum Built {
+    InProc(targets::InProc),
+    Mounted(targets::Mounted),
+}
+
+impl Built {
+    fn new(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Built> {
+        Ok(match kind {
+            Kind::InProc => Built::InProc(targets::inproc(work, spec)?),
+            _ => Built::Mounted(targets::mount(kind, work, spec)?),
+        })
+    }
+
+    fn target(&self) -> &dyn Target {
+        match self {
+            Built::InProc(t) => t,
+            Built::Mounted(t) => t,
+        }
+    }
+
+    /// Unmounts and removes the image. rext4's own image must come out clean (`e2fsck -fn`).
+    fn finish(self, work: &Path) -> CliResult {
+        let kind = self.target().kind();
+        let img = targets::image_path(work, kind);
+        let r = match self {
+            Built::InProc(t) => t.unmount().and_then(|()| fsck(&img)),
+            Built::Mounted(m) => {
+                drop(m);
+                Ok(())
+            }
+        };
+        let _ = std::fs::remove_file(&img);
+        let _ = std::fs::remove_dir(work.join(format!("mnt-{}", kind.name())));
+        r
+    }
+}
+
+/// `e2fsck -fn`, if e2fsprogs is there.
+fn fsck(img: &Path) -> CliResult {
+    let Ok(out) = std::process::Command::new("e2fsck").arg("-fn").arg(img).output() else { return Ok(()) };
+    if out.status.success() {
+        Ok(())
+    } else {
+        let text = String::from_utf8_lossy(&out.stdout);
+        Err(format!(
+            "the image rext4 left is not clean (e2fsck -fn): {}",
+            text.lines().take(6).collect::<Vec<_>>().join(" | ")
+        ))
+    }
+}

@@ -1,0 +1,151 @@
+//! `pgioperf` (seed 003, after mmtests' PostgreSQL simulation): N random readers and one random
+//! writer on a large file, while one more worker appends 8 KiB to a small file and fsyncs it in
+//! a loop. Reports the fsync latency (mean, standard deviation, p99, maximum, top five: how long
+//! a commit can be held up by data writeback), read and write rates, and for rext4 in process
+//! the journal's own commit times over the run.
+
+use super::report::Out;
+use super::targets::{ImageSpec, Target};
+use super::Sizes;
+use crate::CliResult;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const PAGE: usize = 8192;
+/// The small file wraps around at this size, as a WAL segment would be recycled.
+const WAL_MAX: u64 = 16 << 20;
+
+pub fn image(sz: &Sizes, _max_workers: usize) -> ImageSpec {
+    ImageSpec { inodes: 16_384, mib: sz.pg_mib + sz.pg_mib / 4 + 128 }
+}
+
+/// xorshift64*: offsets only, no need for anything better.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Latency figures (microseconds) in seed 003's terms.
+pub fn summary(v: &[u64]) -> serde_json::Value {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().sum::<u64>() as f64 / n;
+    let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+    let mut s = v.to_vec();
+    s.sort_unstable_by(|a, b| b.cmp(a));
+    let p99 = s.get(s.len() / 100).copied().unwrap_or(0);
+    serde_json::json!({
+        "count": v.len(), "mean_us": mean, "stddev_us": var.sqrt(), "p99_us": p99,
+        "max_us": s.first().copied().unwrap_or(0), "top5_us": s.iter().take(5).collect::<Vec<_>>(),
+    })
+}
+
+pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+    let root = t.root();
+    let big = t.create(root, "pgio.big")?;
+    let pages = (sz.pg_mib << 20) / PAGE as u64;
+    let chunk: Vec<u8> = (0..1usize << 20).map(|i| (i * 7 + 3) as u8).collect();
+    for off in (0..sz.pg_mib << 20).step_by(1 << 20) {
+        t.write_at(&big, off, &chunk)?;
+    }
+    t.fsync(&big)?;
+    let wal = t.create(root, "pgio.wal")?;
+    let commits_before = t.engine().and_then(|fs| fs.commit_stats()).map_or(0, |s| s.commits);
+
+    let stop = AtomicBool::new(false);
+    let (reads, writes) = (AtomicU64::new(0), AtomicU64::new(0));
+    let dur = Duration::from_secs_f64(sz.pg_secs);
+    let start = Instant::now();
+    let lat: CliResult<Vec<u64>> = std::thread::scope(|s| {
+        let mut hs = Vec::new();
+        for r in 0..workers {
+            let (stop, reads, big) = (&stop, &reads, &big);
+            hs.push(s.spawn(move || -> CliResult {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (r as u64 + 1));
+                let mut buf = vec![0u8; PAGE];
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    t.read_at(big, rng.next() % pages * PAGE as u64, &mut buf)?;
+                    n += 1;
+                }
+                reads.fetch_add(n, Ordering::Relaxed);
+                Ok(())
+            }));
+        }
+        let (stop2, writes, big) = (&stop, &writes, &big);
+        hs.push(s.spawn(move || -> CliResult {
+            let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+            let page = vec![0x5Au8; PAGE];
+            let mut n = 0;
+            while !stop2.load(Ordering::Relaxed) {
+                t.write_at(big, rng.next() % pages * PAGE as u64, &page)?;
+                n += 1;
+            }
+            writes.fetch_add(n, Ordering::Relaxed);
+            Ok(())
+        }));
+        let record = vec![0x17u8; PAGE];
+        let mut lat = Vec::new();
+        let mut off = 0u64;
+        let mut r = Ok(());
+        while start.elapsed() < dur {
+            let t0 = Instant::now();
+            r = t.write_at(&wal, off, &record).and_then(|()| t.fsync(&wal));
+            if r.is_err() {
+                break;
+            }
+            lat.push(t0.elapsed().as_micros() as u64);
+            off = (off + PAGE as u64) % WAL_MAX;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in hs {
+            h.join().map_err(|_| "worker panicked".to_string())??;
+        }
+        r.map(|()| lat)
+    });
+    let lat = lat?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut out = Out::default();
+    let sum = summary(&lat);
+    let get = |k: &str| sum[k].as_f64().unwrap_or(0.0);
+    out.time("fsync_mean", "us", get("mean_us"));
+    out.extra(serde_json::json!({ "summary": sum, "latencies_us": lat }));
+    out.time("fsync_stddev", "us", get("stddev_us"));
+    out.time("fsync_p99", "us", get("p99_us"));
+    out.time("fsync_max", "us", get("max_us"));
+    out.rate("fsyncs", "ops/s", lat.len() as f64 / secs);
+    out.rate("reads", "ops/s", reads.load(Ordering::Relaxed) as f64 / secs);
+    out.rate("writes", "ops/s", writes.load(Ordering::Relaxed) as f64 / secs);
+    if let Some(cs) = t.engine().and_then(|fs| fs.commit_stats()) {
+        let n = (cs.commits - commits_before) as usize;
+        let times = &cs.times_us[cs.times_us.len().saturating_sub(n)..];
+        let c = summary(times);
+        out.time("commit_mean", "us", c["mean_us"].as_f64().unwrap_or(0.0));
+        out.extra(serde_json::json!({ "summary": c, "commit_times_us": times }));
+    }
+    let top: Vec<String> = sum["top5_us"]
+        .as_array()
+        .map(|a| a.iter().map(|v| format!("{:.6}s", v.as_f64().unwrap_or(0.0) / 1e6)).collect())
+        .unwrap_or_default();
+    out.notes.push(format!("{workers} readers: fsync top 5 {}", top.join(", ")));
+    t.close(big)?;
+    t.close(wal)?;
+    t.unlink(root, "pgio.big")?;
+    t.unlink(root, "pgio.wal")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn summary_figures() {
+        let s = super::summary(&[1, 2, 3, 4, 10]);
+        assert_eq!(s["mean_us"].as_f64(), Some(4.0));
+        assert_eq!(s["max_us"].as_u64(), Some(10));
+        assert_eq!(s["top5_us"].as_array().map(|a| a.len()), Some(5));
+    }
+}

@@ -1,0 +1,652 @@
+//! What a workload runs against: rext4 in process (the library API), or a mounted directory
+//! used through the system calls any program makes (kernel ext4 on a loop device over tmpfs,
+//! rext4's FUSE daemon, fuse2fs, or a plain tmpfs directory).
+//!
+//! Workloads see one small trait, [`Target`], with `*at`-style calls on [`Node`]s (an inode
+//! number in process, an open file descriptor on a mount), so both sides do the same work:
+//! no path walks on the hot path, a name looked up in an open directory.
+//!
+//! Every mount and daemon is registered in [`ACTIVE`] while it exists, so the signal handler
+//! in `mod.rs` can take them all down on Ctrl-C; normal teardown is `Drop`.
+
+use crate::CliResult;
+use nix::fcntl::AtFlags;
+use nix::fcntl::{FcntlArg, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
+use rext4::{Fs, InodeNo, Options, SetAttr};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The kinds of target, in the order tables show them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    InProc,
+    Fuse,
+    Kernel,
+    Fuse2fs,
+    Tmpfs,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [Kind::InProc, Kind::Fuse, Kind::Kernel, Kind::Fuse2fs, Kind::Tmpfs];
+
+    pub fn parse(s: &str) -> CliResult<Kind> {
+        Ok(match s {
+            "inproc" | "in-process" | "rext4" => Kind::InProc,
+            "fuse" | "rext4-fuse" => Kind::Fuse,
+            "kernel" | "ext4" => Kind::Kernel,
+            "fuse2fs" => Kind::Fuse2fs,
+            "tmpfs" => Kind::Tmpfs,
+            _ => return Err(format!("unknown target {s} (inproc, fuse, kernel, fuse2fs, tmpfs)")),
+        })
+    }
+
+    /// Short name, as on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::InProc => "inproc",
+            Kind::Fuse => "fuse",
+            Kind::Kernel => "kernel",
+            Kind::Fuse2fs => "fuse2fs",
+            Kind::Tmpfs => "tmpfs",
+        }
+    }
+
+    /// What it is, for notes.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::InProc => "rext4 in process (library API)",
+            Kind::Fuse => "rext4 mount (FUSE daemon)",
+            Kind::Kernel => "kernel ext4 on a loop device over tmpfs",
+            Kind::Fuse2fs => "fuse2fs (e2fsprogs FUSE driver)",
+            Kind::Tmpfs => "a tmpfs directory (no ext4 at all)",
+        }
+    }
+}
+
+/// The image a workload needs.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageSpec {
+    pub inodes: u64,
+    pub mib: u64,
+}
+
+/// An open directory or file on a target (in process: a held inode; `close` releases it).
+pub enum Node {
+    Ino(InodeNo),
+    Fd(File),
+}
+
+/// Lock calls of lockperf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    /// A whole-file POSIX write lock. Taken as an open-file-description lock (`F_OFD_SETLKW`):
+    /// the workers are threads of one process, for which classic POSIX locks would not
+    /// conflict; OFD locks go through the same record-lock code in the kernel.
+    Posix,
+    /// `flock(LOCK_EX)`.
+    Flock,
+}
+
+/// One filesystem under test, as a workload sees it. All calls may run from many threads.
+pub trait Target: Sync {
+    fn kind(&self) -> Kind;
+    fn root(&self) -> &Node;
+    /// Makes directory `name` in `dir` and opens it.
+    fn mkdir(&self, dir: &Node, name: &str) -> CliResult<Node>;
+    fn rmdir(&self, dir: &Node, name: &str) -> CliResult;
+    /// `open(O_CREAT | O_EXCL | O_RDWR)`.
+    fn create(&self, dir: &Node, name: &str) -> CliResult<Node>;
+    /// `open(O_RDWR)` of an existing file.
+    fn open(&self, dir: &Node, name: &str) -> CliResult<Node>;
+    fn close(&self, f: Node) -> CliResult;
+    /// `fstatat` (no symlink following); returns the size.
+    fn stat(&self, dir: &Node, name: &str) -> CliResult<u64>;
+    fn unlink(&self, dir: &Node, name: &str) -> CliResult;
+    fn write_at(&self, f: &Node, off: u64, buf: &[u8]) -> CliResult;
+    fn read_at(&self, f: &Node, off: u64, buf: &mut [u8]) -> CliResult<usize>;
+    /// `ftruncate`.
+    fn set_len(&self, f: &Node, len: u64) -> CliResult;
+    fn fsync(&self, f: &Node) -> CliResult;
+    /// `syncfs`.
+    fn sync(&self) -> CliResult;
+    /// Whether [`Target::lock`] works here.
+    fn has_locks(&self) -> bool;
+    /// Takes (`on`) or drops a whole-file exclusive lock, waiting for it.
+    fn lock(&self, f: &Node, kind: LockKind, on: bool) -> CliResult;
+    /// Drops what caches it can so that reads come from the device.
+    fn drop_caches(&self);
+    /// The engine, for the in-process target (its statistics).
+    fn engine(&self) -> Option<&Fs> {
+        None
+    }
+}
+
+fn fd(n: &Node) -> CliResult<&File> {
+    match n {
+        Node::Fd(f) => Ok(f),
+        Node::Ino(_) => Err("an in-process node given to a mounted target".into()),
+    }
+}
+
+fn ino(n: &Node) -> CliResult<InodeNo> {
+    match n {
+        Node::Ino(i) => Ok(*i),
+        Node::Fd(_) => Err("a file descriptor given to the in-process target".into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// In process.
+
+/// rext4 through its library API, on an image file.
+pub struct InProc {
+    fs: Fs,
+    root: Node,
+}
+
+fn e(e: rext4::Error) -> String {
+    e.to_string()
+}
+
+impl InProc {
+    pub fn open(image: &Path) -> CliResult<InProc> {
+        let fs = Fs::open_with(image, Options { writable: true, ..Options::default() }).map_err(e)?;
+        let root = Node::Ino(fs.root());
+        Ok(InProc { fs, root })
+    }
+
+    /// An open file or directory: held, as the kernel holds an open file, until closed.
+    fn held(&self, i: InodeNo) -> CliResult<Node> {
+        self.fs.hold(i).map_err(e)?;
+        Ok(Node::Ino(i))
+    }
+
+    /// Commits everything and marks the image clean.
+    pub fn unmount(self) -> CliResult {
+        self.fs.unmount().map_err(e)
+    }
+}
+
+impl Target for InProc {
+    fn kind(&self) -> Kind {
+        Kind::InProc
+    }
+    fn root(&self) -> &Node {
+        &self.root
+    }
+    fn mkdir(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        self.held(self.fs.mkdir(ino(dir)?, name.as_bytes(), 0o755, 0, 0).map_err(e)?.ino)
+    }
+    fn rmdir(&self, dir: &Node, name: &str) -> CliResult {
+        self.fs.rmdir(ino(dir)?, name.as_bytes()).map_err(e)
+    }
+    fn create(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        self.held(self.fs.create(ino(dir)?, name.as_bytes(), 0o644, 0, 0).map_err(e)?.ino)
+    }
+    fn open(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        self.held(self.fs.lookup(ino(dir)?, name.as_bytes()).map_err(e)?.ino)
+    }
+    fn close(&self, f: Node) -> CliResult {
+        self.fs.release(ino(&f)?).map_err(e)
+    }
+    fn stat(&self, dir: &Node, name: &str) -> CliResult<u64> {
+        Ok(self.fs.lookup(ino(dir)?, name.as_bytes()).map_err(e)?.size)
+    }
+    fn unlink(&self, dir: &Node, name: &str) -> CliResult {
+        self.fs.unlink(ino(dir)?, name.as_bytes()).map_err(e)
+    }
+    fn write_at(&self, f: &Node, mut off: u64, mut buf: &[u8]) -> CliResult {
+        let i = ino(f)?;
+        while !buf.is_empty() {
+            let n = self.fs.write(i, off, buf).map_err(e)?;
+            if n == 0 {
+                return Err("short write".into());
+            }
+            buf = &buf[n..];
+            off += n as u64;
+        }
+        Ok(())
+    }
+    fn read_at(&self, f: &Node, off: u64, buf: &mut [u8]) -> CliResult<usize> {
+        self.fs.read(ino(f)?, off, buf).map_err(e)
+    }
+    fn set_len(&self, f: &Node, len: u64) -> CliResult {
+        self.fs.setattr(ino(f)?, &SetAttr { size: Some(len), ..SetAttr::default() }).map(|_| ()).map_err(e)
+    }
+    fn fsync(&self, f: &Node) -> CliResult {
+        self.fs.fsync(ino(f)?).map_err(e)
+    }
+    fn sync(&self) -> CliResult {
+        self.fs.sync().map_err(e)
+    }
+    fn has_locks(&self) -> bool {
+        false
+    }
+    fn lock(&self, _f: &Node, _kind: LockKind, _on: bool) -> CliResult {
+        Err("the engine has no file-lock API".into())
+    }
+    fn drop_caches(&self) {
+        self.fs.drop_caches();
+    }
+    fn engine(&self) -> Option<&Fs> {
+        Some(&self.fs)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A mounted directory.
+
+/// A directory used through system calls; what is mounted there goes away with `guard`.
+pub struct Mounted {
+    kind: Kind,
+    root: Node,
+    // Dropped after `root` (fields drop in order): the directory is closed before unmounting.
+    _guard: MountGuard,
+}
+
+fn errno(op: &str, name: &str, e: nix::Error) -> String {
+    format!("{op} {name}: {e}")
+}
+
+impl Target for Mounted {
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+    fn root(&self) -> &Node {
+        &self.root
+    }
+    fn mkdir(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        let d = fd(dir)?;
+        nix::sys::stat::mkdirat(d, name, Mode::from_bits_truncate(0o755))
+            .map_err(|x| errno("mkdir", name, x))?;
+        let f = nix::fcntl::openat(
+            d,
+            name,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|x| errno("open", name, x))?;
+        Ok(Node::Fd(File::from(f)))
+    }
+    fn rmdir(&self, dir: &Node, name: &str) -> CliResult {
+        // FUSE sends a file's release after close returns; a libfuse daemon (fuse2fs) that sees
+        // the unlink of a file not yet released renames it to `.fuse_hidden*` and removes it on
+        // release, so the directory empties a moment later.
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match nix::unistd::unlinkat(fd(dir)?, name, UnlinkatFlags::RemoveDir) {
+                Err(nix::Error::ENOTEMPTY) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                r => return r.map_err(|x| errno("rmdir", name, x)),
+            }
+        }
+    }
+    fn create(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_CLOEXEC;
+        let f = nix::fcntl::openat(fd(dir)?, name, flags, Mode::from_bits_truncate(0o644))
+            .map_err(|x| errno("create", name, x))?;
+        Ok(Node::Fd(File::from(f)))
+    }
+    fn open(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        let f = nix::fcntl::openat(fd(dir)?, name, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(|x| errno("open", name, x))?;
+        Ok(Node::Fd(File::from(f)))
+    }
+    fn close(&self, f: Node) -> CliResult {
+        drop(f);
+        Ok(())
+    }
+    fn stat(&self, dir: &Node, name: &str) -> CliResult<u64> {
+        let st = nix::sys::stat::fstatat(fd(dir)?, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|x| errno("stat", name, x))?;
+        Ok(st.st_size as u64)
+    }
+    fn unlink(&self, dir: &Node, name: &str) -> CliResult {
+        nix::unistd::unlinkat(fd(dir)?, name, UnlinkatFlags::NoRemoveDir)
+            .map_err(|x| errno("unlink", name, x))
+    }
+    fn write_at(&self, f: &Node, off: u64, buf: &[u8]) -> CliResult {
+        fd(f)?.write_all_at(buf, off).map_err(|x| format!("write: {x}"))
+    }
+    fn read_at(&self, f: &Node, off: u64, buf: &mut [u8]) -> CliResult<usize> {
+        fd(f)?.read_at(buf, off).map_err(|x| format!("read: {x}"))
+    }
+    fn set_len(&self, f: &Node, len: u64) -> CliResult {
+        fd(f)?.set_len(len).map_err(|x| format!("ftruncate: {x}"))
+    }
+    fn fsync(&self, f: &Node) -> CliResult {
+        fd(f)?.sync_all().map_err(|x| format!("fsync: {x}"))
+    }
+    fn sync(&self) -> CliResult {
+        nix::unistd::syncfs(fd(&self.root)?).map_err(|x| format!("syncfs: {x}"))
+    }
+    fn has_locks(&self) -> bool {
+        true
+    }
+    fn lock(&self, f: &Node, kind: LockKind, on: bool) -> CliResult {
+        let file = fd(f)?;
+        match kind {
+            LockKind::Posix => {
+                let ty = if on { libc::F_WRLCK } else { libc::F_UNLCK };
+                let fl = libc::flock {
+                    l_type: ty as libc::c_short,
+                    l_whence: libc::SEEK_SET as libc::c_short,
+                    l_start: 0,
+                    l_len: 0,
+                    l_pid: 0,
+                };
+                nix::fcntl::fcntl(file, FcntlArg::F_OFD_SETLKW(&fl))
+                    .map(|_| ())
+                    .map_err(|x| format!("F_OFD_SETLKW: {x}"))
+            }
+            LockKind::Flock => {
+                use std::os::fd::AsRawFd;
+                let arg = if on { nix::fcntl::FlockArg::LockExclusive } else { nix::fcntl::FlockArg::Unlock };
+                // `nix::fcntl::Flock` takes the file by value; the workload keeps using its file
+                // between lock and unlock, so the plain call it replaces is used instead.
+                #[allow(deprecated)]
+                nix::fcntl::flock(file.as_raw_fd(), arg).map_err(|x| format!("flock: {x}"))
+            }
+        }
+    }
+    fn drop_caches(&self) {
+        let _ = self.sync();
+        // Needs root; without it reads may come from the page cache, which the note says.
+        let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Setting targets up and taking them down.
+
+/// Mounts and daemons alive now, for the Ctrl-C handler. [own mutex]
+pub static ACTIVE: Mutex<Vec<Active>> = Mutex::new(Vec::new());
+
+/// A mount the Ctrl-C handler must take down.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Active {
+    pub dir: PathBuf,
+    pub daemon: Option<u32>,
+}
+
+fn register(a: Active) {
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).push(a);
+}
+
+fn unregister(dir: &Path) {
+    ACTIVE.lock().unwrap_or_else(|p| p.into_inner()).retain(|a| a.dir != dir);
+}
+
+/// Takes down everything still registered, without waiting for anything (Ctrl-C).
+pub fn teardown_all() {
+    let all = std::mem::take(&mut *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()));
+    for a in all {
+        let _ = quiet(Command::new("umount").arg("-l").arg(&a.dir)).status();
+        if let Some(pid) = a.daemon {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGTERM);
+        }
+    }
+}
+
+fn quiet(c: &mut Command) -> &mut Command {
+    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())
+}
+
+/// Whether `dir` is a mount point now.
+pub fn is_mounted(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let d = dir.to_string_lossy();
+    // Field 5 is the mount point, with spaces escaped as \040 (our paths have none).
+    info.lines().any(|l| l.split(' ').nth(4) == Some(&*d))
+}
+
+/// What is mounted at a directory, taken down on drop.
+struct MountGuard {
+    dir: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl MountGuard {
+    fn none(dir: &Path) -> Self {
+        MountGuard { dir: dir.to_path_buf(), daemon: None }
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let mounted = self.daemon.is_some() || is_mounted(&self.dir);
+        if mounted {
+            unmount(&self.dir);
+        }
+        if let Some(child) = &mut self.daemon {
+            // The daemon commits and exits once unmounted; do not wait for ever.
+            let until = Instant::now() + Duration::from_secs(30);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        unregister(&self.dir);
+    }
+}
+
+/// Unmounts `dir`, retrying while busy, detaching it lazily as a last resort.
+pub fn unmount(dir: &Path) {
+    for _ in 0..50 {
+        if !is_mounted(dir) {
+            return;
+        }
+        if quiet(Command::new("umount").arg(dir)).status().is_ok_and(|s| s.success()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = quiet(Command::new("umount").arg("-l").arg(dir)).status();
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// Why `kind` cannot run here, if it cannot (checked before making any image).
+pub fn unavailable(kind: Kind) -> Option<String> {
+    match kind {
+        Kind::InProc => None,
+        Kind::Tmpfs => tmpfs_base().is_none().then(|| "no tmpfs directory (/dev/shm) to use".into()),
+        Kind::Kernel if !is_root() => Some("kernel loop mounts need root".into()),
+        Kind::Fuse2fs if !on_path("fuse2fs") => Some("fuse2fs is not installed".into()),
+        Kind::Fuse2fs if !is_root() => Some("fuse2fs mounts are run as root here; not root".into()),
+        Kind::Fuse if !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
+        Kind::Fuse if !is_root() && !on_path("fusermount3") => {
+            Some("not root and no fusermount3 to mount with".into())
+        }
+        _ => None,
+    }
+}
+
+/// A tmpfs directory to put images (and the tmpfs target) in: /dev/shm when it is tmpfs.
+pub fn tmpfs_base() -> Option<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    let st = nix::sys::statfs::statfs(shm).ok()?;
+    (st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC).then(|| shm.to_path_buf())
+}
+
+/// Makes an empty ext4 image as the workload asks (the same command for every target).
+pub fn mkfs(img: &Path, spec: &ImageSpec) -> CliResult {
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-N"])
+        .arg(spec.inodes.to_string())
+        .arg(img)
+        .arg(format!("{}M", spec.mib))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("mkfs.ext4: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+fn open_dir(dir: &Path) -> CliResult<Node> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_dir()
+        .open(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(Node::Fd(f))
+}
+
+trait DirFlags {
+    fn custom_flags_dir(&mut self) -> &mut Self;
+}
+
+impl DirFlags for std::fs::OpenOptions {
+    fn custom_flags_dir(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_DIRECTORY)
+    }
+}
+
+/// A mounted target: mounts a fresh image made by [`mkfs`] (or uses a tmpfs directory).
+pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
+    let name = kind.name();
+    let dir = work.join(format!("mnt-{name}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = dir.canonicalize().map_err(|e| e.to_string())?;
+    let img = work.join(format!("{name}.img"));
+    let guard = match kind {
+        Kind::InProc => return Err("the in-process target is not mounted".into()),
+        Kind::Tmpfs => MountGuard::none(&dir),
+        Kind::Kernel => {
+            mkfs(&img, spec)?;
+            register(Active { dir: dir.clone(), daemon: None });
+            let guard = MountGuard::none(&dir);
+            let out = Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&img)
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("mount: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("mount: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            }
+            guard
+        }
+        Kind::Fuse | Kind::Fuse2fs => {
+            mkfs(&img, spec)?;
+            let mut cmd = if kind == Kind::Fuse {
+                let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
+                let mut c = Command::new(exe);
+                c.arg("mount").arg(&img).arg(&dir).args(["-o", "rw", "-f"]);
+                c
+            } else {
+                let mut c = Command::new("fuse2fs");
+                c.arg(&img).arg(&dir).arg("-f");
+                c
+            };
+            // A process group of its own: the terminal's Ctrl-C reaches this process, which
+            // then unmounts in order, not the daemon behind its back.
+            cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+            let mut child = cmd.spawn().map_err(|e| format!("{name}: {e}"))?;
+            register(Active { dir: dir.clone(), daemon: Some(child.id()) });
+            let start = Instant::now();
+            while !is_mounted(&dir) {
+                if let Ok(Some(st)) = child.try_wait() {
+                    unregister(&dir);
+                    let mut why = String::new();
+                    if let Some(mut err) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut err, &mut why);
+                    }
+                    let why = why.lines().next().unwrap_or("").trim().to_string();
+                    return Err(format!("{name} exited before mounting ({st}): {why}"));
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    unregister(&dir);
+                    return Err(format!("{name} did not mount within 30 s"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Nobody reads the daemon's stderr from now on.
+            drop(child.stderr.take());
+            MountGuard { dir: dir.clone(), daemon: Some(child) }
+        }
+    };
+    let root = open_dir(&dir)?;
+    Ok(Mounted { kind, root, _guard: guard })
+}
+
+/// A read-only or read-write kernel loop mount of an existing image, unmounted on drop (the
+/// `walk` and `journal` workloads, and looking at what rext4 wrote).
+pub struct KernelMount {
+    pub dir: PathBuf,
+}
+
+impl KernelMount {
+    /// A read-only mount.
+    pub fn new(image: &Path, dir: &Path) -> CliResult<Self> {
+        Self::mount(image, dir, "loop,ro")
+    }
+
+    /// A read-write mount.
+    pub fn new_rw(image: &Path, dir: &Path) -> CliResult<Self> {
+        Self::mount(image, dir, "loop")
+    }
+
+    fn mount(image: &Path, dir: &Path, opts: &str) -> CliResult<Self> {
+        if !is_root() {
+            return Err("kernel loop mounts need root".into());
+        }
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let dir = dir.canonicalize().map_err(|e| e.to_string())?;
+        register(Active { dir: dir.clone(), daemon: None });
+        let out = Command::new("mount")
+            .args(["-o", opts])
+            .arg(image)
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            unregister(&dir);
+            return Err(format!("mount failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(KernelMount { dir })
+    }
+}
+
+impl Drop for KernelMount {
+    fn drop(&mut self) {
+        unmount(&self.dir);
+        unregister(&self.dir);
+    }
+}
+
+/// The in-process target on a fresh image.
+pub fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
+    let img = work.join("inproc.img");
+    mkfs(&img, spec)?;
+    InProc::open(&img)
+}
+
+/// The path of a target's image in `work` (in-process and image-backed mounts).
+pub fn image_path(work: &Path, kind: Kind) -> PathBuf {
+    work.join(format!("{}.img", kind.name()))
+}
