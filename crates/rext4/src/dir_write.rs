@@ -156,7 +156,7 @@ impl FsInner {
         let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
         // Readers map directory blocks under data_sem: keep them off the tree being edited,
         // and off the new block until it holds its entry.
-        let _d = dir.data_sem.write();
+        let _d = self.stats.write(crate::stats::LockClass::DataSem, &dir.data_sem);
         let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
         let buf = self.bcache.get_fresh(pblk);
         let mut block = h.write(&buf)?;

@@ -421,7 +421,7 @@ impl FsInner {
         let lblk = self.dir_end_lblk(dir)?;
         let pblk = {
             // Readers map directory blocks under data_sem: keep them off the tree being edited.
-            let _d = dir.data_sem.write();
+            let _d = self.stats.write(crate::stats::LockClass::DataSem, &dir.data_sem);
             self.append_block(h, dir, &mut dir.raw_mut(), lblk)?
         };
         Ok((lblk, self.bcache.get_fresh(pblk)))

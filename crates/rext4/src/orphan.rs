@@ -340,7 +340,8 @@ impl FsInner {
     /// Frees an orphan that nobody holds any more, with its record, in one handle.
     fn evict(&self, inode: &Inode) -> Result<()> {
         // Waits for the unlink that orphaned it to finish.
-        let _l = inode.op_lock.lock();
+        let _t = self.stats.time(crate::stats::Op::Evict);
+        let _l = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         let h = self.journal()?.start(EVICT_CREDITS)?;
         self.orphan_remove(&h, inode)?;
         self.delete_inode(&h, inode)
@@ -354,6 +355,7 @@ impl FsInner {
     /// `i_size`), and [`FsInner::orphan_del`] in the last. The caller holds the inode's
     /// `op_lock` and no inode record lock.
     pub(crate) fn orphan_add(&self, h: &Handle, inode: &Inode) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::OrphanAdd);
         let o = &self.orphans;
         if !o.active || inode.orphan.load(Ordering::Acquire) != ORPHAN_NONE {
             return Ok(());
@@ -380,6 +382,7 @@ impl FsInner {
 
     /// Removes whatever record `inode` has.
     fn orphan_remove(&self, h: &Handle, inode: &Inode) -> Result<()> {
+        let _t = self.stats.time(crate::stats::Op::OrphanDel);
         match inode.orphan.load(Ordering::Acquire) {
             ORPHAN_NONE => Ok(()),
             ORPHAN_LIST => self.orphan_list_del(h, inode),
@@ -399,7 +402,7 @@ impl FsInner {
             h.join(sb)?;
         }
         let ino = inode.ino.0;
-        let mut l = o.list.lock();
+        let mut l = self.stats.lock(crate::stats::LockClass::OrphanList, &o.list);
         let head = o.head.load(Ordering::Acquire);
         let mut raw = inode.raw_mut();
         raw[0x14..0x18].copy_from_slice(&head.to_le_bytes());
@@ -419,7 +422,7 @@ impl FsInner {
     fn orphan_list_del(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let o = &self.orphans;
         let ino = inode.ino.0;
-        let mut l = o.list.lock();
+        let mut l = self.stats.lock(crate::stats::LockClass::OrphanList, &o.list);
         let next = l.next.remove(&ino).unwrap_or(0);
         let prev = l.prev.remove(&ino).unwrap_or(0);
         if next != 0 {
@@ -562,7 +565,8 @@ impl FsInner {
         } else {
             false
         };
-        let _l = inode.op_lock.lock();
+        let _t = self.stats.time(crate::stats::Op::Evict);
+        let _l = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         let h = self.journal()?.start(EVICT_CREDITS)?;
         if !truncated && d.size() == 0 {
             self.free_data_blocks(&h, inode)?;

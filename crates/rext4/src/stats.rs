@@ -69,6 +69,9 @@ named_enum! {
         NewBlocks = "ext4_mb_new_blocks",
         FreeBlocks = "ext4_free_blocks",
         Truncate = "ext4_truncate",
+        OrphanAdd = "ext4_orphan_add",
+        OrphanDel = "ext4_orphan_del",
+        Evict = "ext4_evict_inode",
         Commit = "jbd2_journal_commit_transaction",
     }
 }
@@ -85,6 +88,8 @@ named_enum! {
         DataSem = "data_sem / i_data_sem",
         /// A handle start that had to wait for the running transaction to commit.
         HandleStart = "handle start / t_updates",
+        /// `Orphans::list`, the classic orphan list (seeds 001 and 004).
+        OrphanList = "orphan list / s_orphan_lock",
         /// `Transaction::buffers` shard, when a buffer joins a transaction.
         TxnBuffers = "transaction buffers / j_list_lock",
         /// A metadata buffer's data lock taken for writing through a handle (bitmaps: the

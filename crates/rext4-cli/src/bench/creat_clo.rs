@@ -8,7 +8,7 @@ use super::{parallel, Sizes};
 use crate::CliResult;
 
 pub fn image(_sz: &Sizes, _max_workers: usize) -> ImageSpec {
-    ImageSpec { inodes: 65_536, mib: 256 }
+    ImageSpec { inodes: 65_536, mib: 256, ..ImageSpec::default() }
 }
 
 pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {

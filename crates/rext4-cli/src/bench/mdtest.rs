@@ -8,7 +8,11 @@ use crate::CliResult;
 
 pub fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
     let files = (max_workers * sz.files) as u64;
-    ImageSpec { inodes: (files + files / 10 + 10_000).max(65_536), mib: 256 + files / 256 }
+    ImageSpec {
+        inodes: (files + files / 10 + 10_000).max(65_536),
+        mib: 256 + files / 256,
+        ..ImageSpec::default()
+    }
 }
 
 fn name(w: usize, i: usize) -> String {

@@ -75,6 +75,9 @@ pub struct BenchArgs {
     /// walk: timed rounds per target (the best is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Extra mkfs.ext4 arguments for every image, e.g. "-O orphan_file" or "-J size=1024".
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    mkfs: Option<String>,
     /// Do not print the in-process engine's statistics.
     #[arg(long)]
     no_stats: bool,
@@ -338,7 +341,8 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
     let mut step = 0;
     let mut failures = 0;
     for wl in SUITE.iter().filter(|w| suite.contains(&w.name)) {
-        let spec = (wl.image)(&sizes, max_workers);
+        let mut spec = (wl.image)(&sizes, max_workers);
+        spec.extra = a.mkfs.as_deref().unwrap_or("").split_whitespace().map(str::to_string).collect();
         for &kind in &kinds {
             p.show(&format!("{}: setting up {} ({} MiB image)", wl.name, kind.name(), spec.mib));
             let built = match Built::new(kind, work, &spec) {
@@ -380,7 +384,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
         }
     }
     p.done();
-    print_header(&results, &sizes, kinds.as_slice());
+    print_header(&results, &sizes, kinds.as_slice(), a.mkfs.as_deref());
     results.print_tables();
     if !a.no_stats {
         for (wl, r) in &results.engine_stats {
@@ -402,7 +406,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
     Ok(())
 }
 
-fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind]) {
+fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind], mkfs: Option<&str>) {
     println!(
         "rext4 bench on {} CPUs, Linux {}{}",
         r.machine.cpus,
@@ -421,6 +425,10 @@ fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind]) {
     println!(
         "sizes: mdtest {} files/worker; creat_clo {} loops/worker; stress_orphan {} bytes x {}; lockperf {} locks/worker; pgioperf {} MiB, {} s; seqio {} MiB, {} small files/worker",
         sz.files, sz.creat, sz.trunc_bytes, sz.trunc_rounds, sz.lock_iters, sz.pg_mib, sz.pg_secs, sz.seq_mib, sz.small_files
+    );
+    println!(
+        "images: mkfs.ext4 -N INODES {}IMAGE SIZE, the same for every target",
+        mkfs.map_or(String::new(), |m| format!("{m} "))
     );
 }
 

@@ -16,7 +16,7 @@ const PAGE: usize = 8192;
 const WAL_MAX: u64 = 16 << 20;
 
 pub fn image(sz: &Sizes, _max_workers: usize) -> ImageSpec {
-    ImageSpec { inodes: 16_384, mib: sz.pg_mib + sz.pg_mib / 4 + 128 }
+    ImageSpec { inodes: 16_384, mib: sz.pg_mib + sz.pg_mib / 4 + 128, ..ImageSpec::default() }
 }
 
 /// xorshift64*: offsets only, no need for anything better.

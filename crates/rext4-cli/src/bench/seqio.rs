@@ -16,6 +16,7 @@ pub fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
     ImageSpec {
         inodes: (max_workers * sz.small_files) as u64 + 65_536,
         mib: sz.seq_mib + sz.seq_mib / 4 + small * 2 + 128,
+        ..ImageSpec::default()
     }
 }
 

@@ -9,7 +9,7 @@ use super::{parallel, Sizes};
 use crate::CliResult;
 
 pub fn image(_sz: &Sizes, max_workers: usize) -> ImageSpec {
-    ImageSpec { inodes: 65_536, mib: 256 + max_workers as u64 }
+    ImageSpec { inodes: 65_536, mib: 256 + max_workers as u64, ..ImageSpec::default() }
 }
 
 pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {

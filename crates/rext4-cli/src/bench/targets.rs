@@ -71,10 +71,12 @@ impl Kind {
 }
 
 /// The image a workload needs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ImageSpec {
     pub inodes: u64,
     pub mib: u64,
+    /// More mkfs.ext4 arguments (`--mkfs`).
+    pub extra: Vec<String>,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -491,6 +493,7 @@ pub fn mkfs(img: &Path, spec: &ImageSpec) -> CliResult {
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-N"])
         .arg(spec.inodes.to_string())
+        .args(&spec.extra)
         .arg(img)
         .arg(format!("{}M", spec.mib))
         .stdin(Stdio::null())
