@@ -21,6 +21,9 @@ pub struct Report {
     pub ops: Vec<OpRow>,
     pub locks: Vec<LockRow>,
     pub commits: Option<Commits>,
+    /// Operation figures are estimated from one top-level operation in this many.
+    #[serde(default)]
+    pub every: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -74,6 +77,7 @@ impl From<&rext4::StatsReport> for Report {
                 max_us: c.max_us,
                 top5_us: c.top5_us.clone(),
             }),
+            every: r.every,
         }
     }
 }
@@ -83,6 +87,9 @@ impl Report {
     pub fn print(&self) {
         let mut ops: Vec<&OpRow> = self.ops.iter().filter(|o| o.count > 0).collect();
         ops.sort_by_key(|o| std::cmp::Reverse(o.total_ns));
+        if self.every > 1 {
+            println!("(operations: estimated from one top-level operation in {} per thread)", self.every);
+        }
         println!("{:<34} {:>16} {:>12} {:>12}", "FUNC", "TOTAL_TIME(us)", "COUNT", "AVG(us)");
         for o in ops {
             let us = o.total_ns as f64 / 1e3;

@@ -3,19 +3,26 @@
 //! wait times per lock class. Journal commit times live with the journal
 //! (`CommitStats`); [`Fs::stats`] reports all three.
 //!
-//! Always on, so it must cost next to nothing: every thread adds to its own shard (a cache-line
-//! aligned block of relaxed atomics, like `counter.rs`), so counting never bounces a line
-//! between cores; only a reader sums the shards. A timed operation costs two monotonic clock
-//! reads. A lock is first tried without blocking; only when that fails is the wait timed, so an
-//! uncontended acquisition costs one extra relaxed add.
+//! Always on, so it must cost next to nothing. A metadata operation runs in a few microseconds
+//! and nests twenty-odd timed functions; two clock reads and an atomic add for each would cost
+//! a fifth of it. So each thread traces one top-level operation in `every` (16 by default;
+//! [`Fs::set_stats_every`](crate::Fs::set_stats_every)), with everything nested in it, and adds
+//! `every` times what it saw: the figures are unbiased estimates, exact when `every` is 1. An
+//! untraced call costs a thread-local counter. Lock waits are exact: a lock is first tried
+//! without blocking, and a failed try is always timed. Journal commits are always counted.
+//!
+//! Every thread adds to its own shard (a cache-line aligned block of relaxed atomics, like
+//! `counter.rs`), so counting never bounces a line between cores; only a reader sums the
+//! shards.
 //!
 //! # Locking
-//! None: atomics only. A report taken while operations run is a sum of shards read one by one
-//! (each figure exact, the set not a snapshot), like `percpu_counter_sum`.
+//! None: atomics and thread-locals only. A report taken while operations run is a sum of shards
+//! read one by one (each figure consistent, the set not a snapshot), like
+//! `percpu_counter_sum`.
 
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 macro_rules! named_enum {
@@ -131,29 +138,68 @@ impl Default for Shard {
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     static SLOT: Cell<usize> = Cell::new(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+    static TRACE: Trace = const {
+        Trace { depth: Cell::new(0), traced: Cell::new(false), countdown: Cell::new(1) }
+    };
 }
+
+/// Whether this thread is tracing the operation it is in.
+struct Trace {
+    /// Timed operations this thread is inside.
+    depth: Cell<u32>,
+    /// Whether the outermost of them is traced.
+    traced: Cell<bool>,
+    /// Top-level operations until the next traced one.
+    countdown: Cell<u32>,
+}
+
+impl Trace {
+    /// Whether what starts now is traced: inside an operation, as that operation is; at top
+    /// level, one in `every`.
+    fn sampled(&self, every: u32) -> bool {
+        if self.depth.get() > 0 {
+            return self.traced.get();
+        }
+        let c = self.countdown.get().saturating_sub(1);
+        let traced = c == 0;
+        self.countdown.set(if traced { every.max(1) } else { c });
+        self.traced.set(traced);
+        traced
+    }
+}
+
+/// Default for [`Stats::every`].
+pub(crate) const DEFAULT_EVERY: u32 = 16;
 
 /// The statistics of one filesystem. [atomics only; see the module's notes]
 pub(crate) struct Stats {
     shards: Box<[Shard]>,
+    /// One top-level operation in this many is traced per thread. [atomic]
+    every: AtomicU32,
 }
 
 impl Default for Stats {
     fn default() -> Self {
-        Stats { shards: (0..SHARDS).map(|_| Shard::default()).collect() }
+        Stats {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            every: AtomicU32::new(DEFAULT_EVERY),
+        }
     }
 }
 
-/// Times an operation until dropped.
+/// Times an operation until dropped (if it is traced).
 pub(crate) struct Timed<'a> {
     stats: &'a Stats,
     op: Op,
-    start: Instant,
+    start: Option<Instant>,
 }
 
 impl Drop for Timed<'_> {
     fn drop(&mut self) {
-        self.stats.record(self.op, self.start.elapsed());
+        TRACE.with(|t| t.depth.set(t.depth.get().saturating_sub(1)));
+        if let Some(start) = self.start {
+            self.stats.add(self.op, start.elapsed(), self.stats.every());
+        }
     }
 }
 
@@ -166,24 +212,54 @@ impl Stats {
         &self.shards[SLOT.with(|s| s.get())]
     }
 
+    fn every(&self) -> u32 {
+        self.every.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Traces one top-level operation in `every` per thread (1: all of them).
+    pub(crate) fn set_every(&self, every: u32) {
+        self.every.store(every.max(1), Ordering::Relaxed);
+    }
+
+    fn sampled(&self) -> bool {
+        TRACE.with(|t| t.sampled(self.every()))
+    }
+
     /// Starts timing `op`; the time is recorded when the guard drops.
     pub(crate) fn time(&self, op: Op) -> Timed<'_> {
-        Timed { stats: self, op, start: Instant::now() }
+        let traced = self.sampled();
+        TRACE.with(|t| t.depth.set(t.depth.get() + 1));
+        Timed { stats: self, op, start: traced.then(Instant::now) }
     }
 
-    /// Adds one `op` that took `d`.
+    /// Adds one `op` that took `d` (measured by the caller), if traced.
     pub(crate) fn record(&self, op: Op, d: Duration) {
+        if self.sampled() {
+            self.add(op, d, self.every());
+        }
+    }
+
+    /// Adds one `op` that took `d`, always (rare operations: commits).
+    pub(crate) fn record_exact(&self, op: Op, d: Duration) {
+        self.add(op, d, 1);
+    }
+
+    /// Adds `weight` operations of `d` each.
+    fn add(&self, op: Op, d: Duration, weight: u32) {
         let s = self.shard();
-        s.count[op as usize].fetch_add(1, Ordering::Relaxed);
-        s.ns[op as usize].fetch_add(nanos(d), Ordering::Relaxed);
+        s.count[op as usize].fetch_add(u64::from(weight), Ordering::Relaxed);
+        s.ns[op as usize].fetch_add(nanos(d).saturating_mul(u64::from(weight)), Ordering::Relaxed);
     }
 
-    /// Counts an acquisition of a `class` lock that did not have to wait.
+    /// Counts an acquisition of a `class` lock that did not have to wait (if traced).
     pub(crate) fn acquired(&self, class: LockClass) {
-        self.shard().locks[class as usize].acquired.fetch_add(1, Ordering::Relaxed);
+        if self.sampled() {
+            let w = u64::from(self.every());
+            self.shard().locks[class as usize].acquired.fetch_add(w, Ordering::Relaxed);
+        }
     }
 
-    /// Counts an acquisition of a `class` lock that waited `d`.
+    /// Counts an acquisition of a `class` lock that waited `d` (always).
     pub(crate) fn waited(&self, class: LockClass, d: Duration) {
         let c = &self.shard().locks[class as usize];
         let ns = nanos(d);
@@ -248,7 +324,7 @@ impl Stats {
                 }
             })
             .collect();
-        StatsReport { ops, locks, commits: None }
+        StatsReport { ops, locks, commits: None, every: self.every() }
     }
 
     /// Sets every figure back to zero (figures added meanwhile may survive).
@@ -297,6 +373,9 @@ pub struct StatsReport {
     pub locks: Vec<LockStat>,
     /// Journal commit times (seed 003's figures); `None` when opened read-only.
     pub commits: Option<crate::CommitSummary>,
+    /// Operation counts and times are estimated from one top-level operation in this many
+    /// (1: exact); see [`Fs::set_stats_every`](crate::Fs::set_stats_every).
+    pub every: u32,
 }
 
 impl crate::Fs {
@@ -312,6 +391,13 @@ impl crate::Fs {
     pub fn reset_stats(&self) {
         self.inner.stats.reset();
     }
+
+    /// Traces one top-level operation in `every` per thread, with everything it calls, and
+    /// scales what it saw by `every` (default 16; 1: exact figures, at some cost: two clock
+    /// reads and an atomic add per nested function). Lock waits and commits are always exact.
+    pub fn set_stats_every(&self, every: u32) {
+        self.inner.stats.set_every(every);
+    }
 }
 
 #[cfg(test)]
@@ -319,8 +405,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sampling_traces_whole_operations_and_scales() {
+        let s = Stats::default();
+        s.set_every(4);
+        std::thread::spawn(move || {
+            for _ in 0..400 {
+                let _outer = s.time(Op::Create);
+                for _ in 0..3 {
+                    let _inner = s.time(Op::AddEntry);
+                }
+                s.record(Op::JournalStart, Duration::from_nanos(10));
+            }
+            s.record_exact(Op::Commit, Duration::from_nanos(5));
+            let r = s.report();
+            let count = |n: &str| r.ops.iter().find(|o| o.name == n).unwrap().count;
+            // One top-level call in four traced, its nested calls with it, scaled by four.
+            assert_eq!(count("ext4_create"), 400);
+            assert_eq!(count("ext4_add_entry"), 1200);
+            assert_eq!(count("jbd2__journal_start"), 400);
+            assert_eq!(count("jbd2_journal_commit_transaction"), 1);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn sums_threads_and_times_contended_waits() {
         let s = Stats::default();
+        s.set_every(1);
         let m = Mutex::new(0u64);
         std::thread::scope(|sc| {
             for _ in 0..4 {
@@ -348,6 +460,7 @@ mod tests {
     #[test]
     fn a_held_lock_is_counted_as_a_wait() {
         let s = Stats::default();
+        s.set_every(1);
         let l = RwLock::new(());
         let g = l.write();
         std::thread::scope(|sc| {

@@ -15,6 +15,7 @@ fn counts_what_threads_did_and_resets() {
     let img = dir.path().join("s.img");
     common::mkfs(None, &img, &[], "64M");
     let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    fs.set_stats_every(1);
     let root = fs.root();
     let dirs: Vec<_> =
         (0..4).map(|t| fs.mkdir(root, format!("d{t}").as_bytes(), 0o755, 0, 0).unwrap().ino).collect();
@@ -68,6 +69,13 @@ fn counts_what_threads_did_and_resets() {
     assert!(z.ops.iter().all(|o| o.count == 0), "reset left counts");
     fs.getattr(root).unwrap();
     assert_eq!(op(&fs.stats(), "ext4_getattr").count, 1);
+    // Sampled: one call in eight, scaled; the same estimate on average.
+    fs.set_stats_every(8);
+    fs.reset_stats();
+    for _ in 0..800 {
+        fs.getattr(root).unwrap();
+    }
+    assert_eq!(op(&fs.stats(), "ext4_getattr").count, 800);
     fs.unmount().unwrap();
     common::e2fsck_clean(&img);
 }
@@ -78,6 +86,7 @@ fn read_only_has_no_commit_figures() {
     let img = dir.path().join("r.img");
     common::mkfs(None, &img, &[], "16M");
     let fs = Fs::open(&img).unwrap();
+    fs.set_stats_every(1);
     fs.lookup(fs.root(), b"lost+found").unwrap();
     let r = fs.stats();
     assert!(r.commits.is_none());

@@ -366,7 +366,7 @@ impl Journal {
             st.stats.times_us.remove(0);
         }
         st.stats.times_us.push(took.as_micros() as u64);
-        self.stats.record(Op::Commit, took);
+        self.stats.record_exact(Op::Commit, took);
         self.wake.notify_all();
     }
 
