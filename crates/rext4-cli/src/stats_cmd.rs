@@ -242,6 +242,7 @@ mod tests {
                 max_us: 2,
                 top5_us: vec![2, 1],
             }),
+            every: 16,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&s).unwrap(), r);
