@@ -139,7 +139,7 @@ static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     static SLOT: Cell<usize> = Cell::new(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SHARDS);
     static TRACE: Trace = const {
-        Trace { depth: Cell::new(0), traced: Cell::new(false), countdown: Cell::new(1) }
+        Trace { depth: Cell::new(0), traced: Cell::new(false), countdown: Cell::new(1), rng: Cell::new(0x9E37_79B9) }
     };
 }
 
@@ -151,6 +151,9 @@ struct Trace {
     traced: Cell<bool>,
     /// Top-level operations until the next traced one.
     countdown: Cell<u32>,
+    /// xorshift state for the gaps between traced operations. A fixed gap would alias with
+    /// loops of several calls (create then unlink, with a gap of 16, traces only creates).
+    rng: Cell<u32>,
 }
 
 impl Trace {
@@ -162,9 +165,24 @@ impl Trace {
         }
         let c = self.countdown.get().saturating_sub(1);
         let traced = c == 0;
-        self.countdown.set(if traced { every.max(1) } else { c });
+        self.countdown.set(if traced { self.gap(every) } else { c });
         self.traced.set(traced);
         traced
+    }
+}
+
+impl Trace {
+    /// A gap uniform in `1..=2 * every - 1`: one operation in `every` on average.
+    fn gap(&self, every: u32) -> u32 {
+        if every <= 1 {
+            return 1;
+        }
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.rng.set(x);
+        1 + x % (2 * every - 1)
     }
 }
 
@@ -409,20 +427,30 @@ mod tests {
         let s = Stats::default();
         s.set_every(4);
         std::thread::spawn(move || {
-            for _ in 0..400 {
-                let _outer = s.time(Op::Create);
-                for _ in 0..3 {
-                    let _inner = s.time(Op::AddEntry);
+            // Two top-level operations per loop: a fixed gap of four would only ever trace
+            // the first.
+            for _ in 0..20_000 {
+                {
+                    let _outer = s.time(Op::Create);
+                    for _ in 0..3 {
+                        let _inner = s.time(Op::AddEntry);
+                    }
+                    s.record(Op::JournalStart, Duration::from_nanos(10));
                 }
-                s.record(Op::JournalStart, Duration::from_nanos(10));
+                let _u = s.time(Op::Unlink);
             }
             s.record_exact(Op::Commit, Duration::from_nanos(5));
             let r = s.report();
             let count = |n: &str| r.ops.iter().find(|o| o.name == n).unwrap().count;
-            // One top-level call in four traced, its nested calls with it, scaled by four.
-            assert_eq!(count("ext4_create"), 400);
-            assert_eq!(count("ext4_add_entry"), 1200);
-            assert_eq!(count("jbd2__journal_start"), 400);
+            let near = |n: &str, want: u64| {
+                let c = count(n);
+                assert!(c % 4 == 0 && c.abs_diff(want) < want / 10, "{n}: {c}, want about {want}");
+            };
+            near("ext4_create", 20_000);
+            near("ext4_unlink", 20_000);
+            // Nested calls are traced with their operation.
+            assert_eq!(count("ext4_add_entry"), 3 * count("ext4_create"));
+            assert_eq!(count("jbd2__journal_start"), count("ext4_create"));
             assert_eq!(count("jbd2_journal_commit_transaction"), 1);
         })
         .join()

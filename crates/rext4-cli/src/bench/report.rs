@@ -24,6 +24,9 @@ pub struct Sample {
     pub unit: &'static str,
     pub better: Better,
     pub value: f64,
+    /// A total time for work that grows with the workers (each does the same amount).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_worker_work: bool,
     /// Which repetition this is (0-based).
     pub run: usize,
     /// Anything more (latency lists, top five, engine commit times).
@@ -31,26 +34,51 @@ pub struct Sample {
     pub extra: Option<serde_json::Value>,
 }
 
+/// One figure a workload reports.
+pub struct Metric {
+    pub name: String,
+    pub unit: &'static str,
+    pub better: Better,
+    pub value: f64,
+    pub per_worker_work: bool,
+    pub extra: Option<serde_json::Value>,
+}
+
 /// What one workload run on one target with one worker count reports.
 #[derive(Default)]
 pub struct Out {
-    pub metrics: Vec<(String, &'static str, Better, f64, Option<serde_json::Value>)>,
+    pub metrics: Vec<Metric>,
     pub notes: Vec<String>,
 }
 
 impl Out {
+    fn push(&mut self, name: &str, unit: &'static str, better: Better, value: f64, per_worker_work: bool) {
+        self.metrics.push(Metric {
+            name: name.to_string(),
+            unit,
+            better,
+            value,
+            per_worker_work,
+            extra: None,
+        });
+    }
     /// A rate (more is better).
     pub fn rate(&mut self, metric: &str, unit: &'static str, v: f64) {
-        self.metrics.push((metric.to_string(), unit, Better::Higher, v, None));
+        self.push(metric, unit, Better::Higher, v, false);
     }
     /// A time or latency (less is better).
     pub fn time(&mut self, metric: &str, unit: &'static str, v: f64) {
-        self.metrics.push((metric.to_string(), unit, Better::Lower, v, None));
+        self.push(metric, unit, Better::Lower, v, false);
+    }
+    /// The total time of work each worker does the same amount of (so the work grows with
+    /// the workers; the scaling row compares throughput).
+    pub fn total_time(&mut self, metric: &str, v: f64) {
+        self.push(metric, "s", Better::Lower, v, true);
     }
     /// Attaches detail to the last metric.
     pub fn extra(&mut self, v: serde_json::Value) {
         if let Some(m) = self.metrics.last_mut() {
-            m.4 = Some(v);
+            m.extra = Some(v);
         }
     }
 }
@@ -75,17 +103,18 @@ pub struct Machine {
 
 impl Results {
     pub fn add(&mut self, workload: &'static str, kind: Kind, workers: usize, run: usize, out: Out) {
-        for (metric, unit, better, value, extra) in out.metrics {
+        for m in out.metrics {
             self.samples.push(Sample {
                 workload,
                 target: kind.name(),
                 workers,
-                metric,
-                unit,
-                better,
-                value,
+                metric: m.name,
+                unit: m.unit,
+                better: m.better,
+                value: m.value,
+                per_worker_work: m.per_worker_work,
                 run,
-                extra,
+                extra: m.extra,
             });
         }
         for n in out.notes {
@@ -200,10 +229,15 @@ impl Results {
                 }
                 println!("{line}");
             }
-            // No collapse as workers grow: each target at its most workers against its one.
+            // No collapse as workers grow: each target's throughput at its most workers
+            // against its fewest (not for latencies).
             let ws = self.workers_of(workload, &metric);
+            let per_worker = self
+                .samples
+                .iter()
+                .any(|s| s.workload == workload && s.metric == metric && s.per_worker_work);
             if let (Some(&lo), Some(&hi)) = (ws.first(), ws.last()) {
-                if hi > lo {
+                if hi > lo && (better == Better::Higher || per_worker) {
                     let mut line = format!("{:>7}", format!("{hi}w/{lo}w"));
                     for &k in &targets {
                         let r = match (
@@ -211,13 +245,15 @@ impl Results {
                             self.value(workload, &metric, k.name(), hi),
                         ) {
                             (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
-                                format!("{:.2}x", if better == Better::Higher { b / a } else { a / b })
+                                let r =
+                                    if better == Better::Higher { b / a } else { a / b * (hi / lo) as f64 };
+                                format!("{r:.2}x")
                             }
                             _ => "-".into(),
                         };
                         write!(line, " {r:>11}").ok();
                     }
-                    println!("{line}   (scaling: speed at {hi} workers over {lo})");
+                    println!("{line}   (scaling: throughput at {hi} workers over {lo})");
                 }
             }
         }
@@ -423,7 +459,7 @@ mod tests {
             for w in [1, 2, 8] {
                 let mut o = Out::default();
                 o.rate("create", "ops/s", f * 1000.0 * w as f64);
-                o.time("total", "s", 1.0);
+                o.total_time("total", 1.0);
                 r.add("mdtest", k, w, 0, o);
             }
         }

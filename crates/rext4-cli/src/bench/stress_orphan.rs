@@ -36,7 +36,7 @@ pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     t.close(dir)?;
     t.rmdir(root, "stress_orphan")?;
     let mut out = Out::default();
-    out.time("time", "s", took.as_secs_f64());
+    out.total_time("time", took.as_secs_f64());
     out.rate("truncates", "ops/s", (workers as u64 * bytes * rounds) as f64 / took.as_secs_f64());
     Ok(out)
 }

@@ -278,10 +278,9 @@ impl Target for Mounted {
         Ok(Node::Fd(File::from(f)))
     }
     fn rmdir(&self, dir: &Node, name: &str) -> CliResult {
-        // FUSE sends a file's release after close returns; a libfuse daemon (fuse2fs) that sees
-        // the unlink of a file not yet released renames it to `.fuse_hidden*` and removes it on
-        // release, so the directory empties a moment later.
-        let until = Instant::now() + Duration::from_secs(5);
+        // FUSE sends a file's release after close returns: a daemon may still count a file
+        // closed a moment ago as open, and keep it until the release arrives.
+        let until = Instant::now() + Duration::from_secs(2);
         loop {
             match nix::unistd::unlinkat(fd(dir)?, name, UnlinkatFlags::RemoveDir) {
                 Err(nix::Error::ENOTEMPTY) if Instant::now() < until => {
@@ -559,8 +558,11 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", "rw", "-f"]);
                 c
             } else {
+                // hard_remove: libfuse's high-level layer otherwise renames a file unlinked
+                // before its (asynchronous) release to `.fuse_hidden*`, and fuse2fs leaves
+                // those behind, so the workloads' directories never empty.
                 let mut c = Command::new("fuse2fs");
-                c.arg(&img).arg(&dir).arg("-f");
+                c.arg(&img).arg(&dir).args(["-f", "-o", "hard_remove"]);
                 c
             };
             // A process group of its own: the terminal's Ctrl-C reaches this process, which
