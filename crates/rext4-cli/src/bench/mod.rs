@@ -374,6 +374,9 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
                 }
             }
             p.show(&format!("{}: taking down {}", wl.name, kind.name()));
+            if let Some(mib) = built.target().daemon().and_then(targets::peak_rss_mib) {
+                results.note(format!("{} / {}: daemon peak RSS {mib:.1} MiB", wl.name, kind.name()));
+            }
             if let Some(fs) = built.target().engine() {
                 results.engine_stats.push((wl.name, crate::stats_cmd::Report::from(&fs.stats())));
             }

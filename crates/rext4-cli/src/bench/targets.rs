@@ -128,6 +128,17 @@ pub trait Target: Sync {
     fn engine(&self) -> Option<&Fs> {
         None
     }
+    /// The daemon serving the mount, for FUSE targets.
+    fn daemon(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Peak resident memory of process `pid`, MiB.
+pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 fn fd(n: &Node) -> CliResult<&File> {
@@ -250,7 +261,7 @@ pub struct Mounted {
     kind: Kind,
     root: Node,
     // Dropped after `root` (fields drop in order): the directory is closed before unmounting.
-    _guard: MountGuard,
+    guard: MountGuard,
 }
 
 fn errno(op: &str, name: &str, e: nix::Error) -> String {
@@ -357,6 +368,9 @@ impl Target for Mounted {
                 nix::fcntl::flock(file.as_raw_fd(), arg).map_err(|x| format!("flock: {x}"))
             }
         }
+    }
+    fn daemon(&self) -> Option<u32> {
+        self.guard.daemon.as_ref().map(|c| c.id())
     }
     fn drop_caches(&self) {
         let _ = self.sync();
@@ -595,7 +609,7 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
         }
     };
     let root = open_dir(&dir)?;
-    Ok(Mounted { kind, root, _guard: guard })
+    Ok(Mounted { kind, root, guard })
 }
 
 /// A read-only or read-write kernel loop mount of an existing image, unmounted on drop (the
