@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// Extra mkfs.ext4 arguments for every image, e.g. "-O orphan_file" or "-J size=1024".
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     mkfs: Option<String>,
+    /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
+    /// and the journal warmed up, as the seeds' mdtest runs did).
+    #[arg(long)]
+    no_warmup: bool,
     /// Do not print the in-process engine's statistics.
     #[arg(long)]
     no_stats: bool,
@@ -353,6 +357,15 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
                     continue;
                 }
             };
+            if !a.no_warmup {
+                p.show(&format!("{}: warming up {}", wl.name, kind.name()));
+                if let Err(e) = (wl.run)(built.target(), a.workers[0], &sizes) {
+                    results.note(format!("{} / {}: warm-up failed: {e}", wl.name, kind.name()));
+                }
+                if let Some(fs) = built.target().engine() {
+                    fs.reset_stats();
+                }
+            }
             let base = step;
             'workers: for &w in &a.workers {
                 for run in 0..a.runs {
