@@ -126,8 +126,13 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     for why in fs.read_only_reasons() {
         rext4_fuse::log(&format!("{}: {why}", image.display()));
     }
+    let engine = fs.clone();
     let mount = rext4_fuse::Mount::new(fs, mountpoint, opts)
         .map_err(|e| format!("cannot mount on {}: {e}", mountpoint.display()))?;
+    // `rext4 stats MOUNTPOINT` asks here; a mount without it still serves files.
+    let stats_socket = crate::stats_cmd::serve(engine, mountpoint)
+        .map_err(|e| rext4_fuse::log(&format!("statistics socket: {e}")))
+        .ok();
 
     let mp: PathBuf = mountpoint.to_path_buf();
     std::thread::Builder::new()
@@ -159,6 +164,9 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
         }
     }
     let r = mount.run().map_err(|e| format!("{}: {e}", image.display()));
+    if let Some(path) = stats_socket {
+        let _ = std::fs::remove_file(path);
+    }
     drop(lock);
     r
 }

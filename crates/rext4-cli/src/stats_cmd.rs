@@ -161,7 +161,6 @@ fn socket_path(dev: &str) -> PathBuf {
 /// Serves statistics for `fs`, mounted at `mountpoint`, on a background thread; returns the
 /// socket's path (removed by the caller when the daemon ends). Called by the daemon once the
 /// mount exists.
-#[allow(dead_code)] // called by the FUSE daemon (`rext4 mount`)
 pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
     let dev = mount_dev(mountpoint).ok_or_else(|| format!("{}: not in mountinfo", mountpoint.display()))?;
     let path = socket_path(&dev);
@@ -181,10 +180,10 @@ pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                 let mut line = String::new();
                 let _ = BufReader::new(&conn).read_line(&mut line);
+                let report = Report::from(&fs.stats());
                 if line.trim() == "reset" {
                     fs.reset_stats();
                 }
-                let report = Report::from(&fs.stats());
                 if let Ok(s) = serde_json::to_string(&report) {
                     let _ = writeln!(conn, "{s}");
                 }

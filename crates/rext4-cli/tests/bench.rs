@@ -145,6 +145,9 @@ fn interrupted_run_leaves_no_mount_behind() {
         return;
     }
     let mut targets = vec!["kernel"];
+    if Path::new("/dev/fuse").exists() {
+        targets.push("fuse");
+    }
     if std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fuse2fs").is_file()))
     {
@@ -186,4 +189,65 @@ fn stats_needs_a_rext4_mount() {
     assert!(err.contains("no rext4 daemon serves this mount"), "{err}");
     let out = rext4().args(["stats", "/nonexistent-dir"]).output().unwrap();
     assert!(!out.status.success());
+}
+
+/// `rext4 stats` on a mount served by `rext4 mount`: the daemon's operation table, lock waits
+/// and commits; `--reset` zeroes the operations; the socket goes with the daemon.
+#[test]
+fn stats_of_a_rext4_mount() {
+    if !is_root() || std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+        eprintln!("skipped: FUSE mounts need root and /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mp) = (dir.path().join("img"), dir.path().join("mnt"));
+    std::fs::create_dir(&mp).unwrap();
+    let o = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).arg("64M").output().unwrap();
+    assert!(o.status.success());
+    let o = rext4().arg("mount").arg(&img).arg(&mp).args(["-o", "rw"]).output().unwrap();
+    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    /// Detaches the mount if an assertion fails before the test unmounts it.
+    struct Detach(PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).stderr(Stdio::null()).status();
+        }
+    }
+    let _detach = Detach(mp.clone());
+    for i in 0..300 {
+        std::fs::write(mp.join(format!("f{i}")), b"x").unwrap();
+    }
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let o = rext4().arg("stats").arg(&mp).arg("--json").args(extra).output().unwrap();
+        assert!(o.status.success(), "stats: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let count = |v: &serde_json::Value, name: &str| {
+        v["ops"].as_array().unwrap().iter().find(|o| o["name"] == name).unwrap()["count"].as_u64().unwrap()
+    };
+    let v = json(&["--reset"]);
+    assert!(count(&v, "ext4_create") > 0, "{v}");
+    assert!(v["locks"].as_array().unwrap().iter().any(|l| l["acquired"].as_u64() > Some(0)));
+    assert!(v["commits"].is_object(), "a writable mount reports commits: {v}");
+    let after = json(&[]);
+    assert_eq!(count(&after, "ext4_create"), 0, "--reset zeroes operations");
+    let text = rext4().arg("stats").arg(&mp).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("FUNC") && text.contains("LOCK") && text.contains("journal commits"), "{text}");
+
+    assert!(Command::new("umount").arg(&mp).status().unwrap().success());
+    // The daemon commits, removes its socket and lets go of the image.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let f = std::fs::File::open(&img).unwrap();
+        if nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < until, "the daemon did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = rext4().arg("stats").arg(&mp).output().unwrap();
+    assert!(!o.status.success(), "no daemon after umount");
+    let o = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }

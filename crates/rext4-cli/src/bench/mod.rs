@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// kernel) and fuse (mdtest on fuse, kernel and fuse2fs).
     workloads: Vec<String>,
     /// Targets, in any order: inproc, fuse, kernel, fuse2fs, tmpfs.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, alias = "target", value_delimiter = ',')]
     targets: Option<Vec<String>>,
     /// Worker counts (threads).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 8, 48])]
