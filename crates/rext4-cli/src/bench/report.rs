@@ -346,7 +346,7 @@ impl Results {
                 r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
                 l - 4.0,
                 y(v) + 4.0,
-                fmt_value(v)
+                fmt_axis(v)
             )
             .ok();
         }
@@ -415,6 +415,17 @@ fn nice_max(v: f64) -> f64 {
     }
     let p = 10f64.powf(v.log10().floor());
     [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * p).find(|&m| m >= v).unwrap_or(10.0 * p)
+}
+
+/// An axis label: 250k, 1.5M.
+fn fmt_axis(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{}k", v / 1e3)
+    } else {
+        fmt_value(v)
+    }
 }
 
 /// A value in a few significant digits.
