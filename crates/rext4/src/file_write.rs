@@ -12,6 +12,7 @@
 //! handle -> `data_sem` (exclusive while the map changes and new blocks are filled) ->
 //! `raw` (write). Readers take `data_sem` shared.
 
+use crate::attr::Timestamp;
 use crate::error::{Error, Result};
 use crate::extents_write::{Ext, LBLK_END};
 use crate::fs::{Fs, FsInner};
@@ -33,6 +34,10 @@ pub const FALLOC_FL_COLLAPSE_RANGE: u32 = 0x08;
 pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 /// `fallocate(2)` mode: insert a hole, shifting the rest of the file up.
 pub const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
+
+/// Granularity of the clock that stamps overwrites (the kernel's coarse time: a jiffy at
+/// HZ=250).
+const COARSE_TICK_NS: i128 = 4_000_000;
 
 /// Blocks one write handle covers at most.
 const CHUNK_BLOCKS: u64 = 2048;
@@ -321,6 +326,64 @@ impl FsInner {
         Ok(())
     }
 
+    /// Overwrites `data` in place when every block it covers is mapped and written and the
+    /// size does not change: no allocation, no map change, so it shares `data_sem` with
+    /// readers and needs no journal handle unless the times move on a coarse tick (seed 003:
+    /// a writer must not queue behind commits or block readers). Returns `false` when the
+    /// write needs the general path. The caller holds `op_lock`.
+    fn overwrite(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<bool> {
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        {
+            let _d = inode.data_sem.read();
+            let runs = {
+                let raw = inode.raw();
+                if end > raw_size(&raw) || raw_flags(&raw) & INLINE_DATA_FL != 0 {
+                    return Ok(false);
+                }
+                self.map_runs(inode, &raw, offset / bs, end.div_ceil(bs))?
+            };
+            let mut next = offset / bs;
+            for e in &runs {
+                if e.unwritten || e.lblk != next {
+                    return Ok(false);
+                }
+                next = e.lblk + e.len;
+            }
+            if next < end.div_ceil(bs) {
+                return Ok(false);
+            }
+            let runs: Vec<Run> =
+                runs.iter().map(|e| Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }).collect();
+            self.write_runs(&runs, offset, data)?;
+        }
+        // mtime and ctime move when a coarse tick has passed since they were set, as the
+        // kernel's coarse clock makes them; otherwise only fsync needs to know.
+        let t = now();
+        let d = inode.disk();
+        let size = self.sbi.inode_size;
+        let stale = |x: Timestamp| {
+            let ns = |t: Timestamp| i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec);
+            ns(t) - ns(x) >= COARSE_TICK_NS || ns(t) < ns(x)
+        };
+        if stale(d.mtime(size)) || stale(d.ctime(size)) {
+            let h = journal.start(4)?;
+            let mut raw = inode.raw_mut();
+            raw_touch_cm(&mut raw, size, t);
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            drop(raw);
+            h.stop();
+        }
+        inode.data_dirty.store(true, std::sync::atomic::Ordering::Release);
+        Ok(true)
+    }
+
     pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
         let journal = self.journal()?.clone();
         let inode = self.regular_file(ino)?;
@@ -335,6 +398,9 @@ impl FsInner {
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
+        }
+        if self.overwrite(&journal, &inode, offset, data)? {
+            return Ok(data.len());
         }
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;

@@ -40,6 +40,9 @@ pub(crate) struct Inode {
     /// truncates and fallocate hold it exclusive while changing the map and writing newly
     /// mapped blocks. Taken after a journal handle, before `raw`. [own lock]
     pub data_sem: RwLock<()>,
+    /// Data was overwritten in place since the last `fsync` without a metadata change (so no
+    /// commit will flush it): `fsync` must flush the device. [atomic]
+    pub data_dirty: AtomicBool,
     /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
     /// orphan.rs for the state machine). [atomic]
     pub refs: AtomicU32,
@@ -71,6 +74,7 @@ impl Inode {
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
+            data_dirty: AtomicBool::new(false),
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
         }
@@ -151,6 +155,7 @@ impl FsInner {
             op_lock: parking_lot::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
+            data_dirty: AtomicBool::new(false),
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
         })
