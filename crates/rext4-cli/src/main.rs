@@ -10,6 +10,7 @@ mod imagepath;
 mod inspect;
 mod modify;
 mod mount_cmd;
+mod rng;
 mod stats_cmd;
 mod xattr_cmd;
 

@@ -261,10 +261,7 @@ impl FsInner {
     /// writing) to `new` — `(first physical block, unwritten)` — or to nothing. Returns what
     /// was mapped there before, so the caller can free it (or not, when it remaps the same
     /// blocks). Tree blocks allocated or freed are counted in the record's `i_blocks`.
-    ///
-    /// `limit` bounds how many old extents are cut in one call (so that a caller freeing a
-    /// large range can spread it over several handles); the second value returned is how far
-    /// the range was processed (`hi` when finished).
+    /// Callers bound the work of one handle by the range they pass (see `ext_tail_start`).
     pub(crate) fn ext_remap(
         &self,
         h: &Handle,
@@ -272,14 +269,11 @@ impl FsInner {
         raw: &mut [u8],
         range: std::ops::Range<u64>,
         new: Option<(u64, bool)>,
-        limit: usize,
-    ) -> Result<(Vec<Ext>, u64)> {
+    ) -> Result<Vec<Ext>> {
         let (lo, hi) = (range.start, range.end);
         if lo >= hi || hi > LBLK_END {
             return Err(Error::InvalidInput("extent range"));
         }
-        // A limit only makes sense when unmapping: a new run must replace the whole range.
-        let limit = if new.is_some() { usize::MAX } else { limit.max(1) };
         let mut old = Vec::new();
         let mut pending = new.map(|(pblk, unwritten)| Ext { lblk: lo, len: hi - lo, pblk, unwritten });
         let mut cur = lo;
@@ -293,8 +287,7 @@ impl FsInner {
             let Some(Entries::Leaf(mut exts)) = path.last().map(|l| l.entries.clone()) else {
                 return Err(self.ext_bad(inode, None, "path does not end in a leaf"));
             };
-            let room = limit - old.len();
-            let (changed, reached) = cut(&mut exts, cur, seg_hi, &mut old, room);
+            let changed = cut(&mut exts, cur, seg_hi, &mut old);
             let mut tail = false;
             let mut touched = changed;
             if let Some(n) = pending.take() {
@@ -305,15 +298,9 @@ impl FsInner {
                 let last = path.len() - 1;
                 self.ext_store(h, inode, raw, &path, last, Entries::Leaf(exts), tail)?;
             }
-            if reached < seg_hi {
-                return Ok((old, reached));
-            }
-            if old.len() >= limit {
-                return Ok((old, seg_hi));
-            }
             cur = seg_hi;
         }
-        Ok((old, hi))
+        Ok(old)
     }
 
     /// Stores `entries` as the contents of `path[lvl]`, splitting, freeing or growing the tree
@@ -475,7 +462,7 @@ impl FsInner {
         let goal = self.ext_goal(inode, raw, u64::from(lblk))?;
         let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
         let lblk = u64::from(lblk);
-        if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((pblk, false)), usize::MAX) {
+        if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((pblk, false))) {
             self.free_blocks(h, pblk, 1, false)?;
             return Err(e);
         }
@@ -620,26 +607,16 @@ fn unreachable_leaf<T>() -> Result<T> {
 }
 
 /// Removes `lo..hi` from the sorted extents `v`, splitting those that cross the ends; the
-/// removed pieces go to `old`. Stops after `limit` pieces; returns whether anything changed
-/// and how far it got.
-fn cut(v: &mut Vec<Ext>, lo: u64, hi: u64, old: &mut Vec<Ext>, limit: usize) -> (bool, u64) {
+/// removed pieces go to `old`. Returns whether anything changed.
+fn cut(v: &mut Vec<Ext>, lo: u64, hi: u64, old: &mut Vec<Ext>) -> bool {
     let mut out = Vec::with_capacity(v.len() + 1);
     let mut changed = false;
-    let mut reached = hi;
-    let mut taken = 0usize;
     for &e in v.iter() {
-        if e.end() <= lo || e.lblk >= reached {
-            out.push(e);
-            continue;
-        }
-        if taken >= limit.max(1) {
-            // Leave this one and everything after for the next call.
-            reached = reached.min(e.lblk.max(lo));
+        if e.end() <= lo || e.lblk >= hi {
             out.push(e);
             continue;
         }
         changed = true;
-        taken += 1;
         if e.lblk < lo {
             out.push(Ext { len: lo - e.lblk, ..e });
         }
@@ -656,7 +633,7 @@ fn cut(v: &mut Vec<Ext>, lo: u64, hi: u64, old: &mut Vec<Ext>, limit: usize) -> 
         }
     }
     *v = out;
-    (changed, reached)
+    changed
 }
 
 /// Inserts `n` (whose range is free in `v`) in order, merging with neighbours that continue
@@ -718,26 +695,14 @@ mod tests {
     fn cut_splits_and_reports() {
         let mut v = vec![x(0, 10, 100), x(20, 10, 200)];
         let mut old = Vec::new();
-        let (changed, reached) = cut(&mut v, 5, 25, &mut old, usize::MAX);
-        assert!(changed);
-        assert_eq!(reached, 25);
+        assert!(cut(&mut v, 5, 25, &mut old));
         assert_eq!(v, vec![x(0, 5, 100), x(25, 5, 205)]);
         assert_eq!(old, vec![x(5, 5, 105), x(20, 5, 200)]);
         let mut v = vec![x(0, 10, 100)];
         let mut old = Vec::new();
-        cut(&mut v, 3, 6, &mut old, usize::MAX);
+        cut(&mut v, 3, 6, &mut old);
         assert_eq!(v, vec![x(0, 3, 100), x(6, 4, 106)]);
         assert_eq!(old, vec![x(3, 3, 103)]);
-    }
-
-    #[test]
-    fn cut_honours_limit() {
-        let mut v = vec![x(0, 1, 10), x(2, 1, 12), x(4, 1, 14)];
-        let mut old = Vec::new();
-        let (_, reached) = cut(&mut v, 0, 10, &mut old, 2);
-        assert_eq!(reached, 4);
-        assert_eq!(v, vec![x(4, 1, 14)]);
-        assert_eq!(old.len(), 2);
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
 /// HZ=250).
 const COARSE_TICK_NS: i128 = 4_000_000;
 
+/// Zeros for the parts of blocks a write or truncate must clear (the largest block size).
+static ZEROS: [u8; 65536] = [0; 65536];
+
 /// Blocks one write handle covers at most.
 const CHUNK_BLOCKS: u64 = 2048;
 /// Allocations (or conversions) one handle makes at most, which bounds its buffers.
@@ -181,7 +184,6 @@ impl FsInner {
             return Ok(());
         }
         let bs = u64::from(self.sbi.block_size);
-        let zeros = vec![0u8; bs as usize];
         for e in self.map_runs(inode, raw, from / bs, to.div_ceil(bs))? {
             if e.unwritten {
                 continue;
@@ -192,7 +194,7 @@ impl FsInner {
             while pos < b {
                 let n = (b - pos).min(bs);
                 let phys = e.pblk * bs + (pos - e.lblk * bs);
-                self.dev.write_at(&zeros[..n as usize], phys)?;
+                self.dev.write_at(&ZEROS[..n as usize], phys)?;
                 pos += n;
             }
         }
@@ -231,7 +233,7 @@ impl FsInner {
                     it.next();
                     if e.unwritten && !unwritten {
                         // Written now: convert (`ext4_ext_convert_to_initialized`).
-                        self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false)), 0)?;
+                        self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false)))?;
                         ops += 1;
                         runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
                     } else {
@@ -258,7 +260,7 @@ impl FsInner {
                             }
                         };
                         let (p, n) = (got.0, u64::from(got.1));
-                        if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten)), 0) {
+                        if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
                             self.free_blocks(h, p, n, false)?;
                             return Err(e);
                         }
@@ -302,7 +304,6 @@ impl FsInner {
     fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
-        let zeros = vec![0u8; bs as usize];
         for r in runs {
             let (rs, re) = (r.lblk * bs, (r.lblk + r.len) * bs);
             let a = rs.max(offset);
@@ -312,11 +313,11 @@ impl FsInner {
                 // The part of the first and last blocks outside the write reads as zeros.
                 let head = a - (a / bs) * bs;
                 if head > 0 {
-                    self.dev.write_at(&zeros[..head as usize], phys(a - head))?;
+                    self.dev.write_at(&ZEROS[..head as usize], phys(a - head))?;
                 }
                 let tail = b.div_ceil(bs) * bs - b;
                 if tail > 0 {
-                    self.dev.write_at(&zeros[..tail as usize], phys(b))?;
+                    self.dev.write_at(&ZEROS[..tail as usize], phys(b))?;
                 }
             }
             if a < b {
@@ -477,7 +478,7 @@ impl FsInner {
             let start = if raw_flags(&raw) & EXTENTS_FL != 0 {
                 let start = match self.ext_tail_start(inode, &raw, lo, hi, FREES_PER_HANDLE)? {
                     Some(start) => {
-                        let (old, _) = self.ext_remap(&hd, inode, &mut raw, start..hi, None, usize::MAX)?;
+                        let old = self.ext_remap(&hd, inode, &mut raw, start..hi, None)?;
                         for e in old {
                             self.free_blocks(&hd, e.pblk, e.len, false)?;
                             raw_sub_blocks(&mut raw, e.len * sectors);
@@ -566,14 +567,13 @@ impl FsInner {
         if len == 0 {
             return Err(Error::InvalidInput("fallocate length 0"));
         }
-        if self.iget_live(ino)?.disk().file_type() != fi::S_IFREG {
-            // `vfs_fallocate`: EISDIR for directories, ENODEV for other non-regular files.
-            return Err(match self.iget_live(ino)?.disk().file_type() {
-                fi::S_IFDIR => Error::IsDir,
-                _ => Error::NotSupported("fallocate on a special file".into()),
-            });
-        }
-        let inode = self.regular_file(ino)?;
+        // `vfs_fallocate`: EISDIR for directories, not supported on other non-regular files.
+        let inode = match self.regular_file(ino) {
+            Err(Error::InvalidInput(_)) => {
+                return Err(Error::NotSupported("fallocate on a special file".into()))
+            }
+            r => r?,
+        };
         if inode.flags() & INLINE_DATA_FL != 0 {
             let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
@@ -669,7 +669,7 @@ impl FsInner {
                         .take(OPS_PER_HANDLE)
                         .collect();
                     for e in &written {
-                        self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)), 0)?;
+                        self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))?;
                     }
                     let conv_end = if written.len() == OPS_PER_HANDLE {
                         written.last().map_or(upto, |e| e.lblk + e.len)
@@ -751,39 +751,30 @@ impl FsInner {
             let h = journal.start(DATA_CREDITS)?;
             self.free_range(h, inode, lo, lo + n)?;
         }
-        let extents = {
+        // The extents from `lo` on: what moves (the caller's op_lock keeps them as read).
+        let after = {
             let raw = inode.raw();
-            self.ext_collect(inode, &raw, lo, LBLK_END)?.len() as u32
+            self.ext_collect(inode, &raw, lo, LBLK_END)?
         };
-        let credits = (DATA_CREDITS + extents / 8).min(journal.max_txn_buffers());
+        let credits = (DATA_CREDITS + after.len() as u32 / 8).min(journal.max_txn_buffers());
         let h = journal.start(credits)?;
         let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
         let mut raw = inode.raw_mut();
         if insert {
-            let last = self.ext_collect(inode, &raw, 0, LBLK_END)?.last().map_or(0, |e| e.lblk + e.len);
-            if last + n > LBLK_END {
+            if after.last().is_some_and(|e| e.lblk + e.len + n > LBLK_END) {
                 return Err(Error::FileTooBig);
             }
-            // Split the extent straddling `lo`, so every key from `lo` on can move up.
-            if let Some(e) = self.map_runs(inode, &raw, lo, lo + 1)?.first().copied() {
-                let whole = self.ext_collect(inode, &raw, lo, lo + 1)?;
-                if let Some(w) = whole.first().filter(|w| w.lblk < lo) {
+            match after.first().filter(|w| w.lblk < lo) {
+                // Split the extent straddling `lo`, so every key from `lo` on can move up.
+                Some(w) => {
                     let right_len = w.lblk + w.len - lo;
-                    self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, None, usize::MAX)?;
+                    let right_pblk = w.pblk + (lo - w.lblk);
+                    self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, None)?;
                     self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
-                    self.ext_remap(
-                        &h,
-                        inode,
-                        &mut raw,
-                        lo + n..lo + n + right_len,
-                        Some((e.pblk, e.unwritten)),
-                        0,
-                    )?;
-                } else {
-                    self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+                    let moved = lo + n..lo + n + right_len;
+                    self.ext_remap(&h, inode, &mut raw, moved, Some((right_pblk, w.unwritten)))?;
                 }
-            } else {
-                self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+                None => self.ext_shift(&h, inode, &mut raw, lo, n as i64)?,
             }
             crate::inode_write::raw_set_size(&mut raw, size + len);
         } else {

@@ -62,7 +62,7 @@ impl Cached for Inode {
 }
 
 impl Inode {
-    /// A new inode built in memory (just allocated), not yet written.
+    /// An inode over record `raw` (read from disk, or just allocated and not yet written).
     pub(crate) fn new_in_memory(ino: InodeNo, raw: Box<[u8]>, csum_seed: u32) -> Self {
         Inode {
             ino,
@@ -145,20 +145,7 @@ impl FsInner {
         };
         self.check_inode(ino, &raw)?;
         let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
-        Ok(Inode {
-            ino,
-            csum_seed: inode_csum_seed(sbi.csum_seed, ino.0, generation),
-            raw: RwLock::new(raw),
-            referenced: AtomicBool::new(true),
-            last_tid: std::sync::atomic::AtomicU32::new(0),
-            dirtied: AtomicBool::new(false),
-            op_lock: parking_lot::Mutex::new(()),
-            names_gen: std::sync::atomic::AtomicU64::new(0),
-            data_sem: RwLock::new(()),
-            data_dirty: AtomicBool::new(false),
-            refs: AtomicU32::new(0),
-            orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
-        })
+        Ok(Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation)))
     }
 
     /// The inode-table block holding `ino` and the record's byte offset in it.

@@ -413,4 +413,7 @@ fn fsync_flushes_overwrites_in_place() {
         assert_eq!(&got[at..at + 16], &patch, "round {round}: fsync'ed overwrite lost");
     }
     fs.unmount().unwrap();
+    let done = dir.path().join("final.img");
+    std::fs::write(&done, dev.snapshot()).unwrap();
+    assert_clean(&done, "after the overwrites");
 }

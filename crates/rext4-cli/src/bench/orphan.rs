@@ -9,21 +9,13 @@ use super::targets::KernelMount;
 use crate::CliResult;
 use rext4::{Fs, InodeNo, Options};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn mkfs(img: &Path, features: &str) -> CliResult {
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-N", "200000", "-O", features])
-        .arg(img)
-        .arg("1G")
-        .output()
-        .map_err(|e| format!("mkfs.ext4: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(())
+    let spec =
+        super::targets::ImageSpec { inodes: 200_000, mib: 1024, extra: vec!["-O".into(), features.into()] };
+    super::targets::mkfs(img, &spec)
 }
 
 /// Runs `op(worker, i)` in a loop on `workers` threads for `secs`; returns loops per second.

@@ -7,6 +7,7 @@
 use super::report::Out;
 use super::targets::{ImageSpec, Target};
 use super::Sizes;
+use crate::rng::Rng;
 use crate::CliResult;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,17 +18,6 @@ const WAL_MAX: u64 = 16 << 20;
 
 pub fn image(sz: &Sizes, _max_workers: usize) -> ImageSpec {
     ImageSpec { inodes: 16_384, mib: sz.pg_mib + sz.pg_mib / 4 + 128, ..ImageSpec::default() }
-}
-
-/// xorshift64*: offsets only, no need for anything better.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
 }
 
 /// Latency figures (microseconds) in seed 003's terms.
