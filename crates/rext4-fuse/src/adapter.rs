@@ -13,7 +13,9 @@
 //! # Lookup counts
 //! Each reply carrying an entry adds one lookup before it is sent; see handles.rs.
 
-use crate::attr::{decode_dev, engine_ino, file_attr, fuse_ino, fuse_type, negative_attr, time_set, visible};
+use crate::attr::{
+    decode_dev, engine_ino, file_attr, fuse_type, negative_attr, stat_attr, time_set, visible,
+};
 use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
 use crate::options::MountOptions;
@@ -305,7 +307,7 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr(ino) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
             Err(e) => reply.error(e),
         }
     }
@@ -340,7 +342,7 @@ impl Filesystem for Adapter {
             self.do_setattr(e, &ch)
         });
         match r {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
             Err(e) => reply.error(e),
         }
     }
@@ -566,7 +568,8 @@ impl Filesystem for Adapter {
                         }
                     },
                 };
-                !reply.add(fuse_ino(e.ino), e.next, fuse_type(kind), OsStr::from_bytes(&e.name))
+                // `d_ino` is the ext4 number (the root's `.` and `..` show 2, as `st_ino` does).
+                !reply.add(INodeNo(u64::from(e.ino.0)), e.next, fuse_type(kind), OsStr::from_bytes(&e.name))
             });
             match (res, failed) {
                 (_, Some(e)) => Err(e),
@@ -612,8 +615,10 @@ impl Filesystem for Adapter {
                         return false;
                     }
                 }
-                let fa = file_attr(&a);
-                let full = reply.add(fa.ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
+                // The kernel links no dentry for `.` and `..`: they carry `st_ino` values.
+                let fa = if dots { stat_attr(&a) } else { file_attr(&a) };
+                let d_ino = INodeNo(u64::from(a.ino.0));
+                let full = reply.add(d_ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
                 if full && !dots {
                     self.forget_one(fa.ino, 1);
                 }

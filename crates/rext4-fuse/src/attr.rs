@@ -87,6 +87,13 @@ pub fn decode_dev(dev: u32) -> (u32, u32) {
     ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
 }
 
+/// Attributes for `getattr`/`setattr` replies: `st_ino` is the ext4 inode number, so the root
+/// shows 2 as on a kernel mount (the kernel takes `st_ino` from the attributes, not from the
+/// node id, which stays FUSE's 1).
+pub fn stat_attr(a: &Attr) -> FileAttr {
+    FileAttr { ino: INodeNo(u64::from(a.ino.0)), ..file_attr(a) }
+}
+
 /// An engine attribute as FUSE's.
 pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {

@@ -46,7 +46,39 @@ fn read_tree_matches_kernel() {
     // kernel cache.
     let big: Vec<_> = fs::read_dir(m.join(paths::BIGDIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(big.len(), tree.spec.big_dir_entries);
+    // The root's inode number, from stat and from readdir of `/` and of a child's `..`, is
+    // ext4's 2 as on a kernel mount.
+    assert_eq!(fs::metadata(m.join("")).unwrap().ino(), 2);
+    let sub = fs::read_dir(m.join("")).unwrap().map(|e| e.unwrap()).find(|e| e.file_type().unwrap().is_dir());
+    let sub = sub.expect("a directory under the root").path();
+    assert_eq!(fs::metadata(sub.join("..")).unwrap().ino(), 2);
+    let dots = dir_inos(&m.join(""));
+    assert_eq!(dots.get("."), Some(&2), "d_ino of the root's .");
+    assert_eq!(dir_inos(&sub).get(".."), Some(&2), "d_ino of a child's ..");
     unmount_and_compare(m, &img);
+}
+
+/// `d_ino` of each entry of `dir`, `.` and `..` included (`readdir(3)` through libc).
+fn dir_inos(dir: &std::path::Path) -> std::collections::HashMap<String, u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut out = std::collections::HashMap::new();
+    // SAFETY: `c` is a valid C string; the stream is closed below and entries are copied out
+    // before the next readdir call.
+    unsafe {
+        let d = libc::opendir(c.as_ptr());
+        assert!(!d.is_null(), "opendir {}", dir.display());
+        loop {
+            let e = libc::readdir(d);
+            if e.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_string_lossy().into_owned();
+            out.insert(name, (*e).d_ino);
+        }
+        libc::closedir(d);
+    }
+    out
 }
 
 /// Directories, names, links, renames, devices, owners, modes and nanosecond times through the

@@ -9,8 +9,11 @@
 //! # Bounds
 //! Each shard holds about `capacity / SHARDS` entries. Eviction is CLOCK (second chance): an
 //! entry used since the hand last passed is spared once; an entry someone still holds (`Arc`
-//! count above one) or that is pinned (`Cached::pinned`) is never dropped, so the bound can be
-//! exceeded only by what is in use.
+//! count above one) or whose state exists only in memory (`Evict::Keep`) is never dropped, so
+//! the bound can be exceeded only by what is in use. An entry may instead leave a small state
+//! behind (`Evict::Park`, e.g. an inode's reference count): the shard keeps that number and hands
+//! it to the next copy loaded under the same key ([`Cached::unpark`]). Each eviction pass looks
+//! at a bounded number of entries, so a shard full of kept entries costs little per insert.
 
 use crate::error::Result;
 use parking_lot::Mutex;
@@ -20,19 +23,38 @@ use std::sync::Arc;
 
 const SHARDS: usize = 64;
 
+/// Most entries one eviction pass looks at: inserts stay cheap when a shard is full of entries
+/// that cannot go; the cache then runs over its bound until they can.
+const EVICT_SCAN: usize = 64;
+
+/// What evicting an entry nobody holds would lose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Evict {
+    /// Nothing: a fresh load gives the same entry.
+    Drop,
+    /// This number, which the next load gets back through [`Cached::unpark`].
+    Park(u32),
+    /// State that exists only in memory: never evict.
+    Keep,
+}
+
 /// What a cached value must offer: a "used recently" bit for the clock.
 pub(crate) trait Cached {
     fn referenced(&self) -> &AtomicBool;
-    /// Whether the entry must stay cached even when nobody holds it (an inode with
-    /// references or an orphan record: its in-memory state is the only copy).
-    fn pinned(&self) -> bool {
-        false
+    /// Whether and how the entry may be evicted when nobody holds it.
+    fn evict(&self) -> Evict {
+        Evict::Drop
     }
+    /// Takes back the state an evicted copy parked (called under the shard lock, before the
+    /// new copy is visible).
+    fn unpark(&self, _state: u32) {}
 }
 
 struct Shard<V> {
     map: HashMap<u64, Arc<V>>,
     clock: VecDeque<u64>,
+    /// States left by evicted entries, until their key is loaded again.
+    parked: HashMap<u64, u32>,
 }
 
 pub(crate) struct ShardedCache<V> {
@@ -44,8 +66,11 @@ impl<V: Cached> ShardedCache<V> {
     /// A cache of about `capacity` entries (at least a few per shard).
     pub fn new(capacity: usize) -> Self {
         let per_shard = (capacity / SHARDS).max(4);
-        let shards =
-            (0..SHARDS).map(|_| Mutex::new(Shard { map: HashMap::new(), clock: VecDeque::new() })).collect();
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard { map: HashMap::new(), clock: VecDeque::new(), parked: HashMap::new() })
+            })
+            .collect();
         ShardedCache { per_shard, shards }
     }
 
@@ -73,6 +98,9 @@ impl<V: Cached> ShardedCache<V> {
         if let Some(v) = s.map.get(&key) {
             return Ok(v.clone());
         }
+        if let Some(state) = s.parked.remove(&key) {
+            fresh.unpark(state);
+        }
         s.map.insert(key, fresh.clone());
         s.clock.push_back(key);
         if s.map.len() > self.per_shard {
@@ -81,10 +109,12 @@ impl<V: Cached> ShardedCache<V> {
         Ok(fresh)
     }
 
-    /// Puts `v` under `key`, replacing any cached entry (for objects created in memory).
+    /// Puts `v` under `key`, replacing any cached entry and parked state (for objects created
+    /// in memory).
     pub fn insert(&self, key: u64, v: Arc<V>) {
         v.referenced().store(true, Ordering::Relaxed);
         let mut s = self.shard(key).lock();
+        s.parked.remove(&key);
         if s.map.insert(key, v).is_none() {
             s.clock.push_back(key);
         }
@@ -114,19 +144,34 @@ impl<V: Cached> ShardedCache<V> {
         self.shard(key).lock().map.remove(&key);
     }
 
+    /// Drops or parks what `v` may lose; `false` if it must stay.
+    fn try_evict(s: &mut Shard<V>, key: u64) -> bool {
+        let Some(v) = s.map.get(&key) else { return true };
+        if Arc::strong_count(v) > 1 {
+            return false;
+        }
+        match v.evict() {
+            Evict::Keep => return false,
+            Evict::Drop => {}
+            Evict::Park(state) => {
+                s.parked.insert(key, state);
+            }
+        }
+        s.map.remove(&key);
+        true
+    }
+
     fn evict(s: &mut Shard<V>, target: usize) {
-        // Bounded sweep: at most two passes over the queue.
-        let mut budget = s.clock.len() * 2;
+        // Bounded sweep (second chance for recently used entries).
+        let mut budget = s.clock.len().min(EVICT_SCAN);
         while s.map.len() > target && budget > 0 {
             budget -= 1;
             let Some(key) = s.clock.pop_front() else {
                 break;
             };
-            let Some(v) = s.map.get(&key) else { continue };
-            if v.referenced().swap(false, Ordering::Relaxed) || Arc::strong_count(v) > 1 || v.pinned() {
+            let recent = s.map.get(&key).is_some_and(|v| v.referenced().swap(false, Ordering::Relaxed));
+            if recent || !Self::try_evict(s, key) {
                 s.clock.push_back(key);
-            } else {
-                s.map.remove(&key);
             }
         }
     }
@@ -144,14 +189,23 @@ impl<V: Cached> ShardedCache<V> {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 
-    /// Drops every entry nobody holds.
+    /// Drops (or parks) every entry nobody holds.
     pub fn shrink(&self) {
         for s in self.shards.iter() {
             let mut s = s.lock();
-            s.map.retain(|_, v| Arc::strong_count(v) > 1 || v.pinned());
-            let Shard { map, clock } = &mut *s;
+            let keys: Vec<u64> = s.map.keys().copied().collect();
+            for k in keys {
+                Self::try_evict(&mut s, k);
+            }
+            let Shard { map, clock, .. } = &mut *s;
             clock.retain(|k| map.contains_key(k));
         }
+    }
+
+    /// Number of parked states.
+    #[cfg(test)]
+    pub fn parked(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().parked.len()).sum()
     }
 }
 
@@ -188,6 +242,56 @@ mod tests {
         assert!(Arc::ptr_eq(&held, &c.get(7).unwrap()));
         c.shrink();
         assert_eq!(c.len(), 1);
+    }
+
+    /// An entry that parks its number when evicted.
+    struct P(AtomicBool, std::sync::atomic::AtomicU32);
+    impl Cached for P {
+        fn referenced(&self) -> &AtomicBool {
+            &self.0
+        }
+        fn evict(&self) -> Evict {
+            match self.1.load(Ordering::Relaxed) {
+                0 => Evict::Drop,
+                u32::MAX => Evict::Keep,
+                n => Evict::Park(n),
+            }
+        }
+        fn unpark(&self, state: u32) {
+            self.1.store(state, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn parked_states_come_back_and_kept_entries_stay() {
+        let c = ShardedCache::new(64);
+        let load = |_: u64| Ok(P(AtomicBool::new(false), std::sync::atomic::AtomicU32::new(0)));
+        for k in 0..1024u64 {
+            let v = c.get_or_load(k, || load(k)).unwrap();
+            let state = match k % 3 {
+                0 => 0,
+                1 => k as u32,
+                _ if k < 30 => u32::MAX,
+                _ => 0,
+            };
+            v.1.store(state, Ordering::Relaxed);
+        }
+        c.shrink();
+        assert_eq!(c.len(), 10, "only the kept entries stay");
+        assert_eq!(c.parked(), (0..1024).filter(|k| k % 3 == 1).count());
+        for k in 0..1024u64 {
+            let v = c.get_or_load(k, || load(k)).unwrap();
+            let want = match k % 3 {
+                1 => k as u32,
+                _ if k < 30 && k % 3 == 2 => u32::MAX,
+                _ => 0,
+            };
+            assert_eq!(v.1.load(Ordering::Relaxed), want, "key {k}");
+        }
+        // A fresh object under a parked key starts clean.
+        c.shrink();
+        c.insert(4, Arc::new(load(4).unwrap()));
+        assert_eq!(c.get(4).unwrap().1.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `__ext4_get_inode_loc`, `ext4_iget`).
 
 use crate::attr::{Attr, FileType};
-use crate::cache::Cached;
+use crate::cache::{Cached, Evict};
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use parking_lot::RwLock;
@@ -55,9 +55,25 @@ impl Cached for Inode {
     fn referenced(&self) -> &AtomicBool {
         &self.referenced
     }
-    fn pinned(&self) -> bool {
-        self.refs.load(Ordering::Acquire) & crate::orphan::REF_COUNT != 0
-            || self.orphan.load(Ordering::Acquire) != crate::orphan::ORPHAN_NONE
+    /// An orphan (unlinked while held, or recorded for a truncate) lives only in memory until
+    /// it is freed; a held inode that still has its links parks its hold count. What else is
+    /// only in memory (the transaction of the last change, overwrites not yet flushed) is
+    /// assumed at the next load instead (see `FsInner::read_inode`).
+    fn evict(&self) -> Evict {
+        use crate::orphan::{ORPHAN_NONE, REF_COUNT, REF_DEAD, REF_UNLINKED};
+        let s = self.refs.load(Ordering::Acquire);
+        if s & REF_UNLINKED != 0 && s & REF_DEAD == 0 || self.orphan.load(Ordering::Acquire) != ORPHAN_NONE {
+            return Evict::Keep;
+        }
+        match s & REF_COUNT {
+            _ if s & REF_DEAD != 0 => Evict::Drop,
+            0 => Evict::Drop,
+            n => Evict::Park(n),
+        }
+    }
+
+    fn unpark(&self, holds: u32) {
+        self.refs.store(holds, Ordering::Release);
     }
 }
 
@@ -145,7 +161,16 @@ impl FsInner {
         };
         self.check_inode(ino, &raw)?;
         let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
-        Ok(Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation)))
+        let inode = Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
+        // An earlier copy may have been evicted with a change not yet committed or an
+        // overwrite not yet flushed; as the kernel's `ext4_iget`, assume the newest transaction
+        // touched it, so an `fsync` of the new copy waits for that commit and flushes.
+        if let Some(j) = self.journal.as_ref() {
+            inode.last_tid.store(j.newest_tid(), Ordering::Release);
+            inode.dirtied.store(true, Ordering::Release);
+            inode.data_dirty.store(true, Ordering::Release);
+        }
+        Ok(inode)
     }
 
     /// The inode-table block holding `ino` and the record's byte offset in it.

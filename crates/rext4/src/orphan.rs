@@ -13,8 +13,10 @@
 //! - the release that drops the last reference of a `REF_UNLINKED` inode sets `REF_DEAD` and
 //!   frees it in one handle (under `op_lock`, so it waits for the unlink that orphaned it).
 //!
-//! An inode with references or an orphan record stays in the inode cache (`Cached::pinned`):
-//! this state exists only there.
+//! An inode that lost its last link while held, or that has an orphan record, stays in the
+//! inode cache (`Evict::Keep`): that state exists only there. A held inode that still has links
+//! may be evicted: the cache parks its hold count and gives it back to the next copy it loads
+//! (`Evict::Park`), so a FUSE mount's lookups do not pin every inode the kernel knows.
 //!
 //! # Records
 //! With `orphan_file`, an orphan's number goes in a free slot of the orphan file. Slots live in
@@ -655,8 +657,8 @@ impl Fs {
     /// the inode is not held.
     pub fn release(&self, ino: InodeNo) -> Result<()> {
         let not_held = Error::InvalidInput("inode not held");
-        // A held inode is pinned in the cache.
-        let Some(inode) = self.inner.icache.get(u64::from(ino.0)) else { return Err(not_held) };
+        // Loading an evicted copy gets its parked hold count back.
+        let inode = self.inner.iget(ino)?;
         let mut s = inode.refs.load(Ordering::Acquire);
         loop {
             let count = s & REF_COUNT;

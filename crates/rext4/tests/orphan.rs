@@ -293,6 +293,72 @@ fn holds_on_missing_inodes_are_refused() {
 /// then all of them releasing each other's orphans (middle-of-list removals), with the orphan
 /// file, without it, and with one that fills up (the rest goes on the list).
 #[test]
+fn held_inodes_can_leave_the_cache() {
+    // A FUSE mount holds every inode the kernel knows; holding must not pin them all in the
+    // inode cache. Held inodes that keep their links are evicted with their count parked; the
+    // count comes back with the next load, so unlinks and releases still see it.
+    const FILES: usize = 60;
+    const DIRS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    for &(name, args) in &VARIANTS[..2] {
+        let img = image(dir.path(), name, args, DIRS, FILES);
+        let fs =
+            Fs::open_with(&img, Options { writable: true, inode_cache: 64, ..Options::default() }).unwrap();
+        let before = fs.statfs().unwrap();
+        let mut all = Vec::new();
+        for d in 0..DIRS {
+            let dino = fs.resolve(format!("/d{d}"), false).unwrap();
+            for f in 0..FILES {
+                let ino = fs.lookup(dino, format!("f{f}").as_bytes()).unwrap().ino;
+                fs.hold(ino).unwrap();
+                fs.hold(ino).unwrap();
+                all.push((dino, f, ino, read_all(&fs, ino)));
+            }
+        }
+        let cached = fs.cache_counts().1;
+        assert!(cached < all.len() / 2, "{name}: {cached} of {} held inodes still cached", all.len());
+        // Every other file loses its name while evicted and held: it must become an orphan.
+        let mut freed_blocks = 0;
+        for (k, (dino, f, ino, want)) in all.iter().enumerate() {
+            if k % 2 == 0 {
+                fs.drop_caches();
+                freed_blocks += fs_blocks(&fs, *ino);
+                fs.unlink(*dino, format!("f{f}").as_bytes()).unwrap();
+                let a = fs.getattr(*ino).unwrap();
+                assert_eq!(a.nlink, 0, "{name}: f{f}");
+                assert_eq!(&read_all(&fs, *ino), want, "{name}: orphan content");
+            }
+        }
+        fs.drop_caches();
+        // One release each: nothing is freed yet.
+        for (_, _, ino, _) in &all {
+            fs.release(*ino).unwrap();
+        }
+        fs.drop_caches();
+        let mid = fs.statfs().unwrap();
+        assert_eq!(mid.files_free, before.files_free, "{name}: freed before the last release");
+        for (k, (_, _, ino, want)) in all.iter().enumerate() {
+            if k % 2 == 1 {
+                assert_eq!(&read_all(&fs, *ino), want, "{name}: linked file content");
+            }
+            fs.release(*ino).unwrap();
+            assert_eq!(fs.release(*ino).unwrap_err().errno(), libc::EINVAL, "{name}: released twice");
+        }
+        let after = fs.statfs().unwrap();
+        assert_eq!(
+            after.files_free,
+            before.files_free + (all.len() as u64).div_ceil(2),
+            "{name}: inodes back"
+        );
+        assert_eq!(after.blocks_free, before.blocks_free + freed_blocks, "{name}: blocks back");
+        assert!(fs.orphans().is_empty(), "{name}");
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&img);
+    }
+}
+
+#[test]
 fn concurrent_orphans() {
     const THREADS: usize = 8;
     const FILES: usize = 80;

@@ -267,6 +267,17 @@ impl Journal {
         self.running.load().tid
     }
 
+    /// The newest transaction that may hold a change: the running one, or the one before it
+    /// when nothing has joined the running one yet.
+    pub fn newest_tid(&self) -> u32 {
+        let t = self.running.load();
+        if t.is_empty() {
+            t.tid.wrapping_sub(1)
+        } else {
+            t.tid
+        }
+    }
+
     /// Asks for transaction `tid` to commit and waits until it has (group commit: waiters of
     /// the same tid share one commit).
     pub fn commit_and_wait(&self, tid: u32) -> Result<()> {
