@@ -20,13 +20,20 @@ pub(crate) fn set_range(map: &mut [u8], from: usize, to: usize) {
     }
 }
 
-/// The first clear bit in `start..end`, if any; whole bytes of set bits are skipped at once.
+/// The first clear bit in `start..end`, if any; aligned 64-bit words of set bits are skipped
+/// at once (a nearly full inode bitmap is scanned on every allocation).
 pub(crate) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
+    let end = end.min(map.len() * 8);
     let mut i = start;
     while i < end {
-        if i % 8 == 0 && i + 8 <= end && map[i / 8] == 0xFF {
-            i += 8;
-            continue;
+        if i % 64 == 0 && i + 64 <= end {
+            let w = u64::from_le_bytes(map[i / 8..i / 8 + 8].try_into().ok()?);
+            if w == u64::MAX {
+                i += 64;
+                continue;
+            }
+            // Little-endian bit order: the lowest clear bit of the word is the first.
+            return Some(i + (!w).trailing_zeros() as usize);
         }
         if !test(map, i) {
             return Some(i);
@@ -78,5 +85,26 @@ mod tests {
         set_range(&mut m, 40, 50);
         assert_eq!(find_zero_run(&m, 0, 64, 1), Some((13, 1)));
         assert!(test(&m, 40));
+    }
+
+    #[test]
+    fn word_scan_matches_bit_scan() {
+        let mut rng = 0x1234_5678_9abc_def0u64;
+        for _ in 0..300 {
+            let mut m = vec![0xFFu8; 40];
+            for _ in 0..(rng % 4) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                clear(&mut m, (rng % 320) as usize);
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (a, b) = ((rng % 330) as usize, ((rng >> 20) % 330) as usize);
+            let (start, end) = (a.min(b), a.max(b));
+            let slow = (start..end.min(320)).find(|&i| !test(&m, i));
+            assert_eq!(find_zero(&m, start, end), slow, "{start}..{end}");
+        }
     }
 }
