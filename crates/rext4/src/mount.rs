@@ -104,7 +104,8 @@ impl FsInner {
 
     /// Reads the journal superblock and maps the log; an empty geometry without a journal.
     fn load_log(&self) -> Result<Log> {
-        let none = Log { geo: None, jsb: None, head: 0, tail: 0, tail_tid: 1, used: 0 };
+        let none =
+            Log { geo: None, jsb: None, head: 0, tail: 0, tail_tid: 1, used: 0, txns: Default::default() };
         let sb = &self.sbi.sb;
         if !sb.compat().contains(Compat::HAS_JOURNAL) {
             return Ok(none);
@@ -134,7 +135,15 @@ impl FsInner {
         let first = jsb.first();
         let maxlen = jsb.maxlen();
         let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, maxlen };
-        let mut log = Log { geo: Some(geo), jsb: Some(jsb), head: first, tail: first, tail_tid: 0, used: 0 };
+        let mut log = Log {
+            geo: Some(geo),
+            jsb: Some(jsb),
+            head: first,
+            tail: first,
+            tail_tid: 0,
+            used: 0,
+            txns: Default::default(),
+        };
         // An empty log starting at `first`, with the sequence the superblock carries: older
         // blocks in the log have smaller sequences and are never taken as part of it.
         let seq = log.jsb.as_ref().map_or(1, |j| j.sequence());

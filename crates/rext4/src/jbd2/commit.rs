@@ -2,12 +2,12 @@
 //! records, descriptor blocks with the journaled copies, then the commit block behind a flush.
 //! Without a journal, the frozen copies go straight home.
 
-use super::journal::{Journal, Log, LogGeometry, Pending};
+use super::journal::{Journal, Log, LogGeometry, LogShape, LogTxn, Pending};
 use super::transaction::Transaction;
 use crate::error::{Error, Result};
 use rext4_format::jbd2::{CommitHeader, DescriptorBuilder, RevokeBuilder};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 impl Journal {
     /// Commits `t`: called only by the commit thread.
@@ -29,13 +29,31 @@ impl Journal {
         revoked.dedup();
         self.install_next(t);
 
-        let mut log = self.log.lock();
         let nblocks = frozen.len() as u64;
-        if log.geo.is_some() {
-            self.write_transaction(&mut log, t.tid, &frozen, &revoked)?;
+        let mut room_wait = Duration::ZERO;
+        let mut used = None;
+        if let Some(shape) = self.shape {
+            let needed = shape.blocks_for(frozen.len(), revoked.len());
+            // A full log waits for (or runs) a checkpoint; that time is not the commit's.
+            room_wait = self.make_room(needed)?;
+            let mut log = self.log.lock();
+            self.write_transaction(&mut log, t.tid, &shape, &frozen, &revoked)?;
+            // Under `log`, so that a checkpoint that finds this transaction in the log also
+            // finds its copies.
             let mut cp = self.checkpoint.lock();
             for (b, (blk, data)) in buffers.into_iter().zip(frozen) {
-                cp.insert(blk, Pending { _pin: b, data: data.into() });
+                cp.pending.insert(blk, Pending { _pin: b, data: data.into(), tid: t.tid });
+            }
+            // Blocks this transaction freed: their copies must never reach home once the
+            // commit is published (the blocks may then be reused, as data written straight
+            // home), so drop them and wait out a home write of one already in flight.
+            for blk in &revoked {
+                cp.pending.remove(blk);
+            }
+            used = Some((log.used, shape.capacity));
+            drop(log);
+            while revoked.iter().any(|b| cp.inflight.binary_search(b).is_ok()) {
+                self.cp_written.wait(&mut cp);
             }
             drop(cp);
         } else {
@@ -43,47 +61,44 @@ impl Journal {
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
             self.dev.flush()?;
         }
-        drop(log);
         self.committed(
             t.tid,
-            began.elapsed(),
+            began.elapsed().saturating_sub(room_wait),
             nblocks,
             u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)),
         );
-        // Reclaim log space early (a checkpoint once a quarter of the log is left), after the
-        // waiters of this commit have been released: fsync does not wait for home writes.
-        let mut log = self.log.lock();
-        let geo_len = log.geo.as_ref().map_or(0, |g| g.maxlen - g.first);
-        if log.geo.is_some() && log.used > geo_len - geo_len / 4 {
-            self.checkpoint_all(&mut log, t.tid.wrapping_add(1))?;
+        // Reclaim log space early, beside later commits: fsync never waits for home writes
+        // unless the log fills up.
+        if let Some((used, capacity)) = used {
+            if used > capacity / 2 {
+                self.request_checkpoint();
+            }
         }
         Ok(())
     }
 
     /// Writes one transaction into the log at the head.
+    /// Writes one transaction into the log at the head (which `make_room` made room for) and
+    /// records where it lies.
     fn write_transaction(
         &self,
         log: &mut Log,
         tid: u32,
+        shape: &LogShape,
         frozen: &[(u64, Vec<u8>)],
         revoked: &[u64],
     ) -> Result<()> {
         let (params, uuid) = {
-            // Cannot fail: the caller checked `geo` is present.
+            // Cannot fail: a journal has a geometry.
             let g = log.geo.as_ref().unwrap();
             (g.params, g.uuid)
         };
-        let per_desc = DescriptorBuilder::capacity(&params).max(1);
-        let per_revoke = RevokeBuilder::capacity(&params).max(1);
-        let needed =
-            (frozen.len() + frozen.len().div_ceil(per_desc) + revoked.len().div_ceil(per_revoke) + 1) as u32;
-        let capacity = log.geo.as_ref().map_or(0, |g| g.maxlen - g.first);
-        if log.used + needed > capacity {
-            self.checkpoint_all(log, tid)?;
+        let (per_desc, per_revoke) = (shape.per_desc, shape.per_revoke);
+        let needed = shape.blocks_for(frozen.len(), revoked.len());
+        if log.used + needed > log.capacity() {
+            return Err(Error::InvalidInput("no room in the journal"));
         }
-        if needed > capacity {
-            return Err(Error::InvalidInput("transaction larger than the journal"));
-        }
+        let (start, used_before) = (log.head, log.used);
 
         // Everything before the commit block is assembled in log order and written in as few
         // calls as the log's layout allows.
@@ -119,6 +134,7 @@ impl Journal {
         let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&params);
         self.log_write(log, &commit)?;
         self.dev.flush()?;
+        log.txns.push_back(LogTxn { tid, start, blocks: log.used - used_before });
         Ok(())
     }
 

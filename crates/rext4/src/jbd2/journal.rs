@@ -3,11 +3,16 @@
 //!
 //! # Locking
 //! `running` is an atomically swapped pointer: handle starts load it, the commit replaces it.
-//! `state` is a small mutex held briefly to wait and to wake;
-//! it is never held across I/O. `log` belongs to the commit thread (commits and checkpoints
-//! run only there, one at a time); others take it only at open and close. `checkpoint` is held
-//! briefly by the commit (to add) and by handles revoking a block (to drop it).
-//! Order: `state` is taken after a handle has left its transaction; `log` -> `checkpoint`.
+//! `state` is a small mutex held briefly to wait and to wake; it is never held across I/O.
+//! `log` is held by the commit thread while it writes a transaction into the log (log I/O
+//! only) and briefly by checkpoints to read and move the tail. `cp_run` serialises
+//! checkpoints (background, log-full, close) and is held across their home writes; it is
+//! never taken with `log` held. `checkpoint` is brief: commits add to it and drop the copies
+//! of blocks their transaction freed (then wait on `cp_written`, holding no other journal
+//! lock, while a home write of one is in flight), checkpoints snapshot and prune it. `cp_req`
+//! is a leaf. Handles take none of these.
+//! Order: `cp_run` -> `log` -> `checkpoint`; `state` is taken after a handle has left its
+//! transaction.
 
 use super::transaction::{Handle, Transaction};
 use crate::buffer::Buffer;
@@ -16,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::stats::{LockClass, Op};
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
-use rext4_format::jbd2::{JournalParams, JournalSuperblock};
-use std::collections::HashMap;
+use rext4_format::jbd2::{DescriptorBuilder, JournalParams, JournalSuperblock, RevokeBuilder};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +49,8 @@ impl LogGeometry {
     }
 }
 
-/// Log positions, owned by the commit thread.
+/// Log positions (under `Journal::log`): commits append at the head, checkpoints move the
+/// tail.
 pub(crate) struct Log {
     pub geo: Option<LogGeometry>,
     pub jsb: Option<JournalSuperblock>,
@@ -55,13 +61,77 @@ pub(crate) struct Log {
     pub tail_tid: u32,
     /// Log blocks in use (between tail and head).
     pub used: u32,
+    /// The committed transactions between tail and head, oldest first.
+    pub txns: VecDeque<LogTxn>,
+}
+
+impl Log {
+    /// Log blocks available to transactions (0 without a journal).
+    pub fn capacity(&self) -> u32 {
+        self.geo.as_ref().map_or(0, |g| g.maxlen - g.first)
+    }
+}
+
+/// Fixed figures of a log, taken from its geometry at open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogShape {
+    /// Log blocks available to transactions.
+    pub capacity: u32,
+    /// Block tags per descriptor block, and records per revoke block.
+    pub per_desc: usize,
+    pub per_revoke: usize,
+}
+
+impl LogShape {
+    fn new(g: &LogGeometry) -> Self {
+        LogShape {
+            capacity: g.maxlen - g.first,
+            per_desc: DescriptorBuilder::capacity(&g.params).max(1),
+            per_revoke: RevokeBuilder::capacity(&g.params).max(1),
+        }
+    }
+
+    /// Log blocks a transaction of `buffers` blocks and `revoked` revoke records takes:
+    /// revoke blocks, descriptor blocks with the copies, and the commit block.
+    pub fn blocks_for(&self, buffers: usize, revoked: usize) -> u32 {
+        let n = buffers + buffers.div_ceil(self.per_desc) + revoked.div_ceil(self.per_revoke) + 1;
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+}
+
+/// Where a committed transaction sits in the log.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogTxn {
+    pub tid: u32,
+    /// First log block (its first revoke or descriptor block, or the commit block).
+    pub start: u32,
+    /// Log blocks it takes, commit block included.
+    pub blocks: u32,
 }
 
 /// A committed block not yet written home: the buffer (pinned so the cache keeps serving the
-/// newest contents) and the copy that was committed.
+/// newest contents), the copy that was committed and the transaction that logged it.
 pub(crate) struct Pending {
     pub _pin: Arc<Buffer>,
     pub data: Arc<[u8]>,
+    pub tid: u32,
+}
+
+/// Committed blocks awaiting checkpoint, and the blocks whose home write is under way.
+#[derive(Default)]
+pub(crate) struct CheckpointList {
+    pub pending: HashMap<u64, Pending>,
+    /// Blocks of the batch a checkpoint is writing home now, sorted. The commit of a
+    /// transaction that freed one of them waits (`Journal::cp_written`) until the write is
+    /// done before it lets the block be reused.
+    pub inflight: Vec<u64>,
+}
+
+/// Requests to the checkpoint thread.
+#[derive(Default)]
+pub(crate) struct CheckpointRequest {
+    pub wanted: bool,
+    pub stop: bool,
 }
 
 /// Called on each buffer's frozen copy at commit, with its block number.
@@ -77,7 +147,15 @@ pub struct CommitStats {
     /// Handles and blocks over all commits.
     pub handles: u64,
     pub blocks: u64,
+    /// Checkpoints that moved the log tail, and the blocks they wrote home.
     pub checkpoints: u64,
+    pub checkpoint_blocks: u64,
+    /// Longest checkpoint and all checkpoints together, in microseconds (not part of any
+    /// commit's time).
+    pub checkpoint_max_us: u64,
+    pub checkpoint_total_us: u64,
+    /// Commits that found the log full and waited for a checkpoint.
+    pub log_full_waits: u64,
 }
 
 /// Commit-time figures in seed 003's style.
@@ -129,10 +207,20 @@ pub(crate) struct Journal {
     /// Commit bookkeeping and the condition everyone waits on. [own mutex, brief]
     state: Mutex<State>,
     wake: Condvar,
-    /// Log positions and journal superblock. [commit thread; own mutex]
+    /// The log's fixed figures; `None` without a journal. [immutable]
+    pub shape: Option<LogShape>,
+    /// Log positions, the transactions in the log and the journal superblock. [own mutex;
+    /// held across log writes by the commit, briefly by checkpoints]
     pub log: Mutex<Log>,
     /// Committed blocks awaiting checkpoint. [own mutex, brief]
-    pub checkpoint: Mutex<HashMap<u64, Pending>>,
+    pub checkpoint: Mutex<CheckpointList>,
+    /// Signalled (with `checkpoint`) when an in-flight batch of home writes is done.
+    pub cp_written: Condvar,
+    /// Serialises checkpoints; held across their home writes. [own mutex]
+    pub cp_run: Mutex<()>,
+    /// Work for the checkpoint thread. [own mutex, leaf]
+    pub cp_req: Mutex<CheckpointRequest>,
+    pub cp_wake: Condvar,
     /// Serial for the next transaction. [atomic]
     next_serial: AtomicU64,
     /// Set after an I/O error: nothing more is committed. [atomic]
@@ -167,6 +255,7 @@ impl Journal {
         Journal {
             dev,
             block_size,
+            shape: log.geo.as_ref().map(LogShape::new),
             running: ArcSwap::from_pointee(Transaction::new(first_tid, 1)),
             state: Mutex::new(State {
                 committed: first_tid.wrapping_sub(1),
@@ -176,7 +265,11 @@ impl Journal {
             }),
             wake: Condvar::new(),
             log: Mutex::new(log),
-            checkpoint: Mutex::new(HashMap::new()),
+            checkpoint: Mutex::new(CheckpointList::default()),
+            cp_written: Condvar::new(),
+            cp_run: Mutex::new(()),
+            cp_req: Mutex::new(CheckpointRequest::default()),
+            cp_wake: Condvar::new(),
             next_serial: AtomicU64::new(2),
             aborted: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
@@ -309,13 +402,25 @@ impl Journal {
         self.commit_and_wait(tid)
     }
 
-    /// Drops a pending copy of a freed block so a checkpoint never writes it home.
-    pub fn forget(&self, blk: u64) {
-        self.checkpoint.lock().remove(&blk);
+    /// The commit thread's body: commit on request, on the interval, or when asked to stop.
+    /// A checkpoint thread runs beside it, writing committed blocks home while commits go on.
+    pub fn run(self: &Arc<Self>) {
+        std::thread::scope(|s| {
+            let checkpointer = std::thread::Builder::new()
+                .name("rext4-checkpoint".into())
+                .spawn_scoped(s, || self.checkpoint_thread());
+            if checkpointer.is_err() {
+                // Without it, commits checkpoint when the log is full.
+                self.cp_req.lock().stop = true;
+            }
+            self.commit_loop();
+            let mut req = self.cp_req.lock();
+            req.stop = true;
+            self.cp_wake.notify_all();
+        });
     }
 
-    /// The commit thread's body: commit on request, on the interval, or when asked to stop.
-    pub fn run(self: &Arc<Self>) {
+    fn commit_loop(&self) {
         loop {
             let (want, shutdown) = {
                 let mut st = self.state.lock();
@@ -381,8 +486,17 @@ impl Journal {
         self.wake.notify_all();
     }
 
-    pub(super) fn count_checkpoint(&self) {
-        self.state.lock().stats.checkpoints += 1;
+    pub(super) fn count_checkpoint(&self, blocks: u64, took: Duration) {
+        let mut st = self.state.lock();
+        st.stats.checkpoints += 1;
+        st.stats.checkpoint_blocks += blocks;
+        let us = took.as_micros() as u64;
+        st.stats.checkpoint_max_us = st.stats.checkpoint_max_us.max(us);
+        st.stats.checkpoint_total_us += us;
+    }
+
+    pub(super) fn count_log_full_wait(&self) {
+        self.state.lock().stats.log_full_waits += 1;
     }
 
     pub fn stats(&self) -> CommitStats {

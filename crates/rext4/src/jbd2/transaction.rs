@@ -184,7 +184,9 @@ impl Handle {
     }
 
     /// Records that metadata block `blk` was freed: older journal copies of it must never be
-    /// replayed over whatever it holds next, and any pending copy is dropped.
+    /// replayed over whatever it holds next, and its pending copy is dropped when this
+    /// transaction commits (not before: until then the block is allocated in every state a
+    /// crash can leave, and that copy is its contents).
     pub fn revoke(&self, blk: u64) {
         self.txn.revoked.lock().push(blk);
         self.txn.has_revokes.store(true, Ordering::Release);
@@ -192,7 +194,6 @@ impl Handle {
             // A later write in this transaction must add the buffer again.
             b.jserial.store(0, Ordering::Release);
         }
-        self.journal.forget(blk);
     }
 
     /// Ends the handle (also done on drop).
