@@ -18,10 +18,11 @@ impl Journal {
         // each (running the checksum hooks on the copy) before letting the next transaction
         // write to them.
         let buffers = t.take_buffers();
-        let mut frozen: Vec<(u64, Vec<u8>)> = Vec::with_capacity(buffers.len());
+        let mut frozen: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(buffers.len());
         for b in &buffers {
-            let mut copy = b.data().to_vec();
-            (self.freeze)(b.blk, &mut copy);
+            let mut copy: Arc<[u8]> = Arc::from(&b.data()[..]);
+            // Cannot fail: the copy was just made and is not shared yet.
+            (self.freeze)(b.blk, Arc::get_mut(&mut copy).unwrap());
             frozen.push((b.blk, copy));
         }
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
@@ -33,16 +34,18 @@ impl Journal {
         let mut room_wait = Duration::ZERO;
         let mut used = None;
         if let Some(shape) = self.shape {
+            let blocks = self.build_transaction(&shape, t.tid, &frozen, &revoked)?;
             let needed = shape.blocks_for(frozen.len(), revoked.len());
             // A full log waits for (or runs) a checkpoint; that time is not the commit's.
             room_wait = self.make_room(needed)?;
             let mut log = self.log.lock();
-            self.write_transaction(&mut log, t.tid, &shape, &frozen, &revoked)?;
+            self.write_transaction(&mut log, t.tid, &shape, &blocks)?;
             // Under `log`, so that a checkpoint that finds this transaction in the log also
             // finds its copies.
             let mut cp = self.checkpoint.lock();
+            let mut replaced = Vec::with_capacity(buffers.len());
             for (b, (blk, data)) in buffers.into_iter().zip(frozen) {
-                cp.pending.insert(blk, Pending { _pin: b, data: data.into(), tid: t.tid });
+                replaced.extend(cp.pending.insert(blk, Pending { _pin: b, data, tid: t.tid }));
             }
             // Blocks this transaction freed: their copies must never reach home once the
             // commit is published (the blocks may then be reused, as data written straight
@@ -56,6 +59,8 @@ impl Journal {
                 self.cp_written.wait(&mut cp);
             }
             drop(cp);
+            // Older copies are freed with no lock held.
+            drop(replaced);
         } else {
             // No journal: write home, then flush, as ext4's nojournal mode does at sync.
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
@@ -77,34 +82,20 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes one transaction into the log at the head.
-    /// Writes one transaction into the log at the head (which `make_room` made room for) and
-    /// records where it lies.
-    fn write_transaction(
+    /// Lays out a transaction's log blocks before its commit block: revoke blocks, then
+    /// descriptor blocks each followed by the (escaped) copies it describes.
+    fn build_transaction(
         &self,
-        log: &mut Log,
-        tid: u32,
         shape: &LogShape,
-        frozen: &[(u64, Vec<u8>)],
+        tid: u32,
+        frozen: &[(u64, Arc<[u8]>)],
         revoked: &[u64],
-    ) -> Result<()> {
-        let (params, uuid) = {
-            // Cannot fail: a journal has a geometry.
-            let g = log.geo.as_ref().unwrap();
-            (g.params, g.uuid)
-        };
-        let (per_desc, per_revoke) = (shape.per_desc, shape.per_revoke);
-        let needed = shape.blocks_for(frozen.len(), revoked.len());
-        if log.used + needed > log.capacity() {
-            return Err(Error::InvalidInput("no room in the journal"));
-        }
-        let (start, used_before) = (log.head, log.used);
-
-        // Everything before the commit block is assembled in log order and written in as few
-        // calls as the log's layout allows.
+    ) -> Result<Vec<u8>> {
+        let (params, uuid) = (shape.params, shape.uuid);
         let bs = self.block_size;
+        let needed = shape.blocks_for(frozen.len(), revoked.len());
         let mut out: Vec<u8> = Vec::with_capacity((needed as usize).saturating_sub(1) * bs);
-        for chunk in revoked.chunks(per_revoke) {
+        for chunk in revoked.chunks(shape.per_revoke) {
             let mut rb = RevokeBuilder::new(&params, tid);
             for &b in chunk {
                 rb.push(b).map_err(|_| Error::InvalidInput("revoke record does not fit"))?;
@@ -113,25 +104,36 @@ impl Journal {
                 out.extend_from_slice(&block);
             }
         }
-        for chunk in frozen.chunks(per_desc) {
+        for chunk in frozen.chunks(shape.per_desc) {
             let mut desc = DescriptorBuilder::new(&params, tid, uuid);
             let at = out.len();
             out.resize(at + bs, 0);
             for (blk, data) in chunk {
-                let mut copy = data.clone();
-                desc.push_block(*blk, &mut copy)
+                let from = out.len();
+                out.extend_from_slice(data);
+                desc.push_block(*blk, &mut out[from..])
                     .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
-                out.extend_from_slice(&copy);
             }
             if let Some(block) = desc.finish() {
                 out[at..at + bs].copy_from_slice(&block);
             }
         }
-        self.log_write(log, &out)?;
+        Ok(out)
+    }
+
+    /// Writes a transaction laid out by `build_transaction` into the log at the head (which
+    /// `make_room` made room for), then its commit block, and records where it lies.
+    fn write_transaction(&self, log: &mut Log, tid: u32, shape: &LogShape, blocks: &[u8]) -> Result<()> {
+        let needed = (blocks.len() / self.block_size) as u32 + 1;
+        if log.used + needed > shape.capacity {
+            return Err(Error::InvalidInput("no room in the journal"));
+        }
+        let (start, used_before) = (log.head, log.used);
+        self.log_write(log, blocks)?;
         // Everything of the transaction must be durable before its commit block.
         self.dev.flush()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&params);
+        let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&shape.params);
         self.log_write(log, &commit)?;
         self.dev.flush()?;
         log.txns.push_back(LogTxn { tid, start, blocks: log.used - used_before });

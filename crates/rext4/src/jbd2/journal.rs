@@ -80,6 +80,8 @@ pub(crate) struct LogShape {
     /// Block tags per descriptor block, and records per revoke block.
     pub per_desc: usize,
     pub per_revoke: usize,
+    pub params: JournalParams,
+    pub uuid: [u8; 16],
 }
 
 impl LogShape {
@@ -88,6 +90,8 @@ impl LogShape {
             capacity: g.maxlen - g.first,
             per_desc: DescriptorBuilder::capacity(&g.params).max(1),
             per_revoke: RevokeBuilder::capacity(&g.params).max(1),
+            params: g.params,
+            uuid: g.uuid,
         }
     }
 
