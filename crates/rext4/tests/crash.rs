@@ -63,11 +63,7 @@ struct Model {
 /// A writable filesystem over the recording device that commits only when asked, so every
 /// commit in the log comes from an fsync (or the close).
 fn open_rw(dev: &Arc<CrashDevice>) -> Fs {
-    let opts = Options {
-        writable: true,
-        commit_interval: Duration::from_secs(3600),
-        ..Options::default()
-    };
+    let opts = Options { writable: true, commit_interval: Duration::from_secs(3600), ..Options::default() };
     Fs::from_device(dev.clone(), opts).unwrap()
 }
 
@@ -514,13 +510,15 @@ const WRAP_THREADS: usize = 4;
 /// directories of their own (freeing directory blocks), with commits every few milliseconds
 /// and fsyncs, on a 1024-block log: the log wraps many times with checkpoints running beside
 /// the commits.
-fn concurrent_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
-    let opts = Options {
-        writable: true,
-        commit_interval: Duration::from_millis(3),
-        ..Options::default()
-    };
-    let fs = Fs::from_device(dev.clone(), opts).unwrap();
+/// `fs_dev` is what the filesystem writes through; it ends in `dev`, which records.
+fn concurrent_workload(
+    fs_dev: Arc<dyn rext4::dev::BlockDevice>,
+    dev: &CrashDevice,
+    rounds: usize,
+    seed: u64,
+) -> (Model, rext4::CommitStats) {
+    let opts = Options { writable: true, commit_interval: Duration::from_millis(3), ..Options::default() };
+    let fs = Fs::from_device(fs_dev, opts).unwrap();
     let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
     let mut history: Vec<Vec<u32>> = inos.iter().map(|&ino| vec![fs.getattr(ino).unwrap().uid]).collect();
     let log_blocks = 1024u64;
@@ -554,6 +552,12 @@ fn concurrent_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Mode
                             changes.push((f, version));
                             last = f;
                         }
+                        // A file that stays (inode table and directory blocks that go cold, for
+                        // the checkpoints to write home).
+                        if round < 300 {
+                            let keep = format!("k{round:03}{}", "k".repeat(120));
+                            fs.create(home, keep.as_bytes(), 0o644, 0, 0).unwrap();
+                        }
                         // A directory filled with long names, emptied and removed a round later.
                         let sub = format!("s{round}");
                         let d = fs.mkdir(home, sub.as_bytes(), 0o755, 0, 0).unwrap().ino;
@@ -577,7 +581,11 @@ fn concurrent_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Mode
                             }
                             fs.rmdir(home, prev.as_bytes()).unwrap();
                         }
-                        let f = if rng.next() % 4 == 0 { mine[(rng.next() % mine.len() as u64) as usize] } else { last };
+                        let f = if rng.next() % 4 == 0 {
+                            mine[(rng.next() % mine.len() as u64) as usize]
+                        } else {
+                            last
+                        };
                         fs.fsync(inos[f]).unwrap();
                         let v = changes.iter().rev().find(|c| c.0 == f).map(|c| c.1);
                         if let Some(v) = v {
@@ -593,9 +601,8 @@ fn concurrent_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Mode
     });
     let stats = fs.commit_stats().unwrap();
     assert!(stats.blocks >= 4 * log_blocks, "the log did not wrap: {stats:?}");
-    assert!(stats.checkpoints >= 4, "too few checkpoints: {stats:?}");
     eprintln!(
-        "wrap: {} commits, {} blocks logged, {} checkpoints ({} blocks home), {} log-full waits",
+        "load: {} commits, {} blocks logged, {} checkpoints ({} blocks home), {} log-full waits",
         stats.commits, stats.blocks, stats.checkpoints, stats.checkpoint_blocks, stats.log_full_waits
     );
     fs.unmount().unwrap();
@@ -606,7 +613,7 @@ fn concurrent_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Mode
         }
         durable.extend(d);
     }
-    Model { history, durable }
+    (Model { history, durable }, stats)
 }
 
 /// A 1024-block log wrapping many times under concurrent metadata load, with checkpoints
@@ -620,8 +627,9 @@ fn crash_small_log_wraps_under_concurrent_load() {
     let dir = tmpdir();
     let image = make_image(dir.path(), &["-J", "size=1"]);
     let dev = Arc::new(CrashDevice::new(image));
-    let model = concurrent_workload(&dev, rounds, seed);
-    check_crashes(name, dir.path(), &dev, &model, seed, check_model, 24);
+    let (model, stats) = concurrent_workload(dev.clone(), &dev, rounds, seed);
+    assert!(stats.checkpoints >= 4, "too few checkpoints: {stats:?}");
+    check_crashes(name, dir.path(), &dev, &model, seed, check_model, 100);
     // The crash points include logs whose tail is not at the log's start.
     let ops = dev.ops();
     let mut starts = Vec::new();
@@ -638,7 +646,50 @@ fn crash_small_log_wraps_under_concurrent_load() {
             .unwrap_or(0);
         starts.push(start);
     });
-    assert!(starts.iter().any(|&s| s > 512), "no crash image with the tail in the log's second half: {starts:?}");
+    assert!(
+        starts.iter().any(|&s| s > 512),
+        "no crash image with the tail in the log's second half: {starts:?}"
+    );
+}
+
+/// A device whose writes from the checkpoint thread take a while: the log fills up faster
+/// than the checkpoint thread frees it.
+struct SlowHome {
+    inner: Arc<CrashDevice>,
+}
+
+impl rext4::dev::BlockDevice for SlowHome {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if std::thread::current().name() == Some("rext4-checkpoint") {
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// The same load with a checkpoint thread too slow to keep up: commits find the log full and
+/// wait for it or checkpoint themselves. Crashes anywhere still recover.
+#[test]
+fn crash_log_full_commits_wait_for_checkpoints() {
+    let name = "full";
+    let seed = 7;
+    let rounds: usize = std::env::var("REXT4_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let dir = tmpdir();
+    let image = make_image(dir.path(), &["-J", "size=1"]);
+    let dev = Arc::new(CrashDevice::new(image));
+    let slow = Arc::new(SlowHome { inner: dev.clone() });
+    let (model, stats) = concurrent_workload(slow, &dev, rounds, seed);
+    assert!(stats.log_full_waits > 0, "the log never filled up: {stats:?}");
+    check_crashes(name, dir.path(), &dev, &model, seed, check_model, 60);
 }
 
 /// A device that holds the checkpoint's home writes of the test's directory blocks (those
@@ -724,11 +775,7 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
         home: std::sync::Mutex::new(std::collections::HashSet::new()),
         reused: AtomicU64::new(0),
     });
-    let opts = Options {
-        writable: true,
-        commit_interval: Duration::from_millis(2),
-        ..Options::default()
-    };
+    let opts = Options { writable: true, commit_interval: Duration::from_millis(2), ..Options::default() };
     let fs = Fs::from_device(dev.clone(), opts).unwrap();
     let root = fs.root();
     // Leave a small pool of free blocks, so that what is freed is soon allocated again.
@@ -819,11 +866,12 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
     });
     let stats = fs.commit_stats().unwrap();
     eprintln!(
-        "reuse: {} commits, {} checkpoints ({} blocks home), {raced} rounds raced a checkpoint, {} block \
-         writes over checkpointed blocks",
+        "reuse: {} commits, {} checkpoints ({} blocks home), {} log-full waits, {raced} rounds raced a \
+         checkpoint, {} block writes over checkpointed blocks",
         stats.commits,
         stats.checkpoints,
         stats.checkpoint_blocks,
+        stats.log_full_waits,
         dev.reused.load(Ordering::Relaxed)
     );
     assert!(raced >= ROUNDS / 2, "only {raced} rounds freed blocks during a checkpoint");
@@ -837,7 +885,11 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
         let want = reuse_pattern(r, DATA);
         assert_eq!(fs.read_file(format!("/d{r}")).unwrap(), want, "d{r} after remount");
         if let Some(k) = &kernel {
-            assert_eq!(std::fs::read(k.path().join(format!("d{r}"))).unwrap(), want, "d{r} seen by the kernel");
+            assert_eq!(
+                std::fs::read(k.path().join(format!("d{r}"))).unwrap(),
+                want,
+                "d{r} seen by the kernel"
+            );
         }
     }
 }
