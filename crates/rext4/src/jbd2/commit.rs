@@ -66,12 +66,7 @@ impl Journal {
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
             self.dev.flush()?;
         }
-        self.committed(
-            t.tid,
-            began.elapsed().saturating_sub(room_wait),
-            nblocks,
-            u64::from(t.handles.load(std::sync::atomic::Ordering::Relaxed)),
-        );
+        self.committed(t.tid, began.elapsed().saturating_sub(room_wait), nblocks, u64::from(t.handles()));
         // Reclaim log space early, beside later commits: fsync never waits for home writes
         // unless the log fills up.
         if let Some((used, capacity)) = used {
