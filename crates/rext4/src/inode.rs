@@ -65,10 +65,11 @@ impl Cached for Inode {
         if s & REF_UNLINKED != 0 && s & REF_DEAD == 0 || self.orphan.load(Ordering::Acquire) != ORPHAN_NONE {
             return Evict::Keep;
         }
-        match s & REF_COUNT {
-            _ if s & REF_DEAD != 0 => Evict::Drop,
-            0 => Evict::Drop,
-            n => Evict::Park(n),
+        let holds = s & REF_COUNT;
+        if s & REF_DEAD != 0 || holds == 0 {
+            Evict::Drop
+        } else {
+            Evict::Park(holds)
         }
     }
 

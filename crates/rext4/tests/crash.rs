@@ -435,8 +435,17 @@ fn io_error_aborts_the_journal() {
     assert_clean(&img, "after abort");
 }
 
-/// An overwrite in place changes no metadata within a clock tick, so no commit carries it:
-/// fsync must still flush it. A crash right after fsync returns keeps the new bytes.
+/// The image as of the device's last flush: what a crash right now would leave.
+fn flushed_fs(dev: &CrashDevice, dir: &Path) -> Fs {
+    let ops = dev.ops();
+    let last_flush = ops.iter().rposition(|o| matches!(o, rext4::dev::Op::Flush)).unwrap();
+    let mut img = dev.initial().to_vec();
+    rext4::dev::apply_ops(&mut img, &ops, 0, last_flush, |_| true);
+    let path = dir.join("flushed.img");
+    std::fs::write(&path, &img).unwrap();
+    Fs::open(&path).unwrap()
+}
+
 #[test]
 fn fsync_after_eviction_still_commits() {
     // The inode's last change (and an overwrite in place) must reach the device even when its
@@ -455,13 +464,7 @@ fn fsync_after_eviction_still_commits() {
         fs.write(ino, 200 + u64::from(round) * 16, &patch).unwrap();
         fs.drop_caches();
         fs.fsync(ino).unwrap();
-        let ops = dev.ops();
-        let last_flush = ops.iter().rposition(|o| matches!(o, rext4::dev::Op::Flush)).unwrap();
-        let mut img = dev.initial().to_vec();
-        rext4::dev::apply_ops(&mut img, &ops, 0, last_flush, |_| true);
-        let path = dir.path().join("flushed.img");
-        std::fs::write(&path, &img).unwrap();
-        let got = Fs::open(&path).unwrap();
+        let got = flushed_fs(&dev, dir.path());
         let a = got.getattr(got.resolve("/f0", false).unwrap()).unwrap();
         assert_eq!(a.perm(), mode, "round {round}: fsync'ed chmod lost after eviction");
         let data = got.read_file("/f0").unwrap();
@@ -474,6 +477,8 @@ fn fsync_after_eviction_still_commits() {
     assert_clean(&done, "after the evicted fsyncs");
 }
 
+/// An overwrite in place changes no metadata within a clock tick, so no commit carries it:
+/// fsync must still flush it. A crash right after fsync returns keeps the new bytes.
 #[test]
 fn fsync_flushes_overwrites_in_place() {
     let dir = tmpdir();
@@ -488,13 +493,7 @@ fn fsync_flushes_overwrites_in_place() {
         fs.write(ino, 100 + u64::from(round) * 16, &patch).unwrap();
         fs.fsync(ino).unwrap();
         // Only what the device was told to flush survives.
-        let ops = dev.ops();
-        let last_flush = ops.iter().rposition(|o| matches!(o, rext4::dev::Op::Flush)).unwrap();
-        let mut img = dev.initial().to_vec();
-        rext4::dev::apply_ops(&mut img, &ops, 0, last_flush, |_| true);
-        let path = dir.path().join("flushed.img");
-        std::fs::write(&path, &img).unwrap();
-        let got = Fs::open(&path).unwrap().read_file("/f0").unwrap();
+        let got = flushed_fs(&dev, dir.path()).read_file("/f0").unwrap();
         let at = 100 + usize::from(round) * 16;
         assert_eq!(&got[at..at + 16], &patch, "round {round}: fsync'ed overwrite lost");
     }
