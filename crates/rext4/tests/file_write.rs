@@ -420,10 +420,14 @@ fn enospc_from_many_threads() {
         let ino = fs.resolve(format!("/{name}"), false).unwrap();
         assert_eq!(fs.getattr(ino).unwrap().size, *len);
     }
-    // Free one file: writing works again, once its transaction commits (done on demand).
-    fs.unlink(fs.root(), written[0].0.as_bytes()).unwrap();
-    let ino = fs.resolve(format!("/{}", written[1].0), false).unwrap();
-    assert_eq!(fs.write(ino, written[1].1, &[9u8; 1 << 20]).unwrap(), 1 << 20);
+    // Free the largest file (at least a quarter of what was written; the threads race, so any
+    // other may hold nothing): writing works again, once its transaction commits (done on
+    // demand).
+    let big = (0..written.len()).max_by_key(|&i| written[i].1).unwrap();
+    let other = &written[(big + 1) % written.len()];
+    fs.unlink(fs.root(), written[big].0.as_bytes()).unwrap();
+    let ino = fs.resolve(format!("/{}", other.0), false).unwrap();
+    assert_eq!(fs.write(ino, other.1, &[9u8; 1 << 20]).unwrap(), 1 << 20);
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
