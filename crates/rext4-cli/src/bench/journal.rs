@@ -9,7 +9,7 @@ use rext4::{Fs, InodeNo, Options, SetAttr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const FILES: usize = 4096;
@@ -87,12 +87,15 @@ struct Lat {
     p99: u64,
     max: u64,
     n: usize,
+    /// chmods per second of the load threads meanwhile.
+    load: f64,
 }
 
-fn lat(mut v: Vec<u64>) -> Lat {
+fn lat(mut v: Vec<u64>, load_ops: u64, dur: Duration) -> Lat {
     v.sort_unstable();
     let n = v.len().max(1);
     Lat {
+        load: load_ops as f64 / dur.as_secs_f64(),
         mean: v.iter().sum::<u64>() as f64 / n as f64,
         p99: v.get((v.len() * 99 / 100).min(v.len().saturating_sub(1))).copied().unwrap_or(0),
         max: v.last().copied().unwrap_or(0),
@@ -103,9 +106,10 @@ fn lat(mut v: Vec<u64>) -> Lat {
 /// One thread chmod+fsync in a loop while `load` threads chmod other files.
 fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) -> Lat {
     let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
     std::thread::scope(|s| {
         for t in 0..load {
-            let (fs, stop) = (fs.clone(), &stop);
+            let (fs, stop, ops) = (fs.clone(), &stop, &ops);
             s.spawn(move || {
                 let mut n = 0u16;
                 while !stop.load(Ordering::Relaxed) {
@@ -115,6 +119,7 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) ->
                         let _ = fs
                             .setattr(ino, &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() });
                     }
+                    ops.fetch_add(per as u64, Ordering::Relaxed);
                 }
             });
         }
@@ -132,16 +137,41 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) ->
             v.push(t.elapsed().as_micros() as u64);
         }
         stop.store(true, Ordering::Relaxed);
-        lat(v)
+        lat(v, ops.load(Ordering::Relaxed), dur)
+    })
+}
+
+fn print_lat(target: &str, l: Option<&Lat>) {
+    if let Some(l) = l {
+        println!("{target:<28} {:>8} {:>10.0} {:>10} {:>10} {:>12.0}", l.n, l.mean, l.p99, l.max, l.load);
+    }
+}
+
+/// The median of each figure over runs, taken separately.
+fn median_lat(v: &[Lat]) -> Option<Lat> {
+    fn med<T: Copy + PartialOrd>(mut x: Vec<T>) -> T {
+        x.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        x[x.len() / 2]
+    }
+    if v.is_empty() {
+        return None;
+    }
+    Some(Lat {
+        n: med(v.iter().map(|l| l.n).collect()),
+        mean: med(v.iter().map(|l| l.mean).collect()),
+        p99: med(v.iter().map(|l| l.p99).collect()),
+        max: med(v.iter().map(|l| l.max).collect()),
+        load: med(v.iter().map(|l| l.load).collect()),
     })
 }
 
 fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<Lat> {
     let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
     let paths: Vec<PathBuf> = (0..FILES).map(|i| root.join(format!("f{i}"))).collect();
     std::thread::scope(|s| {
         for t in 0..load {
-            let (paths, stop) = (&paths, &stop);
+            let (paths, stop, ops) = (&paths, &stop, &ops);
             s.spawn(move || {
                 let mut n = 0u32;
                 while !stop.load(Ordering::Relaxed) {
@@ -151,6 +181,7 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
                         let _ =
                             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600 | (n & 0o77)));
                     }
+                    ops.fetch_add(per as u64, Ordering::Relaxed);
                 }
             });
         }
@@ -167,19 +198,19 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
             v.push(t.elapsed().as_micros() as u64);
         }
         stop.store(true, Ordering::Relaxed);
-        Ok(lat(v))
+        Ok(lat(v, ops.load(Ordering::Relaxed), dur))
     })
 }
 
-pub fn run(threads: &[usize], secs: f64) -> CliResult {
+pub fn run(threads: &[usize], secs: f64, runs: usize) -> CliResult {
     let dir = super::work_dir("journal");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let r = run_in(&dir, threads, Duration::from_secs_f64(secs));
+    let r = run_in(&dir, threads, Duration::from_secs_f64(secs), runs);
     let _ = std::fs::remove_dir_all(&dir);
     r
 }
 
-fn run_in(dir: &Path, threads: &[usize], dur: Duration) -> CliResult {
+fn run_in(dir: &Path, threads: &[usize], dur: Duration, runs: usize) -> CliResult {
     let journaled = make_image(dir, "journal", &[])?;
     let plain = make_image(dir, "nojournal", &["-O", "^has_journal"])?;
 
@@ -210,28 +241,42 @@ fn run_in(dir: &Path, threads: &[usize], dur: Duration) -> CliResult {
     }
 
     let load = 4;
-    println!("\nfsync latency (chmod + fsync in a loop) with {load} threads of chmod load, microseconds");
-    println!("{:<28} {:>8} {:>10} {:>10} {:>10}", "target", "fsyncs", "mean", "p99", "max");
-    let fs = open_rw(&journaled)?;
-    let inos = inodes(&fs)?;
-    let l = fsync_latency_rext4(&fs, &inos, load, dur);
-    let commit = fs.commit_stats().map(|s| s.summary()).unwrap_or_default();
-    fs.unmount().map_err(|e| e.to_string())?;
-    println!("{:<28} {:>8} {:>10.0} {:>10} {:>10}", "rext4 in process", l.n, l.mean, l.p99, l.max);
-    let kimg = make_image(dir, "kernel", &[])?;
-    match KernelMount::new_rw(&kimg, &dir.join("mnt")) {
-        Ok(m) => {
-            let k = fsync_latency_kernel(&m.dir, load, dur)?;
-            println!(
-                "{:<28} {:>8} {:>10.0} {:>10} {:>10}",
-                "kernel ext4 (loop on tmpfs)", k.n, k.mean, k.p99, k.max
-            );
-        }
-        Err(why) => println!("kernel target skipped: {why}"),
-    }
     println!(
-        "\nrext4 commits during the fsync run: {} (mean {:.0} us, stddev {:.0} us, max {} us, top 5 {:?})",
-        commit.commits, commit.mean_us, commit.stddev_us, commit.max_us, commit.top5_us
+        "\nfsync latency (chmod + fsync in a loop) with {load} threads of chmod load, microseconds; \
+         the targets take turns, {runs} run(s) each"
     );
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>10} {:>12}",
+        "target", "fsyncs", "mean", "p99", "max", "load chmod/s"
+    );
+    let kimg = make_image(dir, "kernel", &[])?;
+    let kmount = KernelMount::new_rw(&kimg, &dir.join("mnt"));
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut commits = Vec::new();
+    for _ in 0..runs {
+        let fs = open_rw(&journaled)?;
+        let inos = inodes(&fs)?;
+        ours.push(fsync_latency_rext4(&fs, &inos, load, dur));
+        commits.push(fs.commit_stats().map(|s| s.summary()).unwrap_or_default());
+        fs.unmount().map_err(|e| e.to_string())?;
+        print_lat("rext4 in process", ours.last());
+        if let Ok(m) = &kmount {
+            theirs.push(fsync_latency_kernel(&m.dir, load, dur)?);
+            print_lat("kernel ext4 (loop on tmpfs)", theirs.last());
+        }
+    }
+    if let Err(why) = &kmount {
+        println!("kernel target skipped: {why}");
+    }
+    if runs > 1 {
+        print_lat("rext4 in process, median", median_lat(&ours).as_ref());
+        print_lat("kernel ext4, median", median_lat(&theirs).as_ref());
+    }
+    for c in commits {
+        println!(
+            "rext4 commits during an fsync run: {} (mean {:.0} us, stddev {:.0} us, max {} us, top 5 {:?})",
+            c.commits, c.mean_us, c.stddev_us, c.max_us, c.top5_us
+        );
+    }
     Ok(())
 }

@@ -287,7 +287,7 @@ pub fn run(a: BenchArgs) -> CliResult {
     for n in &names {
         match n.as_str() {
             "walk" => walk::run(a.image.clone(), a.files.unwrap_or(100_000), a.rounds.max(1))?,
-            "journal" => journal::run(&a.workers, a.secs.unwrap_or(2.0))?,
+            "journal" => journal::run(&a.workers, a.secs.unwrap_or(2.0), a.runs)?,
             "orphan" => orphan::run(&a.workers, a.secs.unwrap_or(1.0))?,
             "fuse" => {
                 targets.get_or_insert_with(|| vec!["fuse".into(), "kernel".into(), "fuse2fs".into()]);
