@@ -7,7 +7,7 @@
 
 use crate::options::ErrorBehavior;
 use fuser::Errno;
-use parking_lot::Mutex;
+use rext4::sync::Mutex;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 

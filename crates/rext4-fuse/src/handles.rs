@@ -14,7 +14,7 @@
 //! lock. The engine's hold/release counts are atomic, so a hold and a release of the same inode
 //! may reach it in either order.
 
-use parking_lot::Mutex;
+use rext4::sync::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -4,7 +4,7 @@
 use crate::cache::{Cached, ShardedCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 

@@ -16,7 +16,7 @@
 //! at a bounded number of entries, so a shard full of kept entries costs little per insert.
 
 use crate::error::Result;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! no lock of its own.
 
 pub use crate::dev_crash::{apply as apply_ops, CrashDevice, Op};
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;

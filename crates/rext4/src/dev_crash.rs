@@ -5,7 +5,7 @@
 //! It can also fail every write after a given count, to test what an I/O error does.
 
 use crate::dev::{BlockDevice, MemDevice};
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -62,12 +62,12 @@ pub(crate) struct FsInner {
     /// Xattr blocks by hash, for sharing. [sharded, see mbcache.rs]
     pub xattr_cache: crate::mbcache::XattrBlockCache,
     /// Held by cross-directory renames only (the kernel's `s_vfs_rename_mutex`). [own lock]
-    pub rename_lock: parking_lot::Mutex<()>,
+    pub rename_lock: crate::sync::Mutex<()>,
     /// The journal (also present, without a log, for unjournaled images); `None` when
     /// read-only. [immutable after open]
     pub journal: Option<Arc<crate::jbd2::journal::Journal>>,
     /// The commit thread. [own lock; taken at close]
-    pub committer: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub committer: crate::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// What journal recovery at open replayed, if the image needed it. [immutable]
     pub recovery: Option<crate::RecoveryReport>,
     /// Orphan records (see orphan.rs). [immutable after open; its own locks inside]
@@ -247,9 +247,9 @@ impl FsInner {
             icache: ShardedCache::new(opts.inode_cache),
             dcache: crate::dcache::Dcache::new(opts.name_cache),
             xattr_cache: crate::mbcache::XattrBlockCache::new(4096),
-            rename_lock: parking_lot::Mutex::new(()),
+            rename_lock: crate::sync::Mutex::new(()),
             journal: None,
-            committer: parking_lot::Mutex::new(None),
+            committer: crate::sync::Mutex::new(None),
             recovery: None,
             orphans: Arc::new(crate::orphan::Orphans::inactive()),
             stats: Arc::default(),

@@ -25,7 +25,7 @@ pub(crate) struct GroupState {
     /// tid): not handed out again before that commit, so a crash can never leave the old owner
     /// pointing at a new owner's data (mballoc's busy extents). Pushed under the group's
     /// bitmap lock. [own lock]
-    pub busy: parking_lot::Mutex<Vec<(u32, u32, u32)>>,
+    pub busy: crate::sync::Mutex<Vec<(u32, u32, u32)>>,
 }
 
 /// Every group's descriptor, as read at open, and its live counts.
@@ -68,7 +68,7 @@ impl Groups {
                 used_dirs: AtomicU32::new(d.used_dirs_count(ds)),
                 flags: AtomicU32::new(u32::from(d.flags())),
                 itable_unused: AtomicU32::new(d.itable_unused(ds)),
-                busy: parking_lot::Mutex::new(Vec::new()),
+                busy: crate::sync::Mutex::new(Vec::new()),
             })
             .collect();
         let desc_blocks =

@@ -5,7 +5,7 @@ use crate::attr::{Attr, FileType};
 use crate::cache::{Cached, Evict};
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use rext4_format::checksum::inode_csum_seed;
 use rext4_format::group_desc::BG_INODE_UNINIT;
 use rext4_format::inode::{self as fi, verify_inode_checksum, GOOD_OLD_INODE_SIZE};
@@ -30,7 +30,7 @@ pub(crate) struct Inode {
     pub dirtied: AtomicBool,
     /// Serialises namespace operations on this inode (the kernel's `i_rwsem`); taken before
     /// a journal handle is started, parent before child. [own lock]
-    pub op_lock: parking_lot::Mutex<()>,
+    pub op_lock: crate::sync::Mutex<()>,
     /// Bumped before and after a name is removed from this directory (odd while it is), so
     /// that a lookup racing with the removal does not cache the old name (see dcache.rs).
     /// [atomic]
@@ -88,7 +88,7 @@ impl Inode {
             referenced: AtomicBool::new(true),
             last_tid: std::sync::atomic::AtomicU32::new(0),
             dirtied: AtomicBool::new(false),
-            op_lock: parking_lot::Mutex::new(()),
+            op_lock: crate::sync::Mutex::new(()),
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
             data_dirty: AtomicBool::new(false),
@@ -104,12 +104,12 @@ impl Inode {
     }
 
     /// The raw record bytes (for the in-inode xattr area).
-    pub fn raw(&self) -> parking_lot::RwLockReadGuard<'_, Box<[u8]>> {
+    pub fn raw(&self) -> crate::sync::RwLockReadGuard<'_, Box<[u8]>> {
         self.raw.read()
     }
 
     /// The record for changing (under a journal handle; see `inode_write.rs`).
-    pub fn raw_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Box<[u8]>> {
+    pub fn raw_mut(&self) -> crate::sync::RwLockWriteGuard<'_, Box<[u8]>> {
         self.raw.write()
     }
 

@@ -66,6 +66,7 @@ mod replay;
 mod stats;
 mod super_block;
 mod symlink;
+pub mod sync;
 #[cfg(test)]
 mod test_image;
 mod truncate;

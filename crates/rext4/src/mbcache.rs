@@ -11,7 +11,7 @@
 //! One mutex per shard, held only around the map; a leaf (taken under an xattr block's data
 //! lock, never the other way round).
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::collections::HashMap;
 
 const SHARDS: usize = 16;

@@ -44,7 +44,7 @@ use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::map::Mapping;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use rext4_format::features::Compat;
 use rext4_format::inode::{EXTENTS_FL, HUGE_FILE_FL, INLINE_DATA_FL};
 use rext4_format::orphan as fo;

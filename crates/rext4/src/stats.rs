@@ -20,7 +20,7 @@
 //! read one by one (each figure consistent, the set not a snapshot), like
 //! `percpu_counter_sum`.
 
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use crate::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

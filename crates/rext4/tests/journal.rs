@@ -129,6 +129,104 @@ fn many_threads_many_commits() {
     }
 }
 
+/// Records which threads flushed the device.
+struct FlushWatch {
+    inner: rext4::dev::FileDevice,
+    flushers: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+}
+
+impl rext4::dev::BlockDevice for FlushWatch {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.flushers.lock().unwrap().push(std::thread::current().id());
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// With no commit under way, fsync commits in the calling thread (no hand-off to the commit
+/// thread and back); fsyncs racing each other and a metadata load share commits, all return,
+/// and everything they covered is on disk.
+#[test]
+fn fsync_commits_in_the_calling_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "caller", &[], 64);
+    let watch = std::sync::Arc::new(FlushWatch {
+        inner: rext4::dev::FileDevice::open(&img, true).unwrap(),
+        flushers: std::sync::Mutex::new(Vec::new()),
+    });
+    let opts = Options {
+        writable: true,
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let fs = Fs::from_device(watch.clone(), opts).unwrap();
+    let ino = fs.resolve("/f0", false).unwrap();
+    fs.setattr(ino, &SetAttr { mode: Some(0o604), ..SetAttr::default() }).unwrap();
+    watch.flushers.lock().unwrap().clear();
+    let before = fs.commit_stats().unwrap().commits;
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.commit_stats().unwrap().commits, before + 1);
+    let me = std::thread::current().id();
+    let flushers = watch.flushers.lock().unwrap().clone();
+    // The commit flushes before and after its commit block.
+    assert!(flushers.len() >= 2 && flushers.iter().all(|&t| t == me), "{flushers:?}");
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2u16 {
+            let (fs, stop) = (fs.clone(), &stop);
+            s.spawn(move || {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in (32 + t as usize..64).step_by(2) {
+                        n += 1;
+                        let ino = fs.resolve(format!("/f{i}"), false).unwrap();
+                        fs.setattr(ino, &SetAttr { mode: Some(0o400 + n % 64), ..SetAttr::default() })
+                            .unwrap();
+                    }
+                }
+            });
+        }
+        let syncers: Vec<_> = (1..9u16)
+            .map(|i| {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    let ino = fs.resolve(format!("/f{i}"), false).unwrap();
+                    for round in 0..100u16 {
+                        let m = 0o600 + (round + i) % 64;
+                        fs.setattr(ino, &SetAttr { mode: Some(m), ..SetAttr::default() }).unwrap();
+                        fs.fsync(ino).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in syncers {
+            h.join().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let commits = fs.commit_stats().unwrap().commits - before;
+    assert!((2..=801).contains(&commits), "{commits} commits for 800 fsyncs");
+    // As after a crash now: the fsynced modes are in the journal.
+    let copy = dir.path().join("crash.img");
+    std::fs::copy(&img, &copy).unwrap();
+    let crashed = Fs::open(&copy).unwrap();
+    for i in 1..9u16 {
+        assert_eq!(crashed.metadata(format!("/f{i}")).unwrap().perm(), 0o600 + (99 + i) % 64, "f{i}");
+    }
+    drop(crashed);
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+}
+
 #[test]
 fn read_only_refuses_writes() {
     let dir = tempfile::tempdir().unwrap();

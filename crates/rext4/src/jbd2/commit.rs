@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 impl Journal {
-    /// Commits `t`: called only by the commit thread.
-    pub(super) fn commit(&self, t: &Arc<Transaction>) -> Result<()> {
+    /// Commits `t`: called by whoever set `committing` (the commit thread or a waiter).
+    /// `wake_early`: wake the handle starts waiting for the next transaction as soon as it
+    /// is installed, rather than when this commit ends (see `Journal::run_commit`).
+    pub(super) fn commit(&self, t: &Arc<Transaction>, wake_early: bool) -> Result<()> {
         let began = Instant::now();
         self.lock_and_drain(t);
         // No handle is open on `t` and none can join: its buffers are stable. Freeze a copy of
@@ -28,7 +30,7 @@ impl Journal {
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         revoked.sort_unstable();
         revoked.dedup();
-        self.install_next(t);
+        self.install_next(t, wake_early);
 
         let nblocks = frozen.len() as u64;
         let mut room_wait = Duration::ZERO;

@@ -15,7 +15,7 @@ use super::journal::Journal;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::stats::{LockClass, Op};
-use parking_lot::{Mutex, RwLockWriteGuard};
+use crate::sync::{Mutex, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
