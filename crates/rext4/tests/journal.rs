@@ -184,10 +184,10 @@ fn fsync_commits_in_the_calling_thread() {
         for t in 0..2u16 {
             let (fs, stop) = (fs.clone(), &stop);
             s.spawn(move || {
-                let mut n = 0;
+                let mut n = 0u16;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     for i in (32 + t as usize..64).step_by(2) {
-                        n += 1;
+                        n = n.wrapping_add(1);
                         let ino = fs.resolve(format!("/f{i}"), false).unwrap();
                         fs.setattr(ino, &SetAttr { mode: Some(0o400 + n % 64), ..SetAttr::default() })
                             .unwrap();

@@ -104,23 +104,35 @@ fn lat(mut v: Vec<u64>, load_ops: u64, dur: Duration) -> Lat {
 }
 
 /// One thread chmod+fsync in a loop while `load` threads chmod other files.
-fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) -> Lat {
+/// One thread chmod+fsync in a loop while `load` threads chmod other files, as fast as they
+/// can or, with `pace`, at that many chmods per second in all (no faster: a thread ahead of
+/// its share sleeps).
+fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration, pace: Option<f64>) -> Lat {
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
-    std::thread::scope(|s| {
+    let began = Instant::now();
+    let v = std::thread::scope(|s| {
         for t in 0..load {
             let (fs, stop, ops) = (fs.clone(), &stop, &ops);
             s.spawn(move || {
                 let mut n = 0u16;
+                let mut done = 0u64;
+                let per = (inos.len() - 1) / load;
                 while !stop.load(Ordering::Relaxed) {
-                    let per = (inos.len() - 1) / load;
                     for &ino in inos.iter().skip(1 + t * per).take(per) {
                         n = n.wrapping_add(1);
                         let _ = fs
                             .setattr(ino, &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() });
+                        done += 1;
+                        if let Some(rate) = pace.filter(|_| done % 16 == 0) {
+                            let due = Duration::from_secs_f64(done as f64 * load as f64 / rate);
+                            if let Some(ahead) = due.checked_sub(began.elapsed()) {
+                                std::thread::sleep(ahead);
+                            }
+                        }
                     }
-                    ops.fetch_add(per as u64, Ordering::Relaxed);
                 }
+                ops.fetch_add(done, Ordering::Relaxed);
             });
         }
         let mut v = Vec::new();
@@ -137,8 +149,9 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration) ->
             v.push(t.elapsed().as_micros() as u64);
         }
         stop.store(true, Ordering::Relaxed);
-        lat(v, ops.load(Ordering::Relaxed), dur)
-    })
+        v
+    });
+    lat(v, ops.load(Ordering::Relaxed), dur)
 }
 
 fn print_lat(target: &str, l: Option<&Lat>) {
@@ -253,16 +266,34 @@ fn run_in(dir: &Path, threads: &[usize], dur: Duration, runs: usize) -> CliResul
     let kmount = KernelMount::new_rw(&kimg, &dir.join("mnt"));
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let mut commits = Vec::new();
+    let mut paced = Vec::new();
     for _ in 0..runs {
-        let fs = open_rw(&journaled)?;
-        let inos = inodes(&fs)?;
-        ours.push(fsync_latency_rext4(&fs, &inos, load, dur));
-        commits.push(fs.commit_stats().map(|s| s.summary()).unwrap_or_default());
-        fs.unmount().map_err(|e| e.to_string())?;
-        print_lat("rext4 in process", ours.last());
         if let Ok(m) = &kmount {
             theirs.push(fsync_latency_kernel(&m.dir, load, dur)?);
             print_lat("kernel ext4 (loop on tmpfs)", theirs.last());
+        }
+        // Free-running, then with the load paced at the rate the kernel's load reached, so
+        // that both fsync under the same metadata load.
+        let pace = theirs.last().map(|k| k.load);
+        for p in [None, pace] {
+            if p.is_some_and(|r| r <= 0.0) {
+                continue;
+            }
+            let fs = open_rw(&journaled)?;
+            let inos = inodes(&fs)?;
+            let l = fsync_latency_rext4(&fs, &inos, load, dur, p);
+            commits.push(fs.commit_stats().map(|s| s.summary()).unwrap_or_default());
+            fs.unmount().map_err(|e| e.to_string())?;
+            match p {
+                None => {
+                    print_lat("rext4 in process", Some(&l));
+                    ours.push(l);
+                }
+                Some(_) => {
+                    print_lat("rext4, load paced to kernel's", Some(&l));
+                    paced.push(l);
+                }
+            }
         }
     }
     if let Err(why) = &kmount {
@@ -270,6 +301,7 @@ fn run_in(dir: &Path, threads: &[usize], dur: Duration, runs: usize) -> CliResul
     }
     if runs > 1 {
         print_lat("rext4 in process, median", median_lat(&ours).as_ref());
+        print_lat("rext4 paced, median", median_lat(&paced).as_ref());
         print_lat("kernel ext4, median", median_lat(&theirs).as_ref());
     }
     for c in commits {

@@ -450,10 +450,18 @@ impl Journal {
         }
         let mut st = self.state.lock();
         st.committing = false;
-        // Waiters for a later tid, or the commit thread, may take the next commit.
+        let more = jbd2_after(st.requested, st.committed) || st.shutdown;
+        // Notified with the lock released (the waiters' conditions changed under it), so a
+        // woken thread does not wake only to wait for the lock the committer still holds.
+        drop(st);
+        // Waiters for this tid return; those for a later one, or the commit thread, may take
+        // the next commit; handle starts go on in the next transaction.
         self.done.notify_all();
-        if jbd2_after(st.requested, st.committed) || st.shutdown {
+        if more {
             self.commit_wake.notify_all();
+        }
+        if !wake_early {
+            self.switched.notify_all();
         }
     }
 
@@ -531,12 +539,14 @@ impl Journal {
         let serial = self.next_serial.fetch_add(1, Ordering::AcqRel);
         self.running.store(Arc::new(Transaction::new(t.tid.wrapping_add(1), serial)));
         if wake {
-            let _g = self.state.lock();
+            // Taken and released: a starter that saw the old transaction under the lock is
+            // waiting by now.
+            drop(self.state.lock());
             self.switched.notify_all();
         }
     }
 
-    /// Records a finished commit and wakes its waiters.
+    /// Records a finished commit (its waiters are woken by `run_commit`).
     pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64, handles: u64) {
         let mut st = self.state.lock();
         st.committed = tid;
@@ -549,7 +559,6 @@ impl Journal {
         }
         st.stats.times_us.push(took.as_micros() as u64);
         self.stats.record_exact(Op::Commit, took);
-        self.switched.notify_all();
     }
 
     pub(super) fn count_checkpoint(&self, blocks: u64, took: Duration) {
