@@ -143,6 +143,12 @@ impl Inode {
         Self::read_from_bytes(&raw).ok()
     }
 
+    /// The record decoded in place, without a copy, when it holds every field of the
+    /// structure (records of 160 bytes or more: every `inode_size` but 128).
+    pub fn view(record: &[u8]) -> Option<&Self> {
+        Self::ref_from_prefix(record).ok().map(|(i, _)| i)
+    }
+
     /// Whether the extra field at byte `offset` of size `size` lies within `i_extra_isize` of a
     /// record of `inode_size` bytes.
     pub fn has_field(&self, inode_size: usize, offset: usize, size: usize) -> bool {
@@ -318,6 +324,20 @@ pub fn set_inode_checksum(record: &mut [u8], inode_csum_seed: u32) {
 mod tests {
     use super::*;
     use zerocopy::FromZeros;
+
+    #[test]
+    fn view_reads_what_parse_copies() {
+        let mut rec = vec![0u8; 256];
+        for (i, b) in rec.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let (v, p) = (Inode::view(&rec).unwrap(), Inode::parse(&rec).unwrap());
+        assert_eq!(v.as_bytes(), p.as_bytes());
+        assert_eq!((v.mode(), v.size(), v.flags()), (p.mode(), p.size(), p.flags()));
+        // A 128-byte record lacks the extra fields: no view; parse reads them as zero.
+        assert!(Inode::view(&rec[..128]).is_none());
+        assert!(Inode::parse(&rec[..128]).unwrap().as_bytes()[128..].iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn time_round_trips_across_epochs() {

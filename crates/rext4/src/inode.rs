@@ -113,20 +113,32 @@ impl Inode {
         self.raw.write()
     }
 
+    /// Runs `f` on the decoded record under the record's read lock: in place when the record
+    /// holds the whole structure, on a copy otherwise. `f` must only read fields (it must not
+    /// lock this inode again).
+    pub fn with_disk<R>(&self, f: impl FnOnce(&fi::Inode) -> R) -> R {
+        let raw = self.raw.read();
+        match fi::Inode::view(&raw) {
+            Some(d) => f(d),
+            // Cannot fail: records are at least 128 bytes (checked at open).
+            None => f(&fi::Inode::parse(&raw).unwrap()),
+        }
+    }
+
     pub fn file_type(&self) -> Option<FileType> {
-        FileType::from_mode(self.disk().mode())
+        self.with_disk(|d| FileType::from_mode(d.mode()))
     }
 
     pub fn flags(&self) -> u32 {
-        self.disk().flags()
+        self.with_disk(|d| d.flags())
     }
 
     pub fn size(&self) -> u64 {
-        self.disk().size()
+        self.with_disk(|d| d.size())
     }
 
     pub fn is_dir(&self) -> bool {
-        self.disk().file_type() == fi::S_IFDIR
+        self.with_disk(|d| d.file_type() == fi::S_IFDIR)
     }
 }
 
@@ -209,11 +221,11 @@ impl FsInner {
     /// an orphan someone still holds (see orphan.rs).
     pub(crate) fn iget_live(&self, ino: InodeNo) -> Result<Arc<Inode>> {
         let inode = self.iget(ino)?;
-        let d = inode.disk();
-        if d.links_count() == 0 && !inode.is_held_orphan() {
+        let (links, kind) = inode.with_disk(|d| (d.links_count(), FileType::from_mode(d.mode())));
+        if links == 0 && !inode.is_held_orphan() {
             return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
         }
-        if FileType::from_mode(d.mode()).is_none() {
+        if kind.is_none() {
             return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });
         }
         Ok(inode)
@@ -232,24 +244,27 @@ impl FsInner {
 
     /// `stat(2)` of an inode.
     pub(crate) fn attr_of(&self, inode: &Inode) -> Result<Attr> {
-        let d = inode.disk();
+        inode.with_disk(|d| self.attr_from(inode.ino, d))
+    }
+
+    fn attr_from(&self, ino: InodeNo, d: &fi::Inode) -> Result<Attr> {
         let sz = self.sbi.inode_size;
         let kind = FileType::from_mode(d.mode()).ok_or(Error::Corrupt(crate::error::Corrupt(
-            CorruptKind::Inode { ino: inode.ino, what: "invalid file type" },
+            CorruptKind::Inode { ino, what: "invalid file type" },
         )))?;
         let rdev = match kind {
             FileType::CharDevice | FileType::BlockDevice => d.device(),
             _ => (0, 0),
         };
         Ok(Attr {
-            ino: inode.ino,
+            ino,
             kind,
             mode: d.mode(),
             nlink: u32::from(d.links_count()),
             uid: d.uid(),
             gid: d.gid(),
             size: d.size(),
-            blocks: self.stat_blocks(&d, kind),
+            blocks: self.stat_blocks(d, kind),
             atime: d.atime(sz),
             mtime: d.mtime(sz),
             ctime: d.ctime(sz),
