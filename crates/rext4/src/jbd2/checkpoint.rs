@@ -2,7 +2,7 @@
 //! the log tail past the oldest transactions, freeing log space.
 //!
 //! Checkpoints run beside commits: on the checkpoint thread once the log is half used, on the
-//! commit thread only when the log is full, and at close. A checkpoint of the transactions up
+//! committer only when the log is full, and at close. A checkpoint of the transactions up
 //! to `T` writes home every pending copy last logged by a transaction up to `T` (a block
 //! logged again later keeps its newer copy in the log, so it need not go home yet), flushes,
 //! prunes those copies and moves the tail to the first transaction after `T`. Home writes hold
@@ -67,7 +67,7 @@ impl Journal {
     }
 
     /// Makes room for `needed` more log blocks, waiting for a running checkpoint or
-    /// checkpointing here (commit thread only, holding no journal lock). Returns the time it
+    /// checkpointing here (the committer only, holding no journal lock). Returns the time it
     /// took.
     pub(super) fn make_room(&self, needed: u32) -> Result<Duration> {
         let fits = |log: &Log| log.used + needed <= log.capacity();

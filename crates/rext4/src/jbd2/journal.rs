@@ -8,7 +8,7 @@
 //! committer waiting for handles to stop, handle starts waiting for the next transaction,
 //! commit waiters), so that no event wakes threads it does not concern: on a busy machine
 //! every needless wake-up is a thread that may take the CPU from the committer.
-//! `log` is held by the commit thread while it writes a transaction into the log (log I/O
+//! `log` is held by the committer while it writes a transaction into the log (log I/O
 //! only) and briefly by checkpoints to read and move the tail. `cp_run` serialises
 //! checkpoints (background, log-full, close) and is held across their home writes; it is
 //! never taken with `log` held. `checkpoint` is brief: commits add to it and drop the copies
@@ -215,7 +215,7 @@ pub(crate) struct Journal {
     pub block_size: usize,
     /// The running transaction. [atomic pointer: loaded to join, replaced by the commit]
     running: ArcSwap<Transaction>,
-    /// Commit bookkeeping and the condition everyone waits on. [own mutex, brief]
+    /// Commit bookkeeping, which the condition variables below wait on. [own mutex, brief]
     state: Mutex<State>,
     /// The commit thread waits here for requests, the interval, shutdown and the end of a
     /// commit someone else ran. [with `state`]
