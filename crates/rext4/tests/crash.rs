@@ -187,14 +187,14 @@ fn check_crashes<M: Durable>(
     assert_clean(&done, &format!("{name}: after unmount"));
 
     let ops = dev.ops();
-    let flushes = ops.iter().filter(|o| matches!(o, rext4::dev::Op::Flush)).count();
+    let flushes = common::flush_count(&ops);
     let stride = flushes.div_ceil(max_flushes.max(1)).max(1);
     let kernel = common::is_root();
     if !kernel {
         eprintln!("{name}: skipping kernel recovery: loop mounts need root");
     }
     let mut checked = 0usize;
-    for_each_crash_image(&ops, dev.initial(), seed ^ 0xABCDEF, stride, |pos, bytes| {
+    common::for_each_crash_image(&ops, dev.initial(), seed ^ 0xABCDEF, stride, |pos, bytes| {
         let n = checked;
         checked += 1;
         let how = format!("{name} crash #{n} at op {pos}");
@@ -236,40 +236,6 @@ fn check_crashes<M: Durable>(
         ops.len(),
         model.fsyncs()
     );
-}
-
-/// The crash images of `common::crash_images`, built one at a time (a long run has too many to
-/// hold): at each flush, the image with everything before it, and one with a random subset of
-/// the writes up to the next flush. Only every `stride`th flush is handed to `f`.
-fn for_each_crash_image(
-    ops: &[rext4::dev::Op],
-    initial: &[u8],
-    seed: u64,
-    stride: usize,
-    mut f: impl FnMut(usize, &[u8]),
-) {
-    let mut rng = common::Rng::new(seed);
-    let flushes: Vec<usize> =
-        ops.iter().enumerate().filter(|(_, o)| matches!(o, rext4::dev::Op::Flush)).map(|(i, _)| i).collect();
-    let mut base = initial.to_vec();
-    let mut done = 0;
-    for (n, &k) in flushes.iter().enumerate() {
-        rext4::dev::apply_ops(&mut base, ops, done, k, |_| true);
-        done = k;
-        let chosen = n % stride == 0;
-        if chosen {
-            f(k, &base);
-        }
-        let next = flushes.get(n + 1).copied().unwrap_or(ops.len());
-        if next > k + 2 {
-            let mask = rng.next_u64();
-            if chosen {
-                let mut img = base.clone();
-                rext4::dev::apply_ops(&mut img, ops, k + 1, next, |i| (mask >> (i % 64)) & 1 == 1);
-                f(k, &img);
-            }
-        }
-    }
 }
 
 #[test]
@@ -633,8 +599,8 @@ fn crash_small_log_wraps_under_concurrent_load() {
     let ops = dev.ops();
     let mut starts = Vec::new();
     let img = dir.path().join("jsb.img");
-    let flushes = ops.iter().filter(|o| matches!(o, rext4::dev::Op::Flush)).count();
-    for_each_crash_image(&ops, dev.initial(), 0, flushes.div_ceil(40).max(1), |_, bytes| {
+    let flushes = common::flush_count(&ops);
+    common::for_each_crash_image(&ops, dev.initial(), 0, flushes.div_ceil(40).max(1), |_, bytes| {
         std::fs::write(&img, bytes).unwrap();
         let out = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -647,7 +647,6 @@ fn recorded_truncates_and_deletes() {
 // Crashes
 // ------------------------------------------------------------------------------------------
 
-use common::crash_images;
 use rext4::dev::CrashDevice;
 
 /// After any recovery: each of `files` (name, inode) either still has its name and inode, or
@@ -711,12 +710,12 @@ fn crash_run(name: &str, args: &[&str], seed: u64) {
     let files = [("/d0/f0", f0), ("/d0/f1", f1), ("/d0/f3", f3)];
     let replaced = ("/d0/f2", f2, f4);
     let ops = dev.ops();
-    let images = crash_images(&ops, dev.initial(), seed);
     let kernel = common::kernel_can_mount();
     let c = dir.path().join("c.img");
-    let mut with_orphans = 0;
-    for (n, (pos, bytes)) in images.iter().enumerate() {
-        let how = format!("{name} crash #{n} at op {pos}");
+    let (mut with_orphans, mut checked) = (0, 0);
+    common::for_each_crash_image(&ops, dev.initial(), seed, 1, |pos, bytes| {
+        let how = format!("{name} crash #{checked} at op {pos}");
+        checked += 1;
         // rext4: journal replay and orphan recovery at a writable open.
         std::fs::write(&c, bytes).unwrap();
         let fs = rw(&c);
@@ -744,9 +743,9 @@ fn crash_run(name: &str, args: &[&str], seed: u64) {
             assert_eq!(code, 0, "{how} (kernel recovery): e2fsck -fn:\n{out}");
             check_crash_model(&c, &files, replaced, &format!("{how} (kernel)"));
         }
-    }
-    assert!(with_orphans >= 2, "{name}: only {with_orphans} of {} crash images held orphans", images.len());
-    eprintln!("{name}: {} crash images, {with_orphans} with orphans to recover", images.len());
+    });
+    assert!(with_orphans >= 2, "{name}: only {with_orphans} of {checked} crash images held orphans");
+    eprintln!("{name}: {checked} crash images, {with_orphans} with orphans to recover");
 }
 
 fn fsck(img: &Path, fix: bool) -> (i32, String) {
@@ -812,11 +811,12 @@ fn crash_truncate_run(name: &str, args: &[&str], seed: u64) {
             assert_eq!(fs.getattr(ino).unwrap().blocks, 0);
             fs.unmount().unwrap();
         }
-        let images = crash_images(&dev.ops(), dev.initial(), seed + attempt);
-        // At most 16 per attempt, spread over the run.
-        let step = images.len().div_ceil(16).max(1);
-        for (n, (pos, bytes)) in images.iter().enumerate().step_by(step) {
-            let how = format!("{name} truncate attempt {attempt} crash #{n} at op {pos}");
+        // At most 16 per attempt (two per chosen flush), spread over the run, built one at a
+        // time: the run may have thousands of flushes.
+        let ops = dev.ops();
+        let stride = common::flush_count(&ops).div_ceil(8).max(1);
+        common::for_each_crash_image(&ops, dev.initial(), seed + attempt, stride, |pos, bytes| {
+            let how = format!("{name} truncate attempt {attempt} crash #{checked} at op {pos}");
             checked += 1;
             std::fs::write(&c, bytes).unwrap();
             let fs = rw(&c);
@@ -855,7 +855,7 @@ fn crash_truncate_run(name: &str, args: &[&str], seed: u64) {
                 a.size,
                 a.blocks
             );
-        }
+        });
         if mid_truncate > 0 {
             break;
         }
