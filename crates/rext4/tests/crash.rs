@@ -182,9 +182,7 @@ fn check_crashes<M: Durable>(
     max_flushes: usize,
 ) {
     // The image after a clean close.
-    let done = dir.join("final.img");
-    std::fs::write(&done, dev.snapshot()).unwrap();
-    assert_clean(&done, &format!("{name}: after unmount"));
+    assert_snapshot_clean(dev, dir, &format!("{name}: after unmount"));
 
     let ops = dev.ops();
     let flushes = common::flush_count(&ops);
@@ -402,6 +400,23 @@ fn io_error_aborts_the_journal() {
 }
 
 /// The image as of the device's last flush: what a crash right now would leave.
+/// `e2fsck -fn` on the device's current contents.
+fn assert_snapshot_clean(dev: &CrashDevice, dir: &Path, how: &str) {
+    let done = dir.join("final.img");
+    std::fs::write(&done, dev.snapshot()).unwrap();
+    assert_clean(&done, how);
+}
+
+/// A recording device over a fresh image whose `/f0` holds 8 KiB of `a`, written and fsynced.
+fn f0_written_and_fsynced(dir: &Path) -> (Arc<CrashDevice>, Fs, rext4::InodeNo) {
+    let dev = Arc::new(CrashDevice::new(make_image(dir, &[])));
+    let fs = open_rw(&dev);
+    let ino = fs.resolve("/f0", false).unwrap();
+    fs.write(ino, 0, &[b'a'; 8192]).unwrap();
+    fs.fsync(ino).unwrap();
+    (dev, fs, ino)
+}
+
 fn flushed_fs(dev: &CrashDevice, dir: &Path) -> Fs {
     let ops = dev.ops();
     let last_flush = ops.iter().rposition(|o| matches!(o, rext4::dev::Op::Flush)).unwrap();
@@ -417,12 +432,7 @@ fn fsync_after_eviction_still_commits() {
     // The inode's last change (and an overwrite in place) must reach the device even when its
     // in-memory copy was evicted between the change and the fsync.
     let dir = tmpdir();
-    let image = make_image(dir.path(), &[]);
-    let dev = Arc::new(CrashDevice::new(image));
-    let fs = open_rw(&dev);
-    let ino = fs.resolve("/f0", false).unwrap();
-    fs.write(ino, 0, &[b'a'; 8192]).unwrap();
-    fs.fsync(ino).unwrap();
+    let (dev, fs, ino) = f0_written_and_fsynced(dir.path());
     for round in 0..10u8 {
         let mode = 0o600 + u16::from(round);
         fs.setattr(ino, &rext4::SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
@@ -438,9 +448,7 @@ fn fsync_after_eviction_still_commits() {
         assert_eq!(&data[at..at + 16], &patch, "round {round}: fsync'ed overwrite lost after eviction");
     }
     fs.unmount().unwrap();
-    let done = dir.path().join("final.img");
-    std::fs::write(&done, dev.snapshot()).unwrap();
-    assert_clean(&done, "after the evicted fsyncs");
+    assert_snapshot_clean(&dev, dir.path(), "after the evicted fsyncs");
 }
 
 /// An overwrite in place changes no metadata within a clock tick, so no commit carries it:
@@ -448,12 +456,7 @@ fn fsync_after_eviction_still_commits() {
 #[test]
 fn fsync_flushes_overwrites_in_place() {
     let dir = tmpdir();
-    let image = make_image(dir.path(), &[]);
-    let dev = Arc::new(CrashDevice::new(image));
-    let fs = open_rw(&dev);
-    let ino = fs.resolve("/f0", false).unwrap();
-    fs.write(ino, 0, &[b'a'; 8192]).unwrap();
-    fs.fsync(ino).unwrap();
+    let (dev, fs, ino) = f0_written_and_fsynced(dir.path());
     for round in 0..20u8 {
         let patch = [b'A' + round; 16];
         fs.write(ino, 100 + u64::from(round) * 16, &patch).unwrap();
@@ -464,9 +467,7 @@ fn fsync_flushes_overwrites_in_place() {
         assert_eq!(&got[at..at + 16], &patch, "round {round}: fsync'ed overwrite lost");
     }
     fs.unmount().unwrap();
-    let done = dir.path().join("final.img");
-    std::fs::write(&done, dev.snapshot()).unwrap();
-    assert_clean(&done, "after the overwrites");
+    assert_snapshot_clean(&dev, dir.path(), "after the overwrites");
 }
 
 const WRAP_THREADS: usize = 4;

@@ -20,9 +20,14 @@ fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
     img
 }
 
+/// Writable, with the given commit interval.
+fn rw_options(commit_interval: std::time::Duration) -> Options {
+    Options { writable: true, commit_interval, ..Options::default() }
+}
+
 /// Opens `img` for writing with the given commit interval.
 fn open_rw(img: &Path, commit_interval: std::time::Duration) -> Fs {
-    Fs::open_with(img, Options { writable: true, commit_interval, ..Options::default() }).unwrap()
+    Fs::open_with(img, rw_options(commit_interval)).unwrap()
 }
 
 fn chmod_all(fs: &Fs, n: usize, base: u16) {
@@ -162,12 +167,7 @@ fn fsync_commits_in_the_calling_thread() {
         inner: rext4::dev::FileDevice::open(&img, true).unwrap(),
         flushers: std::sync::Mutex::new(Vec::new()),
     });
-    let opts = Options {
-        writable: true,
-        commit_interval: std::time::Duration::from_secs(3600),
-        ..Options::default()
-    };
-    let fs = Fs::from_device(watch.clone(), opts).unwrap();
+    let fs = Fs::from_device(watch.clone(), rw_options(std::time::Duration::from_secs(3600))).unwrap();
     let ino = fs.resolve("/f0", false).unwrap();
     fs.setattr(ino, &SetAttr { mode: Some(0o604), ..SetAttr::default() }).unwrap();
     watch.flushers.lock().unwrap().clear();
