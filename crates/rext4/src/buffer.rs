@@ -4,7 +4,7 @@
 use crate::cache::{Cached, ShardedCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
-use crate::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -33,6 +33,13 @@ pub(crate) struct Buffer {
     referenced: AtomicBool,
     /// A `Verified` value. [atomic]
     verified: AtomicU8,
+    /// Set by a commit, while no handle is open, for a buffer of the transaction it commits
+    /// whose copy it has not taken yet: the first writer of the next transaction takes that
+    /// copy before changing anything (the kernel's frozen data), so the next transaction need
+    /// not wait for the commit to copy every buffer. [atomic; changed only under `data`]
+    freeze_due: AtomicBool,
+    /// The copy a writer took for the committing transaction. [own mutex, leaf]
+    frozen: Mutex<Option<Arc<[u8]>>>,
 }
 
 impl Cached for Buffer {
@@ -51,13 +58,45 @@ impl Buffer {
     pub(crate) fn data_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         // Whatever was verified no longer describes what will be there.
         self.verified.store(Verified::None as u8, Ordering::Release);
-        self.data.write()
+        let data = self.data.write();
+        self.copy_for_commit(&data);
+        data
     }
 
     /// [`Buffer::data_mut`], with the wait for the lock counted in `stats`.
     pub(crate) fn data_mut_timed(&self, stats: &crate::stats::Stats) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.verified.store(Verified::None as u8, Ordering::Release);
-        stats.write(crate::stats::LockClass::BufferData, &self.data)
+        let data = stats.write(crate::stats::LockClass::BufferData, &self.data);
+        self.copy_for_commit(&data);
+        data
+    }
+
+    /// Under the write lock, before a change: takes the committing transaction's copy if it
+    /// is still due.
+    fn copy_for_commit(&self, data: &[u8]) {
+        if self.freeze_due.load(Ordering::Acquire) {
+            *self.frozen.lock() = Some(Arc::from(data));
+            self.freeze_due.store(false, Ordering::Release);
+        }
+    }
+
+    /// Marks the copy of the contents as due to the commit running now (called while no
+    /// handle is open, so the contents are those the transaction left).
+    pub(crate) fn set_freeze_due(&self) {
+        self.freeze_due.store(true, Ordering::Release);
+    }
+
+    /// The committing transaction's copy marked by [`Buffer::set_freeze_due`]: taken now
+    /// unless a writer took it first.
+    pub(crate) fn take_frozen(&self) -> Arc<[u8]> {
+        let data = self.data.read();
+        // Writers clear the flag only under the write lock, so it cannot change here.
+        if self.freeze_due.swap(false, Ordering::AcqRel) {
+            return Arc::from(&data[..]);
+        }
+        drop(data);
+        // A writer cleared the flag and stored its copy in the same critical section.
+        self.frozen.lock().take().unwrap_or_else(|| unreachable!("freeze_due cleared without a copy"))
     }
 
     /// Runs `check` unless the buffer already passed a check of the same kind.
@@ -98,6 +137,8 @@ impl BufferCache {
                 data: RwLock::new(data),
                 referenced: AtomicBool::new(true),
                 verified: AtomicU8::new(Verified::None as u8),
+                freeze_due: AtomicBool::new(false),
+                frozen: Mutex::new(None),
             })
         })
     }
@@ -119,6 +160,8 @@ impl BufferCache {
                 data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
                 referenced: AtomicBool::new(true),
                 verified: AtomicU8::new(Verified::None as u8),
+                freeze_due: AtomicBool::new(false),
+                frozen: Mutex::new(None),
             })
         });
         // Cannot fail: the loader above never returns an error.
@@ -133,5 +176,57 @@ impl BufferCache {
     /// Drops every cached block nobody holds.
     pub fn shrink(&self) {
         self.cache.shrink()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::MemDevice;
+
+    fn cache() -> BufferCache {
+        let image: Vec<u8> = (0..4 * 1024).map(|i| (i / 1024) as u8).collect();
+        BufferCache::new(Arc::new(MemDevice::new(image)), 1024, 1 << 20)
+    }
+
+    #[test]
+    fn commit_copy_is_taken_by_the_first_writer() {
+        let c = cache();
+        let b = c.get(2).unwrap();
+        b.set_freeze_due();
+        b.data_mut()[0] = 0xAA;
+        // A second change must not replace the copy taken before the first.
+        b.data_mut()[1] = 0xBB;
+        let frozen = b.take_frozen();
+        assert!(frozen.iter().all(|&x| x == 2), "the copy holds the contents before any change");
+        assert_eq!(&b.data()[..2], &[0xAA, 0xBB]);
+    }
+
+    #[test]
+    fn commit_copy_is_taken_by_the_commit_without_writers() {
+        let c = cache();
+        let b = c.get(3).unwrap();
+        b.set_freeze_due();
+        assert!(b.take_frozen().iter().all(|&x| x == 3));
+        // Taken: later writes copy nothing more.
+        b.data_mut()[0] = 1;
+        assert!(b.frozen.lock().is_none());
+    }
+
+    #[test]
+    fn commit_copies_race_with_writers() {
+        // Every round, the copy is the contents at the mark, whoever takes it.
+        let c = cache();
+        let b = c.get(1).unwrap();
+        for round in 0..2000u32 {
+            let before = b.data()[0];
+            b.set_freeze_due();
+            let frozen = std::thread::scope(|s| {
+                s.spawn(|| b.data_mut()[0] = before.wrapping_add(1));
+                b.take_frozen()
+            });
+            assert_eq!(frozen[0], before, "round {round}");
+            assert_eq!(b.data()[0], before.wrapping_add(1));
+        }
     }
 }

@@ -42,9 +42,13 @@ impl FsInner {
             self.sbi.clone(),
             self.orphans.clone(),
         );
-        let freeze = Box::new(move |blk: u64, data: &mut [u8]| {
+        let fills = {
+            let (groups, orphans) = (groups.clone(), orphans.clone());
+            Box::new(move |blk: u64| groups.is_desc_block(blk) || blk == sb_blk || orphans.is_file_block(blk))
+        };
+        let fill = Box::new(move |blk: u64, data: &mut [u8]| {
             // Counts and checksums go into the frozen copies here, not under the locks of every
-            // writer (seed 004). Nothing changes while the commit freezes.
+            // writer (seed 004). Nothing changes while the commit freezes these blocks.
             if groups.is_desc_block(blk) {
                 let seed = sbi.csum_seed;
                 let bitmap_csum = |b: u64, n: usize| {
@@ -65,6 +69,7 @@ impl FsInner {
             }
             orphans.freeze_block(blk, data);
         });
+        let freeze = crate::jbd2::journal::FreezeHook { fills, fill };
         let journal = Arc::new(Journal::new(
             self.dev.clone(),
             self.sbi.block_size as usize,

@@ -174,6 +174,11 @@ impl Orphans {
             })
     }
 
+    /// Whether `blk` is a block of the orphan file (completed by `freeze_block`).
+    pub(crate) fn is_file_block(&self, blk: u64) -> bool {
+        self.file.as_ref().is_some_and(|f| f.by_blk.binary_search_by_key(&blk, |e| e.0).is_ok())
+    }
+
     /// The commit's hook for orphan-file blocks: writes the slots and the checksum into the
     /// frozen copy `data` of block `blk` (no-op for other blocks). No handle is open while it
     /// runs, so the slots are those of the transaction's end.

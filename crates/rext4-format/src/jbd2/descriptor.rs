@@ -9,7 +9,7 @@
 
 use super::{
     check_block, data_block_checksum, escape_block, set_tail, verify_tail, BlockType, CsumVersion, Header,
-    Jbd2Error, JournalParams, PushError, TagFlags, HEADER_SIZE, UUID_SIZE,
+    Jbd2Error, JournalParams, PushError, TagFlags, HEADER_SIZE, JBD2_MAGIC_NUMBER, UUID_SIZE,
 };
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -280,6 +280,28 @@ impl DescriptorBuilder {
         self.push_tag(target, flags, csum)
     }
 
+    /// [`DescriptorBuilder::push_block`] for a block that stays shared and is not changed:
+    /// returns the escaped copy to write in its place when it starts with the jbd2 magic,
+    /// else `None` (write `data` itself). On error nothing changes.
+    pub fn push_shared(&mut self, target: u64, data: &[u8]) -> Result<Option<Vec<u8>>, PushError> {
+        if data.len() != self.params.block_size {
+            return Err(PushError::WrongLength { expected: self.params.block_size, found: data.len() });
+        }
+        self.check(target)?;
+        let mut escaped = None;
+        let mut flags = TagFlags::empty();
+        if data.starts_with(&JBD2_MAGIC_NUMBER.to_be_bytes()) {
+            let mut copy = data.to_vec();
+            escape_block(&mut copy);
+            escaped = Some(copy);
+            flags |= TagFlags::ESCAPE;
+        }
+        let csum =
+            data_block_checksum(self.params.csum_seed, self.sequence, escaped.as_deref().unwrap_or(data));
+        self.push_tag(target, flags, csum)?;
+        Ok(escaped)
+    }
+
     fn check(&self, target: u64) -> Result<(), PushError> {
         if target > self.params.max_block() {
             return Err(PushError::BlockTooLarge(target));
@@ -351,7 +373,7 @@ impl DescriptorBuilder {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{journal_csum_seed, unescape_block, JBD2_MAGIC_NUMBER, TAIL_SIZE};
+    use super::super::{journal_csum_seed, unescape_block, TAIL_SIZE};
     use super::*;
 
     const UUID: [u8; 16] = [0xAB; 16];
@@ -421,6 +443,27 @@ mod tests {
             } else {
                 assert!(block[p.block_size - TAIL_SIZE..].iter().all(|&x| x == 0));
             }
+        }
+    }
+
+    #[test]
+    fn shared_blocks_get_the_same_tags_as_copied_ones() {
+        for p in all_params() {
+            let (mut copied, mut shared) =
+                (DescriptorBuilder::new(&p, 9, UUID), DescriptorBuilder::new(&p, 9, UUID));
+            for t in 0..6u64 {
+                let original = data(t, &p);
+                let mut d = original.clone();
+                copied.push_block(t, &mut d).unwrap();
+                let escaped = shared.push_shared(t, &original).unwrap();
+                // The escaped copy is what push_block left in place; unescaped blocks are written as they are.
+                assert_eq!(escaped.as_deref().unwrap_or(&original), &d[..], "{p:?}");
+                assert_eq!(escaped.is_some(), t % 3 == 0);
+            }
+            assert_eq!(copied.finish(), shared.finish(), "{p:?}");
+            let mut short = DescriptorBuilder::new(&p, 9, UUID);
+            assert!(matches!(short.push_shared(1, &[0; 3]), Err(PushError::WrongLength { .. })));
+            assert!(short.is_empty());
         }
     }
 

@@ -6,6 +6,7 @@ use super::journal::{Journal, Log, LogGeometry, LogShape, LogTxn, Pending};
 use super::transaction::Transaction;
 use crate::error::{Error, Result};
 use rext4_format::jbd2::{CommitHeader, DescriptorBuilder, RevokeBuilder};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,17 +21,28 @@ impl Journal {
         // each (running the checksum hooks on the copy) before letting the next transaction
         // write to them.
         let buffers = t.take_buffers();
-        let mut frozen: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(buffers.len());
+        // Blocks completed from atomics are copied now, while nothing changes; the others are
+        // only marked, and copied once the next transaction runs (by this commit, or by the
+        // first writer there, see `Buffer::take_frozen`), so handle starts wait for the
+        // drain alone.
+        let mut filled: Vec<Option<Arc<[u8]>>> = Vec::with_capacity(buffers.len());
         for b in &buffers {
-            let mut copy: Arc<[u8]> = Arc::from(&b.data()[..]);
-            // Cannot fail: the copy was just made and is not shared yet.
-            (self.freeze)(b.blk, Arc::get_mut(&mut copy).unwrap());
-            frozen.push((b.blk, copy));
+            if (self.freeze.fills)(b.blk) {
+                let mut copy: Arc<[u8]> = Arc::from(&b.data()[..]);
+                // Cannot fail: the copy was just made and is not shared yet.
+                (self.freeze.fill)(b.blk, Arc::get_mut(&mut copy).unwrap());
+                filled.push(Some(copy));
+            } else {
+                b.set_freeze_due();
+                filled.push(None);
+            }
         }
         let mut revoked = std::mem::take(&mut *t.revoked.lock());
         revoked.sort_unstable();
         revoked.dedup();
         self.install_next(t, wake_early);
+        let frozen: Vec<(u64, Arc<[u8]>)> =
+            buffers.iter().zip(filled).map(|(b, f)| (b.blk, f.unwrap_or_else(|| b.take_frozen()))).collect();
 
         let nblocks = frozen.len() as u64;
         let mut room_wait = Duration::ZERO;
@@ -80,58 +92,63 @@ impl Journal {
     }
 
     /// Lays out a transaction's log blocks before its commit block: revoke blocks, then
-    /// descriptor blocks each followed by the (escaped) copies it describes.
-    fn build_transaction(
+    /// descriptor blocks each followed by the copies it describes. The frozen copies are
+    /// written from where they lie; only escaped ones are copied again.
+    fn build_transaction<'a>(
         &self,
         shape: &LogShape,
         tid: u32,
-        frozen: &[(u64, Arc<[u8]>)],
+        frozen: &'a [(u64, Arc<[u8]>)],
         revoked: &[u64],
-    ) -> Result<Vec<u8>> {
-        let (params, uuid) = (shape.params, shape.uuid);
-        let bs = self.block_size;
-        let needed = shape.blocks_for(frozen.len(), revoked.len());
-        let mut out: Vec<u8> = Vec::with_capacity((needed as usize).saturating_sub(1) * bs);
+    ) -> Result<Vec<Cow<'a, [u8]>>> {
+        let params = shape.params;
+        let mut out: Vec<Cow<'a, [u8]>> =
+            Vec::with_capacity(shape.blocks_for(frozen.len(), revoked.len()) as usize);
         for chunk in revoked.chunks(shape.per_revoke) {
             let mut rb = RevokeBuilder::new(&params, tid);
             for &b in chunk {
                 rb.push(b).map_err(|_| Error::InvalidInput("revoke record does not fit"))?;
             }
             if let Some(block) = rb.finish() {
-                out.extend_from_slice(&block);
+                out.push(Cow::Owned(block));
             }
         }
         for chunk in frozen.chunks(shape.per_desc) {
-            let mut desc = DescriptorBuilder::new(&params, tid, uuid);
+            let mut desc = DescriptorBuilder::new(&params, tid, shape.uuid);
             let at = out.len();
-            out.resize(at + bs, 0);
+            out.push(Cow::Borrowed(&[]));
             for (blk, data) in chunk {
-                let from = out.len();
-                out.extend_from_slice(data);
-                desc.push_block(*blk, &mut out[from..])
+                let escaped = desc
+                    .push_shared(*blk, data)
                     .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
+                out.push(escaped.map_or(Cow::Borrowed(&data[..]), Cow::Owned));
             }
-            if let Some(block) = desc.finish() {
-                out[at..at + bs].copy_from_slice(&block);
-            }
+            out[at] = Cow::Owned(desc.finish().ok_or(Error::InvalidInput("empty descriptor block"))?);
         }
         Ok(out)
     }
 
     /// Writes a transaction laid out by `build_transaction` into the log at the head (which
     /// `make_room` made room for), then its commit block, and records where it lies.
-    fn write_transaction(&self, log: &mut Log, tid: u32, shape: &LogShape, blocks: &[u8]) -> Result<()> {
-        let needed = (blocks.len() / self.block_size) as u32 + 1;
+    fn write_transaction(
+        &self,
+        log: &mut Log,
+        tid: u32,
+        shape: &LogShape,
+        blocks: &[Cow<'_, [u8]>],
+    ) -> Result<()> {
+        let needed = blocks.len() as u32 + 1;
         if log.used + needed > shape.capacity {
             return Err(Error::InvalidInput("no room in the journal"));
         }
         let (start, used_before) = (log.head, log.used);
-        self.log_write(log, blocks)?;
+        let blocks: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+        self.log_write(log, &blocks)?;
         // Everything of the transaction must be durable before its commit block.
         self.dev.flush()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&shape.params);
-        self.log_write(log, &commit)?;
+        self.log_write(log, &[&commit])?;
         self.dev.flush()?;
         log.txns.push_back(LogTxn { tid, start, blocks: log.used - used_before });
         Ok(())
@@ -139,8 +156,7 @@ impl Journal {
 
     /// Writes whole blocks at the log head and advances it, wrapping at the end; runs of log
     /// blocks that are contiguous on the device go out in one call.
-    fn log_write(&self, log: &mut Log, blocks: &[u8]) -> Result<()> {
-        let bs = self.block_size;
+    fn log_write(&self, log: &mut Log, blocks: &[&[u8]]) -> Result<()> {
         // Cannot fail: only called while a journal is present.
         let g: &LogGeometry = log.geo.as_ref().unwrap();
         let mut rest = blocks;
@@ -148,15 +164,14 @@ impl Journal {
             let start = log.head;
             let dev_start = g.dev_block(start);
             let mut n = 1usize;
-            while n * bs < rest.len()
+            while n < rest.len()
                 && start as usize + n < g.maxlen as usize
                 && g.dev_block(start + n as u32) == dev_start + n as u64
             {
                 n += 1;
             }
-            let len = (n * bs).min(rest.len());
-            self.dev.write_at(&rest[..len], dev_start * bs as u64)?;
-            rest = &rest[len..];
+            self.dev.write_vectored_at(&rest[..n], dev_start * self.block_size as u64)?;
+            rest = &rest[n..];
             log.head += n as u32;
             if log.head >= g.maxlen {
                 log.head = g.first;

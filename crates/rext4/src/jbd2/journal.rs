@@ -142,8 +142,19 @@ pub(crate) struct CheckpointRequest {
     pub stop: bool,
 }
 
-/// Called on each buffer's frozen copy at commit, with its block number.
-pub(crate) type FreezeHook = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
+/// What a commit does to the blocks whose contents are only complete when frozen: the
+/// filesystem keeps some counts and checksums in atomics and writes them into the frozen copy
+/// (seed 004). Such blocks are copied while no handle is open; every other buffer is copied
+/// after the next transaction has started, by the commit or by its first writer there.
+pub(crate) struct FreezeHook {
+    /// Whether block `blk` is one of those. [immutable]
+    pub fills: Box<dyn Fn(u64) -> bool + Send + Sync>,
+    /// Completes the frozen copy of such a block. [immutable]
+    pub fill: FillFn,
+}
+
+/// Completes the frozen copy `data` of block `blk`.
+pub(crate) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
 /// Statistics of commits (seed 003's figures).
 #[derive(Default, Clone, Debug)]
@@ -250,7 +261,8 @@ pub(crate) struct Journal {
     /// Copy of `State::committed` readable without the state lock. [atomic]
     committed_tid: AtomicU32,
     pub commit_interval: Duration,
-    /// Called on each buffer's frozen copy at commit (checksums computed there, seed 004).
+    /// Completes the frozen copies of blocks whose counts and checksums live in atomics
+    /// (seed 004).
     pub freeze: FreezeHook,
     /// The filesystem's operation and lock statistics. [sharded atomics]
     pub stats: Arc<crate::stats::Stats>,
