@@ -156,6 +156,72 @@ impl rext4::dev::BlockDevice for FlushWatch {
     }
 }
 
+/// A device whose writes panic once armed: a bug inside a commit.
+struct PanicOnWrite {
+    inner: rext4::dev::FileDevice,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl rext4::dev::BlockDevice for PanicOnWrite {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("write while armed");
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// A commit that panics in an fsync caller's thread aborts the journal: later fsyncs and
+/// changes fail at once instead of waiting for a commit that never ends, and the image the
+/// abort leaves is recovered clean with everything committed before it.
+#[test]
+fn panicking_commit_aborts_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "panic", &[], 64);
+    let dev = std::sync::Arc::new(PanicOnWrite {
+        inner: rext4::dev::FileDevice::open(&img, true).unwrap(),
+        armed: std::sync::atomic::AtomicBool::new(false),
+    });
+    let fs = Fs::from_device(dev.clone(), rw_options(std::time::Duration::from_secs(3600))).unwrap();
+    let ino = fs.resolve("/f0", false).unwrap();
+    fs.setattr(ino, &SetAttr { mode: Some(0o640), ..SetAttr::default() }).unwrap();
+    fs.fsync(ino).unwrap();
+    fs.setattr(ino, &SetAttr { mode: Some(0o600), ..SetAttr::default() }).unwrap();
+    dev.armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.fsync(ino)));
+    assert!(caught.is_err(), "the commit's write panics");
+    dev.armed.store(false, std::sync::atomic::Ordering::Relaxed);
+    // Before the fix these waited forever for the commit flag the panic left set.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        let fsync = fs2.fsync(ino);
+        let change = fs2.setattr(ino, &SetAttr { mode: Some(0o604), ..SetAttr::default() });
+        let _ = tx.send((fsync.map_err(|e| e.errno()), change.map_err(|e| e.errno())));
+    });
+    let (fsync, change) =
+        rx.recv_timeout(std::time::Duration::from_secs(20)).expect("fsync and setattr return");
+    assert_eq!(fsync, Err(libc::EIO));
+    assert_eq!(change.map(|_| ()), Err(libc::EROFS));
+    drop(fs);
+    // The log holds everything up to the last good commit: rext4's and e2fsck's recoveries
+    // both give the fsynced mode, and e2fsck finds the result clean.
+    assert_eq!(Fs::open(&img).unwrap().metadata("/f0").unwrap().perm(), 0o640);
+    let out = Command::new("e2fsck").args(["-fy"]).arg(&img).output().unwrap();
+    assert!(out.status.code().unwrap_or(8) < 4, "{}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    assert_eq!(Fs::open(&img).unwrap().metadata("/f0").unwrap().perm(), 0o640);
+}
+
 /// With no commit under way, fsync commits in the calling thread (no hand-off to the commit
 /// thread and back); fsyncs racing each other and a metadata load share commits, all return,
 /// and everything they covered is on disk.

@@ -455,11 +455,28 @@ impl Journal {
     /// all of it, whereas writing a transaction takes tens of microseconds. Threads already
     /// running start their handles in the new transaction either way.
     fn run_commit(&self, t: &Arc<Transaction>, wake_early: bool) {
+        // Ends the commit even when it panics (a bug, in an fsync caller's thread that may
+        // catch it): the journal is then aborted, so that commit waiters and handle starts
+        // get an error instead of waiting for a commit that never ends.
+        struct Ending<'a>(&'a Journal, bool);
+        impl Drop for Ending<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.abort("journal commit panicked".into());
+                }
+                self.0.end_commit(self.1);
+            }
+        }
+        let _ending = Ending(self, wake_early);
         if !self.aborted.load(Ordering::Acquire) {
             if let Err(e) = self.commit(t, wake_early) {
                 self.abort(format!("journal commit failed: {e}"));
             }
         }
+    }
+
+    /// Lets the next commit start and wakes whoever waited for this one.
+    fn end_commit(&self, wake_early: bool) {
         let mut st = self.state.lock();
         st.committing = false;
         let more = jbd2_after(st.requested, st.committed) || st.shutdown;
