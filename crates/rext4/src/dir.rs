@@ -143,7 +143,14 @@ impl FsInner {
             return Err(Error::NoKey);
         }
         if self.has_inline_data(dir) {
-            return self.readdir_inline(dir, pos, f);
+            // Taken whole, while its entries are not moving into a block (inline_write.rs).
+            match self.names_stable(dir, || self.inline_dir(dir)) {
+                Ok((parent, data)) => return self.readdir_inline(dir, parent, &data, pos, f),
+                // Moved meanwhile: go on in the block, with the same position, as the
+                // kernel's readdir does after a conversion.
+                Err(_) if !self.has_inline_data(dir) => {}
+                Err(e) => return Err(e),
+            }
         }
         if self.hash_order_readdir(dir) {
             return self.dx_readdir(dir, pos, f);
@@ -279,8 +286,14 @@ impl FsInner {
         Ok((InodeNo(parent), data[..size].to_vec()))
     }
 
-    fn readdir_inline(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
-        let (parent, data) = self.inline_dir(dir)?;
+    fn readdir_inline(
+        &self,
+        dir: &Inode,
+        parent: InodeNo,
+        data: &[u8],
+        pos: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
         let kind = self.sbi.filetype.then_some(FileType::Directory);
         if pos == INLINE_DOT && !f(DirEntry { ino: dir.ino, name: b".".to_vec(), kind, next: INLINE_DOTDOT })
         {

@@ -48,13 +48,6 @@ impl FsInner {
         }
     }
 
-    fn refuse_inline(&self, dir: &Inode) -> Result<()> {
-        if self.has_inline_data(dir) {
-            return Err(Error::NotSupported("changing inline directories".into()));
-        }
-        Ok(())
-    }
-
     /// Finds the first leaf block of `dir` in which `probe` finds something (looking first
     /// under the block's read lock, then again under its write lock), lets `apply` change that
     /// block, and seals it with its checksum. `None` if no block matched. In an indexed
@@ -68,7 +61,7 @@ impl FsInner {
         probe: impl Fn(&[u8]) -> Option<T>,
         apply: impl FnOnce(&mut [u8], T) -> R,
     ) -> Result<Option<R>> {
-        self.refuse_inline(dir)?;
+        self.inline_dir_to_block(h, dir)?;
         let nblocks = dir.size().div_ceil(u64::from(self.sbi.block_size));
         let mut hashed =
             if self.is_dx(dir) { self.dx_leaves_for(dir, name)? } else { None }.map(Vec::into_iter);
@@ -138,7 +131,6 @@ impl FsInner {
         let _t = self.stats.time(crate::stats::Op::AddEntry);
         let bs = self.sbi.block_size;
         if self.is_dx(dir) {
-            self.refuse_inline(dir)?;
             return self.dx_add_entry(h, dir, name, ino, ft);
         }
         let need = fd::rec_len_for(name.len());

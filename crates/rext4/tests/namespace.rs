@@ -406,3 +406,72 @@ fn mknod_makes_fifos_sockets_and_devices() {
         assert!(f.file_type().is_fifo() && s.file_type().is_socket());
     }
 }
+
+/// Directories the kernel stored inline (`inline_data`) take every name operation: each moves
+/// its entries into a block first, and the image stays clean, with the kernel seeing the tree
+/// rext4 shows.
+#[test]
+fn inline_directories_take_every_change() {
+    if !common::is_root() || !common::kernel_can_mount() {
+        eprintln!("no kernel mount: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "inline", &["-O", "inline_data", "-I", "256"]);
+    {
+        let m = common::KernelMount::rw(&img).unwrap();
+        let p = m.path();
+        for d in ["empty", "few", "ren", "src", "dst", "rm", "nest", "links"] {
+            std::fs::create_dir(p.join(d)).unwrap();
+        }
+        for f in ["a", "bb", "ccc"] {
+            std::fs::write(p.join("few").join(f), f).unwrap();
+            std::fs::write(p.join("ren").join(f), f).unwrap();
+        }
+        std::fs::create_dir(p.join("src/sub")).unwrap();
+        std::fs::write(p.join("src/sub/x"), "x").unwrap();
+        std::fs::create_dir(p.join("rm/gone")).unwrap();
+        std::fs::write(p.join("links/t"), "t").unwrap();
+        m.unmount().unwrap();
+    }
+    let fs = rw(&img);
+    let inline = |path: &str| fs.metadata(path).unwrap().flags & 0x1000_0000 != 0;
+    for d in ["/empty", "/few", "/ren", "/src", "/src/sub", "/rm/gone", "/nest", "/links"] {
+        assert!(inline(d), "{d} is not inline: the fixture does not test anything");
+    }
+    let at = |path: &str| fs.resolve(path, false).unwrap();
+    fs.create(at("/empty"), b"new-file", 0o644, 0, 0).unwrap();
+    fs.unlink(at("/few"), b"bb").unwrap();
+    fs.rename(at("/ren"), b"a", at("/ren"), b"a-renamed-to-a-longer-name", 0).unwrap();
+    // A directory moved out of one inline directory into another: three conversions, and
+    // the moved directory's `..` now names its new parent.
+    fs.rename(at("/src"), b"sub", at("/dst"), b"sub", 0).unwrap();
+    assert_eq!(fs.resolve("/dst/sub/..", false).unwrap(), at("/dst"));
+    fs.rmdir(at("/rm"), b"gone").unwrap();
+    let n = fs.mkdir(at("/nest"), b"inner", 0o755, 0, 0).unwrap();
+    fs.create(n.ino, b"deep", 0o600, 0, 0).unwrap();
+    fs.link(at("/links/t"), at("/links"), b"t2").unwrap();
+    fs.symlink(at("/links"), b"s", b"t", 0, 0).unwrap();
+    for d in ["/empty", "/few", "/ren", "/src", "/dst", "/dst/sub", "/rm", "/nest", "/links"] {
+        assert!(!inline(d), "{d} changed but still inline");
+    }
+    let names = |path: &str| {
+        let mut v: Vec<Vec<u8>> = fs.read_dir(path).unwrap().map(|e| e.unwrap().name).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("/few"), [&b"a"[..], b"ccc"]);
+    assert!(names("/src").is_empty());
+    assert_eq!(names("/dst/sub"), [b"x"]);
+    assert_eq!(names("/ren"), [&b"a-renamed-to-a-longer-name"[..], b"bb", b"ccc"]);
+    assert_eq!(fs.getattr(at("/src")).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(at("/dst")).unwrap().nlink, 3);
+    let ours = common::walk_rext4(&fs, None);
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+    let m = common::KernelMount::ro(&img).unwrap();
+    let kernel = common::walk_kernel(m.path());
+    let diffs = common::diff_full("kernel", &kernel, "rext4", &ours);
+    m.unmount().unwrap();
+    common::assert_no_diff("inline directories", &diffs);
+}
