@@ -18,8 +18,40 @@
 use crate::error::Result;
 use crate::sync::Mutex;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// Hashes a `u64` key with one multiply-xorshift round (splitmix64's finalizer). Keys are
+/// block and inode numbers, or names already hashed (dcache.rs): none needs SipHash, which
+/// took as long as the rest of a lookup.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = mix64(k);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// splitmix64's finalizer: every input bit moves every output bit.
+pub(crate) fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+type KeyMap<T> = HashMap<u64, T, BuildHasherDefault<KeyHasher>>;
 
 const SHARDS: usize = 64;
 
@@ -51,10 +83,10 @@ pub(crate) trait Cached {
 }
 
 struct Shard<V> {
-    map: HashMap<u64, Arc<V>>,
+    map: KeyMap<Arc<V>>,
     clock: VecDeque<u64>,
     /// States left by evicted entries, until their key is loaded again.
-    parked: HashMap<u64, u32>,
+    parked: KeyMap<u32>,
 }
 
 pub(crate) struct ShardedCache<V> {
@@ -68,7 +100,11 @@ impl<V: Cached> ShardedCache<V> {
         let per_shard = (capacity / SHARDS).max(4);
         let shards = (0..SHARDS)
             .map(|_| {
-                Mutex::new(Shard { map: HashMap::new(), clock: VecDeque::new(), parked: HashMap::new() })
+                Mutex::new(Shard {
+                    map: KeyMap::default(),
+                    clock: VecDeque::new(),
+                    parked: KeyMap::default(),
+                })
             })
             .collect();
         ShardedCache { per_shard, shards }
@@ -85,6 +121,17 @@ impl<V: Cached> ShardedCache<V> {
         let b = self.shard(key).lock().map.get(&key).cloned()?;
         b.referenced().store(true, Ordering::Relaxed);
         Some(b)
+    }
+
+    /// `f` of the cached entry for `key`, if present, run under the shard lock: no reference
+    /// taken, so no write to the entry's reference count (a lookup that needs one number).
+    pub fn read<R>(&self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
+        let s = self.shard(key).lock();
+        let v = s.map.get(&key)?;
+        if !v.referenced().load(Ordering::Relaxed) {
+            v.referenced().store(true, Ordering::Relaxed);
+        }
+        Some(f(v))
     }
 
     /// The entry for `key`, loading it with `load` (no lock held) on a miss.

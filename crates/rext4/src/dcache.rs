@@ -9,9 +9,8 @@
 //! # Locking
 //! A [`ShardedCache`]: one shard mutex, held only around the map.
 
-use crate::cache::{Cached, ShardedCache};
+use crate::cache::{mix64, Cached, ShardedCache};
 use rext4_format::InodeNo;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -32,11 +31,20 @@ pub(crate) struct Dcache {
     map: ShardedCache<Dentry>,
 }
 
+/// The cache key of `name` in `dir`: eight bytes of the name at a time, one multiply each.
+/// Two names with the same key only evict each other (entries are checked against the name).
 fn key(dir: InodeNo, name: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    dir.0.hash(&mut h);
-    name.hash(&mut h);
-    h.finish()
+    let mut h = mix64(u64::from(dir.0) << 32 | name.len() as u64);
+    let mut words = name.chunks_exact(8);
+    for w in &mut words {
+        // Cannot fail: chunks_exact gives 8-byte slices.
+        h = (h ^ u64::from_le_bytes(w.try_into().unwrap()))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    mix64((h ^ u64::from_le_bytes(tail)).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 impl Dcache {
@@ -46,8 +54,7 @@ impl Dcache {
 
     /// The cached inode of `name` in `dir`, if known.
     pub fn get(&self, dir: InodeNo, name: &[u8]) -> Option<InodeNo> {
-        let d = self.map.get(key(dir, name))?;
-        (d.dir == dir && *d.name == *name).then_some(d.ino)
+        self.map.read(key(dir, name), |d| (d.dir == dir && *d.name == *name).then_some(d.ino)).flatten()
     }
 
     pub fn insert(&self, dir: InodeNo, name: &[u8], ino: InodeNo) {
@@ -68,5 +75,48 @@ impl Dcache {
     /// Forgets `name` in `dir` (a hash neighbour with another name is dropped too: harmless).
     pub fn remove(&self, dir: InodeNo, name: &[u8]) {
         self.map.remove(key(dir, name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_spread_names_and_directories() {
+        // mdtest-like names, their neighbours in another directory, and names that differ
+        // only in a trailing NUL or in one byte of a long name: all keys distinct.
+        let mut keys = std::collections::HashSet::new();
+        let mut n = 0;
+        for dir in [2u32, 3, 1 << 20] {
+            for i in 0..20_000 {
+                for name in [format!("file.mdtest.{i}"), format!("{i}"), format!("{i}\0")] {
+                    keys.insert(key(InodeNo(dir), name.as_bytes()));
+                    n += 1;
+                }
+            }
+            let long = [b'x'; 255];
+            for i in 0..255 {
+                let mut v = long;
+                v[i] = b'y';
+                keys.insert(key(InodeNo(dir), &v));
+                n += 1;
+            }
+        }
+        assert_eq!(keys.len(), n);
+        // Buckets of the shard maps: the low bits spread too.
+        let low: std::collections::HashSet<u64> = keys.iter().map(|k| k & 0xFFFF).collect();
+        assert!(low.len() > 60_000, "{} of 65,536 low-bit patterns", low.len());
+    }
+
+    #[test]
+    fn lookups_check_the_name() {
+        let d = Dcache::new(1024);
+        d.insert(InodeNo(2), b"a", InodeNo(12));
+        assert_eq!(d.get(InodeNo(2), b"a"), Some(InodeNo(12)));
+        assert_eq!(d.get(InodeNo(3), b"a"), None);
+        assert_eq!(d.get(InodeNo(2), b"b"), None);
+        d.remove(InodeNo(2), b"a");
+        assert_eq!(d.get(InodeNo(2), b"a"), None);
     }
 }
