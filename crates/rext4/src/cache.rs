@@ -51,7 +51,8 @@ pub(crate) fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-type KeyMap<T> = HashMap<u64, T, BuildHasherDefault<KeyHasher>>;
+/// A map keyed by block or inode numbers (or hashes), with [`KeyHasher`].
+pub(crate) type KeyMap<T> = HashMap<u64, T, BuildHasherDefault<KeyHasher>>;
 
 const SHARDS: usize = 64;
 

@@ -9,7 +9,6 @@ use crate::error::{corrupt, CorruptKind, Result};
 use crate::super_block::SbInfo;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What changes about a group while the filesystem is open. Updated by the allocators under
@@ -34,7 +33,7 @@ pub(crate) struct Groups {
     /// Live counts and flags. [atomics; see GroupState]
     pub state: Vec<GroupState>,
     /// Descriptor block -> first group it describes. [immutable]
-    desc_blocks: HashMap<u64, u32>,
+    desc_blocks: crate::cache::KeyMap<u32>,
 }
 
 impl Groups {

@@ -26,7 +26,7 @@ use crate::stats::{LockClass, Op};
 use crate::sync::{Condvar, Mutex};
 use arc_swap::ArcSwap;
 use rext4_format::jbd2::{DescriptorBuilder, JournalParams, JournalSuperblock, RevokeBuilder};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -128,7 +128,7 @@ pub(crate) struct Pending {
 /// Committed blocks awaiting checkpoint, and the blocks whose home write is under way.
 #[derive(Default)]
 pub(crate) struct CheckpointList {
-    pub pending: HashMap<u64, Pending>,
+    pub pending: crate::cache::KeyMap<Pending>,
     /// Blocks of the batch a checkpoint is writing home now, sorted. The commit of a
     /// transaction that freed one of them waits (`Journal::cp_written`) until the write is
     /// done before it lets the block be reused.

@@ -16,7 +16,7 @@ use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::stats::{LockClass, Op};
 use crate::sync::{Mutex, RwLockWriteGuard};
-use std::collections::HashMap;
+use crate::cache::KeyMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const ONE_HANDLE: u64 = 1 << 32;
@@ -58,7 +58,7 @@ pub(crate) struct Transaction {
     /// [atomic; SeqCst against `updates`]
     pub locked: AtomicBool,
     /// Buffers modified in this transaction, by block number. [each shard its own lock]
-    pub buffers: [Mutex<HashMap<u64, Arc<Buffer>>>; SHARDS],
+    pub buffers: [Mutex<KeyMap<Arc<Buffer>>>; SHARDS],
     /// Blocks freed in this transaction whose old journal copies must not be replayed.
     /// [own lock]
     pub revoked: Mutex<Vec<u64>>,
@@ -79,7 +79,7 @@ impl Transaction {
             nbuffers: AtomicU32::new(0),
             handles: std::array::from_fn(|_| Stripe(AtomicU32::new(0))),
             locked: AtomicBool::new(false),
-            buffers: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            buffers: std::array::from_fn(|_| Mutex::new(KeyMap::default())),
             revoked: Mutex::new(Vec::new()),
             has_revokes: AtomicBool::new(false),
             started: AtomicU64::new(0),
