@@ -13,10 +13,10 @@
 
 use super::journal::Journal;
 use crate::buffer::Buffer;
+use crate::cache::KeyMap;
 use crate::error::{Error, Result};
 use crate::stats::{LockClass, Op};
 use crate::sync::{Mutex, RwLockWriteGuard};
-use crate::cache::KeyMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const ONE_HANDLE: u64 = 1 << 32;
