@@ -113,6 +113,8 @@ fn stress_ng_stressors_pass() {
             .args(["--timeout", "4", "--verify", "--metrics-brief"])
             .arg("--temp-path")
             .arg(&work)
+            // Some stressors (open) also make files in the working directory.
+            .current_dir(&work)
             .output()
             .expect("run stress-ng");
         let text =
