@@ -534,17 +534,7 @@ fn concurrent_workload(
                         if round > 0 {
                             let prev = format!("s{}", round - 1);
                             let pd = fs.lookup(home, prev.as_bytes()).unwrap().ino;
-                            let mut names = Vec::new();
-                            fs.readdir(pd, 0, |e| {
-                                if e.name != b"." && e.name != b".." {
-                                    names.push(e.name.to_vec());
-                                }
-                                true
-                            })
-                            .unwrap();
-                            for n in names {
-                                fs.unlink(pd, &n).unwrap();
-                            }
+                            common::unlink_all(&fs, pd);
                             fs.rmdir(home, prev.as_bytes()).unwrap();
                         }
                         let f = if rng.next() % 4 == 0 {
@@ -618,30 +608,6 @@ fn crash_small_log_wraps_under_concurrent_load() {
     );
 }
 
-/// A device whose writes from the checkpoint thread take a while: the log fills up faster
-/// than the checkpoint thread frees it.
-struct SlowHome {
-    inner: Arc<CrashDevice>,
-}
-
-impl rext4::dev::BlockDevice for SlowHome {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if std::thread::current().name() == Some("rext4-checkpoint") {
-            std::thread::sleep(Duration::from_millis(15));
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 /// The same load with a checkpoint thread too slow to keep up: commits find the log full and
 /// wait for it or checkpoint themselves. Crashes anywhere still recover.
 #[test]
@@ -652,18 +618,23 @@ fn crash_log_full_commits_wait_for_checkpoints() {
     let dir = tmpdir();
     let image = make_image(dir.path(), &["-J", "size=1"]);
     let dev = Arc::new(CrashDevice::new(image));
-    let slow = Arc::new(SlowHome { inner: dev.clone() });
+    // Home writes from the checkpoint thread take a while: the log fills up faster than the
+    // checkpoint thread frees it.
+    let slow = Arc::new(common::HookedDevice::new(dev.clone()).on_write(|_, _| {
+        if std::thread::current().name() == Some("rext4-checkpoint") {
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    }));
     let (model, stats) = concurrent_workload(slow, &dev, rounds, seed);
     assert!(stats.log_full_waits > 0, "the log never filled up: {stats:?}");
     check_crashes(name, dir.path(), &dev, &model, seed, check_model, 60);
 }
 
-/// A device that holds the checkpoint's home writes of the test's directory blocks (those
-/// holding its long names) in flight for a while and tells the test when one begins, so that
-/// the test frees and reuses the blocks meanwhile. It also counts user writes over blocks
-/// the checkpoint wrote before.
-struct SlowCheckpoint {
-    inner: rext4::dev::MemDevice,
+/// Watches a device for `freed_metadata_reused_as_data_during_checkpoints`: holds the
+/// checkpoint's home writes of the test's directory blocks (those holding its long names) in
+/// flight for a while and tells the test when one begins, so that the test frees and reuses
+/// the blocks meanwhile. It also counts user writes over blocks the checkpoint wrote before.
+struct CheckpointWatch {
     block_size: u64,
     /// Home writes of the watched blocks begun so far. [own lock, with `begun_cv`]
     begun: std::sync::Mutex<u64>,
@@ -674,7 +645,7 @@ struct SlowCheckpoint {
     reused: AtomicU64,
 }
 
-impl SlowCheckpoint {
+impl CheckpointWatch {
     /// Waits (up to `limit`) for a watched home write to begin after `seen` had; returns the
     /// new count.
     fn wait_begun(&self, seen: u64, limit: Duration) -> u64 {
@@ -682,13 +653,9 @@ impl SlowCheckpoint {
         let (g, _) = self.begun_cv.wait_timeout_while(g, limit, |n| *n == seen).unwrap();
         *g
     }
-}
 
-impl rext4::dev::BlockDevice for SlowCheckpoint {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    /// The device's write hook.
+    fn write(&self, buf: &[u8], offset: u64) {
         let first = offset / self.block_size;
         let blocks = first..first + (buf.len() as u64).div_ceil(self.block_size);
         match std::thread::current().name() {
@@ -707,13 +674,6 @@ impl rext4::dev::BlockDevice for SlowCheckpoint {
                 self.reused.fetch_add(n, Ordering::Relaxed);
             }
         }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
     }
 }
 
@@ -733,14 +693,18 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
     let dir = tmpdir();
     let img = dir.path().join("reuse.img");
     common::mkfs(None, &img, &["-b", "1024", "-J", "size=1", "-E", "root_owner=0:0"], "8M");
-    let dev = Arc::new(SlowCheckpoint {
-        inner: rext4::dev::MemDevice::new(std::fs::read(&img).unwrap()),
+    let watch = Arc::new(CheckpointWatch {
         block_size: 1024,
         begun: std::sync::Mutex::new(0),
         begun_cv: std::sync::Condvar::new(),
         home: std::sync::Mutex::new(std::collections::HashSet::new()),
         reused: AtomicU64::new(0),
     });
+    let mem = Arc::new(rext4::dev::MemDevice::new(std::fs::read(&img).unwrap()));
+    let dev = Arc::new(common::HookedDevice::new(mem.clone()).on_write({
+        let watch = watch.clone();
+        move |buf, offset| watch.write(buf, offset)
+    }));
     let opts = Options { writable: true, commit_interval: Duration::from_millis(2), ..Options::default() };
     let fs = Fs::from_device(dev.clone(), opts).unwrap();
     let root = fs.root();
@@ -797,24 +761,14 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
             for k in 0..24u64 {
                 fs.write(frag, k * 2048, &[0xF0; 1024]).unwrap();
             }
-            let seen = *dev.begun.lock().unwrap();
+            let seen = *watch.begun.lock().unwrap();
             fs.fsync(frag).unwrap();
             // Commits and checkpoints go on; once a checkpoint is writing one of these blocks
             // home, free them all and reuse them.
-            if dev.wait_begun(seen, Duration::from_secs(2)) > seen {
+            if watch.wait_begun(seen, Duration::from_secs(2)) > seen {
                 raced += 1;
             }
-            let mut names = Vec::new();
-            fs.readdir(m, 0, |e| {
-                if e.name != b"." && e.name != b".." {
-                    names.push(e.name.to_vec());
-                }
-                true
-            })
-            .unwrap();
-            for n in names {
-                fs.unlink(m, &n).unwrap();
-            }
+            common::unlink_all(&fs, m);
             fs.rmdir(root, b"m").unwrap();
             // Data, written straight home in small pieces, on the blocks just freed (once the
             // freeing transaction has committed).
@@ -838,12 +792,12 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
         stats.checkpoints,
         stats.checkpoint_blocks,
         stats.log_full_waits,
-        dev.reused.load(Ordering::Relaxed)
+        watch.reused.load(Ordering::Relaxed)
     );
     assert!(raced >= ROUNDS / 2, "only {raced} rounds freed blocks during a checkpoint");
-    assert!(dev.reused.load(Ordering::Relaxed) > 0, "no checkpointed block was reused");
+    assert!(watch.reused.load(Ordering::Relaxed) > 0, "no checkpointed block was reused");
     fs.unmount().unwrap();
-    std::fs::write(&img, dev.inner.snapshot()).unwrap();
+    std::fs::write(&img, mem.snapshot()).unwrap();
     assert_clean(&img, "after the reuse rounds");
     let fs = Fs::open(&img).unwrap();
     let kernel = if common::is_root() { common::KernelMount::ro(&img).ok() } else { None };

@@ -26,6 +26,19 @@ fn rw_options(commit_interval: std::time::Duration) -> Options {
 }
 
 /// Opens `img` for writing with the given commit interval.
+/// Opens `img` for writing (commits only when asked) on its file through a device that
+/// `hooks` set up.
+fn hooked(
+    img: &Path,
+    hooks: impl FnOnce(
+        common::HookedDevice<rext4::dev::FileDevice>,
+    ) -> common::HookedDevice<rext4::dev::FileDevice>,
+) -> Fs {
+    let file = std::sync::Arc::new(rext4::dev::FileDevice::open(img, true).unwrap());
+    let dev = std::sync::Arc::new(hooks(common::HookedDevice::new(file)));
+    Fs::from_device(dev, rw_options(std::time::Duration::from_secs(3600))).unwrap()
+}
+
 fn open_rw(img: &Path, commit_interval: std::time::Duration) -> Fs {
     Fs::open_with(img, rw_options(commit_interval)).unwrap()
 }
@@ -134,52 +147,6 @@ fn many_threads_many_commits() {
     }
 }
 
-/// Records which threads flushed the device.
-struct FlushWatch {
-    inner: rext4::dev::FileDevice,
-    flushers: std::sync::Mutex<Vec<std::thread::ThreadId>>,
-}
-
-impl rext4::dev::BlockDevice for FlushWatch {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.flushers.lock().unwrap().push(std::thread::current().id());
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
-/// A device whose writes panic once armed: a bug inside a commit.
-struct PanicOnWrite {
-    inner: rext4::dev::FileDevice,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl rext4::dev::BlockDevice for PanicOnWrite {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.armed.load(std::sync::atomic::Ordering::Relaxed) {
-            panic!("write while armed");
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 /// A commit that panics in an fsync caller's thread aborts the journal: later fsyncs and
 /// changes fail at once instead of waiting for a commit that never ends, and the image the
 /// abort leaves is recovered clean with everything committed before it.
@@ -187,19 +154,24 @@ impl rext4::dev::BlockDevice for PanicOnWrite {
 fn panicking_commit_aborts_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkfs(dir.path(), "panic", &[], 64);
-    let dev = std::sync::Arc::new(PanicOnWrite {
-        inner: rext4::dev::FileDevice::open(&img, true).unwrap(),
-        armed: std::sync::atomic::AtomicBool::new(false),
+    // Writes panic once armed: a bug inside a commit.
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fs = hooked(&img, |d| {
+        let armed = armed.clone();
+        d.on_write(move |_, _| {
+            if armed.load(std::sync::atomic::Ordering::Relaxed) {
+                panic!("write while armed");
+            }
+        })
     });
-    let fs = Fs::from_device(dev.clone(), rw_options(std::time::Duration::from_secs(3600))).unwrap();
     let ino = fs.resolve("/f0", false).unwrap();
     fs.setattr(ino, &SetAttr { mode: Some(0o640), ..SetAttr::default() }).unwrap();
     fs.fsync(ino).unwrap();
     fs.setattr(ino, &SetAttr { mode: Some(0o600), ..SetAttr::default() }).unwrap();
-    dev.armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    armed.store(true, std::sync::atomic::Ordering::Relaxed);
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.fsync(ino)));
     assert!(caught.is_err(), "the commit's write panics");
-    dev.armed.store(false, std::sync::atomic::Ordering::Relaxed);
+    armed.store(false, std::sync::atomic::Ordering::Relaxed);
     // Before the fix these waited forever for the commit flag the panic left set.
     let (tx, rx) = std::sync::mpsc::channel();
     let fs2 = fs.clone();
@@ -229,19 +201,20 @@ fn panicking_commit_aborts_instead_of_hanging() {
 fn fsync_commits_in_the_calling_thread() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkfs(dir.path(), "caller", &[], 64);
-    let watch = std::sync::Arc::new(FlushWatch {
-        inner: rext4::dev::FileDevice::open(&img, true).unwrap(),
-        flushers: std::sync::Mutex::new(Vec::new()),
+    // Which threads flushed the device.
+    let flushers = std::sync::Arc::new(std::sync::Mutex::new(Vec::<std::thread::ThreadId>::new()));
+    let fs = hooked(&img, |d| {
+        let flushers = flushers.clone();
+        d.on_flush(move || flushers.lock().unwrap().push(std::thread::current().id()))
     });
-    let fs = Fs::from_device(watch.clone(), rw_options(std::time::Duration::from_secs(3600))).unwrap();
     let ino = fs.resolve("/f0", false).unwrap();
     fs.setattr(ino, &SetAttr { mode: Some(0o604), ..SetAttr::default() }).unwrap();
-    watch.flushers.lock().unwrap().clear();
+    flushers.lock().unwrap().clear();
     let before = fs.commit_stats().unwrap().commits;
     fs.fsync(ino).unwrap();
     assert_eq!(fs.commit_stats().unwrap().commits, before + 1);
     let me = std::thread::current().id();
-    let flushers = watch.flushers.lock().unwrap().clone();
+    let flushers = flushers.lock().unwrap().clone();
     // The commit flushes before and after its commit block.
     assert!(flushers.len() >= 2 && flushers.iter().all(|&t| t == me), "{flushers:?}");
 
