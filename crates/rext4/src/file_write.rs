@@ -135,14 +135,7 @@ impl FsInner {
         let mut data = self.inline_bytes(inode)?;
         data.truncate(usize::try_from(size).unwrap_or(usize::MAX));
         let mut raw = inode.raw_mut();
-        self.ibody_remove(inode.ino, &mut raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
-        let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
-        let flags = (raw_flags(&raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        raw[crate::extents_write::I_BLOCK].fill(0);
-        if extents {
-            crate::extents_write::init_root(&mut raw);
-        }
+        self.clear_inline_record(inode.ino, &mut raw)?;
         if !data.is_empty() {
             let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
             self.write_runs(&f.runs, 0, &data)?;

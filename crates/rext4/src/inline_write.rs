@@ -16,11 +16,27 @@ use crate::inode_write::raw_flags;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
+use rext4_format::InodeNo;
 
 /// Entry-area offset of the first entry after the parent's inode number.
 const FIRST_ENTRY: usize = 4;
 
 impl FsInner {
+    /// Turns record `raw` of inode `ino` from inline into an empty block-mapped one: no
+    /// `system.data` attribute, no inline flag, and an empty extent root (or block map) in
+    /// `i_block`, ready for blocks to be mapped (files and directories alike).
+    pub(crate) fn clear_inline_record(&self, ino: InodeNo, raw: &mut [u8]) -> Result<()> {
+        self.ibody_remove(ino, raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
+        let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
+        let flags = (raw_flags(raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        raw[crate::extents_write::I_BLOCK].fill(0);
+        if extents {
+            crate::extents_write::init_root(raw);
+        }
+        Ok(())
+    }
+
     /// Moves the entries of inline directory `dir` into a newly allocated block, in handle
     /// `h`; does nothing if `dir` is not inline. The caller holds `dir`'s `op_lock`.
     pub(crate) fn inline_dir_to_block(&self, h: &Handle, dir: &Inode) -> Result<()> {
@@ -59,14 +75,7 @@ impl FsInner {
         let _moving = NamesMoving::new(dir);
         let _d = self.stats.write(crate::stats::LockClass::DataSem, &dir.data_sem);
         let mut raw = dir.raw_mut();
-        self.ibody_remove(dir.ino, &mut raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
-        let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
-        let flags = (raw_flags(&raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        raw[crate::extents_write::I_BLOCK].fill(0);
-        if extents {
-            crate::extents_write::init_root(&mut raw);
-        }
+        self.clear_inline_record(dir.ino, &mut raw)?;
         let pblk = self.append_block(h, dir, &mut raw, 0)?;
         let buf = self.bcache.get_fresh(pblk);
         h.write(&buf)?.copy_from_slice(&block);

@@ -52,7 +52,7 @@ impl Journal {
                 continue;
             }
             let _run = self.cp_run.lock();
-            let goal = self.log.lock().capacity() / 4;
+            let goal = self.log_capacity() / 4;
             if let Err(e) = self.checkpoint_to(goal) {
                 self.abort(format!("journal checkpoint failed: {e}"));
             }
@@ -70,20 +70,18 @@ impl Journal {
     /// checkpointing here (the committer only, holding no journal lock). Returns the time it
     /// took.
     pub(super) fn make_room(&self, needed: u32) -> Result<Duration> {
-        let fits = |log: &Log| log.used + needed <= log.capacity();
+        let capacity = self.log_capacity();
+        let fits = |log: &Log| log.used + needed <= capacity;
         if fits(&self.log.lock()) {
             return Ok(Duration::ZERO);
         }
         let began = Instant::now();
         self.count_log_full_wait();
         let _run = self.cp_run.lock();
-        let goal = {
-            let log = self.log.lock();
-            if needed > log.capacity() {
-                return Err(Error::InvalidInput("transaction larger than the journal"));
-            }
-            (log.capacity() - needed).min(log.capacity() / 4)
-        };
+        if needed > capacity {
+            return Err(Error::InvalidInput("transaction larger than the journal"));
+        }
+        let goal = (capacity - needed).min(capacity / 4);
         if !fits(&self.log.lock()) {
             self.checkpoint_to(goal)?;
         }

@@ -69,13 +69,6 @@ pub(crate) struct Log {
     pub txns: VecDeque<LogTxn>,
 }
 
-impl Log {
-    /// Log blocks available to transactions (0 without a journal).
-    pub fn capacity(&self) -> u32 {
-        self.geo.as_ref().map_or(0, |g| g.maxlen - g.first)
-    }
-}
-
 /// Fixed figures of a log, taken from its geometry at open.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LogShape {
@@ -315,6 +308,11 @@ impl Journal {
             freeze,
             stats,
         }
+    }
+
+    /// Log blocks available to transactions (0 without a journal).
+    pub fn log_capacity(&self) -> u32 {
+        self.shape.map_or(0, |s| s.capacity)
     }
 
     pub fn max_txn_buffers(&self) -> u32 {
