@@ -99,3 +99,40 @@ fn allocation_runs_out_with_enospc() {
     drop(fs);
     fsck_clean(&dev.snapshot());
 }
+
+/// A group's bitmap checksum stays right in its descriptor block after the bitmap left the
+/// cache while the descriptor block stayed: a later commit of the descriptor block, for a
+/// change in another group, must not bring back the checksum the bitmap had at mount.
+#[test]
+fn bitmap_checksums_survive_bitmap_eviction() {
+    use crate::inode_write::SetAttr;
+    // Eight groups sharing one descriptor block; a 1024-block log, so checkpoints come soon.
+    let (fs, dev) =
+        open(mkfs_image(None, &["-b", "4096", "-g", "4096", "-N", "8192", "-J", "size=4"], "128M"));
+    let root = fs.root();
+    let dirs: Vec<_> =
+        (0..8).map(|i| fs.mkdir(root, format!("d{i}").as_bytes(), 0o755, 0, 0).unwrap().ino).collect();
+    let groups: HashSet<u32> = dirs.iter().map(|d| (d.0 - 1) / fs.inner.sbi.inodes_per_group).collect();
+    assert!(groups.len() > 2, "the directories went to too few groups: {groups:?}");
+    let f0 = fs.create(dirs[0], b"f0", 0o644, 0, 0).unwrap().ino;
+    for (i, d) in dirs.iter().enumerate().skip(1) {
+        fs.create(*d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    fs.sync().unwrap();
+    // Small transactions until those above are home, so nothing pins their bitmaps.
+    let mut mode = 0o600;
+    while fs.commit_stats().unwrap().checkpoints < 2 {
+        mode ^= 0o040;
+        fs.setattr(f0, &SetAttr { mode: Some(mode), ..SetAttr::default() }).unwrap();
+        fs.sync().unwrap();
+    }
+    // The descriptor block stays cached (as a hot block does); the bitmaps go.
+    let desc = fs.inner.bcache.get(fs.inner.sbi.descriptor_block(0)).unwrap();
+    fs.drop_caches();
+    fs.create(dirs[0], b"late", 0o644, 0, 0).unwrap();
+    fs.sync().unwrap();
+    drop(desc);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}

@@ -80,6 +80,16 @@ impl Buffer {
         }
     }
 
+    /// For a block the commit completes from atomics (see `FreezeHook`): runs `fill` on the
+    /// contents themselves, then copies them. Filling the cached block too, not only the copy,
+    /// keeps what `fill` cannot recompute later: a bitmap checksum stays right in its
+    /// descriptor block after the bitmap leaves the cache.
+    pub(crate) fn fill_and_copy(&self, fill: impl FnOnce(&mut [u8])) -> Arc<[u8]> {
+        let mut data = self.data.write();
+        fill(&mut data);
+        Arc::from(&data[..])
+    }
+
     /// Marks the copy of the contents as due to the commit running now (called while no
     /// handle is open, so the contents are those the transaction left).
     pub(crate) fn set_freeze_due(&self) {

@@ -47,8 +47,9 @@ impl FsInner {
             Box::new(move |blk: u64| groups.is_desc_block(blk) || blk == sb_blk || orphans.is_file_block(blk))
         };
         let fill = Box::new(move |blk: u64, data: &mut [u8]| {
-            // Counts and checksums go into the frozen copies here, not under the locks of every
-            // writer (seed 004). Nothing changes while the commit freezes these blocks.
+            // Counts and checksums go into these blocks here, as the commit freezes them, not
+            // under the locks of every writer (seed 004). Nothing changes meanwhile. A bitmap
+            // no longer cached has not changed since its checksum was last put here.
             if groups.is_desc_block(blk) {
                 let seed = sbi.csum_seed;
                 let bitmap_csum = |b: u64, n: usize| {

@@ -28,10 +28,7 @@ impl Journal {
         let mut filled: Vec<Option<Arc<[u8]>>> = Vec::with_capacity(buffers.len());
         for b in &buffers {
             if (self.freeze.fills)(b.blk) {
-                let mut copy: Arc<[u8]> = Arc::from(&b.data()[..]);
-                // Cannot fail: the copy was just made and is not shared yet.
-                (self.freeze.fill)(b.blk, Arc::get_mut(&mut copy).unwrap());
-                filled.push(Some(copy));
+                filled.push(Some(b.fill_and_copy(|data| (self.freeze.fill)(b.blk, data))));
             } else {
                 b.set_freeze_due();
                 filled.push(None);

@@ -137,16 +137,17 @@ pub(crate) struct CheckpointRequest {
 
 /// What a commit does to the blocks whose contents are only complete when frozen: the
 /// filesystem keeps some counts and checksums in atomics and writes them into the frozen copy
-/// (seed 004). Such blocks are copied while no handle is open; every other buffer is copied
+/// (seed 004), in the cached block and so in its copy. Such blocks are filled and copied while
+/// no handle is open; every other buffer is copied
 /// after the next transaction has started, by the commit or by its first writer there.
 pub(crate) struct FreezeHook {
     /// Whether block `blk` is one of those. [immutable]
     pub fills: Box<dyn Fn(u64) -> bool + Send + Sync>,
-    /// Completes the frozen copy of such a block. [immutable]
+    /// Completes such a block before it is copied. [immutable]
     pub fill: FillFn,
 }
 
-/// Completes the frozen copy `data` of block `blk`.
+/// Completes the contents `data` of block `blk` for a commit.
 pub(crate) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
 /// Statistics of commits (seed 003's figures).
