@@ -55,16 +55,16 @@ const IND_FREE_STEP: u64 = 8192;
 
 /// What `fill_map` mapped: the runs, how far it got, and whether it stopped short for lack
 /// of space.
-struct Filled {
-    runs: Vec<Run>,
-    reached: u64,
-    short: bool,
+pub(crate) struct Filled {
+    pub runs: Vec<Run>,
+    pub reached: u64,
+    pub short: bool,
 }
 
 /// A run of the file to fill: logical start, length, physical start, and whether it was
 /// just mapped (so the parts of its blocks the write does not cover must be zeroed).
 #[derive(Clone, Copy, Debug)]
-struct Run {
+pub(crate) struct Run {
     lblk: u64,
     len: u64,
     pblk: u64,
@@ -198,7 +198,7 @@ impl FsInner {
     /// `unwritten`), at most `OPS_PER_HANDLE` operations' worth. Returns the runs of the
     /// range it covered (existing written ones included) and how far it got; running out of
     /// space after some progress ends the range early instead (see `Filled::short`).
-    fn fill_map(
+    pub(crate) fn fill_map(
         &self,
         h: &Handle,
         inode: &Inode,
@@ -294,7 +294,7 @@ impl FsInner {
 
     /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
     /// zeroing the uncovered parts of freshly mapped blocks.
-    fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
         for r in runs {

@@ -35,10 +35,10 @@ fn next_generation() -> u32 {
 
 impl FsInner {
     /// Chooses a group for a new inode (`find_group_orlov` / `find_group_other`).
-    fn find_group(&self, parent: &Inode, is_dir: bool) -> Option<u32> {
+    fn find_group(&self, parent: InodeNo, is_dir: bool) -> Option<u32> {
         let sbi = &self.sbi;
         let n = sbi.group_count;
-        let pg = (parent.ino.0 - 1) / sbi.inodes_per_group;
+        let pg = (parent.0 - 1) / sbi.inodes_per_group;
         let free_inodes = |g: u32| self.groups.state[g as usize].free_inodes.load(Ordering::Relaxed);
         let free_blocks = |g: u32| self.groups.state[g as usize].free_blocks.load(Ordering::Relaxed);
         let dirs = |g: u32| self.groups.state[g as usize].used_dirs.load(Ordering::Relaxed);
@@ -50,7 +50,7 @@ impl FsInner {
             let avg_inodes = (fi / u64::from(n)) as u32;
             let avg_blocks = (fb / u64::from(n)) as u32;
             let avg_dirs = (nd / u64::from(n)) as u32;
-            if parent.ino == rext4_format::types::ROOT_INO {
+            if parent == rext4_format::types::ROOT_INO {
                 // Top-level directories spread out: the group with the fewest directories among
                 // those with at least average free inodes and blocks, starting somewhere
                 // different for each parent generation of calls.
@@ -142,6 +142,12 @@ impl FsInner {
     /// Allocates an inode for a child of `parent` and returns its number
     /// (`__ext4_new_inode`'s bitmap part). The caller initialises and writes the record.
     pub(crate) fn alloc_inode(&self, h: &Handle, parent: &Inode, is_dir: bool) -> Result<InodeNo> {
+        self.alloc_inode_near(h, parent.ino, is_dir)
+    }
+
+    /// [`FsInner::alloc_inode`] for a child of inode `parent`, which need not be a directory
+    /// (an EA inode goes near the inode that names it).
+    pub(crate) fn alloc_inode_near(&self, h: &Handle, parent: InodeNo, is_dir: bool) -> Result<InodeNo> {
         let _t = self.stats.time(crate::stats::Op::NewInode);
         if self.counters.free_inodes.sum() <= 0 {
             return Err(Error::NoSpace);

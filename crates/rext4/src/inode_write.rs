@@ -43,7 +43,7 @@ pub(crate) fn now() -> Timestamp {
 }
 
 /// Stores a timestamp into a record: seconds always, the extra word where the record has it.
-fn put_time(raw: &mut [u8], inode_size: usize, sec_off: usize, extra_off: usize, t: Timestamp) {
+pub(crate) fn put_time(raw: &mut [u8], inode_size: usize, sec_off: usize, extra_off: usize, t: Timestamp) {
     let (sec, extra) = encode_time(t);
     let extra_isize = if inode_size > fi::GOOD_OLD_INODE_SIZE {
         usize::from(u16::from_le_bytes([raw[fi::OFF_EXTRA_ISIZE], raw[fi::OFF_EXTRA_ISIZE + 1]]))

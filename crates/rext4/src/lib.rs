@@ -73,6 +73,7 @@ mod test_image;
 mod truncate;
 mod xattr;
 mod xattr_area;
+mod xattr_inode;
 mod xattr_write;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};

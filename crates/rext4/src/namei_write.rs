@@ -42,7 +42,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 impl FsInner {
     /// A new inode's record: type and permissions, owner, times, extent root.
-    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
+    pub(crate) fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
         let size = self.sbi.inode_size;
         let mut raw = vec![0u8; size].into_boxed_slice();
         raw[0..2].copy_from_slice(&mode.to_le_bytes());

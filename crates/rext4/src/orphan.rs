@@ -335,7 +335,8 @@ impl FsInner {
     /// record and the inode bit (what the kernel's `ext4_evict_inode` does at the last `iput`).
     pub(crate) fn delete_inode(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let is_dir = inode.is_dir();
-        // Blocks first, while the record can still be read.
+        // Blocks and values in EA inodes first, while the record can still be read.
+        self.ea_inodes_release_ibody(h, inode)?;
         self.free_all_blocks(h, inode)?;
         let mut raw = inode.raw_mut();
         self.clear_freed_record(&mut raw);

@@ -7,7 +7,7 @@
 //! Value offsets count from the start of `base` (the block, or the first in-inode entry).
 //! Nothing here panics on a hostile area: every offset is checked by [`entries`] first.
 
-use rext4_format::hash::{xattr_block_hash, xattr_entry_hash};
+use rext4_format::hash::{xattr_block_hash, xattr_entry_hash, xattr_entry_hash_ea_inode};
 use rext4_format::xattr::{entry_size, value_size, ENTRY_HEADER_SIZE};
 
 /// The largest value size the kernel accepts in an entry (`EXT4_XATTR_SIZE_MAX`).
@@ -147,34 +147,48 @@ pub(crate) fn value_same(base: &[u8], pos: Pos, value: &[u8]) -> bool {
     e.value_inum == 0 && e.value_size == value.len() && e.value(base) == value
 }
 
+/// What an entry is set to hold.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NewValue<'a> {
+    /// These bytes, stored in the area.
+    Bytes(&'a [u8]),
+    /// A value stored in EA inode `ino` (`ea_inode`): its size and crc32c hash.
+    Inode { ino: u32, size: u32, hash: u32 },
+}
+
 /// `ext4_xattr_set_entry`: sets (`Some`) or removes (`None`) the attribute at `pos` (from
-/// [`find`] on the same bytes). `is_block` gives entries their hash and the block its
-/// `h_hash`. On `NoSpace` the area is unchanged.
+/// [`find`] on the same bytes). `block` is `None` for the in-inode area; for a block, entries
+/// get their hash and the block its `h_hash`, and a value stored in the area must leave
+/// `Some(reserve)` bytes free for entries (`EXT4_XATTR_BLOCK_RESERVE`, 0 without
+/// `ea_inode`). A value in an EA inode takes only its entry's room. An entry whose old value
+/// was in an EA inode just stops naming it: its reference is the caller's to drop. On
+/// `NoSpace` the area is unchanged.
 pub(crate) fn set_entry(
     base: &mut [u8],
     first: usize,
     pos: Pos,
     index: u8,
     name: &[u8],
-    value: Option<&[u8]>,
-    is_block: bool,
+    value: Option<NewValue<'_>>,
+    block: Option<usize>,
 ) -> Result<(), AreaError> {
     let (ents, last) = entries(base, first).map_err(AreaError::Corrupt)?;
     let here = pos.found.then(|| entry_at(base, pos.here));
-    if here.is_some_and(|e| e.value_inum != 0) {
-        // Callers refuse values in EA inodes before getting here.
-        return Err(AreaError::Corrupt("value in an EA inode"));
-    }
     if name.len() > 255 {
         return Err(AreaError::Corrupt("bad name length"));
     }
-    let old_size = here.map_or(0, |e| if e.value_size != 0 { value_size(e.value_size) } else { 0 });
-    let new_size = value.map_or(0, |v| value_size(v.len()));
+    let bytes = match value {
+        Some(NewValue::Bytes(v)) => Some(v),
+        Some(NewValue::Inode { .. }) => Some(&[][..]),
+        None => None,
+    };
+    let old_size = here.map_or(0, |e| if e.in_area_value() { value_size(e.value_size) } else { 0 });
+    let new_size = bytes.map_or(0, |v| value_size(v.len()));
     let at = pos.here;
 
     if new_size != 0 && new_size == old_size {
         // Same padded size: the value is overwritten where it is.
-        let (v, e) = (value.unwrap_or_default(), here.ok_or(AreaError::Corrupt("no entry"))?);
+        let (v, e) = (bytes.unwrap_or_default(), here.ok_or(AreaError::Corrupt("no entry"))?);
         put_u32(base, at + 8, v.len() as u32);
         base[e.value_offs..e.value_offs + v.len()].copy_from_slice(v);
         base[e.value_offs + v.len()..e.value_offs + new_size].fill(0);
@@ -183,7 +197,7 @@ pub(crate) fn set_entry(
         for e in ents.iter().filter(|e| e.in_area_value()) {
             min_offs = min_offs.min(e.value_offs);
         }
-        if value.is_some() {
+        if bytes.is_some() {
             // `entries` checked that values start past the terminator.
             let mut free = min_offs - last - 4;
             if pos.found {
@@ -191,6 +205,12 @@ pub(crate) fn set_entry(
             }
             if free < entry_size(name.len()) + new_size {
                 return Err(AreaError::NoSpace);
+            }
+            // With `ea_inode`, a long value must not crowd out the names of the others.
+            if let Some(reserve) = block {
+                if new_size != 0 && (min_offs + old_size).saturating_sub(new_size) < reserve {
+                    return Err(AreaError::NoSpace);
+                }
             }
         }
         if let Some(e) = here.filter(|e| e.in_area_value()) {
@@ -203,7 +223,7 @@ pub(crate) fn set_entry(
                 put_u16(base, x.at + 2, x.value_offs + old_size);
             }
         }
-        if value.is_none() {
+        if bytes.is_none() {
             let size = entry_size(name.len());
             let new_last = last - size;
             base.copy_within(at + size..last + 4, at);
@@ -218,7 +238,7 @@ pub(crate) fn set_entry(
         } else {
             base[at + 2..at + 12].fill(0);
         }
-        if let Some(v) = value {
+        if let Some(v) = bytes {
             if !v.is_empty() {
                 let off = min_offs - new_size;
                 base[off..off + v.len()].copy_from_slice(v);
@@ -229,14 +249,28 @@ pub(crate) fn set_entry(
         }
     }
 
-    if let Some(v) = value {
-        let hash = if is_block { xattr_entry_hash(name, v, false) } else { 0 };
-        put_u32(base, at + 12, hash);
+    match value {
+        Some(NewValue::Bytes(v)) => {
+            let hash = if block.is_some() { xattr_entry_hash(name, v, false) } else { 0 };
+            put_u32(base, at + 12, hash);
+        }
+        Some(NewValue::Inode { ino, size, hash }) => {
+            // The entry's hash mixes in the value's hash, wherever the entry sits.
+            put_u32(base, at + 4, ino);
+            put_u32(base, at + 8, size);
+            put_u32(base, at + 12, xattr_entry_hash_ea_inode(name, hash, false));
+        }
+        None => {}
     }
-    if is_block {
+    if block.is_some() {
         rehash_block(base, first).map_err(AreaError::Corrupt)?;
     }
     Ok(())
+}
+
+/// The EA inodes an area's entries name.
+pub(crate) fn ea_inodes(base: &[u8], first: usize) -> Result<Vec<u32>, &'static str> {
+    Ok(entries(base, first)?.0.iter().filter(|e| e.value_inum != 0).map(|e| e.value_inum).collect())
 }
 
 /// `ext4_xattr_rehash`: the block's `h_hash` from its entries' hashes.
@@ -280,7 +314,7 @@ mod tests {
     fn set(b: &mut [u8], first: usize, sorted: bool, name: &[u8], v: Option<&[u8]>) -> Result<(), AreaError> {
         let (ents, end) = entries(b, first).unwrap();
         let pos = find(b, &ents, end, 1, name, sorted);
-        set_entry(b, first, pos, 1, name, v, sorted)
+        set_entry(b, first, pos, 1, name, v.map(NewValue::Bytes), sorted.then_some(0))
     }
 
     fn names(b: &[u8], first: usize) -> Vec<Vec<u8>> {

@@ -9,15 +9,14 @@
 //! about to be written is first looked up by hash in the xattr block cache (`mbcache.rs`), so
 //! that an identical one is shared instead.
 //!
-//! Values in EA inodes (`ea_inode`) are not written: a value that fits nowhere else gets
-//! `ENOSPC`, as on a filesystem without the feature, and changing a value the kernel put in an
-//! EA inode, or copying or freeing a block that points at one, gets `EOPNOTSUPP`.
+//! With `ea_inode`, a value too large for either area, or larger than a block's worth, goes
+//! to an EA inode of its own (`xattr_inode.rs`), and the entry names it.
 //!
 //! # Locking
 //! inode `op_lock` (the kernel's `i_rwsem`, which the VFS holds around setxattr) -> journal
 //! handle -> `Inode::raw` (write, held through the whole change, so readers see the in-inode
-//! area and the block as one) -> one xattr block's `Buffer::data` at a time -> xattr block
-//! cache shard. The record is changed in a copy and stored only when everything succeeded.
+//! area and the block as one) -> an EA inode's `Inode::raw` -> one xattr block's
+//! `Buffer::data` at a time -> xattr block cache shard. The record is changed in a copy and stored only when everything succeeded.
 
 use crate::acl::{self, AclEntry};
 use crate::buffer::Buffer;
@@ -27,7 +26,7 @@ use crate::inode::Inode;
 use crate::inode_write::{now, raw_links, raw_touch_c};
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
-use crate::xattr_area::{self as area, AreaError, Pos};
+use crate::xattr_area::{self as area, AreaError, NewValue, Pos};
 use rext4_format::features::Compat;
 use rext4_format::inode::{self as fi, GOOD_OLD_INODE_SIZE};
 use rext4_format::xattr::{self as fx, BLOCK_HEADER_SIZE, REFCOUNT_MAX, XATTR_MAGIC};
@@ -44,6 +43,9 @@ const VALUE_MAX: usize = 65536;
 /// Credits: the inode-table block, the superblock, the old and new xattr blocks, a bitmap and
 /// descriptor each for allocating and freeing, and a few blocks tried for sharing.
 const CREDITS: u32 = 16;
+/// More credits with `ea_inode`: a new EA inode (its table block, bitmap and descriptor, and a
+/// data handle's worth for its blocks) and an old one freed.
+const EA_CREDITS: u32 = 128;
 /// Identical blocks tried for sharing before a new one is allocated.
 const SHARE_TRIES: usize = 4;
 /// Offset of `s_feature_compat` in the superblock.
@@ -140,7 +142,7 @@ impl FsInner {
         inode: &Inode,
         f: impl FnOnce(&Handle, &mut [u8]) -> Result<bool>,
     ) -> Result<()> {
-        let h = journal.start(CREDITS)?;
+        let h = journal.start(if self.sbi.ea_inode { CREDITS + EA_CREDITS } else { CREDITS })?;
         let mut guard = inode.raw_mut();
         if raw_links(&guard) == 0 {
             // Removed while this call waited for the inode.
@@ -267,21 +269,20 @@ impl FsInner {
         } else if flags & XATTR_CREATE != 0 {
             return Err(Error::Exists);
         }
-        let ea_inode = |base: &[u8], pos: Pos| pos.found && u32_at(base, pos.here + 4) != 0;
-        if is.is_some_and(|s| ea_inode(&raw[s.first..], s.pos)) {
-            return Err(Error::NotSupported("changing a value stored in an EA inode".into()));
-        }
-        if let Some(BlockSearch { old: Some((_, _, data)), pos }) = &bs {
-            if ea_inode(data, *pos) {
-                return Err(Error::NotSupported("changing a value stored in an EA inode".into()));
-            }
-        }
+        // An EA inode the in-inode entry names: its reference goes when the entry changes.
+        let ibody_ea = is.filter(|s| s.pos.found).map_or(0, |s| u32_at(&raw[s.first..], s.pos.here + 4));
+        let ibody_charged = self.ibody_ea_charge(raw);
         let Some(value) = value else {
             if let Some(s) = is.filter(|s| s.pos.found) {
                 self.ibody_set(ino, raw, Some(s), index, name, None)?;
             } else if let Some(b) = bs {
                 self.block_set(h, ino, raw, b, index, name, None)?;
             }
+            if in_ibody && ibody_ea != 0 {
+                self.ea_inode_ref(h, ino, ibody_ea, -1)?;
+            }
+            let charge = self.ibody_ea_charge(raw);
+            self.raw_add_bytes(raw, charge - ibody_charged);
             return Ok(true);
         };
         if let Some(s) = is.filter(|s| s.pos.found) {
@@ -294,26 +295,65 @@ impl FsInner {
                 return Ok(false);
             }
         }
-        match self.ibody_set(ino, raw, is, index, name, Some(value)) {
-            Ok(()) => {
-                if let Some(b) = bs.filter(BlockSearch::found) {
-                    self.block_set(h, ino, raw, b, index, name, None)?;
-                }
-            }
-            Err(Error::NoSpace) => {
-                let b = match bs.take() {
-                    Some(b) => b,
-                    None => self.block_find(ino, raw, index, name)?,
-                };
-                self.block_set(h, ino, raw, b, index, name, Some(value))?;
-                if in_ibody {
-                    self.ibody_set(ino, raw, is, index, name, None)?;
-                }
-            }
-            Err(e) => return Err(e),
+        // `ext4_xattr_set_handle`: a large value goes to an EA inode at once; a smaller one
+        // there only when neither area has room for it.
+        let mut ea = None;
+        if self.sbi.ea_inode && fx::value_size(value.len()) > self.ea_large_value() {
+            ea = Some(self.ea_inode_new(h, ino, raw, value)?);
         }
+        loop {
+            let nv = match ea {
+                Some((vino, hash)) => NewValue::Inode { ino: vino, size: value.len() as u32, hash },
+                None => NewValue::Bytes(value),
+            };
+            let done = match self.ibody_set(ino, raw, is, index, name, Some(nv)) {
+                Ok(()) => match bs.take().filter(BlockSearch::found) {
+                    Some(b) => self.block_set(h, ino, raw, b, index, name, None),
+                    None => Ok(()),
+                },
+                Err(Error::NoSpace) => {
+                    let b = match bs.take() {
+                        Some(b) => b,
+                        None => self.block_find(ino, raw, index, name)?,
+                    };
+                    match self.block_set(h, ino, raw, b, index, name, Some(nv)) {
+                        Ok(()) if in_ibody => self.ibody_set(ino, raw, is, index, name, None),
+                        Ok(()) => Ok(()),
+                        Err(Error::NoSpace) if self.sbi.ea_inode && !value.is_empty() && ea.is_none() => {
+                            ea = Some(self.ea_inode_new(h, ino, raw, value)?);
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = done {
+                // The record copy is dropped on error; the new EA inode goes with it.
+                if let Some((vino, _)) = ea {
+                    self.ea_inode_ref(h, ino, vino, -1)?;
+                }
+                return Err(e);
+            }
+            break;
+        }
+        if in_ibody && ibody_ea != 0 {
+            self.ea_inode_ref(h, ino, ibody_ea, -1)?;
+        }
+        let charge = self.ibody_ea_charge(raw);
+        self.raw_add_bytes(raw, charge - ibody_charged);
         self.note_ext_attr(h)?;
         Ok(true)
+    }
+
+    /// An EA inode holding `value`, for inode `ino` whose record copy is `raw` (the owner's
+    /// ids go to the EA inode, as in the kernel).
+    fn ea_inode_new(&self, h: &Handle, ino: InodeNo, raw: &[u8], value: &[u8]) -> Result<(u32, u32)> {
+        let uid = u32::from(u16::from_le_bytes([raw[0x02], raw[0x03]]))
+            | u32::from(u16::from_le_bytes([raw[0x78], raw[0x79]])) << 16;
+        let gid = u32::from(u16::from_le_bytes([raw[0x18], raw[0x19]]))
+            | u32::from(u16::from_le_bytes([raw[0x7A], raw[0x7B]])) << 16;
+        self.ea_inode_create(h, ino, uid, gid, value)
     }
 
     fn ibody_find(&self, ino: InodeNo, raw: &[u8], index: u8, name: &[u8]) -> Result<Option<IbodySearch>> {
@@ -337,14 +377,14 @@ impl FsInner {
         is: Option<IbodySearch>,
         index: u8,
         name: &[u8],
-        value: Option<&[u8]>,
+        value: Option<NewValue<'_>>,
     ) -> Result<()> {
         let Some(s) = is else { return Err(Error::NoSpace) };
         let first = s.first;
         if s.fresh {
             raw[first..].fill(0);
         }
-        area::set_entry(&mut raw[first..], 0, s.pos, index, name, value, false)
+        area::set_entry(&mut raw[first..], 0, s.pos, index, name, value, None)
             .map_err(area_err(ino, None))?;
         let magic = if raw[first..first + 4] == [0; 4] { 0 } else { XATTR_MAGIC };
         raw[first - 4..first].copy_from_slice(&magic.to_le_bytes());
@@ -367,7 +407,9 @@ impl FsInner {
     /// `ext4_xattr_block_set`: the new contents are built in memory; then an identical block
     /// is shared if there is one, else the old block is rewritten if this inode is its only
     /// user, else a new block is allocated. The old block is released if it is no longer
-    /// the inode's.
+    /// the inode's. A block naming EA inodes is never shared: rewritten, it drops the
+    /// reference of the entry it loses; copied, the copy takes a reference for each EA inode
+    /// it names besides a new one's.
     #[allow(clippy::too_many_arguments)]
     fn block_set(
         &self,
@@ -377,41 +419,65 @@ impl FsInner {
         bs: BlockSearch,
         index: u8,
         name: &[u8],
-        value: Option<&[u8]>,
+        value: Option<NewValue<'_>>,
     ) -> Result<()> {
         let old_blk = bs.old.as_ref().map(|o| o.0);
-        let mut content = match &bs.old {
-            Some((blk, _, data)) => {
-                let (ents, _) =
-                    area::entries(data, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, Some(*blk), w))?;
-                if ents.iter().any(|e| e.value_inum != 0) {
-                    return Err(Error::NotSupported("changing a block that refers to EA inodes".into()));
-                }
-                data.clone()
+        let (mut content, lost_ea) = match &bs.old {
+            Some((_, _, data)) => {
+                let lost = if bs.pos.found { u32_at(data, bs.pos.here + 4) } else { 0 };
+                (data.clone(), lost)
             }
             None => {
                 let mut b = vec![0u8; self.sbi.block_size as usize];
                 b[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
                 b[8..12].copy_from_slice(&1u32.to_le_bytes());
-                b
+                (b, 0)
             }
         };
         content[4..8].copy_from_slice(&1u32.to_le_bytes());
-        area::set_entry(&mut content, BLOCK_HEADER_SIZE, bs.pos, index, name, value, true)
-            .map_err(area_err(ino, old_blk))?;
+        area::set_entry(
+            &mut content,
+            BLOCK_HEADER_SIZE,
+            bs.pos,
+            index,
+            name,
+            value,
+            Some(self.ea_block_reserve()),
+        )
+        .map_err(area_err(ino, old_blk))?;
         let empty = content[BLOCK_HEADER_SIZE..BLOCK_HEADER_SIZE + 4] == [0; 4];
+        let eas = area::ea_inodes(&content, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, old_blk, w))?;
+        let shareable = eas.is_empty();
         let mut delta = 0i64;
+        let shared =
+            if !empty && shareable { self.xattr_block_share(h, ino, &content, old_blk)? } else { None };
         let new_blk = if empty {
             None
-        } else if let Some(b) = self.xattr_block_share(h, ino, &content, old_blk)? {
+        } else if let Some(b) = shared {
             delta += 1;
             Some(b)
-        } else if let Some(b) = self.xattr_block_rewrite(h, &bs, &content)? {
+        } else if let Some(b) = self.xattr_block_rewrite(h, &bs, &content, shareable)? {
             Some(b)
         } else {
             delta += 1;
-            Some(self.xattr_block_new(h, ino, &content)?)
+            Some(self.xattr_block_new(h, ino, &content, shareable)?)
         };
+        if new_blk.is_some() && new_blk == old_blk {
+            if lost_ea != 0 {
+                self.ea_inode_ref(h, ino, lost_ea, -1)?;
+            }
+        } else if new_blk.is_some() {
+            let fresh = match value {
+                Some(NewValue::Inode { ino: v, .. }) => v,
+                _ => 0,
+            };
+            for &e in eas.iter().filter(|&&e| e != fresh) {
+                self.ea_inode_ref(h, ino, e, 1)?;
+            }
+        }
+        let charged = bs.old.as_ref().map_or(0, |(_, _, d)| self.ea_charge(d, BLOCK_HEADER_SIZE));
+        let charge = if new_blk.is_some() { self.ea_charge(&content, BLOCK_HEADER_SIZE) } else { 0 };
+        self.raw_add_bytes(raw, charge - charged);
         raw_set_file_acl(raw, new_blk.unwrap_or(0));
         if let Some(ob) = old_blk.filter(|&b| Some(b) != new_blk) {
             self.xattr_release_block(h, ino, ob)?;
@@ -469,8 +535,15 @@ impl FsInner {
         Ok(None)
     }
 
-    /// Writes `content` over the inode's old block if the inode is still its only user.
-    fn xattr_block_rewrite(&self, h: &Handle, bs: &BlockSearch, content: &[u8]) -> Result<Option<u64>> {
+    /// Writes `content` over the inode's old block if the inode is still its only user;
+    /// `cache`: offer it for sharing.
+    fn xattr_block_rewrite(
+        &self,
+        h: &Handle,
+        bs: &BlockSearch,
+        content: &[u8],
+        cache: bool,
+    ) -> Result<Option<u64>> {
         let Some((blk, buf, _)) = &bs.old else { return Ok(None) };
         let mut d = h.write(buf)?;
         if u32_at(&d, 4) != 1 {
@@ -481,12 +554,15 @@ impl FsInner {
         if self.sbi.metadata_csum {
             fx::set_block_checksum(&mut d, self.sbi.csum_seed, *blk);
         }
-        self.xattr_cache.insert(u32_at(content, 0x0C), *blk);
+        if cache {
+            self.xattr_cache.insert(u32_at(content, 0x0C), *blk);
+        }
         Ok(Some(*blk))
     }
 
-    /// Allocates a block in the inode's group and writes `content` into it.
-    fn xattr_block_new(&self, h: &Handle, ino: InodeNo, content: &[u8]) -> Result<u64> {
+    /// Allocates a block in the inode's group and writes `content` into it; `cache`: offer it
+    /// for sharing.
+    fn xattr_block_new(&self, h: &Handle, ino: InodeNo, content: &[u8], cache: bool) -> Result<u64> {
         let group = (ino.0 - 1) / self.sbi.inodes_per_group;
         let (blk, _) = self.alloc_blocks(h, self.sbi.group_first_block(group), 1, true)?;
         let buf = self.bcache.get_fresh(blk);
@@ -496,12 +572,15 @@ impl FsInner {
             fx::set_block_checksum(&mut d, self.sbi.csum_seed, blk);
         }
         drop(d);
-        self.xattr_cache.insert(u32_at(content, 0x0C), blk);
+        if cache {
+            self.xattr_cache.insert(u32_at(content, 0x0C), blk);
+        }
         Ok(blk)
     }
 
     /// `ext4_xattr_release_block`: drops one reference to xattr block `blk`, freeing it with
-    /// the last. The caller clears `i_file_acl` and adjusts `i_blocks`.
+    /// the last, and with it the references it holds to EA inodes. The caller clears
+    /// `i_file_acl` and adjusts `i_blocks`.
     pub(crate) fn xattr_release_block(&self, h: &Handle, ino: InodeNo, blk: u64) -> Result<()> {
         let buf = self.bread(blk, Some(ino))?;
         let mut d = h.write(&buf)?;
@@ -522,23 +601,52 @@ impl FsInner {
         }
         // Out of the cache before the lock is let go, so nobody takes a reference to it.
         self.xattr_cache.remove(u32_at(&d, 0x0C), blk);
+        let eas = area::ea_inodes(&d, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, Some(blk), w))?;
         drop(d);
+        self.ea_inodes_put(h, ino, &eas)?;
         self.free_blocks(h, blk, 1, true)
     }
 
     /// Adds `n` xattr blocks (may be negative) to the record's `i_blocks`.
     fn raw_add_xattr_blocks(&self, raw: &mut [u8], n: i64) {
-        if n == 0 {
+        self.raw_add_bytes(raw, n * i64::from(self.sbi.block_size));
+    }
+
+    /// What the values in EA inodes that an area's entries name cost its inode: each value's
+    /// size rounded up to whole blocks, as the kernel charges them to the inode's `i_blocks`
+    /// (`ext4_xattr_inode_alloc_quota`) and e2fsck counts them.
+    fn ea_charge(&self, base: &[u8], first: usize) -> i64 {
+        let bs = u64::from(self.sbi.block_size);
+        let Ok((ents, _)) = area::entries(base, first) else { return 0 };
+        ents.iter()
+            .filter(|e| e.value_inum != 0)
+            .map(|e| (e.value_size as u64).div_ceil(bs) * bs)
+            .sum::<u64>() as i64
+    }
+
+    /// [`FsInner::ea_charge`] of the record's in-inode area.
+    fn ibody_ea_charge(&self, raw: &[u8]) -> i64 {
+        match ibody_first(raw) {
+            Some(first) if self.sbi.ea_inode && has_ibody_magic(raw, first) => {
+                self.ea_charge(&raw[first..], 0)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Adds `bytes` (may be negative; whole blocks) to the record's `i_blocks`.
+    fn raw_add_bytes(&self, raw: &mut [u8], bytes: i64) {
+        if bytes == 0 {
             return;
         }
         let flags = u32_at(raw, 0x20);
         let unit = if self.sbi.huge_file && flags & fi::HUGE_FILE_FL != 0 {
-            1
+            i64::from(self.sbi.block_size)
         } else {
-            i64::from(self.sbi.block_size / 512)
+            512
         };
         let cur = u64::from(u32_at(raw, 0x1C)) | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32;
-        let v = (cur as i64).saturating_add(n * unit).max(0) as u64;
+        let v = (cur as i64).saturating_add(bytes / unit).max(0) as u64;
         raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
         raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
     }
@@ -584,7 +692,7 @@ impl FsInner {
         if is.is_some_and(|s| s.pos.found && area::value_same(&raw[s.first..], s.pos, value)) {
             return Ok(());
         }
-        self.ibody_set(ino, raw, is, index, name, Some(value))
+        self.ibody_set(ino, raw, is, index, name, Some(NewValue::Bytes(value)))
     }
 }
 

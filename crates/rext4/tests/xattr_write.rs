@@ -1064,3 +1064,127 @@ fn inline_data_files_keep_their_data() {
         km.unmount().unwrap();
     }
 }
+
+/// `len` bytes that differ from those of another `seed`.
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// Inodes in use, from the superblock (`debugfs stats`).
+fn inodes_in_use(img: &Path) -> u64 {
+    let out = debugfs(img, "stats");
+    let free: u64 = out.lines().find_map(|l| l.strip_prefix("Free inodes:")).unwrap().trim().parse().unwrap();
+    let count: u64 =
+        out.lines().find_map(|l| l.strip_prefix("Inode count:")).unwrap().trim().parse().unwrap();
+    count - free
+}
+
+/// With `ea_inode`: values too large for an xattr area go to EA inodes of their own, at once
+/// or when neither area has room left; replacing, removing and unlinking free them again. The
+/// kernel reads every value, and can go on removing them; e2fsck counts the references right.
+#[test]
+fn values_in_ea_inodes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("4k", &["-O", "ea_inode"][..]), ("1k", &["-b", "1024", "-O", "ea_inode"][..])] {
+        let img = mkfs(dir.path(), name, args);
+        let in_use = inodes_in_use(&img);
+        let fs = rw(&img);
+        let root = fs.root();
+        for f in ["big", "two", "max", "gone", "shrink"] {
+            fs.create(root, f.as_bytes(), 0o644, 1000, 1000).unwrap();
+        }
+        // A value over a block's worth goes to an EA inode at once.
+        set(&fs, "/big", "user.big", &pattern(1, 10_000));
+        set(&fs, "/big", "user.small", b"s");
+        // Two values that each fit a block, but not together: the second goes to an EA inode.
+        let bs = fs.block_size() as usize;
+        set(&fs, "/two", "user.a", &pattern(2, bs * 3 / 4));
+        set(&fs, "/two", "user.b", &pattern(3, bs * 3 / 4));
+        // The largest value setxattr takes.
+        set(&fs, "/max", "trusted.max", &pattern(4, 65_536));
+        set(&fs, "/gone", "user.g", &pattern(5, 8_000));
+        set(&fs, "/shrink", "user.s", &pattern(6, 9_000));
+        let files = fs.statfs().unwrap().files_free;
+        // Replaced by another large value: the old EA inode goes, a new one comes.
+        set(&fs, "/big", "user.big", &pattern(7, 20_000));
+        // Replaced by a small value: its EA inode goes.
+        set(&fs, "/shrink", "user.s", b"small now");
+        // Removed, and unlinked with its value: both EA inodes go.
+        fs.removexattr(ino(&fs, "/max"), b"trusted.max").unwrap();
+        fs.unlink(root, b"gone").unwrap();
+        assert_eq!(fs.statfs().unwrap().files_free, files + 4, "{name}: three EA inodes and /gone freed");
+        assert_eq!(errno(fs.getxattr(ino(&fs, "/max"), b"trusted.max")), libc::ENODATA);
+        let big = map(&[("user.big", &pattern(7, 20_000)), ("user.small", b"s")]);
+        let two = map(&[("user.a", &pattern(2, bs * 3 / 4)), ("user.b", &pattern(3, bs * 3 / 4))]);
+        let shrink = map(&[("user.s", b"small now")]);
+        assert_eq!(rext4_xattrs(&fs, "/big"), big, "{name}");
+        finish(fs, &img, &[("/big", big), ("/two", two), ("/max", Xattrs::new()), ("/shrink", shrink)]);
+        // Four files and the two EA inodes still named.
+        assert_eq!(inodes_in_use(&img), in_use + 6, "{name}");
+        // The kernel takes them from here.
+        match KernelMount::rw(&img) {
+            Ok(km) => {
+                for f in ["big", "two"] {
+                    let p = km.path().join(f);
+                    for n in xattr::list(&p).unwrap() {
+                        xattr::remove(&p, n).unwrap();
+                    }
+                }
+                km.unmount().unwrap();
+                e2fsck_clean(&img);
+                assert_eq!(inodes_in_use(&img), in_use + 4, "{name}: the kernel freed both EA inodes");
+            }
+            Err(e) => eprintln!("skipping the kernel's removal: {e}"),
+        }
+    }
+}
+
+/// Values the kernel put in EA inodes (one of them shared by several files' equal values) are
+/// replaced, removed and unlinked by rext4 with the references counted right; a block the
+/// kernel shares that names an EA inode is copied for the file that changes it.
+#[test]
+fn kernel_ea_inode_values_changed() {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "kea", &["-O", "ea_inode"]);
+    let in_use = inodes_in_use(&img);
+    {
+        let km = KernelMount::rw(&img).unwrap();
+        for f in ["a", "b", "c"] {
+            let p = km.path().join(f);
+            std::fs::write(&p, b"x").unwrap();
+            xattr::set(&p, "user.v", &pattern(9, 12_000)).unwrap();
+        }
+        // The in-inode area full, the entry naming the EA inode goes to a block, shared.
+        for f in ["e", "f"] {
+            let p = km.path().join(f);
+            std::fs::write(&p, b"y").unwrap();
+            xattr::set(&p, "user.pad", &pattern(11, 100)).unwrap();
+            xattr::set(&p, "user.w", &pattern(12, 12_000)).unwrap();
+        }
+        km.unmount().unwrap();
+    }
+    let shared = file_acl(&img, "/e");
+    assert!(shared != 0 && file_acl(&img, "/f") == shared, "the kernel shares one block");
+    let fs = rw(&img);
+    set(&fs, "/e", "user.more", &pattern(13, 200));
+    assert_eq!(rext4_xattrs(&fs, "/a"), map(&[("user.v", &pattern(9, 12_000))]));
+    set(&fs, "/a", "user.v", &pattern(10, 5_000));
+    fs.removexattr(ino(&fs, "/b"), b"user.v").unwrap();
+    let c = map(&[("user.v", &pattern(9, 12_000))]);
+    fs.unlink(fs.root(), b"c").unwrap();
+    fs.create(fs.root(), b"d", 0o644, 0, 0).unwrap();
+    set(&fs, "/d", "user.v", &pattern(9, 12_000));
+    let a = map(&[("user.v", &pattern(10, 5_000))]);
+    let f = map(&[("user.pad", &pattern(11, 100)), ("user.w", &pattern(12, 12_000))]);
+    let mut e = f.clone();
+    e.insert(b"user.more".to_vec(), pattern(13, 200));
+    finish(fs, &img, &[("/a", a), ("/b", Xattrs::new()), ("/d", c), ("/e", e), ("/f", f)]);
+    assert_ne!(file_acl(&img, "/e"), shared);
+    assert_eq!(file_acl(&img, "/f"), shared);
+    // a, b, d, e, f and the EA inodes of a's, d's and e's and f's values.
+    assert_eq!(inodes_in_use(&img), in_use + 8);
+}

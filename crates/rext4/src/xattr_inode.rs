@@ -1,0 +1,175 @@
+//! Values in EA inodes (`ea_inode`; the kernel's `ext4_xattr_inode_create`,
+//! `ext4_xattr_inode_write`, `ext4_xattr_inode_update_ref`): a value too large for an xattr
+//! area lives in the data blocks of an inode of its own, flagged `EA_INODE_FL` and named by
+//! no directory. The entry keeps the inode's number and the value's size; the EA inode keeps
+//! the value's crc32c hash in `i_atime` and a 64-bit reference count in `i_ctime` (high word)
+//! and `l_i_version` (low word), one per entry naming it (an xattr block counts once however
+//! many inodes share it). It is freed with its last reference.
+//!
+//! rext4 gives every new value an EA inode of its own (the kernel may share one between equal
+//! values); it never shares an xattr block that names EA inodes, and copying one (to change
+//! it for one of the inodes sharing it) takes a reference for the copy's entries.
+//!
+//! Value blocks are written like file data, before the handle's transaction commits; the
+//! entry naming them commits with the inode and its map.
+//!
+//! # Locking
+//! An EA inode's record is taken after its owner's: EA inodes own no attributes themselves,
+//! so the order has no cycle.
+
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::inode_write::{put_time, raw_set_size};
+use crate::jbd2::transaction::Handle;
+use rext4_format::checksum::{crc32c, inode_csum_seed};
+use rext4_format::inode::{self as fi, Timestamp, EA_INODE_FL};
+use rext4_format::xattr::{entry_size, BLOCK_HEADER_SIZE};
+use rext4_format::InodeNo;
+use std::sync::Arc;
+
+/// Offset of `l_i_version` (the reference count's low word) in a record.
+const OFF_VERSION: usize = 0x24;
+/// Offset of `i_ctime` (the reference count's high word).
+const OFF_CTIME: usize = 0x0C;
+/// Offset of `i_atime` (the value's hash).
+const OFF_ATIME: usize = 0x08;
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+/// The reference count of an EA inode's record.
+pub(crate) fn raw_ea_refs(raw: &[u8]) -> u64 {
+    u64::from(u32_at(raw, OFF_CTIME)) << 32 | u64::from(u32_at(raw, OFF_VERSION))
+}
+
+fn raw_set_ea_refs(raw: &mut [u8], inode_size: usize, refs: u64) {
+    put_time(
+        raw,
+        inode_size,
+        OFF_CTIME,
+        fi::OFF_CTIME_EXTRA,
+        Timestamp { sec: (refs >> 32) as i64, nsec: 0 },
+    );
+    raw[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&(refs as u32).to_le_bytes());
+}
+
+impl FsInner {
+    /// The padded value size above which a value goes to an EA inode at once
+    /// (`EXT4_XATTR_MIN_LARGE_EA_SIZE`: a block less its header, one short entry and the
+    /// terminator).
+    pub(crate) fn ea_large_value(&self) -> usize {
+        self.sbi.block_size as usize - entry_size(3) - BLOCK_HEADER_SIZE - 4
+    }
+
+    /// Bytes a value stored in an xattr block must leave for entries on an `ea_inode`
+    /// filesystem (`EXT4_XATTR_BLOCK_RESERVE`), 0 without the feature.
+    pub(crate) fn ea_block_reserve(&self) -> usize {
+        if self.sbi.ea_inode {
+            (self.sbi.block_size as usize / 8).min(1024)
+        } else {
+            0
+        }
+    }
+
+    /// `ext4_xattr_inode_hash`: crc32c of the value with the filesystem's checksum seed.
+    pub(crate) fn ea_value_hash(&self, value: &[u8]) -> u32 {
+        crc32c(self.sbi.csum_seed, value)
+    }
+
+    /// Makes an EA inode holding `value` with one reference, owned by `uid`/`gid`, near
+    /// inode `owner`. Returns its number and the value's hash.
+    pub(crate) fn ea_inode_create(
+        &self,
+        h: &Handle,
+        owner: InodeNo,
+        uid: u32,
+        gid: u32,
+        value: &[u8],
+    ) -> Result<(u32, u32)> {
+        let hash = self.ea_value_hash(value);
+        let ino = self.alloc_inode_near(h, owner, false)?;
+        let generation = self.new_generation();
+        let mut raw = self.new_record(fi::S_IFREG | 0o600, uid, gid, 1, generation);
+        let flags = u32_at(&raw, 0x20) | EA_INODE_FL;
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let size = self.sbi.inode_size;
+        put_time(&mut raw, size, OFF_ATIME, fi::OFF_ATIME_EXTRA, Timestamp { sec: i64::from(hash), nsec: 0 });
+        raw_set_ea_refs(&mut raw, size, 1);
+        let inode =
+            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+        self.icache.insert(u64::from(ino.0), inode.clone());
+        match self.ea_inode_fill(h, &inode, value) {
+            Ok(()) => Ok((ino.0, hash)),
+            Err(e) => {
+                self.abandon_new_inode(h, &inode, false)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps the new EA inode's blocks and writes `value` into them (`ext4_xattr_inode_write`).
+    fn ea_inode_fill(&self, h: &Handle, inode: &Inode, value: &[u8]) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let blocks = (value.len() as u64).div_ceil(bs);
+        let mut raw = inode.raw_mut();
+        let mut lblk = 0;
+        while lblk < blocks {
+            let filled = self.fill_map(h, inode, &mut raw, lblk, blocks, false)?;
+            self.write_runs(&filled.runs, 0, value)?;
+            if filled.reached <= lblk {
+                return Err(Error::NoSpace);
+            }
+            lblk = filled.reached;
+        }
+        raw_set_size(&mut raw, value.len() as u64);
+        self.mark_inode_dirty(h, inode, &mut raw)
+    }
+
+    /// Adds `delta` to EA inode `ea`'s reference count (`ext4_xattr_inode_update_ref`), named
+    /// by an entry of inode `owner`; frees the inode when none is left.
+    pub(crate) fn ea_inode_ref(&self, h: &Handle, owner: InodeNo, ea: u32, delta: i64) -> Result<()> {
+        let bad = |what| corrupt(CorruptKind::Xattr { ino: owner, block: None, what });
+        if ea == owner.0 || ea < self.sbi.sb.first_ino() || ea > self.sbi.inodes_count {
+            return bad("value inode number out of range");
+        }
+        let inode = self.iget(InodeNo(ea))?;
+        if inode.flags() & EA_INODE_FL == 0 {
+            return bad("value inode is not an EA inode");
+        }
+        let mut raw = inode.raw_mut();
+        let refs = raw_ea_refs(&raw).checked_add_signed(delta).unwrap_or(0);
+        if refs > 0 {
+            raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs);
+            return self.mark_inode_dirty(h, &inode, &mut raw);
+        }
+        drop(raw);
+        self.delete_inode(h, &inode)
+    }
+
+    /// Drops one reference to each EA inode in `eas`, named by inode `owner`.
+    pub(crate) fn ea_inodes_put(&self, h: &Handle, owner: InodeNo, eas: &[u32]) -> Result<()> {
+        eas.iter().try_for_each(|&ea| self.ea_inode_ref(h, owner, ea, -1))
+    }
+
+    /// Drops the references the in-inode area of `inode`, whose last link is gone, holds
+    /// (the in-inode half of `ext4_xattr_delete_inode`; the xattr block's go with the block).
+    pub(crate) fn ea_inodes_release_ibody(&self, h: &Handle, inode: &Inode) -> Result<()> {
+        if !self.sbi.ea_inode {
+            return Ok(());
+        }
+        let eas = {
+            let raw = inode.raw();
+            let Some(first) = crate::xattr_write::ibody_first(&raw) else { return Ok(()) };
+            if u32_at(&raw, first - 4) != rext4_format::xattr::XATTR_MAGIC {
+                return Ok(());
+            }
+            match crate::xattr_area::ea_inodes(&raw[first..], 0) {
+                Ok(eas) => eas,
+                Err(what) => return corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
+            }
+        };
+        self.ea_inodes_put(h, inode.ino, &eas)
+    }
+}
