@@ -385,6 +385,30 @@ fn xattrs_match_kernel() {
     unmount_and_compare(m, &img);
 }
 
+/// With `ea_inode`, values up to the 64 KiB setxattr takes live in EA inodes: set, read,
+/// replaced by a small value, removed; the kernel reads what is left.
+#[test]
+fn large_xattrs_in_ea_inodes() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "ea.img", &["-O", "ea_inode"], "64M");
+    let m = FuseMount::new(&img, "rw");
+    let f = m.join("f");
+    File::create(&f).unwrap();
+    let big: Vec<u8> = (0..65_536u32).map(|i| (i * 7 % 251) as u8).collect();
+    xattr::set(&f, "user.max", &big).unwrap();
+    xattr::set(&f, "user.mid", &big[..5000]).unwrap();
+    xattr::set(&f, "user.gone", &big[..9000]).unwrap();
+    assert_eq!(xattr::get(&f, "user.max").unwrap().as_deref(), Some(&big[..]));
+    xattr::set(&f, "user.mid", b"small now").unwrap();
+    xattr::remove(&f, "user.gone").unwrap();
+    assert_eq!(xattr::get(&f, "user.mid").unwrap().as_deref(), Some(&b"small now"[..]));
+    expect_errno(xattr::set(&f, "user.over", &vec![1u8; 65_537]), libc::E2BIG, "setxattr over 64 KiB");
+    unmount_and_compare(m, &img);
+}
+
 /// A read-only mount answers reads and refuses every change with EROFS; `norecovery` is
 /// accepted only with `ro`.
 #[test]
