@@ -600,14 +600,17 @@ impl FsInner {
             self.free_blocks(h, b, 1, true)?;
         }
         let acl = inode.disk().file_acl();
+        let charged = self.ea_charge_total(inode.ino, &inode.raw())? as u64;
         let mut raw = inode.raw_mut();
         let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
-        // What is left in i_blocks is the xattr block, in the record's unit.
-        let left = match (acl != 0, self.sbi.huge_file && flags & HUGE_FILE_FL != 0) {
-            (false, _) => 0,
-            (true, true) => 1,
-            (true, false) => u64::from(self.sbi.block_size / 512),
+        // What is left in i_blocks is the xattr block and the values in EA inodes, in the
+        // record's unit.
+        let unit = if self.sbi.huge_file && flags & HUGE_FILE_FL != 0 {
+            u64::from(self.sbi.block_size)
+        } else {
+            512
         };
+        let left = (if acl != 0 { u64::from(self.sbi.block_size) } else { 0 } + charged) / unit;
         raw[0x1C..0x20].copy_from_slice(&(left as u32).to_le_bytes());
         raw[0x74..0x76].fill(0);
         raw[0x28..0x28 + 60].fill(0);

@@ -307,9 +307,15 @@ impl FsInner {
                 None => NewValue::Bytes(value),
             };
             let done = match self.ibody_set(ino, raw, is, index, name, Some(nv)) {
-                Ok(()) => match bs.take().filter(BlockSearch::found) {
-                    Some(b) => self.block_set(h, ino, raw, b, index, name, None),
-                    None => Ok(()),
+                // The old entry in the block goes (searched again after a failed try used
+                // up the search).
+                Ok(()) => match bs.take() {
+                    Some(b) if b.found() => self.block_set(h, ino, raw, b, index, name, None),
+                    None if in_block => {
+                        let b = self.block_find(ino, raw, index, name)?;
+                        self.block_set(h, ino, raw, b, index, name, None)
+                    }
+                    _ => Ok(()),
                 },
                 Err(Error::NoSpace) => {
                     let b = match bs.take() {
@@ -622,6 +628,20 @@ impl FsInner {
             .filter(|e| e.value_inum != 0)
             .map(|e| (e.value_size as u64).div_ceil(bs) * bs)
             .sum::<u64>() as i64
+    }
+
+    /// What all the values in EA inodes that inode `ino` (record `raw`) names cost it, in
+    /// bytes of `i_blocks`: those of its in-inode area and of its xattr block.
+    pub(crate) fn ea_charge_total(&self, ino: InodeNo, raw: &[u8]) -> Result<i64> {
+        let blk = raw_file_acl(raw);
+        let block = if self.sbi.ea_inode && blk != 0 {
+            let buf = self.xattr_block(ino, blk)?;
+            let d = buf.data();
+            self.ea_charge(&d, BLOCK_HEADER_SIZE)
+        } else {
+            0
+        };
+        Ok(self.ibody_ea_charge(raw) + block)
     }
 
     /// [`FsInner::ea_charge`] of the record's in-inode area.

@@ -1090,7 +1090,7 @@ fn values_in_ea_inodes() {
         let in_use = inodes_in_use(&img);
         let fs = rw(&img);
         let root = fs.root();
-        for f in ["big", "two", "max", "gone", "shrink"] {
+        for f in ["big", "two", "max", "gone", "shrink", "grow"] {
             fs.create(root, f.as_bytes(), 0o644, 1000, 1000).unwrap();
         }
         // A value over a block's worth goes to an EA inode at once.
@@ -1104,6 +1104,13 @@ fn values_in_ea_inodes() {
         set(&fs, "/max", "trusted.max", &pattern(4, 65_536));
         set(&fs, "/gone", "user.g", &pattern(5, 8_000));
         set(&fs, "/shrink", "user.s", &pattern(6, 9_000));
+        // A value in the block that grows past the block's room moves to an EA inode, its
+        // entry to the inode: the block's entry goes.
+        set(&fs, "/grow", "user.a", &pattern(14, bs * 3 / 4));
+        set(&fs, "/grow", "user.b", &pattern(15, bs / 8));
+        set(&fs, "/grow", "user.b", &pattern(16, bs * 3 / 4));
+        let names = fs.listxattr(ino(&fs, "/grow")).unwrap();
+        assert_eq!(names.len(), 2, "{name}: {names:?}");
         let files = fs.statfs().unwrap().files_free;
         // Replaced by another large value: the old EA inode goes, a new one comes.
         set(&fs, "/big", "user.big", &pattern(7, 20_000));
@@ -1117,10 +1124,15 @@ fn values_in_ea_inodes() {
         let big = map(&[("user.big", &pattern(7, 20_000)), ("user.small", b"s")]);
         let two = map(&[("user.a", &pattern(2, bs * 3 / 4)), ("user.b", &pattern(3, bs * 3 / 4))]);
         let shrink = map(&[("user.s", b"small now")]);
+        let grow = map(&[("user.a", &pattern(14, bs * 3 / 4)), ("user.b", &pattern(16, bs * 3 / 4))]);
         assert_eq!(rext4_xattrs(&fs, "/big"), big, "{name}");
-        finish(fs, &img, &[("/big", big), ("/two", two), ("/max", Xattrs::new()), ("/shrink", shrink)]);
-        // Four files and the two EA inodes still named.
-        assert_eq!(inodes_in_use(&img), in_use + 6, "{name}");
+        finish(
+            fs,
+            &img,
+            &[("/big", big), ("/two", two), ("/max", Xattrs::new()), ("/shrink", shrink), ("/grow", grow)],
+        );
+        // Five files and the three EA inodes still named.
+        assert_eq!(inodes_in_use(&img), in_use + 8, "{name}");
         // The kernel takes them from here.
         match KernelMount::rw(&img) {
             Ok(km) => {
@@ -1132,7 +1144,7 @@ fn values_in_ea_inodes() {
                 }
                 km.unmount().unwrap();
                 e2fsck_clean(&img);
-                assert_eq!(inodes_in_use(&img), in_use + 4, "{name}: the kernel freed both EA inodes");
+                assert_eq!(inodes_in_use(&img), in_use + 6, "{name}: the kernel freed both EA inodes");
             }
             Err(e) => eprintln!("skipping the kernel's removal: {e}"),
         }
