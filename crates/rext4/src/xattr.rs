@@ -19,7 +19,8 @@ pub(crate) struct Xattr {
     pub index: u8,
     pub name: Vec<u8>,
     pub value: Vec<u8>,
-    /// For values in an EA inode: (inode, size), read after the block lock is released.
+    /// For values in an EA inode: (inode, size), read after the block's lock is released but
+    /// under the record's, so that a change cannot free the EA inode meanwhile.
     ea_inode: Option<(u32, u32)>,
 }
 
@@ -28,11 +29,6 @@ impl FsInner {
     pub(crate) fn xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
         let mut out = Vec::new();
         self.xattrs_snapshot(inode, &mut out)?;
-        for x in &mut out {
-            if let Some((vino, size)) = x.ea_inode {
-                x.value = self.ea_inode_value(inode.ino, vino, size)?;
-            }
-        }
         Ok(out)
     }
 
@@ -66,6 +62,14 @@ impl FsInner {
                 // they are read, too).
                 let hash = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
                 self.xattr_cache.insert(hash, now);
+            }
+            // Values in EA inodes, still under the record's read lock: a change that replaces
+            // or removes one (and may free its EA inode) holds the write lock. Owner record
+            // before EA inode record, as writers take them.
+            for x in out.iter_mut() {
+                if let Some((vino, size)) = x.ea_inode {
+                    x.value = self.ea_inode_value(ino, vino, size)?;
+                }
             }
             return Ok(());
         }

@@ -199,9 +199,20 @@ impl FsInner {
             return self.set_acl(&journal, &inode, index, acl);
         }
         let (index, suffix) = resolve(name)?;
-        self.change_record(&journal, &inode, |h, raw| {
-            self.xattr_set_handle(h, ino, raw, index, suffix, value, flags)
-        })
+        let set = || {
+            self.change_record(&journal, &inode, |h, raw| {
+                self.xattr_set_handle(h, ino, raw, index, suffix, value, flags)
+            })
+        };
+        match set() {
+            // Blocks freed by transactions not yet committed are not handed out again before
+            // their commit: commit, then try once more (`ext4_should_retry_alloc`).
+            Err(Error::NoSpace) if self.has_busy_blocks() => {
+                journal.sync()?;
+                set()
+            }
+            r => r,
+        }
     }
 
     /// `ext4_set_acl`: an access ACL that says no more than a mode becomes that mode; one
