@@ -16,7 +16,8 @@
 //! inode `op_lock` (the kernel's `i_rwsem`, which the VFS holds around setxattr) -> journal
 //! handle -> `Inode::raw` (write, held through the whole change, so readers see the in-inode
 //! area and the block as one) -> an EA inode's `Inode::raw` -> one xattr block's
-//! `Buffer::data` at a time -> xattr block cache shard. The record is changed in a copy and stored only when everything succeeded.
+//! `Buffer::data` at a time -> xattr block cache shard. The record is changed in a copy and
+//! stored only when everything succeeded.
 
 use crate::acl::{self, AclEntry};
 use crate::buffer::Buffer;
