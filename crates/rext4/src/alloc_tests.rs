@@ -31,7 +31,7 @@ fn concurrent_block_and_inode_allocation_is_exclusive_and_balanced() {
                             let h = journal.start(8).unwrap();
                             let goal = inner.sbi.first_data_block + t * 5000 + i * 7;
                             blocks.push(inner.alloc_blocks(&h, goal, 1 + (i % 9) as u32, true).unwrap());
-                            inodes.push(inner.alloc_inode(&h, &root, i % 3 == 0).unwrap().0);
+                            inodes.push(inner.alloc_inode(&h, root.ino, i % 3 == 0).unwrap().0);
                         }
                         (blocks, inodes)
                     })

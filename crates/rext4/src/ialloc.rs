@@ -11,7 +11,6 @@
 use crate::bitmap;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
-use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::group_desc::BG_INODE_UNINIT;
 use rext4_format::InodeNo;
@@ -139,15 +138,10 @@ impl FsInner {
         Ok(Some(bit as u32))
     }
 
-    /// Allocates an inode for a child of `parent` and returns its number
-    /// (`__ext4_new_inode`'s bitmap part). The caller initialises and writes the record.
-    pub(crate) fn alloc_inode(&self, h: &Handle, parent: &Inode, is_dir: bool) -> Result<InodeNo> {
-        self.alloc_inode_near(h, parent.ino, is_dir)
-    }
-
-    /// [`FsInner::alloc_inode`] for a child of inode `parent`, which need not be a directory
-    /// (an EA inode goes near the inode that names it).
-    pub(crate) fn alloc_inode_near(&self, h: &Handle, parent: InodeNo, is_dir: bool) -> Result<InodeNo> {
+    /// Allocates an inode for a child of inode `parent` (a directory, or for an EA inode the
+    /// inode naming it) and returns its number (`__ext4_new_inode`'s bitmap part). The caller
+    /// initialises and writes the record.
+    pub(crate) fn alloc_inode(&self, h: &Handle, parent: InodeNo, is_dir: bool) -> Result<InodeNo> {
         let _t = self.stats.time(crate::stats::Op::NewInode);
         if self.counters.free_inodes.sum() <= 0 {
             return Err(Error::NoSpace);

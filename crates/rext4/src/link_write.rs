@@ -65,7 +65,7 @@ impl FsInner {
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
         let h = journal.start(CREDITS)?;
-        let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
+        let child = self.new_inode(&h, dir.ino, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();
         if target.len() <= FAST_MAX {
             // Fast: the target lives in i_block, which then holds no block map.

@@ -42,7 +42,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 impl FsInner {
     /// A new inode's record: type and permissions, owner, times, extent root.
-    pub(crate) fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
+    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
         let size = self.sbi.inode_size;
         let mut raw = vec![0u8; size].into_boxed_slice();
         raw[0..2].copy_from_slice(&mode.to_le_bytes());
@@ -72,11 +72,12 @@ impl FsInner {
         raw
     }
 
-    /// Allocates and writes a new inode; returns it with its record locked for writing.
+    /// Allocates a new inode near `parent` and makes its record in memory; the caller writes
+    /// it (`mark_inode_dirty`).
     pub(crate) fn new_inode(
         &self,
         h: &Handle,
-        parent: &Inode,
+        parent: InodeNo,
         mode: u16,
         uid: u32,
         gid: u32,
@@ -132,7 +133,7 @@ impl FsInner {
         self.ensure_absent(&dir, name)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let h = journal.start(NAME_CREDITS)?;
-        let child = self.new_inode(&h, &dir, mode, uid, gid, if is_dir { 2 } else { 1 })?;
+        let child = self.new_inode(&h, dir.ino, mode, uid, gid, if is_dir { 2 } else { 1 })?;
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();

@@ -22,11 +22,10 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::inode_write::{put_time, raw_set_size};
 use crate::jbd2::transaction::Handle;
-use rext4_format::checksum::{crc32c, inode_csum_seed};
+use rext4_format::checksum::crc32c;
 use rext4_format::inode::{self as fi, Timestamp, EA_INODE_FL};
 use rext4_format::xattr::{entry_size, BLOCK_HEADER_SIZE};
 use rext4_format::InodeNo;
-use std::sync::Arc;
 
 /// Offset of `l_i_version` (the reference count's low word) in a record.
 const OFF_VERSION: usize = 0x24;
@@ -89,19 +88,9 @@ impl FsInner {
         value: &[u8],
     ) -> Result<(u32, u32)> {
         let hash = self.ea_value_hash(value);
-        let ino = self.alloc_inode_near(h, owner, false)?;
-        let generation = self.new_generation();
-        let mut raw = self.new_record(fi::S_IFREG | 0o600, uid, gid, 1, generation);
-        let flags = u32_at(&raw, 0x20) | EA_INODE_FL;
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        let size = self.sbi.inode_size;
-        put_time(&mut raw, size, OFF_ATIME, fi::OFF_ATIME_EXTRA, Timestamp { sec: i64::from(hash), nsec: 0 });
-        raw_set_ea_refs(&mut raw, size, 1);
-        let inode =
-            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
-        self.icache.insert(u64::from(ino.0), inode.clone());
-        match self.ea_inode_fill(h, &inode, value) {
-            Ok(()) => Ok((ino.0, hash)),
+        let inode = self.new_inode(h, owner, fi::S_IFREG | 0o600, uid, gid, 1)?;
+        match self.ea_inode_init(h, &inode, value, hash) {
+            Ok(()) => Ok((inode.ino.0, hash)),
             Err(e) => {
                 self.abandon_new_inode(h, &inode, false)?;
                 Err(e)
@@ -109,11 +98,17 @@ impl FsInner {
         }
     }
 
-    /// Maps the new EA inode's blocks and writes `value` into them (`ext4_xattr_inode_write`).
-    fn ea_inode_fill(&self, h: &Handle, inode: &Inode, value: &[u8]) -> Result<()> {
+    /// Makes the new inode an EA inode (flag, hash, one reference), maps its blocks and
+    /// writes `value` into them (`ext4_xattr_inode_write`).
+    fn ea_inode_init(&self, h: &Handle, inode: &Inode, value: &[u8], hash: u32) -> Result<()> {
+        let size = self.sbi.inode_size;
+        let mut raw = inode.raw_mut();
+        let flags = u32_at(&raw, 0x20) | EA_INODE_FL;
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        put_time(&mut raw, size, OFF_ATIME, fi::OFF_ATIME_EXTRA, Timestamp { sec: i64::from(hash), nsec: 0 });
+        raw_set_ea_refs(&mut raw, size, 1);
         let bs = u64::from(self.sbi.block_size);
         let blocks = (value.len() as u64).div_ceil(bs);
-        let mut raw = inode.raw_mut();
         let mut lblk = 0;
         while lblk < blocks {
             let filled = self.fill_map(h, inode, &mut raw, lblk, blocks, false)?;
@@ -161,13 +156,10 @@ impl FsInner {
         }
         let eas = {
             let raw = inode.raw();
-            let Some(first) = crate::xattr_write::ibody_first(&raw) else { return Ok(()) };
-            if u32_at(&raw, first - 4) != rext4_format::xattr::XATTR_MAGIC {
-                return Ok(());
-            }
-            match crate::xattr_area::ea_inodes(&raw[first..], 0) {
-                Ok(eas) => eas,
-                Err(what) => return corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
+            match crate::xattr_write::ibody_area(&raw).map(|a| crate::xattr_area::ea_inodes(a, 0)) {
+                None => return Ok(()),
+                Some(Ok(eas)) => eas,
+                Some(Err(what)) => return corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
             }
         };
         self.ea_inodes_put(h, inode.ino, &eas)

@@ -78,6 +78,11 @@ fn has_ibody_magic(raw: &[u8], first: usize) -> bool {
     raw[first - 4..first] == XATTR_MAGIC.to_le_bytes()
 }
 
+/// The record's in-inode attribute entries and values, when it holds any.
+pub(crate) fn ibody_area(raw: &[u8]) -> Option<&[u8]> {
+    ibody_first(raw).filter(|&first| has_ibody_magic(raw, first)).map(|first| &raw[first..])
+}
+
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
@@ -269,7 +274,7 @@ impl FsInner {
     ) -> Result<bool> {
         let is = self.ibody_find(ino, raw, index, name)?;
         let in_ibody = is.is_some_and(|s| s.pos.found);
-        let mut bs = if in_ibody { None } else { Some(self.block_find(ino, raw, index, name)?) };
+        let bs = if in_ibody { None } else { Some(self.block_find(ino, raw, index, name)?) };
         let in_block = bs.as_ref().is_some_and(BlockSearch::found);
         if !in_ibody && !in_block {
             if flags & XATTR_REPLACE != 0 {
@@ -284,31 +289,55 @@ impl FsInner {
         // An EA inode the in-inode entry names: its reference goes when the entry changes.
         let ibody_ea = is.filter(|s| s.pos.found).map_or(0, |s| u32_at(&raw[s.first..], s.pos.here + 4));
         let ibody_charged = self.ibody_ea_charge(raw);
-        let Some(value) = value else {
-            if let Some(s) = is.filter(|s| s.pos.found) {
-                self.ibody_set(ino, raw, Some(s), index, name, None)?;
-            } else if let Some(b) = bs {
-                self.block_set(h, ino, raw, b, index, name, None)?;
+        match value {
+            None => {
+                if let Some(s) = is.filter(|s| s.pos.found) {
+                    self.ibody_set(ino, raw, Some(s), index, name, None)?;
+                } else if let Some(b) = bs {
+                    self.block_set(h, ino, raw, b, index, name, None)?;
+                }
             }
-            if in_ibody && ibody_ea != 0 {
-                self.ea_inode_ref(h, ino, ibody_ea, -1)?;
-            }
-            let charge = self.ibody_ea_charge(raw);
-            self.raw_add_bytes(raw, charge - ibody_charged);
-            return Ok(true);
-        };
-        if let Some(s) = is.filter(|s| s.pos.found) {
-            if area::value_same(&raw[s.first..], s.pos, value) {
-                return Ok(false);
+            Some(value) => {
+                if let Some(s) = is.filter(|s| s.pos.found) {
+                    if area::value_same(&raw[s.first..], s.pos, value) {
+                        return Ok(false);
+                    }
+                }
+                if let Some(BlockSearch { old: Some((_, _, data)), pos }) = &bs {
+                    if area::value_same(data, *pos, value) {
+                        return Ok(false);
+                    }
+                }
+                self.xattr_put(h, ino, raw, is, bs, index, name, value)?;
+                self.note_ext_attr(h)?;
             }
         }
-        if let Some(BlockSearch { old: Some((_, _, data)), pos }) = &bs {
-            if area::value_same(data, *pos, value) {
-                return Ok(false);
-            }
+        if ibody_ea != 0 {
+            self.ea_inode_ref(h, ino, ibody_ea, -1)?;
         }
-        // `ext4_xattr_set_handle`: a large value goes to an EA inode at once; a smaller one
-        // there only when neither area has room for it.
+        let charge = self.ibody_ea_charge(raw);
+        self.raw_add_bytes(raw, charge - ibody_charged);
+        Ok(true)
+    }
+
+    /// Stores `value` for `index`/`name` (found by `is` and `bs`) as `ext4_xattr_set_handle`
+    /// does: a large value goes to an EA inode at once; a smaller one goes in the inode, else
+    /// in the block, else to an EA inode when neither has room. The attribute's old entry
+    /// goes; the reference of an EA inode it named in the inode is the caller's to drop.
+    #[allow(clippy::too_many_arguments)]
+    fn xattr_put(
+        &self,
+        h: &Handle,
+        ino: InodeNo,
+        raw: &mut [u8],
+        is: Option<IbodySearch>,
+        mut bs: Option<BlockSearch>,
+        index: u8,
+        name: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        let in_ibody = is.is_some_and(|s| s.pos.found);
+        let in_block = bs.as_ref().is_some_and(BlockSearch::found);
         let mut ea = None;
         if self.sbi.ea_inode && fx::value_size(value.len()) > self.ea_large_value() {
             ea = Some(self.ea_inode_new(h, ino, raw, value)?);
@@ -346,32 +375,20 @@ impl FsInner {
                 }
                 Err(e) => Err(e),
             };
-            if let Err(e) = done {
+            if let (Err(_), Some((vino, _))) = (&done, ea) {
                 // The record copy is dropped on error; the new EA inode goes with it.
-                if let Some((vino, _)) = ea {
-                    self.ea_inode_ref(h, ino, vino, -1)?;
-                }
-                return Err(e);
+                self.ea_inode_ref(h, ino, vino, -1)?;
             }
-            break;
+            return done;
         }
-        if in_ibody && ibody_ea != 0 {
-            self.ea_inode_ref(h, ino, ibody_ea, -1)?;
-        }
-        let charge = self.ibody_ea_charge(raw);
-        self.raw_add_bytes(raw, charge - ibody_charged);
-        self.note_ext_attr(h)?;
-        Ok(true)
     }
 
     /// An EA inode holding `value`, for inode `ino` whose record copy is `raw` (the owner's
     /// ids go to the EA inode, as in the kernel).
     fn ea_inode_new(&self, h: &Handle, ino: InodeNo, raw: &[u8], value: &[u8]) -> Result<(u32, u32)> {
-        let uid = u32::from(u16::from_le_bytes([raw[0x02], raw[0x03]]))
-            | u32::from(u16::from_le_bytes([raw[0x78], raw[0x79]])) << 16;
-        let gid = u32::from(u16::from_le_bytes([raw[0x18], raw[0x19]]))
-            | u32::from(u16::from_le_bytes([raw[0x7A], raw[0x7B]])) << 16;
-        self.ea_inode_create(h, ino, uid, gid, value)
+        // Cannot fail: records are at least 128 bytes (checked at open).
+        let d = fi::Inode::parse(raw).unwrap();
+        self.ea_inode_create(h, ino, d.uid(), d.gid(), value)
     }
 
     fn ibody_find(&self, ino: InodeNo, raw: &[u8], index: u8, name: &[u8]) -> Result<Option<IbodySearch>> {
@@ -464,7 +481,7 @@ impl FsInner {
         )
         .map_err(area_err(ino, old_blk))?;
         let empty = content[BLOCK_HEADER_SIZE..BLOCK_HEADER_SIZE + 4] == [0; 4];
-        let eas = area::ea_inodes(&content, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, old_blk, w))?;
+        let eas = self.block_ea_inodes(ino, old_blk, &content)?;
         let shareable = eas.is_empty();
         let mut delta = 0i64;
         let shared =
@@ -619,7 +636,7 @@ impl FsInner {
         }
         // Out of the cache before the lock is let go, so nobody takes a reference to it.
         self.xattr_cache.remove(u32_at(&d, 0x0C), blk);
-        let eas = area::ea_inodes(&d, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, Some(blk), w))?;
+        let eas = self.block_ea_inodes(ino, Some(blk), &d)?;
         drop(d);
         self.ea_inodes_put(h, ino, &eas)?;
         self.free_blocks(h, blk, 1, true)
@@ -630,10 +647,21 @@ impl FsInner {
         self.raw_add_bytes(raw, n * i64::from(self.sbi.block_size));
     }
 
+    /// The EA inodes xattr block `data` (block `blk` of inode `ino`, if it has one yet) names.
+    fn block_ea_inodes(&self, ino: InodeNo, blk: Option<u64>, data: &[u8]) -> Result<Vec<u32>> {
+        if !self.sbi.ea_inode {
+            return Ok(Vec::new());
+        }
+        area::ea_inodes(data, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, blk, w))
+    }
+
     /// What the values in EA inodes that an area's entries name cost its inode: each value's
     /// size rounded up to whole blocks, as the kernel charges them to the inode's `i_blocks`
     /// (`ext4_xattr_inode_alloc_quota`) and e2fsck counts them.
     fn ea_charge(&self, base: &[u8], first: usize) -> i64 {
+        if !self.sbi.ea_inode {
+            return 0;
+        }
         let bs = u64::from(self.sbi.block_size);
         let Ok((ents, _)) = area::entries(base, first) else { return 0 };
         ents.iter()
@@ -658,12 +686,7 @@ impl FsInner {
 
     /// [`FsInner::ea_charge`] of the record's in-inode area.
     fn ibody_ea_charge(&self, raw: &[u8]) -> i64 {
-        match ibody_first(raw) {
-            Some(first) if self.sbi.ea_inode && has_ibody_magic(raw, first) => {
-                self.ea_charge(&raw[first..], 0)
-            }
-            _ => 0,
-        }
+        ibody_area(raw).map_or(0, |area| self.ea_charge(area, 0))
     }
 
     /// Adds `bytes` (may be negative; whole blocks) to the record's `i_blocks`.

@@ -268,38 +268,37 @@ impl DescriptorBuilder {
     /// follow this descriptor: escapes `data` in place if it starts with the jbd2 magic (setting
     /// [`TagFlags::ESCAPE`]), then stores its checksum. On error nothing changes.
     pub fn push_block(&mut self, target: u64, data: &mut [u8]) -> Result<(), PushError> {
-        if data.len() != self.params.block_size {
-            return Err(PushError::WrongLength { expected: self.params.block_size, found: data.len() });
-        }
-        self.check(target)?;
-        let mut flags = TagFlags::empty();
-        if escape_block(data) {
-            flags |= TagFlags::ESCAPE;
-        }
-        let csum = data_block_checksum(self.params.csum_seed, self.sequence, data);
-        self.push_tag(target, flags, csum)
+        self.check_block(target, data.len())?;
+        let flags = if escape_block(data) { TagFlags::ESCAPE } else { TagFlags::empty() };
+        self.push_data(target, flags, data)
     }
 
     /// [`DescriptorBuilder::push_block`] for a block that stays shared and is not changed:
     /// returns the escaped copy to write in its place when it starts with the jbd2 magic,
     /// else `None` (write `data` itself). On error nothing changes.
     pub fn push_shared(&mut self, target: u64, data: &[u8]) -> Result<Option<Vec<u8>>, PushError> {
-        if data.len() != self.params.block_size {
-            return Err(PushError::WrongLength { expected: self.params.block_size, found: data.len() });
+        self.check_block(target, data.len())?;
+        if !data.starts_with(&JBD2_MAGIC_NUMBER.to_be_bytes()) {
+            return self.push_data(target, TagFlags::empty(), data).map(|()| None);
         }
-        self.check(target)?;
-        let mut escaped = None;
-        let mut flags = TagFlags::empty();
-        if data.starts_with(&JBD2_MAGIC_NUMBER.to_be_bytes()) {
-            let mut copy = data.to_vec();
-            escape_block(&mut copy);
-            escaped = Some(copy);
-            flags |= TagFlags::ESCAPE;
+        let mut copy = data.to_vec();
+        escape_block(&mut copy);
+        self.push_data(target, TagFlags::ESCAPE, &copy)?;
+        Ok(Some(copy))
+    }
+
+    /// Checks a block of `len` bytes for `target` before its tag is added.
+    fn check_block(&self, target: u64, len: usize) -> Result<(), PushError> {
+        if len != self.params.block_size {
+            return Err(PushError::WrongLength { expected: self.params.block_size, found: len });
         }
-        let csum =
-            data_block_checksum(self.params.csum_seed, self.sequence, escaped.as_deref().unwrap_or(data));
-        self.push_tag(target, flags, csum)?;
-        Ok(escaped)
+        self.check(target)
+    }
+
+    /// Adds the tag of the (escaped) log block `data` with its checksum.
+    fn push_data(&mut self, target: u64, flags: TagFlags, data: &[u8]) -> Result<(), PushError> {
+        let csum = data_block_checksum(self.params.csum_seed, self.sequence, data);
+        self.push_tag(target, flags, csum)
     }
 
     fn check(&self, target: u64) -> Result<(), PushError> {

@@ -17,9 +17,8 @@ impl Journal {
     pub(super) fn commit(&self, t: &Arc<Transaction>, wake_early: bool) -> Result<()> {
         let began = Instant::now();
         self.lock_and_drain(t);
-        // No handle is open on `t` and none can join: its buffers are stable. Freeze a copy of
-        // each (running the checksum hooks on the copy) before letting the next transaction
-        // write to them.
+        // No handle is open on `t` and none can join: its buffers are stable. Each must be
+        // frozen as it is now before the next transaction writes to it.
         let buffers = t.take_buffers();
         // Blocks completed from atomics are copied now, while nothing changes; the others are
         // only marked, and copied once the next transaction runs (by this commit, or by the
