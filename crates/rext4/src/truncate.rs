@@ -100,9 +100,10 @@ impl FsInner {
         for b in owned.meta {
             self.free_blocks(h, b, 1, true)?;
         }
-        let acl = inode.disk().file_acl();
-        if acl != 0 {
-            self.xattr_release_block(h, inode.ino, acl)?;
+        let d = inode.disk();
+        if d.file_acl() != 0 {
+            let owner = crate::xattr_inode::EaOwner { ino: inode.ino, gen: d.generation() };
+            self.xattr_release_block(h, owner, d.file_acl())?;
         }
         Ok(())
     }

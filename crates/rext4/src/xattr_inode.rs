@@ -10,6 +10,11 @@
 //! values); it never shares an xattr block that names EA inodes, and copying one (to change
 //! it for one of the inodes sharing it) takes a reference for the copy's entries.
 //!
+//! Old Lustre EA inodes have no reference count and no value hash: their `i_mtime` points back
+//! to the one inode naming them and their generation is that inode's. As the kernel
+//! (`ext4_xattr_inode_iget`) does, such an inode counts as holding one reference, and as
+//! e2fsck does, its value is not charged to its owner's `i_blocks`.
+//!
 //! Value blocks are written like file data, before the handle's transaction commits; the
 //! entry naming them commits with the inode and its map.
 //!
@@ -33,6 +38,30 @@ const OFF_VERSION: usize = 0x24;
 const OFF_CTIME: usize = 0x0C;
 /// Offset of `i_atime` (the value's hash).
 const OFF_ATIME: usize = 0x08;
+/// Offset of `i_mtime` (a Lustre EA inode's owner).
+const OFF_MTIME: usize = 0x10;
+/// Offset of `i_generation`.
+const OFF_GENERATION: usize = 0x64;
+
+/// The inode whose attribute entries name EA inodes: its number and generation, which tell
+/// an old Lustre EA inode of its own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EaOwner {
+    pub ino: InodeNo,
+    pub gen: u32,
+}
+
+impl EaOwner {
+    /// The owner `ino` with record (or record copy) `raw`.
+    pub(crate) fn new(ino: InodeNo, raw: &[u8]) -> Self {
+        EaOwner { ino, gen: u32_at(raw, OFF_GENERATION) }
+    }
+}
+
+/// Whether EA inode record `raw` is an old Lustre one belonging to `owner`.
+fn raw_is_lustre(raw: &[u8], owner: EaOwner) -> bool {
+    u32_at(raw, OFF_MTIME) == owner.ino.0 && u32_at(raw, OFF_GENERATION) == owner.gen
+}
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
@@ -122,9 +151,8 @@ impl FsInner {
         self.mark_inode_dirty(h, inode, &mut raw)
     }
 
-    /// Adds `delta` to EA inode `ea`'s reference count (`ext4_xattr_inode_update_ref`), named
-    /// by an entry of inode `owner`; frees the inode when none is left.
-    pub(crate) fn ea_inode_ref(&self, h: &Handle, owner: InodeNo, ea: u32, delta: i64) -> Result<()> {
+    /// EA inode `ea`, named by an entry of `owner`, checked to be one.
+    fn ea_iget(&self, owner: InodeNo, ea: u32) -> Result<std::sync::Arc<Inode>> {
         let bad = |what| corrupt(CorruptKind::Xattr { ino: owner, block: None, what });
         if ea == owner.0 || ea < self.sbi.sb.first_ino() || ea > self.sbi.inodes_count {
             return bad("value inode number out of range");
@@ -133,8 +161,22 @@ impl FsInner {
         if inode.flags() & EA_INODE_FL == 0 {
             return bad("value inode is not an EA inode");
         }
+        Ok(inode)
+    }
+
+    /// Whether EA inode `ea` is an old Lustre one of `owner`'s (false where it cannot be
+    /// read: the caller's use of it reports that).
+    pub(crate) fn ea_is_lustre(&self, owner: EaOwner, ea: u32) -> bool {
+        self.ea_iget(owner.ino, ea).is_ok_and(|i| raw_is_lustre(&i.raw(), owner))
+    }
+
+    /// Adds `delta` to EA inode `ea`'s reference count (`ext4_xattr_inode_update_ref`), named
+    /// by an entry of `owner`; frees the inode when none is left.
+    pub(crate) fn ea_inode_ref(&self, h: &Handle, owner: EaOwner, ea: u32, delta: i64) -> Result<()> {
+        let inode = self.ea_iget(owner.ino, ea)?;
         let mut raw = inode.raw_mut();
-        let refs = raw_ea_refs(&raw).checked_add_signed(delta).unwrap_or(0);
+        let held = if raw_is_lustre(&raw, owner) { 1 } else { raw_ea_refs(&raw) };
+        let refs = held.checked_add_signed(delta).unwrap_or(0);
         if refs > 0 {
             raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs);
             return self.mark_inode_dirty(h, &inode, &mut raw);
@@ -143,8 +185,8 @@ impl FsInner {
         self.delete_inode(h, &inode)
     }
 
-    /// Drops one reference to each EA inode in `eas`, named by inode `owner`.
-    pub(crate) fn ea_inodes_put(&self, h: &Handle, owner: InodeNo, eas: &[u32]) -> Result<()> {
+    /// Drops one reference to each EA inode in `eas`, named by `owner`.
+    pub(crate) fn ea_inodes_put(&self, h: &Handle, owner: EaOwner, eas: &[u32]) -> Result<()> {
         eas.iter().try_for_each(|&ea| self.ea_inode_ref(h, owner, ea, -1))
     }
 
@@ -154,14 +196,15 @@ impl FsInner {
         if !self.sbi.ea_inode {
             return Ok(());
         }
-        let eas = {
+        let (owner, eas) = {
             let raw = inode.raw();
+            let owner = EaOwner::new(inode.ino, &raw);
             match crate::xattr_write::ibody_area(&raw).map(|a| crate::xattr_area::ea_inodes(a, 0)) {
                 None => return Ok(()),
-                Some(Ok(eas)) => eas,
+                Some(Ok(eas)) => (owner, eas),
                 Some(Err(what)) => return corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
             }
         };
-        self.ea_inodes_put(h, inode.ino, &eas)
+        self.ea_inodes_put(h, owner, &eas)
     }
 }

@@ -28,6 +28,7 @@ use crate::inode_write::{now, raw_links, raw_touch_c};
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
 use crate::xattr_area::{self as area, AreaError, NewValue, Pos};
+use crate::xattr_inode::EaOwner;
 use rext4_format::features::Compat;
 use rext4_format::inode::{self as fi, GOOD_OLD_INODE_SIZE};
 use rext4_format::xattr::{self as fx, BLOCK_HEADER_SIZE, REFCOUNT_MAX, XATTR_MAGIC};
@@ -288,7 +289,8 @@ impl FsInner {
         }
         // An EA inode the in-inode entry names: its reference goes when the entry changes.
         let ibody_ea = is.filter(|s| s.pos.found).map_or(0, |s| u32_at(&raw[s.first..], s.pos.here + 4));
-        let ibody_charged = self.ibody_ea_charge(raw);
+        let owner = EaOwner::new(ino, raw);
+        let ibody_charged = self.ibody_ea_charge(owner, raw);
         match value {
             None => {
                 if let Some(s) = is.filter(|s| s.pos.found) {
@@ -313,9 +315,9 @@ impl FsInner {
             }
         }
         if ibody_ea != 0 {
-            self.ea_inode_ref(h, ino, ibody_ea, -1)?;
+            self.ea_inode_ref(h, owner, ibody_ea, -1)?;
         }
-        let charge = self.ibody_ea_charge(raw);
+        let charge = self.ibody_ea_charge(owner, raw);
         self.raw_add_bytes(raw, charge - ibody_charged);
         Ok(true)
     }
@@ -377,7 +379,7 @@ impl FsInner {
             };
             if let (Err(_), Some((vino, _))) = (&done, ea) {
                 // The record copy is dropped on error; the new EA inode goes with it.
-                self.ea_inode_ref(h, ino, vino, -1)?;
+                self.ea_inode_ref(h, EaOwner::new(ino, raw), vino, -1)?;
             }
             return done;
         }
@@ -497,9 +499,12 @@ impl FsInner {
             delta += 1;
             Some(self.xattr_block_new(h, ino, &content, shareable)?)
         };
+        // Charged before a dropped reference may free the EA inode it looks at.
+        let owner = EaOwner::new(ino, raw);
+        let charged = bs.old.as_ref().map_or(0, |(_, _, d)| self.ea_charge(owner, d, BLOCK_HEADER_SIZE));
         if new_blk.is_some() && new_blk == old_blk {
             if lost_ea != 0 {
-                self.ea_inode_ref(h, ino, lost_ea, -1)?;
+                self.ea_inode_ref(h, owner, lost_ea, -1)?;
             }
         } else if new_blk.is_some() {
             let fresh = match value {
@@ -507,15 +512,14 @@ impl FsInner {
                 _ => 0,
             };
             for &e in eas.iter().filter(|&&e| e != fresh) {
-                self.ea_inode_ref(h, ino, e, 1)?;
+                self.ea_inode_ref(h, owner, e, 1)?;
             }
         }
-        let charged = bs.old.as_ref().map_or(0, |(_, _, d)| self.ea_charge(d, BLOCK_HEADER_SIZE));
-        let charge = if new_blk.is_some() { self.ea_charge(&content, BLOCK_HEADER_SIZE) } else { 0 };
+        let charge = if new_blk.is_some() { self.ea_charge(owner, &content, BLOCK_HEADER_SIZE) } else { 0 };
         self.raw_add_bytes(raw, charge - charged);
         raw_set_file_acl(raw, new_blk.unwrap_or(0));
         if let Some(ob) = old_blk.filter(|&b| Some(b) != new_blk) {
-            self.xattr_release_block(h, ino, ob)?;
+            self.xattr_release_block(h, owner, ob)?;
             delta -= 1;
         }
         self.raw_add_xattr_blocks(raw, delta);
@@ -616,7 +620,8 @@ impl FsInner {
     /// `ext4_xattr_release_block`: drops one reference to xattr block `blk`, freeing it with
     /// the last, and with it the references it holds to EA inodes. The caller clears
     /// `i_file_acl` and adjusts `i_blocks`.
-    pub(crate) fn xattr_release_block(&self, h: &Handle, ino: InodeNo, blk: u64) -> Result<()> {
+    pub(crate) fn xattr_release_block(&self, h: &Handle, owner: EaOwner, blk: u64) -> Result<()> {
+        let ino = owner.ino;
         let buf = self.bread(blk, Some(ino))?;
         let mut d = h.write(&buf)?;
         if u32_at(&d, 0) != XATTR_MAGIC {
@@ -638,7 +643,7 @@ impl FsInner {
         self.xattr_cache.remove(u32_at(&d, 0x0C), blk);
         let eas = self.block_ea_inodes(ino, Some(blk), &d)?;
         drop(d);
-        self.ea_inodes_put(h, ino, &eas)?;
+        self.ea_inodes_put(h, owner, &eas)?;
         self.free_blocks(h, blk, 1, true)
     }
 
@@ -658,14 +663,15 @@ impl FsInner {
     /// What the values in EA inodes that an area's entries name cost its inode: each value's
     /// size rounded up to whole blocks, as the kernel charges them to the inode's `i_blocks`
     /// (`ext4_xattr_inode_alloc_quota`) and e2fsck counts them.
-    fn ea_charge(&self, base: &[u8], first: usize) -> i64 {
+    /// Old Lustre EA inodes are not charged (e2fsck's `check_large_ea_inode`).
+    fn ea_charge(&self, owner: EaOwner, base: &[u8], first: usize) -> i64 {
         if !self.sbi.ea_inode {
             return 0;
         }
         let bs = u64::from(self.sbi.block_size);
         let Ok((ents, _)) = area::entries(base, first) else { return 0 };
         ents.iter()
-            .filter(|e| e.value_inum != 0)
+            .filter(|e| e.value_inum != 0 && !self.ea_is_lustre(owner, e.value_inum))
             .map(|e| (e.value_size as u64).div_ceil(bs) * bs)
             .sum::<u64>() as i64
     }
@@ -673,20 +679,21 @@ impl FsInner {
     /// What all the values in EA inodes that inode `ino` (record `raw`) names cost it, in
     /// bytes of `i_blocks`: those of its in-inode area and of its xattr block.
     pub(crate) fn ea_charge_total(&self, ino: InodeNo, raw: &[u8]) -> Result<i64> {
+        let owner = EaOwner::new(ino, raw);
         let blk = raw_file_acl(raw);
         let block = if self.sbi.ea_inode && blk != 0 {
             let buf = self.xattr_block(ino, blk)?;
             let d = buf.data();
-            self.ea_charge(&d, BLOCK_HEADER_SIZE)
+            self.ea_charge(owner, &d, BLOCK_HEADER_SIZE)
         } else {
             0
         };
-        Ok(self.ibody_ea_charge(raw) + block)
+        Ok(self.ibody_ea_charge(owner, raw) + block)
     }
 
     /// [`FsInner::ea_charge`] of the record's in-inode area.
-    fn ibody_ea_charge(&self, raw: &[u8]) -> i64 {
-        ibody_area(raw).map_or(0, |area| self.ea_charge(area, 0))
+    fn ibody_ea_charge(&self, owner: EaOwner, raw: &[u8]) -> i64 {
+        ibody_area(raw).map_or(0, |area| self.ea_charge(owner, area, 0))
     }
 
     /// Adds `bytes` (may be negative; whole blocks) to the record's `i_blocks`.

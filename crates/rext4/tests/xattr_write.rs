@@ -1236,3 +1236,88 @@ fn ea_inode_values_read_while_replaced() {
     });
     finish(fs, &img, &[("/f", map(&[("user.v", &a)]))]);
 }
+
+/// Old Lustre EA inodes (no reference count or value hash; `i_mtime` names the owner, the
+/// generation is the owner's, and e2fsck charges their values to nobody): rext4 drops them
+/// with the entry naming them, in the inode and in a block, and with their owner, as the
+/// kernel does, without touching the owner's `i_blocks` for them.
+#[test]
+fn lustre_ea_inodes_are_dropped_with_their_entries() {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "lustre", &["-O", "ea_inode"]);
+    let in_use = inodes_in_use(&img);
+    // Values differ: the kernel would share one EA inode between equal ones.
+    let big = |seed| pattern(seed, 8000);
+    {
+        let km = KernelMount::rw(&img).unwrap();
+        for (seed, f) in [(40, "a"), (41, "b"), (42, "c")] {
+            let p = km.path().join(f);
+            std::fs::write(&p, b"x").unwrap();
+            xattr::set(&p, "user.big", &big(seed)).unwrap();
+        }
+        // An xattr block beside the in-inode entry naming the EA inode.
+        let p = km.path().join("e");
+        std::fs::write(&p, b"y").unwrap();
+        xattr::set(&p, "user.pad", &pattern(31, 100)).unwrap();
+        xattr::set(&p, "user.big", &big(43)).unwrap();
+        km.unmount().unwrap();
+    }
+    let le32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let mut cmds = String::new();
+    for f in ["/a", "/b", "/c", "/e"] {
+        let rec = inode_record(&img, f);
+        let owner: u32 = debugfs(&img, &format!("stat {f}"))
+            .split("Inode: ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The entry naming the EA inode, in the inode's area or in the block.
+        let named = |area: &[u8], mut o: usize| {
+            while o + 16 <= area.len() && le32(area, o) != 0 {
+                if le32(area, o + 4) != 0 {
+                    return le32(area, o + 4);
+                }
+                o += (16 + usize::from(area[o]) + 3) & !3;
+            }
+            0
+        };
+        let acl = file_acl(&img, f);
+        let mut ea = named(&rec, 128 + usize::from(u16::from_le_bytes([rec[0x80], rec[0x81]])) + 4);
+        if ea == 0 && acl != 0 {
+            ea = named(&read_block(&img, acl), 32);
+        }
+        assert_ne!(ea, 0, "{f}: no EA inode");
+        let gen = le32(&rec, 0x64);
+        let blocks = le32(&rec, 0x1C);
+        cmds += &format!(
+            "sif <{ea}> mtime @{owner}\nsif <{ea}> generation {gen}\nsif <{ea}> atime @12345\n\
+             sif <{ea}> ctime @12345\nsif <{ea}> version 0\nsif {f} blocks {}\n",
+            blocks - 16
+        );
+    }
+    let script = dir.path().join("lustre.cmds");
+    std::fs::write(&script, cmds).unwrap();
+    let st =
+        Command::new(common::tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
+    assert!(st.status.success());
+    e2fsck_clean(&img);
+    assert_eq!(inodes_in_use(&img), in_use + 8);
+
+    let fs = rw(&img);
+    assert_eq!(rext4_xattrs(&fs, "/a"), map(&[("user.big", &big(40))]));
+    fs.removexattr(ino(&fs, "/a"), b"user.big").unwrap();
+    set(&fs, "/b", "user.big", &pattern(32, 100));
+    fs.unlink(fs.root(), b"c").unwrap();
+    fs.removexattr(ino(&fs, "/e"), b"user.big").unwrap();
+    let b = map(&[("user.big", &pattern(32, 100))]);
+    let e = map(&[("user.pad", &pattern(31, 100))]);
+    finish(fs, &img, &[("/a", Xattrs::new()), ("/b", b), ("/e", e)]);
+    // a, b and e; c and the four EA inodes are gone.
+    assert_eq!(inodes_in_use(&img), in_use + 3);
+}
