@@ -18,6 +18,102 @@ pub fn open_and_walk(bytes: Vec<u8>) {
     }
 }
 
+/// Opens `bytes` writable, changes it with every kind of operation (see [`change`]), reads
+/// it back and unmounts. Errors are fine; panics and hangs are the fuzzer's to see.
+pub fn open_and_change(bytes: Vec<u8>) {
+    let opts = Options { writable: true, ..Options::default() };
+    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(bytes)), opts) {
+        change(&fs);
+        walk(&fs);
+        let _ = fs.sync();
+        let _ = fs.unmount();
+    }
+}
+
+/// Every kind of change, on the names the base images hold (see `build`) and on new ones,
+/// ignoring errors: a corrupt image may refuse any of them, or turn read-only half way.
+pub fn change(fs: &Fs) {
+    use rext4::{SetAttr, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
+    let root = fs.root();
+    let ino = |dir: InodeNo, name: &[u8]| fs.lookup(dir, name).map(|a| a.ino).ok();
+    let size = |i: InodeNo, len: u64| fs.setattr(i, &SetAttr { size: Some(len), ..SetAttr::default() });
+    let data = vec![0x5Au8; 6000];
+
+    // Existing files: overwrite, extend, shrink, punch, zero, xattrs.
+    if let Some(frag) = ino(root, b"frag") {
+        let _ = fs.write(frag, 3000, &data[..1500]);
+        let _ = fs.fallocate(frag, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1024, 4096);
+        let _ = fs.fallocate(frag, FALLOC_FL_ZERO_RANGE, 8000, 3000);
+        let _ = size(frag, 5000);
+        let _ = size(frag, 0);
+    }
+    if let Some(small) = ino(root, b"small") {
+        let _ = fs.setxattr(small, b"user.new", &data[..2000], 0);
+        let _ = fs.removexattr(small, b"user.big");
+        let _ = fs.setxattr(small, b"user.tiny", b"replaced", rext4::XATTR_REPLACE);
+        let _ = fs.write(small, 11, b" and more");
+    }
+    if let Some(medium) = ino(root, b"medium") {
+        let _ = fs.write(medium, 100, &data);
+        let _ = fs.setxattr(medium, b"trusted.t", &data[..300], rext4::XATTR_CREATE);
+    }
+    // New files, sparse and dense.
+    if let Ok(a) = fs.create(root, b"new1", 0o644, 0, 0) {
+        let _ = fs.write(a.ino, 0, &data);
+        let _ = fs.write(a.ino, 1 << 20, &data[..100]);
+        let _ = fs.fallocate(a.ino, 0, 16384, 8192);
+        let _ = size(a.ino, 100);
+    }
+    // A large directory: remove, add (splits), rename within and out of it, link into it.
+    if let Some(big) = ino(root, b"big") {
+        for i in 0..40 {
+            let _ = fs.unlink(big, format!("entry_{i:04}_padding").as_bytes());
+        }
+        for i in 0..60 {
+            let _ = fs.create(big, format!("a_new_entry_{i}_with_a_longer_name").as_bytes(), 0o600, 0, 0);
+        }
+        for i in 40..50 {
+            let _ = fs.rename(big, format!("entry_{i:04}_padding").as_bytes(), big, format!("r{i}").as_bytes(), 0);
+        }
+        if let Some(dir1) = ino(root, b"dir1") {
+            let _ = fs.rename(big, b"entry_0060_padding", dir1, b"moved", 0);
+            let _ = fs.rename(big, b"entry_0061_padding", dir1, b"a", 0);
+        }
+        if let Some(small) = ino(root, b"small") {
+            let _ = fs.link(small, big, b"hard");
+        }
+    }
+    // Directories: make, move across parents, empty and remove.
+    if let Some(dir1) = ino(root, b"dir1") {
+        if let Ok(d2) = fs.mkdir(root, b"d2", 0o755, 0, 0) {
+            let _ = fs.mkdir(d2.ino, b"d3", 0o755, 0, 0);
+            let _ = fs.rename(root, b"d2", dir1, b"d2", 0);
+        }
+        if let Some(sub) = ino(dir1, b"sub") {
+            let _ = fs.rmdir(dir1, b"sub");
+            let _ = fs.unlink(sub, b"file");
+            let _ = fs.rmdir(dir1, b"sub");
+        }
+        let _ = fs.removexattr(dir1, b"user.d");
+        let _ = fs.rename(dir1, b"d2", root, b"big", 0);
+    }
+    // Links, special files, exchange.
+    let _ = fs.symlink(root, b"sl-fast", b"dir1/a", 0, 0);
+    let _ = fs.symlink(root, b"sl-slow", &[b'x'; 200], 0, 0);
+    let _ = fs.mknod(root, b"fifo", 0o010644, (0, 0), 0, 0);
+    let _ = fs.rename(root, b"fastlink", root, b"slowlink", rext4::RENAME_EXCHANGE);
+    // An open file unlinked, written and released (the orphan paths).
+    if let Ok(a) = fs.create(root, b"orphan", 0o644, 0, 0) {
+        if fs.hold(a.ino).is_ok() {
+            let _ = fs.write(a.ino, 0, &data);
+            let _ = fs.unlink(root, b"orphan");
+            let _ = size(a.ino, 10);
+            let _ = fs.release(a.ino);
+        }
+    }
+    let _ = fs.unlink(root, b"medium");
+}
+
 /// Visits everything reachable, with bounds on inodes, entries and bytes read so that a
 /// corrupt image cannot make the walk itself unbounded: readdir (from the start and resumed),
 /// lookup of every name, getattr, reads, readlink, xattrs, statfs, and the path API.

@@ -4,7 +4,7 @@
 
 use crate::buffer::Buffer;
 use crate::dir::DirBlockKind;
-use crate::error::{Error, Result};
+use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use rext4_format::dirent::DirBlockIter;
@@ -72,6 +72,12 @@ impl FsInner {
         }
         let gen = dir.names_gen.load(std::sync::atomic::Ordering::Acquire);
         let found = self.lookup_uncached(dir, name)?;
+        if found == dir.ino {
+            // A name (not `.`) for its own directory: every operation on it would lock the
+            // directory twice (`ext4_lookup`: "linked to parent dir").
+            let what = "entry names its own directory";
+            return corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what });
+        }
         self.dcache.insert_found(dir, gen, name, found);
         Ok(found)
     }
