@@ -60,7 +60,9 @@ pub(crate) struct FsInner {
     /// Name lookups. [sharded, see dcache.rs]
     pub dcache: crate::dcache::Dcache,
     /// Xattr blocks by hash, for sharing. [sharded, see mbcache.rs]
-    pub xattr_cache: crate::mbcache::XattrBlockCache,
+    pub xattr_cache: crate::mbcache::MbCache,
+    /// EA inodes by value hash. [sharded, see mbcache.rs]
+    pub ea_inode_cache: crate::mbcache::MbCache,
     /// Held by cross-directory renames only (the kernel's `s_vfs_rename_mutex`). [own lock]
     pub rename_lock: crate::sync::Mutex<()>,
     /// The journal (also present, without a log, for unjournaled images); `None` when
@@ -246,7 +248,8 @@ impl FsInner {
             bcache,
             icache: ShardedCache::new(opts.inode_cache),
             dcache: crate::dcache::Dcache::new(opts.name_cache),
-            xattr_cache: crate::mbcache::XattrBlockCache::new(4096),
+            xattr_cache: crate::mbcache::MbCache::new(4096),
+            ea_inode_cache: crate::mbcache::MbCache::new(4096),
             rename_lock: crate::sync::Mutex::new(()),
             journal: None,
             committer: crate::sync::Mutex::new(None),

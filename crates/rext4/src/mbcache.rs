@@ -1,39 +1,41 @@
-//! The xattr block cache (the kernel's `fs/mbcache.c` as ext4 uses it for xattr blocks): block
-//! hash (`h_hash`) -> blocks with that hash, so that an inode given the same attributes as
-//! another shares its block instead of allocating one.
+//! The kernel's `fs/mbcache.c` as ext4 uses it: a hash -> the numbers of objects with that
+//! hash. Two instances: xattr blocks by block hash (`h_hash`), so that an inode given the
+//! same attributes as another shares its block instead of allocating one; EA inodes by value
+//! hash, so that equal large values share one EA inode.
 //!
-//! It is only a hint. Whoever takes a block from it checks, under the block's data lock, that
-//! the entry is still here, that the block still holds the wanted attributes and that its
-//! reference count can grow; whoever frees a block or rewrites one in place drops its entry
-//! under that same lock first. So an entry that outlives its block is never acted on.
+//! It is only a hint. Whoever takes an object from it checks, under the object's lock (a
+//! block's data lock, an EA inode's record lock), that the entry is still here, that the
+//! object still holds the wanted content and that its reference count can grow; whoever frees
+//! an object or rewrites one in place drops its entry under that same lock first. So an entry
+//! that outlives its object is never acted on.
 //!
 //! # Locking
 //! One mutex per shard, held only around the map; a leaf (taken under an xattr block's data
-//! lock, never the other way round).
+//! lock or an EA inode's record lock, never the other way round).
 
 use crate::sync::Mutex;
 use std::collections::HashMap;
 
 const SHARDS: usize = 16;
 
-/// Blocks per hash kept at most: identical blocks beyond the first few are rare (one reaching
-/// the reference limit is the usual reason for a second).
+/// Objects per hash kept at most: identical blocks beyond the first few are rare (one
+/// reaching the reference limit is the usual reason for a second).
 const PER_HASH: usize = 8;
 
-/// Block hash -> blocks with it, newest last.
+/// Hash -> objects with it, newest last.
 type Shard = HashMap<u32, Vec<u64>>;
 
-pub(crate) struct XattrBlockCache {
+pub(crate) struct MbCache {
     /// [own lock per shard]
     shards: Box<[Mutex<Shard>]>,
     /// Hashes per shard before one is dropped. [immutable]
     per_shard: usize,
 }
 
-impl XattrBlockCache {
+impl MbCache {
     /// A cache of about `capacity` hashes.
     pub fn new(capacity: usize) -> Self {
-        XattrBlockCache {
+        MbCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: (capacity / SHARDS).max(16),
         }
@@ -43,9 +45,9 @@ impl XattrBlockCache {
         &self.shards[(hash.wrapping_mul(0x9E37_79B9) >> 28) as usize % SHARDS]
     }
 
-    /// Records that `blk` has block hash `hash`. Hash 0 marks a block that must not be shared
-    /// and is not recorded.
-    pub fn insert(&self, hash: u32, blk: u64) {
+    /// Records that object `n` has hash `hash`. Hash 0 marks one that must not be shared and
+    /// is not recorded.
+    pub fn insert(&self, hash: u32, n: u64) {
         if hash == 0 {
             return;
         }
@@ -57,31 +59,31 @@ impl XattrBlockCache {
             }
         }
         let v = m.entry(hash).or_default();
-        if !v.contains(&blk) {
+        if !v.contains(&n) {
             if v.len() >= PER_HASH {
                 v.remove(0);
             }
-            v.push(blk);
+            v.push(n);
         }
     }
 
-    /// Forgets that `blk` has hash `hash`.
-    pub fn remove(&self, hash: u32, blk: u64) {
+    /// Forgets that `n` has hash `hash`.
+    pub fn remove(&self, hash: u32, n: u64) {
         let mut m = self.shard(hash).lock();
         if let Some(v) = m.get_mut(&hash) {
-            v.retain(|&b| b != blk);
+            v.retain(|&b| b != n);
             if v.is_empty() {
                 m.remove(&hash);
             }
         }
     }
 
-    /// Whether `blk` is recorded under `hash`.
-    pub fn contains(&self, hash: u32, blk: u64) -> bool {
-        self.shard(hash).lock().get(&hash).is_some_and(|v| v.contains(&blk))
+    /// Whether `n` is recorded under `hash`.
+    pub fn contains(&self, hash: u32, n: u64) -> bool {
+        self.shard(hash).lock().get(&hash).is_some_and(|v| v.contains(&n))
     }
 
-    /// The blocks recorded under `hash`, most recent first.
+    /// The objects recorded under `hash`, most recent first.
     pub fn candidates(&self, hash: u32) -> Vec<u64> {
         if hash == 0 {
             return Vec::new();
@@ -96,7 +98,7 @@ mod tests {
 
     #[test]
     fn insert_find_remove_and_bound() {
-        let c = XattrBlockCache::new(16 * SHARDS);
+        let c = MbCache::new(16 * SHARDS);
         c.insert(0, 5);
         assert!(c.candidates(0).is_empty());
         c.insert(7, 100);

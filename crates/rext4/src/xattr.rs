@@ -66,9 +66,10 @@ impl FsInner {
             // Values in EA inodes, still under the record's read lock: a change that replaces
             // or removes one (and may free its EA inode) holds the write lock. Owner record
             // before EA inode record, as writers take them.
+            let owner = crate::xattr_inode::EaOwner::new(ino, &raw);
             for x in out.iter_mut() {
                 if let Some((vino, size)) = x.ea_inode {
-                    x.value = self.ea_inode_value(ino, vino, size)?;
+                    x.value = self.ea_inode_value(owner, vino, size)?;
                 }
             }
             return Ok(());
@@ -146,7 +147,13 @@ impl FsInner {
         Ok(())
     }
 
-    fn ea_inode_value(&self, ino: InodeNo, value_inum: u32, value_size: u32) -> Result<Vec<u8>> {
+    fn ea_inode_value(
+        &self,
+        owner: crate::xattr_inode::EaOwner,
+        value_inum: u32,
+        value_size: u32,
+    ) -> Result<Vec<u8>> {
+        let ino = owner.ino;
         let bad = |what| corrupt(CorruptKind::Xattr { ino, block: None, what });
         if !self.sbi.ea_inode {
             return bad("value in an inode without the ea_inode feature");
@@ -166,6 +173,8 @@ impl FsInner {
         if n != v.len() {
             return bad("value inode shorter than its entry");
         }
+        // A candidate for sharing, as the kernel's `ext4_xattr_inode_get` records it.
+        self.ea_inode_seen(&vino, owner);
         Ok(v)
     }
 

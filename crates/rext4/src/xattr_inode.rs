@@ -6,9 +6,11 @@
 //! and `l_i_version` (low word), one per entry naming it (an xattr block counts once however
 //! many inodes share it). It is freed with its last reference.
 //!
-//! rext4 gives every new value an EA inode of its own (the kernel may share one between equal
-//! values); it never shares an xattr block that names EA inodes, and copying one (to change
-//! it for one of the inodes sharing it) takes a reference for the copy's entries.
+//! As the kernel does, equal values share one EA inode: EA inodes made or read are recorded by
+//! value hash (`ea_inode_cache`, mbcache.rs), and a new value equal to a recorded one takes a
+//! reference to it instead of a new inode (`ext4_xattr_inode_lookup_create`). rext4 never
+//! shares an xattr block that names EA inodes, and copying one (to change it for one of the
+//! inodes sharing it) takes a reference for each of the copy's entries.
 //!
 //! Old Lustre EA inodes have no reference count and no value hash: their `i_mtime` points back
 //! to the one inode naming them and their generation is that inode's. As the kernel
@@ -106,8 +108,8 @@ impl FsInner {
         crc32c(self.sbi.csum_seed, value)
     }
 
-    /// Makes an EA inode holding `value` with one reference, owned by `uid`/`gid`, near
-    /// inode `owner`. Returns its number and the value's hash.
+    /// A reference to an EA inode holding `value`: one already holding it, or a new one
+    /// owned by `uid`/`gid`, near inode `owner`. Returns its number and the value's hash.
     pub(crate) fn ea_inode_create(
         &self,
         h: &Handle,
@@ -117,13 +119,59 @@ impl FsInner {
         value: &[u8],
     ) -> Result<(u32, u32)> {
         let hash = self.ea_value_hash(value);
+        if let Some(ea) = self.ea_inode_share(h, owner, value, hash)? {
+            return Ok((ea, hash));
+        }
         let inode = self.new_inode(h, owner, fi::S_IFREG | 0o600, uid, gid, 1)?;
         match self.ea_inode_init(h, &inode, value, hash) {
-            Ok(()) => Ok((inode.ino.0, hash)),
+            Ok(()) => {
+                self.ea_inode_cache.insert(hash, u64::from(inode.ino.0));
+                Ok((inode.ino.0, hash))
+            }
             Err(e) => {
                 self.abandon_new_inode(h, &inode, false)?;
                 Err(e)
             }
+        }
+    }
+
+    /// Takes a reference to a recorded EA inode holding exactly `value` (hash `hash`), if
+    /// there is one (`ext4_xattr_inode_cache_find` and `ext4_xattr_inode_inc_ref`).
+    fn ea_inode_share(&self, h: &Handle, owner: InodeNo, value: &[u8], hash: u32) -> Result<Option<u32>> {
+        for c in self.ea_inode_cache.candidates(hash) {
+            let Ok(inode) =
+                u32::try_from(c).map_err(|_| Error::NotFound).and_then(|ea| self.ea_iget(owner, ea))
+            else {
+                self.ea_inode_cache.remove(hash, c);
+                continue;
+            };
+            if inode.size() != value.len() as u64 {
+                continue;
+            }
+            let mut have = vec![0u8; value.len()];
+            if self.read_data(&inode, 0, &mut have).ok() != Some(have.len()) || have != value {
+                continue;
+            }
+            // Freeing drops the entry and zeroes the count under this lock first, so a live
+            // entry here means the inode (and the value just compared) is still there.
+            let mut raw = inode.raw_mut();
+            let refs = raw_ea_refs(&raw);
+            if !self.ea_inode_cache.contains(hash, c) || refs == 0 || u32_at(&raw, OFF_ATIME) != hash {
+                continue;
+            }
+            raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs + 1);
+            self.mark_inode_dirty(h, &inode, &mut raw)?;
+            return Ok(Some(inode.ino.0));
+        }
+        Ok(None)
+    }
+
+    /// Records EA inode `ea` (its record `raw`) by the value hash it stores, for sharing; not
+    /// old Lustre ones, which belong to one inode.
+    pub(crate) fn ea_inode_seen(&self, ea: &Inode, owner: EaOwner) {
+        let raw = ea.raw();
+        if raw_ea_refs(&raw) != 0 && !raw_is_lustre(&raw, owner) {
+            self.ea_inode_cache.insert(u32_at(&raw, OFF_ATIME), u64::from(ea.ino.0));
         }
     }
 
@@ -177,9 +225,14 @@ impl FsInner {
         let mut raw = inode.raw_mut();
         let held = if raw_is_lustre(&raw, owner) { 1 } else { raw_ea_refs(&raw) };
         let refs = held.checked_add_signed(delta).unwrap_or(0);
+        if refs == 0 {
+            // Nobody may share it from now on (see `ea_inode_share`).
+            self.ea_inode_cache.remove(u32_at(&raw, OFF_ATIME), u64::from(ea));
+        }
+        raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs);
+        self.mark_inode_dirty(h, &inode, &mut raw)?;
         if refs > 0 {
-            raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs);
-            return self.mark_inode_dirty(h, &inode, &mut raw);
+            return Ok(());
         }
         drop(raw);
         self.delete_inode(h, &inode)

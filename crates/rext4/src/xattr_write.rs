@@ -511,7 +511,14 @@ impl FsInner {
                 Some(NewValue::Inode { ino: v, .. }) => v,
                 _ => 0,
             };
-            for &e in eas.iter().filter(|&&e| e != fresh) {
+            // One reference per entry; the new entry's was taken with its value (another
+            // entry may name the same EA inode: equal values share one).
+            let mut skip = fresh != 0;
+            for &e in &eas {
+                if skip && e == fresh {
+                    skip = false;
+                    continue;
+                }
                 self.ea_inode_ref(h, owner, e, 1)?;
             }
         }
