@@ -117,6 +117,36 @@ impl Groups {
         corrupt(CorruptKind::GroupDesc { group: g, what })
     }
 
+    /// What a read-write mount refuses besides (`ext4_check_descriptors`, which lets a
+    /// read-only one go on): a bitmap or inode table on the superblock's block or on a
+    /// descriptor block. Writing one would overwrite the other, and the commit, filling a
+    /// descriptor block, would wait for itself to read the bitmap's checksum.
+    pub fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
+        let ds = sbi.desc_size;
+        let mut meta: Vec<u64> = self.desc_blocks.keys().copied().collect();
+        meta.push(sbi.first_data_block);
+        meta.sort_unstable();
+        // Whether a superblock or descriptor block lies in [b, b + n).
+        let hits = |b: u64, n: u64| {
+            let i = meta.partition_point(|&m| m < b);
+            meta.get(i).is_some_and(|&m| m - b < n)
+        };
+        for g in 0..sbi.group_count {
+            let d = self.get(g);
+            let what = if hits(d.block_bitmap(ds), 1) {
+                "block bitmap overlaps the superblock or descriptors"
+            } else if hits(d.inode_bitmap(ds), 1) {
+                "inode bitmap overlaps the superblock or descriptors"
+            } else if hits(d.inode_table(ds), sbi.inode_table_blocks) {
+                "inode table overlaps the superblock or descriptors"
+            } else {
+                continue;
+            };
+            return corrupt(CorruptKind::GroupDesc { group: g, what });
+        }
+        Ok(())
+    }
+
     /// Sums of free blocks, free inodes and directories over all groups.
     pub fn totals(&self) -> (u64, u64, u64) {
         self.state.iter().fold((0, 0, 0), |(b, i, d), s| {

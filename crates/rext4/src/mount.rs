@@ -30,6 +30,7 @@ impl FsInner {
         if let Some(why) = self.sbi.read_only_reasons().first() {
             return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
         }
+        self.groups.check_writable(&self.sbi)?;
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         let has_log = log.geo.is_some();
@@ -53,6 +54,11 @@ impl FsInner {
             if groups.is_desc_block(blk) {
                 let seed = sbi.csum_seed;
                 let bitmap_csum = |b: u64, n: usize| {
+                    // Never this block itself, whose lock the commit holds (refused at open:
+                    // `Groups::check_writable`).
+                    if b == blk {
+                        return None;
+                    }
                     let buf = bcache.peek(b)?;
                     let map = buf.data();
                     Some(crc32c(seed, &map[..n.min(map.len())]))

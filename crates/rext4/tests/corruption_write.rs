@@ -13,8 +13,12 @@ use std::process::Command;
 const EUCLEAN: i32 = 117;
 
 fn image(dir: &Path, name: &str, debugfs_cmds: &str) -> PathBuf {
+    image_with(dir, name, &["-b", "4096"], debugfs_cmds)
+}
+
+fn image_with(dir: &Path, name: &str, mkfs_args: &[&str], debugfs_cmds: &str) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
-    common::mkfs(None, &img, &["-b", "4096"], "32M");
+    common::mkfs(None, &img, mkfs_args, "32M");
     let script = dir.join(format!("{name}.cmds"));
     std::fs::write(&script, debugfs_cmds).unwrap();
     let out =
@@ -88,4 +92,26 @@ fn changes_on_self_entry(fs: Fs) {
     assert_ne!(f, InodeNo(0));
     fs.unlink(d, b"f").unwrap();
     fs.unmount().unwrap();
+}
+
+/// A group's block bitmap on the descriptor block: a read-write open is refused, as the
+/// kernel's `ext4_check_descriptors` refuses the mount ("overlaps block group descriptors").
+/// Before, the first commit filled the descriptor block under its lock and then waited for
+/// that same lock to checksum the "bitmap". A read-only open still reads the tree.
+#[test]
+fn bitmap_on_a_descriptor_block() {
+    let dir = tempfile::tempdir().unwrap();
+    // No checksums, so that debugfs's change needs no new descriptor checksum.
+    let args = ["-b", "4096", "-O", "^metadata_csum,^uninit_bg"];
+    let img = image_with(dir.path(), "gdt", &args, "mkdir /d\nset_bg 0 block_bitmap 1\n");
+    let path = img.clone();
+    within(30, move || {
+        let r = Fs::open_with(&path, Options { writable: true, ..Options::default() });
+        assert_eq!(errno(r), EUCLEAN);
+        let fs = Fs::open(&path).unwrap();
+        assert!(fs.resolve("/d", false).is_ok());
+    });
+    if let Some(got) = kernel_errno(&img, |_| Ok(())) {
+        panic!("the kernel mounted it read-write (errno {got})");
+    }
 }
