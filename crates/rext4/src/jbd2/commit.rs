@@ -17,6 +17,8 @@ impl Journal {
     pub(super) fn commit(&self, t: &Arc<Transaction>, wake_early: bool) -> Result<()> {
         let began = Instant::now();
         self.lock_and_drain(t);
+        // A handle that ended in a panic aborted the journal: its changes are half done.
+        self.check_aborted()?;
         // No handle is open on `t` and none can join: its buffers are stable. Each must be
         // frozen as it is now before the next transaction writes to it.
         let buffers = t.take_buffers();

@@ -328,9 +328,10 @@ impl Journal {
     }
 
     /// Stops all further commits after a failure; the filesystem turns read-only.
+    /// The first reason is kept.
     pub fn abort(&self, why: String) {
         self.aborted.store(true, Ordering::Release);
-        *self.abort_reason.lock() = Some(why);
+        self.abort_reason.lock().get_or_insert(why);
         let _g = self.state.lock();
         self.notify_everyone();
     }

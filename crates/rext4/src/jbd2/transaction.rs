@@ -235,6 +235,12 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        if !self.stopped && std::thread::panicking() {
+            // The operation stopped half way (a bug): its transaction must never commit, so
+            // the journal aborts and the filesystem turns read-only with the image as the
+            // last commit left it, as jbd2 does after an error.
+            self.journal.abort("an operation panicked with its journal handle open".into());
+        }
         self.finish();
     }
 }
