@@ -90,6 +90,21 @@ fn name_of(name: &OsStr) -> R<&[u8]> {
 }
 
 impl Adapter {
+    /// Runs one request's work, keeping the worker thread alive if it panics (a bug): the
+    /// reply, dropped unsent, answers EIO (fuser does that), and the panic is logged. A panic
+    /// with a journal handle open has aborted the journal by then, so the image keeps its
+    /// last commit and the mount turns read-only; the daemon goes on serving.
+    fn guard(&self, op: &str, f: impl FnOnce()) {
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            crate::log(&format!("bug: {op} panicked ({msg}); the request got EIO"));
+        }
+    }
+
     fn fs(&self) -> &Fs {
         &self.shared.fs
     }
@@ -283,33 +298,37 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = (|| {
-            let p = ino_of(parent)?;
-            let n = name_of(name)?;
-            match self.fs().lookup(p, n) {
-                Ok(a) if !visible(a.ino) => Err(Errno::from_i32(libc::EUCLEAN)),
-                Ok(a) => Ok(Some(a)),
-                Err(rext4::Error::NotFound) => Ok(None),
-                Err(e) => Err(self.err("lookup", e)),
+        self.guard("lookup", || {
+            let r = (|| {
+                let p = ino_of(parent)?;
+                let n = name_of(name)?;
+                match self.fs().lookup(p, n) {
+                    Ok(a) if !visible(a.ino) => Err(Errno::from_i32(libc::EUCLEAN)),
+                    Ok(a) => Ok(Some(a)),
+                    Err(rext4::Error::NotFound) => Ok(None),
+                    Err(e) => Err(self.err("lookup", e)),
+                }
+            })();
+            match r {
+                Ok(Some(a)) => self.entry(Ok(a), reply),
+                // A negative entry the kernel may cache: node id 0 with a timeout.
+                Ok(None) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+                Err(e) => reply.error(e),
             }
-        })();
-        match r {
-            Ok(Some(a)) => self.entry(Ok(a), reply),
-            // A negative entry the kernel may cache: node id 0 with a timeout.
-            Ok(None) => reply.entry(&TTL, &negative_attr(), Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.forget_one(ino, nlookup);
+        self.guard("forget", || {
+            self.forget_one(ino, nlookup);
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino) {
+        self.guard("getattr", || match self.attr(ino) {
             Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn setattr(
@@ -330,28 +349,32 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = ino_of(ino).and_then(|e| {
-            let ch = SetAttr {
-                mode: mode.map(|m| (m & 0o7777) as u16),
-                uid,
-                gid,
-                atime: atime.map(time_set),
-                mtime: mtime.map(time_set),
-                size,
-            };
-            self.do_setattr(e, &ch)
+        self.guard("setattr", || {
+            let r = ino_of(ino).and_then(|e| {
+                let ch = SetAttr {
+                    mode: mode.map(|m| (m & 0o7777) as u16),
+                    uid,
+                    gid,
+                    atime: atime.map(time_set),
+                    mtime: mtime.map(time_set),
+                    size,
+                };
+                self.do_setattr(e, &ch)
+            });
+            match r {
+                Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
+                Err(e) => reply.error(e),
+            }
         });
-        match r {
-            Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
-            Err(e) => reply.error(e),
-        }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match ino_of(ino).and_then(|e| self.fs().readlink(e).map_err(|err| self.err("readlink", err))) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e),
-        }
+        self.guard("readlink", || {
+            match ino_of(ino).and_then(|e| self.fs().readlink(e).map_err(|err| self.err("readlink", err))) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn mknod(
@@ -364,56 +387,66 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = (|| {
-            self.writable()?;
-            let (p, n) = (ino_of(parent)?, name_of(name)?);
-            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
-            let kind = mode & S_IFMT;
-            let r = if kind == libc::S_IFREG || kind == 0 {
-                self.fs().create(p, n, m, uid, gid)
-            } else {
-                self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
-            };
-            r.map_err(|e| self.err("mknod", e))
-        })();
-        self.entry(r, reply);
+        self.guard("mknod", || {
+            let r = (|| {
+                self.writable()?;
+                let (p, n) = (ino_of(parent)?, name_of(name)?);
+                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let kind = mode & S_IFMT;
+                let r = if kind == libc::S_IFREG || kind == 0 {
+                    self.fs().create(p, n, m, uid, gid)
+                } else {
+                    self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
+                };
+                r.map_err(|e| self.err("mknod", e))
+            })();
+            self.entry(r, reply);
+        });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let r = (|| {
-            self.writable()?;
-            let (p, n) = (ino_of(parent)?, name_of(name)?);
-            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, true)?;
-            self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))
-        })();
-        self.entry(r, reply);
+        self.guard("mkdir", || {
+            let r = (|| {
+                self.writable()?;
+                let (p, n) = (ino_of(parent)?, name_of(name)?);
+                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, true)?;
+                self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))
+            })();
+            self.entry(r, reply);
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            self.writable()?;
-            self.fs().unlink(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("unlink", e))
-        })();
-        reply_empty(r, reply);
+        self.guard("unlink", || {
+            let r = (|| {
+                self.writable()?;
+                self.fs().unlink(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("unlink", e))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            self.writable()?;
-            self.fs().rmdir(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("rmdir", e))
-        })();
-        reply_empty(r, reply);
+        self.guard("rmdir", || {
+            let r = (|| {
+                self.writable()?;
+                self.fs().rmdir(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("rmdir", e))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let r = (|| {
-            self.writable()?;
-            let (p, n) = (ino_of(parent)?, name_of(link_name)?);
-            let (_, uid, gid) = self.new_owner(req, p, 0o777, false)?;
-            let t = target.as_os_str().as_bytes();
-            self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e))
-        })();
-        self.entry(r, reply);
+        self.guard("symlink", || {
+            let r = (|| {
+                self.writable()?;
+                let (p, n) = (ino_of(parent)?, name_of(link_name)?);
+                let (_, uid, gid) = self.new_owner(req, p, 0o777, false)?;
+                let t = target.as_os_str().as_bytes();
+                self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e))
+            })();
+            self.entry(r, reply);
+        });
     }
 
     fn rename(
@@ -426,39 +459,43 @@ impl Filesystem for Adapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = (|| {
-            self.writable()?;
-            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-                return Err(Errno::EINVAL);
-            }
-            let mut f = 0;
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-                f |= rext4::RENAME_NOREPLACE;
-            }
-            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                f |= rext4::RENAME_EXCHANGE;
-            }
-            let (op, on) = (ino_of(parent)?, name_of(name)?);
-            let (np, nn) = (ino_of(newparent)?, name_of(newname)?);
-            self.fs().rename(op, on, np, nn, f).map_err(|e| self.err("rename", e))
-        })();
-        reply_empty(r, reply);
+        self.guard("rename", || {
+            let r = (|| {
+                self.writable()?;
+                if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                    return Err(Errno::EINVAL);
+                }
+                let mut f = 0;
+                if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                    f |= rext4::RENAME_NOREPLACE;
+                }
+                if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                    f |= rext4::RENAME_EXCHANGE;
+                }
+                let (op, on) = (ino_of(parent)?, name_of(name)?);
+                let (np, nn) = (ino_of(newparent)?, name_of(newname)?);
+                self.fs().rename(op, on, np, nn, f).map_err(|e| self.err("rename", e))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let r = (|| {
-            self.writable()?;
-            let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
-            self.fs().link(i, p, n).map_err(|e| self.err("link", e))
-        })();
-        self.entry(r, reply);
+        self.guard("link", || {
+            let r = (|| {
+                self.writable()?;
+                let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
+                self.fs().link(i, p, n).map_err(|e| self.err("link", e))
+            })();
+            self.entry(r, reply);
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.do_open(ino, flags) {
+        self.guard("open", || match self.do_open(ino, flags) {
             Ok((fh, f)) => reply.opened(FileHandle(fh), f),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn read(
@@ -472,16 +509,18 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let r = ino_of(ino).and_then(|e| {
-            let mut buf = vec![0u8; size.min(MAX_IO) as usize];
-            let n = self.fs().read(e, offset, &mut buf).map_err(|err| self.err("read", err))?;
-            buf.truncate(n);
-            Ok(buf)
+        self.guard("read", || {
+            let r = ino_of(ino).and_then(|e| {
+                let mut buf = vec![0u8; size.min(MAX_IO) as usize];
+                let n = self.fs().read(e, offset, &mut buf).map_err(|err| self.err("read", err))?;
+                buf.truncate(n);
+                Ok(buf)
+            });
+            match r {
+                Ok(b) => reply.data(&b),
+                Err(e) => reply.error(e),
+            }
         });
-        match r {
-            Ok(b) => reply.data(&b),
-            Err(e) => reply.error(e),
-        }
     }
 
     fn write(
@@ -496,16 +535,18 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = (|| {
-            self.writable()?;
-            let e = ino_of(ino)?;
-            let n = self.fs().write(e, offset, data).map_err(|err| self.err("write", err))?;
-            u32::try_from(n).map_err(|_| Errno::EIO)
-        })();
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        self.guard("write", || {
+            let r = (|| {
+                self.writable()?;
+                let e = ino_of(ino)?;
+                let n = self.fs().write(e, offset, data).map_err(|err| self.err("write", err))?;
+                u32::try_from(n).map_err(|_| Errno::EIO)
+            })();
+            match r {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn flush(
@@ -516,8 +557,10 @@ impl Filesystem for Adapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the engine synchronously; there is nothing to push at close.
-        reply.ok();
+        self.guard("flush", || {
+            // Writes reach the engine synchronously; there is nothing to push at close.
+            reply.ok();
+        });
     }
 
     fn release(
@@ -530,57 +573,68 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.shared.handles.close(fh.0);
-        reply.ok();
+        self.guard("release", || {
+            self.shared.handles.close(fh.0);
+            reply.ok();
+        });
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsync", err)));
-        reply_empty(ro_ok(r), reply);
+        self.guard("fsync", || {
+            let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsync", err)));
+            reply_empty(ro_ok(r), reply);
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match ino_of(ino) {
+        self.guard("opendir", || match ino_of(ino) {
             Ok(e) => {
                 let fh = self.shared.handles.open(u64::from(e.0), flags.0);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR);
             }
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let r = ino_of(ino).and_then(|dir| {
-            let mut failed = None;
-            let res = self.fs().readdir(dir, offset, |e| {
-                if !visible(e.ino) {
-                    return true;
+        self.guard("readdir", || {
+            let r = ino_of(ino).and_then(|dir| {
+                let mut failed = None;
+                let res = self.fs().readdir(dir, offset, |e| {
+                    if !visible(e.ino) {
+                        return true;
+                    }
+                    let kind = match e.kind {
+                        Some(k) => k,
+                        None => match self.fs().getattr(e.ino) {
+                            Ok(a) => a.kind,
+                            // Removed since the entry was read: leave it out.
+                            Err(rext4::Error::NotFound) => return true,
+                            Err(err) => {
+                                failed = Some(self.err("readdir", err));
+                                return false;
+                            }
+                        },
+                    };
+                    // `d_ino` is the ext4 number (the root's `.` and `..` show 2, as `st_ino` does).
+                    !reply.add(
+                        INodeNo(u64::from(e.ino.0)),
+                        e.next,
+                        fuse_type(kind),
+                        OsStr::from_bytes(&e.name),
+                    )
+                });
+                match (res, failed) {
+                    (_, Some(e)) => Err(e),
+                    (Err(e), None) => Err(self.err("readdir", e)),
+                    (Ok(()), None) => Ok(()),
                 }
-                let kind = match e.kind {
-                    Some(k) => k,
-                    None => match self.fs().getattr(e.ino) {
-                        Ok(a) => a.kind,
-                        // Removed since the entry was read: leave it out.
-                        Err(rext4::Error::NotFound) => return true,
-                        Err(err) => {
-                            failed = Some(self.err("readdir", err));
-                            return false;
-                        }
-                    },
-                };
-                // `d_ino` is the ext4 number (the root's `.` and `..` show 2, as `st_ino` does).
-                !reply.add(INodeNo(u64::from(e.ino.0)), e.next, fuse_type(kind), OsStr::from_bytes(&e.name))
             });
-            match (res, failed) {
-                (_, Some(e)) => Err(e),
-                (Err(e), None) => Err(self.err("readdir", e)),
-                (Ok(()), None) => Ok(()),
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
             }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
     }
 
     fn readdirplus(
@@ -591,54 +645,56 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let r = ino_of(ino).and_then(|dir| {
-            let mut failed = None;
-            let mut added = 0usize;
-            let res = self.fs().readdir(dir, offset, |e| {
-                if !visible(e.ino) {
-                    return true;
-                }
-                let a = match self.fs().getattr(e.ino) {
-                    Ok(a) => a,
-                    Err(rext4::Error::NotFound) => return true,
-                    Err(err) => {
-                        failed = Some(self.err("readdirplus", err));
-                        return false;
+        self.guard("readdirplus", || {
+            let r = ino_of(ino).and_then(|dir| {
+                let mut failed = None;
+                let mut added = 0usize;
+                let res = self.fs().readdir(dir, offset, |e| {
+                    if !visible(e.ino) {
+                        return true;
                     }
-                };
-                let dots = e.name == b"." || e.name == b"..";
-                // `.` and `..` carry no lookup: the kernel skips them. Every other entry
-                // that fits is counted before the reply goes out.
-                if !dots {
-                    if let Err(err) = self.take_lookup(a.ino) {
-                        failed = Some(err);
-                        return false;
+                    let a = match self.fs().getattr(e.ino) {
+                        Ok(a) => a,
+                        Err(rext4::Error::NotFound) => return true,
+                        Err(err) => {
+                            failed = Some(self.err("readdirplus", err));
+                            return false;
+                        }
+                    };
+                    let dots = e.name == b"." || e.name == b"..";
+                    // `.` and `..` carry no lookup: the kernel skips them. Every other entry
+                    // that fits is counted before the reply goes out.
+                    if !dots {
+                        if let Err(err) = self.take_lookup(a.ino) {
+                            failed = Some(err);
+                            return false;
+                        }
                     }
+                    // The kernel links no dentry for `.` and `..`: they carry `st_ino` values.
+                    let fa = if dots { stat_attr(&a) } else { file_attr(&a) };
+                    let d_ino = INodeNo(u64::from(a.ino.0));
+                    let full = reply.add(d_ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
+                    if full && !dots {
+                        self.forget_one(fa.ino, 1);
+                    }
+                    if !full {
+                        added += 1;
+                    }
+                    !full
+                });
+                match (res, failed) {
+                    // What was added is still good; the error comes back on the next call.
+                    _ if added > 0 => Ok(()),
+                    (_, Some(e)) => Err(e),
+                    (Err(e), None) => Err(self.err("readdirplus", e)),
+                    (Ok(()), None) => Ok(()),
                 }
-                // The kernel links no dentry for `.` and `..`: they carry `st_ino` values.
-                let fa = if dots { stat_attr(&a) } else { file_attr(&a) };
-                let d_ino = INodeNo(u64::from(a.ino.0));
-                let full = reply.add(d_ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
-                if full && !dots {
-                    self.forget_one(fa.ino, 1);
-                }
-                if !full {
-                    added += 1;
-                }
-                !full
             });
-            match (res, failed) {
-                // What was added is still good; the error comes back on the next call.
-                _ if added > 0 => Ok(()),
-                (_, Some(e)) => Err(e),
-                (Err(e), None) => Err(self.err("readdirplus", e)),
-                (Ok(()), None) => Ok(()),
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
             }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
     }
 
     fn releasedir(
@@ -649,17 +705,21 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.shared.handles.close(fh.0);
-        reply.ok();
+        self.guard("releasedir", || {
+            self.shared.handles.close(fh.0);
+            reply.ok();
+        });
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsyncdir", err)));
-        reply_empty(ro_ok(r), reply);
+        self.guard("fsyncdir", || {
+            let r = ino_of(ino).and_then(|e| self.fs().fsync(e).map_err(|err| self.err("fsyncdir", err)));
+            reply_empty(ro_ok(r), reply);
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs().statfs() {
+        self.guard("statfs", || match self.fs().statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -671,7 +731,7 @@ impl Filesystem for Adapter {
                 s.block_size,
             ),
             Err(e) => reply.error(self.err("statfs", e)),
-        }
+        });
     }
 
     fn setxattr(
@@ -684,53 +744,63 @@ impl Filesystem for Adapter {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = (|| {
-            self.writable()?;
-            if position != 0 {
-                return Err(Errno::EINVAL);
-            }
-            let e = ino_of(ino)?;
-            let flags = u32::try_from(flags).map_err(|_| Errno::EINVAL)?;
-            self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err("setxattr", err))
-        })();
-        reply_empty(r, reply);
+        self.guard("setxattr", || {
+            let r = (|| {
+                self.writable()?;
+                if position != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                let e = ino_of(ino)?;
+                let flags = u32::try_from(flags).map_err(|_| Errno::EINVAL)?;
+                self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err("setxattr", err))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match ino_of(ino)
-            .and_then(|e| self.fs().getxattr(e, name.as_bytes()).map_err(|err| self.err("getxattr", err)))
-        {
-            Ok(v) => Self::do_xattr_reply(v, size, reply),
-            Err(e) => reply.error(e),
-        }
+        self.guard("getxattr", || {
+            match ino_of(ino)
+                .and_then(|e| self.fs().getxattr(e, name.as_bytes()).map_err(|err| self.err("getxattr", err)))
+            {
+                Ok(v) => Self::do_xattr_reply(v, size, reply),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match ino_of(ino).and_then(|e| self.fs().listxattr(e).map_err(|err| self.err("listxattr", err))) {
-            Ok(names) => {
-                let mut out = Vec::new();
-                for n in names {
-                    out.extend_from_slice(&n);
-                    out.push(0);
+        self.guard("listxattr", || {
+            match ino_of(ino).and_then(|e| self.fs().listxattr(e).map_err(|err| self.err("listxattr", err))) {
+                Ok(names) => {
+                    let mut out = Vec::new();
+                    for n in names {
+                        out.extend_from_slice(&n);
+                        out.push(0);
+                    }
+                    Self::do_xattr_reply(out, size, reply)
                 }
-                Self::do_xattr_reply(out, size, reply)
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            self.writable()?;
-            let e = ino_of(ino)?;
-            self.fs().removexattr(e, name.as_bytes()).map_err(|err| self.err("removexattr", err))
-        })();
-        reply_empty(r, reply);
+        self.guard("removexattr", || {
+            let r = (|| {
+                self.writable()?;
+                let e = ino_of(ino)?;
+                self.fs().removexattr(e, name.as_bytes()).map_err(|err| self.err("removexattr", err))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let r = self.attr(ino).and_then(|a| self.check_access(req, &a, mask));
-        reply_empty(r, reply);
+        self.guard("access", || {
+            let r = self.attr(ino).and_then(|a| self.check_access(req, &a, mask));
+            reply_empty(r, reply);
+        });
     }
 
     fn create(
@@ -743,25 +813,27 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = (|| {
-            self.writable()?;
-            let (p, n) = (ino_of(parent)?, name_of(name)?);
-            let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
-            let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
-            self.take_lookup(a.ino)?;
-            let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
-            Ok((a, fh))
-        })();
-        match r {
-            Ok((a, fh)) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                gen(&a),
-                FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
-            ),
-            Err(e) => reply.error(e),
-        }
+        self.guard("create", || {
+            let r = (|| {
+                self.writable()?;
+                let (p, n) = (ino_of(parent)?, name_of(name)?);
+                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
+                self.take_lookup(a.ino)?;
+                let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
+                Ok((a, fh))
+            })();
+            match r {
+                Ok((a, fh)) => reply.created(
+                    &TTL,
+                    &file_attr(&a),
+                    gen(&a),
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+                ),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn ioctl(
@@ -775,18 +847,20 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let r = self.attr(ino).and_then(|a| match cmd {
-            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(u64::from(a.flags)),
-            FS_IOC_GETVERSION | FS_IOC32_GETVERSION => Ok(u64::from(a.generation)),
-            _ => Err(Errno::ENOTTY),
-        });
-        match r {
-            Ok(v) => {
-                let bytes = v.to_le_bytes();
-                reply.ioctl(0, &bytes[..(out_size as usize).min(8)]);
+        self.guard("ioctl", || {
+            let r = self.attr(ino).and_then(|a| match cmd {
+                FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(u64::from(a.flags)),
+                FS_IOC_GETVERSION | FS_IOC32_GETVERSION => Ok(u64::from(a.generation)),
+                _ => Err(Errno::ENOTTY),
+            });
+            match r {
+                Ok(v) => {
+                    let bytes = v.to_le_bytes();
+                    reply.ioctl(0, &bytes[..(out_size as usize).min(8)]);
+                }
+                Err(e) => reply.error(e),
             }
-            Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn fallocate(
@@ -799,13 +873,15 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = (|| {
-            self.writable()?;
-            let e = ino_of(ino)?;
-            let mode = u32::try_from(mode).map_err(|_| Errno::EINVAL)?;
-            self.fs().fallocate(e, mode, offset, length).map_err(|err| self.err("fallocate", err))
-        })();
-        reply_empty(r, reply);
+        self.guard("fallocate", || {
+            let r = (|| {
+                self.writable()?;
+                let e = ino_of(ino)?;
+                let mode = u32::try_from(mode).map_err(|_| Errno::EINVAL)?;
+                self.fs().fallocate(e, mode, offset, length).map_err(|err| self.err("fallocate", err))
+            })();
+            reply_empty(r, reply);
+        });
     }
 
     fn lseek(
@@ -817,21 +893,23 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let r = (|| {
-            let e = ino_of(ino)?;
-            let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
-            let pos = match whence {
-                libc::SEEK_DATA => self.fs().seek_data(e, off),
-                libc::SEEK_HOLE => self.fs().seek_hole(e, off),
-                _ => return Err(Errno::EINVAL),
-            };
-            let pos = pos.map_err(|err| self.err("lseek", err))?;
-            i64::try_from(pos).map_err(|_| Errno::EOVERFLOW)
-        })();
-        match r {
-            Ok(p) => reply.offset(p),
-            Err(e) => reply.error(e),
-        }
+        self.guard("lseek", || {
+            let r = (|| {
+                let e = ino_of(ino)?;
+                let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+                let pos = match whence {
+                    libc::SEEK_DATA => self.fs().seek_data(e, off),
+                    libc::SEEK_HOLE => self.fs().seek_hole(e, off),
+                    _ => return Err(Errno::EINVAL),
+                };
+                let pos = pos.map_err(|err| self.err("lseek", err))?;
+                i64::try_from(pos).map_err(|_| Errno::EOVERFLOW)
+            })();
+            match r {
+                Ok(p) => reply.offset(p),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn copy_file_range(
@@ -847,18 +925,20 @@ impl Filesystem for Adapter {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let r = (|| {
-            if !flags.is_empty() {
-                return Err(Errno::EINVAL);
+        self.guard("copy_file_range", || {
+            let r = (|| {
+                if !flags.is_empty() {
+                    return Err(Errno::EINVAL);
+                }
+                let (src, dst) = (ino_of(ino_in)?, ino_of(ino_out)?);
+                let n = self.do_copy(src, offset_in, dst, offset_out, len)?;
+                u32::try_from(n).map_err(|_| Errno::EIO)
+            })();
+            match r {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
             }
-            let (src, dst) = (ino_of(ino_in)?, ino_of(ino_out)?);
-            let n = self.do_copy(src, offset_in, dst, offset_out, len)?;
-            u32::try_from(n).map_err(|_| Errno::EIO)
-        })();
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        });
     }
 }
 

@@ -545,3 +545,70 @@ fn parallel_namespace_workload() {
     assert_eq!(fs::read_dir(root.join("shared")).unwrap().count(), 8 * 150);
     unmount_and_compare(m, &img);
 }
+
+/// A device whose reads panic, once armed, in the daemon's worker threads: a stand-in for a
+/// bug the engine hits while serving a request.
+struct PanickyReads {
+    inner: rext4::dev::FileDevice,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl rext4::dev::BlockDevice for PanickyReads {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let worker = std::thread::current().name().is_some_and(|n| n.starts_with("fuser-"));
+        if worker && self.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            panic!("read while armed");
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// A request that panics (a bug) gets EIO and costs neither its worker thread nor the mount:
+/// more panics than there are workers, then every file reads back, changes go on, and the
+/// image unmounts clean.
+#[test]
+fn panicking_requests_get_eio_and_the_daemon_lives() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("f{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        fs::write(src.join(n), vec![b'a' + i as u8; 5000]).unwrap();
+    }
+    let img = dir.path().join("panic.img");
+    mkfs(Some(&src), &img, &[], "64M");
+    let o = rext4_fuse::MountOptions::parse("rw,threads=2").unwrap();
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dev = PanickyReads { inner: rext4::dev::FileDevice::open(&img, true).unwrap(), armed: armed.clone() };
+    let engine = rext4::Fs::from_device(std::sync::Arc::new(dev), o.engine_options()).unwrap();
+    let m = FuseMount::serve(engine, &o).unwrap();
+    // Names looked up first: the file data is what the armed reads fetch.
+    for n in &names {
+        assert_eq!(fs::metadata(m.join(n)).unwrap().len(), 5000);
+    }
+    armed.store(true, std::sync::atomic::Ordering::Relaxed);
+    for n in &names {
+        expect_errno(fs::read(m.join(n)), libc::EIO, "read while the device panics");
+    }
+    armed.store(false, std::sync::atomic::Ordering::Relaxed);
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(fs::read(m.join(n)).unwrap(), vec![b'a' + i as u8; 5000], "{n}");
+    }
+    fs::write(m.join("after"), b"still writable").unwrap();
+    m.unmount();
+    e2fsck_clean(&img);
+    let check = rext4::Fs::open(&img).unwrap();
+    assert_eq!(check.read_file("/after").unwrap(), b"still writable");
+}

@@ -53,12 +53,17 @@ impl FuseMount {
     pub fn try_new(img: &Path, opts: &str) -> Result<FuseMount, String> {
         let o = rext4_fuse::MountOptions::parse(opts)?;
         let fs = rext4::Fs::open_with(img, o.engine_options()).map_err(|e| e.to_string())?;
+        Self::serve(fs, &o)
+    }
+
+    /// Serves `fs` (opened by the caller with `o.engine_options()`).
+    pub fn serve(fs: rext4::Fs, o: &rext4_fuse::MountOptions) -> Result<FuseMount, String> {
         let dir = tempfile::Builder::new().prefix("rext4-fuse").tempdir().map_err(|e| e.to_string())?;
         // Other users reach the mount too (allow_other tests).
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .map_err(|e| e.to_string())?;
-        let bg = rext4_fuse::spawn(fs, dir.path(), &o).map_err(|e| e.to_string())?;
+        let bg = rext4_fuse::spawn(fs, dir.path(), o).map_err(|e| e.to_string())?;
         Ok(FuseMount { dir, bg: Some(bg) })
     }
 
