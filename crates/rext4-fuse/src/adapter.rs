@@ -25,6 +25,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use rext4::format::inode::{APPEND_FL, IMMUTABLE_FL};
 use rext4::{Attr, FileType, Fs, InodeNo, SetAttr, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -44,10 +45,34 @@ const COPY_MAX: u64 = 1 << 30;
 const S_IFMT: u32 = libc::S_IFMT;
 const S_ISGID: u16 = 0o2000;
 
-// `FS_IOC_GETFLAGS` / `FS_IOC_GETVERSION`, with the argument sizes of 64- and 32-bit callers.
+// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` / `FS_IOC_GETVERSION`, with the argument sizes of 64-
+// and 32-bit callers (the kernel's fileattr calls use the latter).
 const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
 const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
+const FS_IOC_FSSETXATTR: u32 = 0x401C_5820;
 const FS_IOC_GETVERSION: u32 = 0x8008_7601;
+
+/// Inode flags and the `FS_XFLAG_*` bits `fsxattr` shows them as (`fileattr_fill_flags`).
+const XFLAG_MAP: [(u32, u32); 7] = [
+    (0x0000_0008, 0x0000_0020), // sync
+    (0x0000_0010, 0x0000_0008), // immutable
+    (0x0000_0020, 0x0000_0010), // append
+    (0x0000_0040, 0x0000_0080), // nodump
+    (0x0000_0080, 0x0000_0040), // noatime
+    (0x0200_0000, 0x0000_8000), // dax
+    (0x2000_0000, 0x0000_0200), // project inherit
+];
+
+fn flags_to_xflags(flags: u32) -> u32 {
+    XFLAG_MAP.iter().filter(|&&(f, _)| flags & f != 0).fold(0, |x, &(_, b)| x | b)
+}
+
+fn xflags_to_flags(xflags: u32) -> u32 {
+    XFLAG_MAP.iter().filter(|&&(_, b)| xflags & b != 0).fold(0, |f, &(b, _)| f | b)
+}
 const FS_IOC32_GETVERSION: u32 = 0x8004_7601;
 
 /// State shared by the workers and by the mount after they stop.
@@ -181,6 +206,13 @@ impl Adapter {
         let acc = flags.0 & libc::O_ACCMODE;
         if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             self.writable()?;
+            // `may_open`: the kernel knows nothing of ext4's flags on a FUSE inode.
+            let f = self.attr(ino)?.flags;
+            let append_only =
+                f & APPEND_FL != 0 && (flags.0 & libc::O_APPEND == 0 || flags.0 & libc::O_TRUNC != 0);
+            if f & IMMUTABLE_FL != 0 || append_only {
+                return Err(Errno::EPERM);
+            }
         }
         if flags.0 & libc::O_TRUNC != 0 {
             // FUSE_ATOMIC_O_TRUNC: the truncation is ours, with the times `open(2)` sets.
@@ -189,6 +221,51 @@ impl Adapter {
         }
         let fh = self.shared.handles.open(u64::from(e.0), flags.0);
         Ok((fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH))
+    }
+
+    /// The ioctls `lsattr` and `chattr` use (through the kernel's fileattr calls, which have
+    /// checked ownership and, for the immutable and append-only flags, CAP_LINUX_IMMUTABLE)
+    /// and `FS_IOC_GETVERSION`; the reply's bytes.
+    fn do_ioctl(&self, ino: INodeNo, cmd: u32, input: &[u8]) -> R<Vec<u8>> {
+        let e = ino_of(ino)?;
+        let word = |at: usize| -> R<u32> {
+            let b = input.get(at..at + 4).ok_or(Errno::EINVAL)?;
+            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let visible = |a: &Attr| a.flags & rext4::FL_USER_VISIBLE;
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
+                Ok(u64::from(visible(&self.attr(ino)?)).to_le_bytes().to_vec())
+            }
+            FS_IOC_GETVERSION | FS_IOC32_GETVERSION => {
+                Ok(u64::from(self.attr(ino)?.generation).to_le_bytes().to_vec())
+            }
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                let flags = word(0)?;
+                self.writable()?;
+                self.fs().set_flags(e, flags).map_err(|err| self.err("setflags", err))?;
+                Ok(Vec::new())
+            }
+            FS_IOC_FSGETXATTR => {
+                // struct fsxattr: xflags, extsize, nextents, projid, cowextsize, 8 pad bytes.
+                let mut out = vec![0u8; 28];
+                out[0..4].copy_from_slice(&flags_to_xflags(visible(&self.attr(ino)?)).to_le_bytes());
+                Ok(out)
+            }
+            FS_IOC_FSSETXATTR => {
+                let (xflags, projid) = (word(0)?, word(12)?);
+                if projid != 0 {
+                    // No project quotas here: every inode's project is 0.
+                    return Err(Errno::EOPNOTSUPP);
+                }
+                self.writable()?;
+                let old = visible(&self.attr(ino)?);
+                let flags = (old & !XFLAG_MAP.iter().fold(0, |m, &(f, _)| m | f)) | xflags_to_flags(xflags);
+                self.fs().set_flags(e, flags).map_err(|err| self.err("fssetxattr", err))?;
+                Ok(Vec::new())
+            }
+            _ => Err(Errno::ENOTTY),
+        }
     }
 
     fn do_xattr_reply(data: Vec<u8>, size: u32, reply: ReplyXattr) {
@@ -843,23 +920,13 @@ impl Filesystem for Adapter {
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.guard("ioctl", || {
-            let r = self.attr(ino).and_then(|a| match cmd {
-                FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(u64::from(a.flags)),
-                FS_IOC_GETVERSION | FS_IOC32_GETVERSION => Ok(u64::from(a.generation)),
-                _ => Err(Errno::ENOTTY),
-            });
-            match r {
-                Ok(v) => {
-                    let bytes = v.to_le_bytes();
-                    reply.ioctl(0, &bytes[..(out_size as usize).min(8)]);
-                }
-                Err(e) => reply.error(e),
-            }
+        self.guard("ioctl", || match self.do_ioctl(ino, cmd, in_data) {
+            Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
+            Err(e) => reply.error(e),
         });
     }
 

@@ -612,3 +612,55 @@ fn panicking_requests_get_eio_and_the_daemon_lives() {
     let check = rext4::Fs::open(&img).unwrap();
     assert_eq!(check.read_file("/after").unwrap(), b"still writable");
 }
+
+/// `chattr` and `lsattr` through the mount, and what the immutable and append-only flags
+/// forbid there (the kernel's VFS knows nothing of ext4's flags on a FUSE inode, so the
+/// daemon refuses); the kernel's mount shows the same flags afterwards.
+#[test]
+fn chattr_flags_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "chattr.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw");
+    let chattr = |flag: &str, p: &std::path::Path| {
+        let out = std::process::Command::new("chattr").arg(flag).arg(p).output().unwrap();
+        assert!(out.status.success(), "chattr {flag}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let lsattr = |p: &std::path::Path| {
+        let out = std::process::Command::new("lsattr").arg("-d").arg(p).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or("").to_string()
+    };
+    let f = m.join("f");
+    fs::write(&f, b"data").unwrap();
+    chattr("+i", &f);
+    assert!(lsattr(&f).contains('i'), "lsattr: {}", lsattr(&f));
+    expect_errno(OpenOptions::new().write(true).open(&f), libc::EPERM, "open an immutable file for writing");
+    expect_errno(fs::remove_file(&f), libc::EPERM, "unlink an immutable file");
+    expect_errno(fs::rename(&f, m.join("g")), libc::EPERM, "rename an immutable file");
+    expect_errno(fs::set_permissions(&f, fs::Permissions::from_mode(0o600)), libc::EPERM, "chmod");
+    chattr("-i", &f);
+    chattr("+a", &f);
+    expect_errno(
+        OpenOptions::new().write(true).open(&f),
+        libc::EPERM,
+        "open an append-only file without O_APPEND",
+    );
+    OpenOptions::new().append(true).open(&f).unwrap().write_all(b"+more").unwrap();
+    let trunc = nix::fcntl::open(
+        &f,
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_APPEND | nix::fcntl::OFlag::O_TRUNC,
+        nix::sys::stat::Mode::empty(),
+    );
+    assert_eq!(trunc.err(), Some(nix::errno::Errno::EPERM), "O_APPEND|O_TRUNC on an append-only file");
+    expect_errno(fs::remove_file(&f), libc::EPERM, "unlink an append-only file");
+    let d = m.join("d");
+    fs::create_dir(&d).unwrap();
+    chattr("+i", &d);
+    expect_errno(File::create(d.join("x")), libc::EPERM, "create in an immutable directory");
+    chattr("-i", &d);
+    chattr("+d", &f);
+    assert_eq!(fs::read(&f).unwrap(), b"data+more");
+    unmount_and_compare(m, &img);
+}

@@ -21,7 +21,7 @@ use crate::inode_write::{
     now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
 };
 use crate::jbd2::transaction::Handle;
-use rext4_format::inode::{self as fi, ENCRYPT_FL, EXTENTS_FL, INLINE_DATA_FL};
+use rext4_format::inode::{self as fi, APPEND_FL, ENCRYPT_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
 use rext4_format::InodeNo;
 
 /// `fallocate(2)` mode: keep the file size even when allocating past it.
@@ -390,6 +390,12 @@ impl FsInner {
         }
         let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
+        // What opening for writing checks (`may_open`): nothing is written to an immutable
+        // file, and an append-only one is written at its end only (`O_APPEND`).
+        let flags = inode.flags();
+        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset != inode.size()) {
+            return Err(Error::NotPermitted);
+        }
         if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
@@ -567,6 +573,13 @@ impl FsInner {
             }
             r => r?,
         };
+        // `vfs_fallocate`: an append-only file loses no bytes; an immutable one nothing.
+        let flags = inode.flags();
+        if flags & IMMUTABLE_FL != 0
+            || (flags & APPEND_FL != 0 && mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE) != 0)
+        {
+            return Err(Error::NotPermitted);
+        }
         if inode.flags() & INLINE_DATA_FL != 0 {
             let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;

@@ -214,6 +214,21 @@ impl Fs {
     /// `truncate`); the change time becomes now. Returns the new attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Setattr);
+        // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
+        // mode, owner, size and explicit times; an immutable one any time at all.
+        let flags = self.getattr(ino)?.flags;
+        let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
+        let fixed = changes.mode.is_some()
+            || changes.uid.is_some()
+            || changes.gid.is_some()
+            || changes.size.is_some()
+            || set_times;
+        let touched = changes.atime.is_some() || changes.mtime.is_some();
+        if (flags & (fi::IMMUTABLE_FL | fi::APPEND_FL) != 0 && fixed)
+            || (flags & fi::IMMUTABLE_FL != 0 && touched)
+        {
+            return Err(Error::NotPermitted);
+        }
         if let Some(size) = changes.size {
             self.inner.truncate(ino, size)?;
         }

@@ -53,6 +53,7 @@ mod inline;
 mod inline_write;
 mod inode;
 mod inode_write;
+mod ioctl;
 mod jbd2;
 mod link_write;
 mod map;
@@ -84,6 +85,7 @@ pub use file_write::{
 };
 pub use fs::{Fs, Options};
 pub use inode_write::{SetAttr, TimeSet};
+pub use ioctl::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use jbd2::recovery::RecoveryReport;
 pub use jbd2::{CommitStats, CommitSummary};
 pub use path::{File, ReadDir};

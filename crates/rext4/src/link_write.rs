@@ -31,6 +31,8 @@ impl FsInner {
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         let _tl = self.stats.lock(crate::stats::LockClass::OpLock, &target.op_lock);
         self.ensure_absent(&dir, name)?;
+        crate::ioctl::check_dir_open(&dir)?;
+        crate::ioctl::check_pinned(&target)?;
         let links = target.disk().links_count();
         if links == 0 {
             return Err(Error::NotFound);
@@ -64,6 +66,7 @@ impl FsInner {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
+        crate::ioctl::check_dir_open(&dir)?;
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, dir.ino, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();

@@ -131,6 +131,7 @@ impl FsInner {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
+        crate::ioctl::check_dir_open(&dir)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let h = journal.start(NAME_CREDITS)?;
         let child = self.new_inode(&h, dir.ino, mode, uid, gid, if is_dir { 2 } else { 1 })?;
@@ -200,6 +201,7 @@ impl FsInner {
         let ino = self.lookup(&dir, name)?;
         let child = self.iget_live(ino)?;
         let _cl = self.stats.lock(crate::stats::LockClass::OpLock, &child.op_lock);
+        crate::ioctl::check_removable(&dir, &child)?;
         let is_dir = child.is_dir();
         match (want_dir, is_dir) {
             (true, false) => return Err(Error::NotDir),

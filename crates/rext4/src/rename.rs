@@ -115,6 +115,12 @@ impl FsInner {
         if dst_ino == Some(src_ino) {
             return Ok(()); // two names of one inode: nothing to do, as POSIX says
         }
+        // `may_delete` of the source, then `may_create` or `may_delete` of the target.
+        crate::ioctl::check_removable(&odir, &src)?;
+        match &dst {
+            None => crate::ioctl::check_dir_open(&ndir)?,
+            Some(d) => crate::ioctl::check_removable(&ndir, d)?,
+        }
         match (&dst, flags) {
             (Some(d), f) if f & RENAME_EXCHANGE == 0 => match (src.is_dir(), d.is_dir()) {
                 (true, false) => return Err(Error::NotDir),

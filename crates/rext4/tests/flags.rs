@@ -1,0 +1,378 @@
+//! Inode flags: `chattr` through `Fs::set_flags`, and what the immutable and append-only
+//! flags forbid. Every case runs on its own copy of an image whose flags the kernel set
+//! (`chattr` on a loop mount), once through rext4 and once through the kernel: the errnos must
+//! match, and the image rext4 leaves must be clean.
+
+mod common;
+
+use common::{e2fsck_clean, KernelMount};
+use rext4::format::inode::{APPEND_FL, IMMUTABLE_FL, NODUMP_FL};
+use rext4::{Fs, InodeNo, Options, SetAttr, TimeSet, Timestamp};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+const DIRSYNC_FL: u32 = 0x0001_0000;
+
+/// The image: `imm` (+i) and `app` (+a) files with data, `idir` (+i) and `adir` (+a)
+/// directories holding `f`, and a plain file and directory.
+fn base(dir: &Path) -> Option<PathBuf> {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return None;
+    }
+    let img = dir.join("base.img");
+    common::mkfs(None, &img, &["-b", "4096"], "32M");
+    let km = KernelMount::rw(&img).unwrap();
+    let m = km.path();
+    for f in ["imm", "app", "plain"] {
+        std::fs::write(m.join(f), b"0123456789").unwrap();
+    }
+    for d in ["idir", "adir", "pdir"] {
+        std::fs::create_dir(m.join(d)).unwrap();
+        std::fs::write(m.join(d).join("f"), b"x").unwrap();
+    }
+    for (flag, path) in [("+i", "imm"), ("+a", "app"), ("+i", "idir"), ("+a", "adir")] {
+        let st = Command::new(common::tool("chattr")).arg(flag).arg(m.join(path)).status().unwrap();
+        assert!(st.success(), "chattr {flag} {path}");
+    }
+    km.unmount().unwrap();
+    Some(img)
+}
+
+fn rw(img: &Path) -> Fs {
+    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+}
+
+fn errno<T>(r: rext4::Result<T>) -> i32 {
+    r.map_or_else(|e| e.errno(), |_| 0)
+}
+
+fn io_errno<T>(r: std::io::Result<T>) -> i32 {
+    r.map_or_else(|e| e.raw_os_error().unwrap_or(-1), |_| 0)
+}
+
+fn nix_errno<T>(r: nix::Result<T>) -> i32 {
+    r.map_or_else(|e| e as i32, |_| 0)
+}
+
+fn ino(fs: &Fs, p: &str) -> InodeNo {
+    fs.resolve(p, false).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+type RextOp = fn(&Fs) -> i32;
+type KernelOp = fn(&Path) -> i32;
+
+fn setflags(path: &Path, flags: u32) -> i32 {
+    use std::os::fd::AsRawFd;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => return e.raw_os_error().unwrap_or(-1),
+    };
+    let v = flags as libc::c_int;
+    // SAFETY: FS_IOC_SETFLAGS reads one int from the pointer, which outlives the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS as _, &v) };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+}
+
+/// `lsattr`'s flags for `path` on a mount, read with FS_IOC_GETFLAGS.
+fn flags_of(path: &Path) -> u32 {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let mut v: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer, which outlives the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8008_6601u32 as _, &mut v) };
+    assert_eq!(r, 0, "FS_IOC_GETFLAGS {}", path.display());
+    v as u32
+}
+
+fn cases() -> Vec<(&'static str, RextOp, KernelOp)> {
+    vec![
+        (
+            "write to an immutable file",
+            |fs| errno(fs.write(ino(fs, "/imm"), 0, b"x")),
+            |m| io_errno(std::fs::OpenOptions::new().write(true).open(m.join("imm"))),
+        ),
+        (
+            "write into an append-only file",
+            |fs| errno(fs.write(ino(fs, "/app"), 0, b"x")),
+            |m| io_errno(std::fs::OpenOptions::new().write(true).open(m.join("app"))),
+        ),
+        (
+            "append to an append-only file",
+            |fs| errno(fs.write(ino(fs, "/app"), 10, b"more")),
+            |m| {
+                use std::io::Write;
+                io_errno(
+                    std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(m.join("app"))
+                        .and_then(|mut f| f.write_all(b"more")),
+                )
+            },
+        ),
+        (
+            "truncate an append-only file",
+            |fs| errno(fs.setattr(ino(fs, "/app"), &SetAttr { size: Some(3), ..SetAttr::default() })),
+            |m| nix_errno(nix::unistd::truncate(&m.join("app"), 3)),
+        ),
+        (
+            "chmod an immutable file",
+            |fs| errno(fs.setattr(ino(fs, "/imm"), &SetAttr { mode: Some(0o600), ..SetAttr::default() })),
+            |m| {
+                nix_errno(nix::sys::stat::fchmodat(
+                    nix::fcntl::AT_FDCWD,
+                    &m.join("imm"),
+                    nix::sys::stat::Mode::from_bits_truncate(0o600),
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                ))
+            },
+        ),
+        (
+            "chown an append-only file",
+            |fs| errno(fs.setattr(ino(fs, "/app"), &SetAttr { uid: Some(7), ..SetAttr::default() })),
+            |m| io_errno(std::os::unix::fs::chown(m.join("app"), Some(7), None)),
+        ),
+        (
+            "set times of an append-only file",
+            |fs| {
+                let at = TimeSet::At(Timestamp { sec: 1_600_000_000, nsec: 0 });
+                errno(fs.setattr(ino(fs, "/app"), &SetAttr { mtime: Some(at), ..SetAttr::default() }))
+            },
+            |m| {
+                let t = filetime::FileTime::from_unix_time(1_600_000_000, 0);
+                io_errno(filetime::set_file_mtime(m.join("app"), t))
+            },
+        ),
+        (
+            "touch an append-only file",
+            |fs| {
+                let now =
+                    SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+                errno(fs.setattr(ino(fs, "/app"), &now))
+            },
+            |m| {
+                nix_errno(nix::sys::stat::utimensat(
+                    nix::fcntl::AT_FDCWD,
+                    &m.join("app"),
+                    &nix::sys::time::TimeSpec::UTIME_NOW,
+                    &nix::sys::time::TimeSpec::UTIME_NOW,
+                    nix::sys::stat::UtimensatFlags::FollowSymlink,
+                ))
+            },
+        ),
+        (
+            "touch an immutable file",
+            |fs| {
+                let now =
+                    SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+                errno(fs.setattr(ino(fs, "/imm"), &now))
+            },
+            |m| {
+                nix_errno(nix::sys::stat::utimensat(
+                    nix::fcntl::AT_FDCWD,
+                    &m.join("imm"),
+                    &nix::sys::time::TimeSpec::UTIME_NOW,
+                    &nix::sys::time::TimeSpec::UTIME_NOW,
+                    nix::sys::stat::UtimensatFlags::FollowSymlink,
+                ))
+            },
+        ),
+        (
+            "unlink an immutable file",
+            |fs| errno(fs.unlink(fs.root(), b"imm")),
+            |m| io_errno(std::fs::remove_file(m.join("imm"))),
+        ),
+        (
+            "unlink an append-only file",
+            |fs| errno(fs.unlink(fs.root(), b"app")),
+            |m| io_errno(std::fs::remove_file(m.join("app"))),
+        ),
+        (
+            "rename an immutable file",
+            |fs| errno(fs.rename(fs.root(), b"imm", fs.root(), b"x", 0)),
+            |m| io_errno(std::fs::rename(m.join("imm"), m.join("x"))),
+        ),
+        (
+            "rename over an append-only file",
+            |fs| errno(fs.rename(fs.root(), b"plain", fs.root(), b"app", 0)),
+            |m| io_errno(std::fs::rename(m.join("plain"), m.join("app"))),
+        ),
+        (
+            "link an append-only file",
+            |fs| errno(fs.link(ino(fs, "/app"), fs.root(), b"x")),
+            |m| io_errno(std::fs::hard_link(m.join("app"), m.join("x"))),
+        ),
+        (
+            "create in an immutable directory",
+            |fs| errno(fs.create(ino(fs, "/idir"), b"new", 0o644, 0, 0)),
+            |m| io_errno(std::fs::File::create(m.join("idir/new"))),
+        ),
+        (
+            "create an existing name in an immutable directory",
+            |fs| errno(fs.mkdir(ino(fs, "/idir"), b"f", 0o755, 0, 0)),
+            |m| io_errno(std::fs::create_dir(m.join("idir/f"))),
+        ),
+        (
+            "symlink in an immutable directory",
+            |fs| errno(fs.symlink(ino(fs, "/idir"), b"s", b"f", 0, 0)),
+            |m| io_errno(std::os::unix::fs::symlink("f", m.join("idir/s"))),
+        ),
+        (
+            "unlink a missing name in an immutable directory",
+            |fs| errno(fs.unlink(ino(fs, "/idir"), b"none")),
+            |m| io_errno(std::fs::remove_file(m.join("idir/none"))),
+        ),
+        (
+            "unlink in an immutable directory",
+            |fs| errno(fs.unlink(ino(fs, "/idir"), b"f")),
+            |m| io_errno(std::fs::remove_file(m.join("idir/f"))),
+        ),
+        (
+            "rmdir a non-empty immutable directory",
+            |fs| errno(fs.rmdir(fs.root(), b"idir")),
+            |m| io_errno(std::fs::remove_dir(m.join("idir"))),
+        ),
+        (
+            "create in an append-only directory",
+            |fs| errno(fs.create(ino(fs, "/adir"), b"new", 0o644, 0, 0)),
+            |m| io_errno(std::fs::File::create(m.join("adir/new"))),
+        ),
+        (
+            "unlink in an append-only directory",
+            |fs| errno(fs.unlink(ino(fs, "/adir"), b"f")),
+            |m| io_errno(std::fs::remove_file(m.join("adir/f"))),
+        ),
+        (
+            "rename out of an append-only directory",
+            |fs| errno(fs.rename(ino(fs, "/adir"), b"f", fs.root(), b"g", 0)),
+            |m| io_errno(std::fs::rename(m.join("adir/f"), m.join("g"))),
+        ),
+        (
+            "rename into an append-only directory",
+            |fs| errno(fs.rename(fs.root(), b"plain", ino(fs, "/adir"), b"p", 0)),
+            |m| io_errno(std::fs::rename(m.join("plain"), m.join("adir/p"))),
+        ),
+        (
+            "rename into an immutable directory",
+            |fs| errno(fs.rename(fs.root(), b"plain", ino(fs, "/idir"), b"p", 0)),
+            |m| io_errno(std::fs::rename(m.join("plain"), m.join("idir/p"))),
+        ),
+        (
+            "set an xattr on an immutable file",
+            |fs| errno(fs.setxattr(ino(fs, "/imm"), b"user.x", b"v", 0)),
+            |m| io_errno(xattr::set(m.join("imm"), "user.x", b"v")),
+        ),
+        (
+            "punch a hole in an append-only file",
+            |fs| errno(fs.fallocate(ino(fs, "/app"), 3, 0, 4)),
+            |m| {
+                let f = std::fs::OpenOptions::new().append(true).open(m.join("app")).unwrap();
+                let mode = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                nix_errno(nix::fcntl::fallocate(&f, mode, 0, 4))
+            },
+        ),
+        (
+            "allocate past the end of an append-only file",
+            |fs| errno(fs.fallocate(ino(fs, "/app"), 1, 0, 8192)),
+            |m| {
+                let f = std::fs::OpenOptions::new().append(true).open(m.join("app")).unwrap();
+                nix_errno(nix::fcntl::fallocate(&f, nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, 8192))
+            },
+        ),
+        (
+            "clear the immutable flag",
+            |fs| {
+                let f = ino(fs, "/imm");
+                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
+                errno(fs.set_flags(f, flags & !IMMUTABLE_FL))
+            },
+            |m| {
+                let flags = flags_of(&m.join("imm"));
+                setflags(&m.join("imm"), flags & !IMMUTABLE_FL)
+            },
+        ),
+        (
+            "set another flag on an immutable file",
+            |fs| {
+                let f = ino(fs, "/imm");
+                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
+                errno(fs.set_flags(f, flags | NODUMP_FL))
+            },
+            |m| {
+                let flags = flags_of(&m.join("imm"));
+                setflags(&m.join("imm"), flags | NODUMP_FL)
+            },
+        ),
+        (
+            "set a directory flag on a file",
+            |fs| {
+                let f = ino(fs, "/plain");
+                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
+                errno(fs.set_flags(f, flags | DIRSYNC_FL))
+            },
+            |m| {
+                let flags = flags_of(&m.join("plain"));
+                setflags(&m.join("plain"), flags | DIRSYNC_FL)
+            },
+        ),
+        (
+            "make a directory append-only",
+            |fs| {
+                let d = ino(fs, "/pdir");
+                let flags = fs.getattr(d).unwrap().flags & rext4::FL_USER_VISIBLE;
+                errno(fs.set_flags(d, flags | APPEND_FL))
+            },
+            |m| {
+                let flags = flags_of(&m.join("pdir"));
+                setflags(&m.join("pdir"), flags | APPEND_FL)
+            },
+        ),
+    ]
+}
+
+/// Every case gives the kernel's errno; rext4's image stays clean, and what it changed (or
+/// left) is what the kernel changed (or left): the flags and sizes of every file.
+#[test]
+fn immutable_and_append_only_match_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(base) = base(dir.path()) else { return };
+    let mut failures = Vec::new();
+    for (i, (what, ours, theirs)) in cases().into_iter().enumerate() {
+        let a = dir.path().join(format!("r{i}.img"));
+        let b = dir.path().join(format!("k{i}.img"));
+        std::fs::copy(&base, &a).unwrap();
+        std::fs::copy(&base, &b).unwrap();
+        let fs = rw(&a);
+        let got = ours(&fs);
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&a);
+        let km = KernelMount::rw(&b).unwrap();
+        let want = theirs(km.path());
+        km.unmount().unwrap();
+        if got != want {
+            failures.push(format!("{what}: rext4 {got}, kernel {want}"));
+            continue;
+        }
+        // The same state: flags (as lsattr shows them) and sizes.
+        let (ka, kb) = (KernelMount::ro(&a).unwrap(), KernelMount::ro(&b).unwrap());
+        for p in [
+            "imm", "app", "plain", "idir", "adir", "pdir", "idir/f", "adir/f", "x", "g", "adir/p", "adir/new",
+        ] {
+            let (x, y) = (ka.path().join(p), kb.path().join(p));
+            let state = |q: &Path| std::fs::symlink_metadata(q).ok().map(|m| (m.len(), flags_of(q)));
+            if state(&x) != state(&y) {
+                failures.push(format!("{what}: {p}: rext4 left {:?}, the kernel {:?}", state(&x), state(&y)));
+            }
+        }
+        ka.unmount().unwrap();
+        kb.unmount().unwrap();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
