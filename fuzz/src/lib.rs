@@ -112,6 +112,21 @@ pub fn change(fs: &Fs) {
         }
     }
     let _ = fs.unlink(root, b"medium");
+    // Flags: an immutable file refuses changes until the flag goes; an append-only directory
+    // takes names but gives none up.
+    if let Some(small) = ino(root, b"small") {
+        let flags = fs.getattr(small).map_or(0, |a| a.flags & rext4::FL_USER_VISIBLE);
+        let _ = fs.set_flags(small, flags | rext4::format::inode::IMMUTABLE_FL);
+        let _ = fs.write(small, 0, b"refused");
+        let _ = fs.set_flags(small, flags);
+    }
+    if let Some(dir1) = ino(root, b"dir1") {
+        let flags = fs.getattr(dir1).map_or(0, |a| a.flags & rext4::FL_USER_VISIBLE);
+        let _ = fs.set_flags(dir1, flags | rext4::format::inode::APPEND_FL);
+        let _ = fs.create(dir1, b"appended", 0o644, 0, 0);
+        let _ = fs.unlink(dir1, b"appended");
+        let _ = fs.set_flags(dir1, flags);
+    }
 }
 
 /// Visits everything reachable, with bounds on inodes, entries and bytes read so that a
