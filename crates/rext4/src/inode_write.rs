@@ -216,7 +216,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Setattr);
         // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
         // mode, owner, size and explicit times; an immutable one any time at all.
-        let flags = self.getattr(ino)?.flags;
+        let flags = self.inner.iget(ino)?.flags();
         let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
         let fixed = changes.mode.is_some()
             || changes.uid.is_some()
