@@ -198,6 +198,26 @@ impl Adapter {
             return self.fs().getattr(ino).map_err(|e| self.err("getattr", e));
         }
         self.writable()?;
+        // With the writeback cache the kernel keeps a file's modification time while it
+        // writes and flushes it later as a setattr of that time alone (`fuse_flush_times`):
+        // that is the write's own time update, which an append-only file allows.
+        if let (
+            true,
+            SetAttr {
+                mtime: Some(TimeSet::At(t)),
+                atime: None,
+                mode: None,
+                uid: None,
+                gid: None,
+                size: None,
+            },
+        ) = (self.shared.opts.writeback_cache, ch)
+        {
+            let a = self.fs().getattr(ino).map_err(|e| self.err("getattr", e))?;
+            if a.flags & APPEND_FL != 0 {
+                return self.fs().update_write_time(ino, *t).map_err(|e| self.err("setattr", e));
+            }
+        }
         self.fs().setattr(ino, ch).map_err(|e| self.err("setattr", e))
     }
 
@@ -206,10 +226,12 @@ impl Adapter {
         let acc = flags.0 & libc::O_ACCMODE;
         if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             self.writable()?;
-            // `may_open`: the kernel knows nothing of ext4's flags on a FUSE inode.
+            // `may_open`: the kernel knows nothing of ext4's flags on a FUSE inode. With the
+            // writeback cache the kernel keeps `O_APPEND` to itself (it places the writes),
+            // so only writes that would change bytes are refused (`append_only_tail`).
             let f = self.attr(ino)?.flags;
-            let append_only =
-                f & APPEND_FL != 0 && (flags.0 & libc::O_APPEND == 0 || flags.0 & libc::O_TRUNC != 0);
+            let no_append = flags.0 & libc::O_APPEND == 0 && !self.shared.opts.writeback_cache;
+            let append_only = f & APPEND_FL != 0 && (no_append || flags.0 & libc::O_TRUNC != 0);
             if f & IMMUTABLE_FL != 0 || append_only {
                 return Err(Errno::EPERM);
             }
@@ -266,6 +288,24 @@ impl Adapter {
             }
             _ => Err(Errno::ENOTTY),
         }
+    }
+
+    /// What of a write to an append-only file is new: the engine takes such writes at the
+    /// end only, but with the writeback cache the kernel writes whole pages back, so the
+    /// bytes before the end come again. They are dropped where they are what the file holds
+    /// (nothing is overwritten); a write that would change them is `EPERM`.
+    fn append_only_tail<'a>(&self, ino: INodeNo, offset: u64, data: &'a [u8]) -> R<(u64, &'a [u8])> {
+        let a = self.attr(ino)?;
+        if a.flags & APPEND_FL == 0 || offset >= a.size {
+            return Ok((offset, data));
+        }
+        let overlap = usize::try_from(a.size - offset).map_or(data.len(), |n| n.min(data.len()));
+        let mut have = vec![0u8; overlap];
+        let got = self.fs().read(ino_of(ino)?, offset, &mut have).map_err(|e| self.err("write", e))?;
+        if got != overlap || have != data[..overlap] {
+            return Err(Errno::EPERM);
+        }
+        Ok((a.size, &data[overlap..]))
     }
 
     fn do_xattr_reply(data: Vec<u8>, size: u32, reply: ReplyXattr) {
@@ -616,7 +656,11 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let e = ino_of(ino)?;
-                let n = self.fs().write(e, offset, data).map_err(|err| self.err("write", err))?;
+                let (at, rest) = self.append_only_tail(ino, offset, data)?;
+                let mut n = data.len() - rest.len();
+                if !rest.is_empty() {
+                    n += self.fs().write(e, at, rest).map_err(|err| self.err("write", err))?;
+                }
                 u32::try_from(n).map_err(|_| Errno::EIO)
             })();
             match r {

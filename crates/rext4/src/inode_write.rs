@@ -239,6 +239,19 @@ impl Fs {
         self.getattr(ino)
     }
 
+    /// Stores the modification time a writer kept in its own cache, as writing would have set
+    /// it (`file_update_time`; the change time becomes now). Unlike [`Fs::setattr`], the
+    /// append-only flag does not forbid it: the FUSE writeback cache flushes the times of its
+    /// writes this way.
+    pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Setattr);
+        if self.inner.iget(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
+            return Err(Error::NotPermitted);
+        }
+        self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;
+        self.getattr(ino)
+    }
+
     /// Makes the inode's changes durable (`fsync`): waits for the commit of the last
     /// transaction that touched it, sharing that commit with every other waiter.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
