@@ -55,6 +55,17 @@ const FS_IOC_FSGETXATTR: u32 = 0x801C_581F;
 const FS_IOC_FSSETXATTR: u32 = 0x401C_5820;
 const FS_IOC_GETVERSION: u32 = 0x8008_7601;
 
+/// The supplementary groups of process `pid` (`Groups:` in /proc/PID/status), which a FUSE
+/// request does not carry; none if the process is gone or unreadable.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// Inode flags and the `FS_XFLAG_*` bits `fsxattr` shows them as (`fileattr_fill_flags`).
 const XFLAG_MAP: [(u32, u32); 7] = [
     (0x0000_0008, 0x0000_0020), // sync
@@ -370,7 +381,7 @@ impl Adapter {
         }
         let bits = if req.uid() == a.uid {
             (mode >> 6) & 7
-        } else if req.gid() == a.gid {
+        } else if req.gid() == a.gid || supplementary_groups(req.pid()).contains(&a.gid) {
             (mode >> 3) & 7
         } else {
             mode & 7

@@ -700,3 +700,30 @@ fn append_only_with_the_writeback_cache() {
         assert_eq!(fs::read(k.path().join("log")).unwrap(), want);
     }
 }
+
+/// Without `default_permissions` the daemon answers `access(2)` itself: a supplementary group
+/// of the caller counts, as in the kernel's own check.
+#[test]
+fn access_counts_supplementary_groups() {
+    if !fuse_available() || find_tool("setpriv").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "groups.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw,allow_other,nodefault_permissions");
+    let f = m.join("shared");
+    fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::chown(&f, Some(0), Some(4242)).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    let path = f.to_str().unwrap();
+    let access = |groups: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", groups, "test", "-r", path])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(access("--groups=4242"), "a supplementary group with read permission");
+    assert!(!access("--clear-groups"), "no group with read permission");
+    unmount_and_compare(m, &img);
+}
