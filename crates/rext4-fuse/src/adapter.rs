@@ -301,8 +301,8 @@ impl Adapter {
         }
     }
 
-    /// What of a write to an append-only file is new: the engine takes such writes at the
-    /// end only, but with the writeback cache the kernel writes whole pages back, so the
+    /// What of a write to an append-only file is new: the engine takes such writes only past
+    /// the end, but with the writeback cache the kernel writes whole pages back, so the
     /// bytes before the end come again. They are dropped where they are what the file holds
     /// (nothing is overwritten); a write that would change them is `EPERM`.
     fn append_only_tail<'a>(&self, ino: INodeNo, offset: u64, data: &'a [u8]) -> R<(u64, &'a [u8])> {

@@ -391,9 +391,10 @@ impl FsInner {
         let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         // What opening for writing checks (`may_open`): nothing is written to an immutable
-        // file, and an append-only one is written at its end only (`O_APPEND`).
+        // file, and an append-only one only past its end (`O_APPEND`; a writer placing its
+        // own appends, as the FUSE writeback cache does, may flush them out of order).
         let flags = inode.flags();
-        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset != inode.size()) {
+        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
             return Err(Error::NotPermitted);
         }
         if inode.flags() & INLINE_DATA_FL != 0 {

@@ -5,9 +5,9 @@
 //! - immutable: no change to the inode or its names. Its data, size, mode, owner, times,
 //!   xattrs and links stay; no name may be added to or removed from it as a directory, and
 //!   its own names may not be removed or moved.
-//! - append-only: data only grows at the end; mode, owner, explicit times and size stay; its
-//!   names may not be removed or moved, and as a directory, its names may not be removed (new
-//!   ones may be added).
+//! - append-only: no byte before the end is written again; mode, owner, explicit times and
+//!   size stay; its names may not be removed or moved, and as a directory, its names may not
+//!   be removed (new ones may be added).
 //!
 //! Each check comes where the kernel's comes, so that errno precedence matches: a missing
 //! name is `ENOENT` and an existing target `EEXIST` before `EPERM`, and `EPERM` before
