@@ -52,7 +52,8 @@ impl FsInner {
     /// under the block's read lock, then again under its write lock), lets `apply` change that
     /// block, and seals it with its checksum. `None` if no block matched. In an indexed
     /// directory only the leaves the index gives for `name` are searched (all leaves if the
-    /// index is unusable, as the kernel falls back).
+    /// index is unusable, as the kernel falls back). `probe` and `apply` see a block's entry
+    /// area, or one of an inline directory's two areas (inline_write.rs).
     fn edit_leaf<T, R>(
         &self,
         h: &Handle,
@@ -61,7 +62,9 @@ impl FsInner {
         probe: impl Fn(&[u8]) -> Option<T>,
         apply: impl FnOnce(&mut [u8], T) -> R,
     ) -> Result<Option<R>> {
-        self.inline_dir_to_block(h, dir)?;
+        if self.has_inline_data(dir) {
+            return self.edit_inline(h, dir, probe, apply);
+        }
         let nblocks = dir.size().div_ceil(u64::from(self.sbi.block_size));
         let mut hashed =
             if self.is_dx(dir) { self.dx_leaves_for(dir, name)? } else { None }.map(Vec::into_iter);
@@ -79,12 +82,13 @@ impl FsInner {
                 }
             };
             let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
-            if probe(&buf.data()).is_none() {
+            let area = self.entry_area();
+            if probe(&buf.data()[..area]).is_none() {
                 continue;
             }
             let mut block = h.write(&buf)?;
-            let Some(found) = probe(&block) else { continue };
-            let r = apply(&mut block, found);
+            let Some(found) = probe(&block[..area]) else { continue };
+            let r = apply(&mut block[..area], found);
             self.seal_leaf(dir, &mut block);
             return Ok(Some(r));
         }
@@ -93,13 +97,23 @@ impl FsInner {
 
     /// The live entries of a leaf block's entry area.
     pub(crate) fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
-        DirBlockIter::new(&block[..self.entry_area()], self.sbi.block_size).map_while(|e| e.ok())
+        self.area_iter(&block[..self.entry_area()])
     }
 
-    /// Where in a leaf block an entry of `need` bytes fits: an entry whose slack (or, if
-    /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
+    /// The live entries of an entry area (a block's, or an inline directory's).
+    pub(crate) fn area_iter<'a>(&self, area: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
+        DirBlockIter::new(area, self.sbi.block_size).map_while(|e| e.ok())
+    }
+
+    /// Where in a leaf block an entry of `need` bytes fits: see [`FsInner::area_slot`].
     pub(crate) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<(usize, usize, usize, u32)> {
-        self.leaf_iter(block).find_map(|e| {
+        self.area_slot(&block[..self.entry_area()], need)
+    }
+
+    /// Where in an entry area an entry of `need` bytes fits: an entry whose slack (or, if
+    /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
+    pub(crate) fn area_slot(&self, area: &[u8], need: usize) -> Option<(usize, usize, usize, u32)> {
+        self.area_iter(area).find_map(|e| {
             let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
             (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
         })
@@ -134,10 +148,15 @@ impl FsInner {
             return self.dx_add_entry(h, dir, name, ino, ft);
         }
         let need = fd::rec_len_for(name.len());
-        let fits = |block: &[u8]| self.leaf_slot(block, need);
-        let put = |block: &mut [u8], slot| self.leaf_put(block, slot, name, ino, ft);
+        let fits = |area: &[u8]| self.area_slot(area, need);
+        let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft);
         if self.edit_leaf(h, dir, name, fits, put)?.is_some() {
             return Ok(());
+        }
+        if self.has_inline_data(dir) {
+            // Full: its entries move into a block of their own (`ext4_convert_inline_dir`).
+            self.inline_dir_to_block(h, dir)?;
+            return self.add_entry(h, dir, name, ino, ft);
         }
         let nblocks = dir.size().div_ceil(u64::from(bs));
         if nblocks == 1 && self.can_index(dir) {
@@ -189,9 +208,9 @@ impl FsInner {
     pub(crate) fn remove_entry(&self, h: &Handle, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         let _t = self.stats.time(crate::stats::Op::DeleteEntry);
         let bs = self.sbi.block_size;
-        let find = |block: &[u8]| {
+        let find = |area: &[u8]| {
             let mut prev: Option<usize> = None;
-            for e in self.leaf_iter(block) {
+            for e in self.area_iter(area) {
                 if e.inode != 0 && e.name == name {
                     return Some((prev, e.offset, e.rec_len as usize, e.inode));
                 }
@@ -228,9 +247,12 @@ impl FsInner {
         if name == b".." && self.is_dx(dir) {
             return self.dx_set_dotdot(h, dir, ino, ft);
         }
+        if name == b".." && self.has_inline_data(dir) {
+            return self.inline_set_parent(h, dir, ino);
+        }
         let ft = if self.sbi.filetype { ft } else { 0 };
-        let find = |block: &[u8]| {
-            self.leaf_iter(block).find(|e| e.inode != 0 && e.name == name).map(|e| (e.offset, e.inode))
+        let find = |area: &[u8]| {
+            self.area_iter(area).find(|e| e.inode != 0 && e.name == name).map(|e| (e.offset, e.inode))
         };
         let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());

@@ -1,10 +1,16 @@
 //! Changing inline directories (the write side of the kernel's `inline.c` for directories).
 //!
-//! An inline directory keeps its entries in `i_block` (after the parent's inode number) and in
-//! the `system.data` attribute. Before its first change, its entries move into a block of
-//! their own and the directory becomes an ordinary one-block directory, as the kernel does
-//! once an inline directory is full (`ext4_convert_inline_data_nolock`); every change then
-//! goes through the block code. New directories are created in blocks.
+//! An inline directory keeps its parent's inode number in the first 4 bytes of `i_block`,
+//! and its entries in two areas: the other 56 bytes of `i_block`, and the value of the
+//! `system.data` attribute (empty for a new one). Each area is laid out like a leaf block,
+//! its last entry reaching the area's end; the size is 60 plus the attribute's length.
+//! Names are added, removed and repointed in place, in either area, under the directory's
+//! record lock (readers take it to read both areas at once). When a new name fits in
+//! neither area, the entries move into a block of their own and the directory becomes an
+//! ordinary one-block directory, as the kernel does once an inline directory is full
+//! (`ext4_convert_inline_dir`; the kernel first grows `system.data` into the inode's free
+//! attribute space, rext4 converts at once). On `inline_data` filesystems new directories
+//! start inline, as the kernel's `ext4_try_create_inline_dir` makes them.
 
 use crate::dir_write::put_entry;
 use crate::dx_write::NamesMoving;
@@ -16,6 +22,7 @@ use crate::inode_write::raw_flags;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
+use rext4_format::xattr::INDEX_SYSTEM;
 use rext4_format::InodeNo;
 
 /// Entry-area offset of the first entry after the parent's inode number.
@@ -81,4 +88,71 @@ impl FsInner {
         h.write(&buf)?.copy_from_slice(&block);
         self.mark_inode_dirty(h, dir, &mut raw)
     }
+
+    /// `edit_leaf` for inline directory `dir`: `probe` and `apply` see the `i_block` area,
+    /// then the `system.data` area. The caller holds `dir`'s `op_lock`.
+    pub(crate) fn edit_inline<T, R>(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        probe: impl Fn(&[u8]) -> Option<T>,
+        apply: impl FnOnce(&mut [u8], T) -> R,
+    ) -> Result<Option<R>> {
+        let mut raw = dir.raw_mut();
+        let first = I_BLOCK + FIRST_ENTRY..I_BLOCK + I_BLOCK_SIZE;
+        if let Some(found) = probe(&raw[first.clone()]) {
+            let r = apply(&mut raw[first], found);
+            self.mark_inode_dirty(h, dir, &mut raw)?;
+            return Ok(Some(r));
+        }
+        let Some(mut more) = self.system_data_in(dir.ino, &raw)? else {
+            return corrupt(CorruptKind::InlineData { ino: dir.ino, what: "no system.data attribute" });
+        };
+        let Some(found) = probe(&more) else { return Ok(None) };
+        let r = apply(&mut more, found);
+        // Same length: the value is rewritten where it is.
+        let mut copy = raw.to_vec();
+        self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&more), 0)?;
+        raw.copy_from_slice(&copy);
+        self.mark_inode_dirty(h, dir, &mut raw)?;
+        Ok(Some(r))
+    }
+
+    /// Points inline directory `dir`'s `..` at `parent`; returns the old parent.
+    pub(crate) fn inline_set_parent(&self, h: &Handle, dir: &Inode, parent: InodeNo) -> Result<InodeNo> {
+        let mut raw = dir.raw_mut();
+        let at = I_BLOCK..I_BLOCK + FIRST_ENTRY;
+        let old =
+            u32::from_le_bytes([raw[at.start], raw[at.start + 1], raw[at.start + 2], raw[at.start + 3]]);
+        raw[at].copy_from_slice(&parent.0.to_le_bytes());
+        self.mark_inode_dirty(h, dir, &mut raw)?;
+        Ok(InodeNo(old))
+    }
+
+    /// Makes new directory `dir` (record `raw`, not yet named anywhere) an empty inline
+    /// directory under `parent`: the parent's number, one unused entry over the rest of
+    /// `i_block`, and an empty `system.data`. `NoSpace` (record unchanged) if the record has
+    /// no room for the attribute.
+    pub(crate) fn init_inline_dir(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        raw: &mut [u8],
+        parent: InodeNo,
+    ) -> Result<()> {
+        let mut copy = raw.to_vec();
+        self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&[]), 0)?;
+        let flags = (raw_flags(&copy) | INLINE_DATA_FL) & !EXTENTS_FL;
+        copy[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let ib = &mut copy[I_BLOCK..I_BLOCK + I_BLOCK_SIZE];
+        ib.fill(0);
+        ib[..FIRST_ENTRY].copy_from_slice(&parent.0.to_le_bytes());
+        put_entry(&mut ib[FIRST_ENTRY..], 0, self.sbi.block_size, 0, I_BLOCK_SIZE - FIRST_ENTRY, b"", 0);
+        crate::inode_write::raw_set_size(&mut copy, I_BLOCK_SIZE as u64);
+        raw.copy_from_slice(&copy);
+        Ok(())
+    }
 }
+
+/// Offset of `i_block` in a record.
+const I_BLOCK: usize = 0x28;

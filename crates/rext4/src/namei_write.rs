@@ -175,8 +175,15 @@ impl FsInner {
         Ok(child.ino)
     }
 
-    /// The first block of a new directory: `.` and `..`.
+    /// A new directory's `.` and `..`: inline where the filesystem has `inline_data` and the
+    /// record has room, else in a first block.
     fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
+        if self.sbi.inline_data {
+            match self.init_inline_dir(h, dir, raw, parent) {
+                Err(Error::NoSpace) => {}
+                r => return r,
+            }
+        }
         let bs = self.sbi.block_size;
         let pblk = self.append_block(h, dir, raw, 0)?;
         let buf = self.bcache.get_fresh(pblk);

@@ -208,8 +208,13 @@ impl FsInner {
 
     /// The value of the inline-data attribute `system.data`, if present.
     pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
+        self.system_data_in(inode.ino, &inode.raw())
+    }
+
+    /// [`FsInner::system_data`] of inode `ino`'s record `raw`.
+    pub(crate) fn system_data_in(&self, ino: InodeNo, raw: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
-        self.ibody_xattrs(inode.ino, &inode.raw(), &mut out)?;
+        self.ibody_xattrs(ino, raw, &mut out)?;
         Ok(out.into_iter().find(|x| x.index == fx::INDEX_SYSTEM && x.name == b"data").map(|x| x.value))
     }
 }

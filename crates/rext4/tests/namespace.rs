@@ -407,9 +407,10 @@ fn mknod_makes_fifos_sockets_and_devices() {
     }
 }
 
-/// Directories the kernel stored inline (`inline_data`) take every name operation: each moves
-/// its entries into a block first, and the image stays clean, with the kernel seeing the tree
-/// rext4 shows.
+/// Directories the kernel stored inline (`inline_data`) take every name operation: in place
+/// (in `i_block` or in the `system.data` area the kernel grew) while the names fit, in a
+/// block of their own after; the image stays clean, with the kernel seeing the tree rext4
+/// shows.
 #[test]
 fn inline_directories_take_every_change() {
     if !common::is_root() || !common::kernel_can_mount() {
@@ -421,8 +422,12 @@ fn inline_directories_take_every_change() {
     {
         let m = common::KernelMount::rw(&img).unwrap();
         let p = m.path();
-        for d in ["empty", "few", "ren", "src", "dst", "rm", "nest", "links"] {
+        for d in ["empty", "few", "ren", "src", "dst", "rm", "nest", "links", "grown"] {
             std::fs::create_dir(p.join(d)).unwrap();
+        }
+        // Past i_block: the kernel grows system.data for these.
+        for i in 1..=6 {
+            std::fs::write(p.join("grown").join(format!("name_{i}")), "g").unwrap();
         }
         for f in ["a", "bb", "ccc"] {
             std::fs::write(p.join("few").join(f), f).unwrap();
@@ -452,15 +457,24 @@ fn inline_directories_take_every_change() {
     fs.create(n.ino, b"deep", 0o600, 0, 0).unwrap();
     fs.link(at("/links/t"), at("/links"), b"t2").unwrap();
     fs.symlink(at("/links"), b"s", b"t", 0, 0).unwrap();
-    for d in ["/empty", "/few", "/ren", "/src", "/dst", "/dst/sub", "/rm", "/nest", "/links"] {
-        assert!(!inline(d), "{d} changed but still inline");
+    assert!(fs.metadata("/grown").unwrap().size > 60, "the kernel did not grow /grown");
+    fs.unlink(at("/grown"), b"name_6").unwrap();
+    fs.unlink(at("/grown"), b"name_1").unwrap();
+    fs.create(at("/grown"), b"other6", 0o644, 0, 0).unwrap();
+    fs.rename(at("/grown"), b"name_3", at("/grown"), b"nm3", 0).unwrap();
+    // Changes that fit stay inline; the long name did not fit, so /ren moved into a block.
+    for d in ["/empty", "/few", "/src", "/dst", "/dst/sub", "/rm", "/nest", "/nest/inner", "/links", "/grown"]
+    {
+        assert!(inline(d), "{d} changed within its room but is no longer inline");
     }
+    assert!(!inline("/ren"), "/ren took a name too long for it but is still inline");
     let names = |path: &str| {
         let mut v: Vec<Vec<u8>> = fs.read_dir(path).unwrap().map(|e| e.unwrap().name).collect();
         v.sort();
         v
     };
     assert_eq!(names("/few"), [&b"a"[..], b"ccc"]);
+    assert_eq!(names("/grown"), [&b"name_2"[..], b"name_4", b"name_5", b"nm3", b"other6"]);
     assert!(names("/src").is_empty());
     assert_eq!(names("/dst/sub"), [b"x"]);
     assert_eq!(names("/ren"), [&b"a-renamed-to-a-longer-name"[..], b"bb", b"ccc"]);

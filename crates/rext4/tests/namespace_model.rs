@@ -360,4 +360,10 @@ proptest! {
     fn namespace_model_ext3_1k(ops in proptest::collection::vec(op(), 1..80)) {
         run(&["-t", "ext3", "-b", "1024"], &ops)?;
     }
+
+    /// Directories kept inline (in the inode) while their names fit.
+    #[test]
+    fn namespace_model_inline_data(ops in proptest::collection::vec(op(), 1..80)) {
+        run(&["-O", "inline_data"], &ops)?;
+    }
 }
