@@ -23,8 +23,11 @@ impl FsInner {
                 what: "inline data flag without the inline_data feature",
             });
         }
-        let mut v = inode.disk().i_block_bytes().to_vec();
-        if let Some(extra) = self.system_data(inode)? {
+        // Both parts under one read of the record: an inline directory's names change in
+        // either part under its write lock (inline_write.rs).
+        let raw = inode.raw();
+        let mut v = raw[0x28..0x28 + I_BLOCK_SIZE].to_vec();
+        if let Some(extra) = self.system_data_in(inode.ino, &raw)? {
             v.extend_from_slice(&extra);
         }
         Ok(v)

@@ -206,12 +206,8 @@ impl FsInner {
             .collect())
     }
 
-    /// The value of the inline-data attribute `system.data`, if present.
-    pub(crate) fn system_data(&self, inode: &Inode) -> Result<Option<Vec<u8>>> {
-        self.system_data_in(inode.ino, &inode.raw())
-    }
-
-    /// [`FsInner::system_data`] of inode `ino`'s record `raw`.
+    /// The value of the inline-data attribute `system.data` in inode `ino`'s record `raw`,
+    /// if present.
     pub(crate) fn system_data_in(&self, ino: InodeNo, raw: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         self.ibody_xattrs(ino, raw, &mut out)?;
