@@ -8,9 +8,10 @@
 //! record lock (readers take it to read both areas at once). When a new name fits in
 //! neither area, the entries move into a block of their own and the directory becomes an
 //! ordinary one-block directory, as the kernel does once an inline directory is full
-//! (`ext4_convert_inline_dir`; the kernel first grows `system.data` into the inode's free
-//! attribute space, rext4 converts at once). On `inline_data` filesystems new directories
-//! start inline, as the kernel's `ext4_try_create_inline_dir` makes them.
+//! (`ext4_convert_inline_dir`). Before that, a directory whose `system.data` is still empty
+//! gets all the free attribute space of its record as its second area, once, as the kernel's
+//! `ext4_update_inline_dir` gives it. On `inline_data` filesystems new directories start
+//! inline, as the kernel's `ext4_try_create_inline_dir` makes them.
 
 use crate::dir_write::put_entry;
 use crate::dx_write::NamesMoving;
@@ -118,6 +119,33 @@ impl FsInner {
         Ok(Some(r))
     }
 
+    /// Gives inline directory `dir` a second area when it has none: `system.data` grows to
+    /// all the room the record's attribute space has, as one unused entry
+    /// (`ext4_update_inline_dir`). Returns whether it grew; not when the room would not hold
+    /// even a one-character name, as in the kernel.
+    pub(crate) fn inline_grow(&self, h: &Handle, dir: &Inode) -> Result<bool> {
+        let mut raw = dir.raw_mut();
+        let Some(more) = self.system_data_in(dir.ino, &raw)? else { return Ok(false) };
+        if !more.is_empty() {
+            return Ok(false);
+        }
+        let Some(room) = inline_xattr_room(&raw) else { return Ok(false) };
+        if room <= fd::rec_len_for(1) {
+            return Ok(false);
+        }
+        let mut area = vec![0u8; room];
+        put_entry(&mut area, 0, self.sbi.block_size, 0, room, b"", 0);
+        let mut copy = raw.to_vec();
+        match self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&area), 0) {
+            Err(crate::error::Error::NoSpace) => return Ok(false),
+            r => r?,
+        };
+        crate::inode_write::raw_set_size(&mut copy, (I_BLOCK_SIZE + room) as u64);
+        raw.copy_from_slice(&copy);
+        self.mark_inode_dirty(h, dir, &mut raw)?;
+        Ok(true)
+    }
+
     /// Points inline directory `dir`'s `..` at `parent`; returns the old parent.
     pub(crate) fn inline_set_parent(&self, h: &Handle, dir: &Inode, parent: InodeNo) -> Result<InodeNo> {
         let mut raw = dir.raw_mut();
@@ -156,3 +184,19 @@ impl FsInner {
 
 /// Offset of `i_block` in a record.
 const I_BLOCK: usize = 0x28;
+
+/// The most bytes `system.data` could hold in record `raw`, which has the attribute
+/// (`get_max_inline_xattr_value_size`): the free space between the entry table (and its
+/// terminator) and the lowest value, plus the attribute's own value.
+fn inline_xattr_room(raw: &[u8]) -> Option<usize> {
+    let area = crate::xattr_write::ibody_area(raw)?;
+    let (ents, end) = crate::xattr_area::entries(area, 0).ok()?;
+    let min_offs = ents
+        .iter()
+        .filter(|e| e.value_inum == 0 && e.value_size != 0)
+        .map(|e| e.value_offs)
+        .fold(area.len(), usize::min);
+    let data = ents.iter().find(|e| e.index == INDEX_SYSTEM && e.name(area) == b"data")?;
+    let free = min_offs.checked_sub(end + 4)?;
+    Some(free + rext4_format::xattr::value_size(data.value_size))
+}

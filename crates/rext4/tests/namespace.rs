@@ -408,9 +408,9 @@ fn mknod_makes_fifos_sockets_and_devices() {
 }
 
 /// Directories the kernel stored inline (`inline_data`) take every name operation: in place
-/// (in `i_block` or in the `system.data` area the kernel grew) while the names fit, in a
-/// block of their own after; the image stays clean, with the kernel seeing the tree rext4
-/// shows.
+/// (in `i_block`, then in the attribute space, as `system.data`) while the names fit, in a
+/// block of their own after. Each stays inline, and as large, as when the kernel makes the
+/// same changes; the image stays clean, with the kernel seeing the tree rext4 shows.
 #[test]
 fn inline_directories_take_every_change() {
     if !common::is_root() || !common::kernel_can_mount() {
@@ -439,6 +439,28 @@ fn inline_directories_take_every_change() {
         std::fs::write(p.join("links/t"), "t").unwrap();
         m.unmount().unwrap();
     }
+    // The kernel makes the same changes on a copy: which directories stay inline, and how
+    // large, must match.
+    let kimg = dir.path().join("inline-kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    {
+        let m = common::KernelMount::rw(&kimg).unwrap();
+        let p = m.path();
+        std::fs::write(p.join("empty/new-file"), "").unwrap();
+        std::fs::remove_file(p.join("few/bb")).unwrap();
+        std::fs::rename(p.join("ren/a"), p.join("ren/a-renamed-to-a-longer-name")).unwrap();
+        std::fs::rename(p.join("src/sub"), p.join("dst/sub")).unwrap();
+        std::fs::remove_dir(p.join("rm/gone")).unwrap();
+        std::fs::create_dir(p.join("nest/inner")).unwrap();
+        std::fs::write(p.join("nest/inner/deep"), "").unwrap();
+        std::fs::hard_link(p.join("links/t"), p.join("links/t2")).unwrap();
+        std::os::unix::fs::symlink("t", p.join("links/s")).unwrap();
+        std::fs::remove_file(p.join("grown/name_6")).unwrap();
+        std::fs::remove_file(p.join("grown/name_1")).unwrap();
+        std::fs::write(p.join("grown/other6"), "").unwrap();
+        std::fs::rename(p.join("grown/name_3"), p.join("grown/nm3")).unwrap();
+        m.unmount().unwrap();
+    }
     let fs = rw(&img);
     let inline = |path: &str| fs.metadata(path).unwrap().flags & 0x1000_0000 != 0;
     for d in ["/empty", "/few", "/ren", "/src", "/src/sub", "/rm/gone", "/nest", "/links"] {
@@ -462,12 +484,34 @@ fn inline_directories_take_every_change() {
     fs.unlink(at("/grown"), b"name_1").unwrap();
     fs.create(at("/grown"), b"other6", 0o644, 0, 0).unwrap();
     fs.rename(at("/grown"), b"name_3", at("/grown"), b"nm3", 0).unwrap();
-    // Changes that fit stay inline; the long name did not fit, so /ren moved into a block.
-    for d in ["/empty", "/few", "/src", "/dst", "/dst/sub", "/rm", "/nest", "/nest/inner", "/links", "/grown"]
-    {
-        assert!(inline(d), "{d} changed within its room but is no longer inline");
+    // The long name did not fit in i_block: /ren's attribute space took it.
+    assert!(inline("/ren") && fs.metadata("/ren").unwrap().size > 60, "/ren did not grow inline");
+    let dirs = [
+        "/empty",
+        "/few",
+        "/ren",
+        "/src",
+        "/dst",
+        "/dst/sub",
+        "/rm",
+        "/nest",
+        "/nest/inner",
+        "/links",
+        "/grown",
+    ];
+    let shape = |fs: &Fs, d: &str| {
+        let a = fs.metadata(d).unwrap();
+        (a.size, a.flags & 0x1000_0000 != 0)
+    };
+    let kfs = Fs::open(&kimg).unwrap();
+    for d in dirs {
+        assert_eq!(
+            shape(&fs, d),
+            shape(&kfs, d),
+            "{d}: (size, inline) after the same changes, rext4 against the kernel"
+        );
     }
-    assert!(!inline("/ren"), "/ren took a name too long for it but is still inline");
+    drop(kfs);
     let names = |path: &str| {
         let mut v: Vec<Vec<u8>> = fs.read_dir(path).unwrap().map(|e| e.unwrap().name).collect();
         v.sort();
