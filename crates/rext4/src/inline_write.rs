@@ -113,7 +113,7 @@ impl FsInner {
         let r = apply(&mut more, found);
         // Same length: the value is rewritten where it is.
         let mut copy = raw.to_vec();
-        self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&more), 0)?;
+        self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &more)?;
         raw.copy_from_slice(&copy);
         self.mark_inode_dirty(h, dir, &mut raw)?;
         Ok(Some(r))
@@ -136,7 +136,7 @@ impl FsInner {
         let mut area = vec![0u8; room];
         put_entry(&mut area, 0, self.sbi.block_size, 0, room, b"", 0);
         let mut copy = raw.to_vec();
-        match self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&area), 0) {
+        match self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &area) {
             Err(crate::error::Error::NoSpace) => return Ok(false),
             r => r?,
         };
@@ -161,15 +161,9 @@ impl FsInner {
     /// directory under `parent`: the parent's number, one unused entry over the rest of
     /// `i_block`, and an empty `system.data`. `NoSpace` (record unchanged) if the record has
     /// no room for the attribute.
-    pub(crate) fn init_inline_dir(
-        &self,
-        h: &Handle,
-        dir: &Inode,
-        raw: &mut [u8],
-        parent: InodeNo,
-    ) -> Result<()> {
+    pub(crate) fn init_inline_dir(&self, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
         let mut copy = raw.to_vec();
-        self.xattr_set_handle(h, dir.ino, &mut copy, INDEX_SYSTEM, b"data", Some(&[]), 0)?;
+        self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &[])?;
         let flags = (raw_flags(&copy) | INLINE_DATA_FL) & !EXTENTS_FL;
         copy[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
         let ib = &mut copy[I_BLOCK..I_BLOCK + I_BLOCK_SIZE];

@@ -179,7 +179,7 @@ impl FsInner {
     /// record has room, else in a first block.
     fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
         if self.sbi.inline_data {
-            match self.init_inline_dir(h, dir, raw, parent) {
+            match self.init_inline_dir(dir, raw, parent) {
                 Err(Error::NoSpace) => {}
                 r => return r,
             }
