@@ -100,7 +100,7 @@ impl FsInner {
         apply: impl FnOnce(&mut [u8], T) -> R,
     ) -> Result<Option<R>> {
         let mut raw = dir.raw_mut();
-        let first = I_BLOCK + FIRST_ENTRY..I_BLOCK + I_BLOCK_SIZE;
+        let first = I_BLOCK_OFF + FIRST_ENTRY..I_BLOCK_OFF + I_BLOCK_SIZE;
         if let Some(found) = probe(&raw[first.clone()]) {
             let r = apply(&mut raw[first], found);
             self.mark_inode_dirty(h, dir, &mut raw)?;
@@ -149,7 +149,7 @@ impl FsInner {
     /// Points inline directory `dir`'s `..` at `parent`; returns the old parent.
     pub(crate) fn inline_set_parent(&self, h: &Handle, dir: &Inode, parent: InodeNo) -> Result<InodeNo> {
         let mut raw = dir.raw_mut();
-        let at = I_BLOCK..I_BLOCK + FIRST_ENTRY;
+        let at = I_BLOCK_OFF..I_BLOCK_OFF + FIRST_ENTRY;
         let old =
             u32::from_le_bytes([raw[at.start], raw[at.start + 1], raw[at.start + 2], raw[at.start + 3]]);
         raw[at].copy_from_slice(&parent.0.to_le_bytes());
@@ -166,7 +166,7 @@ impl FsInner {
         self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &[])?;
         let flags = (raw_flags(&copy) | INLINE_DATA_FL) & !EXTENTS_FL;
         copy[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        let ib = &mut copy[I_BLOCK..I_BLOCK + I_BLOCK_SIZE];
+        let ib = &mut copy[I_BLOCK_OFF..I_BLOCK_OFF + I_BLOCK_SIZE];
         ib.fill(0);
         ib[..FIRST_ENTRY].copy_from_slice(&parent.0.to_le_bytes());
         put_entry(&mut ib[FIRST_ENTRY..], 0, self.sbi.block_size, 0, I_BLOCK_SIZE - FIRST_ENTRY, b"", 0);
@@ -177,7 +177,7 @@ impl FsInner {
 }
 
 /// Offset of `i_block` in a record.
-const I_BLOCK: usize = 0x28;
+const I_BLOCK_OFF: usize = 0x28;
 
 /// The most bytes `system.data` could hold in record `raw`, which has the attribute
 /// (`get_max_inline_xattr_value_size`): the free space between the entry table (and its
