@@ -303,9 +303,14 @@ impl Adapter {
 
     /// What of a write to an append-only file is new: the engine takes such writes only past
     /// the end, but with the writeback cache the kernel writes whole pages back, so the
-    /// bytes before the end come again. They are dropped where they are what the file holds
+    /// bytes before the end come again (without it, nothing to do: no attribute read on the
+    /// write path). They are dropped where they are what the file holds
     /// (nothing is overwritten); a write that would change them is `EPERM`.
     fn append_only_tail<'a>(&self, ino: INodeNo, offset: u64, data: &'a [u8]) -> R<(u64, &'a [u8])> {
+        if !self.shared.opts.writeback_cache {
+            // The kernel places every write itself: nothing comes twice.
+            return Ok((offset, data));
+        }
         let a = self.attr(ino)?;
         if a.flags & APPEND_FL == 0 || offset >= a.size {
             return Ok((offset, data));

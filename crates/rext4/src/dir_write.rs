@@ -156,12 +156,8 @@ impl FsInner {
         if self.has_inline_data(dir) {
             // `i_block` is full: the attribute space takes the name if it can, once given to
             // the directory; else the entries move into a block (`ext4_try_add_inline_entry`).
-            if self.inline_grow(h, dir)? {
-                let fits = |area: &[u8]| self.area_slot(area, need);
-                let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft);
-                if self.edit_inline(h, dir, fits, put)?.is_some() {
-                    return Ok(());
-                }
+            if self.inline_grow(h, dir)? && self.edit_inline(h, dir, fits, put)?.is_some() {
+                return Ok(());
             }
             self.inline_dir_to_block(h, dir)?;
             return self.add_entry(h, dir, name, ino, ft);

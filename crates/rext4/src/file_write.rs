@@ -397,7 +397,7 @@ impl FsInner {
         if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
             return Err(Error::NotPermitted);
         }
-        if inode.flags() & INLINE_DATA_FL != 0 {
+        if flags & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
         if self.overwrite(&journal, &inode, offset, data)? {
@@ -581,7 +581,7 @@ impl FsInner {
         {
             return Err(Error::NotPermitted);
         }
-        if inode.flags() & INLINE_DATA_FL != 0 {
+        if flags & INLINE_DATA_FL != 0 {
             let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
         }

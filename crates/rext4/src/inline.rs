@@ -26,7 +26,7 @@ impl FsInner {
         // Both parts under one read of the record: an inline directory's names change in
         // either part under its write lock (inline_write.rs).
         let raw = inode.raw();
-        let mut v = raw[0x28..0x28 + I_BLOCK_SIZE].to_vec();
+        let mut v = raw[crate::extents_write::I_BLOCK].to_vec();
         if let Some(extra) = self.system_data_in(inode.ino, &raw)? {
             v.extend_from_slice(&extra);
         }

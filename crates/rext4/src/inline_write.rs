@@ -16,6 +16,7 @@
 use crate::dir_write::put_entry;
 use crate::dx_write::NamesMoving;
 use crate::error::{corrupt, CorruptKind, Result};
+use crate::extents_write::I_BLOCK;
 use crate::fs::FsInner;
 use crate::inline::I_BLOCK_SIZE;
 use crate::inode::Inode;
@@ -38,7 +39,7 @@ impl FsInner {
         let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
         let flags = (raw_flags(raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
         raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        raw[crate::extents_write::I_BLOCK].fill(0);
+        raw[I_BLOCK].fill(0);
         if extents {
             crate::extents_write::init_root(raw);
         }
@@ -100,7 +101,7 @@ impl FsInner {
         apply: impl FnOnce(&mut [u8], T) -> R,
     ) -> Result<Option<R>> {
         let mut raw = dir.raw_mut();
-        let first = I_BLOCK_OFF + FIRST_ENTRY..I_BLOCK_OFF + I_BLOCK_SIZE;
+        let first = I_BLOCK.start + FIRST_ENTRY..I_BLOCK.end;
         if let Some(found) = probe(&raw[first.clone()]) {
             let r = apply(&mut raw[first], found);
             self.mark_inode_dirty(h, dir, &mut raw)?;
@@ -112,9 +113,7 @@ impl FsInner {
         let Some(found) = probe(&more) else { return Ok(None) };
         let r = apply(&mut more, found);
         // Same length: the value is rewritten where it is.
-        let mut copy = raw.to_vec();
-        self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &more)?;
-        raw.copy_from_slice(&copy);
+        self.ibody_put(dir.ino, &mut raw, INDEX_SYSTEM, b"data", &more)?;
         self.mark_inode_dirty(h, dir, &mut raw)?;
         Ok(Some(r))
     }
@@ -135,13 +134,11 @@ impl FsInner {
         }
         let mut area = vec![0u8; room];
         put_entry(&mut area, 0, self.sbi.block_size, 0, room, b"", 0);
-        let mut copy = raw.to_vec();
-        match self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &area) {
+        match self.ibody_put(dir.ino, &mut raw, INDEX_SYSTEM, b"data", &area) {
             Err(crate::error::Error::NoSpace) => return Ok(false),
             r => r?,
         };
-        crate::inode_write::raw_set_size(&mut copy, (I_BLOCK_SIZE + room) as u64);
-        raw.copy_from_slice(&copy);
+        crate::inode_write::raw_set_size(&mut raw, (I_BLOCK_SIZE + room) as u64);
         self.mark_inode_dirty(h, dir, &mut raw)?;
         Ok(true)
     }
@@ -149,7 +146,7 @@ impl FsInner {
     /// Points inline directory `dir`'s `..` at `parent`; returns the old parent.
     pub(crate) fn inline_set_parent(&self, h: &Handle, dir: &Inode, parent: InodeNo) -> Result<InodeNo> {
         let mut raw = dir.raw_mut();
-        let at = I_BLOCK_OFF..I_BLOCK_OFF + FIRST_ENTRY;
+        let at = I_BLOCK.start..I_BLOCK.start + FIRST_ENTRY;
         let old =
             u32::from_le_bytes([raw[at.start], raw[at.start + 1], raw[at.start + 2], raw[at.start + 3]]);
         raw[at].copy_from_slice(&parent.0.to_le_bytes());
@@ -162,22 +159,17 @@ impl FsInner {
     /// `i_block`, and an empty `system.data`. `NoSpace` (record unchanged) if the record has
     /// no room for the attribute.
     pub(crate) fn init_inline_dir(&self, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
-        let mut copy = raw.to_vec();
-        self.ibody_only_set(dir.ino, &mut copy, INDEX_SYSTEM, b"data", &[])?;
-        let flags = (raw_flags(&copy) | INLINE_DATA_FL) & !EXTENTS_FL;
-        copy[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        let ib = &mut copy[I_BLOCK_OFF..I_BLOCK_OFF + I_BLOCK_SIZE];
+        self.ibody_put(dir.ino, raw, INDEX_SYSTEM, b"data", &[])?;
+        let flags = (raw_flags(raw) | INLINE_DATA_FL) & !EXTENTS_FL;
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let ib = &mut raw[I_BLOCK];
         ib.fill(0);
         ib[..FIRST_ENTRY].copy_from_slice(&parent.0.to_le_bytes());
         put_entry(&mut ib[FIRST_ENTRY..], 0, self.sbi.block_size, 0, I_BLOCK_SIZE - FIRST_ENTRY, b"", 0);
-        crate::inode_write::raw_set_size(&mut copy, I_BLOCK_SIZE as u64);
-        raw.copy_from_slice(&copy);
+        crate::inode_write::raw_set_size(raw, I_BLOCK_SIZE as u64);
         Ok(())
     }
 }
-
-/// Offset of `i_block` in a record.
-const I_BLOCK_OFF: usize = 0x28;
 
 /// The most bytes `system.data` could hold in record `raw`, which has the attribute
 /// (`get_max_inline_xattr_value_size`): the free space between the entry table (and its

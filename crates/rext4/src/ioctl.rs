@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
-use crate::inode_write::{now, raw_touch_c};
+use crate::inode_write::{now, raw_flags, raw_touch_c};
 use crate::Attr;
 use rext4_format::inode::{self as fi, APPEND_FL, IMMUTABLE_FL};
 use rext4_format::InodeNo;
@@ -105,7 +105,9 @@ impl FsInner {
         if allowed != flags {
             return Err(Error::NotSupported("flag for this file type".into()));
         }
-        let old = inode.flags();
+        let h = journal.start(CREDITS)?;
+        let mut raw = inode.raw_mut();
+        let old = raw_flags(&raw);
         // `ext4_ioctl_check_immutable`: while it stays immutable, nothing else changes.
         if old & flags & IMMUTABLE_FL != 0 && old & !IMMUTABLE_FL != flags & !IMMUTABLE_FL {
             return Err(Error::NotPermitted);
@@ -114,8 +116,6 @@ impl FsInner {
             return Err(Error::NotSupported("changing how a file is stored".into()));
         }
         let new = (old & !FL_USER_MODIFIABLE) | flags;
-        let h = journal.start(CREDITS)?;
-        let mut raw = inode.raw_mut();
         raw[0x20..0x24].copy_from_slice(&new.to_le_bytes());
         raw_touch_c(&mut raw, self.sbi.inode_size, now());
         self.mark_inode_dirty(&h, &inode, &mut raw)?;

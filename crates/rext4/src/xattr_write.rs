@@ -393,21 +393,6 @@ impl FsInner {
         self.ea_inode_create(h, ino, d.uid(), d.gid(), value)
     }
 
-    /// Sets attribute `index`/`name` to `value` in the in-inode area of record copy `raw`
-    /// only: `NoSpace` (record unchanged) where it does not fit there. For `system.data`,
-    /// which the format keeps in the inode, never in a block.
-    pub(crate) fn ibody_only_set(
-        &self,
-        ino: InodeNo,
-        raw: &mut [u8],
-        index: u8,
-        name: &[u8],
-        value: &[u8],
-    ) -> Result<()> {
-        let is = self.ibody_find(ino, raw, index, name)?;
-        self.ibody_set(ino, raw, is, index, name, Some(NewValue::Bytes(value)))
-    }
-
     fn ibody_find(&self, ino: InodeNo, raw: &[u8], index: u8, name: &[u8]) -> Result<Option<IbodySearch>> {
         let Some(first) = ibody_first(raw) else { return Ok(None) };
         if !has_ibody_magic(raw, first) {
@@ -761,9 +746,9 @@ impl FsInner {
         Ok(true)
     }
 
-    /// Sets in-inode attribute `index`/`name` (inline data's `system.data`) in the record
-    /// `raw`, as [`FsInner::ibody_remove`]; `NoSpace` if it does not fit there.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Sets in-inode attribute `index`/`name` (inline data's `system.data`, which the format
+    /// keeps in the inode, never in a block) in the record `raw`, as
+    /// [`FsInner::ibody_remove`]; `NoSpace` (area unchanged) if it does not fit there.
     pub(crate) fn ibody_put(
         &self,
         ino: InodeNo,

@@ -2,7 +2,8 @@
 //! corruption) and none hangs or panics. Cases come from the `image_write` fuzz target
 //! (fuzz/README.md); each image is made with mkfs.ext4 and damaged with debugfs, and each
 //! test checks the kernel's errno on the same image where the kernel can mount. The images stay
-//! damaged, so these tests end without the usual clean e2fsck.
+//! damaged, so instead of a clean e2fsck, a test that changes one checks that e2fsck finds
+//! the same problems after rext4's changes as before them.
 
 mod common;
 
@@ -50,6 +51,20 @@ fn within(secs: u64, f: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// The problems `e2fsck -fn` finds in `img` (each line before a "? no"), but the free counts,
+/// which a clean unmount rewrites.
+fn fsck_problems(img: &Path) -> Vec<String> {
+    let out = Command::new(common::tool("e2fsck")).arg("-fn").arg(img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[1].ends_with("? no"))
+        .map(|w| w[0].trim().to_string())
+        .filter(|p| !p.starts_with("Free blocks count wrong") && !p.starts_with("Free inodes count wrong"))
+        .collect()
+}
+
 /// The errno of an operation on the kernel's mount of `img` (0 on success).
 fn kernel_errno(img: &Path, op: impl FnOnce(&Path) -> std::io::Result<()>) -> Option<i32> {
     let km = common::KernelMount::rw(img).ok()?;
@@ -64,8 +79,11 @@ fn kernel_errno(img: &Path, op: impl FnOnce(&Path) -> std::io::Result<()>) -> Op
 fn entry_naming_its_own_directory() {
     let dir = tempfile::tempdir().unwrap();
     let img = image(dir.path(), "self", "mkdir /d\nln /d /d/self\n");
+    let before = fsck_problems(&img);
+    assert!(!before.is_empty(), "e2fsck sees no damage: the fixture tests nothing");
     let fs = rw(&img);
     within(30, move || changes_on_self_entry(fs));
+    assert_eq!(fsck_problems(&img), before, "rext4's changes added problems");
     for (what, want) in [("stat", EUCLEAN), ("unlink", EUCLEAN), ("rename", EUCLEAN)] {
         let got = kernel_errno(&img, |m| match what {
             "stat" => std::fs::metadata(m.join("d/self")).map(|_| ()),

@@ -79,6 +79,18 @@ fn setflags(path: &Path, flags: u32) -> i32 {
     }
 }
 
+/// `chattr` through rext4: `change` of the flags `lsattr` would show; the errno.
+fn rext4_chflags(fs: &Fs, path: &str, change: impl Fn(u32) -> u32) -> i32 {
+    let i = ino(fs, path);
+    let flags = fs.getattr(i).unwrap().flags & rext4::FL_USER_VISIBLE;
+    errno(fs.set_flags(i, change(flags)))
+}
+
+/// `chattr` through the kernel: `change` of `path`'s flags; the errno.
+fn kernel_chflags(path: &Path, change: impl Fn(u32) -> u32) -> i32 {
+    setflags(path, change(flags_of(path)))
+}
+
 /// `lsattr`'s flags for `path` on a mount, read with FS_IOC_GETFLAGS.
 fn flags_of(path: &Path) -> u32 {
     use std::os::fd::AsRawFd;
@@ -287,51 +299,23 @@ fn cases() -> Vec<(&'static str, RextOp, KernelOp)> {
         ),
         (
             "clear the immutable flag",
-            |fs| {
-                let f = ino(fs, "/imm");
-                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
-                errno(fs.set_flags(f, flags & !IMMUTABLE_FL))
-            },
-            |m| {
-                let flags = flags_of(&m.join("imm"));
-                setflags(&m.join("imm"), flags & !IMMUTABLE_FL)
-            },
+            |fs| rext4_chflags(fs, "/imm", |f| f & !IMMUTABLE_FL),
+            |m| kernel_chflags(&m.join("imm"), |f| f & !IMMUTABLE_FL),
         ),
         (
             "set another flag on an immutable file",
-            |fs| {
-                let f = ino(fs, "/imm");
-                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
-                errno(fs.set_flags(f, flags | NODUMP_FL))
-            },
-            |m| {
-                let flags = flags_of(&m.join("imm"));
-                setflags(&m.join("imm"), flags | NODUMP_FL)
-            },
+            |fs| rext4_chflags(fs, "/imm", |f| f | NODUMP_FL),
+            |m| kernel_chflags(&m.join("imm"), |f| f | NODUMP_FL),
         ),
         (
             "set a directory flag on a file",
-            |fs| {
-                let f = ino(fs, "/plain");
-                let flags = fs.getattr(f).unwrap().flags & rext4::FL_USER_VISIBLE;
-                errno(fs.set_flags(f, flags | DIRSYNC_FL))
-            },
-            |m| {
-                let flags = flags_of(&m.join("plain"));
-                setflags(&m.join("plain"), flags | DIRSYNC_FL)
-            },
+            |fs| rext4_chflags(fs, "/plain", |f| f | DIRSYNC_FL),
+            |m| kernel_chflags(&m.join("plain"), |f| f | DIRSYNC_FL),
         ),
         (
             "make a directory append-only",
-            |fs| {
-                let d = ino(fs, "/pdir");
-                let flags = fs.getattr(d).unwrap().flags & rext4::FL_USER_VISIBLE;
-                errno(fs.set_flags(d, flags | APPEND_FL))
-            },
-            |m| {
-                let flags = flags_of(&m.join("pdir"));
-                setflags(&m.join("pdir"), flags | APPEND_FL)
-            },
+            |fs| rext4_chflags(fs, "/pdir", |f| f | APPEND_FL),
+            |m| kernel_chflags(&m.join("pdir"), |f| f | APPEND_FL),
         ),
     ]
 }
