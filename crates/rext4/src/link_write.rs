@@ -25,12 +25,14 @@ impl FsInner {
     fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let target = self.iget_live(ino)?;
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
+        // A taken name is EEXIST before anything about the target, as the kernel's
+        // filename_create answers before vfs_link looks at it.
+        self.ensure_absent(&dir, name)?;
         if target.is_dir() {
             return Err(Error::NotPermitted);
         }
-        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         let _tl = self.stats.lock(crate::stats::LockClass::OpLock, &target.op_lock);
-        self.ensure_absent(&dir, name)?;
         crate::ioctl::check_dir_open(&dir)?;
         crate::ioctl::check_pinned(&target)?;
         let links = target.disk().links_count();

@@ -243,6 +243,8 @@ fn hard_and_symbolic_links() {
         assert_eq!(a.nlink, 2);
         assert_eq!(fs.link(d, root, b"dirlink").unwrap_err().errno(), 1); // EPERM
         assert_eq!(fs.link(f, root, b"hard").unwrap_err().errno(), 17); // EEXIST
+                                                                        // A taken name wins over a directory source, as in the kernel's linkat.
+        assert_eq!(fs.link(d, root, b"hard").unwrap_err().errno(), 17);
         let fast = "f".repeat(59);
         let slow = "s/".repeat(300);
         fs.symlink(root, b"fast", fast.as_bytes(), 0, 0).unwrap();

@@ -175,8 +175,9 @@ fn step(fs: &Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             let src = m.entries(sd).get(&sn).copied();
             let want = match src {
                 None => Some(libc::ENOENT),
-                Some(s) if m.is_dir(s) => Some(libc::EPERM),
+                // The kernel's linkat looks the new name up before vfs_link sees a directory.
                 Some(_) if m.entries(dd).contains_key(&dn) => Some(libc::EEXIST),
+                Some(s) if m.is_dir(s) => Some(libc::EPERM),
                 Some(_) => None,
             };
             let r = match src {
