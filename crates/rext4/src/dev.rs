@@ -63,6 +63,9 @@ impl BlockDevice for FileDevice {
         self.file.write_all_at(buf, offset)
     }
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        if let [one] = bufs {
+            return self.write_at(one, offset);
+        }
         // Linux takes at most IOV_MAX (1024) pieces a call, and may write fewer bytes than
         // asked: go on from wherever the last call stopped.
         let (mut i, mut skip, mut at) = (0usize, 0usize, offset);

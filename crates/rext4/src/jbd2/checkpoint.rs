@@ -180,24 +180,24 @@ impl Journal {
     }
 
     /// Writes blocks to their home locations, sorted by block number; runs of adjacent blocks
-    /// go out in one call.
+    /// go out in one vectored call, straight from the copies (no gathering copy of our own).
     pub(super) fn write_home<'a>(&self, blocks: impl Iterator<Item = (u64, &'a [u8])>) -> Result<()> {
         let bs = self.block_size as u64;
-        let mut run: Vec<u8> = Vec::new();
+        let mut run: Vec<&[u8]> = Vec::new();
         let mut run_start = 0u64;
         for (blk, data) in blocks {
-            let contiguous = !run.is_empty() && blk == run_start + run.len() as u64 / bs;
-            if !contiguous || run.len() >= 8 << 20 {
+            let contiguous = !run.is_empty() && blk == run_start + run.len() as u64;
+            if !contiguous {
                 if !run.is_empty() {
-                    self.dev.write_at(&run, run_start * bs)?;
+                    self.dev.write_vectored_at(&run, run_start * bs)?;
                 }
                 run.clear();
                 run_start = blk;
             }
-            run.extend_from_slice(data);
+            run.push(data);
         }
         if !run.is_empty() {
-            self.dev.write_at(&run, run_start * bs)?;
+            self.dev.write_vectored_at(&run, run_start * bs)?;
         }
         Ok(())
     }
