@@ -206,6 +206,13 @@ pub fn parallel(workers: usize, f: impl Fn(usize) -> CliResult + Sync) -> CliRes
     })
 }
 
+/// The journal size in MiB that mkfs arguments ask for (`-J size=N`), if any.
+fn journal_mib(args: &[String]) -> Option<u64> {
+    let opts = args.iter().zip(args.iter().skip(1)).filter(|(a, _)| *a == "-J").map(|(_, o)| o.as_str());
+    let glued = args.iter().filter_map(|a| a.strip_prefix("-J")).filter(|o| !o.is_empty());
+    opts.chain(glued).flat_map(|o| o.split(',')).find_map(|o| o.strip_prefix("size=")?.parse().ok())
+}
+
 /// Work directories alive now, removed by the Ctrl-C handler. [own mutex]
 static WORK_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -349,6 +356,10 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
     for wl in SUITE.iter().filter(|w| suite.contains(&w.name)) {
         let mut spec = (wl.image)(&sizes, max_workers);
         spec.extra = a.mkfs.as_deref().unwrap_or("").split_whitespace().map(str::to_string).collect();
+        // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
+        if let Some(j) = journal_mib(&spec.extra) {
+            spec.mib = spec.mib.max(2 * j + 256);
+        }
         for &kind in &kinds {
             p.show(&format!("{}: setting up {} ({} MiB image)", wl.name, kind.name(), spec.mib));
             let built = match Built::new(kind, work, &spec) {
@@ -499,5 +510,23 @@ fn fsck(img: &Path) -> CliResult {
             "the image rext4 left is not clean (e2fsck -fn): {}",
             text.lines().take(6).collect::<Vec<_>>().join(" | ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::journal_mib;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn journal_size_from_mkfs_arguments() {
+        assert_eq!(journal_mib(&args("-J size=4096")), Some(4096));
+        assert_eq!(journal_mib(&args("-O orphan_file -Jsize=64,fast_commit_size=8")), Some(64));
+        assert_eq!(journal_mib(&args("-J fast_commit_size=8,size=32 -b 4096")), Some(32));
+        assert_eq!(journal_mib(&args("-O ^has_journal")), None);
+        assert_eq!(journal_mib(&args("-J")), None);
     }
 }
