@@ -183,8 +183,13 @@ pub fn verify_leaf_checksum(block: &[u8], inode_csum_seed: u32) -> Option<bool> 
 
 /// Writes a fresh tail with the block's checksum.
 pub fn set_leaf_tail(block: &mut [u8], inode_csum_seed: u32) {
-    let Some(off) = block.len().checked_sub(TAIL_SIZE) else { return };
     let c = leaf_checksum(block, inode_csum_seed);
+    put_leaf_tail(block, c);
+}
+
+/// Writes a tail holding checksum `c` (for a block whose checksum is filled in later).
+pub fn put_leaf_tail(block: &mut [u8], c: u32) {
+    let Some(off) = block.len().checked_sub(TAIL_SIZE) else { return };
     let t = DirTail {
         det_reserved_zero1: 0.into(),
         det_rec_len: (TAIL_SIZE as u16).into(),

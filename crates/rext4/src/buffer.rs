@@ -40,7 +40,18 @@ pub(crate) struct Buffer {
     freeze_due: AtomicBool,
     /// The copy a writer took for the committing transaction. [own mutex, leaf]
     frozen: Mutex<Option<Arc<[u8]>>>,
+    /// `LEAF_SEAL | seed` for a directory leaf edited in place whose tail checksum (with that
+    /// seed) is computed in each commit's copy rather than on every edit: once a transaction
+    /// instead of once an entry (seed 004: checksums out of the operations). The cached block's
+    /// tail then holds no valid checksum, which nothing reads: a leaf is verified when read
+    /// from the device, and an edited one is marked verified. 0: the contents are complete.
+    /// Cleared by every write access, so a block put to another use is not sealed as a leaf.
+    /// [atomic; changed only under `data`'s write lock]
+    leaf_seal: AtomicU64,
 }
+
+/// The flag in `Buffer::leaf_seal` above the 32-bit seed.
+const LEAF_SEAL: u64 = 1 << 32;
 
 impl Cached for Buffer {
     fn referenced(&self) -> &AtomicBool {
@@ -56,28 +67,56 @@ impl Buffer {
     /// Write access to the contents. Only the journal hands this out (see `Handle::write`),
     /// after adding the buffer to the running transaction.
     pub(crate) fn data_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        // Whatever was verified no longer describes what will be there.
-        self.verified.store(Verified::None as u8, Ordering::Release);
         let data = self.data.write();
-        self.copy_for_commit(&data);
+        self.begin_change(&data);
         data
     }
 
     /// [`Buffer::data_mut`], with the wait for the lock counted in `stats`.
     pub(crate) fn data_mut_timed(&self, stats: &crate::stats::Stats) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.verified.store(Verified::None as u8, Ordering::Release);
         let data = stats.write(crate::stats::LockClass::BufferData, &self.data);
-        self.copy_for_commit(&data);
+        self.begin_change(&data);
         data
     }
 
     /// Under the write lock, before a change: takes the committing transaction's copy if it
-    /// is still due.
-    fn copy_for_commit(&self, data: &[u8]) {
+    /// is still due (sealed as the contents were), then forgets what described the old
+    /// contents. Inside the lock, so that a reader who finds the block unverified and
+    /// then waits for the lock sees what the writer marked (see `verify`).
+    fn begin_change(&self, data: &[u8]) {
         if self.freeze_due.load(Ordering::Acquire) {
-            *self.frozen.lock() = Some(Arc::from(data));
+            *self.frozen.lock() = Some(self.commit_copy(data));
             self.freeze_due.store(false, Ordering::Release);
         }
+        self.verified.store(Verified::None as u8, Ordering::Release);
+        self.leaf_seal.store(0, Ordering::Release);
+    }
+
+    /// A copy of `data` (the contents, under their lock) for a commit, with a deferred leaf
+    /// checksum filled in.
+    fn commit_copy(&self, data: &[u8]) -> Arc<[u8]> {
+        let mut copy: Arc<[u8]> = Arc::from(data);
+        let seal = self.leaf_seal.load(Ordering::Acquire);
+        if seal & LEAF_SEAL != 0 {
+            // Cannot fail: `copy` was made just now and is not shared.
+            let block = Arc::get_mut(&mut copy).unwrap();
+            rext4_format::dirent::set_leaf_tail(block, seal as u32);
+        }
+        copy
+    }
+
+    /// Called by the writer of a directory leaf that it left complete but for its tail
+    /// checksum (computed with `seed` in each commit copy), holding the write lock (`data`
+    /// is the guard's contents: the lock is held).
+    pub(crate) fn seal_leaf_later(&self, data: &mut [u8], seed: u32) {
+        rext4_format::dirent::put_leaf_tail(data, 0);
+        self.leaf_seal.store(LEAF_SEAL | u64::from(seed), Ordering::Release);
+    }
+
+    /// Marks contents its writer just produced (holding the write lock) as verified as
+    /// `kind`: our own changes need no check.
+    pub(crate) fn mark_verified(&self, kind: Verified) {
+        self.verified.store(kind as u8, Ordering::Release);
     }
 
     /// For a block the commit completes from atomics (see `FreezeHook`): runs `fill` on the
@@ -102,7 +141,7 @@ impl Buffer {
         let data = self.data.read();
         // Writers clear the flag only under the write lock, so it cannot change here.
         if self.freeze_due.swap(false, Ordering::AcqRel) {
-            return Arc::from(&data[..]);
+            return self.commit_copy(&data);
         }
         drop(data);
         // A writer cleared the flag and stored its copy in the same critical section.
@@ -114,7 +153,13 @@ impl Buffer {
         if self.verified.load(Ordering::Acquire) == kind as u8 {
             return Ok(());
         }
-        check(&self.data())?;
+        let data = self.data();
+        // Again under the lock: a writer may have marked its change verified meanwhile (a
+        // leaf edited in place is only complete in commit copies, see `leaf_seal`).
+        if self.verified.load(Ordering::Acquire) == kind as u8 {
+            return Ok(());
+        }
+        check(&data)?;
         self.verified.store(kind as u8, Ordering::Release);
         Ok(())
     }
@@ -149,6 +194,7 @@ impl BufferCache {
                 verified: AtomicU8::new(Verified::None as u8),
                 freeze_due: AtomicBool::new(false),
                 frozen: Mutex::new(None),
+                leaf_seal: AtomicU64::new(0),
             })
         })
     }
@@ -172,6 +218,7 @@ impl BufferCache {
                 verified: AtomicU8::new(Verified::None as u8),
                 freeze_due: AtomicBool::new(false),
                 frozen: Mutex::new(None),
+                leaf_seal: AtomicU64::new(0),
             })
         });
         // Cannot fail: the loader above never returns an error.
@@ -221,6 +268,51 @@ mod tests {
         // Taken: later writes copy nothing more.
         b.data_mut()[0] = 1;
         assert!(b.frozen.lock().is_none());
+    }
+
+    /// A one-entry leaf of `seed`'s directory, sealed later, as `seal_leaf_in` leaves it.
+    fn edit_leaf(b: &Buffer, seed: u32, ino: u8) {
+        let mut d = b.data_mut();
+        d.fill(0);
+        d[0] = ino;
+        // rec_len: the whole entry area (the block less the 12-byte tail).
+        d[4..6].copy_from_slice(&(1024u16 - 12).to_le_bytes());
+        d[6] = 1;
+        d[8] = b'a';
+        b.seal_leaf_later(&mut d, seed);
+        b.mark_verified(Verified::DirLeaf);
+    }
+
+    #[test]
+    fn deferred_leaf_checksums_are_in_commit_copies() {
+        use rext4_format::dirent::verify_leaf_checksum;
+        let c = cache();
+        let seed = 0x1234_5678;
+        // The commit takes the copy.
+        let b = c.get(1).unwrap();
+        edit_leaf(&b, seed, 7);
+        assert_eq!(verify_leaf_checksum(&b.data(), seed), Some(false), "the cached tail is stale");
+        b.set_freeze_due();
+        assert_eq!(verify_leaf_checksum(&b.take_frozen(), seed), Some(true));
+        // The next writer takes it, sealed as the contents were before its change.
+        b.set_freeze_due();
+        edit_leaf(&b, seed, 9);
+        let frozen = b.take_frozen();
+        assert_eq!((frozen[0], verify_leaf_checksum(&frozen, seed)), (7, Some(true)));
+        // A write that is not a leaf edit drops the seal: its copy is the contents as written.
+        b.data_mut()[100] = 0xEE;
+        b.set_freeze_due();
+        let frozen = b.take_frozen();
+        assert_eq!(frozen[100], 0xEE);
+        assert_eq!(verify_leaf_checksum(&frozen, seed), Some(false), "sealed though no longer a leaf");
+        // And the block is no longer taken as verified.
+        let mut checked = false;
+        b.verify(Verified::DirLeaf, |_| {
+            checked = true;
+            Ok(())
+        })
+        .unwrap();
+        assert!(checked);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! The directory's `op_lock` is held by the caller; then the handle; then the directory's
 //! record and its blocks.
 
+use crate::buffer::{Buffer, Verified};
 use crate::dir::DirBlockKind;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
@@ -46,6 +47,17 @@ impl FsInner {
         if self.sbi.metadata_csum {
             fd::set_leaf_tail(block, dir.csum_seed);
         }
+    }
+
+    /// Seals leaf `buf` of `dir` after an edit in place (`block`: its contents, under the
+    /// write lock): the checksum is left to each commit's copy (`Buffer::leaf_seal`), so a
+    /// leaf taking a hundred entries in one transaction is checksummed once, not a hundred
+    /// times; and the block stays verified, so the next lookup does not check it again.
+    pub(crate) fn seal_leaf_in(&self, dir: &Inode, buf: &Buffer, block: &mut [u8]) {
+        if self.sbi.metadata_csum {
+            buf.seal_leaf_later(block, dir.csum_seed);
+        }
+        buf.mark_verified(Verified::DirLeaf);
     }
 
     /// Finds the first leaf block of `dir` in which `probe` finds something (looking first
@@ -89,7 +101,7 @@ impl FsInner {
             let mut block = h.write(&buf)?;
             let Some(found) = probe(&block[..area]) else { continue };
             let r = apply(&mut block[..area], found);
-            self.seal_leaf(dir, &mut block);
+            self.seal_leaf_in(dir, &buf, &mut block);
             return Ok(Some(r));
         }
         Ok(None)
@@ -177,7 +189,7 @@ impl FsInner {
         let mut block = h.write(&buf)?;
         block.fill(0);
         put_entry(&mut block, 0, bs, ino.0, self.entry_area(), name, ft);
-        self.seal_leaf(dir, &mut block);
+        self.seal_leaf_in(dir, &buf, &mut block);
         Ok(())
     }
 

@@ -371,7 +371,7 @@ impl FsInner {
                 let mut b = h.write(&leaf)?;
                 if let Some(slot) = self.leaf_slot(&b, need) {
                     self.leaf_put(&mut b, slot, name, ino, ft);
-                    self.seal_leaf(dir, &mut b);
+                    self.seal_leaf_in(dir, &leaf, &mut b);
                     return Ok(());
                 }
             }
