@@ -158,6 +158,15 @@ enum Cmd {
         #[arg(long, hide = true)]
         daemon_child: bool,
     },
+    /// Serve an empty in-memory filesystem through FUSE with `rext4 mount`'s settings, in the
+    /// foreground: what a FUSE daemon costs on this machine (`rext4 bench --targets fusemem`).
+    #[command(hide = true)]
+    Memfs {
+        mountpoint: PathBuf,
+        /// Mount options, as for `rext4 mount` (threads=N, allow_other, ...).
+        #[arg(short = 'o', action = clap::ArgAction::Append)]
+        options: Vec<String>,
+    },
     /// Copy out of an image (`rext4 cp [-r] IMAGE:/path HOSTDIR`) or into one
     /// (`rext4 cp [-r] HOSTPATH IMAGE:/path`).
     Cp {
@@ -205,6 +214,10 @@ fn main() -> ExitCode {
         Cmd::Stats { mountpoint, json, reset } => stats_cmd::run(&mountpoint, json, reset),
         Cmd::Mount { image, mountpoint, options, foreground, daemon_child } => {
             mount_cmd::run(&image, &mountpoint, &options, foreground, daemon_child)
+        }
+        Cmd::Memfs { mountpoint, options } => {
+            rext4_fuse::MountOptions::parse(&format!("rw,{}", options.join(",")))
+                .and_then(|o| rext4_fuse::serve_memfs(&mountpoint, &o).map_err(|e| format!("memfs: {e}")))
         }
         Cmd::Cp { recursive, quiet, source, dest } => {
             if imagepath::ImagePath::parse(&source).is_ok() {

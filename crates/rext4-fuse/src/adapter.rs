@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// How long the kernel may trust entries and attributes without asking again.
-const TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 /// Largest request payload: 1 MiB reads and writes.
 const MAX_IO: u32 = 1 << 20;
 /// `copy_file_range` moves data through a buffer of this size.
@@ -401,28 +401,7 @@ impl Adapter {
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_MAX_PAGES;
-        if self.shared.opts.writeback_cache {
-            want |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        // Each flag the kernel lacks is simply not used.
-        let _ = config.add_capabilities(want & config.capabilities());
-        if self.shared.opts.writeback_cache
-            && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE)
-        {
-            crate::log("writeback_cache: not supported by this kernel, writing through");
-        }
-        let _ = config.set_max_write(MAX_IO);
-        let _ = config.set_max_readahead(MAX_IO).or_else(|max| config.set_max_readahead(max));
-        let _ = config.set_max_background(64);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        negotiate(config, self.shared.opts.writeback_cache);
         Ok(())
     }
 
@@ -1067,6 +1046,30 @@ impl Filesystem for Adapter {
             }
         });
     }
+}
+
+/// The connection's settings, asked of the kernel at `init` (memfs.rs asks the same).
+pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool) {
+    let mut want = InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_ATOMIC_O_TRUNC
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_MAX_PAGES;
+    if writeback_cache {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    // Each flag the kernel lacks is simply not used.
+    let _ = config.add_capabilities(want & config.capabilities());
+    if writeback_cache && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+        crate::log("writeback_cache: not supported by this kernel, writing through");
+    }
+    let _ = config.set_max_write(MAX_IO);
+    let _ = config.set_max_readahead(MAX_IO).or_else(|max| config.set_max_readahead(max));
+    let _ = config.set_max_background(64);
+    let _ = config.set_time_granularity(Duration::from_nanos(1));
 }
 
 fn gen(a: &Attr) -> Generation {

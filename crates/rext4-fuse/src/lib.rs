@@ -9,7 +9,8 @@
 //!
 //! Only the adapter lives here: option parsing (options.rs), lookup counts and file handles
 //! (handles.rs), errno and `errors=` policy (errno.rs), attribute translation (attr.rs) and the
-//! `fuser::Filesystem` implementation (adapter.rs). Daemonizing, the image lock and signals
+//! `fuser::Filesystem` implementation (adapter.rs); memfs.rs serves an in-memory filesystem with
+//! the same settings, the benchmark's measure of what FUSE itself costs. Daemonizing, the image lock and signals
 //! belong to the `rext4 mount` command.
 #![forbid(unsafe_code)]
 
@@ -17,8 +18,10 @@ mod adapter;
 mod attr;
 mod errno;
 mod handles;
+mod memfs;
 mod options;
 
+pub use memfs::serve_memfs;
 pub use options::{ErrorBehavior, MountOptions};
 
 use adapter::{Adapter, Shared};

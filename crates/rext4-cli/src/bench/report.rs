@@ -191,6 +191,7 @@ impl Results {
             let targets = self.targets_of(workload, &metric);
             let kernel = targets.contains(&Kind::Kernel);
             let both_fuse = targets.contains(&Kind::Fuse) && targets.contains(&Kind::Fuse2fs);
+            let ceiling = targets.contains(&Kind::Fuse) && targets.contains(&Kind::FuseMem);
             let dir = if better == Better::Higher { "higher is better" } else { "lower is better" };
             println!("{metric} ({unit}, {dir}); ratios are speed against kernel ext4 (>1 = faster)");
             let mut head = format!("{:>7}", "workers");
@@ -204,6 +205,9 @@ impl Results {
             }
             if both_fuse {
                 write!(head, " {:>12}", "fuse/fuse2fs").ok();
+            }
+            if ceiling {
+                write!(head, " {:>12}", "fuse/fmem").ok();
             }
             println!("{head}");
             for w in self.workers_of(workload, &metric) {
@@ -226,6 +230,9 @@ impl Results {
                 }
                 if both_fuse {
                     write!(line, " {:>12}", speed(val(Kind::Fuse), val(Kind::Fuse2fs))).ok();
+                }
+                if ceiling {
+                    write!(line, " {:>12}", speed(val(Kind::Fuse), val(Kind::FuseMem))).ok();
                 }
                 println!("{line}");
             }
@@ -395,6 +402,7 @@ fn short(k: Kind) -> &'static str {
         Kind::Kernel => "kern",
         Kind::Fuse2fs => "f2fs",
         Kind::Tmpfs => "tmpfs",
+        Kind::FuseMem => "fmem",
     }
 }
 
@@ -405,6 +413,7 @@ fn color(k: Kind) -> &'static str {
         Kind::Kernel => "#1f77b4",
         Kind::Fuse2fs => "#7f7f7f",
         Kind::Tmpfs => "#2ca02c",
+        Kind::FuseMem => "#9467bd",
     }
 }
 

@@ -31,10 +31,12 @@ pub enum Kind {
     Kernel,
     Fuse2fs,
     Tmpfs,
+    FuseMem,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::InProc, Kind::Fuse, Kind::Kernel, Kind::Fuse2fs, Kind::Tmpfs];
+    pub const ALL: [Kind; 6] =
+        [Kind::InProc, Kind::Fuse, Kind::Kernel, Kind::Fuse2fs, Kind::Tmpfs, Kind::FuseMem];
 
     pub fn parse(s: &str) -> CliResult<Kind> {
         Ok(match s {
@@ -43,7 +45,8 @@ impl Kind {
             "kernel" | "ext4" => Kind::Kernel,
             "fuse2fs" => Kind::Fuse2fs,
             "tmpfs" => Kind::Tmpfs,
-            _ => return Err(format!("unknown target {s} (inproc, fuse, kernel, fuse2fs, tmpfs)")),
+            "fusemem" => Kind::FuseMem,
+            _ => return Err(format!("unknown target {s} (inproc, fuse, kernel, fuse2fs, tmpfs, fusemem)")),
         })
     }
 
@@ -55,6 +58,7 @@ impl Kind {
             Kind::Kernel => "kernel",
             Kind::Fuse2fs => "fuse2fs",
             Kind::Tmpfs => "tmpfs",
+            Kind::FuseMem => "fusemem",
         }
     }
 
@@ -66,6 +70,9 @@ impl Kind {
             Kind::Kernel => "kernel ext4 on a loop device over tmpfs",
             Kind::Fuse2fs => "fuse2fs (e2fsprogs FUSE driver)",
             Kind::Tmpfs => "a tmpfs directory (no ext4 at all)",
+            Kind::FuseMem => {
+                "rext4 memfs: an in-memory FUSE filesystem with the daemon's settings (the FUSE ceiling)"
+            }
         }
     }
 }
@@ -486,8 +493,8 @@ pub fn unavailable(kind: Kind) -> Option<String> {
         Kind::Kernel if !is_root() => Some("kernel loop mounts need root".into()),
         Kind::Fuse2fs if !on_path("fuse2fs") => Some("fuse2fs is not installed".into()),
         Kind::Fuse2fs if !is_root() => Some("fuse2fs mounts are run as root here; not root".into()),
-        Kind::Fuse if !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
-        Kind::Fuse if !is_root() && !on_path("fusermount3") => {
+        Kind::Fuse | Kind::FuseMem if !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
+        Kind::Fuse | Kind::FuseMem if !is_root() && !on_path("fusermount3") => {
             Some("not root and no fusermount3 to mount with".into())
         }
         _ => None,
@@ -564,14 +571,20 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
             }
             guard
         }
-        Kind::Fuse | Kind::Fuse2fs => {
-            mkfs(&img, spec)?;
-            let mut cmd = if kind == Kind::Fuse {
+        Kind::Fuse | Kind::Fuse2fs | Kind::FuseMem => {
+            let mut cmd = if kind == Kind::FuseMem {
+                let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
+                let mut c = Command::new(exe);
+                c.arg("memfs").arg(&dir);
+                c
+            } else if kind == Kind::Fuse {
+                mkfs(&img, spec)?;
                 let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
                 let mut c = Command::new(exe);
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", "rw", "-f"]);
                 c
             } else {
+                mkfs(&img, spec)?;
                 // hard_remove: libfuse's high-level layer otherwise renames a file unlinked
                 // before its (asynchronous) release to `.fuse_hidden*`, and fuse2fs leaves
                 // those behind, so the workloads' directories never empty.
