@@ -237,14 +237,21 @@ impl Results {
                 println!("{line}");
             }
             // No collapse as workers grow: each target's throughput at its most workers
-            // against its fewest (not for latencies).
+            // against its fewest, and the seeds' checks beside it: 2 workers against 1
+            // (scaling on two cores) and the most against 2 (not lower) (not for latencies).
             let ws = self.workers_of(workload, &metric);
             let per_worker = self
                 .samples
                 .iter()
                 .any(|s| s.workload == workload && s.metric == metric && s.per_worker_work);
             if let (Some(&lo), Some(&hi)) = (ws.first(), ws.last()) {
-                if hi > lo && (better == Better::Higher || per_worker) {
+                let mut pairs = vec![(lo, hi)];
+                if ws.contains(&2) && lo < 2 && hi > 2 {
+                    pairs.extend([(lo, 2), (2, hi)]);
+                }
+                for (lo, hi) in
+                    pairs.into_iter().filter(|_| hi > lo && (better == Better::Higher || per_worker))
+                {
                     let mut line = format!("{:>7}", format!("{hi}w/{lo}w"));
                     for &k in &targets {
                         let r = match (
