@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// Extra mkfs.ext4 arguments for every image, e.g. "-O orphan_file" or "-J size=1024".
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     mkfs: Option<String>,
+    /// rext4's metadata cache in MiB (default: the engine's 64 MiB), in process and for the
+    /// daemon (`-o cache=`); in process the inode and name caches grow with it (4,096 entries a
+    /// MiB). The kernel's page cache is bounded only by memory.
+    #[arg(long, value_name = "MIB")]
+    cache: Option<u64>,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
     /// and the journal warmed up, as the seeds' mdtest runs did).
     #[arg(long)]
@@ -359,6 +364,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
     for wl in SUITE.iter().filter(|w| suite.contains(&w.name)) {
         let mut spec = (wl.image)(&sizes, max_workers);
         spec.extra = a.mkfs.as_deref().unwrap_or("").split_whitespace().map(str::to_string).collect();
+        spec.cache_mib = a.cache;
         // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
         if let Some(j) = journal_mib(&spec.extra) {
             spec.mib = spec.mib.max(2 * j + 256);

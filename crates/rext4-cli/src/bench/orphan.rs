@@ -13,8 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn mkfs(img: &Path, features: &str) -> CliResult {
-    let spec =
-        super::targets::ImageSpec { inodes: 200_000, mib: 1024, extra: vec!["-O".into(), features.into()] };
+    let spec = super::targets::ImageSpec {
+        inodes: 200_000,
+        mib: 1024,
+        extra: vec!["-O".into(), features.into()],
+        cache_mib: None,
+    };
     super::targets::mkfs(img, &spec)
 }
 

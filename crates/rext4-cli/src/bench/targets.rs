@@ -84,6 +84,8 @@ pub struct ImageSpec {
     pub mib: u64,
     /// More mkfs.ext4 arguments (`--mkfs`).
     pub extra: Vec<String>,
+    /// rext4's metadata cache in MiB (`--cache`); `None`: the engine's default.
+    pub cache_mib: Option<u64>,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -176,8 +178,16 @@ fn e(e: rext4::Error) -> String {
 }
 
 impl InProc {
-    pub fn open(image: &Path) -> CliResult<InProc> {
-        let fs = Fs::open_with(image, Options { writable: true, ..Options::default() }).map_err(e)?;
+    /// Opens `image` for writing, with `cache_mib` MiB of metadata cache (and inode and name
+    /// caches to match) if given.
+    pub fn open(image: &Path, cache_mib: Option<u64>) -> CliResult<InProc> {
+        let mut o = Options { writable: true, ..Options::default() };
+        if let Some(mib) = cache_mib.and_then(|m| usize::try_from(m).ok()) {
+            o.cache_bytes = mib.saturating_mul(1 << 20);
+            o.inode_cache = o.inode_cache.max(mib.saturating_mul(4096));
+            o.name_cache = o.name_cache.max(mib.saturating_mul(4096));
+        }
+        let fs = Fs::open_with(image, o).map_err(e)?;
         let root = Node::Ino(fs.root());
         Ok(InProc { fs, root })
     }
@@ -581,7 +591,8 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
                 mkfs(&img, spec)?;
                 let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
                 let mut c = Command::new(exe);
-                c.arg("mount").arg(&img).arg(&dir).args(["-o", "rw", "-f"]);
+                let opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
+                c.arg("mount").arg(&img).arg(&dir).args(["-o", &opts, "-f"]);
                 c
             } else {
                 mkfs(&img, spec)?;
@@ -675,7 +686,7 @@ impl Drop for KernelMount {
 pub fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
     let img = work.join("inproc.img");
     mkfs(&img, spec)?;
-    InProc::open(&img)
+    InProc::open(&img, spec.cache_mib)
 }
 
 /// The path of a target's image in `work` (in-process and image-backed mounts).
