@@ -44,8 +44,10 @@ pub(crate) struct Buffer {
     /// seed) is computed in each commit's copy rather than on every edit: once a transaction
     /// instead of once an entry (seed 004: checksums out of the operations). The cached block's
     /// tail then holds no valid checksum, which nothing reads: a leaf is verified when read
-    /// from the device, and an edited one is marked verified. 0: the contents are complete.
-    /// Cleared by every write access, so a block put to another use is not sealed as a leaf.
+    /// from the device, and one with a deferred seal stays verified through later write
+    /// accesses (each leaves it a leaf of the same directory, or changes nothing). 0: the
+    /// contents are complete. Dropped where a block changes role: a block allocated anew
+    /// (`BufferCache::get_fresh`) and a leaf turned into an htree root (`not_a_leaf`).
     /// [atomic; changed only under `data`'s write lock]
     leaf_seal: AtomicU64,
 }
@@ -80,16 +82,25 @@ impl Buffer {
     }
 
     /// Under the write lock, before a change: takes the committing transaction's copy if it
-    /// is still due (sealed as the contents were), then forgets what described the old
-    /// contents. Inside the lock, so that a reader who finds the block unverified and
-    /// then waits for the lock sees what the writer marked (see `verify`).
+    /// is still due (sealed as the contents were), then forgets what was verified of the old
+    /// contents, unless the block is a leaf with a deferred seal (see `leaf_seal`). Inside
+    /// the lock, so that a reader who finds the block unverified and then waits for the lock
+    /// sees what the writer marked (see `verify`).
     fn begin_change(&self, data: &[u8]) {
         if self.freeze_due.load(Ordering::Acquire) {
             *self.frozen.lock() = Some(self.commit_copy(data));
             self.freeze_due.store(false, Ordering::Release);
         }
-        self.verified.store(Verified::None as u8, Ordering::Release);
+        if self.leaf_seal.load(Ordering::Acquire) == 0 {
+            self.verified.store(Verified::None as u8, Ordering::Release);
+        }
+    }
+
+    /// Drops a deferred leaf seal and what was verified: the block is becoming something
+    /// else (`data` is the write guard's contents: the lock is held).
+    pub(crate) fn not_a_leaf(&self, _data: &mut [u8]) {
         self.leaf_seal.store(0, Ordering::Release);
+        self.verified.store(Verified::None as u8, Ordering::Release);
     }
 
     /// A copy of `data` (the contents, under their lock) for a commit, with a deferred leaf
@@ -222,7 +233,10 @@ impl BufferCache {
             })
         });
         // Cannot fail: the loader above never returns an error.
-        made.unwrap()
+        let buf = made.unwrap();
+        // A cached block freed by its old owner: whatever it was, it is something new now.
+        buf.not_a_leaf(&mut buf.data.write());
+        buf
     }
 
     /// Number of cached blocks.
@@ -299,20 +313,39 @@ mod tests {
         edit_leaf(&b, seed, 9);
         let frozen = b.take_frozen();
         assert_eq!((frozen[0], verify_leaf_checksum(&frozen, seed)), (7, Some(true)));
-        // A write that is not a leaf edit drops the seal: its copy is the contents as written.
-        b.data_mut()[100] = 0xEE;
+        // A write access that changes nothing (a writer whose second look found nothing to
+        // do) keeps the seal and the verified mark: the block is still that leaf.
+        drop(b.data_mut());
+        b.set_freeze_due();
+        assert_eq!(verify_leaf_checksum(&b.take_frozen(), seed), Some(true));
+        let unchecked = |b: &Buffer| {
+            let mut checked = false;
+            b.verify(Verified::DirLeaf, |_| {
+                checked = true;
+                Ok(())
+            })
+            .unwrap();
+            !checked
+        };
+        assert!(unchecked(&b));
+        // A leaf turned into something else is sealed no more, and checked again.
+        {
+            let mut d = b.data_mut();
+            d[100] = 0xEE;
+            b.not_a_leaf(&mut d);
+        }
         b.set_freeze_due();
         let frozen = b.take_frozen();
         assert_eq!(frozen[100], 0xEE);
         assert_eq!(verify_leaf_checksum(&frozen, seed), Some(false), "sealed though no longer a leaf");
-        // And the block is no longer taken as verified.
-        let mut checked = false;
-        b.verify(Verified::DirLeaf, |_| {
-            checked = true;
-            Ok(())
-        })
-        .unwrap();
-        assert!(checked);
+        assert!(!unchecked(&b));
+        // So is a block allocated anew.
+        let b2 = c.get(2).unwrap();
+        edit_leaf(&b2, seed, 5);
+        let b2 = c.get_fresh(2);
+        b2.data_mut()[0] = 1;
+        b2.set_freeze_due();
+        assert_eq!(verify_leaf_checksum(&b2.take_frozen(), seed), Some(false));
     }
 
     #[test]

@@ -598,7 +598,11 @@ impl FsInner {
         put16(&mut root, off + 2, 1);
         put32(&mut root, off + 4, leaf_lblk);
         self.dx_seal(dir, &mut root);
-        h.write(&b0)?.copy_from_slice(&root);
+        {
+            let mut b = h.write(&b0)?;
+            b.copy_from_slice(&root);
+            b0.not_a_leaf(&mut b);
+        }
         {
             let mut raw = dir.raw_mut();
             let flags = le32(&raw, 0x20) | INDEX_FL;
