@@ -18,7 +18,7 @@ use crate::extents_write::{Ext, LBLK_END};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{
-    now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
+    now, raw_add_blocks, raw_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
 };
 use crate::jbd2::transaction::Handle;
 use rext4_format::inode::{self as fi, APPEND_FL, ENCRYPT_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
@@ -47,7 +47,7 @@ const CHUNK_BLOCKS: u64 = 2048;
 /// Allocations (or conversions) one handle makes at most, which bounds its buffers.
 const OPS_PER_HANDLE: usize = 4;
 /// Credits of a data handle: per operation a bitmap, a descriptor and a tree path with splits.
-const DATA_CREDITS: u32 = 96;
+pub(crate) const DATA_CREDITS: u32 = 96;
 /// Extents freed per handle when truncating or punching.
 const FREES_PER_HANDLE: usize = 16;
 /// Blocks of a block map freed per handle when truncating.
@@ -397,8 +397,14 @@ impl FsInner {
         if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
             return Err(Error::NotPermitted);
         }
-        if flags & INLINE_DATA_FL != 0 {
-            self.inline_to_blocks(&journal, &inode)?;
+        // Small files stay in the record (inline.rs), as the kernel keeps them.
+        if flags & INLINE_DATA_FL != 0 || (self.sbi.inline_data && raw_blocks(&inode.raw()) == 0) {
+            if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
+                return Ok(n);
+            }
+            if inode.flags() & INLINE_DATA_FL != 0 {
+                self.inline_to_blocks(&journal, &inode)?;
+            }
         }
         if self.overwrite(&journal, &inode, offset, data)? {
             return Ok(data.len());
@@ -516,6 +522,9 @@ impl FsInner {
         }
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         if inode.flags() & INLINE_DATA_FL != 0 {
+            if self.truncate_inline(&journal, &inode, new_size)? {
+                return Ok(());
+            }
             self.inline_to_blocks(&journal, &inode)?;
         }
         let bs = u64::from(self.sbi.block_size);

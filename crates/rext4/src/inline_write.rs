@@ -20,7 +20,7 @@ use crate::extents_write::I_BLOCK;
 use crate::fs::FsInner;
 use crate::inline::I_BLOCK_SIZE;
 use crate::inode::Inode;
-use crate::inode_write::raw_flags;
+use crate::inode_write::{now, raw_blocks, raw_flags, raw_set_size, raw_size, raw_touch_cm};
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
@@ -154,6 +154,99 @@ impl FsInner {
         Ok(InodeNo(old))
     }
 
+    /// Writes `data` at `offset` of regular file `inode` inside its record, when the file is
+    /// an inline one or one without blocks on an `inline_data` filesystem, and the
+    /// bytes up to the end of the write fit (`ext4_try_to_write_inline_data`): the first 60 in
+    /// `i_block`, the rest in `system.data`, which grows to the end of the write and never
+    /// shrinks here. `None` (nothing changed) when they do not fit: the caller moves the data
+    /// to blocks. The caller holds the file's `op_lock`.
+    pub(crate) fn write_inline(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Option<usize>> {
+        let Some(end) = offset.checked_add(data.len() as u64) else { return Ok(None) };
+        let h = journal.start(crate::file_write::DATA_CREDITS)?;
+        let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
+        let mut raw = inode.raw_mut();
+        let inline = raw_flags(&raw) & INLINE_DATA_FL != 0;
+        let size = raw_size(&raw);
+        // A file that never had a block may go inline, whatever its size (the kernel's
+        // `EXT4_STATE_MAY_INLINE_DATA`).
+        if !inline && raw_blocks(&raw) != 0 {
+            return Ok(None);
+        }
+        if end > max_inline_size(&raw) as u64 {
+            return Ok(None);
+        }
+        let (offset, end) = (offset as usize, end as usize);
+        let mut bytes = raw[I_BLOCK].to_vec();
+        if inline {
+            bytes.extend(self.system_data_in(inode.ino, &raw)?.unwrap_or_default());
+        } else {
+            bytes.fill(0);
+        }
+        if bytes.len() < end {
+            bytes.resize(end, 0);
+        }
+        bytes[offset..end].copy_from_slice(data);
+        match self.ibody_put(inode.ino, &mut raw, INDEX_SYSTEM, b"data", &bytes[I_BLOCK_SIZE..]) {
+            // Another attribute took the room meanwhile: blocks, then.
+            Err(crate::error::Error::NoSpace) => return Ok(None),
+            r => r?,
+        }
+        raw[I_BLOCK].copy_from_slice(&bytes[..I_BLOCK_SIZE]);
+        let flags = (raw_flags(&raw) | INLINE_DATA_FL) & !EXTENTS_FL;
+        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        if end as u64 > size {
+            raw_set_size(&mut raw, end as u64);
+        }
+        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        Ok(Some(data.len()))
+    }
+
+    /// Truncates inline file `inode` to `new_size` in its record, when that keeps it inline
+    /// (`ext4_inline_data_truncate`): shrinking drops the bytes past the end (`system.data`
+    /// keeps only what lies past `i_block`'s 60 bytes), growing within the inline bytes only
+    /// moves the size. `false` (nothing changed) when the file is not inline or would grow
+    /// past its inline bytes: the caller moves it to blocks first, as the kernel does. The
+    /// caller holds the file's `op_lock`.
+    pub(crate) fn truncate_inline(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        new_size: u64,
+    ) -> Result<bool> {
+        let h = journal.start(crate::file_write::DATA_CREDITS)?;
+        let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
+        let mut raw = inode.raw_mut();
+        if raw_flags(&raw) & INLINE_DATA_FL == 0 {
+            return Ok(false);
+        }
+        let value = self.system_data_in(inode.ino, &raw)?.unwrap_or_default();
+        let size = raw_size(&raw);
+        if new_size > (I_BLOCK_SIZE + value.len()) as u64 {
+            return Ok(false);
+        }
+        if new_size < size {
+            let keep = new_size as usize;
+            let value = &value[..keep.saturating_sub(I_BLOCK_SIZE).min(value.len())];
+            self.ibody_put(inode.ino, &mut raw, INDEX_SYSTEM, b"data", value)?;
+            if keep < I_BLOCK_SIZE {
+                raw[I_BLOCK.start + keep..I_BLOCK.end].fill(0);
+            }
+        }
+        if new_size != size {
+            raw_set_size(&mut raw, new_size);
+        }
+        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        Ok(true)
+    }
+
     /// Makes new directory `dir` (record `raw`, not yet named anywhere) an empty inline
     /// directory under `parent`: the parent's number, one unused entry over the rest of
     /// `i_block`, and an empty `system.data`. `NoSpace` (record unchanged) if the record has
@@ -175,14 +268,48 @@ impl FsInner {
 /// (`get_max_inline_xattr_value_size`): the free space between the entry table (and its
 /// terminator) and the lowest value, plus the attribute's own value.
 fn inline_xattr_room(raw: &[u8]) -> Option<usize> {
-    let area = crate::xattr_write::ibody_area(raw)?;
+    match ibody_room(raw)? {
+        (free, Some(value)) => Some(free + value),
+        (_, None) => None,
+    }
+}
+
+/// The free bytes of record `raw`'s attribute space (between the entry table and its
+/// terminator, and the lowest value), and the rounded size of `system.data`'s value if the
+/// record has that attribute. `None` if the record has no attribute space or it is damaged.
+fn ibody_room(raw: &[u8]) -> Option<(usize, Option<usize>)> {
+    let first = crate::xattr_write::ibody_first(raw)?;
+    let Some(area) = crate::xattr_write::ibody_area(raw) else {
+        // No attribute yet: the whole space, less the terminator.
+        return (raw.len() - first).checked_sub(4).map(|f| (f, None));
+    };
     let (ents, end) = crate::xattr_area::entries(area, 0).ok()?;
     let min_offs = ents
         .iter()
         .filter(|e| e.value_inum == 0 && e.value_size != 0)
         .map(|e| e.value_offs)
         .fold(area.len(), usize::min);
-    let data = ents.iter().find(|e| e.index == INDEX_SYSTEM && e.name(area) == b"data")?;
     let free = min_offs.checked_sub(end + 4)?;
-    Some(free + rext4_format::xattr::value_size(data.value_size))
+    let data = ents.iter().find(|e| e.index == INDEX_SYSTEM && e.name(area) == b"data");
+    Some((free, data.map(|d| rext4_format::xattr::value_size(d.value_size))))
+}
+
+/// The most bytes of file data record `raw` can hold inline (`ext4_get_max_inline_size`):
+/// `i_block` and all the room `system.data` could take, adding the attribute's entry if it
+/// is not there yet; 0 when the attribute could hold nothing.
+fn max_inline_size(raw: &[u8]) -> usize {
+    let value = match ibody_room(raw) {
+        Some((free, Some(value))) => free + value,
+        // The new entry's header and name ("data", rounded), then whole words of value.
+        Some((free, None)) => match free.saturating_sub(rext4_format::xattr::ENTRY_HEADER_SIZE + 4) {
+            f if f > 3 => f & !3,
+            _ => 0,
+        },
+        None => 0,
+    };
+    if value == 0 {
+        0
+    } else {
+        I_BLOCK_SIZE + value
+    }
 }

@@ -90,6 +90,18 @@ fn op(extents: bool) -> impl Strategy<Value = Op> {
     .boxed()
 }
 
+/// Small writes and truncates around the inline limit (60 bytes of `i_block`, about 128 in
+/// a 256-byte record), with now and then an operation that needs blocks.
+fn small_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u64..160, 1usize..140, any::<u8>()).prop_map(|(off, len, byte)| Op::Write { off, len, byte }),
+        4 => (0u64..200).prop_map(Op::Truncate),
+        1 => (0u64..5000, 1usize..5000, any::<u8>()).prop_map(|(off, len, byte)| Op::Write { off, len, byte }),
+        1 => (0u64..200, 1u64..200).prop_map(|(off, len)| Op::Punch { off, len }),
+        1 => (0u64..200, 1u64..200, any::<bool>()).prop_map(|(off, len, keep)| Op::Alloc { off, len, keep }),
+    ]
+}
+
 /// Applies `op` to the engine and the model; both must agree on success or the errno.
 fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
     let size = model.len() as u64;
@@ -188,6 +200,13 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let img = mkfs(dir.path(), "m", &["-b", "1024", "-O", "^metadata_csum"], "256M");
         run_model(&img, &ops, 1024);
+    }
+
+    #[test]
+    fn model_inline_data(ops in proptest::collection::vec(small_op(), 1..30)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &["-O", "inline_data", "-I", "256"], "64M");
+        run_model(&img, &ops, 4096);
     }
 
     #[test]
@@ -545,7 +564,8 @@ fn unsupported_write_features_refuse_writing() {
 }
 
 /// Small files the kernel stored inline (`inline_data`) are moved into blocks when rext4
-/// writes, truncates or fallocates them; their bytes and the image stay right.
+/// writes, truncates or fallocates them past what fits in the record; their bytes and the
+/// image stay right.
 #[test]
 fn inline_data_files_are_converted_on_write() {
     if !is_root() {
@@ -590,4 +610,101 @@ fn inline_data_files_are_converted_on_write() {
     drop(fs);
     e2fsck_clean(&img);
     kernel_reads(&img, &files);
+}
+
+/// What one file goes through in `small_files_stay_inline_as_in_the_kernel`.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Write(u64, usize),
+    Truncate(u64),
+}
+
+/// On an `inline_data` filesystem, files whose bytes fit in the record are kept there, as
+/// the kernel keeps them: the same writes and truncates, made by rext4 on one image and by
+/// the kernel on another, leave every file with the same inline state, inline data size,
+/// size and bytes (`debugfs stat`), and both images clean.
+#[test]
+fn small_files_stay_inline_as_in_the_kernel() {
+    use Step::{Truncate as T, Write as W};
+    if !is_root() {
+        eprintln!("not root: skipping the kernel comparison");
+        return;
+    }
+    let scripts: Vec<(&str, Vec<Step>)> = vec![
+        ("empty", vec![]),
+        ("w10", vec![W(0, 10)]),
+        ("w60", vec![W(0, 60)]),
+        ("w61", vec![W(0, 61)]),
+        ("w100", vec![W(0, 100)]),
+        ("w128", vec![W(0, 128)]),
+        ("w129", vec![W(0, 129)]),
+        ("w4k", vec![W(0, 4096)]),
+        ("append", vec![W(0, 50), W(50, 50)]),
+        ("append_out", vec![W(0, 100), W(100, 100)]),
+        ("hole", vec![W(100, 10)]),
+        ("shrink", vec![W(0, 100), T(30)]),
+        ("shrink70", vec![W(0, 100), T(70)]),
+        ("grow_in", vec![W(0, 40), T(50)]),
+        ("grow_out", vec![W(0, 40), T(90)]),
+        ("grow_far", vec![W(0, 40), T(5000)]),
+        ("sized_then_write", vec![T(50), W(0, 10)]),
+        ("sized_big_then_write", vec![T(500), W(0, 10)]),
+        ("rewrite", vec![W(0, 100), W(10, 5), T(0), W(0, 20)]),
+    ];
+    let bytes = |name: &str, off: u64, len: usize| -> Vec<u8> {
+        (0..len).map(|i| (i as u64 + off) as u8 ^ name.len() as u8).collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["-O", "inline_data", "-b", "4096", "-I", "256"];
+    let ours = mkfs(dir.path(), "ours", &args, "64M");
+    let theirs = mkfs(dir.path(), "theirs", &args, "64M");
+    {
+        let fs = rw(&ours);
+        for (name, steps) in &scripts {
+            let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+            for &st in steps {
+                match st {
+                    W(off, len) => assert_eq!(fs.write(ino, off, &bytes(name, off, len)).unwrap(), len),
+                    T(size) => truncate(&fs, ino, size).unwrap(),
+                }
+            }
+        }
+        fs.unmount().unwrap();
+    }
+    {
+        use std::os::unix::fs::FileExt;
+        let m = KernelMount::rw(&theirs).unwrap();
+        for (name, steps) in &scripts {
+            let f = std::fs::File::create(m.path().join(name)).unwrap();
+            for &st in steps {
+                match st {
+                    W(off, len) => f.write_all_at(&bytes(name, off, len), off).unwrap(),
+                    T(size) => f.set_len(size).unwrap(),
+                }
+            }
+        }
+        m.unmount().unwrap();
+    }
+    e2fsck_clean(&ours);
+    e2fsck_clean(&theirs);
+    let fs = Fs::open(&ours).unwrap();
+    let m = KernelMount::ro(&theirs).unwrap();
+    const INLINE_DATA_FL: u32 = 0x1000_0000;
+    let mut inline = 0;
+    for (name, _) in &scripts {
+        let path = format!("/{name}");
+        let (ours_flags, ours_inline, ours_size) = common::layout(&ours, &path);
+        let (their_flags, their_inline, their_size) = common::layout(&theirs, &path);
+        assert_eq!(
+            (ours_flags & INLINE_DATA_FL, ours_inline, ours_size),
+            (their_flags & INLINE_DATA_FL, their_inline, their_size),
+            "{name}: inline flag, inline data size and size against the kernel's"
+        );
+        inline += usize::from(ours_inline.is_some());
+        let ino = fs.resolve(&path, false).unwrap();
+        let want = std::fs::read(m.path().join(name)).unwrap();
+        assert!(read_all(&fs, ino) == want, "{name}: bytes differ from the kernel's");
+    }
+    m.unmount().unwrap();
+    assert!(inline >= 10, "only {inline} files inline: the comparison shows little");
 }

@@ -152,6 +152,23 @@ pub fn htree_levels(img: &Path, path: &str) -> Option<u8> {
     text.lines().find_map(|l| l.trim().strip_prefix("Indirect levels:")).and_then(|v| v.trim().parse().ok())
 }
 
+/// How `debugfs stat` shows the file at `path`: its flags word, its inline data size (when
+/// it keeps its data inline) and its size.
+#[allow(dead_code)]
+pub fn layout(img: &Path, path: &str) -> (u32, Option<u64>, u64) {
+    let o = run(Command::new(tool("debugfs")).arg("-R").arg(format!("stat {path}")).arg(img));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let after =
+        |key: &str| text.split(key).nth(1).and_then(|t| t.split_whitespace().next()).map(str::to_string);
+    let flags = after("Flags: 0x").and_then(|v| u32::from_str_radix(&v, 16).ok());
+    let size = after("  Size: ").or_else(|| after("\tSize: ")).and_then(|v| v.parse().ok());
+    let inline = after("Size of inline data: ").and_then(|v| v.parse().ok());
+    match (flags, size) {
+        (Some(f), Some(s)) => (f, inline, s),
+        _ => panic!("no flags or size for {path}:\n{text}"),
+    }
+}
+
 /// The feature names `dumpe2fs -h` lists for the image.
 /// Depth of the extent tree of `path` in `img` (0: extents in the inode), from `debugfs ex`.
 #[allow(dead_code)]
