@@ -2,6 +2,7 @@
 //! rext4 in process and on tmpfs and reports sane, non-zero figures in its tables, JSON and
 //! plot; nothing stays mounted or on disk afterwards, also when interrupted.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -250,4 +251,72 @@ fn stats_of_a_rext4_mount() {
     assert!(!o.status.success(), "no daemon after umount");
     let o = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// `rext4 memfs`, the FUSE ceiling the bench measures: names come and go through a real
+/// mount with the kernel's errnos for the cases it serves, and unmounting ends it cleanly.
+#[test]
+fn memfs_serves_names_through_a_mount() {
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("not root or no /dev/fuse: skipping");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mnt = mnt.canonicalize().unwrap();
+    let child = rext4().arg("memfs").arg(&mnt).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    // Takes the mount and the daemon down if an assertion fails first.
+    struct Down(PathBuf, Option<Child>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            if let Some(mut c) = self.1.take() {
+                let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut down = Down(mnt.clone(), Some(child));
+    let mounted = |p: &Path| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(p.to_str().unwrap()))
+    };
+    let start = Instant::now();
+    while !mounted(&mnt) {
+        let c = down.1.as_mut().unwrap();
+        assert!(c.try_wait().unwrap().is_none(), "memfs exited before mounting");
+        assert!(start.elapsed() < Duration::from_secs(20), "memfs did not mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let errno = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error());
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..50 {
+        std::fs::File::create(d.join(format!("f{i}"))).unwrap();
+    }
+    let excl = std::fs::OpenOptions::new().write(true).create_new(true).open(d.join("f7"));
+    assert_eq!(errno(excl.map(|_| ())), Some(libc::EEXIST));
+    assert!(std::fs::metadata(d.join("f7")).unwrap().is_file());
+    assert_eq!(std::fs::metadata(&d).unwrap().nlink(), 2);
+    let mut names: Vec<String> =
+        std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    let mut want: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+    want.sort();
+    assert_eq!(names, want);
+    assert_eq!(errno(std::fs::remove_dir(&d)), Some(libc::ENOTEMPTY));
+    assert_eq!(errno(std::fs::remove_file(&d)), Some(libc::EISDIR));
+    for i in 0..50 {
+        std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
+    }
+    assert_eq!(errno(std::fs::metadata(d.join("f7")).map(|_| ())), Some(libc::ENOENT));
+    std::fs::remove_dir(&d).unwrap();
+    assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 0);
+    let st = Command::new("umount").arg(&mnt).status().unwrap();
+    assert!(st.success(), "umount failed");
+    let (status, _, err) = wait_with_output(down.1.take().unwrap());
+    assert!(status.success(), "memfs exited with {status}: {err}");
 }

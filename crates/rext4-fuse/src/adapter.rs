@@ -1076,7 +1076,7 @@ fn gen(a: &Attr) -> Generation {
     Generation(u64::from(a.generation))
 }
 
-fn reply_empty(r: R<()>, reply: ReplyEmpty) {
+pub(crate) fn reply_empty(r: R<()>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(e),

@@ -8,12 +8,12 @@
 //! Names, not semantics: no permission checks of its own (the kernel's `default_permissions`
 //! does them), no lookup counts (nodes go when their last name does), no rename or links.
 
-use crate::adapter::{negotiate, TTL};
+use crate::adapter::{negotiate, reply_empty, TTL};
 use crate::options::MountOptions;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
-    Session,
+    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, Request, Session,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -75,6 +75,27 @@ impl MemFs {
         let dir = s.get(&parent).ok_or(Errno::ENOENT)?;
         let children = dir.children.as_ref().ok_or(Errno::ENOTDIR)?;
         Ok(children.get(name).copied())
+    }
+
+    /// Directory `ino`'s entries after position `offset`: (next position, name, attributes),
+    /// "." and ".." first, then its names in the map's order at the call.
+    fn listing(&self, ino: u64, offset: u64) -> R<Vec<(u64, Box<[u8]>, FileAttr)>> {
+        let (me, names): (FileAttr, Vec<(Box<[u8]>, u64)>) = {
+            let s = self.shard(ino);
+            let n = s.get(&ino).ok_or(Errno::ENOENT)?;
+            let c = n.children.as_ref().ok_or(Errno::ENOTDIR)?;
+            (n.attr, c.iter().map(|(n, &i)| (n.clone(), i)).collect())
+        };
+        let dots = [(Box::<[u8]>::from(&b"."[..]), me), (Box::<[u8]>::from(&b".."[..]), me)];
+        // A name removed meanwhile is left out.
+        let named = names.into_iter().filter_map(|(n, i)| self.getattr_of(i).ok().map(|a| (n, a)));
+        Ok(dots
+            .into_iter()
+            .chain(named)
+            .enumerate()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .map(|(pos, (n, a))| (pos as u64 + 1, n, a))
+            .collect())
     }
 
     /// A new node named `name` in `parent`: made first, then linked (EEXIST undoes it).
@@ -163,13 +184,6 @@ fn negative() -> FileAttr {
     FileAttr { nlink: 0, ..attr(0, FileType::RegularFile, 0, 0, 0) }
 }
 
-fn empty(r: R<()>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
-    }
-}
-
 fn entry(r: R<FileAttr>, reply: ReplyEntry) {
     match r {
         Ok(a) => reply.entry(&TTL, &a, Generation(0)),
@@ -203,11 +217,11 @@ impl Filesystem for MemFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.remove(parent.0, name.as_bytes(), false), reply);
+        reply_empty(self.remove(parent.0, name.as_bytes(), false), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(self.remove(parent.0, name.as_bytes(), true), reply);
+        reply_empty(self.remove(parent.0, name.as_bytes(), true), reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -241,20 +255,38 @@ impl Filesystem for MemFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let names: Vec<(Box<[u8]>, u64)> = match self.shard(ino.0).get(&ino.0).map(|n| n.children.as_ref()) {
-            Some(Some(c)) => c.iter().map(|(n, &i)| (n.clone(), i)).collect(),
-            Some(None) => return reply.error(Errno::ENOTDIR),
-            None => return reply.error(Errno::ENOENT),
-        };
-        // Positions: 1 and 2 for "." and "..", then the names in the map's order at the call.
-        let dots = [(&b"."[..], ino.0, FileType::Directory), (&b".."[..], ino.0, FileType::Directory)];
-        let all = dots.into_iter().chain(names.iter().map(|(n, i)| (&n[..], *i, FileType::RegularFile)));
-        for (pos, (name, i, kind)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(i), pos as u64 + 1, kind, OsStr::from_bytes(name)) {
-                break;
+        match self.listing(ino.0, offset) {
+            Ok(v) => {
+                for (pos, name, a) in v {
+                    if reply.add(a.ino, pos, a.kind, OsStr::from_bytes(&name)) {
+                        break;
+                    }
+                }
+                reply.ok();
             }
+            Err(e) => reply.error(e),
         }
-        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.listing(ino.0, offset) {
+            Ok(v) => {
+                for (pos, name, a) in v {
+                    if reply.add(a.ino, pos, OsStr::from_bytes(&name), &TTL, &a, Generation(0)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(
@@ -268,7 +300,6 @@ impl Filesystem for MemFs {
         reply.ok();
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn create(
         &self,
         req: &Request,
