@@ -39,6 +39,10 @@ pub struct MemFs {
 }
 
 type R<T> = Result<T, Errno>;
+/// A directory entry read out: next position, name, attributes.
+type Listed = (u64, Box<[u8]>, FileAttr);
+/// A name and its node.
+type Named = (Box<[u8]>, u64);
 
 impl Default for MemFs {
     fn default() -> Self {
@@ -79,8 +83,8 @@ impl MemFs {
 
     /// Directory `ino`'s entries after position `offset`: (next position, name, attributes),
     /// "." and ".." first, then its names in the map's order at the call.
-    fn listing(&self, ino: u64, offset: u64) -> R<Vec<(u64, Box<[u8]>, FileAttr)>> {
-        let (me, names): (FileAttr, Vec<(Box<[u8]>, u64)>) = {
+    fn listing(&self, ino: u64, offset: u64) -> R<Vec<Listed>> {
+        let (me, names): (FileAttr, Vec<Named>) = {
             let s = self.shard(ino);
             let n = s.get(&ino).ok_or(Errno::ENOENT)?;
             let c = n.children.as_ref().ok_or(Errno::ENOTDIR)?;
