@@ -62,6 +62,37 @@ const CONVERTING: u32 = fi::JOURNAL_DATA_FL | fi::EXTENTS_FL | DAX_FL | fi::CASE
 /// Credits: the inode.
 const CREDITS: u32 = 1;
 
+/// `EXT4_NOCOMPR_FL`.
+const NOCOMPR_FL: u32 = 0x0000_0400;
+
+/// Flags a new inode takes from its directory (`EXT4_FL_INHERITED`).
+const FL_INHERITED: u32 = fi::SECRM_FL
+    | fi::UNRM_FL
+    | fi::COMPR_FL
+    | fi::SYNC_FL
+    | fi::NODUMP_FL
+    | fi::NOATIME_FL
+    | NOCOMPR_FL
+    | fi::JOURNAL_DATA_FL
+    | fi::NOTAIL_FL
+    | fi::DIRSYNC_FL
+    | fi::PROJINHERIT_FL
+    | fi::CASEFOLD_FL
+    | DAX_FL;
+
+/// What a new inode of type `mode` inherits from a directory with flags `dir_flags`
+/// (`ext4_mask_flags` of the inherited ones): a directory all of them, a regular file those
+/// that are not about names, anything else only `nodump` and `noatime`. (A file inheriting
+/// data journaling keeps the flag; rext4 writes its data in ordered mode.)
+pub(crate) fn inherited_flags(dir_flags: u32, mode: u16) -> u32 {
+    let f = dir_flags & FL_INHERITED;
+    match mode & fi::S_IFMT {
+        fi::S_IFDIR => f,
+        fi::S_IFREG => f & !(fi::DIRSYNC_FL | fi::TOPDIR_FL | fi::CASEFOLD_FL | fi::PROJINHERIT_FL),
+        _ => f & (fi::NODUMP_FL | fi::NOATIME_FL),
+    }
+}
+
 /// `EPERM` if `inode` is immutable or append-only: its names may not be removed or moved,
 /// nor its attributes set (`may_delete`, `notify_change`, `vfs_link`).
 pub(crate) fn check_pinned(inode: &Inode) -> Result<()> {

@@ -69,9 +69,12 @@ impl FsInner {
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         self.ensure_absent(&dir, name)?;
         crate::ioctl::check_dir_open(&dir)?;
+        let inherited = crate::ioctl::inherited_flags(dir.flags(), fi::S_IFLNK);
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, dir.ino, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();
+        let flags = crate::inode_write::raw_flags(&craw) | inherited;
+        craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
         if target.len() <= FAST_MAX {
             // Fast: the target lives in i_block, which then holds no block map.
             let flags = u32::from_le_bytes([craw[0x20], craw[0x21], craw[0x22], craw[0x23]]) & !EXTENTS_FL;

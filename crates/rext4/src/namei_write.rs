@@ -10,7 +10,9 @@ use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
-use crate::inode_write::{now, raw_init_times, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
+use crate::inode_write::{
+    now, raw_flags, raw_init_times, raw_links, raw_set_links, raw_touch_c, raw_touch_cm,
+};
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::inode_csum_seed;
@@ -133,11 +135,14 @@ impl FsInner {
         self.ensure_absent(&dir, name)?;
         crate::ioctl::check_dir_open(&dir)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
         let h = journal.start(NAME_CREDITS)?;
         let child = self.new_inode(&h, dir.ino, mode, uid, gid, if is_dir { 2 } else { 1 })?;
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();
+        let flags = raw_flags(&craw) | inherited;
+        craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
         if is_dir {
             self.init_dir(&h, &child, &mut craw, parent)?;
         }

@@ -360,3 +360,62 @@ fn immutable_and_append_only_match_the_kernel() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// New inodes take their directory's inheritable flags as the kernel gives them: a
+/// directory with `suSDdAct` set (by chattr through the kernel on one image, through rext4 on
+/// another) gets a file, a directory, a fast symlink, a slow one and a fifo made in it by
+/// each side; every new inode's whole flag word (debugfs) is the kernel's, and both images
+/// are clean. Inline-data directories inherit too.
+#[test]
+fn new_inodes_inherit_their_directorys_flags() {
+    if !common::kernel_can_mount() {
+        eprintln!("skipping: the kernel cannot mount here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let set = "+s +u +S +D +d +A +c +t";
+    let names = ["f", "sub", "fast", "slow", "fifo"];
+    for (label, args) in [("plain", &["-b", "4096"][..]), ("inline", &["-O", "inline_data"][..])] {
+        let theirs = dir.path().join(format!("{label}-kernel.img"));
+        let ours = dir.path().join(format!("{label}-rext4.img"));
+        common::mkfs(None, &theirs, args, "32M");
+        common::mkfs(None, &ours, args, "32M");
+        {
+            let km = KernelMount::rw(&theirs).unwrap();
+            let p = km.path().join("p");
+            std::fs::create_dir(&p).unwrap();
+            let st = Command::new(common::tool("chattr")).args(set.split(' ')).arg(&p).status().unwrap();
+            assert!(st.success(), "chattr {set}");
+            std::fs::write(p.join("f"), b"").unwrap();
+            std::fs::create_dir(p.join("sub")).unwrap();
+            std::os::unix::fs::symlink("t", p.join("fast")).unwrap();
+            std::os::unix::fs::symlink("s".repeat(100), p.join("slow")).unwrap();
+            nix::unistd::mkfifo(&p.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+            km.unmount().unwrap();
+        }
+        let want = common::layout(&theirs, "/p").0;
+        {
+            let fs = rw(&ours);
+            let p = fs.mkdir(fs.root(), b"p", 0o755, 0, 0).unwrap().ino;
+            // The flags chattr set on the kernel's side, as lsattr shows them.
+            assert_eq!(errno(fs.set_flags(p, want & rext4::FL_USER_VISIBLE)), 0);
+            fs.create(p, b"f", 0o644, 0, 0).unwrap();
+            fs.mkdir(p, b"sub", 0o755, 0, 0).unwrap();
+            fs.symlink(p, b"fast", b"t", 0, 0).unwrap();
+            fs.symlink(p, b"slow", "s".repeat(100).as_bytes(), 0, 0).unwrap();
+            fs.mknod(p, b"fifo", libc::S_IFIFO as u16 | 0o644, (0, 0), 0, 0).unwrap();
+            fs.unmount().unwrap();
+        }
+        e2fsck_clean(&ours);
+        e2fsck_clean(&theirs);
+        assert_eq!(common::layout(&ours, "/p").0, want, "{label}: the directory's flags");
+        let mut inherited = 0;
+        for n in names {
+            let path = format!("/p/{n}");
+            let (got, kernel) = (common::layout(&ours, &path).0, common::layout(&theirs, &path).0);
+            assert_eq!(got, kernel, "{label}: flags of {n}: {got:#x} against the kernel's {kernel:#x}");
+            inherited += usize::from(got & NODUMP_FL != 0);
+        }
+        assert_eq!(inherited, names.len(), "{label}: every new inode took nodump");
+    }
+}
