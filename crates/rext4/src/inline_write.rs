@@ -1,4 +1,9 @@
-//! Changing inline directories (the write side of the kernel's `inline.c` for directories).
+//! Changing inline directories and inline files (the write side of the kernel's `inline.c`).
+//!
+//! An inline file keeps its first 60 bytes in `i_block` and the rest in the value of
+//! `system.data`. Writes and truncates that fit in the record are made there; a file that
+//! never had a block goes inline on its first such write (`write_inline`,
+//! `truncate_inline`); anything larger moves the bytes into a block first (file_write.rs).
 //!
 //! An inline directory keeps its parent's inode number in the first 4 bytes of `i_block`,
 //! and its entries in two areas: the other 56 bytes of `i_block`, and the value of the
