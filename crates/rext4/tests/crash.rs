@@ -364,6 +364,14 @@ fn crash_file_data() {
     run_with("data", &[], 4, data_workload, check_data);
 }
 
+/// The data workload on an `inline_data` filesystem: files start inline (100 bytes fit in
+/// the record), and writes, truncates and fallocates move them into blocks or keep them
+/// inline; every crash image must show each file's own bytes only.
+#[test]
+fn crash_file_data_inline() {
+    run_with("data-inline", &["-O", "inline_data"], 6, data_workload, check_data);
+}
+
 #[test]
 fn crash_file_data_block_maps() {
     run_with(
