@@ -197,8 +197,7 @@ impl FsInner {
     /// block count, in an extent tree or a block map.
     pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
-        let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
-        if flags & EXTENTS_FL != 0 {
+        if crate::inode_write::raw_flags(raw) & EXTENTS_FL != 0 {
             let pblk = self.ext_append(h, inode, raw, lblk)?;
             crate::inode_write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);

@@ -18,7 +18,7 @@ use crate::extents_write::{Ext, LBLK_END};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{
-    now, raw_add_blocks, raw_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
+    now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
 };
 use crate::jbd2::transaction::Handle;
 use rext4_format::inode::{self as fi, APPEND_FL, ENCRYPT_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
@@ -397,14 +397,12 @@ impl FsInner {
         if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
             return Err(Error::NotPermitted);
         }
-        // Small files stay in the record (inline.rs), as the kernel keeps them.
-        if flags & INLINE_DATA_FL != 0 || (self.sbi.inline_data && raw_blocks(&inode.raw()) == 0) {
-            if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
-                return Ok(n);
-            }
-            if inode.flags() & INLINE_DATA_FL != 0 {
-                self.inline_to_blocks(&journal, &inode)?;
-            }
+        // Small files stay in the record (inline_write.rs), as the kernel keeps them.
+        if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
+            return Ok(n);
+        }
+        if flags & INLINE_DATA_FL != 0 {
+            self.inline_to_blocks(&journal, &inode)?;
         }
         if self.overwrite(&journal, &inode, offset, data)? {
             return Ok(data.len());

@@ -25,7 +25,7 @@ use crate::extents_write::I_BLOCK;
 use crate::fs::FsInner;
 use crate::inline::I_BLOCK_SIZE;
 use crate::inode::Inode;
-use crate::inode_write::{now, raw_blocks, raw_flags, raw_set_size, raw_size, raw_touch_cm};
+use crate::inode_write::{now, raw_blocks, raw_flags, raw_set_flags, raw_set_size, raw_size, raw_touch_cm};
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
@@ -43,7 +43,7 @@ impl FsInner {
         self.ibody_remove(ino, raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
         let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
         let flags = (raw_flags(raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        raw_set_flags(raw, flags);
         raw[I_BLOCK].fill(0);
         if extents {
             crate::extents_write::init_root(raw);
@@ -172,20 +172,20 @@ impl FsInner {
         offset: u64,
         data: &[u8],
     ) -> Result<Option<usize>> {
+        // Without a handle first: most writes cannot fit (the record bounds the inline bytes).
         let Some(end) = offset.checked_add(data.len() as u64) else { return Ok(None) };
+        if !self.sbi.inline_data || end > self.sbi.inode_size as u64 || !may_inline(&inode.raw()) {
+            return Ok(None);
+        }
         let h = journal.start(crate::file_write::DATA_CREDITS)?;
         let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
         let mut raw = inode.raw_mut();
-        let inline = raw_flags(&raw) & INLINE_DATA_FL != 0;
-        let size = raw_size(&raw);
-        // A file that never had a block may go inline, whatever its size (the kernel's
-        // `EXT4_STATE_MAY_INLINE_DATA`).
-        if !inline && raw_blocks(&raw) != 0 {
-            return Ok(None);
-        }
+        // `may_inline` still holds: only writers holding the op_lock change it.
         if end > max_inline_size(&raw) as u64 {
             return Ok(None);
         }
+        let inline = raw_flags(&raw) & INLINE_DATA_FL != 0;
+        let size = raw_size(&raw);
         let (offset, end) = (offset as usize, end as usize);
         let mut bytes = raw[I_BLOCK].to_vec();
         if inline {
@@ -198,13 +198,13 @@ impl FsInner {
         }
         bytes[offset..end].copy_from_slice(data);
         match self.ibody_put(inode.ino, &mut raw, INDEX_SYSTEM, b"data", &bytes[I_BLOCK_SIZE..]) {
-            // Another attribute took the room meanwhile: blocks, then.
+            // The attribute code found less room than `max_inline_size`: blocks, then.
             Err(crate::error::Error::NoSpace) => return Ok(None),
             r => r?,
         }
         raw[I_BLOCK].copy_from_slice(&bytes[..I_BLOCK_SIZE]);
         let flags = (raw_flags(&raw) | INLINE_DATA_FL) & !EXTENTS_FL;
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        raw_set_flags(&mut raw, flags);
         if end as u64 > size {
             raw_set_size(&mut raw, end as u64);
         }
@@ -259,7 +259,7 @@ impl FsInner {
     pub(crate) fn init_inline_dir(&self, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
         self.ibody_put(dir.ino, raw, INDEX_SYSTEM, b"data", &[])?;
         let flags = (raw_flags(raw) | INLINE_DATA_FL) & !EXTENTS_FL;
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        raw_set_flags(raw, flags);
         let ib = &mut raw[I_BLOCK];
         ib.fill(0);
         ib[..FIRST_ENTRY].copy_from_slice(&parent.0.to_le_bytes());
@@ -267,6 +267,12 @@ impl FsInner {
         crate::inode_write::raw_set_size(raw, I_BLOCK_SIZE as u64);
         Ok(())
     }
+}
+
+/// Whether the file of record `raw` keeps its data inline, or may start to: one that never
+/// had a block may, whatever its size (the kernel's `EXT4_STATE_MAY_INLINE_DATA`).
+fn may_inline(raw: &[u8]) -> bool {
+    raw_flags(raw) & INLINE_DATA_FL != 0 || raw_blocks(raw) == 0
 }
 
 /// The most bytes `system.data` could hold in record `raw`, which has the attribute

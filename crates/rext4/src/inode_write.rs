@@ -97,6 +97,10 @@ pub(crate) fn raw_flags(raw: &[u8]) -> u32 {
     u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]])
 }
 
+pub(crate) fn raw_set_flags(raw: &mut [u8], flags: u32) {
+    raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+}
+
 pub(crate) fn raw_links(raw: &[u8]) -> u16 {
     u16::from_le_bytes([raw[0x1A], raw[0x1B]])
 }

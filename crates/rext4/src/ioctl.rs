@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
-use crate::inode_write::{now, raw_flags, raw_touch_c};
+use crate::inode_write::{now, raw_flags, raw_set_flags, raw_touch_c};
 use crate::Attr;
 use rext4_format::inode::{self as fi, APPEND_FL, IMMUTABLE_FL};
 use rext4_format::InodeNo;
@@ -80,17 +80,21 @@ const FL_INHERITED: u32 = fi::SECRM_FL
     | fi::CASEFOLD_FL
     | DAX_FL;
 
-/// What a new inode of type `mode` inherits from a directory with flags `dir_flags`
-/// (`ext4_mask_flags` of the inherited ones): a directory all of them, a regular file those
-/// that are not about names, anything else only `nodump` and `noatime`. (A file inheriting
-/// data journaling keeps the flag; rext4 writes its data in ordered mode.)
-pub(crate) fn inherited_flags(dir_flags: u32, mode: u16) -> u32 {
-    let f = dir_flags & FL_INHERITED;
+/// The flags of `flags` an inode of type `mode` may carry (`ext4_mask_flags`): a directory
+/// all of them, a regular file those that are not about names, anything else only `nodump`
+/// and `noatime`.
+fn mask_flags(mode: u16, flags: u32) -> u32 {
     match mode & fi::S_IFMT {
-        fi::S_IFDIR => f,
-        fi::S_IFREG => f & !(fi::DIRSYNC_FL | fi::TOPDIR_FL | fi::CASEFOLD_FL | fi::PROJINHERIT_FL),
-        _ => f & (fi::NODUMP_FL | fi::NOATIME_FL),
+        fi::S_IFDIR => flags,
+        fi::S_IFREG => flags & !(fi::DIRSYNC_FL | fi::TOPDIR_FL | fi::CASEFOLD_FL | fi::PROJINHERIT_FL),
+        _ => flags & (fi::NODUMP_FL | fi::NOATIME_FL),
     }
+}
+
+/// What a new inode of type `mode` inherits from a directory with flags `dir_flags`. (A file
+/// inheriting data journaling keeps the flag; rext4 writes its data in ordered mode.)
+pub(crate) fn inherited_flags(dir_flags: u32, mode: u16) -> u32 {
+    mask_flags(mode, dir_flags & FL_INHERITED)
 }
 
 /// `EPERM` if `inode` is immutable or append-only: its names may not be removed or moved,
@@ -128,12 +132,7 @@ impl FsInner {
         let journal = self.journal()?.clone();
         let inode = self.iget_live(ino)?;
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
-        let allowed = match inode.disk().file_type() {
-            fi::S_IFDIR => flags,
-            fi::S_IFREG => flags & !(fi::DIRSYNC_FL | fi::TOPDIR_FL | fi::CASEFOLD_FL | fi::PROJINHERIT_FL),
-            _ => flags & (fi::NODUMP_FL | fi::NOATIME_FL),
-        };
-        if allowed != flags {
+        if mask_flags(inode.disk().file_type(), flags) != flags {
             return Err(Error::NotSupported("flag for this file type".into()));
         }
         let h = journal.start(CREDITS)?;
@@ -147,7 +146,7 @@ impl FsInner {
             return Err(Error::NotSupported("changing how a file is stored".into()));
         }
         let new = (old & !FL_USER_MODIFIABLE) | flags;
-        raw[0x20..0x24].copy_from_slice(&new.to_le_bytes());
+        raw_set_flags(&mut raw, new);
         raw_touch_c(&mut raw, self.sbi.inode_size, now());
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);

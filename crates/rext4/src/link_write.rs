@@ -9,7 +9,9 @@
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode_write::{now, raw_links, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm};
+use crate::inode_write::{
+    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm,
+};
 use rext4_format::dirent::FT_SYMLINK;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
@@ -73,12 +75,11 @@ impl FsInner {
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, dir.ino, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();
-        let flags = crate::inode_write::raw_flags(&craw) | inherited;
-        craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
-        if target.len() <= FAST_MAX {
-            // Fast: the target lives in i_block, which then holds no block map.
-            let flags = u32::from_le_bytes([craw[0x20], craw[0x21], craw[0x22], craw[0x23]]) & !EXTENTS_FL;
-            craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let fast = target.len() <= FAST_MAX;
+        // A fast symlink's target lives in i_block, which then holds no block map.
+        let own = if fast { raw_flags(&craw) & !EXTENTS_FL } else { raw_flags(&craw) };
+        raw_set_flags(&mut craw, own | inherited);
+        if fast {
             craw[0x28..0x28 + 60].fill(0);
             craw[0x28..0x28 + target.len()].copy_from_slice(target);
             raw_set_size(&mut craw, target.len() as u64);

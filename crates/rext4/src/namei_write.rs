@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{
-    now, raw_flags, raw_init_times, raw_links, raw_set_links, raw_touch_c, raw_touch_cm,
+    now, raw_flags, raw_init_times, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm,
 };
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
@@ -61,7 +61,7 @@ impl FsInner {
         }
         raw_init_times(&mut raw, size, now());
         if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
-            raw[0x20..0x24].copy_from_slice(&EXTENTS_FL.to_le_bytes());
+            raw_set_flags(&mut raw, EXTENTS_FL);
             let h = ExtentHeader {
                 eh_magic: EXTENT_MAGIC.into(),
                 eh_entries: 0.into(),
@@ -141,16 +141,16 @@ impl FsInner {
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();
-        let flags = raw_flags(&craw) | inherited;
-        craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let kind = mode & fi::S_IFMT;
+        let special = [fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK].contains(&kind);
+        // Special files map no blocks: no extent root.
+        let own = if special { raw_flags(&craw) & !EXTENTS_FL } else { raw_flags(&craw) };
+        raw_set_flags(&mut craw, own | inherited);
         if is_dir {
             self.init_dir(&h, &child, &mut craw, parent)?;
         }
-        let kind = mode & fi::S_IFMT;
-        if kind == fi::S_IFCHR || kind == fi::S_IFBLK || kind == fi::S_IFIFO || kind == fi::S_IFSOCK {
-            // Special files map no blocks: i_block holds the device number, if any.
-            let flags = u32::from_le_bytes([craw[0x20], craw[0x21], craw[0x22], craw[0x23]]) & !EXTENTS_FL;
-            craw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        if special {
+            // i_block holds the device number, if any.
             craw[0x28..0x28 + 60].fill(0);
             let (major, minor) = rdev;
             if major < 256 && minor < 256 {
@@ -286,8 +286,7 @@ impl FsInner {
         raw[0x76..0x78].fill(0); // i_file_acl_high
         crate::inode_write::raw_set_size(raw, 0);
         raw[0x28..0x28 + 60].fill(0);
-        let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
-        if flags & EXTENTS_FL != 0 {
+        if raw_flags(raw) & EXTENTS_FL != 0 {
             let h0 = ExtentHeader {
                 eh_magic: EXTENT_MAGIC.into(),
                 eh_entries: 0.into(),

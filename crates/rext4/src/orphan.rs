@@ -602,7 +602,7 @@ impl FsInner {
         let acl = inode.disk().file_acl();
         let charged = self.ea_charge_total(inode.ino, &inode.raw())? as u64;
         let mut raw = inode.raw_mut();
-        let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
+        let flags = crate::inode_write::raw_flags(&raw);
         // What is left in i_blocks is the xattr block and the values in EA inodes, in the
         // record's unit.
         let unit = if self.sbi.huge_file && flags & HUGE_FILE_FL != 0 {

@@ -180,8 +180,8 @@ impl FsInner {
     fn ea_inode_init(&self, h: &Handle, inode: &Inode, value: &[u8], hash: u32) -> Result<()> {
         let size = self.sbi.inode_size;
         let mut raw = inode.raw_mut();
-        let flags = u32_at(&raw, 0x20) | EA_INODE_FL;
-        raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+        let flags = crate::inode_write::raw_flags(&raw) | EA_INODE_FL;
+        crate::inode_write::raw_set_flags(&mut raw, flags);
         put_time(&mut raw, size, OFF_ATIME, fi::OFF_ATIME_EXTRA, Timestamp { sec: i64::from(hash), nsec: 0 });
         raw_set_ea_refs(&mut raw, size, 1);
         let bs = u64::from(self.sbi.block_size);

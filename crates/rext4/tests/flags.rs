@@ -102,6 +102,24 @@ fn flags_of(path: &Path) -> u32 {
     v as u32
 }
 
+/// `touch` (both times set to now) through rext4; the errno.
+fn rext4_touch(fs: &Fs, path: &str) -> i32 {
+    let now = SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
+    errno(fs.setattr(ino(fs, path), &now))
+}
+
+/// `touch` through the kernel; the errno.
+fn kernel_touch(path: &Path) -> i32 {
+    let now = nix::sys::time::TimeSpec::UTIME_NOW;
+    nix_errno(nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        &now,
+        &now,
+        nix::sys::stat::UtimensatFlags::FollowSymlink,
+    ))
+}
+
 fn cases() -> Vec<(&'static str, RextOp, KernelOp)> {
     vec![
         (
@@ -160,40 +178,8 @@ fn cases() -> Vec<(&'static str, RextOp, KernelOp)> {
                 io_errno(filetime::set_file_mtime(m.join("app"), t))
             },
         ),
-        (
-            "touch an append-only file",
-            |fs| {
-                let now =
-                    SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
-                errno(fs.setattr(ino(fs, "/app"), &now))
-            },
-            |m| {
-                nix_errno(nix::sys::stat::utimensat(
-                    nix::fcntl::AT_FDCWD,
-                    &m.join("app"),
-                    &nix::sys::time::TimeSpec::UTIME_NOW,
-                    &nix::sys::time::TimeSpec::UTIME_NOW,
-                    nix::sys::stat::UtimensatFlags::FollowSymlink,
-                ))
-            },
-        ),
-        (
-            "touch an immutable file",
-            |fs| {
-                let now =
-                    SetAttr { atime: Some(TimeSet::Now), mtime: Some(TimeSet::Now), ..SetAttr::default() };
-                errno(fs.setattr(ino(fs, "/imm"), &now))
-            },
-            |m| {
-                nix_errno(nix::sys::stat::utimensat(
-                    nix::fcntl::AT_FDCWD,
-                    &m.join("imm"),
-                    &nix::sys::time::TimeSpec::UTIME_NOW,
-                    &nix::sys::time::TimeSpec::UTIME_NOW,
-                    nix::sys::stat::UtimensatFlags::FollowSymlink,
-                ))
-            },
-        ),
+        ("touch an append-only file", |fs| rext4_touch(fs, "/app"), |m| kernel_touch(&m.join("app"))),
+        ("touch an immutable file", |fs| rext4_touch(fs, "/imm"), |m| kernel_touch(&m.join("imm"))),
         (
             "unlink an immutable file",
             |fs| errno(fs.unlink(fs.root(), b"imm")),

@@ -582,15 +582,16 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
             guard
         }
         Kind::Fuse | Kind::Fuse2fs | Kind::FuseMem => {
+            let rext4 = || {
+                std::env::current_exe().map(Command::new).map_err(|e| format!("the rext4 executable: {e}"))
+            };
             let mut cmd = if kind == Kind::FuseMem {
-                let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
-                let mut c = Command::new(exe);
+                let mut c = rext4()?;
                 c.arg("memfs").arg(&dir);
                 c
             } else if kind == Kind::Fuse {
                 mkfs(&img, spec)?;
-                let exe = std::env::current_exe().map_err(|e| format!("the rext4 executable: {e}"))?;
-                let mut c = Command::new(exe);
+                let mut c = rext4()?;
                 let opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", &opts, "-f"]);
                 c
