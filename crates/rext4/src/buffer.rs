@@ -1,7 +1,7 @@
 //! The metadata buffer cache: one entry per filesystem block, in a [`ShardedCache`] (no global
 //! lock; see its locking notes). Buffer contents have their own `RwLock`.
 
-use crate::cache::{Cached, ShardedCache};
+use crate::cache::{CacheMark, Cached, ShardedCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -29,8 +29,8 @@ pub(crate) struct Buffer {
     /// Serial of the transaction this buffer last joined (0: none), so that a handle touching
     /// a buffer already in its transaction takes no lock. [atomic]
     pub(crate) jserial: AtomicU64,
-    /// Set on every use, cleared by the clock hand. [atomic]
-    referenced: AtomicBool,
+    /// The buffer cache's marks. [atomic]
+    mark: CacheMark,
     /// A `Verified` value. [atomic]
     verified: AtomicU8,
     /// Set by a commit, while no handle is open, for a buffer of the transaction it commits
@@ -56,8 +56,8 @@ pub(crate) struct Buffer {
 const LEAF_SEAL: u64 = 1 << 32;
 
 impl Cached for Buffer {
-    fn referenced(&self) -> &AtomicBool {
-        &self.referenced
+    fn mark(&self) -> &CacheMark {
+        &self.mark
     }
 }
 
@@ -185,7 +185,7 @@ pub(crate) struct BufferCache {
 impl BufferCache {
     /// A cache holding about `capacity_bytes` of blocks.
     pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
-        BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size) }
+        BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size, 64) }
     }
 
     /// The buffer for block `blk`, read from the device on a miss. Callers check that `blk`
@@ -201,7 +201,7 @@ impl BufferCache {
                 blk,
                 jserial: AtomicU64::new(0),
                 data: RwLock::new(data),
-                referenced: AtomicBool::new(true),
+                mark: CacheMark::new(),
                 verified: AtomicU8::new(Verified::None as u8),
                 freeze_due: AtomicBool::new(false),
                 frozen: Mutex::new(None),
@@ -225,7 +225,7 @@ impl BufferCache {
                 blk,
                 jserial: AtomicU64::new(0),
                 data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
-                referenced: AtomicBool::new(true),
+                mark: CacheMark::new(),
                 verified: AtomicU8::new(Verified::None as u8),
                 freeze_due: AtomicBool::new(false),
                 frozen: Mutex::new(None),

@@ -7,23 +7,23 @@
 //! cache entry, and a lookup's check and insert happen under that entry's shard lock.
 //!
 //! # Locking
-//! A [`ShardedCache`]: one shard mutex, held only around the map.
+//! A [`ShardedCache`]: lookups take no lock; a shard mutex is held only around changes.
 
-use crate::cache::{mix64, Cached, ShardedCache};
+use crate::cache::{mix64, CacheMark, Cached, ShardedCache};
 use rext4_format::InodeNo;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) struct Dentry {
     dir: InodeNo,
     name: Box<[u8]>,
     ino: InodeNo,
-    referenced: AtomicBool,
+    mark: CacheMark,
 }
 
 impl Cached for Dentry {
-    fn referenced(&self) -> &AtomicBool {
-        &self.referenced
+    fn mark(&self) -> &CacheMark {
+        &self.mark
     }
 }
 
@@ -49,7 +49,7 @@ fn key(dir: InodeNo, name: &[u8]) -> u64 {
 
 impl Dcache {
     pub fn new(capacity: usize) -> Self {
-        Dcache { map: ShardedCache::new(capacity) }
+        Dcache { map: ShardedCache::new(capacity, 512) }
     }
 
     /// The cached inode of `name` in `dir`, if known.
@@ -58,7 +58,7 @@ impl Dcache {
     }
 
     pub fn insert(&self, dir: InodeNo, name: &[u8], ino: InodeNo) {
-        let d = Dentry { dir, name: name.into(), ino, referenced: AtomicBool::new(true) };
+        let d = Dentry { dir, name: name.into(), ino, mark: CacheMark::new() };
         self.map.insert(key(dir, name), Arc::new(d));
     }
 
@@ -68,7 +68,7 @@ impl Dcache {
         if gen % 2 == 1 {
             return;
         }
-        let d = Dentry { dir: dir.ino, name: name.into(), ino, referenced: AtomicBool::new(true) };
+        let d = Dentry { dir: dir.ino, name: name.into(), ino, mark: CacheMark::new() };
         self.map.insert_if(key(dir.ino, name), Arc::new(d), || dir.names_gen.load(Ordering::Acquire) == gen);
     }
 

@@ -246,7 +246,7 @@ impl FsInner {
             groups,
             counters,
             bcache,
-            icache: ShardedCache::new(opts.inode_cache),
+            icache: ShardedCache::new(opts.inode_cache, 512),
             dcache: crate::dcache::Dcache::new(opts.name_cache),
             xattr_cache: crate::mbcache::MbCache::new(4096),
             ea_inode_cache: crate::mbcache::MbCache::new(4096),

@@ -2,7 +2,7 @@
 //! `__ext4_get_inode_loc`, `ext4_iget`).
 
 use crate::attr::{Attr, FileType};
-use crate::cache::{Cached, Evict};
+use crate::cache::{CacheMark, Cached, Evict};
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::sync::RwLock;
@@ -21,8 +21,8 @@ pub(crate) struct Inode {
     /// Seed of this inode's metadata checksums (fixed: the generation never changes while
     /// cached). [immutable]
     pub csum_seed: u32,
-    /// Clock bit for the inode cache. [atomic]
-    referenced: AtomicBool,
+    /// The inode cache's marks. [atomic]
+    mark: CacheMark,
     /// Transaction that last changed this inode's metadata (what `fsync` must wait for).
     /// [atomic]
     pub last_tid: std::sync::atomic::AtomicU32,
@@ -52,8 +52,8 @@ pub(crate) struct Inode {
 }
 
 impl Cached for Inode {
-    fn referenced(&self) -> &AtomicBool {
-        &self.referenced
+    fn mark(&self) -> &CacheMark {
+        &self.mark
     }
     /// An orphan (unlinked while held, or recorded for a truncate) lives only in memory until
     /// it is freed; a held inode that still has its links parks its hold count. What else is
@@ -85,7 +85,7 @@ impl Inode {
             ino,
             raw: RwLock::new(raw),
             csum_seed,
-            referenced: AtomicBool::new(true),
+            mark: CacheMark::new(),
             last_tid: std::sync::atomic::AtomicU32::new(0),
             dirtied: AtomicBool::new(false),
             op_lock: crate::sync::Mutex::new(()),
