@@ -16,9 +16,38 @@ use std::sync::Arc;
 
 pub(crate) struct Dentry {
     dir: InodeNo,
-    name: Box<[u8]>,
     ino: InodeNo,
     mark: CacheMark,
+    name: Name,
+}
+
+/// Bytes of a name kept inside the entry: with the rest, a 64-byte line including the `Arc`
+/// counts, so a lookup of a short name reads one line where a boxed name took two.
+const INLINE_NAME: usize = 30;
+
+/// An entry's name: inline when short (most are), else on the heap.
+enum Name {
+    Inline(u8, [u8; INLINE_NAME]),
+    Heap(Box<[u8]>),
+}
+
+impl Name {
+    fn new(name: &[u8]) -> Self {
+        if name.len() <= INLINE_NAME {
+            let mut bytes = [0u8; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name);
+            Name::Inline(name.len() as u8, bytes)
+        } else {
+            Name::Heap(name.into())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Name::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            Name::Heap(b) => b,
+        }
+    }
 }
 
 impl Cached for Dentry {
@@ -54,11 +83,11 @@ impl Dcache {
 
     /// The cached inode of `name` in `dir`, if known.
     pub fn get(&self, dir: InodeNo, name: &[u8]) -> Option<InodeNo> {
-        self.map.read(key(dir, name), |d| (d.dir == dir && *d.name == *name).then_some(d.ino)).flatten()
+        self.map.read(key(dir, name), |d| (d.dir == dir && d.name.bytes() == name).then_some(d.ino)).flatten()
     }
 
     pub fn insert(&self, dir: InodeNo, name: &[u8], ino: InodeNo) {
-        let d = Dentry { dir, name: name.into(), ino, mark: CacheMark::new() };
+        let d = Dentry { dir, ino, mark: CacheMark::new(), name: Name::new(name) };
         self.map.insert(key(dir, name), Arc::new(d));
     }
 
@@ -68,7 +97,7 @@ impl Dcache {
         if gen % 2 == 1 {
             return;
         }
-        let d = Dentry { dir: dir.ino, name: name.into(), ino, mark: CacheMark::new() };
+        let d = Dentry { dir: dir.ino, ino, mark: CacheMark::new(), name: Name::new(name) };
         self.map.insert_if(key(dir.ino, name), Arc::new(d), || dir.names_gen.load(Ordering::Acquire) == gen);
     }
 
@@ -114,6 +143,16 @@ mod tests {
         let d = Dcache::new(1024);
         d.insert(InodeNo(2), b"a", InodeNo(12));
         assert_eq!(d.get(InodeNo(2), b"a"), Some(InodeNo(12)));
+        assert_eq!(std::mem::size_of::<Dentry>(), 48, "an Arc'd entry fills one 64-byte line");
+        // Names on either side of the inline limit, and the longest.
+        for len in [INLINE_NAME - 1, INLINE_NAME, INLINE_NAME + 1, 255] {
+            let name = vec![b'n'; len];
+            d.insert(InodeNo(2), &name, InodeNo(len as u32));
+            assert_eq!(d.get(InodeNo(2), &name), Some(InodeNo(len as u32)));
+            let mut other = name.clone();
+            other[len - 1] = b'm';
+            assert_eq!(d.get(InodeNo(2), &other), None);
+        }
         assert_eq!(d.get(InodeNo(3), b"a"), None);
         assert_eq!(d.get(InodeNo(2), b"b"), None);
         d.remove(InodeNo(2), b"a");
