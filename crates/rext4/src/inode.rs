@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub(crate) struct Inode {
     pub ino: InodeNo,
     /// The on-disk record (`inode_size` bytes). [own lock]
-    raw: RwLock<Box<[u8]>>,
+    raw: RwLock<RawRecord>,
     /// Seed of this inode's metadata checksums (fixed: the generation never changes while
     /// cached). [immutable]
     pub csum_seed: u32,
@@ -78,12 +78,55 @@ impl Cached for Inode {
     }
 }
 
+/// Record bytes kept inside the inode: the default inode size.
+const INLINE_RECORD: usize = 256;
+
+/// An inode's record bytes: inline up to [`INLINE_RECORD`] bytes, so that a stat reads the
+/// record's lines right after the inode's own rather than behind one more pointer.
+#[allow(clippy::large_enum_variant)] // inline on purpose: the larger variant is the common one
+pub(crate) enum RawRecord {
+    Inline(u16, [u8; INLINE_RECORD]),
+    Heap(Box<[u8]>),
+}
+
+impl RawRecord {
+    fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE_RECORD {
+            let mut inline = [0u8; INLINE_RECORD];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            // Cannot truncate: at most INLINE_RECORD.
+            RawRecord::Inline(bytes.len() as u16, inline)
+        } else {
+            RawRecord::Heap(bytes.into())
+        }
+    }
+}
+
+impl std::ops::Deref for RawRecord {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            RawRecord::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            RawRecord::Heap(b) => b,
+        }
+    }
+}
+
+impl std::ops::DerefMut for RawRecord {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            RawRecord::Inline(len, bytes) => &mut bytes[..usize::from(*len)],
+            RawRecord::Heap(b) => b,
+        }
+    }
+}
+
 impl Inode {
     /// An inode over record `raw` (read from disk, or just allocated and not yet written).
-    pub(crate) fn new_in_memory(ino: InodeNo, raw: Box<[u8]>, csum_seed: u32) -> Self {
+    pub(crate) fn new_in_memory(ino: InodeNo, raw: &[u8], csum_seed: u32) -> Self {
         Inode {
             ino,
-            raw: RwLock::new(raw),
+            raw: RwLock::new(RawRecord::new(raw)),
             csum_seed,
             mark: CacheMark::new(),
             last_tid: std::sync::atomic::AtomicU32::new(0),
@@ -104,12 +147,12 @@ impl Inode {
     }
 
     /// The raw record bytes (for the in-inode xattr area).
-    pub fn raw(&self) -> crate::sync::RwLockReadGuard<'_, Box<[u8]>> {
+    pub fn raw(&self) -> crate::sync::RwLockReadGuard<'_, RawRecord> {
         self.raw.read()
     }
 
     /// The record for changing (under a journal handle; see `inode_write.rs`).
-    pub fn raw_mut(&self) -> crate::sync::RwLockWriteGuard<'_, Box<[u8]>> {
+    pub fn raw_mut(&self) -> crate::sync::RwLockWriteGuard<'_, RawRecord> {
         self.raw.write()
     }
 
@@ -174,7 +217,7 @@ impl FsInner {
         };
         self.check_inode(ino, &raw)?;
         let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
-        let inode = Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
+        let inode = Inode::new_in_memory(ino, &raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
         // An earlier copy may have been evicted with a change not yet committed or an
         // overwrite not yet flushed; as the kernel's `ext4_iget`, assume the newest transaction
         // touched it, so an `fsync` of the new copy waits for that commit and flushes.

@@ -90,7 +90,7 @@ impl FsInner {
         let generation = self.new_generation();
         let raw = self.new_record(mode, uid, gid, links, generation);
         let inode =
-            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+            Arc::new(Inode::new_in_memory(ino, &raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
         self.icache.insert(u64::from(ino.0), inode.clone());
         Ok(inode)
     }
