@@ -23,32 +23,9 @@ pub(crate) struct Dentry {
 
 /// Bytes of a name kept inside the entry: with the rest, a 64-byte line including the `Arc`
 /// counts, so a lookup of a short name reads one line where a boxed name took two.
-const INLINE_NAME: usize = 30;
+const INLINE_NAME: usize = 28;
 
-/// An entry's name: inline when short (most are), else on the heap.
-enum Name {
-    Inline(u8, [u8; INLINE_NAME]),
-    Heap(Box<[u8]>),
-}
-
-impl Name {
-    fn new(name: &[u8]) -> Self {
-        if name.len() <= INLINE_NAME {
-            let mut bytes = [0u8; INLINE_NAME];
-            bytes[..name.len()].copy_from_slice(name);
-            Name::Inline(name.len() as u8, bytes)
-        } else {
-            Name::Heap(name.into())
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Name::Inline(len, bytes) => &bytes[..usize::from(*len)],
-            Name::Heap(b) => b,
-        }
-    }
-}
+type Name = crate::inline_bytes::InlineBytes<INLINE_NAME>;
 
 impl Cached for Dentry {
     fn mark(&self) -> &CacheMark {
@@ -83,7 +60,7 @@ impl Dcache {
 
     /// The cached inode of `name` in `dir`, if known.
     pub fn get(&self, dir: InodeNo, name: &[u8]) -> Option<InodeNo> {
-        self.map.read(key(dir, name), |d| (d.dir == dir && d.name.bytes() == name).then_some(d.ino)).flatten()
+        self.map.read(key(dir, name), |d| (d.dir == dir && *d.name == *name).then_some(d.ino)).flatten()
     }
 
     pub fn insert(&self, dir: InodeNo, name: &[u8], ino: InodeNo) {

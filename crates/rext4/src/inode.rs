@@ -78,48 +78,9 @@ impl Cached for Inode {
     }
 }
 
-/// Record bytes kept inside the inode: the default inode size.
-const INLINE_RECORD: usize = 256;
-
-/// An inode's record bytes: inline up to [`INLINE_RECORD`] bytes, so that a stat reads the
+/// Record bytes kept inside the inode (the default inode size), so that a stat reads the
 /// record's lines right after the inode's own rather than behind one more pointer.
-#[allow(clippy::large_enum_variant)] // inline on purpose: the larger variant is the common one
-pub(crate) enum RawRecord {
-    Inline(u16, [u8; INLINE_RECORD]),
-    Heap(Box<[u8]>),
-}
-
-impl RawRecord {
-    fn new(bytes: &[u8]) -> Self {
-        if bytes.len() <= INLINE_RECORD {
-            let mut inline = [0u8; INLINE_RECORD];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            // Cannot truncate: at most INLINE_RECORD.
-            RawRecord::Inline(bytes.len() as u16, inline)
-        } else {
-            RawRecord::Heap(bytes.into())
-        }
-    }
-}
-
-impl std::ops::Deref for RawRecord {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            RawRecord::Inline(len, bytes) => &bytes[..usize::from(*len)],
-            RawRecord::Heap(b) => b,
-        }
-    }
-}
-
-impl std::ops::DerefMut for RawRecord {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            RawRecord::Inline(len, bytes) => &mut bytes[..usize::from(*len)],
-            RawRecord::Heap(b) => b,
-        }
-    }
-}
+pub(crate) type RawRecord = crate::inline_bytes::InlineBytes<256>;
 
 impl Inode {
     /// An inode over record `raw` (read from disk, or just allocated and not yet written).

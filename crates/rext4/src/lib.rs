@@ -50,6 +50,7 @@ mod ialloc;
 mod indirect;
 mod indirect_write;
 mod inline;
+mod inline_bytes;
 mod inline_write;
 mod inode;
 mod inode_write;

@@ -1,0 +1,60 @@
+//! Byte strings kept inside their owner up to a size, on the heap beyond it: cached names and
+//! inode records, so that the common case reads the owner's cache lines and no others.
+
+/// Up to `N` bytes inline (`N` below 65,536), else boxed.
+pub(crate) enum InlineBytes<const N: usize> {
+    Inline(u16, [u8; N]),
+    Heap(Box<[u8]>),
+}
+
+impl<const N: usize> InlineBytes<N> {
+    pub fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= N {
+            let mut inline = [0u8; N];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            // Cannot truncate: at most N, below 65,536.
+            InlineBytes::Inline(bytes.len() as u16, inline)
+        } else {
+            InlineBytes::Heap(bytes.into())
+        }
+    }
+}
+
+impl<const N: usize> std::ops::Deref for InlineBytes<N> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            InlineBytes::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            InlineBytes::Heap(b) => b,
+        }
+    }
+}
+
+impl<const N: usize> std::ops::DerefMut for InlineBytes<N> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            InlineBytes::Inline(len, bytes) => &mut bytes[..usize::from(*len)],
+            InlineBytes::Heap(b) => b,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_up_to_n_then_heap() {
+        for len in [0, 1, 7, 8, 9, 300] {
+            let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut b = InlineBytes::<8>::new(&v);
+            assert_eq!(&*b, &v[..]);
+            assert_eq!(matches!(b, InlineBytes::Inline(..)), len <= 8);
+            if len > 0 {
+                b[0] = 0xAA;
+                assert_eq!(b[0], 0xAA);
+                assert_eq!(b.len(), len);
+            }
+        }
+    }
+}
