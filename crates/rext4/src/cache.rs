@@ -211,16 +211,8 @@ impl<V: Cached> ShardedCache<V> {
 
     /// The entry for `key`, loading it with `load` (no lock held) on a miss.
     pub fn get_or_load(&self, key: u64, load: impl FnOnce() -> Result<V>) -> Result<Arc<V>> {
-        match self.get_unlocked(key) {
-            Lookup::Found(v) => return Ok(v),
-            Lookup::Absent => {}
-            Lookup::Evicting => {
-                let s = self.shard(key).lock();
-                if let Some(v) = self.get_locked(key) {
-                    return Ok(v);
-                }
-                drop(s);
-            }
+        if let Some(v) = self.get(key) {
+            return Ok(v);
         }
         let fresh = Arc::new(load()?);
         let mut s = self.shard(key).lock();

@@ -18,6 +18,16 @@ impl<const N: usize> InlineBytes<N> {
             InlineBytes::Heap(bytes.into())
         }
     }
+
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        if len <= N {
+            // Cannot truncate: at most N, below 65,536.
+            InlineBytes::Inline(len as u16, [0u8; N])
+        } else {
+            InlineBytes::Heap(vec![0u8; len].into_boxed_slice())
+        }
+    }
 }
 
 impl<const N: usize> std::ops::Deref for InlineBytes<N> {
@@ -49,6 +59,9 @@ mod tests {
             let v: Vec<u8> = (0..len).map(|i| i as u8).collect();
             let mut b = InlineBytes::<8>::new(&v);
             assert_eq!(&*b, &v[..]);
+            let z = InlineBytes::<8>::zeroed(len);
+            assert_eq!((z.len(), z.iter().all(|&x| x == 0)), (len, true));
+            assert_eq!(matches!(z, InlineBytes::Inline(..)), len <= 8);
             assert_eq!(matches!(b, InlineBytes::Inline(..)), len <= 8);
             if len > 0 {
                 b[0] = 0xAA;

@@ -84,10 +84,10 @@ pub(crate) type RawRecord = crate::inline_bytes::InlineBytes<256>;
 
 impl Inode {
     /// An inode over record `raw` (read from disk, or just allocated and not yet written).
-    pub(crate) fn new_in_memory(ino: InodeNo, raw: &[u8], csum_seed: u32) -> Self {
+    pub(crate) fn new_in_memory(ino: InodeNo, raw: RawRecord, csum_seed: u32) -> Self {
         Inode {
             ino,
-            raw: RwLock::new(RawRecord::new(raw)),
+            raw: RwLock::new(raw),
             csum_seed,
             mark: CacheMark::new(),
             last_tid: std::sync::atomic::AtomicU32::new(0),
@@ -167,18 +167,18 @@ impl FsInner {
         let uninit = (sbi.metadata_csum || sbi.gdt_csum)
             && (flags & u32::from(BG_INODE_UNINIT) != 0
                 || index >= sbi.inodes_per_group - unused.min(sbi.inodes_per_group));
-        let raw: Box<[u8]> = if uninit {
+        let raw = if uninit {
             // Never initialised on disk: reads as a free, zeroed inode.
-            vec![0u8; size].into_boxed_slice()
+            RawRecord::zeroed(size)
         } else {
             let (blk, off) = self.inode_location(ino);
             let buf = self.bread(blk, Some(ino))?;
             let data = buf.data();
-            data[off..off + size].to_vec().into_boxed_slice()
+            RawRecord::new(&data[off..off + size])
         };
         self.check_inode(ino, &raw)?;
         let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
-        let inode = Inode::new_in_memory(ino, &raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
+        let inode = Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
         // An earlier copy may have been evicted with a change not yet committed or an
         // overwrite not yet flushed; as the kernel's `ext4_iget`, assume the newest transaction
         // touched it, so an `fsync` of the new copy waits for that commit and flushes.

@@ -9,7 +9,7 @@
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::Inode;
+use crate::inode::{Inode, RawRecord};
 use crate::inode_write::{
     now, raw_flags, raw_init_times, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm,
 };
@@ -44,9 +44,9 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 impl FsInner {
     /// A new inode's record: type and permissions, owner, times, extent root.
-    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> Box<[u8]> {
+    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> RawRecord {
         let size = self.sbi.inode_size;
-        let mut raw = vec![0u8; size].into_boxed_slice();
+        let mut raw = RawRecord::zeroed(size);
         raw[0..2].copy_from_slice(&mode.to_le_bytes());
         raw[0x02..0x04].copy_from_slice(&(uid as u16).to_le_bytes());
         raw[0x78..0x7A].copy_from_slice(&((uid >> 16) as u16).to_le_bytes());
@@ -90,7 +90,7 @@ impl FsInner {
         let generation = self.new_generation();
         let raw = self.new_record(mode, uid, gid, links, generation);
         let inode =
-            Arc::new(Inode::new_in_memory(ino, &raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
         self.icache.insert(u64::from(ino.0), inode.clone());
         Ok(inode)
     }
