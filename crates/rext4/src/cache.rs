@@ -42,6 +42,12 @@ use std::sync::Arc;
 /// Hashes a `u64` key with one multiply-xorshift round (splitmix64's finalizer). Keys are
 /// block and inode numbers, or names already hashed (dcache.rs): none needs SipHash, which
 /// took as long as the rest of a lookup.
+///
+/// The low three bits pass through unmixed, so eight consecutive numbers land in neighbouring
+/// slots of the table: inodes made one after another (and stat'ed, removed or written back in
+/// the same order) share the table's cache lines and pages instead of each missing on its own.
+/// Runs of eight are short enough not to lengthen probes; everything above them is mixed, so
+/// strided keys (one bitmap block per group) still spread.
 #[derive(Default)]
 pub(crate) struct KeyHasher(u64);
 
@@ -52,7 +58,7 @@ impl Hasher for KeyHasher {
         }
     }
     fn write_u64(&mut self, k: u64) {
-        self.0 = mix64(k);
+        self.0 = mix64(k >> 3) << 3 | k & 7;
     }
     fn finish(&self) -> u64 {
         self.0
@@ -367,6 +373,35 @@ mod tests {
         fn mark(&self) -> &CacheMark {
             &self.1
         }
+    }
+
+    fn hash(k: u64) -> u64 {
+        let mut h = KeyHasher::default();
+        h.write_u64(k);
+        h.finish()
+    }
+
+    #[test]
+    fn hashes_keep_runs_of_eight_and_spread_strides() {
+        // Consecutive numbers share slots' lines: runs of eight stay next to each other.
+        for base in [0u64, 8, 4096, 1 << 40] {
+            for i in 0..8 {
+                assert_eq!(hash(base + i), hash(base) + i);
+            }
+        }
+        // Block numbers one group apart (a bitmap per group) spread over the bits that pick
+        // a run of slots, as do runs of inode numbers: 4,096 keys over 8,192 runs, where
+        // random picks give about 3,220 distinct.
+        let spread = |keys: &mut dyn Iterator<Item = u64>| {
+            keys.map(|k| hash(k) >> 3 & 0x1FFF).collect::<std::collections::HashSet<u64>>().len()
+        };
+        let strided = spread(&mut (0..4096u64).map(|g| g * 32768 + 1));
+        assert!(strided > 3000, "{strided} of 4096");
+        let runs = spread(&mut (0..4096u64).map(|r| r * 8));
+        assert!(runs > 3000, "{runs} of 4096");
+        // The metadata byte (top seven bits) varies too.
+        let top: std::collections::HashSet<u64> = (0..4096u64).map(|r| hash(r * 8) >> 57).collect();
+        assert_eq!(top.len(), 128);
     }
 
     #[test]
