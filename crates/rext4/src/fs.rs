@@ -16,11 +16,11 @@ use std::sync::Arc;
 /// How to open a filesystem.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Bytes of metadata blocks to cache (default 64 MiB).
+    /// Bytes of metadata blocks to cache (default: see [`Options::default`]).
     pub cache_bytes: usize,
-    /// Inodes to cache (default 262,144: about 110 MiB when full).
+    /// Inodes to cache (default: see [`Options::default`]; about 430 bytes each when cached).
     pub inode_cache: usize,
-    /// Name lookups to cache (default 262,144).
+    /// Name lookups to cache (default: see [`Options::default`]; about 110 bytes each).
     pub name_cache: usize,
     /// Open for writing (default: read-only).
     pub writable: bool,
@@ -31,12 +31,49 @@ pub struct Options {
     pub norecovery: bool,
 }
 
+/// Cache bounds below which the defaults never go: 64 MiB of blocks, 262,144 inodes and names.
+const MIN_CACHE_BYTES: usize = 64 << 20;
+const MIN_CACHED: usize = 262_144;
+/// What one cached inode and one cached name cost, with their share of the maps, rounded up.
+const INODE_COST: usize = 512;
+const NAME_COST: usize = 128;
+
+/// The memory the default caches may grow to: an eighth of the machine's memory, or of the
+/// cgroup's limit when that is lower. The kernel lets its page cache, dentries and inodes take
+/// whatever memory is free and shrinks them under pressure; a process sees no such pressure, so
+/// it takes a fixed share. Bounds fixed at a few hundred thousand entries made a run over more
+/// files than that reload every inode and directory block from the image (48 workers of seed
+/// 000's mdtest, 1.44M files: stats at 0.06x of 2 workers' rate, against 0.65x with caches
+/// that hold them).
+fn cache_budget() -> usize {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok();
+    budget_from(&meminfo, cgroup.as_deref())
+}
+
+/// An eighth of `MemTotal` in `meminfo`, or of the cgroup's `memory.max` when it is a lower
+/// number (it may be `max`); 0 when neither can be read.
+fn budget_from(meminfo: &str, cgroup_max: Option<&str>) -> usize {
+    let total = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
+        .map_or(0, |kib| kib.saturating_mul(1024));
+    let limit = cgroup_max.and_then(|s| s.trim().parse::<usize>().ok()).unwrap_or(usize::MAX);
+    total.min(limit) / 8
+}
+
 impl Default for Options {
+    /// Read-only, commits every 5 s, and caches that may take an eighth of the machine's memory
+    /// (or of the cgroup's limit): half for metadata blocks, three eighths for inodes, an eighth
+    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. Caches only grow as
+    /// files are used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes and 2.9M names.
     fn default() -> Self {
+        let budget = cache_budget();
         Options {
-            cache_bytes: 64 << 20,
-            inode_cache: 262_144,
-            name_cache: 262_144,
+            cache_bytes: (budget / 2).max(MIN_CACHE_BYTES),
+            inode_cache: (budget / 8 * 3 / INODE_COST).max(MIN_CACHED),
+            name_cache: (budget / 8 / NAME_COST).max(MIN_CACHED),
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
             norecovery: false,
@@ -352,5 +389,25 @@ impl FsInner {
         }
         let inode = self.iget(InodeNo(ino)).ok()?;
         Some(inode.size() / u64::from(self.sbi.block_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_caches_take_an_eighth_of_memory() {
+        let info = "MemTotal:       25165824 kB\nMemFree:        20000000 kB\n";
+        assert_eq!(budget_from(info, None), 3 << 30);
+        assert_eq!(budget_from(info, Some("max\n")), 3 << 30);
+        assert_eq!(budget_from(info, Some("1073741824\n")), 128 << 20);
+        assert_eq!(budget_from("", Some("max")), 0);
+        assert_eq!(budget_from("MemTotal: lots\n", None), 0);
+        // Never below the floors, whatever the machine.
+        let o = Options::default();
+        assert!(
+            o.cache_bytes >= MIN_CACHE_BYTES && o.inode_cache >= MIN_CACHED && o.name_cache >= MIN_CACHED
+        );
     }
 }

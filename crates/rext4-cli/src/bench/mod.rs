@@ -78,9 +78,10 @@ pub struct BenchArgs {
     /// Extra mkfs.ext4 arguments for every image, e.g. "-O orphan_file" or "-J size=1024".
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     mkfs: Option<String>,
-    /// rext4's metadata cache in MiB (default: the engine's 64 MiB), in process and for the
-    /// daemon (`-o cache=`); in process the inode and name caches grow with it (4,096 entries a
-    /// MiB). The kernel's page cache is bounded only by memory.
+    /// rext4's metadata cache in MiB (default: the engine's, a sixteenth of memory and at least
+    /// 64 MiB), in process and for the daemon (`-o cache=`); in process the inode and name
+    /// caches grow with it (4,096 entries a MiB). The kernel's page cache is bounded only by
+    /// memory.
     #[arg(long, value_name = "MIB")]
     cache: Option<u64>,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
