@@ -23,7 +23,10 @@ const ONE_HANDLE: u64 = 1 << 32;
 use std::sync::Arc;
 use std::time::Instant;
 
-const SHARDS: usize = 16;
+/// Shards of a transaction's buffer map. A worker preempted while it holds one (48 workers on
+/// two cores) stalls every worker that needs the same shard for a time slice: with 16 shards,
+/// 4.5% of acquisitions at 48 workers waited, 4.7 ms on average.
+const SHARDS: usize = 64;
 const STRIPES: usize = 8;
 
 /// A counter on a cache line of its own.
@@ -127,7 +130,7 @@ impl Transaction {
     }
 
     fn shard(blk: u64) -> usize {
-        (blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS
+        (blk.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS
     }
 
     /// Whether the transaction holds no change.
