@@ -47,19 +47,40 @@ const NAME_COST: usize = 128;
 /// that hold them).
 fn cache_budget() -> usize {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok();
-    budget_from(&meminfo, cgroup.as_deref())
+    let limits: Vec<String> =
+        cgroup_limit_files().into_iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    budget_from(&meminfo, limits.iter().map(String::as_str))
 }
 
-/// An eighth of `MemTotal` in `meminfo`, or of the cgroup's `memory.max` when it is a lower
-/// number (it may be `max`); 0 when neither can be read.
-fn budget_from(meminfo: &str, cgroup_max: Option<&str>) -> usize {
+/// Where this process's cgroup memory limits are: cgroup v2's `memory.max` and v1's
+/// `memory.limit_in_bytes`, for its own group (from `/proc/self/cgroup`) and at the mount's
+/// root (what a container with its own cgroup namespace sees).
+fn cgroup_limit_files() -> Vec<String> {
+    let mut files = vec![
+        "/sys/fs/cgroup/memory.max".to_string(),
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string(),
+    ];
+    for line in std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default().lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if path.len() > 1 && controllers.is_empty() {
+            files.push(format!("/sys/fs/cgroup{path}/memory.max"));
+        } else if path.len() > 1 && controllers.split(',').any(|c| c == "memory") {
+            files.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
+        }
+    }
+    files
+}
+
+/// An eighth of `MemTotal` in `meminfo`, or of the lowest cgroup limit when that is lower
+/// (v2 writes `max` for none, v1 a number near 2^63); 0 when the total cannot be read.
+fn budget_from<'a>(meminfo: &str, limits: impl Iterator<Item = &'a str>) -> usize {
     let total = meminfo
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
         .map_or(0, |kib| kib.saturating_mul(1024));
-    let limit = cgroup_max.and_then(|s| s.trim().parse::<usize>().ok()).unwrap_or(usize::MAX);
+    let limit = limits.filter_map(|s| s.trim().parse::<usize>().ok()).min().unwrap_or(usize::MAX);
     total.min(limit) / 8
 }
 
@@ -399,11 +420,12 @@ mod tests {
     #[test]
     fn default_caches_take_an_eighth_of_memory() {
         let info = "MemTotal:       25165824 kB\nMemFree:        20000000 kB\n";
-        assert_eq!(budget_from(info, None), 3 << 30);
-        assert_eq!(budget_from(info, Some("max\n")), 3 << 30);
-        assert_eq!(budget_from(info, Some("1073741824\n")), 128 << 20);
-        assert_eq!(budget_from("", Some("max")), 0);
-        assert_eq!(budget_from("MemTotal: lots\n", None), 0);
+        let none = std::iter::empty;
+        assert_eq!(budget_from(info, none()), 3 << 30);
+        assert_eq!(budget_from(info, ["max\n", "9223372036854771712\n"].into_iter()), 3 << 30);
+        assert_eq!(budget_from(info, ["max\n", "1073741824\n", "2147483648"].into_iter()), 128 << 20);
+        assert_eq!(budget_from("", ["max"].into_iter()), 0);
+        assert_eq!(budget_from("MemTotal: lots\n", none()), 0);
         // Never below the floors, whatever the machine.
         let o = Options::default();
         assert!(
