@@ -74,6 +74,13 @@ pub(crate) fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Which of `shards` (a power of two) `key` falls in: Fibonacci hashing, the multiply's top
+/// bits, so that consecutive keys spread over all shards.
+pub(crate) fn shard_of(key: u64, shards: usize) -> usize {
+    debug_assert!(shards.is_power_of_two() && shards > 1);
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.ilog2())) as usize
+}
+
 /// A map keyed by block or inode numbers (or hashes), with [`KeyHasher`].
 pub(crate) type KeyMap<T> = HashMap<u64, T, BuildHasherDefault<KeyHasher>>;
 
@@ -168,8 +175,7 @@ impl<V: Cached> ShardedCache<V> {
     }
 
     fn shard_index(key: u64) -> usize {
-        // Fibonacci hashing spreads consecutive keys over shards.
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARDS
+        shard_of(key, SHARDS)
     }
 
     /// The cached entry for `key`, if present.
