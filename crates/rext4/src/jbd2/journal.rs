@@ -351,22 +351,23 @@ impl Journal {
         if credits > self.max_txn_buffers {
             return Err(Error::InvalidInput("operation too large for the journal"));
         }
-        let began = Instant::now();
-        let mut waited = false;
+        // The clock is read only for a traced start or once a start has to wait: two clock
+        // reads on every start cost about 1% of a create.
+        let _t = self.stats.time(Op::JournalStart);
+        let mut waiting_since: Option<Instant> = None;
         loop {
             self.check_aborted()?;
             let t = self.running.load_full();
             let fits = t.join(credits) + t.nbuffers.load(Ordering::Acquire) <= self.max_txn_buffers;
             if !t.locked.load(Ordering::SeqCst) && fits {
                 t.mark_started();
-                let took = began.elapsed();
-                if waited {
+                if let Some(since) = waiting_since {
+                    let took = since.elapsed();
                     self.state.lock().stats.handles_waited_us += took.as_micros() as u64;
                     self.stats.waited(LockClass::HandleStart, took);
                 } else {
                     self.stats.acquired(LockClass::HandleStart);
                 }
-                self.stats.record(Op::JournalStart, took);
                 return Ok(Handle::new(self.clone(), t, credits));
             }
             // Back off: the transaction is committing or full. Ask for its commit and wait
@@ -374,7 +375,7 @@ impl Journal {
             if t.leave(credits) && t.locked.load(Ordering::SeqCst) {
                 self.wake_commit();
             }
-            waited = true;
+            waiting_since.get_or_insert_with(Instant::now);
             let mut st = self.state.lock();
             if jbd2_after(t.tid, st.requested) {
                 st.requested = t.tid;
