@@ -55,6 +55,7 @@ pub const fn rec_len_for(name_len: usize) -> usize {
 
 /// Decodes an on-disk `rec_len`. Blocks of 64 KiB cannot express their own size in 16 bits, so
 /// 0 and 0xFFFF mean "the whole block" and the low two bits carry bits 16-17.
+#[inline]
 pub fn rec_len_from_disk(len: u16, block_size: u32) -> u32 {
     if block_size < 65536 {
         return u32::from(len);
@@ -100,6 +101,19 @@ pub enum DirentError {
     PastEnd,
 }
 
+impl RawEntry<'_> {
+    /// Whether this is a live entry named `name`. The last bytes are compared first: names in
+    /// one leaf often share a prefix and a length (`file.1041`, `file.1042`), so most
+    /// mismatches are settled without a full comparison.
+    #[inline]
+    pub fn is_named(&self, name: &[u8]) -> bool {
+        self.inode != 0
+            && self.name.len() == name.len()
+            && self.name.last() == name.last()
+            && self.name == name
+    }
+}
+
 /// Walks the entries of one directory block (or an inline-data area). Entries with inode 0 are
 /// yielded too (they are free space); the iterator stops at the first invalid entry, after
 /// yielding its error.
@@ -113,6 +127,7 @@ pub struct DirBlockIter<'a> {
 impl<'a> DirBlockIter<'a> {
     /// `buf` is the block up to (not including) any checksum tail; `block_size` decides the
     /// `rec_len` encoding.
+    #[inline]
     pub fn new(buf: &'a [u8], block_size: u32) -> Self {
         DirBlockIter { buf, pos: 0, block_size, failed: false }
     }
@@ -121,6 +136,7 @@ impl<'a> DirBlockIter<'a> {
 impl<'a> Iterator for DirBlockIter<'a> {
     type Item = Result<RawEntry<'a>, DirentError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.pos >= self.buf.len() {
             return None;

@@ -13,12 +13,23 @@ use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
+use crate::namei::Room;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::EXTENTS_FL;
 use rext4_format::InodeNo;
 use zerocopy::IntoBytes;
 
 /// Writes one entry at `off` of `block`.
+/// Where a new entry goes in a leaf: `(offset, rec_len, bytes in use, inode)` of the entry
+/// whose slack (or, if unused, whole length) takes it.
+pub(crate) type Slot = (usize, usize, usize, u32);
+
+/// The slot entry `e` offers an entry of `need` bytes, if it has room.
+pub(crate) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
+    let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
+    (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
+}
+
 pub(crate) fn put_entry(
     block: &mut [u8],
     off: usize,
@@ -118,24 +129,34 @@ impl FsInner {
     }
 
     /// Where in a leaf block an entry of `need` bytes fits: see [`FsInner::area_slot`].
-    pub(crate) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<(usize, usize, usize, u32)> {
+    pub(crate) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<Slot> {
         self.area_slot(&block[..self.entry_area()], need)
     }
 
     /// Where in an entry area an entry of `need` bytes fits: an entry whose slack (or, if
     /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
-    pub(crate) fn area_slot(&self, area: &[u8], need: usize) -> Option<(usize, usize, usize, u32)> {
-        self.area_iter(area).find_map(|e| {
-            let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
-            (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
-        })
+    pub(crate) fn area_slot(&self, area: &[u8], need: usize) -> Option<Slot> {
+        self.area_iter(area).find_map(|e| entry_slot(&e, need))
+    }
+
+    /// Whether `slot` still describes the entry at its offset of `area` (found by an earlier
+    /// scan of the same block).
+    pub(crate) fn slot_holds(&self, area: &[u8], (off, rec_len, used, cur): Slot) -> bool {
+        let Some(h) = area.get(off..off + 8) else { return false };
+        let le16 = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+        let inode = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let len = fd::rec_len_from_disk(le16(4), self.sbi.block_size) as usize;
+        inode == cur
+            && len == rec_len
+            && off + len <= area.len()
+            && (cur == 0 || fd::rec_len_for(usize::from(h[6])) == used)
     }
 
     /// Writes `name` -> `ino` into the slot `leaf_slot` found.
     pub(crate) fn leaf_put(
         &self,
         block: &mut [u8],
-        (off, rec_len, used, cur): (usize, usize, usize, u32),
+        (off, rec_len, used, cur): Slot,
         name: &[u8],
         ino: InodeNo,
         ft: u8,
@@ -154,10 +175,23 @@ impl FsInner {
     /// directory gets a new block when no block has room, or is indexed when it is one full
     /// block and the filesystem has dir_index (the kernel's `make_indexed_dir`).
     pub(crate) fn add_entry(&self, h: &Handle, dir: &Inode, name: &[u8], ino: InodeNo, ft: u8) -> Result<()> {
+        self.add_entry_in(h, dir, name, ino, ft, None)
+    }
+
+    /// [`FsInner::add_entry`], with the room `ensure_absent` found when it checked the name.
+    pub(crate) fn add_entry_in(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        name: &[u8],
+        ino: InodeNo,
+        ft: u8,
+        room: Option<Room>,
+    ) -> Result<()> {
         let _t = self.stats.time(crate::stats::Op::AddEntry);
         let bs = self.sbi.block_size;
         if self.is_dx(dir) {
-            return self.dx_add_entry(h, dir, name, ino, ft);
+            return self.dx_add_entry(h, dir, name, ino, ft, room);
         }
         let need = fd::rec_len_for(name.len());
         let fits = |area: &[u8]| self.area_slot(area, need);
@@ -226,7 +260,7 @@ impl FsInner {
         let find = |area: &[u8]| {
             let mut prev: Option<usize> = None;
             for e in self.area_iter(area) {
-                if e.inode != 0 && e.name == name {
+                if e.is_named(name) {
                     return Some((prev, e.offset, e.rec_len as usize, e.inode));
                 }
                 prev = Some(e.offset);
@@ -266,9 +300,7 @@ impl FsInner {
             return self.inline_set_parent(h, dir, ino);
         }
         let ft = if self.sbi.filetype { ft } else { 0 };
-        let find = |area: &[u8]| {
-            self.area_iter(area).find(|e| e.inode != 0 && e.name == name).map(|e| (e.offset, e.inode))
-        };
+        let find = |area: &[u8]| self.area_iter(area).find(|e| e.is_named(name)).map(|e| (e.offset, e.inode));
         let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
             block[off + 7] = ft;

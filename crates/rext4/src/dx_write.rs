@@ -19,6 +19,7 @@ use crate::error::{Corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
+use crate::namei::Room;
 use rext4_format::dirent as fd;
 use rext4_format::dx;
 use rext4_format::hash::{dx_hash, DxHash, HashAlgo};
@@ -361,15 +362,31 @@ impl FsInner {
         name: &[u8],
         ino: InodeNo,
         ft: u8,
+        mut room: Option<Room>,
     ) -> Result<()> {
         let need = fd::rec_len_for(name.len());
+        let area = self.entry_area();
         // At most a new level and a split of each node level come before the leaf split.
         for _ in 0..=2 * self.dx_max_levels() {
             let path = self.dx_probe(dir, DxKey::Name(name))?.map_err(|w| self.dx_corrupt(dir, None, w))?;
             let leaf = self.dx_leaf_buf(dir, path.leaf)?;
-            if self.leaf_slot(&leaf.data(), need).is_some() {
+            // The caller's scan of this leaf, if it scanned it (only for the first probe: a
+            // split moves names), else a scan here.
+            let slot = match room.take() {
+                Some(r)
+                    if r.lblk == path.leaf
+                        && r.slot.is_none_or(|s| self.slot_holds(&leaf.data()[..area], s)) =>
+                {
+                    r.slot
+                }
+                _ => self.leaf_slot(&leaf.data(), need),
+            };
+            if let Some(slot) = slot {
                 let mut b = h.write(&leaf)?;
-                if let Some(slot) = self.leaf_slot(&b, need) {
+                // The directory's op_lock keeps its leaves as scanned; the check is cheap.
+                let slot =
+                    if self.slot_holds(&b[..area], slot) { Some(slot) } else { self.leaf_slot(&b, need) };
+                if let Some(slot) = slot {
                     self.leaf_put(&mut b, slot, name, ino, ft);
                     self.seal_leaf_in(dir, &leaf, &mut b);
                     return Ok(());

@@ -30,7 +30,7 @@ impl FsInner {
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         // A taken name is EEXIST before anything about the target, as the kernel's
         // filename_create answers before vfs_link looks at it.
-        self.ensure_absent(&dir, name)?;
+        let room = self.ensure_absent(&dir, name)?;
         if target.is_dir() {
             return Err(Error::NotPermitted);
         }
@@ -46,7 +46,7 @@ impl FsInner {
         }
         let ft = crate::dir::dirent_type(target.disk().mode());
         let h = journal.start(CREDITS)?;
-        self.add_entry(&h, &dir, name, ino, ft)?;
+        self.add_entry_in(&h, &dir, name, ino, ft, room)?;
         self.dcache.insert(dir.ino, name, ino);
         let t = now();
         let mut traw = target.raw_mut();
@@ -69,7 +69,7 @@ impl FsInner {
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
-        self.ensure_absent(&dir, name)?;
+        let room = self.ensure_absent(&dir, name)?;
         crate::ioctl::check_dir_open(&dir)?;
         let inherited = crate::ioctl::inherited_flags(dir.flags(), fi::S_IFLNK);
         let h = journal.start(CREDITS)?;
@@ -93,7 +93,7 @@ impl FsInner {
             drop(block);
             raw_set_size(&mut craw, target.len() as u64);
         }
-        if let Err(e) = self.add_entry(&h, &dir, name, child.ino, FT_SYMLINK) {
+        if let Err(e) = self.add_entry_in(&h, &dir, name, child.ino, FT_SYMLINK, room) {
             drop(craw);
             self.abandon_new_inode(&h, &child, false)?;
             return Err(e);

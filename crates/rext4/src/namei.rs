@@ -28,6 +28,17 @@ impl From<Error> for DxFail {
     }
 }
 
+/// Room for a new entry, found by the same scan of an indexed directory's leaf that showed the
+/// name absent (the kernel scans twice: `ext4_lookup`, then `add_dirent_to_buf`). Good only
+/// while the caller holds the directory's `op_lock`, under which its leaves do not change.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Room {
+    /// The leaf the index chose for the name.
+    pub lblk: u32,
+    /// A slot there ([`FsInner::area_slot`]); `None`: the leaf is full.
+    pub slot: Option<crate::dir_write::Slot>,
+}
+
 /// One level of an htree descent.
 struct Frame {
     buf: Arc<Buffer>,
@@ -92,8 +103,8 @@ impl FsInner {
             return self.lookup_inline(dir, name);
         }
         if self.is_dx(dir) && name != b"." && name != b".." {
-            match self.dx_lookup(dir, name) {
-                Ok(r) => return r.ok_or(Error::NotFound),
+            match self.dx_lookup(dir, name, None) {
+                Ok((r, _)) => return r.ok_or(Error::NotFound),
                 Err(DxFail::Err(e)) => return Err(e),
                 Err(DxFail::Fallback) => {}
             }
@@ -112,7 +123,7 @@ impl FsInner {
         let areas = [&data[4..ib.min(data.len())], data.get(ib..).unwrap_or(&[])];
         for area in areas {
             for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {
-                if e.inode != 0 && e.name == name {
+                if e.is_named(name) {
                     return Ok(InodeNo(e.inode));
                 }
             }
@@ -144,12 +155,72 @@ impl FsInner {
         let area = if whole { &data[..] } else { self.leaf_entries(&data) };
         DirBlockIter::new(area, self.sbi.block_size)
             .map_while(|e| e.ok())
-            .find(|e| e.inode != 0 && e.name == name)
+            .find(|e| e.is_named(name))
             .map(|e| InodeNo(e.inode))
     }
 
-    /// An htree lookup: `Ok(None)` if the name is certainly absent.
-    fn dx_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<InodeNo>, DxFail> {
+    /// `Ok(None)` if `name` is not in `dir` (whose `op_lock` the caller holds), with room for
+    /// it when the directory is indexed; `Err(Exists)` if it is.
+    pub(crate) fn ensure_absent(&self, dir: &Inode, name: &[u8]) -> Result<Option<Room>> {
+        let plain = !dir.is_dir()
+            || name == b"."
+            || name == b".."
+            || dir.flags() & ENCRYPT_FL != 0
+            || self.has_inline_data(dir)
+            || !self.is_dx(dir);
+        if !plain {
+            if self.dcache.get(dir.ino, name).is_some() {
+                return Err(Error::Exists);
+            }
+            let need = rext4_format::dirent::rec_len_for(name.len());
+            match self.names_stable(dir, || Ok(self.dx_lookup(dir, name, Some(need))))? {
+                Ok((Some(_), _)) => return Err(Error::Exists),
+                Ok((None, room)) => return Ok(room),
+                Err(DxFail::Err(e)) => return Err(e),
+                Err(DxFail::Fallback) => {}
+            }
+        }
+        match self.lookup(dir, name) {
+            Ok(_) => Err(Error::Exists),
+            Err(Error::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One pass over a leaf's entries: `name`'s inode if present, else a slot for an entry of
+    /// `need` bytes, if any. A leaf whose checksum tail is missing is searched as a whole
+    /// (as [`FsInner::search_leaf`] does) and offers no slot.
+    fn scan_leaf(
+        &self,
+        buf: &Buffer,
+        name: &[u8],
+        need: usize,
+    ) -> (Option<InodeNo>, Option<crate::dir_write::Slot>) {
+        let data = buf.data();
+        let area = &data[..self.entry_area()];
+        if self.leaf_entries(&data).len() != area.len() {
+            return (self.search_leaf(buf, name, false), None);
+        }
+        let mut slot = None;
+        for e in self.area_iter(area) {
+            if e.is_named(name) {
+                return (Some(InodeNo(e.inode)), None);
+            }
+            if slot.is_none() {
+                slot = crate::dir_write::entry_slot(&e, need);
+            }
+        }
+        (None, slot)
+    }
+
+    /// An htree lookup: `Ok((None, _))` if the name is certainly absent. With `need`, also
+    /// where an entry of that many bytes would go ([`Room`]).
+    fn dx_lookup(
+        &self,
+        dir: &Inode,
+        name: &[u8],
+        need: Option<usize>,
+    ) -> Result<(Option<InodeNo>, Option<Room>), DxFail> {
         let Some((_, root)) = self.dir_block(dir, 0, DirBlockKind::Index)? else {
             return Err(DxFail::Fallback);
         };
@@ -167,18 +238,27 @@ impl FsInner {
         let hash = dx_hash(name, algo, self.sbi.hash_seed).major;
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;
+        let mut room = None;
         loop {
             let leaf =
                 frames.last().and_then(|f| f.with_entries(|e| e.get(f.at).1)).ok_or(DxFail::Fallback)?;
-            if let Some((_, buf)) = self.dir_block(dir, leaf, DirBlockKind::Leaf)? {
-                if let Some(ino) = self.search_leaf(&buf, name, false) {
-                    return Ok(Some(ino));
-                }
-            } else {
+            let Some((_, buf)) = self.dir_block(dir, leaf, DirBlockKind::Leaf)? else {
                 return Err(DxFail::Fallback);
+            };
+            // Room is sought in the first leaf only: the one an insertion probes to.
+            let found = match need.filter(|_| room.is_none()) {
+                Some(need) => {
+                    let (found, slot) = self.scan_leaf(&buf, name, need);
+                    room = Some(Room { lblk: leaf, slot });
+                    found
+                }
+                None => self.search_leaf(&buf, name, false),
+            };
+            if found.is_some() {
+                return Ok((found, None));
             }
             if !self.dx_next_block(dir, &mut frames, hash)? {
-                return Ok(None);
+                return Ok((None, room));
             }
         }
     }

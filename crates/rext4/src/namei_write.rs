@@ -95,15 +95,6 @@ impl FsInner {
         Ok(inode)
     }
 
-    /// `EEXIST` if `name` is in `dir` (whose `op_lock` the caller holds).
-    pub(crate) fn ensure_absent(&self, dir: &Inode, name: &[u8]) -> Result<()> {
-        match self.lookup(dir, name) {
-            Ok(_) => Err(Error::Exists),
-            Err(Error::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
     /// The journal and the directory for an operation on `name` in `parent`, after the
     /// checks every name operation makes first.
     pub(crate) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
@@ -132,7 +123,7 @@ impl FsInner {
     ) -> Result<InodeNo> {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
-        self.ensure_absent(&dir, name)?;
+        let room = self.ensure_absent(&dir, name)?;
         crate::ioctl::check_dir_open(&dir)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
@@ -161,7 +152,7 @@ impl FsInner {
                 craw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
             }
         }
-        if let Err(e) = self.add_entry(&h, &dir, name, child.ino, crate::dir::dirent_type(mode)) {
+        if let Err(e) = self.add_entry_in(&h, &dir, name, child.ino, crate::dir::dirent_type(mode), room) {
             drop(craw);
             self.abandon_new_inode(&h, &child, is_dir)?;
             return Err(e);
@@ -244,7 +235,7 @@ impl FsInner {
         }
         self.mark_inode_dirty(&h, &dir, &mut draw)?;
         drop(draw);
-        let links = child.disk().links_count();
+        let links = child.with_disk(|d| d.links_count());
         let left = if is_dir { 0 } else { links.saturating_sub(1) };
         if left == 0 && !self.unlinked_while_held(&child) {
             // The last name, and nobody holds the inode: free everything now, in this handle.
