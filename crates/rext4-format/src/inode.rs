@@ -266,6 +266,23 @@ fn has_checksum_hi(record: &[u8]) -> bool {
 /// records only the low 16 bits are stored. Records of any length are accepted (an engine only
 /// passes whole `inode_size` records).
 pub fn inode_checksum(record: &[u8], inode_csum_seed: u32) -> u32 {
+    let n = record.len();
+    // The common record, in one pass over a copy with the fields zeroed: six short calls over
+    // unaligned pieces cost five times as much.
+    if n == 256 {
+        let mut copy = [0u8; 256];
+        copy.copy_from_slice(record);
+        copy[OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2].fill(0);
+        if has_checksum_hi(record) {
+            copy[OFF_CHECKSUM_HI..OFF_CHECKSUM_HI + 2].fill(0);
+        }
+        return crc32c(inode_csum_seed, &copy);
+    }
+    inode_checksum_pieces(record, inode_csum_seed)
+}
+
+/// [`inode_checksum`] over the record's pieces around the checksum fields (any length).
+fn inode_checksum_pieces(record: &[u8], inode_csum_seed: u32) -> u32 {
     let zero = [0u8; 2];
     let n = record.len();
     let mut c = crc32c(inode_csum_seed, &record[..OFF_CHECKSUM_LO.min(n)]);
@@ -372,6 +389,17 @@ mod tests {
         let mut small = vec![0u8; 128];
         set_inode_checksum(&mut small, 99);
         assert!(verify_inode_checksum(&small, 99));
+    }
+
+    #[test]
+    fn whole_record_checksum_matches_the_pieces() {
+        // Records with and without room for checksum_hi, and with both fields set (they count
+        // as zero either way).
+        for extra in [0u8, 2, 4, 28, 32, 160] {
+            let mut rec: Vec<u8> = (0..256u32).map(|i| (i * 37 + u32::from(extra)) as u8).collect();
+            rec[OFF_EXTRA_ISIZE..OFF_EXTRA_ISIZE + 2].copy_from_slice(&u16::from(extra).to_le_bytes());
+            assert_eq!(inode_checksum(&rec, 77), inode_checksum_pieces(&rec, 77), "extra_isize {extra}");
+        }
     }
 
     #[test]

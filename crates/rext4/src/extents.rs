@@ -32,7 +32,9 @@ impl FsInner {
     /// Maps logical block `lblk` of an extent-mapped inode.
     pub(crate) fn ext_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
         let ino = inode.ino;
-        let disk = inode.disk();
+        // Only i_block is read: a copy of its 60 bytes, not a decode of the whole record.
+        let mut root = [0u8; 60];
+        inode.with_disk(|d| root.copy_from_slice(d.i_block_bytes()));
         // First logical block known to lie beyond the subtree we are in: it bounds holes.
         let mut next_start = LBLK_END;
         let mut depth = None;
@@ -41,7 +43,7 @@ impl FsInner {
             let step = {
                 let guard;
                 let node = match &block {
-                    None => Node::parse(disk.i_block_bytes()).map_err(|e| node_error(ino, None, e))?,
+                    None => Node::parse(&root).map_err(|e| node_error(ino, None, e))?,
                     Some((blk, buf)) => {
                         guard = buf.data();
                         Node::parse(&guard).map_err(|e| node_error(ino, Some(*blk), e))?

@@ -591,15 +591,16 @@ impl FsInner {
         if owned.data.is_empty() && owned.meta.is_empty() {
             return Ok(());
         }
-        let journaled =
-            matches!(inode.disk().file_type(), rext4_format::inode::S_IFDIR | rext4_format::inode::S_IFLNK);
+        let journaled = inode.with_disk(|d| {
+            matches!(d.file_type(), rext4_format::inode::S_IFDIR | rext4_format::inode::S_IFLNK)
+        });
         for &(b, n) in &owned.data {
             self.free_blocks(h, b, n, journaled)?;
         }
         for &b in &owned.meta {
             self.free_blocks(h, b, 1, true)?;
         }
-        let acl = inode.disk().file_acl();
+        let acl = inode.with_disk(|d| d.file_acl());
         let charged = self.ea_charge_total(inode.ino, &inode.raw())? as u64;
         let mut raw = inode.raw_mut();
         let flags = crate::inode_write::raw_flags(&raw);
@@ -648,7 +649,7 @@ impl Fs {
         let inode = self.inner.iget(ino)?;
         let mut s = inode.refs.load(Ordering::Acquire);
         loop {
-            if s & REF_DEAD != 0 || (s & REF_UNLINKED == 0 && inode.disk().links_count() == 0) {
+            if s & REF_DEAD != 0 || (s & REF_UNLINKED == 0 && inode.with_disk(|d| d.links_count()) == 0) {
                 return Err(Error::NotFound);
             }
             if s & REF_COUNT == REF_COUNT {

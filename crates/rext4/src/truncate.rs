@@ -93,17 +93,17 @@ impl FsInner {
         let owned = self.owned_blocks(inode)?;
         // Directory and symlink blocks went through the journal: revoke them like metadata, so
         // an old copy is never replayed over the block's next owner.
-        let journaled = matches!(inode.disk().file_type(), rext4_format::inode::S_IFDIR | S_IFLNK);
+        let journaled = inode.with_disk(|d| matches!(d.file_type(), rext4_format::inode::S_IFDIR | S_IFLNK));
         for (b, n) in owned.data {
             self.free_blocks(h, b, n, journaled)?;
         }
         for b in owned.meta {
             self.free_blocks(h, b, 1, true)?;
         }
-        let d = inode.disk();
-        if d.file_acl() != 0 {
-            let owner = crate::xattr_inode::EaOwner { ino: inode.ino, gen: d.generation() };
-            self.xattr_release_block(h, owner, d.file_acl())?;
+        let (acl, generation) = inode.with_disk(|d| (d.file_acl(), d.generation()));
+        if acl != 0 {
+            let owner = crate::xattr_inode::EaOwner { ino: inode.ino, gen: generation };
+            self.xattr_release_block(h, owner, acl)?;
         }
         Ok(())
     }
