@@ -71,9 +71,10 @@ impl FsInner {
         buf.mark_verified(Verified::DirLeaf);
     }
 
-    /// Finds the first leaf block of `dir` in which `probe` finds something (looking first
-    /// under the block's read lock, then again under its write lock), lets `apply` change that
-    /// block, and seals it with its checksum. `None` if no block matched. In an indexed
+    /// Finds the first leaf block of `dir` in which `probe` finds something, lets `apply`
+    /// change that block, and seals it with its checksum. The caller holds `dir`'s `op_lock`,
+    /// which every change to a directory's entries takes (rename takes the moved directory's
+    /// too), so what `probe` found still holds when `apply` runs. `None` if no block matched. In an indexed
     /// directory only the leaves the index gives for `name` are searched (all leaves if the
     /// index is unusable, as the kernel falls back). `probe` and `apply` see a block's entry
     /// area, or one of an inline directory's two areas (inline_write.rs).
@@ -106,11 +107,10 @@ impl FsInner {
             };
             let Some((DirBlockKind::Leaf, buf)) = self.dir_block_any(dir, lblk)? else { continue };
             let area = self.entry_area();
-            if probe(&buf.data()[..area]).is_none() {
-                continue;
-            }
+            let Some(found) = probe(&buf.data()[..area]) else { continue };
+            // Probed once: the caller's op_lock keeps this directory's entries as they were
+            // read (write access copies a committing block for the commit, not for us).
             let mut block = h.write(&buf)?;
-            let Some(found) = probe(&block[..area]) else { continue };
             let r = apply(&mut block[..area], found);
             self.seal_leaf_in(dir, &buf, &mut block);
             return Ok(Some(r));

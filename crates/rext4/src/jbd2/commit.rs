@@ -35,9 +35,7 @@ impl Journal {
                 filled.push(None);
             }
         }
-        let mut revoked = std::mem::take(&mut *t.revoked.lock());
-        revoked.sort_unstable();
-        revoked.dedup();
+        let revoked = t.take_revoked();
         self.install_next(t, wake_early);
         let frozen: Vec<(u64, Arc<[u8]>)> =
             buffers.iter().zip(filled).map(|(b, f)| (b.blk, f.unwrap_or_else(|| b.take_frozen()))).collect();

@@ -7,7 +7,7 @@
 //! buffer set. Nothing here is a filesystem-wide lock.
 //!
 //! # Locking
-//! `Journal::running` (read) -> `Transaction::buffers[shard]` -> `Buffer::data` (write).
+//! `Journal::running` (read) -> `Transaction::shards[shard]` -> `Buffer::data` (write).
 //! A handle must be started before any inode or buffer lock is taken (a start may wait for a
 //! commit, and a commit waits for open handles to stop).
 
@@ -16,16 +16,17 @@ use crate::buffer::Buffer;
 use crate::cache::KeyMap;
 use crate::error::{Error, Result};
 use crate::stats::{LockClass, Op};
-use crate::sync::{Mutex, RwLockWriteGuard};
+use crate::sync::{Mutex, MutexGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const ONE_HANDLE: u64 = 1 << 32;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Shards of a transaction's buffer map. A worker preempted while it holds one (48 workers on
-/// two cores) stalls every worker that needs the same shard for a time slice: at 48 workers,
-/// 4.5-5.4% of acquisitions waited with 16 shards, 3.8-4.1% with 64.
+/// Shards of a transaction's buffers and revokes. A worker preempted while it holds one (48
+/// workers on two cores) stalls every worker that needs the same shard for a time slice: at
+/// 48 workers, 4.5-5.4% of acquisitions waited with 16 shards, 3.8-4.1% with 64 (figures
+/// taken while revokes were still one list, scanned under one lock by every write).
 const SHARDS: usize = 64;
 const STRIPES: usize = 8;
 
@@ -40,6 +41,15 @@ fn stripe() -> usize {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES;
     }
     MINE.with(|m| *m)
+}
+
+/// One shard of a transaction's changes: the buffers it modified and the blocks it revoked
+/// whose numbers pick this shard, so that a revoke and its cancellation by a later write meet
+/// under one lock, in O(1) (the kernel's revoke hash table).
+#[derive(Default)]
+pub(crate) struct TxnShard {
+    bufs: KeyMap<Arc<Buffer>>,
+    revoked: KeyMap<()>,
 }
 
 /// A group of metadata changes that reach the journal together.
@@ -60,13 +70,11 @@ pub(crate) struct Transaction {
     /// Set by the commit when it takes the transaction: no handle may join any more.
     /// [atomic; SeqCst against `updates`]
     pub locked: AtomicBool,
-    /// Buffers modified in this transaction, by block number. [each shard its own lock]
-    pub buffers: [Mutex<KeyMap<Arc<Buffer>>>; SHARDS],
-    /// Blocks freed in this transaction whose old journal copies must not be replayed.
-    /// [own lock]
-    pub revoked: Mutex<Vec<u64>>,
-    /// Whether `revoked` may be non-empty (spares the lock when it is not). [atomic]
-    pub has_revokes: AtomicBool,
+    /// Buffers modified in this transaction and blocks freed in it (whose old journal copies
+    /// must not be replayed), by block number. [each shard its own lock]
+    shards: [Mutex<TxnShard>; SHARDS],
+    /// Revoked blocks in all shards. [atomic; changed under the block's shard lock]
+    nrevoked: AtomicU32,
     /// When the first handle joined, in nanoseconds after `epoch` (0: none yet). [atomic]
     pub started: AtomicU64,
     /// Reference point for `started`. [immutable]
@@ -82,9 +90,8 @@ impl Transaction {
             nbuffers: AtomicU32::new(0),
             handles: std::array::from_fn(|_| Stripe(AtomicU32::new(0))),
             locked: AtomicBool::new(false),
-            buffers: std::array::from_fn(|_| Mutex::new(KeyMap::default())),
-            revoked: Mutex::new(Vec::new()),
-            has_revokes: AtomicBool::new(false),
+            shards: std::array::from_fn(|_| Mutex::new(TxnShard::default())),
+            nrevoked: AtomicU32::new(0),
             started: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -135,14 +142,44 @@ impl Transaction {
 
     /// Whether the transaction holds no change.
     pub fn is_empty(&self) -> bool {
-        self.nbuffers.load(Ordering::Acquire) == 0 && self.revoked.lock().is_empty()
+        self.nbuffers.load(Ordering::Acquire) == 0 && self.nrevoked.load(Ordering::Acquire) == 0
     }
 
     /// Takes every buffer out of the transaction (the commit does this once no handle is open).
     pub fn take_buffers(&self) -> Vec<Arc<Buffer>> {
         let mut v: Vec<Arc<Buffer>> =
-            self.buffers.iter().flat_map(|s| std::mem::take(&mut *s.lock()).into_values()).collect();
+            self.shards.iter().flat_map(|s| std::mem::take(&mut s.lock().bufs).into_values()).collect();
         v.sort_by_key(|b| b.blk);
+        v
+    }
+
+    /// Puts `buf` in the transaction under its shard's lock, cancelling a revoke of its block
+    /// (a block freed and reused as metadata in one transaction: replay would otherwise skip
+    /// its new contents, `jbd2_journal_cancel_revoke`). Whether it was not there yet.
+    fn insert(&self, mut shard: MutexGuard<'_, TxnShard>, buf: &Arc<Buffer>) -> bool {
+        if !shard.revoked.is_empty() && shard.revoked.remove(&buf.blk).is_some() {
+            self.nrevoked.fetch_sub(1, Ordering::AcqRel);
+        }
+        shard.bufs.insert(buf.blk, buf.clone()).is_none()
+    }
+
+    /// Records block `blk` as revoked; returns its buffer if the transaction held it (taken
+    /// out: its copy must not be written).
+    fn revoke(&self, blk: u64) -> Option<Arc<Buffer>> {
+        let mut shard = self.shards[Transaction::shard(blk)].lock();
+        if shard.revoked.insert(blk, ()).is_none() {
+            self.nrevoked.fetch_add(1, Ordering::AcqRel);
+        }
+        shard.bufs.remove(&blk)
+    }
+
+    /// Takes the revoked blocks out of the transaction, in block order (the commit does this
+    /// once no handle is open).
+    pub fn take_revoked(&self) -> Vec<u64> {
+        let mut v: Vec<u64> =
+            self.shards.iter().flat_map(|s| std::mem::take(&mut s.lock().revoked).into_keys()).collect();
+        self.nrevoked.store(0, Ordering::Release);
+        v.sort_unstable();
         v
     }
 }
@@ -178,13 +215,8 @@ impl Handle {
         let t = &self.txn;
         if buf.jserial.load(Ordering::Acquire) != t.serial {
             let stats = &self.journal.stats;
-            let mut shard = stats.lock(LockClass::TxnBuffers, &t.buffers[Transaction::shard(buf.blk)]);
-            if t.has_revokes.load(Ordering::Acquire) {
-                // A block freed and reused as metadata in the same transaction: cancel the
-                // revoke, or replay would skip the new contents (`jbd2_journal_cancel_revoke`).
-                t.revoked.lock().retain(|&b| b != buf.blk);
-            }
-            if shard.insert(buf.blk, buf.clone()).is_none() {
+            let shard = stats.lock(LockClass::TxnBuffers, &t.shards[Transaction::shard(buf.blk)]);
+            if t.insert(shard, buf) {
                 let n = t.nbuffers.fetch_add(1, Ordering::AcqRel) + 1;
                 if n > self.journal.max_txn_buffers() {
                     // Credits were under-reserved somewhere: a bug, not a user error.
@@ -211,9 +243,7 @@ impl Handle {
     /// transaction commits (not before: until then the block is allocated in every state a
     /// crash can leave, and that copy is its contents).
     pub fn revoke(&self, blk: u64) {
-        self.txn.revoked.lock().push(blk);
-        self.txn.has_revokes.store(true, Ordering::Release);
-        if let Some(b) = self.txn.buffers[Transaction::shard(blk)].lock().remove(&blk) {
+        if let Some(b) = self.txn.revoke(blk) {
             // A later write in this transaction must add the buffer again.
             b.jserial.store(0, Ordering::Release);
         }
@@ -245,5 +275,31 @@ impl Drop for Handle {
             self.journal.abort("an operation panicked with its journal handle open".into());
         }
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::BufferCache;
+    use crate::dev::MemDevice;
+
+    #[test]
+    fn a_write_after_a_revoke_cancels_it() {
+        let cache = BufferCache::new(Arc::new(MemDevice::new(vec![0; 64 * 1024])), 1024, 1 << 20);
+        let t = Transaction::new(1, 1);
+        let add = |blk: u64| t.insert(t.shards[Transaction::shard(blk)].lock(), &cache.get(blk).unwrap());
+        assert!(add(5) && !add(5), "a buffer joins once");
+        // Revoking a block in the transaction takes its buffer out.
+        assert_eq!(t.revoke(5).map(|b| b.blk), Some(5));
+        for blk in [40, 9, 33, 9] {
+            assert!(t.revoke(blk).is_none());
+        }
+        assert!(!t.is_empty());
+        // Written again: no longer revoked, and back among the buffers.
+        assert!(add(9) && add(5));
+        assert_eq!(t.take_revoked(), vec![33, 40]);
+        assert_eq!(t.take_buffers().iter().map(|b| b.blk).collect::<Vec<_>>(), vec![5, 9]);
+        assert!(t.take_revoked().is_empty());
     }
 }
