@@ -187,15 +187,15 @@ impl FsInner {
         }
     }
 
-    /// One pass over a leaf's entries: `name`'s inode if present, else a slot for an entry of
-    /// `need` bytes, if any. A leaf whose checksum tail is missing is searched as a whole
-    /// (as [`FsInner::search_leaf`] does) and offers no slot.
+    /// One pass over a leaf's entries: `name`'s inode if present, else the slot for an entry
+    /// of `need` bytes (`Some(None)`: the leaf is full). A leaf whose checksum tail is missing
+    /// is searched as a whole (as [`FsInner::search_leaf`] does) and says nothing of room.
     fn scan_leaf(
         &self,
         buf: &Buffer,
         name: &[u8],
         need: usize,
-    ) -> (Option<InodeNo>, Option<crate::dir_write::Slot>) {
+    ) -> (Option<InodeNo>, Option<Option<crate::dir_write::Slot>>) {
         let data = buf.data();
         let area = &data[..self.entry_area()];
         if self.leaf_entries(&data).len() != area.len() {
@@ -210,7 +210,7 @@ impl FsInner {
                 slot = crate::dir_write::entry_slot(&e, need);
             }
         }
-        (None, slot)
+        (None, Some(slot))
     }
 
     /// An htree lookup: `Ok((None, _))` if the name is certainly absent. With `need`, also
@@ -239,6 +239,7 @@ impl FsInner {
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;
         let mut room = None;
+        let mut first = true;
         loop {
             let leaf =
                 frames.last().and_then(|f| f.with_entries(|e| e.get(f.at).1)).ok_or(DxFail::Fallback)?;
@@ -246,10 +247,10 @@ impl FsInner {
                 return Err(DxFail::Fallback);
             };
             // Room is sought in the first leaf only: the one an insertion probes to.
-            let found = match need.filter(|_| room.is_none()) {
+            let found = match need.filter(|_| first) {
                 Some(need) => {
                     let (found, slot) = self.scan_leaf(&buf, name, need);
-                    room = Some(Room { lblk: leaf, slot });
+                    room = slot.map(|slot| Room { lblk: leaf, slot });
                     found
                 }
                 None => self.search_leaf(&buf, name, false),
@@ -257,6 +258,7 @@ impl FsInner {
             if found.is_some() {
                 return Ok((found, None));
             }
+            first = false;
             if !self.dx_next_block(dir, &mut frames, hash)? {
                 return Ok((None, room));
             }
