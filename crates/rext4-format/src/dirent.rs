@@ -102,7 +102,7 @@ pub enum DirentError {
 }
 
 impl RawEntry<'_> {
-    /// Whether this is a live entry named `name`. The last bytes are compared first: names in
+    /// Whether this is a live entry named `name`. The last byte is compared first: names in
     /// one leaf often share a prefix and a length (`file.1041`, `file.1042`), so most
     /// mismatches are settled without a full comparison.
     #[inline]

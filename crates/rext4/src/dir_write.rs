@@ -19,7 +19,6 @@ use rext4_format::inode::EXTENTS_FL;
 use rext4_format::InodeNo;
 use zerocopy::IntoBytes;
 
-/// Writes one entry at `off` of `block`.
 /// Where a new entry goes in a leaf: `(offset, rec_len, bytes in use, inode)` of the entry
 /// whose slack (or, if unused, whole length) takes it.
 pub(crate) type Slot = (usize, usize, usize, u32);
@@ -30,6 +29,7 @@ pub(crate) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
     (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
 }
 
+/// Writes one entry at `off` of `block`.
 pub(crate) fn put_entry(
     block: &mut [u8],
     off: usize,
@@ -74,9 +74,9 @@ impl FsInner {
     /// Finds the first leaf block of `dir` in which `probe` finds something, lets `apply`
     /// change that block, and seals it with its checksum. The caller holds `dir`'s `op_lock`,
     /// which every change to a directory's entries takes (rename takes the moved directory's
-    /// too), so what `probe` found still holds when `apply` runs. `None` if no block matched. In an indexed
-    /// directory only the leaves the index gives for `name` are searched (all leaves if the
-    /// index is unusable, as the kernel falls back). `probe` and `apply` see a block's entry
+    /// too), so what `probe` found still holds when `apply` runs. `None` if no block matched.
+    /// In an indexed directory only the leaves the index gives for `name` are searched (all
+    /// leaves if the index is unusable, as the kernel falls back). `probe` and `apply` see a block's entry
     /// area, or one of an inline directory's two areas (inline_write.rs).
     fn edit_leaf<T, R>(
         &self,

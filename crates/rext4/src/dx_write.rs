@@ -373,17 +373,13 @@ impl FsInner {
             // The caller's scan of this leaf, if it scanned it (only for the first probe: a
             // split moves names), else a scan here.
             let slot = match room.take() {
-                Some(r)
-                    if r.lblk == path.leaf
-                        && r.slot.is_none_or(|s| self.slot_holds(&leaf.data()[..area], s)) =>
-                {
-                    r.slot
-                }
+                Some(r) if r.lblk == path.leaf => r.slot,
                 _ => self.leaf_slot(&leaf.data(), need),
             };
             if let Some(slot) = slot {
                 let mut b = h.write(&leaf)?;
-                // The directory's op_lock keeps its leaves as scanned; the check is cheap.
+                // The directory's op_lock keeps its leaves as scanned; an O(1) check of the
+                // slot guards that, and a scan replaces it should it fail.
                 let slot =
                     if self.slot_holds(&b[..area], slot) { Some(slot) } else { self.leaf_slot(&b, need) };
                 if let Some(slot) = slot {
