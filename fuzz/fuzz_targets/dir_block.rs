@@ -1,5 +1,5 @@
-//! Directory leaf blocks (and inline-data areas): entry iteration, the leaf tail and its
-//! checksum, rec_len encodings.
+//! Directory leaf blocks (and inline-data areas): entry iteration, the probe for a name and
+//! room, the leaf tail and its checksum, rec_len encodings.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,6 +19,17 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(_) => break,
         }
+    }
+    // The probe walks as the iterator does: it finds the first live entry's name, and any
+    // room it reports lies inside the block.
+    let first = DirBlockIter::new(block, bs).map_while(|e| e.ok()).find(|e| e.inode != 0);
+    let name = first.map_or(&b"x"[..], |e| e.name);
+    let (hit, room) = fd::probe(block, bs, name, Some(usize::from(sel >> 2) * 4));
+    if first.is_some() {
+        assert!(hit.is_some());
+    }
+    if let Some((off, len, used, _)) = room {
+        assert!(off + len <= block.len() && used <= len);
     }
     let _ = fd::tail(block);
     let _ = fd::leaf_checksum(block, 42);

@@ -175,6 +175,86 @@ impl<'a> Iterator for DirBlockIter<'a> {
     }
 }
 
+/// The live entry named by a [`probe`]: its offset, `rec_len` and inode, and the offset of
+/// the entry before it (`None` for the first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub prev: Option<usize>,
+    pub offset: usize,
+    pub rec_len: usize,
+    pub inode: u32,
+}
+
+/// Room a [`probe`] found: `(offset, rec_len, bytes in use, inode)` of the first entry whose
+/// slack (or, unused, whole length) holds the bytes asked for.
+pub type Room = (usize, usize, usize, u32);
+
+/// One pass over the entries of `area`, as [`DirBlockIter`] walks them (stopping silently at
+/// the first invalid one): the live entry named `name`, and with `need` the first entry with
+/// room for that many more bytes, looked for until the name is found. The answers of a walk
+/// with the iterator, in fewer instructions per entry: one 8-byte load for the header, the
+/// validity checks folded, nothing built for entries that do not match. A create scans a
+/// whole leaf this way (the name is absent), a remove half of one.
+#[inline]
+pub fn probe(area: &[u8], block_size: u32, name: &[u8], need: Option<usize>) -> (Option<Hit>, Option<Room>) {
+    // Two copies of the loop, so that the 64 KiB `rec_len` encoding costs no branch per entry.
+    if block_size < 65536 {
+        probe_in::<false>(area, block_size, name, need)
+    } else {
+        probe_in::<true>(area, block_size, name, need)
+    }
+}
+
+#[inline(always)]
+fn probe_in<const BIG: bool>(
+    area: &[u8],
+    block_size: u32,
+    name: &[u8],
+    need: Option<usize>,
+) -> (Option<Hit>, Option<Room>) {
+    const NONE: usize = usize::MAX;
+    let header = |pos: usize| {
+        let mut w = [0u8; HEADER_SIZE];
+        w.copy_from_slice(&area[pos..pos + HEADER_SIZE]);
+        let w = u64::from_le_bytes(w);
+        let raw = (w >> 32) as u16;
+        let rec_len = if BIG { rec_len_from_disk(raw, block_size) } else { u32::from(raw) };
+        (w as u32, rec_len as usize, usize::from((w >> 48) as u8))
+    };
+    // Offsets, NONE for none: fewer live values in the loop than `Option`s of tuples.
+    let (mut pos, mut prev, mut room) = (0, NONE, NONE);
+    let mut want_room = need.is_some();
+    let need = need.unwrap_or(0);
+    while pos + HEADER_SIZE <= area.len() {
+        let (inode, rec_len, name_len) = header(pos);
+        // The iterator's four checks: room for a one-byte name, aligned, holds its name,
+        // inside the area.
+        if rec_len % 4 != 0 || rec_len < rec_len_for(name_len.max(1)) || rec_len > area.len() - pos {
+            break;
+        }
+        if name_len == name.len() && inode != 0 {
+            let n = &area[pos + HEADER_SIZE..pos + HEADER_SIZE + name_len];
+            if n.last() == name.last() && n == name {
+                let prev = (prev != NONE).then_some(prev);
+                let room = (room != NONE).then(|| slot_at(header(room), room));
+                return (Some(Hit { prev, offset: pos, rec_len, inode }), room);
+            }
+        }
+        if want_room && rec_len >= if inode == 0 { 0 } else { rec_len_for(name_len) } + need {
+            room = pos;
+            want_room = false;
+        }
+        prev = pos;
+        pos += rec_len;
+    }
+    (None, (room != NONE).then(|| slot_at(header(room), room)))
+}
+
+/// The [`Room`] of the entry at `pos` with header `(inode, rec_len, name_len)`.
+fn slot_at((inode, rec_len, name_len): (u32, usize, usize), pos: usize) -> Room {
+    (pos, rec_len, if inode == 0 { 0 } else { rec_len_for(name_len) }, inode)
+}
+
 /// The tail of a leaf block, if the block ends with a well-formed one.
 pub fn tail(block: &[u8]) -> Option<DirTail> {
     let off = block.len().checked_sub(TAIL_SIZE)?;
@@ -251,6 +331,89 @@ mod tests {
         assert_eq!(DirBlockIter::new(&b, 1024).nth(2).unwrap().unwrap_err(), DirentError::NameTooLong);
         put(&mut b, 24, 11, 0, b"");
         assert_eq!(DirBlockIter::new(&b, 1024).nth(2).unwrap().unwrap_err(), DirentError::RecLenTooSmall);
+    }
+
+    /// `probe` by way of the iterator: the definition it must match.
+    fn probe_by_iter(area: &[u8], bs: u32, name: &[u8], need: Option<usize>) -> (Option<Hit>, Option<Room>) {
+        let mut prev = None;
+        let mut room = None;
+        for e in DirBlockIter::new(area, bs).map_while(|e| e.ok()) {
+            if e.is_named(name) {
+                let hit = Hit { prev, offset: e.offset, rec_len: e.rec_len as usize, inode: e.inode };
+                return (Some(hit), room);
+            }
+            if let (Some(need), None) = (need, room) {
+                let used = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+                room = (e.rec_len as usize >= used + need).then_some((
+                    e.offset,
+                    e.rec_len as usize,
+                    used,
+                    e.inode,
+                ));
+            }
+            prev = Some(e.offset);
+        }
+        (None, room)
+    }
+
+    #[test]
+    fn probe_answers_as_the_iterator_does() {
+        // Blocks of random entries, some corrupted at random; names looked up that are
+        // present, absent, or share a length and last byte with one present.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut hits = 0;
+        for round in 0..3000 {
+            let bs = [1024u32, 4096, 65536][round % 3];
+            let len = if round % 7 == 0 { bs as usize - TAIL_SIZE } else { bs as usize };
+            let mut b = vec![0u8; len];
+            let mut names = Vec::new();
+            let mut off = 0;
+            while off + 12 <= len {
+                if rnd(60) == 0 {
+                    // Too short for any entry (the smallest holds a one-byte name).
+                    put(&mut b, off, 5, 8, b"");
+                    off += 8;
+                    continue;
+                }
+                let nlen = 1 + rnd(24) as usize;
+                let name: Vec<u8> = (0..nlen).map(|_| b'a' + rnd(3) as u8).collect();
+                let min = rec_len_for(nlen);
+                if off + min > len {
+                    break;
+                }
+                let last = off + min + 64 > len || rnd(40) == 0;
+                let rec = if last { len - off } else { min + 4 * rnd(4) as usize };
+                let ino = if rnd(6) == 0 { 0 } else { 1 + rnd(1000) as u32 };
+                put(&mut b, off, ino, rec_len_to_disk(rec as u32, bs), &name);
+                names.push(name);
+                off += rec;
+                if last {
+                    break;
+                }
+            }
+            for _ in 0..rnd(3) {
+                let i = rnd(len as u64) as usize;
+                b[i] = rnd(256) as u8;
+            }
+            for _ in 0..8 {
+                let name = match rnd(3) {
+                    0 if !names.is_empty() => names[rnd(names.len() as u64) as usize].clone(),
+                    1 => (0..1 + rnd(24)).map(|_| b'a' + rnd(3) as u8).collect(),
+                    _ => b"zz".to_vec(),
+                };
+                let need = [None, Some(12), Some(rec_len_for(name.len())), Some(300)][rnd(4) as usize];
+                let got = probe(&b, bs, &name, need);
+                assert_eq!(got, probe_by_iter(&b, bs, &name, need), "round {round}");
+                hits += usize::from(got.0.is_some());
+            }
+        }
+        assert!(hits > 3000, "{hits} names found: too few to have tested the hits");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use zerocopy::IntoBytes;
 
 /// Where a new entry goes in a leaf: `(offset, rec_len, bytes in use, inode)` of the entry
 /// whose slack (or, if unused, whole length) takes it.
-pub(crate) type Slot = (usize, usize, usize, u32);
+pub(crate) type Slot = fd::Room;
 
 /// The slot entry `e` offers an entry of `need` bytes, if it has room.
 pub(crate) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
@@ -258,14 +258,8 @@ impl FsInner {
         let _t = self.stats.time(crate::stats::Op::DeleteEntry);
         let bs = self.sbi.block_size;
         let find = |area: &[u8]| {
-            let mut prev: Option<usize> = None;
-            for e in self.area_iter(area) {
-                if e.is_named(name) {
-                    return Some((prev, e.offset, e.rec_len as usize, e.inode));
-                }
-                prev = Some(e.offset);
-            }
-            None
+            let hit = fd::probe(area, bs, name, None).0?;
+            Some((hit.prev, hit.offset, hit.rec_len, hit.inode))
         };
         let remove = |block: &mut [u8], (prev, off, rec_len, ino): (Option<usize>, usize, usize, u32)| {
             match prev {
@@ -300,7 +294,8 @@ impl FsInner {
             return self.inline_set_parent(h, dir, ino);
         }
         let ft = if self.sbi.filetype { ft } else { 0 };
-        let find = |area: &[u8]| self.area_iter(area).find(|e| e.is_named(name)).map(|e| (e.offset, e.inode));
+        let bs = self.sbi.block_size;
+        let find = |area: &[u8]| fd::probe(area, bs, name, None).0.map(|hit| (hit.offset, hit.inode));
         let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
             block[off + 7] = ft;

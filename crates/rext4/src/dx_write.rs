@@ -82,6 +82,9 @@ pub(crate) enum DxKey<'a> {
     Name(&'a [u8]),
     /// A major hash (readdir positions).
     Hash(u32),
+    /// A name with its hash under an algorithm, hashed again only if the directory's
+    /// algorithm is another.
+    Hashed(&'a [u8], HashAlgo, DxHash),
 }
 
 /// One index block on the path from the root to a leaf.
@@ -230,6 +233,8 @@ impl FsInner {
         let hash = match key {
             DxKey::Name(n) => dx_hash(n, algo, self.sbi.hash_seed),
             DxKey::Hash(h) => DxHash { major: h, minor: 0 },
+            DxKey::Hashed(_, a, h) if a == algo => h,
+            DxKey::Hashed(n, _, _) => dx_hash(n, algo, self.sbi.hash_seed),
         };
         let mut path = DxPath { levels: vec![level], algo, hash, leaf: 0, lo: 0 };
         loop {
@@ -368,7 +373,11 @@ impl FsInner {
         let area = self.entry_area();
         // At most a new level and a split of each node level come before the leaf split.
         for _ in 0..=2 * self.dx_max_levels() {
-            let path = self.dx_probe(dir, DxKey::Name(name))?.map_err(|w| self.dx_corrupt(dir, None, w))?;
+            let key = match room {
+                Some(r) => DxKey::Hashed(name, r.hash.0, r.hash.1),
+                None => DxKey::Name(name),
+            };
+            let path = self.dx_probe(dir, key)?.map_err(|w| self.dx_corrupt(dir, None, w))?;
             let leaf = self.dx_leaf_buf(dir, path.leaf)?;
             // The caller's scan of this leaf, if it scanned it (only for the first probe: a
             // split moves names), else a scan here.

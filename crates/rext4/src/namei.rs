@@ -37,6 +37,9 @@ pub(crate) struct Room {
     pub lblk: u32,
     /// A slot there ([`FsInner::area_slot`]); `None`: the leaf is full.
     pub slot: Option<crate::dir_write::Slot>,
+    /// The name's hash, and the algorithm it was computed with, so that the insert's own
+    /// descent of the index does not hash the name again.
+    pub hash: (HashAlgo, rext4_format::hash::DxHash),
 }
 
 /// One level of an htree descent.
@@ -153,10 +156,8 @@ impl FsInner {
     fn search_leaf(&self, buf: &Buffer, name: &[u8], whole: bool) -> Option<InodeNo> {
         let data = buf.data();
         let area = if whole { &data[..] } else { self.leaf_entries(&data) };
-        DirBlockIter::new(area, self.sbi.block_size)
-            .map_while(|e| e.ok())
-            .find(|e| e.is_named(name))
-            .map(|e| InodeNo(e.inode))
+        let (hit, _) = rext4_format::dirent::probe(area, self.sbi.block_size, name, None);
+        hit.map(|h| InodeNo(h.inode))
     }
 
     /// `Ok(None)` if `name` is not in `dir` (whose `op_lock` the caller holds), with room for
@@ -201,16 +202,10 @@ impl FsInner {
         if self.leaf_entries(&data).len() != area.len() {
             return (self.search_leaf(buf, name, false), None);
         }
-        let mut slot = None;
-        for e in self.area_iter(area) {
-            if e.is_named(name) {
-                return (Some(InodeNo(e.inode)), None);
-            }
-            if slot.is_none() {
-                slot = crate::dir_write::entry_slot(&e, need);
-            }
+        match rext4_format::dirent::probe(area, self.sbi.block_size, name, Some(need)) {
+            (Some(hit), _) => (Some(InodeNo(hit.inode)), None),
+            (None, room) => (None, Some(room)),
         }
-        (None, Some(slot))
     }
 
     /// An htree lookup: `Ok((None, _))` if the name is certainly absent. With `need`, also
@@ -235,7 +230,8 @@ impl FsInner {
                 HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
             (algo, r.info.indirect_levels)
         };
-        let hash = dx_hash(name, algo, self.sbi.hash_seed).major;
+        let full = dx_hash(name, algo, self.sbi.hash_seed);
+        let hash = full.major;
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;
         let mut room = None;
@@ -250,7 +246,7 @@ impl FsInner {
             let found = match need.filter(|_| first) {
                 Some(need) => {
                     let (found, slot) = self.scan_leaf(&buf, name, need);
-                    room = slot.map(|slot| Room { lblk: leaf, slot });
+                    room = slot.map(|slot| Room { lblk: leaf, slot, hash: (algo, full) });
                     found
                 }
                 None => self.search_leaf(&buf, name, false),
