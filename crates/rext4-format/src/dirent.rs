@@ -236,23 +236,32 @@ fn probe_in<const BIG: bool>(
             let n = &area[pos + HEADER_SIZE..pos + HEADER_SIZE + name_len];
             if n.last() == name.last() && n == name {
                 let prev = (prev != NONE).then_some(prev);
-                let room = (room != NONE).then(|| slot_at(header(room), room));
+                let room = (room != NONE).then(|| room_of(header(room), room));
                 return (Some(Hit { prev, offset: pos, rec_len, inode }), room);
             }
         }
-        if want_room && rec_len >= if inode == 0 { 0 } else { rec_len_for(name_len) } + need {
+        if want_room && rec_len >= in_use(inode, name_len) + need {
             room = pos;
             want_room = false;
         }
         prev = pos;
         pos += rec_len;
     }
-    (None, (room != NONE).then(|| slot_at(header(room), room)))
+    (None, (room != NONE).then(|| room_of(header(room), room)))
 }
 
-/// The [`Room`] of the entry at `pos` with header `(inode, rec_len, name_len)`.
-fn slot_at((inode, rec_len, name_len): (u32, usize, usize), pos: usize) -> Room {
-    (pos, rec_len, if inode == 0 { 0 } else { rec_len_for(name_len) }, inode)
+/// Bytes of its `rec_len` an entry uses: none if unused (inode 0), else its header and name.
+pub fn in_use(inode: u32, name_len: usize) -> usize {
+    if inode == 0 {
+        0
+    } else {
+        rec_len_for(name_len)
+    }
+}
+
+/// The [`Room`] the entry at `pos` with header `(inode, rec_len, name_len)` describes.
+pub fn room_of((inode, rec_len, name_len): (u32, usize, usize), pos: usize) -> Room {
+    (pos, rec_len, in_use(inode, name_len), inode)
 }
 
 /// The tail of a leaf block, if the block ends with a well-formed one.

@@ -25,8 +25,8 @@ pub(crate) type Slot = fd::Room;
 
 /// The slot entry `e` offers an entry of `need` bytes, if it has room.
 pub(crate) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
-    let used = if e.inode == 0 { 0 } else { fd::rec_len_for(e.name.len()) };
-    (e.rec_len as usize >= used + need).then_some((e.offset, e.rec_len as usize, used, e.inode))
+    let room = fd::room_of((e.inode, e.rec_len as usize, e.name.len()), e.offset);
+    (room.1 >= room.2 + need).then_some(room)
 }
 
 /// Writes one entry at `off` of `block`.
@@ -149,7 +149,7 @@ impl FsInner {
         inode == cur
             && len == rec_len
             && off + len <= area.len()
-            && (cur == 0 || fd::rec_len_for(usize::from(h[6])) == used)
+            && fd::in_use(cur, usize::from(h[6])) == used
     }
 
     /// Writes `name` -> `ino` into the slot `leaf_slot` found.

@@ -35,7 +35,7 @@ impl From<Error> for DxFail {
 pub(crate) struct Room {
     /// The leaf the index chose for the name.
     pub lblk: u32,
-    /// A slot there ([`FsInner::area_slot`]); `None`: the leaf is full.
+    /// A slot there (`dirent::probe`'s room); `None`: the leaf is full.
     pub slot: Option<crate::dir_write::Slot>,
     /// The name's hash, and the algorithm it was computed with, so that the insert's own
     /// descent of the index does not hash the name again.
