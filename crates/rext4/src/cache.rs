@@ -21,7 +21,9 @@
 //! least one of them sees the other (store buffering). An evictor that sees a reader's clone
 //! revives the entry; a reader that sees the mark drops its clone and looks again under the
 //! shard mutex, where no dead entry is ever found. [`ShardedCache::read`] clones nothing and
-//! may run on an entry being evicted: it is for entries whose eviction loses nothing.
+//! may run on an entry being evicted: it is for entries whose eviction loses nothing. A weak
+//! link to an entry (a cached name's to its inode) is followed the same way ([`follow`]): it
+//! upgrades, then checks the mark; an evicted entry stays marked dead until it is freed.
 //!
 //! # Bounds
 //! Each shard holds about `capacity / SHARDS` entries. Eviction is CLOCK (second chance): an
@@ -37,7 +39,7 @@ use crate::sync::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Hashes a `u64` key with one multiply-xorshift round (splitmix64's finalizer). Keys are
 /// block and inode numbers, or names already hashed (dcache.rs): none needs SipHash, which
@@ -268,6 +270,16 @@ impl<V: Cached> ShardedCache<V> {
         }
     }
 
+    /// Puts `new` under `key` if the map still holds `old` there (under the key's shard lock,
+    /// so a remover that takes `old` out first wins).
+    pub fn replace(&self, key: u64, old: &Arc<V>, new: Arc<V>) {
+        let mut s = self.shard(key).lock();
+        let same = self.map.get(&key, &self.map.guard()).is_some_and(|v| Arc::ptr_eq(v, old));
+        if same {
+            self.put(&mut s, key, new);
+        }
+    }
+
     /// Drops the entry under `key`, if any.
     pub fn remove(&self, key: u64) {
         let mut s = self.shard(key).lock();
@@ -360,6 +372,19 @@ impl<V: Cached> ShardedCache<V> {
     pub fn parked(&self) -> usize {
         self.shards.iter().map(|s| s.lock().parked.len()).sum()
     }
+}
+
+/// The entry behind weak link `w`, if the cache still holds it: the lock-free reader's side of
+/// the eviction protocol (module comment), with an upgrade in place of the map's clone. `None`
+/// once the entry is evicted or evicting: look it up by key instead.
+pub(crate) fn follow<V: Cached>(w: &Weak<V>) -> Option<Arc<V>> {
+    let v = w.upgrade()?;
+    fence(Ordering::SeqCst);
+    if v.mark().dead.load(Ordering::Relaxed) {
+        return None;
+    }
+    v.mark().touch();
+    Some(v)
 }
 
 /// What a lock-free lookup found.

@@ -223,17 +223,16 @@ impl Fs {
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Lookup);
         let d = self.inner.iget_dir(dir)?;
-        let ino = self.inner.lookup(&d, name)?;
-        match self.getattr(ino) {
+        let inode = match self.inner.lookup(&d, name) {
             // The name may have been removed (and its inode freed) since it was found: look
             // again with removals held off; only an entry still naming a free inode is corrupt.
             Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
                 let _l = self.inner.stats.lock(crate::stats::LockClass::OpLock, &d.op_lock);
-                let ino = self.inner.lookup(&d, name)?;
-                self.getattr(ino)
+                self.inner.lookup(&d, name)?
             }
-            r => r,
-        }
+            r => r?,
+        };
+        self.inner.attr_of(&inode)
     }
 
     /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),

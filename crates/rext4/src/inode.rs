@@ -232,14 +232,21 @@ impl FsInner {
     /// an orphan someone still holds (see orphan.rs).
     pub(crate) fn iget_live(&self, ino: InodeNo) -> Result<Arc<Inode>> {
         let inode = self.iget(ino)?;
+        self.check_live(&inode)?;
+        Ok(inode)
+    }
+
+    /// Whether `inode` is in use (see `iget_live`).
+    pub(crate) fn check_live(&self, inode: &Inode) -> Result<()> {
         let (links, kind) = inode.with_disk(|d| (d.links_count(), FileType::from_mode(d.mode())));
+        let ino = inode.ino;
         if links == 0 && !inode.is_held_orphan() {
             return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
         }
         if kind.is_none() {
             return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });
         }
-        Ok(inode)
+        Ok(())
     }
 
     /// `st_blocks`: the on-disk count, plus, for regular files with inline data, the sectors

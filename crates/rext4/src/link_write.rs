@@ -47,7 +47,7 @@ impl FsInner {
         let ft = crate::dir::dirent_type(target.disk().mode());
         let h = journal.start(CREDITS)?;
         self.add_entry_in(&h, &dir, name, ino, ft, room)?;
-        self.dcache.insert(dir.ino, name, ino);
+        self.dcache.insert(dir.ino, name, &target);
         let t = now();
         let mut traw = target.raw_mut();
         let links = raw_links(&traw);
@@ -98,7 +98,7 @@ impl FsInner {
             self.abandon_new_inode(&h, &child, false)?;
             return Err(e);
         }
-        self.dcache.insert(dir.ino, name, child.ino);
+        self.dcache.insert(dir.ino, name, &child);
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);
         let mut draw = dir.raw_mut();

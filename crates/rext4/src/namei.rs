@@ -3,6 +3,7 @@
 //! structurally unusable.
 
 use crate::buffer::Buffer;
+use crate::dcache::Hit;
 use crate::dir::DirBlockKind;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
@@ -59,8 +60,8 @@ impl Frame {
 }
 
 impl FsInner {
-    /// Finds `name` in directory `dir`.
-    pub(crate) fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+    /// Finds `name` in directory `dir`: its inode, which must be in use (as `iget_live`).
+    pub(crate) fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Arc<Inode>> {
         if !dir.is_dir() {
             return Err(Error::NotDir);
         }
@@ -79,10 +80,19 @@ impl FsInner {
         // `.` and `..` are not cached: a removed directory's number may come back as another
         // directory with another parent.
         if name == b"." || name == b".." {
-            return self.lookup_uncached(dir, name);
+            return self.iget_live(self.lookup_uncached(dir, name)?);
         }
-        if let Some(ino) = self.dcache.get(dir.ino, name) {
-            return Ok(ino);
+        match self.dcache.get(dir.ino, name) {
+            Some(Hit::Linked(inode)) => {
+                self.check_live(&inode)?;
+                return Ok(inode);
+            }
+            Some(Hit::Unlinked(ino)) => {
+                let inode = self.iget_live(ino)?;
+                self.dcache.relink(dir.ino, name, &inode);
+                return Ok(inode);
+            }
+            None => {}
         }
         let gen = dir.names_gen.load(std::sync::atomic::Ordering::Acquire);
         let found = self.lookup_uncached(dir, name)?;
@@ -92,8 +102,9 @@ impl FsInner {
             let what = "entry names its own directory";
             return corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what });
         }
-        self.dcache.insert_found(dir, gen, name, found);
-        Ok(found)
+        let inode = self.iget_live(found)?;
+        self.dcache.insert_found(dir, gen, name, &inode);
+        Ok(inode)
     }
 
     fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
@@ -170,7 +181,7 @@ impl FsInner {
             || self.has_inline_data(dir)
             || !self.is_dx(dir);
         if !plain {
-            if self.dcache.get(dir.ino, name).is_some() {
+            if self.dcache.contains(dir.ino, name) {
                 return Err(Error::Exists);
             }
             let need = rext4_format::dirent::rec_len_for(name.len());

@@ -157,7 +157,7 @@ impl FsInner {
             self.abandon_new_inode(&h, &child, is_dir)?;
             return Err(e);
         }
-        self.dcache.insert(dir.ino, name, child.ino);
+        self.dcache.insert(dir.ino, name, &child);
         let mut draw = dir.raw_mut();
         if is_dir {
             let links = raw_links(&draw);
@@ -201,8 +201,8 @@ impl FsInner {
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
-        let ino = self.lookup(&dir, name)?;
-        let child = self.iget_live(ino)?;
+        let child = self.lookup(&dir, name)?;
+        let ino = child.ino;
         let _cl = self.stats.lock(crate::stats::LockClass::OpLock, &child.op_lock);
         crate::ioctl::check_removable(&dir, &child)?;
         let is_dir = child.is_dir();

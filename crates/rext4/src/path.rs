@@ -20,22 +20,21 @@ impl Fs {
         let bytes = path.as_ref().as_os_str().as_bytes();
         let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
         let mut queue: VecDeque<Vec<u8>> = components(bytes);
-        let mut cur = self.root();
+        let root = self.inner.iget_live(self.root())?;
+        let mut cur = root.clone();
         let mut links = 0u32;
         while let Some(c) = queue.pop_front() {
             if c == b"." {
                 continue;
             }
-            let dir = self.inner.iget_live(cur)?;
-            if !dir.is_dir() {
+            if !cur.is_dir() {
                 return Err(Error::NotDir);
             }
             if c.len() > 255 {
                 return Err(Error::NameTooLong);
             }
-            let child = self.inner.lookup(&dir, &c)?;
+            let inode = self.inner.lookup(&cur, &c)?;
             let last = queue.is_empty();
-            let inode = self.inner.iget_live(child)?;
             if inode.file_type() == Some(FileType::Symlink) && (!last || follow || must_be_dir) {
                 links += 1;
                 if links > MAX_SYMLINKS {
@@ -43,19 +42,19 @@ impl Fs {
                 }
                 let target = self.inner.readlink(&inode)?;
                 if target.starts_with(b"/") {
-                    cur = self.root();
+                    cur = root.clone();
                 }
                 for t in components(&target).into_iter().rev() {
                     queue.push_front(t);
                 }
                 continue;
             }
-            cur = child;
+            cur = inode;
         }
-        if must_be_dir && !self.inner.iget_live(cur)?.is_dir() {
+        if must_be_dir && !cur.is_dir() {
             return Err(Error::NotDir);
         }
-        Ok(cur)
+        Ok(cur.ino)
     }
 
     /// Attributes of the file at `path`, following symbolic links (`stat(2)`).

@@ -38,7 +38,7 @@ impl FsInner {
                 return Ok(false);
             }
             let inode = self.iget_live(cur)?;
-            cur = self.lookup(&inode, b"..")?;
+            cur = self.lookup(&inode, b"..")?.ino;
         }
         Err(Error::Loop)
     }
@@ -66,13 +66,14 @@ impl FsInner {
         let (journal, odir) = self.name_op_target(op, on)?;
         let (_, ndir) = self.name_op_target(np, nn)?;
         let _cross = (op != np).then(|| self.stats.lock(crate::stats::LockClass::Rename, &self.rename_lock));
-        let src_ino = self.lookup(&odir, on)?;
-        let src = self.iget_live(src_ino)?;
-        let dst_ino = match self.lookup(&ndir, nn) {
+        let src = self.lookup(&odir, on)?;
+        let src_ino = src.ino;
+        let dst = match self.lookup(&ndir, nn) {
             Ok(i) => Some(i),
             Err(Error::NotFound) => None,
             Err(e) => return Err(e),
         };
+        let dst_ino = dst.as_ref().map(|d| d.ino);
         // The kernel's order of checks (`do_renameat2`): the flags, then the source moving
         // below itself, then the target being an ancestor of the source.
         if flags & RENAME_NOREPLACE != 0 && dst_ino.is_some() {
@@ -84,7 +85,6 @@ impl FsInner {
         if src.is_dir() && op != np && self.is_within(np, src_ino)? {
             return Err(Error::InvalidInput("directory moved into itself"));
         }
-        let dst = dst_ino.map(|i| self.iget_live(i)).transpose()?;
         if let Some(d) = &dst {
             if d.is_dir() && op != np && d.ino != src_ino && self.is_within(op, d.ino)? {
                 return Err(if flags & RENAME_EXCHANGE != 0 {
@@ -109,7 +109,7 @@ impl FsInner {
             .map(|i| self.stats.lock(crate::stats::LockClass::OpLock, &i.op_lock))
             .collect();
         // Look again under the locks: the names may have changed meanwhile.
-        if self.lookup(&odir, on)? != src_ino || self.lookup(&ndir, nn).ok() != dst_ino {
+        if self.lookup(&odir, on)?.ino != src_ino || self.lookup(&ndir, nn).ok().map(|d| d.ino) != dst_ino {
             return Err(Error::Busy);
         }
         if dst_ino == Some(src_ino) {
