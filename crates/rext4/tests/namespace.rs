@@ -193,6 +193,30 @@ fn new_inodes_survive_cache_eviction() {
     fsck_clean(&img);
 }
 
+/// A cached name whose inode was evicted and loaded again gives the new copy, with changes
+/// made through it, never the evicted one (whose memory may outlive the eviction a while).
+#[test]
+fn cached_names_follow_reloaded_inodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "relink", &[]);
+    let fs = Fs::open_with(&img, Options { writable: true, inode_cache: 16, ..Options::default() }).unwrap();
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let files: Vec<_> =
+        (0..200).map(|i| fs.create(d, format!("f{i}").as_bytes(), 0o644, 7, 7).unwrap().ino).collect();
+    for round in 0..3u16 {
+        fs.drop_caches();
+        for (i, &ino) in files.iter().enumerate() {
+            let mode = 0o600 | round << 3 | (i as u16 & 7);
+            fs.setattr(ino, &rext4::SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
+            let a = fs.lookup(d, format!("f{i}").as_bytes()).unwrap();
+            assert_eq!((a.ino, a.mode & 0o7777), (ino, mode), "f{i}, round {round}");
+        }
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
+
 /// Lookups racing with unlink and re-create of the same name never see a removed inode (the
 /// name cache must not keep what a removal took away).
 #[test]
