@@ -1,6 +1,7 @@
 //! A bounded map from `u64` keys to shared entries, read without locks, so that threads
 //! working on different keys never write a shared cache line. The buffer cache, the inode
-//! cache and the name cache are each one.
+//! cache and the name cache are each one; the first two hand out `Arc`s of their entries, the
+//! name cache keeps its entries in the map itself and is only read in place ([`Slot`]).
 //!
 //! # Locking
 //! The entries sit in one concurrent map (`papaya`) whose readers take no lock: a lookup reads
@@ -146,16 +147,45 @@ struct Shard {
     len: usize,
 }
 
-type Map<V> = papaya::HashMap<u64, Arc<V>, BuildHasherDefault<KeyHasher>>;
-
-pub(crate) struct ShardedCache<V> {
-    per_shard: usize,
-    /// Every entry. [read without locks; changed under the key's shard mutex]
-    map: Map<V>,
-    shards: Box<[Mutex<Shard>]>,
+/// How a cache keeps its entries: shared (`Arc`), so that callers may hold them, or in the
+/// map's own allocation ([`InPlace`]), read only through [`ShardedCache::read`]: one pointer
+/// fewer to follow on a lookup, for entries nobody needs to hold (cached names).
+pub(crate) trait Slot: std::ops::Deref + Send + Sync {
+    /// Whether someone besides the map holds the entry (it must not be evicted).
+    fn held(&self) -> bool;
 }
 
-impl<V: Cached> ShardedCache<V> {
+impl<V: Send + Sync> Slot for Arc<V> {
+    fn held(&self) -> bool {
+        Arc::strong_count(self) > 1
+    }
+}
+
+/// An entry kept in the map itself.
+pub(crate) struct InPlace<V>(pub V);
+
+impl<V> std::ops::Deref for InPlace<V> {
+    type Target = V;
+    fn deref(&self) -> &V {
+        &self.0
+    }
+}
+
+impl<V: Send + Sync> Slot for InPlace<V> {
+    fn held(&self) -> bool {
+        false
+    }
+}
+
+pub(crate) struct ShardedCache<V, S = Arc<V>> {
+    per_shard: usize,
+    /// Every entry. [read without locks; changed under the key's shard mutex]
+    map: papaya::HashMap<u64, S, BuildHasherDefault<KeyHasher>>,
+    shards: Box<[Mutex<Shard>]>,
+    _entries: std::marker::PhantomData<fn() -> V>,
+}
+
+impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// A cache of about `capacity` entries (at least a few per shard). Entries it drops are
     /// freed `retire_batch` at a time per thread, each batch after one process-wide memory
     /// barrier (`membarrier`, which interrupts every core running one of our threads): large
@@ -169,7 +199,7 @@ impl<V: Cached> ShardedCache<V> {
             .hasher(Default::default())
             .collector(seize::Collector::new().batch_size(retire_batch))
             .build();
-        ShardedCache { per_shard, map, shards }
+        ShardedCache { per_shard, map, shards, _entries: std::marker::PhantomData }
     }
 
     fn shard(&self, key: u64) -> &Mutex<Shard> {
@@ -178,39 +208,6 @@ impl<V: Cached> ShardedCache<V> {
 
     fn shard_index(key: u64) -> usize {
         shard_of(key, SHARDS)
-    }
-
-    /// The cached entry for `key`, if present.
-    pub fn get(&self, key: u64) -> Option<Arc<V>> {
-        match self.get_unlocked(key) {
-            Lookup::Found(v) => Some(v),
-            Lookup::Absent => None,
-            Lookup::Evicting => {
-                let _s = self.shard(key).lock();
-                self.get_locked(key)
-            }
-        }
-    }
-
-    /// A reader's lookup: no lock, and a clone that an eviction cannot strand (module comment).
-    fn get_unlocked(&self, key: u64) -> Lookup<V> {
-        let guard = self.map.guard();
-        let Some(v) = self.map.get(&key, &guard) else { return Lookup::Absent };
-        let v = v.clone();
-        fence(Ordering::SeqCst);
-        if v.mark().dead.load(Ordering::Relaxed) {
-            return Lookup::Evicting;
-        }
-        v.mark().touch();
-        Lookup::Found(v)
-    }
-
-    /// A lookup under the key's shard mutex, where no entry is dead.
-    fn get_locked(&self, key: u64) -> Option<Arc<V>> {
-        let guard = self.map.guard();
-        let v = self.map.get(&key, &guard)?.clone();
-        v.mark().touch();
-        Some(v)
     }
 
     /// `f` of the cached entry for `key`, if present, without a lock and without a reference
@@ -223,25 +220,8 @@ impl<V: Cached> ShardedCache<V> {
         Some(f(v))
     }
 
-    /// The entry for `key`, loading it with `load` (no lock held) on a miss.
-    pub fn get_or_load(&self, key: u64, load: impl FnOnce() -> Result<V>) -> Result<Arc<V>> {
-        if let Some(v) = self.get(key) {
-            return Ok(v);
-        }
-        let fresh = Arc::new(load()?);
-        let mut s = self.shard(key).lock();
-        if let Some(v) = self.get_locked(key) {
-            return Ok(v);
-        }
-        if let Some(state) = s.parked.remove(&key) {
-            fresh.unpark(state);
-        }
-        self.put(&mut s, key, fresh.clone());
-        Ok(fresh)
-    }
-
     /// Puts `v` under `key` in the map, holding the key's shard, and keeps the shard bounded.
-    fn put(&self, s: &mut MutexGuard<'_, Shard>, key: u64, v: Arc<V>) {
+    fn put(&self, s: &mut MutexGuard<'_, Shard>, key: u64, v: S) {
         v.mark().referenced.store(true, Ordering::Relaxed);
         let guard = self.map.guard();
         if self.map.insert(key, v, &guard).is_none() {
@@ -255,7 +235,7 @@ impl<V: Cached> ShardedCache<V> {
 
     /// Puts `v` under `key`, replacing any cached entry and parked state (for objects created
     /// in memory).
-    pub fn insert(&self, key: u64, v: Arc<V>) {
+    pub fn insert(&self, key: u64, v: S) {
         let mut s = self.shard(key).lock();
         s.parked.remove(&key);
         self.put(&mut s, key, v);
@@ -263,19 +243,18 @@ impl<V: Cached> ShardedCache<V> {
 
     /// Puts `v` under `key` if `still_valid()` holds, checked under the shard lock (so that a
     /// remover that invalidates before removing cannot be overtaken).
-    pub fn insert_if(&self, key: u64, v: Arc<V>, still_valid: impl FnOnce() -> bool) {
+    pub fn insert_if(&self, key: u64, v: S, still_valid: impl FnOnce() -> bool) {
         let mut s = self.shard(key).lock();
         if still_valid() {
             self.put(&mut s, key, v);
         }
     }
 
-    /// Puts `new` under `key` if the map still holds `old` there (under the key's shard lock,
-    /// so a remover that takes `old` out first wins).
-    pub fn replace(&self, key: u64, old: &Arc<V>, new: Arc<V>) {
+    /// Puts `new` under `key` in place of the entry there if `still(entry)` holds, checked
+    /// under the key's shard lock (so a remover that takes the entry out first wins).
+    pub fn replace_if(&self, key: u64, still: impl FnOnce(&V) -> bool, new: S) {
         let mut s = self.shard(key).lock();
-        let same = self.map.get(&key, &self.map.guard()).is_some_and(|v| Arc::ptr_eq(v, old));
-        if same {
+        if self.map.get(&key, &self.map.guard()).is_some_and(|v| still(v)) {
             self.put(&mut s, key, new);
         }
     }
@@ -293,13 +272,13 @@ impl<V: Cached> ShardedCache<V> {
     fn try_evict(&self, s: &mut Shard, key: u64) -> bool {
         let guard = self.map.guard();
         let Some(v) = self.map.get(&key, &guard) else { return true };
-        if Arc::strong_count(v) > 1 || v.evict() == Evict::Keep {
+        if v.held() || v.evict() == Evict::Keep {
             return false;
         }
         // Against readers cloning it right now (module comment).
         v.mark().dead.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let verdict = if Arc::strong_count(v) > 1 { Evict::Keep } else { v.evict() };
+        let verdict = if v.held() { Evict::Keep } else { v.evict() };
         match verdict {
             Evict::Keep => {
                 v.mark().dead.store(false, Ordering::Relaxed);
@@ -339,13 +318,6 @@ impl<V: Cached> ShardedCache<V> {
         self.shards.iter().map(|s| s.lock()).collect()
     }
 
-    /// Every entry for which `keep` says yes (a snapshot: the map does not change meanwhile).
-    pub fn collect(&self, keep: impl Fn(&V) -> bool) -> Vec<Arc<V>> {
-        let _all = self.lock_all();
-        let guard = self.map.guard();
-        self.map.iter(&guard).filter(|(_, v)| keep(v)).map(|(_, v)| v.clone()).collect()
-    }
-
     /// Number of cached entries.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len).sum()
@@ -371,6 +343,65 @@ impl<V: Cached> ShardedCache<V> {
     #[cfg(test)]
     pub fn parked(&self) -> usize {
         self.shards.iter().map(|s| s.lock().parked.len()).sum()
+    }
+}
+
+impl<V: Cached + Send + Sync> ShardedCache<V> {
+    /// The cached entry for `key`, if present.
+    pub fn get(&self, key: u64) -> Option<Arc<V>> {
+        match self.get_unlocked(key) {
+            Lookup::Found(v) => Some(v),
+            Lookup::Absent => None,
+            Lookup::Evicting => {
+                let _s = self.shard(key).lock();
+                self.get_locked(key)
+            }
+        }
+    }
+
+    /// A reader's lookup: no lock, and a clone that an eviction cannot strand (module comment).
+    fn get_unlocked(&self, key: u64) -> Lookup<V> {
+        let guard = self.map.guard();
+        let Some(v) = self.map.get(&key, &guard) else { return Lookup::Absent };
+        let v = v.clone();
+        fence(Ordering::SeqCst);
+        if v.mark().dead.load(Ordering::Relaxed) {
+            return Lookup::Evicting;
+        }
+        v.mark().touch();
+        Lookup::Found(v)
+    }
+
+    /// A lookup under the key's shard mutex, where no entry is dead.
+    fn get_locked(&self, key: u64) -> Option<Arc<V>> {
+        let guard = self.map.guard();
+        let v = self.map.get(&key, &guard)?.clone();
+        v.mark().touch();
+        Some(v)
+    }
+
+    /// The entry for `key`, loading it with `load` (no lock held) on a miss.
+    pub fn get_or_load(&self, key: u64, load: impl FnOnce() -> Result<V>) -> Result<Arc<V>> {
+        if let Some(v) = self.get(key) {
+            return Ok(v);
+        }
+        let fresh = Arc::new(load()?);
+        let mut s = self.shard(key).lock();
+        if let Some(v) = self.get_locked(key) {
+            return Ok(v);
+        }
+        if let Some(state) = s.parked.remove(&key) {
+            fresh.unpark(state);
+        }
+        self.put(&mut s, key, fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Every entry for which `keep` says yes (a snapshot: the map does not change meanwhile).
+    pub fn collect(&self, keep: impl Fn(&V) -> bool) -> Vec<Arc<V>> {
+        let _all = self.lock_all();
+        let guard = self.map.guard();
+        self.map.iter(&guard).filter(|(_, v)| keep(v)).map(|(_, v)| v.clone()).collect()
     }
 }
 
@@ -445,6 +476,26 @@ mod tests {
             }
         }
         assert!(c.len() <= 256 + SHARDS * 4, "cache grew to {}", c.len());
+    }
+
+    #[test]
+    fn in_place_entries_are_bounded_and_replaced_only_as_asked() {
+        let c: ShardedCache<V, InPlace<V>> = ShardedCache::new(256, 32);
+        for k in 0..4096u64 {
+            c.insert(k, InPlace(V(k * 3, CacheMark::new())));
+            assert_eq!(c.read(k, |v| v.0), Some(k * 3));
+        }
+        assert!(c.len() <= 256 + SHARDS * 4, "cache grew to {}", c.len());
+        let k = 4095;
+        c.replace_if(k, |v| v.0 == 1, InPlace(V(1, CacheMark::new())));
+        assert_eq!(c.read(k, |v| v.0), Some(k * 3), "condition false: kept");
+        c.replace_if(k, |v| v.0 == k * 3, InPlace(V(7, CacheMark::new())));
+        assert_eq!(c.read(k, |v| v.0), Some(7));
+        c.remove(k);
+        c.replace_if(k, |_| true, InPlace(V(8, CacheMark::new())));
+        assert_eq!(c.read(k, |v| v.0), None, "a removed entry is not brought back");
+        c.shrink();
+        assert_eq!(c.len(), 0);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! # Locking
 //! A [`ShardedCache`]: lookups take no lock; a shard mutex is held only around changes.
 
-use crate::cache::{mix64, CacheMark, Cached, ShardedCache};
+use crate::cache::{mix64, CacheMark, Cached, InPlace, ShardedCache};
 use crate::inode::Inode;
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
@@ -34,8 +34,9 @@ pub(crate) struct Dentry {
     name: Name,
 }
 
-/// Bytes of a name kept inside the entry: with the rest, a 64-byte line including the `Arc`
-/// counts, so a lookup of a short name reads one line where a boxed name took two.
+/// Bytes of a name kept inside the entry: 48 bytes in all, which the map keeps in its own
+/// allocation with the key (no `Arc` of their own: nobody holds a cached name), so a lookup of
+/// a short name reads one allocation where an `Arc`'d entry took two and a boxed name three.
 const INLINE_NAME: usize = 20;
 
 type Name = crate::inline_bytes::InlineBytes<INLINE_NAME>;
@@ -55,7 +56,7 @@ pub(crate) enum Hit {
 }
 
 pub(crate) struct Dcache {
-    map: ShardedCache<Dentry>,
+    map: ShardedCache<Dentry, InPlace<Dentry>>,
 }
 
 /// The cache key of `name` in `dir`: eight bytes of the name at a time, one multiply each.
@@ -74,9 +75,9 @@ fn key(dir: InodeNo, name: &[u8]) -> u64 {
     mix64((h ^ u64::from_le_bytes(tail)).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
-fn dentry(dir: InodeNo, name: &[u8], inode: &Arc<Inode>) -> Arc<Dentry> {
+fn dentry(dir: InodeNo, name: &[u8], inode: &Arc<Inode>) -> InPlace<Dentry> {
     let (ino, inode) = (inode.ino, Arc::downgrade(inode));
-    Arc::new(Dentry { dir, ino, inode, mark: CacheMark::new(), name: Name::new(name) })
+    InPlace(Dentry { dir, ino, inode, mark: CacheMark::new(), name: Name::new(name) })
 }
 
 impl Dcache {
@@ -84,8 +85,8 @@ impl Dcache {
         Dcache { map: ShardedCache::new(capacity, 512) }
     }
 
-    /// What is cached of `name` in `dir`, if anything. Takes no reference on the entry (no
-    /// write to its line), only on the inode.
+    /// What is cached of `name` in `dir`, if anything. Writes nothing to the entry's line
+    /// (unless the eviction hand cleared its mark); takes a reference on the inode.
     pub fn get(&self, dir: InodeNo, name: &[u8]) -> Option<Hit> {
         self.map
             .read(key(dir, name), |d| {
@@ -116,14 +117,12 @@ impl Dcache {
     }
 
     /// Links the entry of `name` in `dir` to `inode`, a new copy of the inode it named
-    /// ([`Hit::Unlinked`]), if that same entry is still cached: one a removal dropped
-    /// meanwhile is not brought back.
+    /// ([`Hit::Unlinked`]), if the cache still says `name` is that inode: an entry a removal
+    /// dropped meanwhile is not brought back (checked under the shard lock, which the
+    /// removal's drop takes too).
     pub fn relink(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
-        let k = key(dir, name);
-        let Some(old) = self.map.get(k) else { return };
-        if old.dir == dir && old.ino == inode.ino && *old.name == *name {
-            self.map.replace(k, &old, dentry(dir, name, inode));
-        }
+        let still = |d: &Dentry| d.dir == dir && d.ino == inode.ino && *d.name == *name;
+        self.map.replace_if(key(dir, name), still, dentry(dir, name, inode));
     }
 
     /// Forgets `name` in `dir` (a hash neighbour with another name is dropped too: harmless).
@@ -181,7 +180,7 @@ mod tests {
         let a = inode(12);
         d.insert(InodeNo(2), b"a", &a);
         assert_eq!(ino_of(&d, 2, b"a"), Some(InodeNo(12)));
-        assert_eq!(std::mem::size_of::<Dentry>(), 48, "an Arc'd entry fills one 64-byte line");
+        assert_eq!(std::mem::size_of::<Dentry>(), 48, "with the key, within one 64-byte line");
         // Names on either side of the inline limit, and the longest.
         let mut held = Vec::new();
         for len in [INLINE_NAME - 1, INLINE_NAME, INLINE_NAME + 1, 255] {
