@@ -24,7 +24,10 @@
 //! shard mutex, where no dead entry is ever found. [`ShardedCache::read`] clones nothing and
 //! may run on an entry being evicted: it is for entries whose eviction loses nothing. A weak
 //! link to an entry (a cached name's to its inode) is followed the same way ([`follow`]): it
-//! upgrades, then checks the mark; an evicted entry stays marked dead until it is freed.
+//! upgrades, then checks the mark; an evicted entry stays marked dead until it is freed. An
+//! entry replaced under its key (an inode number given to a new file) is marked dead too, so
+//! that a link or a holder does not take the freed inode for the key's current one
+//! ([`is_current`]).
 //!
 //! # Bounds
 //! Each shard holds about `capacity / SHARDS` entries. Eviction is CLOCK (second chance): an
@@ -145,6 +148,9 @@ struct Shard {
     parked: KeyMap<u32>,
     /// Entries of this shard in the map.
     len: usize,
+    /// Entries made in memory and put under this shard's keys ([`ShardedCache::insert`]):
+    /// a load that began before one may have read what that entry replaces.
+    inserts: u64,
 }
 
 /// How a cache keeps its entries: shared (`Arc`), so that callers may hold them, or in the
@@ -193,7 +199,9 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     pub fn new(capacity: usize, retire_batch: usize) -> Self {
         let per_shard = (capacity / SHARDS).max(4);
         let shards = (0..SHARDS)
-            .map(|_| Mutex::new(Shard { clock: VecDeque::new(), parked: KeyMap::default(), len: 0 }))
+            .map(|_| {
+                Mutex::new(Shard { clock: VecDeque::new(), parked: KeyMap::default(), len: 0, inserts: 0 })
+            })
             .collect();
         let map = papaya::HashMap::builder()
             .hasher(Default::default())
@@ -224,9 +232,14 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     fn put(&self, s: &mut MutexGuard<'_, Shard>, key: u64, v: S) {
         v.mark().referenced.store(true, Ordering::Relaxed);
         let guard = self.map.guard();
-        if self.map.insert(key, v, &guard).is_none() {
-            s.len += 1;
-            s.clock.push_back(key);
+        match self.map.insert(key, v, &guard) {
+            // Replaced (an inode number given to a new file): as good as evicted, for whoever
+            // still holds or links to the old entry.
+            Some(old) => old.mark().dead.store(true, Ordering::Release),
+            None => {
+                s.len += 1;
+                s.clock.push_back(key);
+            }
         }
         if s.len > self.per_shard {
             self.evict(s, self.per_shard);
@@ -237,6 +250,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// in memory).
     pub fn insert(&self, key: u64, v: S) {
         let mut s = self.shard(key).lock();
+        s.inserts += 1;
         s.parked.remove(&key);
         self.put(&mut s, key, v);
     }
@@ -381,20 +395,32 @@ impl<V: Cached + Send + Sync> ShardedCache<V> {
     }
 
     /// The entry for `key`, loading it with `load` (no lock held) on a miss.
-    pub fn get_or_load(&self, key: u64, load: impl FnOnce() -> Result<V>) -> Result<Arc<V>> {
-        if let Some(v) = self.get(key) {
-            return Ok(v);
+    ///
+    /// A load may read what an entry made in memory meanwhile replaces (an inode number freed
+    /// and given to a new file while a lookup that found the old name reads the inode table),
+    /// and that entry may be evicted before the load ends: putting the loaded copy in then
+    /// would bring the old inode back. So a load during which an entry was made under the same
+    /// shard is thrown away and done again.
+    pub fn get_or_load(&self, key: u64, mut load: impl FnMut() -> Result<V>) -> Result<Arc<V>> {
+        loop {
+            if let Some(v) = self.get(key) {
+                return Ok(v);
+            }
+            let seen = self.shard(key).lock().inserts;
+            let fresh = Arc::new(load()?);
+            let mut s = self.shard(key).lock();
+            if let Some(v) = self.get_locked(key) {
+                return Ok(v);
+            }
+            if s.inserts != seen {
+                continue;
+            }
+            if let Some(state) = s.parked.remove(&key) {
+                fresh.unpark(state);
+            }
+            self.put(&mut s, key, fresh.clone());
+            return Ok(fresh);
         }
-        let fresh = Arc::new(load()?);
-        let mut s = self.shard(key).lock();
-        if let Some(v) = self.get_locked(key) {
-            return Ok(v);
-        }
-        if let Some(state) = s.parked.remove(&key) {
-            fresh.unpark(state);
-        }
-        self.put(&mut s, key, fresh.clone());
-        Ok(fresh)
     }
 
     /// Every entry for which `keep` says yes (a snapshot: the map does not change meanwhile).
@@ -416,6 +442,12 @@ pub(crate) fn follow<V: Cached>(w: &Weak<V>) -> Option<Arc<V>> {
     }
     v.mark().touch();
     Some(v)
+}
+
+/// Whether `v` is still its key's entry: neither evicted nor replaced (for an entry held since
+/// it was looked up).
+pub(crate) fn is_current<V: Cached>(v: &V) -> bool {
+    !v.mark().dead.load(Ordering::Acquire)
 }
 
 /// What a lock-free lookup found.
@@ -586,6 +618,41 @@ mod tests {
         });
         // Four per shard, plus what other threads held when a shard last evicted.
         assert!(c.len() <= 2 * SHARDS * 4, "cache grew to {}", c.len());
+    }
+
+    /// A load that read the old contents while a new entry was made under its key, and
+    /// evicted, is done again instead of bringing the old contents back.
+    #[test]
+    fn a_load_overtaken_by_a_new_entry_is_done_again() {
+        let c: ShardedCache<V> = ShardedCache::new(64, 32);
+        let disk = std::sync::atomic::AtomicU64::new(1);
+        let mut loads = 0;
+        let v = c
+            .get_or_load(5, || {
+                loads += 1;
+                let read = disk.load(Ordering::Relaxed);
+                if loads == 1 {
+                    // Meanwhile: a new entry is made under the key, written back, evicted.
+                    c.insert(5, Arc::new(V(2, CacheMark::new())));
+                    disk.store(2, Ordering::Relaxed);
+                    c.shrink();
+                }
+                Ok(V(read, CacheMark::new()))
+            })
+            .unwrap();
+        assert_eq!((v.0, loads), (2, 2));
+    }
+
+    /// An entry replaced under its key counts as evicted for whoever holds it.
+    #[test]
+    fn replaced_entries_are_no_longer_current() {
+        let c: ShardedCache<V> = ShardedCache::new(64, 32);
+        let old = c.get_or_load(3, || Ok(V(1, CacheMark::new()))).unwrap();
+        assert!(is_current(&*old));
+        let weak = Arc::downgrade(&old);
+        c.insert(3, Arc::new(V(2, CacheMark::new())));
+        assert!(!is_current(&*old) && follow(&weak).is_none());
+        assert_eq!(c.get(3).unwrap().0, 2);
     }
 
     #[test]

@@ -117,11 +117,20 @@ impl Dcache {
     }
 
     /// Links the entry of `name` in `dir` to `inode`, a new copy of the inode it named
-    /// ([`Hit::Unlinked`]), if the cache still says `name` is that inode: an entry a removal
-    /// dropped meanwhile is not brought back (checked under the shard lock, which the
-    /// removal's drop takes too).
+    /// ([`Hit::Unlinked`]), if the cache still holds an entry for `name` naming that inode
+    /// whose link is broken, and `inode` is still the inode cache's copy: checked under the
+    /// shard lock, which a removal's drop and a create's insert take too. So an entry a removal
+    /// dropped meanwhile is not brought back, and an entry made since by a create that reused
+    /// the number is not linked to the freed inode (which the create's inode replaced in the
+    /// inode cache before the entry was made).
     pub fn relink(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
-        let still = |d: &Dentry| d.dir == dir && d.ino == inode.ino && *d.name == *name;
+        let still = |d: &Dentry| {
+            d.dir == dir
+                && d.ino == inode.ino
+                && *d.name == *name
+                && crate::cache::follow(&d.inode).is_none()
+                && crate::cache::is_current(&**inode)
+        };
         self.map.replace_if(key(dir, name), still, dentry(dir, name, inode));
     }
 

@@ -252,6 +252,73 @@ fn lookups_racing_removals_see_only_live_inodes() {
     fsck_clean(&img);
 }
 
+/// With an inode cache far smaller than the tree, lookups keep following names to inodes the
+/// cache evicts and reloads (relinking the names) while other threads remove and re-create the
+/// same names: a lookup sees only live inodes, and afterwards every name gives the inode it
+/// names last, every removed name none.
+#[test]
+fn relinked_names_race_removals_and_evictions() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "relink-race", &[]);
+    let fs = Fs::open_with(&img, Options { writable: true, inode_cache: 16, ..Options::default() }).unwrap();
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let names: Vec<Vec<u8>> = (0..64).map(|i| format!("n{i}").into_bytes()).collect();
+    let stop = AtomicBool::new(false);
+    let last: Vec<_> = std::thread::scope(|s| {
+        for t in 0..2 {
+            let (fs, stop, names) = (fs.clone(), &stop, &names);
+            s.spawn(move || {
+                while !stop.load(Relaxed) {
+                    for n in names.iter().skip(t) {
+                        // A file found may lose its name before its attributes are read
+                        // (nlink 0), as with the kernel; an error other than ENOENT is a name
+                        // left to an inode freed.
+                        match fs.lookup(d, n) {
+                            Ok(a) => assert_eq!(a.kind, FileType::RegularFile),
+                            Err(e) => assert_eq!(e.errno(), 2, "lookup during removal: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        {
+            let (fs, stop) = (fs.clone(), &stop);
+            s.spawn(move || {
+                while !stop.load(Relaxed) {
+                    fs.drop_caches();
+                    std::thread::yield_now();
+                }
+            });
+        }
+        // Stops the other threads however this one ends (a failed unwrap must not hang).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        let mut last = vec![None; names.len()];
+        for round in 0..300u32 {
+            for (i, n) in names.iter().enumerate() {
+                if last[i].is_some() {
+                    fs.unlink(d, n).unwrap();
+                }
+                last[i] =
+                    (round % 3 != 2 || i % 2 == 0).then(|| fs.create(d, n, 0o644, round, 0).unwrap().ino);
+            }
+        }
+        last
+    });
+    for (n, want) in names.iter().zip(&last) {
+        assert_eq!(fs.lookup(d, n).ok().map(|a| a.ino), *want, "{}", String::from_utf8_lossy(n));
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+}
+
 #[test]
 fn hard_and_symbolic_links() {
     let dir = tempfile::tempdir().unwrap();
