@@ -169,18 +169,22 @@ fn interleaved_growth_deepens_extent_trees() {
     }
 }
 
+/// A new image opened with caches of 16 inodes and 64 KiB of blocks, and a directory `d` in
+/// it: every test of eviction works on many more.
+fn tiny_caches(dir: &Path, name: &str) -> (PathBuf, Fs, rext4::InodeNo) {
+    let img = mkfs(dir, name, &[]);
+    let opts = Options { writable: true, inode_cache: 16, cache_bytes: 64 << 10, ..Options::default() };
+    let fs = Fs::open_with(&img, opts).unwrap();
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    (img, fs, d)
+}
+
 /// New inodes beyond the group's never-used mark stay readable after the inode cache forgets
 /// them (their group's live `itable_unused`, not the one read at open, decides).
 #[test]
 fn new_inodes_survive_cache_eviction() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "evict", &[]);
-    let fs = Fs::open_with(
-        &img,
-        Options { writable: true, inode_cache: 16, cache_bytes: 64 << 10, ..Options::default() },
-    )
-    .unwrap();
-    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let (img, fs, d) = tiny_caches(dir.path(), "evict");
     for i in 0..2000 {
         fs.create(d, format!("f{i}").as_bytes(), 0o644, 7, 7).unwrap();
     }
@@ -198,9 +202,7 @@ fn new_inodes_survive_cache_eviction() {
 #[test]
 fn cached_names_follow_reloaded_inodes() {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "relink", &[]);
-    let fs = Fs::open_with(&img, Options { writable: true, inode_cache: 16, ..Options::default() }).unwrap();
-    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let (img, fs, d) = tiny_caches(dir.path(), "relink");
     let files: Vec<_> =
         (0..200).map(|i| fs.create(d, format!("f{i}").as_bytes(), 0o644, 7, 7).unwrap().ino).collect();
     for round in 0..3u16 {
@@ -260,9 +262,7 @@ fn lookups_racing_removals_see_only_live_inodes() {
 fn relinked_names_race_removals_and_evictions() {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "relink-race", &[]);
-    let fs = Fs::open_with(&img, Options { writable: true, inode_cache: 16, ..Options::default() }).unwrap();
-    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    let (img, fs, d) = tiny_caches(dir.path(), "relink-race");
     let names: Vec<Vec<u8>> = (0..64).map(|i| format!("n{i}").into_bytes()).collect();
     let stop = AtomicBool::new(false);
     let last: Vec<_> = std::thread::scope(|s| {
