@@ -300,7 +300,7 @@ fn relinked_names_race_removals_and_evictions() {
         }
         let _stop = Stop(&stop);
         let mut last = vec![None; names.len()];
-        for round in 0..300u32 {
+        for round in 0..999u32 {
             for (i, n) in names.iter().enumerate() {
                 if last[i].is_some() {
                     fs.unlink(d, n).unwrap();
