@@ -347,7 +347,7 @@ impl Journal {
     }
 
     /// Starts a handle that may write up to `credits` buffers (`jbd2_journal_start`).
-    pub fn start(self: &Arc<Self>, credits: u32) -> Result<Handle> {
+    pub fn start(&self, credits: u32) -> Result<Handle<'_>> {
         if credits > self.max_txn_buffers {
             return Err(Error::InvalidInput("operation too large for the journal"));
         }
@@ -357,7 +357,7 @@ impl Journal {
         let mut waiting_since: Option<Instant> = None;
         loop {
             self.check_aborted()?;
-            let t = self.running.load_full();
+            let t = self.running.load();
             let fits = t.join(credits) + t.nbuffers.load(Ordering::Acquire) <= self.max_txn_buffers;
             if !t.locked.load(Ordering::SeqCst) && fits {
                 t.mark_started();
@@ -368,7 +368,7 @@ impl Journal {
                 } else {
                     self.stats.acquired(LockClass::HandleStart);
                 }
-                return Ok(Handle::new(self.clone(), t, credits));
+                return Ok(Handle::new(self, t, credits));
             }
             // Back off: the transaction is committing or full. Ask for its commit and wait
             // for its successor.
