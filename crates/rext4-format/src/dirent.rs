@@ -213,14 +213,7 @@ fn probe_in<const BIG: bool>(
     need: Option<usize>,
 ) -> (Option<Hit>, Option<Room>) {
     const NONE: usize = usize::MAX;
-    let header = |pos: usize| {
-        let mut w = [0u8; HEADER_SIZE];
-        w.copy_from_slice(&area[pos..pos + HEADER_SIZE]);
-        let w = u64::from_le_bytes(w);
-        let raw = (w >> 32) as u16;
-        let rec_len = if BIG { rec_len_from_disk(raw, block_size) } else { u32::from(raw) };
-        (w as u32, rec_len as usize, usize::from((w >> 48) as u8))
-    };
+    let header = |pos: usize| read_header::<BIG>(area, pos, block_size);
     // Offsets, NONE for none: fewer live values in the loop than `Option`s of tuples.
     let (mut pos, mut prev, mut room) = (0, NONE, NONE);
     let mut want_room = need.is_some();
@@ -248,6 +241,24 @@ fn probe_in<const BIG: bool>(
         pos += rec_len;
     }
     (None, (room != NONE).then(|| room_of(header(room), room)))
+}
+
+/// `(inode, rec_len, name_len)` of the header at `pos` (which must lie inside `area`), in one
+/// 8-byte load; `BIG` for the 64 KiB `rec_len` encoding.
+#[inline(always)]
+fn read_header<const BIG: bool>(area: &[u8], pos: usize, block_size: u32) -> (u32, usize, usize) {
+    let mut w = [0u8; HEADER_SIZE];
+    w.copy_from_slice(&area[pos..pos + HEADER_SIZE]);
+    let w = u64::from_le_bytes(w);
+    let raw = (w >> 32) as u16;
+    let rec_len = if BIG { rec_len_from_disk(raw, block_size) } else { u32::from(raw) };
+    (w as u32, rec_len as usize, usize::from((w >> 48) as u8))
+}
+
+/// `(inode, rec_len, name_len)` of the entry header at `pos` of `area`, unchecked beyond
+/// lying inside `area`; `None` if it does not.
+pub fn header_at(area: &[u8], pos: usize, block_size: u32) -> Option<(u32, usize, usize)> {
+    (pos.checked_add(HEADER_SIZE)? <= area.len()).then(|| read_header::<true>(area, pos, block_size))
 }
 
 /// Bytes of its `rec_len` an entry uses: none if unused (inode 0), else its header and name.

@@ -141,15 +141,10 @@ impl FsInner {
 
     /// Whether `slot` still describes the entry at its offset of `area` (found by an earlier
     /// scan of the same block).
-    pub(crate) fn slot_holds(&self, area: &[u8], (off, rec_len, used, cur): Slot) -> bool {
-        let Some(h) = area.get(off..off + 8) else { return false };
-        let le16 = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
-        let inode = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-        let len = fd::rec_len_from_disk(le16(4), self.sbi.block_size) as usize;
-        inode == cur
-            && len == rec_len
-            && off + len <= area.len()
-            && fd::in_use(cur, usize::from(h[6])) == used
+    pub(crate) fn slot_holds(&self, area: &[u8], slot: Slot) -> bool {
+        let off = slot.0;
+        fd::header_at(area, off, self.sbi.block_size)
+            .is_some_and(|h| fd::room_of(h, off) == slot && off + h.1 <= area.len())
     }
 
     /// Writes `name` -> `ino` into the slot `leaf_slot` found.

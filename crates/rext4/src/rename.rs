@@ -29,16 +29,15 @@ const CREDITS: u32 = 40;
 impl FsInner {
     /// Whether `dir` is `ancestor` or lies below it (walking `..` up to the root).
     fn is_within(&self, dir: InodeNo, ancestor: InodeNo) -> Result<bool> {
-        let mut cur = dir;
+        let mut cur = self.iget_live(dir)?;
         for _ in 0..65536 {
-            if cur == ancestor {
+            if cur.ino == ancestor {
                 return Ok(true);
             }
-            if cur == rext4_format::types::ROOT_INO {
+            if cur.ino == rext4_format::types::ROOT_INO {
                 return Ok(false);
             }
-            let inode = self.iget_live(cur)?;
-            cur = self.lookup(&inode, b"..")?.ino;
+            cur = self.lookup(&cur, b"..")?;
         }
         Err(Error::Loop)
     }
