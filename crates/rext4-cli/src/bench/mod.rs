@@ -28,6 +28,7 @@ use crate::CliResult;
 use report::{Out, Results};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use targets::{ImageSpec, Kind, Target};
@@ -91,6 +92,11 @@ pub struct BenchArgs {
     /// Do not print the in-process engine's statistics.
     #[arg(long)]
     no_stats: bool,
+    /// Let the scheduler place workers even when there are no more of them than CPUs (by
+    /// default worker `w` is bound to the `w`-th CPU this process may use, as MPI binds the
+    /// seeds' mdtest ranks).
+    #[arg(long)]
+    no_pin: bool,
 }
 
 /// Sizes of everything, by mode.
@@ -181,6 +187,28 @@ const SUITE: [Workload; 6] = [
     Workload { name: "seqio", image: seqio::image, run: seqio::run },
 ];
 
+/// Whether `parallel` binds its workers to CPUs (cleared by `--no-pin`). [set before any
+/// workload runs]
+static PIN: AtomicBool = AtomicBool::new(true);
+
+/// The CPUs this thread may run on, in order (empty if they cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let Ok(set) = sched_getaffinity(nix::unistd::Pid::from_raw(0)) else { return Vec::new() };
+    (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect()
+}
+
+/// Binds the calling thread to `cpu`. Unbound, two workers started together were seen
+/// time-sliced on one CPU, 4 ms each, while the other CPU idled: a phase lasts 50 ms.
+fn pin_to(cpu: usize) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    let mut set = CpuSet::new();
+    if set.set(cpu).is_ok() {
+        // Best effort: an unbound worker only measures less evenly.
+        let _ = sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+}
+
 /// Runs `f(worker)` on `workers` threads released together; the wall time from their release
 /// until the last one finished (taken by the workers, so that a main thread scheduled late
 /// does not stretch or shrink it).
@@ -188,11 +216,22 @@ pub fn parallel(workers: usize, f: impl Fn(usize) -> CliResult + Sync) -> CliRes
     // Timed from the first worker leaving the barrier (all of them spawned and waiting) to the
     // last one done, so thread creation is not part of the phase.
     let barrier = std::sync::Barrier::new(workers);
+    // Bound only when each worker can have a CPU of its own, as MPI binds ranks by default;
+    // oversubscribed workers are left to the scheduler, which moves them off a CPU whose
+    // share finished early.
+    let mut cpus = if PIN.load(Ordering::Relaxed) { allowed_cpus() } else { Vec::new() };
+    if workers > cpus.len() {
+        cpus.clear();
+    }
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..workers)
             .map(|w| {
                 let (b, f) = (&barrier, &f);
+                let cpu = cpus.get(w).copied();
                 s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_to(cpu);
+                    }
                     b.wait();
                     let start = Instant::now();
                     f(w).map(|()| (start, Instant::now()))
@@ -292,6 +331,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         return Err("bench: --workers needs counts of at least 1, --runs at least 1".into());
     }
     install_signal_handler()?;
+    PIN.store(!a.no_pin, Ordering::Relaxed);
     let names: Vec<String> = if a.workloads.is_empty() {
         SUITE.iter().map(|w| w.name.to_string()).collect()
     } else {
@@ -525,7 +565,8 @@ fn fsck(img: &Path) -> CliResult {
 
 #[cfg(test)]
 mod tests {
-    use super::journal_mib;
+    use super::{allowed_cpus, journal_mib, parallel};
+    use std::sync::Mutex;
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
@@ -538,5 +579,25 @@ mod tests {
         assert_eq!(journal_mib(&args("-J fast_commit_size=8,size=32 -b 4096")), Some(32));
         assert_eq!(journal_mib(&args("-O ^has_journal")), None);
         assert_eq!(journal_mib(&args("-J")), None);
+    }
+
+    #[test]
+    fn workers_are_bound_only_when_each_has_a_cpu() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty(), "the process's CPUs can be read");
+        let seen = Mutex::new(Vec::new());
+        let record = |w: usize| {
+            seen.lock().map_err(|_| "poisoned".to_string())?.push((w, allowed_cpus()));
+            Ok(())
+        };
+        parallel(cpus.len(), record).unwrap();
+        let mut got = std::mem::take(&mut *seen.lock().unwrap());
+        got.sort();
+        let want: Vec<_> = cpus.iter().enumerate().map(|(w, &c)| (w, vec![c])).collect();
+        assert_eq!(got, want, "worker w runs on the w-th CPU only");
+        parallel(cpus.len() + 1, record).unwrap();
+        let got = std::mem::take(&mut *seen.lock().unwrap());
+        assert_eq!(got.len(), cpus.len() + 1);
+        assert!(got.iter().all(|(_, c)| *c == cpus), "oversubscribed workers keep every CPU");
     }
 }
