@@ -9,9 +9,10 @@
 //! the dcache and the inode hash do. On two cores, the shard mutexes lookups took before wrote
 //! their cache line on every lookup: 3 to 10 line transfers between cores per metadata
 //! operation. Every change to the map under a key is made holding that key's shard mutex,
-//! which also protects the shard's clock queue, parked states and count; it is never held
-//! while an entry is loaded (I/O), and no other lock is taken under it. Two threads missing the
-//! same key both load it; the first insert wins and the other thread's copy is dropped.
+//! which also protects the shard's clock queue, parked states, count and loads in flight; it
+//! is never held while an entry is loaded (I/O), and no other lock is taken under it. Two
+//! threads missing the same key both load it; the first insert wins and the other thread's
+//! copy is dropped, or, if the first was evicted meanwhile, loaded again.
 //!
 //! # Eviction against lock-free readers
 //! An entry nobody holds (its `Arc` count is one: the map's) may be evicted. A reader may clone
@@ -148,9 +149,18 @@ struct Shard {
     parked: KeyMap<u32>,
     /// Entries of this shard in the map.
     len: usize,
-    /// Entries made in memory and put under this shard's keys ([`ShardedCache::insert`]):
-    /// a load that began before one may have read what that entry replaces.
-    inserts: u64,
+    /// Keys being loaded ([`ShardedCache::get_or_load`]), each with its loaders and a count of
+    /// the entries put under it since: a load that began before one of them may have read
+    /// what that entry replaces.
+    loads: KeyMap<Loading>,
+}
+
+/// Loads in flight for one key.
+#[derive(Default)]
+struct Loading {
+    loaders: u32,
+    /// Entries put under the key while a load was in flight.
+    overtaken: u64,
 }
 
 /// How a cache keeps its entries: shared (`Arc`), so that callers may hold them, or in the
@@ -200,7 +210,12 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
         let per_shard = (capacity / SHARDS).max(4);
         let shards = (0..SHARDS)
             .map(|_| {
-                Mutex::new(Shard { clock: VecDeque::new(), parked: KeyMap::default(), len: 0, inserts: 0 })
+                Mutex::new(Shard {
+                    clock: VecDeque::new(),
+                    parked: KeyMap::default(),
+                    len: 0,
+                    loads: KeyMap::default(),
+                })
             })
             .collect();
         let map = papaya::HashMap::builder()
@@ -231,6 +246,11 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// Puts `v` under `key` in the map, holding the key's shard, and keeps the shard bounded.
     fn put(&self, s: &mut MutexGuard<'_, Shard>, key: u64, v: S) {
         v.mark().referenced.store(true, Ordering::Relaxed);
+        if !s.loads.is_empty() {
+            if let Some(l) = s.loads.get_mut(&key) {
+                l.overtaken += 1;
+            }
+        }
         let guard = self.map.guard();
         match self.map.insert(key, v, &guard) {
             // Replaced (an inode number given to a new file): as good as evicted, for whoever
@@ -250,7 +270,6 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// in memory).
     pub fn insert(&self, key: u64, v: S) {
         let mut s = self.shard(key).lock();
-        s.inserts += 1;
         s.parked.remove(&key);
         self.put(&mut s, key, v);
     }
@@ -396,23 +415,42 @@ impl<V: Cached + Send + Sync> ShardedCache<V> {
 
     /// The entry for `key`, loading it with `load` (no lock held) on a miss.
     ///
-    /// A load may read what an entry made in memory meanwhile replaces (an inode number freed
-    /// and given to a new file while a lookup that found the old name reads the inode table),
-    /// and that entry may be evicted before the load ends: putting the loaded copy in then
-    /// would bring the old inode back. So a load during which an entry was made under the same
-    /// shard is thrown away and done again.
+    /// A load may read what a newer entry under the same key replaces, and that entry may be
+    /// evicted before the load ends: putting the loaded copy in then would bring the old
+    /// contents back. The newer entry may be made in memory (an inode number freed and given
+    /// to a new file while a lookup that found the old name reads the inode table) or loaded,
+    /// changed and evicted by another thread (an inode or a block read before the change
+    /// reached the table or the device). So a load during which an entry was put under its
+    /// key is thrown away and done again.
     pub fn get_or_load(&self, key: u64, mut load: impl FnMut() -> Result<V>) -> Result<Arc<V>> {
         loop {
             if let Some(v) = self.get(key) {
                 return Ok(v);
             }
-            let seen = self.shard(key).lock().inserts;
-            let fresh = Arc::new(load()?);
+            let seen = {
+                let mut s = self.shard(key).lock();
+                let l = s.loads.entry(key).or_default();
+                l.loaders += 1;
+                l.overtaken
+            };
+            let fresh = load();
             let mut s = self.shard(key).lock();
+            // The record stays until its last loader takes it out here.
+            let (left, overtaken) = match s.loads.get_mut(&key) {
+                Some(l) => {
+                    l.loaders -= 1;
+                    (l.loaders, l.overtaken != seen)
+                }
+                None => (0, false),
+            };
+            if left == 0 {
+                s.loads.remove(&key);
+            }
+            let fresh = Arc::new(fresh?);
             if let Some(v) = self.get_locked(key) {
                 return Ok(v);
             }
-            if s.inserts != seen {
+            if overtaken {
                 continue;
             }
             if let Some(state) = s.parked.remove(&key) {
@@ -641,6 +679,31 @@ mod tests {
             })
             .unwrap();
         assert_eq!((v.0, loads), (2, 2));
+    }
+
+    /// The same when the newer entry was itself loaded (another thread read the key, changed
+    /// what backs it, and its copy was evicted): the first load is done again.
+    #[test]
+    fn a_load_overtaken_by_another_load_is_done_again() {
+        let c: ShardedCache<V> = ShardedCache::new(64, 32);
+        let disk = std::sync::atomic::AtomicU64::new(1);
+        let mut loads = 0;
+        let v = c
+            .get_or_load(5, || {
+                loads += 1;
+                let read = disk.load(Ordering::Relaxed);
+                if loads == 1 {
+                    let newer = c.get_or_load(5, || Ok(V(disk.load(Ordering::Relaxed), CacheMark::new())));
+                    assert_eq!(newer.unwrap().0, 1, "the other load reads the same");
+                    disk.store(2, Ordering::Relaxed);
+                    c.shrink();
+                    assert_eq!(c.len(), 0);
+                }
+                Ok(V(read, CacheMark::new()))
+            })
+            .unwrap();
+        assert_eq!((v.0, loads), (2, 2));
+        assert_eq!(c.shard(5).lock().loads.len(), 0, "no load left recorded");
     }
 
     /// An entry replaced under its key counts as evicted for whoever holds it.

@@ -76,8 +76,8 @@ impl FsInner {
     /// which every change to a directory's entries takes (rename takes the moved directory's
     /// too), so what `probe` found still holds when `apply` runs. `None` if no block matched.
     /// In an indexed directory only the leaves the index gives for `name` are searched (all
-    /// leaves if the index is unusable, as the kernel falls back). `probe` and `apply` see a block's entry
-    /// area, or one of an inline directory's two areas (inline_write.rs).
+    /// leaves if the index is unusable, as the kernel falls back). `probe` and `apply` see a
+    /// block's entry area, or one of an inline directory's two areas (inline_write.rs).
     fn edit_leaf<T, R>(
         &self,
         h: &Handle,
