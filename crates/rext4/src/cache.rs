@@ -658,10 +658,10 @@ mod tests {
         assert!(c.len() <= 2 * SHARDS * 4, "cache grew to {}", c.len());
     }
 
-    /// A load that read the old contents while a new entry was made under its key, and
-    /// evicted, is done again instead of bringing the old contents back.
-    #[test]
-    fn a_load_overtaken_by_a_new_entry_is_done_again() {
+    /// Loads key 5 from a "disk" holding 1; during the first load, `newer` puts a newer entry
+    /// under the key (from what the disk holds) before the disk changes to 2 and the cache is
+    /// emptied. The load must be done again and give 2, leaving no load recorded.
+    fn overtaken_load(newer: impl Fn(&ShardedCache<V>, &std::sync::atomic::AtomicU64)) {
         let c: ShardedCache<V> = ShardedCache::new(64, 32);
         let disk = std::sync::atomic::AtomicU64::new(1);
         let mut loads = 0;
@@ -670,31 +670,7 @@ mod tests {
                 loads += 1;
                 let read = disk.load(Ordering::Relaxed);
                 if loads == 1 {
-                    // Meanwhile: a new entry is made under the key, written back, evicted.
-                    c.insert(5, Arc::new(V(2, CacheMark::new())));
-                    disk.store(2, Ordering::Relaxed);
-                    c.shrink();
-                }
-                Ok(V(read, CacheMark::new()))
-            })
-            .unwrap();
-        assert_eq!((v.0, loads), (2, 2));
-    }
-
-    /// The same when the newer entry was itself loaded (another thread read the key, changed
-    /// what backs it, and its copy was evicted): the first load is done again.
-    #[test]
-    fn a_load_overtaken_by_another_load_is_done_again() {
-        let c: ShardedCache<V> = ShardedCache::new(64, 32);
-        let disk = std::sync::atomic::AtomicU64::new(1);
-        let mut loads = 0;
-        let v = c
-            .get_or_load(5, || {
-                loads += 1;
-                let read = disk.load(Ordering::Relaxed);
-                if loads == 1 {
-                    let newer = c.get_or_load(5, || Ok(V(disk.load(Ordering::Relaxed), CacheMark::new())));
-                    assert_eq!(newer.unwrap().0, 1, "the other load reads the same");
+                    newer(&c, &disk);
                     disk.store(2, Ordering::Relaxed);
                     c.shrink();
                     assert_eq!(c.len(), 0);
@@ -704,6 +680,23 @@ mod tests {
             .unwrap();
         assert_eq!((v.0, loads), (2, 2));
         assert_eq!(c.shard(5).lock().loads.len(), 0, "no load left recorded");
+    }
+
+    /// A load that read the old contents while a new entry was made under its key, and
+    /// evicted, is done again instead of bringing the old contents back.
+    #[test]
+    fn a_load_overtaken_by_a_new_entry_is_done_again() {
+        overtaken_load(|c, _| c.insert(5, Arc::new(V(2, CacheMark::new()))));
+    }
+
+    /// The same when the newer entry was itself loaded (another thread read the key, changed
+    /// what backs it, and its copy was evicted).
+    #[test]
+    fn a_load_overtaken_by_another_load_is_done_again() {
+        overtaken_load(|c, disk| {
+            let newer = c.get_or_load(5, || Ok(V(disk.load(Ordering::Relaxed), CacheMark::new())));
+            assert_eq!(newer.unwrap().0, 1, "the other load reads the same");
+        });
     }
 
     /// An entry replaced under its key counts as evicted for whoever holds it.
