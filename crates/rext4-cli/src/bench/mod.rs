@@ -582,6 +582,25 @@ mod tests {
     }
 
     #[test]
+    fn images_have_4k_blocks_unless_mkfs_arguments_choose() {
+        use super::targets::{mkfs, ImageSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let block_size = |extra: &str| {
+            let img = dir.path().join("img");
+            let spec = ImageSpec { inodes: 4096, mib: 64, extra: args(extra), ..ImageSpec::default() };
+            mkfs(&img, &spec).unwrap();
+            let raw = std::fs::read(&img).unwrap();
+            // s_log_block_size, at byte 24 of the superblock (which starts at byte 1024).
+            1024u32 << u32::from_le_bytes(raw[1048..1052].try_into().unwrap())
+        };
+        // mke2fs alone would give a 64 MiB image 1 KiB blocks.
+        assert_eq!(block_size(""), 4096);
+        assert_eq!(block_size("-O orphan_file"), 4096);
+        assert_eq!(block_size("-b 1024"), 1024);
+        assert_eq!(block_size("-T small"), 1024);
+    }
+
+    #[test]
     fn workers_are_bound_only_when_each_has_a_cpu() {
         let cpus = allowed_cpus();
         assert!(!cpus.is_empty(), "the process's CPUs can be read");

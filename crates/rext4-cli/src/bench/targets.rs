@@ -519,10 +519,15 @@ pub fn tmpfs_base() -> Option<PathBuf> {
 }
 
 /// Makes an empty ext4 image as the workload asks (the same command for every target).
+/// Blocks are 4 KiB unless `--mkfs` picks a size or a usage type: mke2fs makes images under
+/// 512 MiB with 1 KiB blocks, so a run with fewer workers (a smaller image) would otherwise
+/// measure another format, with four times the directory and inode-table blocks.
 pub fn mkfs(img: &Path, spec: &ImageSpec) -> CliResult {
+    let chosen = spec.extra.iter().any(|a| a.starts_with("-b") || a.starts_with("-T"));
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-N"])
         .arg(spec.inodes.to_string())
+        .args(if chosen { &[][..] } else { &["-b", "4096"][..] })
         .args(&spec.extra)
         .arg(img)
         .arg(format!("{}M", spec.mib))
