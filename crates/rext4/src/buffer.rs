@@ -5,7 +5,7 @@ use crate::cache::{CacheMark, Cached, ShardedCache};
 use crate::dev::BlockDevice;
 use crate::error::Result;
 use crate::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// What a buffer was last verified as (checksum and structure), so a check runs once per load
@@ -33,13 +33,15 @@ pub(crate) struct Buffer {
     mark: CacheMark,
     /// A `Verified` value. [atomic]
     verified: AtomicU8,
-    /// Set by a commit, while no handle is open, for a buffer of the transaction it commits
-    /// whose copy it has not taken yet: the first writer of the next transaction takes that
-    /// copy before changing anything (the kernel's frozen data), so the next transaction need
-    /// not wait for the commit to copy every buffer. [atomic; changed only under `data`]
-    freeze_due: AtomicBool,
-    /// The copy a writer took for the committing transaction. [own mutex, leaf]
-    frozen: Mutex<Option<Arc<[u8]>>>,
+    /// Serial of the transaction whose changes the contents hold and whose commit has not
+    /// copied them yet (0: none). A writer of a later transaction that finds one takes that
+    /// copy before changing anything (the kernel's frozen data), so a commit marks nothing
+    /// buffer by buffer while handles wait. [atomic; changed under `data`'s write lock, or
+    /// by the commit of that transaction under the read lock]
+    uncopied: AtomicU64,
+    /// The copy a writer took for the committing transaction, with that transaction's
+    /// serial. [own mutex, leaf]
+    frozen: Mutex<Option<(u64, Arc<[u8]>)>>,
     /// `LEAF_SEAL | seed` for a directory leaf edited in place whose tail checksum (with that
     /// seed) is computed in each commit's copy rather than on every edit: once a transaction
     /// instead of once an entry (seed 004: checksums out of the operations). The cached block's
@@ -66,30 +68,41 @@ impl Buffer {
         self.data.read()
     }
 
-    /// Write access to the contents. Only the journal hands this out (see `Handle::write`),
-    /// after adding the buffer to the running transaction.
-    pub(crate) fn data_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+    /// Write access to the contents for a change in transaction `serial` (0: outside any
+    /// transaction, as at open and close). Only the journal hands this out (see
+    /// `Handle::write`), after adding the buffer to that transaction.
+    pub(crate) fn data_mut(&self, serial: u64) -> RwLockWriteGuard<'_, Box<[u8]>> {
         let data = self.data.write();
-        self.begin_change(&data);
+        self.begin_change(&data, serial);
         data
     }
 
     /// [`Buffer::data_mut`], with the wait for the lock counted in `stats`.
-    pub(crate) fn data_mut_timed(&self, stats: &crate::stats::Stats) -> RwLockWriteGuard<'_, Box<[u8]>> {
+    pub(crate) fn data_mut_timed(
+        &self,
+        serial: u64,
+        stats: &crate::stats::Stats,
+    ) -> RwLockWriteGuard<'_, Box<[u8]>> {
         let data = stats.write(crate::stats::LockClass::BufferData, &self.data);
-        self.begin_change(&data);
+        self.begin_change(&data, serial);
         data
     }
 
-    /// Under the write lock, before a change: takes the committing transaction's copy if it
-    /// is still due (sealed as the contents were), then forgets what was verified of the old
-    /// contents, unless the block is a leaf with a deferred seal (see `leaf_seal`). Inside
-    /// the lock, so that a reader who finds the block unverified and then waits for the lock
-    /// sees what the writer marked (see `verify`).
-    fn begin_change(&self, data: &[u8]) {
-        if self.freeze_due.load(Ordering::Acquire) {
-            *self.frozen.lock() = Some(self.commit_copy(data));
-            self.freeze_due.store(false, Ordering::Release);
+    /// Under the write lock, before a change in transaction `serial`: takes the copy still
+    /// owed to an earlier transaction's commit (sealed as the contents were), then forgets
+    /// what was verified of the old contents, unless the block is a leaf with a deferred seal
+    /// (see `leaf_seal`). Inside the lock, so that a reader who finds the block unverified
+    /// and then waits for the lock sees what the writer marked (see `verify`).
+    fn begin_change(&self, data: &[u8], serial: u64) {
+        let owed = self.uncopied.load(Ordering::Acquire);
+        if owed != serial {
+            // Owed to the committing transaction (every earlier commit took all of its copies
+            // before the next one began), or to one that revoked the block and so never
+            // takes it: a wasted copy, replaced by the next.
+            if owed != 0 {
+                *self.frozen.lock() = Some((owed, self.commit_copy(data)));
+            }
+            self.uncopied.store(serial, Ordering::Release);
         }
         if self.leaf_seal.load(Ordering::Acquire) == 0 {
             self.verified.store(Verified::None as u8, Ordering::Release);
@@ -133,30 +146,35 @@ impl Buffer {
     /// For a block the commit completes from atomics (see `FreezeHook`): runs `fill` on the
     /// contents themselves, then copies them. Filling the cached block too, not only the copy,
     /// keeps what `fill` cannot recompute later: a bitmap checksum stays right in its
-    /// descriptor block after the bitmap leaves the cache.
+    /// descriptor block after the bitmap leaves the cache. Called while no handle is open:
+    /// the copy is the one the committing transaction is owed.
     pub(crate) fn fill_and_copy(&self, fill: impl FnOnce(&mut [u8])) -> Arc<[u8]> {
         let mut data = self.data.write();
         fill(&mut data);
+        self.uncopied.store(0, Ordering::Release);
         Arc::from(&data[..])
     }
 
-    /// Marks the copy of the contents as due to the commit running now (called while no
-    /// handle is open, so the contents are those the transaction left).
-    pub(crate) fn set_freeze_due(&self) {
-        self.freeze_due.store(true, Ordering::Release);
-    }
-
-    /// The committing transaction's copy marked by [`Buffer::set_freeze_due`]: taken now
-    /// unless a writer took it first.
-    pub(crate) fn take_frozen(&self) -> Arc<[u8]> {
+    /// The copy of the contents transaction `serial` commits (called by its commit, after
+    /// the next transaction started): made now, unless a writer of the next transaction took
+    /// it before its change. A buffer that transaction only joined has not changed since.
+    pub(crate) fn take_frozen(&self, serial: u64) -> Arc<[u8]> {
         let data = self.data.read();
-        // Writers clear the flag only under the write lock, so it cannot change here.
-        if self.freeze_due.swap(false, Ordering::AcqRel) {
-            return self.commit_copy(&data);
+        // Writers change `uncopied` only under the write lock, so it cannot change here.
+        let owed = self.uncopied.load(Ordering::Acquire);
+        if owed == serial || owed == 0 {
+            let copy = self.commit_copy(&data);
+            if owed != 0 {
+                self.uncopied.store(0, Ordering::Release);
+            }
+            return copy;
         }
         drop(data);
-        // A writer cleared the flag and stored its copy in the same critical section.
-        self.frozen.lock().take().unwrap_or_else(|| unreachable!("freeze_due cleared without a copy"))
+        // A writer moved `uncopied` on and stored the copy in the same critical section.
+        match self.frozen.lock().take() {
+            Some((s, copy)) if s == serial => copy,
+            _ => unreachable!("uncopied moved on without a copy"),
+        }
     }
 
     /// Runs `check` unless the buffer already passed a check of the same kind.
@@ -203,7 +221,7 @@ impl BufferCache {
                 data: RwLock::new(data),
                 mark: CacheMark::new(),
                 verified: AtomicU8::new(Verified::None as u8),
-                freeze_due: AtomicBool::new(false),
+                uncopied: AtomicU64::new(0),
                 frozen: Mutex::new(None),
                 leaf_seal: AtomicU64::new(0),
             })
@@ -227,7 +245,7 @@ impl BufferCache {
                 data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
                 mark: CacheMark::new(),
                 verified: AtomicU8::new(Verified::None as u8),
-                freeze_due: AtomicBool::new(false),
+                uncopied: AtomicU64::new(0),
                 frozen: Mutex::new(None),
                 leaf_seal: AtomicU64::new(0),
             })
@@ -264,29 +282,47 @@ mod tests {
     fn commit_copy_is_taken_by_the_first_writer() {
         let c = cache();
         let b = c.get(2).unwrap();
-        b.set_freeze_due();
-        b.data_mut()[0] = 0xAA;
+        // Changed in transaction 1, whose commit has not copied it yet.
+        b.data_mut(1)[2] = 0x11;
+        b.data_mut(2)[0] = 0xAA;
         // A second change must not replace the copy taken before the first.
-        b.data_mut()[1] = 0xBB;
-        let frozen = b.take_frozen();
-        assert!(frozen.iter().all(|&x| x == 2), "the copy holds the contents before any change");
-        assert_eq!(&b.data()[..2], &[0xAA, 0xBB]);
+        b.data_mut(2)[1] = 0xBB;
+        let frozen = b.take_frozen(1);
+        assert_eq!(&frozen[..4], &[2, 2, 0x11, 2], "the copy holds transaction 1's contents");
+        assert_eq!(&b.data()[..3], &[0xAA, 0xBB, 0x11]);
     }
 
     #[test]
     fn commit_copy_is_taken_by_the_commit_without_writers() {
         let c = cache();
         let b = c.get(3).unwrap();
-        b.set_freeze_due();
-        assert!(b.take_frozen().iter().all(|&x| x == 3));
+        b.data_mut(1)[0] = 7;
+        let frozen = b.take_frozen(1);
+        assert_eq!(frozen[0], 7);
+        assert!(frozen[1..].iter().all(|&x| x == 3));
         // Taken: later writes copy nothing more.
-        b.data_mut()[0] = 1;
+        b.data_mut(2)[0] = 1;
         assert!(b.frozen.lock().is_none());
+        // A transaction that only joined the buffer gets its contents as they are.
+        assert_eq!(b.take_frozen(2)[0], 1);
+        assert_eq!(b.take_frozen(3)[0], 1);
+    }
+
+    #[test]
+    fn a_copy_never_taken_is_replaced_by_the_next() {
+        // Transaction 1 changed the block, then revoked it: its commit never copies it.
+        let c = cache();
+        let b = c.get(1).unwrap();
+        b.data_mut(1)[0] = 10;
+        b.data_mut(2)[0] = 20;
+        b.data_mut(3)[0] = 30;
+        assert_eq!(b.take_frozen(2)[0], 20, "transaction 2's copy, not the one owed to 1");
+        assert_eq!(b.take_frozen(3)[0], 30);
     }
 
     /// A one-entry leaf of `seed`'s directory, sealed later, as `seal_leaf_in` leaves it.
-    fn edit_leaf(b: &Buffer, seed: u32, ino: u8) {
-        let mut d = b.data_mut();
+    fn edit_leaf(b: &Buffer, seed: u32, ino: u8, serial: u64) {
+        let mut d = b.data_mut(serial);
         d.fill(0);
         d[0] = ino;
         // rec_len: the whole entry area (the block less the 12-byte tail).
@@ -304,20 +340,18 @@ mod tests {
         let seed = 0x1234_5678;
         // The commit takes the copy.
         let b = c.get(1).unwrap();
-        edit_leaf(&b, seed, 7);
+        edit_leaf(&b, seed, 7, 1);
         assert_eq!(verify_leaf_checksum(&b.data(), seed), Some(false), "the cached tail is stale");
-        b.set_freeze_due();
-        assert_eq!(verify_leaf_checksum(&b.take_frozen(), seed), Some(true));
+        assert_eq!(verify_leaf_checksum(&b.take_frozen(1), seed), Some(true));
         // The next writer takes it, sealed as the contents were before its change.
-        b.set_freeze_due();
-        edit_leaf(&b, seed, 9);
-        let frozen = b.take_frozen();
+        edit_leaf(&b, seed, 7, 2);
+        edit_leaf(&b, seed, 9, 3);
+        let frozen = b.take_frozen(2);
         assert_eq!((frozen[0], verify_leaf_checksum(&frozen, seed)), (7, Some(true)));
         // A write access that changes nothing (a writer whose second look found nothing to
         // do) keeps the seal and the verified mark: the block is still that leaf.
-        drop(b.data_mut());
-        b.set_freeze_due();
-        assert_eq!(verify_leaf_checksum(&b.take_frozen(), seed), Some(true));
+        drop(b.data_mut(3));
+        assert_eq!(verify_leaf_checksum(&b.take_frozen(3), seed), Some(true));
         let unchecked = |b: &Buffer| {
             let mut checked = false;
             b.verify(Verified::DirLeaf, |_| {
@@ -330,38 +364,38 @@ mod tests {
         assert!(unchecked(&b));
         // A leaf turned into something else is sealed no more, and checked again.
         {
-            let mut d = b.data_mut();
+            let mut d = b.data_mut(4);
             d[100] = 0xEE;
             b.not_a_leaf(&mut d);
         }
-        b.set_freeze_due();
-        let frozen = b.take_frozen();
+        let frozen = b.take_frozen(4);
         assert_eq!(frozen[100], 0xEE);
         assert_eq!(verify_leaf_checksum(&frozen, seed), Some(false), "sealed though no longer a leaf");
         assert!(!unchecked(&b));
         // So is a block allocated anew.
         let b2 = c.get(2).unwrap();
-        edit_leaf(&b2, seed, 5);
+        edit_leaf(&b2, seed, 5, 1);
+        assert_eq!(verify_leaf_checksum(&b2.take_frozen(1), seed), Some(true));
         let b2 = c.get_fresh(2);
-        b2.data_mut()[0] = 1;
-        b2.set_freeze_due();
-        assert_eq!(verify_leaf_checksum(&b2.take_frozen(), seed), Some(false));
+        b2.data_mut(2)[0] = 1;
+        assert_eq!(verify_leaf_checksum(&b2.take_frozen(2), seed), Some(false));
     }
 
     #[test]
     fn commit_copies_race_with_writers() {
-        // Every round, the copy is the contents at the mark, whoever takes it.
+        // Every round, the copy is the contents the committing transaction left, whoever
+        // takes it: the commit, or the next transaction's writer.
         let c = cache();
         let b = c.get(1).unwrap();
-        for round in 0..2000u32 {
-            let before = b.data()[0];
-            b.set_freeze_due();
+        for round in 0..2000u64 {
+            let (serial, v) = (2 * round + 1, round as u8);
+            b.data_mut(serial)[0] = v;
             let frozen = std::thread::scope(|s| {
-                s.spawn(|| b.data_mut()[0] = before.wrapping_add(1));
-                b.take_frozen()
+                s.spawn(|| b.data_mut(serial + 1)[0] = v.wrapping_add(1));
+                b.take_frozen(serial)
             });
-            assert_eq!(frozen[0], before, "round {round}");
-            assert_eq!(b.data()[0], before.wrapping_add(1));
+            assert_eq!(frozen[0], v, "round {round}");
+            assert_eq!(b.data()[0], v.wrapping_add(1));
         }
     }
 }

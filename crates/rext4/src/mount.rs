@@ -171,7 +171,7 @@ impl FsInner {
     pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
         let (blk, off) = self.sb_location();
         let buf = self.bcache.get(blk)?;
-        let mut data = buf.data_mut();
+        let mut data = buf.data_mut(0);
         let Some(mut sb) = Superblock::parse(&data[off..]) else {
             return corrupt(CorruptKind::Superblock("unreadable"));
         };

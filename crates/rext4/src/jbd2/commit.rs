@@ -4,6 +4,7 @@
 
 use super::journal::{Journal, Log, LogGeometry, LogShape, LogTxn, Pending};
 use super::transaction::Transaction;
+use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use rext4_format::jbd2::{CommitHeader, DescriptorBuilder, RevokeBuilder};
 use std::borrow::Cow;
@@ -19,37 +20,54 @@ impl Journal {
         self.lock_and_drain(t);
         // A handle that ended in a panic aborted the journal: its changes are half done.
         self.check_aborted()?;
-        // No handle is open on `t` and none can join: its buffers are stable. Each must be
-        // frozen as it is now before the next transaction writes to it.
-        let buffers = t.take_buffers();
-        // Blocks completed from atomics are copied now, while nothing changes; the others are
-        // only marked, and copied once the next transaction runs (by this commit, or by the
-        // first writer there, see `Buffer::take_frozen`), so handle starts wait for the
-        // drain alone.
-        let mut filled: Vec<Option<Arc<[u8]>>> = Vec::with_capacity(buffers.len());
-        for b in &buffers {
-            if (self.freeze.fills)(b.blk) {
-                filled.push(Some(b.fill_and_copy(|data| (self.freeze.fill)(b.blk, data))));
-            } else {
-                b.set_freeze_due();
-                filled.push(None);
-            }
-        }
+        // No handle is open on `t` and none can join: its buffers are stable. Only what must
+        // be taken before the next transaction runs is taken now, in work per shard, not per
+        // buffer: the buffer sets, the blocks completed from atomics (a few, copied now), and
+        // the revokes. Every other buffer is copied after the next transaction has started,
+        // by this commit or by its first writer there (see `Buffer::take_frozen`), so handle
+        // starts wait for the drain alone.
+        let sets = t.take_buffer_sets();
+        let mut filled: Vec<(u64, Arc<[u8]>)> = t
+            .take_fills()
+            .iter()
+            .map(|b| (b.blk, b.fill_and_copy(|data| (self.freeze.fill)(b.blk, data))))
+            .collect();
         let revoked = t.take_revoked();
         self.install_next(t, wake_early);
-        let frozen: Vec<(u64, Arc<[u8]>)> =
-            buffers.iter().zip(filled).map(|(b, f)| (b.blk, f.unwrap_or_else(|| b.take_frozen()))).collect();
+        filled.sort_unstable_by_key(|f| f.0);
+        let buffers = sets.into_sorted();
+        let copy = |b: &Buffer| match filled.binary_search_by_key(&b.blk, |f| f.0) {
+            Ok(i) => filled[i].1.clone(),
+            Err(_) => b.take_frozen(t.serial),
+        };
 
-        let nblocks = frozen.len() as u64;
+        let nblocks = buffers.len() as u64;
         let mut room_wait = Duration::ZERO;
         let mut used = None;
+        let mut frozen: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(buffers.len());
         if let Some(shape) = self.shape {
-            let blocks = self.build_transaction(&shape, t.tid, &frozen, &revoked)?;
-            let needed = shape.blocks_for(frozen.len(), revoked.len());
+            let needed = shape.blocks_for(buffers.len(), revoked.len());
             // A full log waits for (or runs) a checkpoint; that time is not the commit's.
             room_wait = self.make_room(needed)?;
             let mut log = self.log.lock();
-            self.write_transaction(&mut log, t.tid, &shape, &blocks)?;
+            if log.used + needed > shape.capacity {
+                return Err(Error::InvalidInput("no room in the journal"));
+            }
+            let (start, used_before) = (log.head, log.used);
+            let revokes = self.revoke_blocks(&shape, t.tid, &revoked)?;
+            self.log_write(&mut log, &revokes.iter().map(|b| &b[..]).collect::<Vec<_>>())?;
+            // A descriptor's worth at a time: its copies are made, checksummed and written
+            // while they are still in the core's cache (copying the whole transaction first
+            // left them in memory for the checksums and the writes to read again).
+            for chunk in buffers.chunks(shape.per_desc) {
+                let at = frozen.len();
+                frozen.extend(chunk.iter().map(|b| (b.blk, copy(b))));
+                let blocks = self.descriptor_run(&shape, t.tid, &frozen[at..])?;
+                self.log_write(&mut log, &blocks.iter().map(|b| &b[..]).collect::<Vec<_>>())?;
+            }
+            self.write_commit_block(&mut log, t.tid, &shape)?;
+            let blocks = log.used - used_before;
+            log.txns.push_back(LogTxn { tid: t.tid, start, blocks });
             // Under `log`, so that a checkpoint that finds this transaction in the log also
             // finds its copies.
             let mut cp = self.checkpoint.lock();
@@ -73,6 +91,7 @@ impl Journal {
             drop(replaced);
         } else {
             // No journal: write home, then flush, as ext4's nojournal mode does at sync.
+            frozen.extend(buffers.iter().map(|b| (b.blk, copy(b))));
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
             self.dev.flush()?;
         }
@@ -87,67 +106,51 @@ impl Journal {
         Ok(())
     }
 
-    /// Lays out a transaction's log blocks before its commit block: revoke blocks, then
-    /// descriptor blocks each followed by the copies it describes. The frozen copies are
-    /// written from where they lie; only escaped ones are copied again.
-    fn build_transaction<'a>(
-        &self,
-        shape: &LogShape,
-        tid: u32,
-        frozen: &'a [(u64, Arc<[u8]>)],
-        revoked: &[u64],
-    ) -> Result<Vec<Cow<'a, [u8]>>> {
-        let params = shape.params;
-        let mut out: Vec<Cow<'a, [u8]>> =
-            Vec::with_capacity(shape.blocks_for(frozen.len(), revoked.len()) as usize);
+    /// A transaction's revoke blocks, written first.
+    fn revoke_blocks(&self, shape: &LogShape, tid: u32, revoked: &[u64]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::with_capacity(revoked.len().div_ceil(shape.per_revoke));
         for chunk in revoked.chunks(shape.per_revoke) {
-            let mut rb = RevokeBuilder::new(&params, tid);
+            let mut rb = RevokeBuilder::new(&shape.params, tid);
             for &b in chunk {
                 rb.push(b).map_err(|_| Error::InvalidInput("revoke record does not fit"))?;
             }
             if let Some(block) = rb.finish() {
-                out.push(Cow::Owned(block));
+                out.push(block);
             }
-        }
-        for chunk in frozen.chunks(shape.per_desc) {
-            let mut desc = DescriptorBuilder::new(&params, tid, shape.uuid);
-            let at = out.len();
-            out.push(Cow::Borrowed(&[]));
-            for (blk, data) in chunk {
-                let escaped = desc
-                    .push_shared(*blk, data)
-                    .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
-                out.push(escaped.map_or(Cow::Borrowed(&data[..]), Cow::Owned));
-            }
-            out[at] = Cow::Owned(desc.finish().ok_or(Error::InvalidInput("empty descriptor block"))?);
         }
         Ok(out)
     }
 
-    /// Writes a transaction laid out by `build_transaction` into the log at the head (which
-    /// `make_room` made room for), then its commit block, and records where it lies.
-    fn write_transaction(
+    /// One descriptor block and the copies it describes (at most `per_desc` of them), as
+    /// they go into the log: copies are written from where they lie; only escaped ones are
+    /// copied again.
+    fn descriptor_run<'a>(
         &self,
-        log: &mut Log,
-        tid: u32,
         shape: &LogShape,
-        blocks: &[Cow<'_, [u8]>],
-    ) -> Result<()> {
-        let needed = blocks.len() as u32 + 1;
-        if log.used + needed > shape.capacity {
-            return Err(Error::InvalidInput("no room in the journal"));
+        tid: u32,
+        frozen: &'a [(u64, Arc<[u8]>)],
+    ) -> Result<Vec<Cow<'a, [u8]>>> {
+        let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(frozen.len() + 1);
+        let mut desc = DescriptorBuilder::new(&shape.params, tid, shape.uuid);
+        out.push(Cow::Borrowed(&[]));
+        for (blk, data) in frozen {
+            let escaped = desc
+                .push_shared(*blk, data)
+                .map_err(|_| Error::InvalidInput("descriptor tag does not fit"))?;
+            out.push(escaped.map_or(Cow::Borrowed(&data[..]), Cow::Owned));
         }
-        let (start, used_before) = (log.head, log.used);
-        let blocks: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
-        self.log_write(log, &blocks)?;
-        // Everything of the transaction must be durable before its commit block.
+        out[0] = Cow::Owned(desc.finish().ok_or(Error::InvalidInput("empty descriptor block"))?);
+        Ok(out)
+    }
+
+    /// Ends a transaction written into the log: everything before must be durable before its
+    /// commit block, and the commit block before the commit counts as done.
+    fn write_commit_block(&self, log: &mut Log, tid: u32, shape: &LogShape) -> Result<()> {
         self.dev.flush()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&shape.params);
         self.log_write(log, &[&commit])?;
-        self.dev.flush()?;
-        log.txns.push_back(LogTxn { tid, start, blocks: log.used - used_before });
-        Ok(())
+        Ok(self.dev.flush()?)
     }
 
     /// Writes whole blocks at the log head and advances it, wrapping at the end; runs of log

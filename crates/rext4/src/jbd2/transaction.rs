@@ -52,6 +52,18 @@ pub(crate) struct TxnShard {
     revoked: KeyMap<()>,
 }
 
+/// A transaction's buffers as its shards held them.
+pub(crate) struct BufferSets(Vec<KeyMap<Arc<Buffer>>>);
+
+impl BufferSets {
+    /// The buffers in block order.
+    pub fn into_sorted(self) -> Vec<Arc<Buffer>> {
+        let mut v: Vec<Arc<Buffer>> = self.0.into_iter().flat_map(|m| m.into_values()).collect();
+        v.sort_unstable_by_key(|b| b.blk);
+        v
+    }
+}
+
 /// A group of metadata changes that reach the journal together.
 pub(crate) struct Transaction {
     /// jbd2 transaction id (its sequence number in the log). [immutable]
@@ -75,6 +87,10 @@ pub(crate) struct Transaction {
     shards: [Mutex<TxnShard>; SHARDS],
     /// Revoked blocks in all shards. [atomic; changed under the block's shard lock]
     nrevoked: AtomicU32,
+    /// The buffers among `shards` whose contents the commit completes from atomics (see
+    /// `FreezeHook`): a few a transaction, found without a walk of every buffer.
+    /// [own mutex, leaf]
+    fills: Mutex<Vec<Arc<Buffer>>>,
     /// When the first handle joined, in nanoseconds after `epoch` (0: none yet). [atomic]
     pub started: AtomicU64,
     /// Reference point for `started`. [immutable]
@@ -92,6 +108,7 @@ impl Transaction {
             locked: AtomicBool::new(false),
             shards: std::array::from_fn(|_| Mutex::new(TxnShard::default())),
             nrevoked: AtomicU32::new(0),
+            fills: Mutex::new(Vec::new()),
             started: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -145,12 +162,17 @@ impl Transaction {
         self.nbuffers.load(Ordering::Acquire) == 0 && self.nrevoked.load(Ordering::Acquire) == 0
     }
 
-    /// Takes every buffer out of the transaction (the commit does this once no handle is open).
-    pub fn take_buffers(&self) -> Vec<Arc<Buffer>> {
-        let mut v: Vec<Arc<Buffer>> =
-            self.shards.iter().flat_map(|s| std::mem::take(&mut s.lock().bufs).into_values()).collect();
-        v.sort_by_key(|b| b.blk);
-        v
+    /// Takes every buffer out of the transaction as the shards hold them: one swap a shard
+    /// (the commit does this once no handle is open, and sorts them after the next
+    /// transaction has started; see [`BufferSets::into_sorted`]).
+    pub fn take_buffer_sets(&self) -> BufferSets {
+        BufferSets(self.shards.iter().map(|s| std::mem::take(&mut s.lock().bufs)).collect())
+    }
+
+    /// Takes the buffers the commit completes from atomics out of their list (they stay
+    /// among the buffers).
+    pub fn take_fills(&self) -> Vec<Arc<Buffer>> {
+        std::mem::take(&mut *self.fills.lock())
     }
 
     /// Puts `buf` in the transaction under its shard's lock, cancelling a revoke of its block
@@ -221,6 +243,9 @@ impl<'j> Handle<'j> {
             let stats = &self.journal.stats;
             let shard = stats.lock(LockClass::TxnBuffers, &t.shards[Transaction::shard(buf.blk)]);
             if t.insert(shard, buf) {
+                if (self.journal.freeze.fills)(buf.blk) {
+                    t.fills.lock().push(buf.clone());
+                }
                 let n = t.nbuffers.fetch_add(1, Ordering::AcqRel) + 1;
                 if n > self.journal.max_txn_buffers() {
                     // Credits were under-reserved somewhere: a bug, not a user error.
@@ -239,7 +264,7 @@ impl<'j> Handle<'j> {
         let _t = self.journal.stats.time(Op::GetWriteAccess);
         self.journal.check_aborted()?;
         self.add(buf)?;
-        Ok(buf.data_mut_timed(&self.journal.stats))
+        Ok(buf.data_mut_timed(self.txn.serial, &self.journal.stats))
     }
 
     /// Records that metadata block `blk` was freed: older journal copies of it must never be
@@ -303,7 +328,7 @@ mod tests {
         // Written again: no longer revoked, and back among the buffers.
         assert!(add(9) && add(5));
         assert_eq!(t.take_revoked(), vec![33, 40]);
-        assert_eq!(t.take_buffers().iter().map(|b| b.blk).collect::<Vec<_>>(), vec![5, 9]);
+        assert_eq!(t.take_buffer_sets().into_sorted().iter().map(|b| b.blk).collect::<Vec<_>>(), vec![5, 9]);
         assert!(t.take_revoked().is_empty());
     }
 }
