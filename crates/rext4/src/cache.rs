@@ -446,13 +446,15 @@ impl<V: Cached + Send + Sync> ShardedCache<V> {
             if left == 0 {
                 s.loads.remove(&key);
             }
-            let fresh = Arc::new(fresh?);
+            let fresh = fresh?;
             if let Some(v) = self.get_locked(key) {
                 return Ok(v);
             }
             if overtaken {
                 continue;
             }
+            // Allocated only for a copy that goes in.
+            let fresh = Arc::new(fresh);
             if let Some(state) = s.parked.remove(&key) {
                 fresh.unpark(state);
             }
