@@ -145,7 +145,13 @@ impl FsInner {
             Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("unusable journal features")))
         })?;
         let first = jsb.first();
-        let maxlen = jsb.maxlen();
+        // With the fast-commit feature, the journal's last blocks are the fast-commit area:
+        // the log wraps before them, as the kernel's `j_last` does (recovery reads no further).
+        let fc_blocks = if jsb.has_fast_commit() { jsb.fast_commit_blocks() } else { 0 };
+        let maxlen = jsb.maxlen().saturating_sub(fc_blocks);
+        if first >= maxlen {
+            return corrupt(CorruptKind::Journal("invalid first block of the log"));
+        }
         let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, maxlen };
         let mut log = Log {
             geo: Some(geo),

@@ -363,3 +363,80 @@ fn operation_panicking_mid_handle_aborts() {
     assert_eq!(fs.listxattr(f).unwrap(), vec![b"user.small".to_vec()]);
     assert!(fs.resolve("/after", false).is_err());
 }
+
+/// The journal file's bytes (`debugfs dump <8>`).
+fn journal_bytes(img: &Path, dir: &Path) -> Vec<u8> {
+    let out = dir.join("journal.bin");
+    let o = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("dump <8> {}", out.display()))
+        .arg(img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read(&out).unwrap()
+}
+
+/// On a journal with the fast-commit feature (as the kernel leaves it when it crashes with
+/// fast commits on), the log wraps before the fast-commit area: many commits later the area
+/// is as it was, and the kernel, whose recovery stops where the area begins, replays a crash.
+#[test]
+fn log_wraps_before_the_fast_commit_area() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "fc", &["-b", "4096", "-O", "fast_commit", "-J", "size=4"], 200);
+    // The journal superblock: big-endian fields, incompat at 0x28, s_num_fc_blks at 0x54;
+    // it lies in the journal's first block, which mkfs puts in one extent.
+    let before = journal_bytes(&img, dir.path());
+    let at = {
+        let o = Command::new("debugfs").args(["-R", "bmap <8> 0"]).arg(&img).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().unwrap() * 4096
+    };
+    let be32 = |b: &[u8], o: usize| u32::from_be_bytes(b[o..o + 4].try_into().unwrap());
+    let (maxlen, fc) = (be32(&before, 0x10) as usize, be32(&before, 0x54) as usize);
+    assert!(fc > 0 && maxlen == before.len() / 4096, "maxlen {maxlen}, fast-commit blocks {fc}");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        let incompat = be32(&before, 0x28) | 0x20; // JBD2_FEATURE_INCOMPAT_FAST_COMMIT
+        f.write_all_at(&incompat.to_be_bytes(), at + 0x28).unwrap();
+    }
+    let area = (maxlen - fc) * 4096..maxlen * 4096;
+
+    let fs = open_rw(&img, std::time::Duration::from_secs(3600));
+    // Each round logs the 200 inodes' table blocks; 200 rounds go round the log a few times.
+    for round in 0..200u16 {
+        chmod_all(&fs, 200, 0o400 + round % 2 * 0o200);
+        fs.fsync(fs.resolve("/f0", false).unwrap()).unwrap();
+    }
+    let stats = fs.commit_stats().unwrap();
+    assert!(stats.blocks > 2 * maxlen as u64, "the log wrapped: {stats:?}");
+    let crash = dir.path().join("fc-crash.img");
+    std::fs::copy(&img, &crash).unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&img);
+    let after = journal_bytes(&img, dir.path());
+    assert!(after[area.clone()] == before[area.clone()], "the fast-commit area was written");
+
+    if !is_root() {
+        eprintln!("skipping the kernel's replay: loop mounts need root");
+        return;
+    }
+    let mnt = dir.path().join("fc-mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let out = Command::new("mount").args(["-o", "loop"]).arg(&crash).arg(&mnt).output().unwrap();
+    if !out.status.success() {
+        eprintln!("skipping: mount failed: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let modes: Vec<u32> = (0..200)
+        .map(|i| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(mnt.join(format!("f{i}"))).unwrap().mode() & 0o7777
+        })
+        .collect();
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    for (i, m) in modes.into_iter().enumerate() {
+        assert_eq!(m, 0o600 + (i as u32 % 8), "f{i} as the kernel replayed it");
+    }
+    fsck_clean(&crash);
+}

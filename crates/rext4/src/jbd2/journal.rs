@@ -39,7 +39,8 @@ pub(crate) struct LogGeometry {
     pub map: crate::replay::JournalLog,
     pub params: JournalParams,
     pub uuid: [u8; 16],
-    /// First log block (after the journal superblock) and total length. [immutable]
+    /// First log block (after the journal superblock), and the end of the log: the journal's
+    /// length less its fast-commit area. [immutable]
     pub first: u32,
     pub maxlen: u32,
 }
@@ -272,10 +273,12 @@ impl Journal {
         freeze: FreezeHook,
         stats: Arc<crate::stats::Stats>,
     ) -> Self {
-        // Like jbd2: a transaction may use a quarter of the log. Without a journal, bound the
-        // memory a transaction pins instead.
+        // Like jbd2 (`jbd2_journal_get_max_txn_bufs`): a transaction may use a third of the
+        // journal outside its fast-commit area (a quarter until mid-2024, when jbd2 began to
+        // count descriptor and revoke blocks against the credits). Without a journal,
+        // bound the memory a transaction pins instead.
         let max_txn_buffers = match &log.geo {
-            Some(g) => (g.maxlen / 4).max(64),
+            Some(g) => (g.maxlen / 3).max(64),
             None => 16384,
         };
         Journal {
