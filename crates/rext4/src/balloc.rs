@@ -247,7 +247,7 @@ impl FsInner {
         }
         if metadata {
             for x in start..end {
-                h.revoke(x);
+                h.revoke(x, self.bcache.peek(x).as_ref());
             }
         }
         Ok(())

@@ -35,7 +35,7 @@ impl Journal {
         let revoked = t.take_revoked();
         self.install_next(t, wake_early);
         filled.sort_unstable_by_key(|f| f.0);
-        let buffers = sets.into_sorted();
+        let buffers = sets.into_sorted(&revoked);
         let copy = |b: &Buffer| match filled.binary_search_by_key(&b.blk, |f| f.0) {
             Ok(i) => filled[i].1.clone(),
             Err(_) => b.take_frozen(t.serial),
