@@ -26,8 +26,9 @@ pub(crate) struct Buffer {
     pub blk: u64,
     /// Block contents. Written only through a journal handle (`Handle::write`). [own lock]
     data: RwLock<Box<[u8]>>,
-    /// Serial of the transaction this buffer last joined (0: none), so that a handle touching
-    /// a buffer already in its transaction takes no lock. [atomic]
+    /// Serial of the transaction this buffer last joined (0: none, or revoked since), so that
+    /// a handle touching a buffer already in its transaction takes no lock; the writer whose
+    /// compare-and-swap moves it to a transaction puts the buffer in. [atomic]
     pub(crate) jserial: AtomicU64,
     /// The buffer cache's marks. [atomic]
     mark: CacheMark,

@@ -8,9 +8,10 @@
 //! filesystem-wide lock.
 //!
 //! # Locking
-//! `Journal::running` (read) -> `Transaction::revoked[shard]` -> `Transaction::joined[list]`
-//! -> `Buffer::data` (write). A handle must be started before any inode or buffer lock is
-//! taken (a start may wait for a commit, and a commit waits for open handles to stop).
+//! `Journal::running` (read) -> `Transaction::revoked[shard]`, then `Transaction::joined[list]`
+//! (never both at once) -> `Buffer::data` (write). A handle must be started before any inode
+//! or buffer lock is taken (a start may wait for a commit, and a commit waits for open handles
+//! to stop).
 
 use super::journal::Journal;
 use crate::buffer::Buffer;
@@ -107,7 +108,7 @@ pub(crate) struct Transaction {
     revoked: [Mutex<KeyMap<()>>; SHARDS],
     /// Revoked blocks in all shards. [atomic; changed under the block's shard lock]
     nrevoked: AtomicU32,
-    /// The buffers among `shards` whose contents the commit completes from atomics (see
+    /// The joined buffers whose contents the commit completes from atomics (see
     /// `FreezeHook`): a few a transaction, found without a walk of every buffer.
     /// [own mutex, leaf]
     fills: Mutex<Vec<Arc<Buffer>>>,
