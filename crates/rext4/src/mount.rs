@@ -146,9 +146,8 @@ impl FsInner {
         })?;
         let first = jsb.first();
         // With the fast-commit feature, the journal's last blocks are the fast-commit area:
-        // the log wraps before them, as the kernel's `j_last` does (recovery reads no further).
-        let fc_blocks = if jsb.has_fast_commit() { jsb.fast_commit_blocks() } else { 0 };
-        let maxlen = jsb.maxlen().saturating_sub(fc_blocks);
+        // the log wraps before them, where recovery stops reading.
+        let maxlen = jsb.log_end();
         if first >= maxlen {
             return corrupt(CorruptKind::Journal("invalid first block of the log"));
         }

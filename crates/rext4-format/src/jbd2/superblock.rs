@@ -180,6 +180,15 @@ impl JournalSuperblock {
     pub fn has_fast_commit(&self) -> bool {
         self.incompat().contains(JournalIncompat::FAST_COMMIT)
     }
+    /// End of the regular log (the kernel's `j_last`: log blocks lie below it): the journal's
+    /// length, less the fast-commit area when the journal's `FAST_COMMIT` feature is set.
+    pub fn log_end(&self) -> u32 {
+        if self.has_fast_commit() {
+            self.maxlen().saturating_sub(self.fast_commit_blocks())
+        } else {
+            self.maxlen()
+        }
+    }
 
     /// The checksum scheme in use. Conflicting features (rejected by [`Self::params`]) resolve
     /// to the highest version.

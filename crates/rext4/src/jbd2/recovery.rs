@@ -115,10 +115,9 @@ pub(crate) fn recover(
     fs_blocks: u64,
 ) -> Result<Replay> {
     let maxlen = u64::from(jsb.maxlen());
-    let fc_blocks = if jsb.has_fast_commit() { u64::from(jsb.fast_commit_blocks()) } else { 0 };
     // `load_superblock`: the fast-commit area, if any, sits at the end; check_superblock made
     // sure at least 1024 log blocks remain before it.
-    let last = maxlen.saturating_sub(fc_blocks);
+    let last = u64::from(jsb.log_end());
     if u64::from(jsb.first()) >= last {
         // The kernel checks `s_first` only against the whole journal; a log starting inside
         // the fast-commit area would make its `wrap()` underflow.
@@ -153,7 +152,7 @@ pub(crate) fn recover(
         // `jbd2_journal_load` answers a failed commit with EFSCORRUPTED, not EFSBADCRC.
         return corrupt(CorruptKind::Journal("a committed transaction has a corrupt commit block"));
     }
-    if fc_blocks > 0 {
+    if jsb.has_fast_commit() {
         r.check_fast_commits()?;
     }
     r.pass(Pass::Revoke)?;
