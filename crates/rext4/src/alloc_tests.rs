@@ -31,7 +31,7 @@ fn concurrent_block_and_inode_allocation_is_exclusive_and_balanced() {
                             let h = journal.start(8).unwrap();
                             let goal = inner.sbi.first_data_block + t * 5000 + i * 7;
                             blocks.push(inner.alloc_blocks(&h, goal, 1 + (i % 9) as u32, true).unwrap());
-                            inodes.push(inner.alloc_inode(&h, root.ino, i % 3 == 0).unwrap().0);
+                            inodes.push(inner.alloc_inode(&h, root.ino, i % 3 == 0, None).unwrap().0);
                         }
                         (blocks, inodes)
                     })
@@ -132,6 +132,86 @@ fn bitmap_checksums_survive_bitmap_eviction() {
     fs.create(dirs[0], b"late", 0o644, 0, 0).unwrap();
     fs.sync().unwrap();
     drop(desc);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}
+
+/// Files made in turn in two directories of one group keep to their own inode-table blocks
+/// (each directory's next inode is sought after its last one, and past the other's run in a
+/// fresh block), and a group filled that way still hands out every inode it has.
+#[test]
+fn directories_sharing_a_group_keep_to_their_own_table_blocks() {
+    let (fs, dev) = open(image(&["-b", "4096", "-N", "2048"]));
+    let ipg = fs.inner.sbi.inodes_per_group;
+    let per_block = fs.inner.sbi.block_size / fs.inner.sbi.inode_size as u32;
+    let root = fs.root();
+    let dirs: Vec<_> =
+        (0..2).map(|i| fs.mkdir(root, format!("d{i}").as_bytes(), 0o755, 0, 0).unwrap().ino).collect();
+    let mut made: Vec<Vec<u32>> = vec![Vec::new(); 2];
+    for i in 0..400 {
+        for (d, m) in dirs.iter().zip(&mut made) {
+            m.push(fs.create(*d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino.0);
+        }
+    }
+    let blocks = |m: &Vec<u32>| m.iter().map(|i| (i - 1) / per_block).collect::<HashSet<u32>>();
+    let (a, b) = (blocks(&made[0]), blocks(&made[1]));
+    let shared = a.intersection(&b).count();
+    assert!(shared <= 2, "{shared} table blocks hold inodes of both directories");
+    assert!(a.len() <= 400 / per_block as usize + 3, "the first directory's files span {} blocks", a.len());
+    // One group: the test is about sharing within it.
+    assert!(made.iter().flatten().all(|&i| (i - 1) / ipg == 0));
+    // Fill the image in turn; the holes the runs left are handed out too.
+    let mut n = 0;
+    'fill: loop {
+        for d in &dirs {
+            match fs.create(*d, format!("g{n}").as_bytes(), 0o644, 0, 0) {
+                Ok(_) => n += 1,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                    break 'fill;
+                }
+            }
+        }
+    }
+    assert_eq!(fs.statfs().unwrap().files_free, 0, "inodes left unused after {n} more files");
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}
+
+/// The records a jump past a group's used mark skips are zeroed: on a device that held other
+/// data, mkfs leaves inode tables to lazy init, and e2fsck reads every record below the mark.
+#[test]
+fn runs_past_the_used_mark_zero_the_records_they_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("a.img");
+    // A device full of old data: every byte 0x5A (records that look like live inodes).
+    std::fs::write(&img, vec![0x5Au8; 64 << 20]).unwrap();
+    let out = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-N", "2048", "-E", "lazy_itable_init=1,nodiscard"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (fs, dev) = open(std::fs::read(&img).unwrap());
+    let root = fs.root();
+    let dirs: Vec<_> =
+        (0..3).map(|i| fs.mkdir(root, format!("d{i}").as_bytes(), 0o755, 0, 0).unwrap().ino).collect();
+    for i in 0..100 {
+        for d in &dirs {
+            fs.create(*d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+    }
+    // Some removed, so later runs find holes below the mark too.
+    for i in (0..100).step_by(3) {
+        fs.unlink(dirs[1], format!("f{i}").as_bytes()).unwrap();
+    }
+    for i in 100..150 {
+        for d in &dirs {
+            fs.create(*d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+    }
     fs.unmount().unwrap();
     drop(fs);
     fsck_clean(&dev.snapshot());

@@ -43,6 +43,34 @@ pub(crate) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
     None
 }
 
+/// The first clear bit at a multiple of `len` in `start..end` that begins `len` clear bits
+/// (an inode-table block's worth of free inodes, `len` a power of two; runs over 64 bits are
+/// looked for as 64). Whole words of set bits are skipped at once.
+pub(crate) fn find_zero_aligned(map: &[u8], start: usize, end: usize, len: usize) -> Option<usize> {
+    let end = end.min(map.len() * 8);
+    let len = len.clamp(1, 64);
+    debug_assert!(len.is_power_of_two());
+    let mask = if len == 64 { u64::MAX } else { (1u64 << len) - 1 };
+    let mut i = start.next_multiple_of(len);
+    while i + len <= end {
+        let word = i / 64 * 64;
+        if word + 64 <= end {
+            let w = u64::from_le_bytes(map[word / 8..word / 8 + 8].try_into().ok()?);
+            if w == u64::MAX {
+                i = word + 64;
+                continue;
+            }
+            if (w >> (i - word)) & mask == 0 {
+                return Some(i);
+            }
+        } else if (i..i + len).all(|b| !test(map, b)) {
+            return Some(i);
+        }
+        i += len;
+    }
+    None
+}
+
 /// The first run of `len` clear bits in `start..end`, else the longest shorter run (at least
 /// one bit), as `(first, len)`.
 pub(crate) fn find_zero_run(map: &[u8], start: usize, end: usize, len: usize) -> Option<(usize, usize)> {
@@ -105,6 +133,42 @@ mod tests {
             let (start, end) = (a.min(b), a.max(b));
             let slow = (start..end.min(320)).find(|&i| !test(&m, i));
             assert_eq!(find_zero(&m, start, end), slow, "{start}..{end}");
+        }
+    }
+
+    #[test]
+    fn aligned_scan_matches_bit_scan() {
+        let mut rng = 0x0ddc_0ffe_e123_4567u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..2000 {
+            // Mostly full maps with a few holes, and mostly empty ones with a few set bits.
+            let full = round % 2 == 0;
+            let mut m = vec![if full { 0xFFu8 } else { 0 }; 40];
+            for _ in 0..(next() % 48) {
+                let i = (next() % 320) as usize;
+                if full {
+                    clear(&mut m, i);
+                    // Holes come in runs, some long enough to count.
+                    for j in i..(i + (next() % 40) as usize).min(320) {
+                        clear(&mut m, j);
+                    }
+                } else {
+                    set(&mut m, i);
+                }
+            }
+            let len = 1 << (next() % 8);
+            let (a, b) = ((next() % 330) as usize, (next() % 330) as usize);
+            let (start, end) = (a.min(b), a.max(b));
+            let run = len.min(64);
+            let slow = (start.next_multiple_of(run)..end.min(320))
+                .step_by(run)
+                .find(|&i| i + run <= end.min(320) && (i..i + run).all(|b| !test(&m, b)));
+            assert_eq!(find_zero_aligned(&m, start, end, len), slow, "{start}..{end} by {len}");
         }
     }
 }

@@ -114,7 +114,13 @@ impl FsInner {
     }
 
     /// Takes a free inode number in group `g`, or `None` if the group is full.
-    fn take_inode_bit(&self, h: &Handle, g: u32) -> Result<Option<u32>> {
+    ///
+    /// With `goal` (a bit of this group: the one after the directory's last child), that bit
+    /// if it is free; if another directory's child took it, the first free run of a whole
+    /// inode-table block's inodes, so that directories filling one group at once do not
+    /// interleave their inodes in shared table blocks (whose buffer locks and lines their
+    /// threads would then contend for); else the first free bit.
+    fn take_inode_bit(&self, h: &Handle, g: u32, goal: Option<usize>) -> Result<Option<u32>> {
         let sbi = &self.sbi;
         let ipg = sbi.inodes_per_group as usize;
         let blk = self.groups.get(g).inode_bitmap(sbi.desc_size);
@@ -123,8 +129,28 @@ impl FsInner {
         let buf = if uninit { self.bcache.get_fresh(blk) } else { self.bread(blk, None)? };
         // Reserved inodes (below s_first_ino) are never handed out.
         let first = if g == 0 { sbi.sb.first_ino() as usize } else { 0 };
-        let found = if uninit { Some(first) } else { bitmap::find_zero(&buf.data(), first, ipg) };
+        let per_block = (sbi.block_size as usize / sbi.inode_size).max(1);
+        // Records past the group's used mark (`ipg - itable_unused`) may never have been
+        // written (mkfs leaves inode tables to lazy init), and e2fsck reads every record below
+        // the mark: a run chosen beyond it needs the records it skips zeroed first.
+        let mark = || ipg - (st.itable_unused.load(Ordering::Acquire) as usize).min(ipg);
+        let choose = |map: &[u8]| match goal {
+            Some(b) if b >= first && b < ipg && !bitmap::test(map, b) => Some(b),
+            Some(b) if b >= first && b < ipg => bitmap::find_zero_aligned(map, b, ipg, per_block)
+                .or_else(|| bitmap::find_zero_aligned(map, first, b, per_block))
+                .or_else(|| bitmap::find_zero(map, first, ipg)),
+            _ => bitmap::find_zero(map, first, ipg),
+        };
+        let found = if uninit { Some(first) } else { choose(&buf.data()) };
         let Some(mut bit) = found else { return Ok(None) };
+        // The block of those records, read before the bitmap is locked (no I/O under it).
+        let skip_from = mark().max(first);
+        let skipped = if bit > skip_from {
+            let (blk, _) = self.inode_location(InodeNo(g * sbi.inodes_per_group + skip_from as u32 + 1));
+            Some((blk, self.bread(blk, None)?))
+        } else {
+            None
+        };
         let mut map = h.write(&buf)?;
         if self.inode_uninit(g) {
             // First use of the group: an empty bitmap with the padding bits set.
@@ -137,10 +163,33 @@ impl FsInner {
             map = h.write(&buf)?;
         }
         if bitmap::test(&map, bit) {
-            // Another thread won this bit: search again, now under the lock.
-            match bitmap::find_zero(&map, bit + 1, ipg).or_else(|| bitmap::find_zero(&map, first, bit)) {
+            // Another thread won this bit: choose again, now under the lock.
+            match choose(&map) {
                 Some(b) => bit = b,
                 None => return Ok(None),
+            }
+        }
+        let from = mark().max(first);
+        if bit > from {
+            // Zero the records between the mark and `bit` (free, so nobody writes them while
+            // the bitmap is held). They lie in the block read above unless the mark moved
+            // meanwhile; then the mark's own bit is taken instead (it is free: past the mark).
+            let (blk, off) = self.inode_location(InodeNo(g * sbi.inodes_per_group + from as u32 + 1));
+            let end = off + (bit - from) * sbi.inode_size;
+            let free = (from..bit).all(|i| !bitmap::test(&map, i));
+            match &skipped {
+                Some((b, ibuf)) if free && *b == blk && end <= sbi.block_size as usize => {
+                    h.write(ibuf)?[off..end].fill(0);
+                }
+                _ => bit = from,
+            }
+            if bitmap::test(&map, bit) {
+                // The descriptor's count of unused inodes is wrong: take the first free bit,
+                // unless that too lies past the mark.
+                match bitmap::find_zero(&map, first, ipg) {
+                    Some(b) if b <= from => bit = b,
+                    _ => return Ok(None),
+                }
             }
         }
         bitmap::set(&mut map, bit);
@@ -158,25 +207,53 @@ impl FsInner {
     /// Allocates an inode for a child of inode `parent` (a directory, or for an EA inode the
     /// inode naming it) and returns its number (`__ext4_new_inode`'s bitmap part). The caller
     /// initialises and writes the record.
-    pub(crate) fn alloc_inode(&self, h: &Handle, parent: InodeNo, is_dir: bool) -> Result<InodeNo> {
+    ///
+    /// `goal` is the parent directory's [`Inode::child_goal`]: a file goes next to its
+    /// directory's last new child while that group has room (as the kernel keeps a
+    /// directory's allocations in `i_last_alloc_group`), and the goal moves past the new one.
+    /// Directories are spread by [`FsInner::find_group`] and take no goal.
+    ///
+    /// [`Inode::child_goal`]: crate::inode::Inode::child_goal
+    pub(crate) fn alloc_inode(
+        &self,
+        h: &Handle,
+        parent: InodeNo,
+        is_dir: bool,
+        goal: Option<&AtomicU32>,
+    ) -> Result<InodeNo> {
         let _t = self.stats.time(crate::stats::Op::NewInode);
         if self.counters.free_inodes.sum() <= 0 {
             return Err(Error::NoSpace);
         }
-        let n = self.sbi.group_count;
-        let start = self.find_group(parent, is_dir).ok_or(Error::NoSpace)?;
+        let (n, ipg) = (self.sbi.group_count, self.sbi.inodes_per_group);
+        let goal = goal.filter(|_| !is_dir);
+        // The goal's group, while it has free inodes; else the usual choice.
+        let near = goal
+            .map(|a| a.load(Ordering::Relaxed))
+            .filter(|&x| x != 0 && x <= self.sbi.inodes_count)
+            .map(|x| ((x - 1) / ipg, (x - 1) % ipg))
+            .filter(|&(g, _)| self.groups.state[g as usize].free_inodes.load(Ordering::Acquire) != 0);
+        let start = match near {
+            Some((g, _)) => g,
+            None => self.find_group(parent, is_dir).ok_or(Error::NoSpace)?,
+        };
         for k in 0..n {
             let g = (start + k) % n;
             if self.groups.state[g as usize].free_inodes.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            if let Some(bit) = self.take_inode_bit(h, g)? {
+            let want = near.filter(|&(ng, _)| ng == g).map(|(_, b)| b as usize);
+            if let Some(bit) = self.take_inode_bit(h, g, want)? {
                 if is_dir {
                     self.groups.state[g as usize].used_dirs.fetch_add(1, Ordering::AcqRel);
                     self.counters.dirs.add(1);
                 }
                 self.touch_group_desc(h, g)?;
-                return Ok(InodeNo(g * self.sbi.inodes_per_group + bit + 1));
+                let ino = g * ipg + bit + 1;
+                if let Some(a) = goal {
+                    a.store(ino + 1, Ordering::Relaxed);
+                }
+                return Ok(InodeNo(ino));
             }
         }
         Err(Error::NoSpace)

@@ -56,6 +56,10 @@ pub(crate) struct Inode {
     /// truncates and fallocate hold it exclusive while changing the map and writing newly
     /// mapped blocks. Taken after a journal handle, before `raw`. [own lock]
     pub data_sem: RwLock<()>,
+    /// For a directory: the inode number after the last one given to a new file in it (0:
+    /// none yet), where the next is sought first (see `FsInner::alloc_inode`). A hint, read
+    /// and moved by creates, which this directory's `op_lock` serialises. [atomic]
+    pub child_goal: AtomicU32,
 }
 
 impl Cached for Inode {
@@ -105,6 +109,7 @@ impl Inode {
             data_dirty: AtomicBool::new(false),
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
+            child_goal: AtomicU32::new(0),
         }
     }
 

@@ -21,6 +21,7 @@ use rext4_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use rext4_format::features::Incompat;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use zerocopy::IntoBytes;
 
@@ -74,19 +75,22 @@ impl FsInner {
         raw
     }
 
-    /// Allocates a new inode near `parent` and makes its record in memory; the caller writes
-    /// it (`mark_inode_dirty`).
+    /// Allocates a new inode near `parent` (next to its last new child when `goal` is the
+    /// directory's `child_goal`) and makes its record in memory; the caller writes it
+    /// (`mark_inode_dirty`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_inode(
         &self,
         h: &Handle,
         parent: InodeNo,
+        goal: Option<&AtomicU32>,
         mode: u16,
         uid: u32,
         gid: u32,
         links: u16,
     ) -> Result<Arc<Inode>> {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        let ino = self.alloc_inode(h, parent, is_dir)?;
+        let ino = self.alloc_inode(h, parent, is_dir, goal)?;
         let generation = self.new_generation();
         let raw = self.new_record(mode, uid, gid, links, generation);
         let inode =
@@ -128,7 +132,8 @@ impl FsInner {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
         let h = journal.start(NAME_CREDITS)?;
-        let child = self.new_inode(&h, dir.ino, mode, uid, gid, if is_dir { 2 } else { 1 })?;
+        let child =
+            self.new_inode(&h, dir.ino, Some(&dir.child_goal), mode, uid, gid, if is_dir { 2 } else { 1 })?;
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();

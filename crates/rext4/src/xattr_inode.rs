@@ -122,7 +122,7 @@ impl FsInner {
         if let Some(ea) = self.ea_inode_share(h, owner, value, hash)? {
             return Ok((ea, hash));
         }
-        let inode = self.new_inode(h, owner, fi::S_IFREG | 0o600, uid, gid, 1)?;
+        let inode = self.new_inode(h, owner, None, fi::S_IFREG | 0o600, uid, gid, 1)?;
         match self.ea_inode_init(h, &inode, value, hash) {
             Ok(()) => {
                 self.ea_inode_cache.insert(hash, u64::from(inode.ino.0));
