@@ -65,6 +65,20 @@ impl Cached for Buffer {
 }
 
 impl Buffer {
+    /// A buffer for block `blk` holding `data`, in no transaction and checked for nothing.
+    fn new(blk: u64, data: Box<[u8]>) -> Buffer {
+        Buffer {
+            blk,
+            jserial: AtomicU64::new(0),
+            data: RwLock::new(data),
+            mark: CacheMark::new(),
+            verified: AtomicU8::new(Verified::None as u8),
+            uncopied: AtomicU64::new(0),
+            frozen: Mutex::new(None),
+            leaf_seal: AtomicU64::new(0),
+        }
+    }
+
     pub fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.data.read()
     }
@@ -216,16 +230,7 @@ impl BufferCache {
                 .checked_mul(self.block_size as u64)
                 .ok_or(std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
             self.dev.read_at(&mut data, off)?;
-            Ok(Buffer {
-                blk,
-                jserial: AtomicU64::new(0),
-                data: RwLock::new(data),
-                mark: CacheMark::new(),
-                verified: AtomicU8::new(Verified::None as u8),
-                uncopied: AtomicU64::new(0),
-                frozen: Mutex::new(None),
-                leaf_seal: AtomicU64::new(0),
-            })
+            Ok(Buffer::new(blk, data))
         })
     }
 
@@ -239,18 +244,9 @@ impl BufferCache {
     pub fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
         // One buffer per block even when threads race here (the first insert wins): two
         // copies of a bitmap would hand out the same bit twice.
-        let made = self.cache.get_or_load(blk, || {
-            Ok(Buffer {
-                blk,
-                jserial: AtomicU64::new(0),
-                data: RwLock::new(vec![0u8; self.block_size].into_boxed_slice()),
-                mark: CacheMark::new(),
-                verified: AtomicU8::new(Verified::None as u8),
-                uncopied: AtomicU64::new(0),
-                frozen: Mutex::new(None),
-                leaf_seal: AtomicU64::new(0),
-            })
-        });
+        let made = self
+            .cache
+            .get_or_load(blk, || Ok(Buffer::new(blk, vec![0u8; self.block_size].into_boxed_slice())));
         // Cannot fail: the loader above never returns an error.
         let buf = made.unwrap();
         // A cached block freed by its old owner: whatever it was, it is something new now.

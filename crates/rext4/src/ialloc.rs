@@ -181,15 +181,13 @@ impl FsInner {
                 Some((b, ibuf)) if free && *b == blk && end <= sbi.block_size as usize => {
                     h.write(ibuf)?[off..end].fill(0);
                 }
-                _ => bit = from,
-            }
-            if bitmap::test(&map, bit) {
-                // The descriptor's count of unused inodes is wrong: take the first free bit,
-                // unless that too lies past the mark.
-                match bitmap::find_zero(&map, first, ipg) {
+                // Set although past the mark, the descriptor's count of unused inodes is
+                // wrong: the first free bit, unless that too lies past the mark.
+                _ if bitmap::test(&map, from) => match bitmap::find_zero(&map, first, ipg) {
                     Some(b) if b <= from => bit = b,
                     _ => return Ok(None),
-                }
+                },
+                _ => bit = from,
             }
         }
         bitmap::set(&mut map, bit);

@@ -147,11 +147,11 @@ impl FsInner {
         let first = jsb.first();
         // With the fast-commit feature, the journal's last blocks are the fast-commit area:
         // the log wraps before them, where recovery stops reading.
-        let maxlen = jsb.log_end();
-        if first >= maxlen {
+        let last = jsb.log_end();
+        if first >= last {
             return corrupt(CorruptKind::Journal("invalid first block of the log"));
         }
-        let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, maxlen };
+        let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, last };
         let mut log = Log {
             geo: Some(geo),
             jsb: Some(jsb),

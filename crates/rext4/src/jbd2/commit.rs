@@ -164,7 +164,7 @@ impl Journal {
             let dev_start = g.dev_block(start);
             let mut n = 1usize;
             while n < rest.len()
-                && start as usize + n < g.maxlen as usize
+                && start as usize + n < g.last as usize
                 && g.dev_block(start + n as u32) == dev_start + n as u64
             {
                 n += 1;
@@ -172,7 +172,7 @@ impl Journal {
             self.dev.write_vectored_at(&rest[..n], dev_start * self.block_size as u64)?;
             rest = &rest[n..];
             log.head += n as u32;
-            if log.head >= g.maxlen {
+            if log.head >= g.last {
                 log.head = g.first;
             }
             log.used += n as u32;

@@ -35,21 +35,22 @@ use std::time::{Duration, Instant};
 /// write home directly.
 pub(crate) struct LogGeometry {
     /// Where the journal's blocks are on the device, as recovery mapped them: every one of
-    /// the first `maxlen` blocks, checked to lie inside the filesystem. [immutable]
+    /// the journal's blocks (the superblock's `maxlen`), checked to lie inside the filesystem.
+    /// [immutable]
     pub map: crate::replay::JournalLog,
     pub params: JournalParams,
     pub uuid: [u8; 16],
-    /// First log block (after the journal superblock), and the end of the log: the journal's
-    /// length less its fast-commit area. [immutable]
+    /// First log block (after the journal superblock), and the end of the log (the kernel's
+    /// `j_last`): the journal's length less its fast-commit area. [immutable]
     pub first: u32,
-    pub maxlen: u32,
+    pub last: u32,
 }
 
 impl LogGeometry {
-    /// Device block of journal block `n` (below `maxlen`).
+    /// Device block of journal block `n` (below `last`).
     pub fn dev_block(&self, n: u32) -> u64 {
-        // Cannot fail: `journal_log` mapped every block below `maxlen`, and the log never
-        // addresses a block at or past it.
+        // Cannot fail: `journal_log` mapped every block of the journal, and the log never
+        // addresses a block at or past `last`, which lies inside it.
         self.map.device_block(n).unwrap()
     }
 }
@@ -85,7 +86,7 @@ pub(crate) struct LogShape {
 impl LogShape {
     fn new(g: &LogGeometry) -> Self {
         LogShape {
-            capacity: g.maxlen - g.first,
+            capacity: g.last - g.first,
             per_desc: DescriptorBuilder::capacity(&g.params).max(1),
             per_revoke: RevokeBuilder::capacity(&g.params).max(1),
             params: g.params,
@@ -278,7 +279,7 @@ impl Journal {
         // count descriptor and revoke blocks against the credits). Without a journal,
         // bound the memory a transaction pins instead.
         let max_txn_buffers = match &log.geo {
-            Some(g) => (g.maxlen / 3).max(64),
+            Some(g) => (g.last / 3).max(64),
             None => 16384,
         };
         Journal {

@@ -225,11 +225,18 @@ impl Transaction {
     }
 
     /// Records block `blk` as revoked: a copy of it the transaction holds is not written
-    /// (`BufferSets::into_sorted`), unless a later write cancels the revoke.
-    fn revoke(&self, blk: u64) {
-        let mut revoked = self.revoked[Transaction::shard(blk)].lock();
-        if revoked.insert(blk, ()).is_none() {
-            self.nrevoked.fetch_add(1, Ordering::AcqRel);
+    /// (`BufferSets::into_sorted`), unless a later write cancels the revoke. `buf` is the
+    /// block's cached buffer, if any: if it is in this transaction, its next write here must
+    /// put it in again (which cancels the revoke).
+    fn revoke(&self, blk: u64, buf: Option<&Arc<Buffer>>) {
+        {
+            let mut revoked = self.revoked[Transaction::shard(blk)].lock();
+            if revoked.insert(blk, ()).is_none() {
+                self.nrevoked.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        if let Some(b) = buf {
+            let _ = b.jserial.compare_exchange(self.serial, 0, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
@@ -309,10 +316,7 @@ impl<'j> Handle<'j> {
     /// always cached: the transaction holds it): a later write in this transaction must put
     /// it in again, which cancels the revoke.
     pub fn revoke(&self, blk: u64, buf: Option<&Arc<Buffer>>) {
-        self.txn.revoke(blk);
-        if let Some(b) = buf {
-            let _ = b.jserial.compare_exchange(self.txn.serial, 0, Ordering::AcqRel, Ordering::Acquire);
-        }
+        self.txn.revoke(blk, buf);
     }
 
     /// Ends the handle (also done on drop).
@@ -356,12 +360,7 @@ mod tests {
         let t = Transaction::new(1, 1);
         let stats = crate::stats::Stats::default();
         let add = |blk: u64| t.insert(&cache.get(blk).unwrap(), &stats);
-        let revoke = |blk: u64| {
-            t.revoke(blk);
-            if let Some(b) = cache.peek(blk) {
-                let _ = b.jserial.compare_exchange(t.serial, 0, Ordering::AcqRel, Ordering::Acquire);
-            }
-        };
+        let revoke = |blk: u64| t.revoke(blk, cache.peek(blk).as_ref());
         assert!(add(5) && !add(5), "a buffer joins once");
         assert!(add(12) && add(40));
         for blk in [5, 40, 9, 33, 9] {
