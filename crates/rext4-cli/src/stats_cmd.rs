@@ -49,6 +49,13 @@ pub struct Commits {
     pub stddev_us: f64,
     pub max_us: u64,
     pub top5_us: Vec<u64>,
+    /// Handles and blocks the commits logged, blocks checkpoints wrote home.
+    #[serde(default)]
+    pub handles: u64,
+    #[serde(default)]
+    pub blocks: u64,
+    #[serde(default)]
+    pub checkpoint_blocks: u64,
 }
 
 impl From<&rext4::StatsReport> for Report {
@@ -76,6 +83,9 @@ impl From<&rext4::StatsReport> for Report {
                 stddev_us: c.stddev_us,
                 max_us: c.max_us,
                 top5_us: c.top5_us.clone(),
+                handles: c.handles,
+                blocks: c.blocks,
+                checkpoint_blocks: c.checkpoint_blocks,
             }),
             every: r.every,
         }
@@ -124,6 +134,13 @@ impl Report {
                     c.stddev_us / 1e6,
                     c.max_us as f64 / 1e6,
                     top.join(", ")
+                );
+                println!(
+                    "journal blocks: {} logged for {} handles ({:.3} a handle), {} written home by checkpoints",
+                    c.blocks,
+                    c.handles,
+                    c.blocks as f64 / c.handles.max(1) as f64,
+                    c.checkpoint_blocks
                 );
             }
             Some(_) => println!("journal commits: none yet"),
@@ -240,6 +257,9 @@ mod tests {
                 stddev_us: 0.5,
                 max_us: 2,
                 top5_us: vec![2, 1],
+                handles: 7,
+                blocks: 5,
+                checkpoint_blocks: 3,
             }),
             every: 16,
         };

@@ -113,7 +113,7 @@ fn every_workload_runs_in_process_and_on_tmpfs() {
     let n = creates["count"].as_u64().unwrap();
     assert!(n > 0 && n % every == 0, "{creates} every {every}");
     assert!(out.contains("FUNC") && out.contains("TOTAL_TIME(us)") && out.contains("AVG(us)"));
-    assert!(out.contains("journal commits:"));
+    assert!(out.contains("journal commits:") && out.contains("journal blocks:"));
 
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));

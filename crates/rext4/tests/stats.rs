@@ -63,6 +63,8 @@ fn counts_what_threads_did_and_resets() {
     let c = r.commits.clone().expect("writable: commit figures");
     assert!(c.commits >= 1 && c.max_us as f64 >= c.mean_us && c.top5_us.len() <= 5, "{c:?}");
     assert!(op(&r, "jbd2_journal_commit_transaction").count >= c.commits.min(4096));
+    // Every operation above ran in a handle; each changed at least an inode-table block.
+    assert!(c.handles >= 604 && c.blocks >= c.commits && c.blocks <= c.handles * 16, "{c:?}");
 
     fs.reset_stats();
     let z = fs.stats();

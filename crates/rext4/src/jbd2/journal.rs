@@ -182,6 +182,10 @@ pub struct CommitSummary {
     pub max_us: u64,
     /// The five longest commits, longest first.
     pub top5_us: Vec<u64>,
+    /// Handles and metadata blocks over all commits, and the blocks checkpoints wrote home.
+    pub handles: u64,
+    pub blocks: u64,
+    pub checkpoint_blocks: u64,
 }
 
 impl CommitStats {
@@ -189,7 +193,13 @@ impl CommitStats {
     pub fn summary(&self) -> CommitSummary {
         let n = self.times_us.len();
         if n == 0 {
-            return CommitSummary { commits: self.commits, ..CommitSummary::default() };
+            return CommitSummary {
+                commits: self.commits,
+                handles: self.handles,
+                blocks: self.blocks,
+                checkpoint_blocks: self.checkpoint_blocks,
+                ..CommitSummary::default()
+            };
         }
         let mean = self.times_us.iter().sum::<u64>() as f64 / n as f64;
         let var = self.times_us.iter().map(|&t| (t as f64 - mean).powi(2)).sum::<f64>() / n as f64;
@@ -201,6 +211,9 @@ impl CommitStats {
             stddev_us: var.sqrt(),
             max_us: sorted[0],
             top5_us: sorted.into_iter().take(5).collect(),
+            handles: self.handles,
+            blocks: self.blocks,
+            checkpoint_blocks: self.checkpoint_blocks,
         }
     }
 }
