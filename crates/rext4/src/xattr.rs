@@ -59,9 +59,13 @@ impl FsInner {
                 let entries = &data[fx::BLOCK_HEADER_SIZE..];
                 self.collect(ino, Some(now), entries, &data, fx::BLOCK_HEADER_SIZE, out)?;
                 // Known good: a candidate for sharing (the kernel's mbcache learns blocks as
-                // they are read, too).
+                // they are read, too), unless its last reference is gone: the inode may be
+                // dying, its block released (and dropped from the cache) since the record
+                // was read; the release zeroes the count under the lock held here.
                 let hash = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
-                self.xattr_cache.insert(hash, now);
+                if data[4..8] != [0; 4] {
+                    self.xattr_cache.insert(hash, now);
+                }
             }
             // Values in EA inodes, still under the record's read lock: a change that replaces
             // or removes one (and may free its EA inode) holds the write lock. Owner record

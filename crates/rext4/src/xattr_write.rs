@@ -646,8 +646,16 @@ impl FsInner {
             }
             return Ok(());
         }
-        // Out of the cache before the lock is let go, so nobody takes a reference to it.
+        // Out of the cache, and counted as nobody's, before the lock is let go: a sharer that
+        // found it in the cache, or a reader of the dying inode that would offer it there
+        // again (`xattrs_snapshot`), sees a count of zero. The freed block's copy is revoked,
+        // so the zero never reaches the log.
         self.xattr_cache.remove(u32_at(&d, 0x0C), blk);
+        d[4..8].copy_from_slice(&0u32.to_le_bytes());
+        if self.sbi.metadata_csum {
+            // A reader of the dying inode may still check it.
+            fx::set_block_checksum(&mut d, self.sbi.csum_seed, blk);
+        }
         let eas = self.block_ea_inodes(ino, Some(blk), &d)?;
         drop(d);
         self.ea_inodes_put(h, owner, &eas)?;

@@ -887,6 +887,59 @@ fn concurrent_sharing_keeps_counts_right() {
     finish(fs, &img, &expected);
 }
 
+/// A reader of a file being unlinked must not offer the file's xattr block for sharing
+/// once the unlink has freed it: the next file with the same attributes would take a
+/// reference to a free block (e2fsck: "reference count 2, should be 1" and the block free in
+/// the bitmap). The reader hammers each file while the test unlinks it.
+#[test]
+fn reading_a_dying_file_never_offers_its_freed_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "dying", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    // Each unlinked file's value is the next file's: a chance per pair to share a freed block.
+    let value = |i: usize| format!("{:0>600}", i / 2).into_bytes();
+    let target = std::sync::atomic::AtomicU32::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut expected = Vec::new();
+    std::thread::scope(|s| {
+        let (fs2, target, stop) = (fs.clone(), &target, &stop);
+        s.spawn(move || {
+            use std::sync::atomic::Ordering::Acquire;
+            while !stop.load(Acquire) {
+                let ino = InodeNo(target.load(Acquire));
+                if ino.0 == 0 {
+                    continue;
+                }
+                // A file unlinked meanwhile is a deleted inode (EUCLEAN, as the kernel's iget
+                // says of one), never a bad checksum.
+                let ok =
+                    |e: rext4::Error| assert!([libc::EUCLEAN, libc::ENODATA].contains(&e.errno()), "{e}");
+                match fs2.listxattr(ino) {
+                    Ok(names) => names.iter().for_each(|n| fs2.getxattr(ino, n).map(drop).unwrap_or_else(ok)),
+                    Err(e) => ok(e),
+                }
+            }
+        });
+        for i in 0..400 {
+            let name = format!("f{i}");
+            let f = fs.create(root, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+            fs.setxattr(f, b"user.big", &value(i), 0).unwrap();
+            target.store(f.0, std::sync::atomic::Ordering::Release);
+            if i % 2 == 0 {
+                fs.unlink(root, name.as_bytes()).unwrap();
+            } else {
+                expected.push((
+                    Box::leak(format!("/{name}").into_boxed_str()) as &str,
+                    map(&[("user.big", &value(i))]),
+                ));
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+    });
+    finish(fs, &img, &expected);
+}
+
 mod model {
     //! Random sequences of set / replace / remove / recreate on a few files against a map.
     use super::*;
