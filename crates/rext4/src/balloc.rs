@@ -95,13 +95,14 @@ impl FsInner {
 
     /// Puts group `g`'s descriptor block (and the superblock, for the counts) into `h`'s
     /// transaction; their contents are filled in when the commit freezes them.
+    /// Both buffers are held for the filesystem's life, so this clones no `Arc`: with a cache
+    /// lookup each, every create and unlink wrote the two reference counts all threads share.
     pub(crate) fn touch_group_desc(&self, h: &Handle, g: u32) -> Result<()> {
-        let i = u64::from(g / self.sbi.descs_per_block);
-        let gd = self.bread(self.sbi.descriptor_block(i), None)?;
-        h.join(&gd)?;
-        let (sb_blk, _) = self.sb_location();
-        let sb = self.bread(sb_blk, None)?;
-        h.join(&sb)
+        match self.groups.desc_buf(&self.sbi, g) {
+            Some(gd) => h.join(gd)?,
+            None => return Err(Error::InvalidInput("no such group")),
+        }
+        h.join(&self.sb_buf)
     }
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first

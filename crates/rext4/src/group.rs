@@ -4,15 +4,18 @@
 //! frozen for a commit, with the bitmap and descriptor checksums (seed 004: no checksum work
 //! under the locks of every allocation).
 
-use crate::buffer::BufferCache;
+use crate::buffer::{Buffer, BufferCache};
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::super_block::SbInfo;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// What changes about a group while the filesystem is open. Updated by the allocators under
-/// the group's bitmap buffer lock; read without locks for placement decisions.
+/// the group's bitmap buffer lock; read without locks for placement decisions. On a cache
+/// line of its own: threads allocating in neighbouring groups do not write one line.
+#[repr(align(64))]
 pub(crate) struct GroupState {
     pub free_blocks: AtomicU32,
     pub free_inodes: AtomicU32,
@@ -34,11 +37,16 @@ pub(crate) struct Groups {
     pub state: Vec<GroupState>,
     /// Descriptor block -> first group it describes. [immutable]
     desc_blocks: crate::cache::KeyMap<u32>,
+    /// The descriptor blocks' buffers, in table order, held for the filesystem's life: every
+    /// allocation and free puts one in its transaction, and a lookup in the buffer cache would
+    /// write the buffer's reference count, one line all allocating threads share. [immutable]
+    desc_bufs: Vec<Arc<Buffer>>,
 }
 
 impl Groups {
     pub fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
         let mut descs = Vec::with_capacity(sbi.group_count as usize);
+        let mut desc_bufs = Vec::with_capacity(sbi.gdt_blocks as usize);
         let per_block = sbi.descs_per_block as usize;
         for i in 0..sbi.gdt_blocks {
             let blk = sbi.descriptor_block(i);
@@ -57,6 +65,8 @@ impl Groups {
                 // Cannot fail: chunks are exactly desc_size (>= 32) bytes.
                 descs.push(GroupDesc::parse(d, sbi.desc_size).unwrap());
             }
+            drop(data);
+            desc_bufs.push(buf);
         }
         let ds = sbi.desc_size;
         let state = descs
@@ -72,11 +82,16 @@ impl Groups {
             .collect();
         let desc_blocks =
             (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), (i * per_block as u64) as u32)).collect();
-        let groups = Groups { descs, state, desc_blocks };
+        let groups = Groups { descs, state, desc_blocks, desc_bufs };
         for g in 0..sbi.group_count {
             groups.check(sbi, g)?;
         }
         Ok(groups)
+    }
+
+    /// The buffer of the descriptor block describing group `g`, if `g` is a group.
+    pub fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
+        self.desc_bufs.get((g / sbi.descs_per_block) as usize)
     }
 
     /// Descriptor of group `g`; callers pass a group below `group_count`.

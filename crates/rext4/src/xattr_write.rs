@@ -730,13 +730,13 @@ impl FsInner {
 
     /// `ext4_xattr_update_super_block`: the first attribute sets the `ext_attr` feature.
     fn note_ext_attr(&self, h: &Handle) -> Result<()> {
-        let (blk, off) = self.sb_location();
-        let buf = self.bread(blk, None)?;
+        let (_, off) = self.sb_location();
+        let buf = &self.sb_buf;
         let bit = Compat::EXT_ATTR.bits();
         if u32_at(&buf.data(), off + SB_FEATURE_COMPAT) & bit != 0 {
             return Ok(());
         }
-        let mut d = h.write(&buf)?;
+        let mut d = h.write(buf)?;
         let v = u32_at(&d, off + SB_FEATURE_COMPAT) | bit;
         d[off + SB_FEATURE_COMPAT..off + SB_FEATURE_COMPAT + 4].copy_from_slice(&v.to_le_bytes());
         Ok(())
