@@ -1,12 +1,22 @@
 //! The checksums ext4 uses: raw crc32c (metadata_csum) and crc16 (gdt_csum / uninit_bg).
 //!
 //! ext4's `ext4_chksum(seed, data)` is the bare crc32c register update: no inversion on the way in
-//! or out. The `crc32c` crate computes the standard (inverted) form, so we invert around it.
+//! or out. `crc_fast` starts from a given register state but inverts its result (CRC-32/ISCSI's
+//! final xor), so we invert that back.
+//!
+//! `crc_fast` folds with carry-less multiplies (VPCLMULQDQ where the CPU has it): a 4 KiB block
+//! in 80 ns here against 190 ns with the `crc32c` crate's three-way `crc32` instruction loop, the
+//! same for short inputs. Journal commits checksum every block they log, directory leaves and
+//! bitmaps whole.
+
+use crc_fast::{CrcAlgorithm, Digest};
 
 /// crc32c register update as ext4 and jbd2 use it: `crc32c_le(seed, data)` without inversions.
 #[inline]
 pub fn crc32c(seed: u32, data: &[u8]) -> u32 {
-    !crc32c::crc32c_append(!seed, data)
+    let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(seed));
+    d.update(data);
+    !(d.finalize() as u32)
 }
 
 /// The filesystem-wide checksum seed for a UUID when `metadata_csum_seed` is absent.
@@ -40,6 +50,33 @@ mod tests {
         // Standard check value of CRC-32C over "123456789" is 0xE3069283; the raw form starting
         // at !0 is its complement.
         assert_eq!(!crc32c(!0, b"123456789"), 0xE306_9283);
+    }
+
+    /// Every length class of the folding code (short tails, one and several 64-byte blocks,
+    /// large buffers) against the bit-by-bit definition, from arbitrary register states.
+    #[test]
+    fn crc32c_matches_the_definition() {
+        fn bitwise(mut crc: u32, data: &[u8]) -> u32 {
+            for &b in data {
+                crc ^= u32::from(b);
+                for _ in 0..8 {
+                    crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+                }
+            }
+            crc
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for len in [0, 1, 3, 8, 15, 16, 31, 63, 64, 65, 127, 255, 256, 257, 1000, 1024, 4095, 4096, 65536] {
+            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let seed = next() as u32;
+            assert_eq!(crc32c(seed, &data), bitwise(seed, &data), "{len} bytes");
+        }
     }
 
     #[test]

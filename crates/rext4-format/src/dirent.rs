@@ -155,7 +155,7 @@ impl<'a> Iterator for DirBlockIter<'a> {
         if (rec_len as usize) < rec_len_for(1) {
             return fail(self, DirentError::RecLenTooSmall);
         }
-        if rec_len % 4 != 0 {
+        if !rec_len.is_multiple_of(4) {
             return fail(self, DirentError::RecLenUnaligned);
         }
         if (rec_len as usize) < rec_len_for(name_len) {

@@ -269,7 +269,7 @@ pub fn acl_disk_to_xattr(disk: &[u8]) -> Option<Vec<u8>> {
 /// Converts an ACL from the VFS xattr encoding to ext4's on-disk encoding; `None` if malformed.
 pub fn acl_xattr_to_disk(x: &[u8]) -> Option<Vec<u8>> {
     let version = u32::from_le_bytes(x.get(..4)?.try_into().ok()?);
-    if version != ACL_XATTR_VERSION || (x.len() - 4) % 8 != 0 {
+    if version != ACL_XATTR_VERSION || !(x.len() - 4).is_multiple_of(8) {
         return None;
     }
     let mut out = ACL_EXT4_VERSION.to_le_bytes().to_vec();

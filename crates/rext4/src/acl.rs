@@ -29,7 +29,7 @@ pub(crate) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
     if u32::from_le_bytes(version.try_into().unwrap()) != ACL_XATTR_VERSION {
         return Err(Error::NotSupported("POSIX ACL version".into()));
     }
-    if (v.len() - 4) % 8 != 0 {
+    if !(v.len() - 4).is_multiple_of(8) {
         return Err(bad);
     }
     let mut out = Vec::with_capacity((v.len() - 4) / 8);

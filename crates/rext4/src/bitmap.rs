@@ -26,7 +26,7 @@ pub(crate) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
     let end = end.min(map.len() * 8);
     let mut i = start;
     while i < end {
-        if i % 64 == 0 && i + 64 <= end {
+        if i.is_multiple_of(64) && i + 64 <= end {
             let w = u64::from_le_bytes(map[i / 8..i / 8 + 8].try_into().ok()?);
             if w == u64::MAX {
                 i += 64;

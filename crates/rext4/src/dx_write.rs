@@ -119,7 +119,7 @@ pub(crate) struct NamesMoving<'a>(&'a Inode, bool);
 
 impl<'a> NamesMoving<'a> {
     pub(crate) fn new(dir: &'a Inode) -> Self {
-        let even = dir.names_gen.load(Ordering::Acquire) % 2 == 0;
+        let even = dir.names_gen.load(Ordering::Acquire).is_multiple_of(2);
         if even {
             dir.names_gen.fetch_add(1, Ordering::AcqRel);
         }
@@ -182,7 +182,7 @@ impl FsInner {
         let mut tries = 0u32;
         loop {
             let gen = dir.names_gen.load(Ordering::Acquire);
-            if gen % 2 == 0 || tries >= GIVE_UP {
+            if gen.is_multiple_of(2) || tries >= GIVE_UP {
                 let r = f();
                 if tries >= GIVE_UP || dir.names_gen.load(Ordering::Acquire) == gen {
                     return r;

@@ -417,7 +417,7 @@ impl FsInner {
             let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
             let size = raw_size(&raw);
-            if lblk == offset / bs && offset > size && size % bs != 0 {
+            if lblk == offset / bs && offset > size && !size.is_multiple_of(bs) {
                 // The old last block's tail past the size must read as zeros now that the
                 // size moves past it.
                 self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
@@ -532,9 +532,9 @@ impl FsInner {
             let mut raw = inode.raw_mut();
             let old = raw_size(&raw);
             // Bytes past the new end of its last block read as zeros if the file grows again.
-            if new_size % bs != 0 {
+            if !new_size.is_multiple_of(bs) {
                 self.zero_stored(&inode, &raw, new_size, new_size.div_ceil(bs) * bs)?;
-            } else if new_size > old && old % bs != 0 {
+            } else if new_size > old && !old.is_multiple_of(bs) {
                 self.zero_stored(&inode, &raw, old, old.div_ceil(bs) * bs)?;
             }
             crate::inode_write::raw_set_size(&mut raw, new_size);
@@ -636,11 +636,11 @@ impl FsInner {
     fn zero_partial(&self, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let head_end = from.div_ceil(bs) * bs;
-        if from % bs != 0 {
+        if !from.is_multiple_of(bs) {
             self.zero_stored(inode, raw, from, head_end.min(to))?;
         }
         let tail_start = (to / bs) * bs;
-        if to % bs != 0 && tail_start >= head_end {
+        if !to.is_multiple_of(bs) && tail_start >= head_end {
             self.zero_stored(inode, raw, tail_start.max(from), to)?;
         }
         Ok(())
@@ -745,7 +745,7 @@ impl FsInner {
         insert: bool,
     ) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
-        if offset % bs != 0 || len % bs != 0 {
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
             return Err(Error::InvalidInput("range not block-aligned"));
         }
         let size = inode.size();

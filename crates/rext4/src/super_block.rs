@@ -141,7 +141,7 @@ impl SbInfo {
         if inode_size < 128 || !inode_size.is_power_of_two() || inode_size > block_size as usize {
             return Err(bad("inode size out of range"));
         }
-        if (inodes_per_group as usize * inode_size) % block_size as usize != 0 {
+        if !(inodes_per_group as usize * inode_size).is_multiple_of(block_size as usize) {
             return Err(bad("inode table does not fill whole blocks"));
         }
         if first_data_block >= blocks_count {

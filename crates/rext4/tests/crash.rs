@@ -93,7 +93,7 @@ fn run_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
             last = f;
         }
         // Usually the file changed last (a commit), sometimes any file (often nothing to do).
-        let f = if rng.next() % 4 == 0 { (rng.next() % FILES as u64) as usize } else { last };
+        let f = if rng.next().is_multiple_of(4) { (rng.next() % FILES as u64) as usize } else { last };
         fs.fsync(inos[f]).unwrap();
         durable.push((dev.position(), f, *history[f].last().unwrap()));
     }
@@ -221,7 +221,7 @@ fn check_crashes<M: Durable>(
         assert_clean(&img, &format!("{how} (e2fsck recovery)"));
         check_model(&img, model, pos, &format!("{how} (e2fsck recovery)"));
         // The kernel's recovery, on every other image to bound the run time.
-        if kernel && n % 2 == 0 {
+        if kernel && n.is_multiple_of(2) {
             std::fs::write(&img, bytes).unwrap();
             if kernel_recover(&img, &dir.join("mnt")) {
                 assert_clean(&img, &format!("{how} (kernel recovery)"));
@@ -545,7 +545,7 @@ fn concurrent_workload(
                             common::unlink_all(&fs, pd);
                             fs.rmdir(home, prev.as_bytes()).unwrap();
                         }
-                        let f = if rng.next() % 4 == 0 {
+                        let f = if rng.next().is_multiple_of(4) {
                             mine[(rng.next() % mine.len() as u64) as usize]
                         } else {
                             last
@@ -751,7 +751,7 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
                     n += 1;
                     fs.setattr(ino, &SetAttr { uid: Some(n), ..SetAttr::default() }).unwrap();
                 }
-                if n % 2000 == 0 {
+                if n.is_multiple_of(2000) {
                     fs.fsync(loaded[0]).unwrap();
                 }
             }

@@ -123,7 +123,7 @@ fn two_hundred_thousand_entries() {
 /// A name for variant tests; some carry bytes >= 0x80, whose hash depends on signedness.
 fn vname(i: usize, len: usize) -> Vec<u8> {
     let mut n = format!("v{i:05}-").into_bytes();
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         n.extend_from_slice(&[0xC3, 0xA9, 0xFF, 0x80]);
     }
     while n.len() < len {

@@ -61,7 +61,7 @@ fn chmod_rate(fs: &Fs, inos: &[InodeNo], threads: usize, dur: Duration) -> f64 {
                                 return n;
                             }
                             n += 1;
-                            if n % 64 == 0 && stop.load(Ordering::Relaxed) {
+                            if n.is_multiple_of(64) && stop.load(Ordering::Relaxed) {
                                 break;
                             }
                         }
@@ -124,7 +124,7 @@ fn fsync_latency_rext4(fs: &Fs, inos: &[InodeNo], load: usize, dur: Duration, pa
                         let _ = fs
                             .setattr(ino, &SetAttr { mode: Some(0o600 | (n & 0o77)), ..SetAttr::default() });
                         done += 1;
-                        if let Some(rate) = pace.filter(|_| done % 16 == 0) {
+                        if let Some(rate) = pace.filter(|_| done.is_multiple_of(16)) {
                             let due = Duration::from_secs_f64(done as f64 * load as f64 / rate);
                             if let Some(ahead) = due.checked_sub(began.elapsed()) {
                                 std::thread::sleep(ahead);

@@ -393,7 +393,7 @@ mod tests {
 
     fn data(i: u64, p: &JournalParams) -> Vec<u8> {
         let mut d = vec![(i as u8).wrapping_mul(37); p.block_size];
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             d[..4].copy_from_slice(&JBD2_MAGIC_NUMBER.to_be_bytes());
         }
         d
