@@ -38,9 +38,12 @@ fuzz_target!(|data: &[u8]| {
     let _ = jbd2::verify_tail(block, &params);
     let mut copy = block.to_vec();
     jbd2::set_tail(&mut copy, &params);
+    // Escaping restores the block as it was before it (on a block under 8 bytes the tail
+    // overlaps the first four, so compare with the copy, not the input).
+    let tailed = copy.clone();
     if jbd2::escape_block(&mut copy) {
         jbd2::unescape_block(&mut copy);
-        assert_eq!(copy.get(..4), block.get(..4));
+        assert_eq!(copy.get(..4), tailed.get(..4));
     }
 });
 
