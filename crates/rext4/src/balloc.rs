@@ -98,10 +98,8 @@ impl FsInner {
     /// Both buffers are held for the filesystem's life, so this clones no `Arc`: with a cache
     /// lookup each, every create and unlink wrote the two reference counts all threads share.
     pub(crate) fn touch_group_desc(&self, h: &Handle, g: u32) -> Result<()> {
-        match self.groups.desc_buf(&self.sbi, g) {
-            Some(gd) => h.join(gd)?,
-            None => return Err(Error::InvalidInput("no such group")),
-        }
+        let gd = self.groups.desc_buf(&self.sbi, g).ok_or(Error::InvalidInput("no such group"))?;
+        h.join(gd)?;
         h.join(&self.sb_buf)
     }
 

@@ -8,7 +8,7 @@ use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::group::Groups;
 use crate::inode::Inode;
 use crate::super_block::SbInfo;
-use rext4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use rext4_format::superblock::Superblock;
 use rext4_format::{InodeNo, PhysBlock};
 use std::path::Path;
 use std::sync::Arc;
@@ -118,7 +118,8 @@ pub(crate) struct FsInner {
     pub counters: Arc<crate::counter::Counters>,
     /// Metadata blocks. [sharded, see cache.rs]
     pub bcache: Arc<BufferCache>,
-    /// The block holding the superblock, held for the filesystem's life (see
+    /// The block holding the superblock, held for the filesystem's life: allocations, frees
+    /// and orphan-list changes join it to their transaction without a cache lookup (see
     /// `touch_group_desc`). [immutable; contents under the buffer's lock]
     pub sb_buf: Arc<Buffer>,
     /// Inodes. [sharded, see cache.rs]
@@ -299,7 +300,7 @@ impl FsInner {
     pub(crate) fn new(dev: Arc<dyn BlockDevice>, sbi: SbInfo, opts: &Options) -> Result<FsInner> {
         let bcache = Arc::new(BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes));
         let groups = Arc::new(Groups::load(&sbi, &bcache)?);
-        let sb_buf = bcache.get(SUPERBLOCK_OFFSET / u64::from(sbi.block_size))?;
+        let sb_buf = bcache.get(sbi.sb_location().0)?;
         let (free_blocks, free_inodes, dirs) = groups.totals();
         let counters = Arc::new(crate::counter::Counters {
             free_blocks: crate::counter::ShardedCounter::new(free_blocks as i64),

@@ -19,12 +19,6 @@ fn now_secs() -> i64 {
 }
 
 impl FsInner {
-    /// Block holding the primary superblock, and the superblock's offset in it.
-    pub(crate) fn sb_location(&self) -> (u64, usize) {
-        let bs = u64::from(self.sbi.block_size);
-        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
-    }
-
     /// Turns a freshly loaded, read-only filesystem into a writable one.
     pub(crate) fn start_writing(&mut self, opts: &Options) -> Result<()> {
         if let Some(why) = self.sbi.read_only_reasons().first() {
@@ -35,7 +29,7 @@ impl FsInner {
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         let has_log = log.geo.is_some();
         self.orphans = Arc::new(crate::orphan::Orphans::load(self, has_log)?);
-        let (sb_blk, sb_off) = self.sb_location();
+        let (sb_blk, sb_off) = self.sbi.sb_location();
         let (groups, counters, bcache, sbi, orphans) = (
             self.groups.clone(),
             self.counters.clone(),
@@ -174,9 +168,8 @@ impl FsInner {
     /// counts and the orphan list head are taken from memory: commits write them only into
     /// the frozen copies, so the cached bytes hold those of the open.
     pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
-        let (blk, off) = self.sb_location();
-        let buf = self.bcache.get(blk)?;
-        let mut data = buf.data_mut(0);
+        let (_, off) = self.sbi.sb_location();
+        let mut data = self.sb_buf.data_mut(0);
         let Some(mut sb) = Superblock::parse(&data[off..]) else {
             return corrupt(CorruptKind::Superblock("unreadable"));
         };

@@ -112,9 +112,6 @@ pub(crate) struct Orphans {
     /// `s_last_orphan`: written under `list`, copied into the superblock when a commit freezes
     /// it. [atomic]
     head: AtomicU32,
-    /// The primary superblock's buffer, joined to a transaction that moves the head.
-    /// [immutable]
-    sb_buf: Option<Arc<Buffer>>,
     /// Orphans freed and truncated by the recovery at open. [atomic]
     cleaned: (AtomicU32, AtomicU32),
 }
@@ -139,7 +136,6 @@ impl Orphans {
             file: None,
             list: Mutex::new(ListLinks::default()),
             head: AtomicU32::new(0),
-            sb_buf: None,
             cleaned: (AtomicU32::new(0), AtomicU32::new(0)),
         }
     }
@@ -148,7 +144,6 @@ impl Orphans {
     /// before it mounts read-write) and the list head, for a writable open. `journaled`: whether
     /// new orphans are recorded.
     pub(crate) fn load(fs: &FsInner, journaled: bool) -> Result<Orphans> {
-        let (sb_blk, _) = fs.sb_location();
         let file = if fs.sbi.sb.compat().contains(Compat::ORPHAN_FILE) { Some(load_file(fs)?) } else { None };
         Ok(Orphans {
             active: journaled,
@@ -156,7 +151,6 @@ impl Orphans {
             file,
             list: Mutex::new(ListLinks::default()),
             head: AtomicU32::new(fs.sbi.sb.s_last_orphan.get()),
-            sb_buf: Some(fs.bcache.get(sb_blk)?),
             cleaned: (AtomicU32::new(0), AtomicU32::new(0)),
         })
     }
@@ -406,9 +400,7 @@ impl FsInner {
     /// Puts `inode` at the head of the superblock's list.
     fn orphan_list_add(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let o = &self.orphans;
-        if let Some(sb) = &o.sb_buf {
-            h.join(sb)?;
-        }
+        h.join(&self.sb_buf)?;
         let ino = inode.ino.0;
         let mut l = self.stats.lock(crate::stats::LockClass::OrphanList, &o.list);
         let head = o.head.load(Ordering::Acquire);
@@ -437,9 +429,7 @@ impl FsInner {
             l.prev.insert(next, prev);
         }
         if prev == 0 {
-            if let Some(sb) = &o.sb_buf {
-                h.join(sb)?;
-            }
+            h.join(&self.sb_buf)?;
             o.head.store(next, Ordering::Release);
             drop(l);
         } else {
@@ -490,9 +480,7 @@ impl FsInner {
             let Some(inode) = inode else {
                 // A bad entry ends the list (`ext4_orphan_cleanup` does the same).
                 let h = self.journal()?.start(2)?;
-                if let Some(sb) = &o.sb_buf {
-                    h.join(sb)?;
-                }
+                h.join(&self.sb_buf)?;
                 o.head.store(0, Ordering::Release);
                 break;
             };

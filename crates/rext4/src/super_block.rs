@@ -73,6 +73,12 @@ fn bad(what: &'static str) -> Error {
 }
 
 impl SbInfo {
+    /// Block holding the primary superblock, and the superblock's offset in it.
+    pub fn sb_location(&self) -> (u64, usize) {
+        let bs = u64::from(self.block_size);
+        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
+    }
+
     /// Reads the primary superblock from `dev` and checks everything that must hold before any
     /// other structure is trusted.
     pub fn load(dev: &dyn BlockDevice) -> Result<Self> {

@@ -730,7 +730,7 @@ impl FsInner {
 
     /// `ext4_xattr_update_super_block`: the first attribute sets the `ext_attr` feature.
     fn note_ext_attr(&self, h: &Handle) -> Result<()> {
-        let (_, off) = self.sb_location();
+        let (_, off) = self.sbi.sb_location();
         let buf = &self.sb_buf;
         let bit = Compat::EXT_ATTR.bits();
         if u32_at(&buf.data(), off + SB_FEATURE_COMPAT) & bit != 0 {
