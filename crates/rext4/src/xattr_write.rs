@@ -646,6 +646,8 @@ impl FsInner {
             }
             return Ok(());
         }
+        // Parsed first: a corrupt area fails here, with the block still counted as in use.
+        let eas = self.block_ea_inodes(ino, Some(blk), &d)?;
         // Out of the cache, and counted as nobody's, before the lock is let go: a sharer that
         // found it in the cache, or a reader of the dying inode that would offer it there
         // again (`xattrs_snapshot`), sees a count of zero. The freed block's copy is revoked,
@@ -656,7 +658,6 @@ impl FsInner {
             // A reader of the dying inode may still check it.
             fx::set_block_checksum(&mut d, self.sbi.csum_seed, blk);
         }
-        let eas = self.block_ea_inodes(ino, Some(blk), &d)?;
         drop(d);
         self.ea_inodes_put(h, owner, &eas)?;
         self.free_blocks(h, blk, 1, true)

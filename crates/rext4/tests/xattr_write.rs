@@ -1424,3 +1424,39 @@ fn equal_values_share_one_ea_inode() {
     finish(fs, &img, &expected);
     assert_eq!(inodes_in_use(&img), base + 3 + 2 * kfiles + 1);
 }
+
+/// A file whose xattr block has a damaged entry table is unlinked: the release of the block
+/// finds the damage before it changes the block, so the block is still counted as the file's.
+/// The unlink fails with EUCLEAN after its name went (the kernel, which frees the inode when it
+/// is evicted, reports the damage in its log instead); the inode stays allocated.
+#[test]
+fn damaged_xattr_block_keeps_its_count_when_its_release_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    // Without block checksums, so that the damage is found in the entries, not by the checksum.
+    let img = mkfs(dir.path(), "damaged", &["-O", "ea_inode,^metadata_csum"]);
+    let fs = rw(&img);
+    let root = fs.root();
+    fs.create(root, b"f", 0o644, 1000, 1000).unwrap();
+    set(&fs, "/f", "user.a", &pattern(1, 1000));
+    fs.unmount().unwrap();
+    let blk = file_acl(&img, "/f");
+    assert_ne!(blk, 0, "the value went to a block");
+    // The first entry's e_value_size (the entry follows the 32-byte header; the field is at 8)
+    // past the largest value an entry can have.
+    let mut all = std::fs::read(&img).unwrap();
+    let at = blk as usize * block_size(&img) + 32 + 8;
+    all[at..at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    std::fs::write(&img, &all).unwrap();
+    let block_problems = |img: &Path| -> Vec<String> {
+        let o = Command::new(common::tool("e2fsck")).arg("-fn").arg(img).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.lines().filter(|l| l.contains(&format!("block {blk}"))).map(str::to_string).collect()
+    };
+    let before = block_problems(&img);
+    assert!(!before.is_empty(), "e2fsck sees the damage");
+    let fs = rw(&img);
+    assert_eq!(errno(fs.unlink(root, b"f")), libc::EUCLEAN);
+    fs.unmount().unwrap();
+    assert_eq!(refcount(&img, blk), 1, "the damaged block is still counted as its file's");
+    assert_eq!(block_problems(&img), before, "e2fsck finds the block as it was");
+}
