@@ -29,6 +29,30 @@ fn when(sec: i64) -> String {
     }
 }
 
+/// The name `dumpe2fs` gives an `s_*_error_errcode` (the kernel's `EXT4_ERR_*`).
+fn error_code(code: u8) -> String {
+    const NAMES: [&str; 17] = [
+        "UNKNOWN",
+        "EIO",
+        "ENOMEM",
+        "EFSBADCRC",
+        "EFSCORRUPTED",
+        "ENOSPC",
+        "ENOKEY",
+        "EROFS",
+        "EFBIG",
+        "EEXIST",
+        "ERANGE",
+        "EOVERFLOW",
+        "EBUSY",
+        "ENOTDIR",
+        "ENOTEMPTY",
+        "ESHUTDOWN",
+        "EFAULT",
+    ];
+    NAMES.get(usize::from(code).wrapping_sub(1)).map_or_else(|| code.to_string(), |n| n.to_string())
+}
+
 /// `rext4 info IMAGE`: the superblock in the spirit of `dumpe2fs -h`.
 pub fn info(image: &Path) -> CliResult {
     let fs = Fs::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
@@ -39,8 +63,8 @@ pub fn info(image: &Path) -> CliResult {
     features.extend(feature_names(FeatureKind::RoCompat, sb.s_feature_ro_compat.get()));
     let vol = sb.volume_name();
     let state = sb.s_state.get();
-    let mut out = Vec::<(&str, String)>::new();
-    let mut row = |k: &'static str, v: String| out.push((k, v));
+    let mut out = Vec::<(String, String)>::new();
+    let mut row = |k: &str, v: String| out.push((k.to_string(), v));
     row("Filesystem volume name", if vol.is_empty() { "<none>".into() } else { name(vol) });
     let lm = sb.last_mounted();
     row("Last mounted on", if lm.is_empty() { "<not available>".into() } else { name(lm) });
@@ -72,6 +96,34 @@ pub fn info(image: &Path) -> CliResult {
         }
         .into(),
     );
+    if sb.s_error_count.get() != 0 {
+        row("FS Error count", sb.s_error_count.get().to_string());
+    }
+    let errors = [
+        ("First", sb.first_error_time(), &sb.s_first_error_func, sb.s_first_error_line.get()),
+        ("Last", sb.last_error_time(), &sb.s_last_error_func, sb.s_last_error_line.get()),
+    ];
+    let (inos, blocks) = (
+        [sb.s_first_error_ino.get(), sb.s_last_error_ino.get()],
+        [sb.s_first_error_block.get(), sb.s_last_error_block.get()],
+    );
+    let codes = [sb.s_first_error_errcode, sb.s_last_error_errcode];
+    for (i, (which, t, func, line)) in errors.into_iter().enumerate() {
+        if t == 0 {
+            continue;
+        }
+        let field = |what: &str| format!("{which} error {what}");
+        row(&field("time"), when(t));
+        row(&field("function"), name(func.split(|&b| b == 0).next().unwrap_or_default()));
+        row(&field("line #"), line.to_string());
+        row(&field("inode #"), inos[i].to_string());
+        if blocks[i] != 0 {
+            row(&field("block #"), blocks[i].to_string());
+        }
+        if codes[i] != 0 {
+            row(&field("err"), error_code(codes[i]));
+        }
+    }
     row("Inode count", sb.s_inodes_count.get().to_string());
     row("Block count", sb.blocks_count().to_string());
     row("Reserved block count", sb.r_blocks_count().to_string());

@@ -60,6 +60,62 @@ fn at(fx: &Fixture, path: &str) -> String {
     format!("{}:{path}", fx.image.display())
 }
 
+/// `rext4 info` shows an image's error record as `dumpe2fs -h` does (times aside, which it
+/// writes in UTC): the state, the count, the first and last error's function, line, inode,
+/// block and code.
+#[test]
+fn info_shows_the_error_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("e.img");
+    // No checksums: the error codes are written into the superblock by hand.
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-O", "^metadata_csum"])
+        .arg(&image)
+        .arg("8M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    for set in [
+        "state 3",
+        "error_count 2",
+        "first_error_time 1700000000",
+        "first_error_func ext4_lookup",
+        "first_error_ino 12",
+        "first_error_block 345",
+        "first_error_line 7",
+        "last_error_time 1700000100",
+        "last_error_func ext4_unlink",
+        "last_error_ino 13",
+    ] {
+        let o =
+            Command::new("debugfs").args(["-w", "-R", &format!("ssv {set}")]).arg(&image).output().unwrap();
+        assert!(
+            o.status.success() && o.stderr.len() < 40,
+            "debugfs ssv {set}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let mut all = std::fs::read(&image).unwrap();
+    // s_first_error_errcode and s_last_error_errcode: EFSBADCRC, EFSCORRUPTED.
+    all[1024 + 0x27A..1024 + 0x27C].copy_from_slice(&[4, 5]);
+    std::fs::write(&image, &all).unwrap();
+    let errors = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                (l.contains("rror") || l.starts_with("Filesystem state")) && !l.contains("error time")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let ours = errors(&stdout(&rext4(&["info", image.to_str().unwrap()])));
+    let dump = Command::new("dumpe2fs").arg("-h").arg(&image).output().unwrap();
+    let theirs = errors(&String::from_utf8_lossy(&dump.stdout));
+    assert!(ours.iter().any(|l| l.ends_with("EFSBADCRC")), "{ours:?}");
+    assert_eq!(ours, theirs);
+    let ours_times = stdout(&rext4(&["info", image.to_str().unwrap()]));
+    assert!(ours_times.contains("First error time:         2023-11-14 22:13:20 UTC"), "{ours_times}");
+}
+
 #[test]
 fn info_ls_cat_stat_tree() {
     let fx = fixture();

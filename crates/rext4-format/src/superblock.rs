@@ -244,6 +244,12 @@ impl Superblock {
     pub fn mkfs_time(&self) -> i64 {
         time_hi(self.s_mkfs_time.get(), self.s_mkfs_time_hi)
     }
+    pub fn first_error_time(&self) -> i64 {
+        time_hi(self.s_first_error_time.get(), self.s_first_error_time_hi)
+    }
+    pub fn last_error_time(&self) -> i64 {
+        time_hi(self.s_last_error_time.get(), self.s_last_error_time_hi)
+    }
     pub fn lastcheck(&self) -> i64 {
         time_hi(self.s_lastcheck.get(), self.s_lastcheck_hi)
     }

@@ -3,14 +3,9 @@
 
 use std::time::Duration;
 
-/// What to do when corruption is found while mounted (the kernel's `errors=`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorBehavior {
-    /// Report the error for the operation that found it and go on.
-    Continue,
-    /// Refuse every later change with `EROFS`; reads go on.
-    RemountRo,
-}
+/// What to do when corruption is found while mounted (the kernel's `errors=`): the engine's
+/// setting, which the adapter applies too (errno.rs).
+pub use rext4::ErrorBehavior;
 
 /// Everything `rext4 mount -o ...` can say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,6 +178,7 @@ impl MountOptions {
         let mut o = rext4::Options {
             writable: !self.read_only,
             norecovery: self.norecovery,
+            errors: self.errors,
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {

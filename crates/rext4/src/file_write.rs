@@ -845,7 +845,7 @@ impl Fs {
     /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
         let _t = self.inner.stats.time(crate::stats::Op::Write);
-        self.inner.write(ino, offset, data)
+        self.inner.noted(crate::stats::Op::Write, self.inner.write(ino, offset, data))
     }
 
     /// `fallocate(2)` with the kernel's mode flags (`FALLOC_FL_*`): 0 and `KEEP_SIZE`
@@ -855,18 +855,18 @@ impl Fs {
     /// kernel (`EOPNOTSUPP` otherwise).
     pub fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Fallocate);
-        self.inner.fallocate(ino, mode, offset, len)
+        self.inner.noted(crate::stats::Op::Fallocate, self.inner.fallocate(ino, mode, offset, len))
     }
 
     /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data
     /// (`ENXIO` if none before the end).
     pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        self.inner.seek(ino, offset, true)
+        self.inner.noted(crate::stats::Op::Llseek, self.inner.seek(ino, offset, true))
     }
 
     /// `lseek(2)` with `SEEK_HOLE`: the first offset at or after `offset` in a hole (the end
     /// of the file counts as one); `ENXIO` at or past the end.
     pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        self.inner.seek(ino, offset, false)
+        self.inner.noted(crate::stats::Op::Llseek, self.inner.seek(ino, offset, false))
     }
 }

@@ -29,6 +29,20 @@ pub struct Options {
     /// Read-only opens only: show the image as it is, without replaying a journal that needs
     /// recovery (the kernel's `norecovery`).
     pub norecovery: bool,
+    /// What corruption found while writable does (the kernel's `errors=`); `None` follows the
+    /// superblock's setting, as the kernel does (see fs_error.rs).
+    pub errors: Option<ErrorBehavior>,
+}
+
+/// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
+/// the error is recorded in the superblock and returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorBehavior {
+    /// Go on taking changes (`errors=continue`).
+    Continue,
+    /// Refuse every later change with `EROFS`; reads go on (`errors=remount-ro`; the
+    /// superblock's `panic` too, which a library cannot honour otherwise).
+    RemountRo,
 }
 
 /// Cache bounds below which the defaults never go: 64 MiB of blocks, 262,144 inodes and names.
@@ -103,6 +117,7 @@ impl Default for Options {
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
             norecovery: false,
+            errors: None,
         }
     }
 }
@@ -143,6 +158,10 @@ pub(crate) struct FsInner {
     pub orphans: Arc<crate::orphan::Orphans>,
     /// Operation times and lock waits (`Fs::stats`), shared with the journal. [sharded atomics]
     pub stats: Arc<crate::stats::Stats>,
+    /// What corruption does (`Options::errors`, or the superblock's). [immutable]
+    pub errors: ErrorBehavior,
+    /// Set once an error stopped changes (`errors=remount-ro`; see fs_error.rs). [atomic]
+    pub stopped: std::sync::atomic::AtomicBool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -219,24 +238,29 @@ impl Fs {
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Getattr);
-        let inode = self.inner.iget_live(ino)?;
-        self.inner.attr_of(&inode)
+        self.inner.noted(
+            crate::stats::Op::Getattr,
+            self.inner.iget_live(ino).and_then(|inode| self.inner.attr_of(&inode)),
+        )
     }
 
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Lookup);
-        let d = self.inner.iget_dir(dir)?;
-        let inode = match self.inner.lookup(&d, name) {
-            // The name may have been removed (and its inode freed) since it was found: look
-            // again with removals held off; only an entry still naming a free inode is corrupt.
-            Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
-                let _l = self.inner.stats.lock(crate::stats::LockClass::OpLock, &d.op_lock);
-                self.inner.lookup(&d, name)?
-            }
-            r => r?,
-        };
-        self.inner.attr_of(&inode)
+        self.inner.noting(crate::stats::Op::Lookup, || {
+            let d = self.inner.iget_dir(dir)?;
+            let inode = match self.inner.lookup(&d, name) {
+                // The name may have been removed (and its inode freed) since it was found: look
+                // again with removals held off; only an entry still naming a free inode is
+                // corrupt.
+                Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
+                    let _l = self.inner.stats.lock(crate::stats::LockClass::OpLock, &d.op_lock);
+                    self.inner.lookup(&d, name)?
+                }
+                r => r?,
+            };
+            self.inner.attr_of(&inode)
+        })
     }
 
     /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),
@@ -244,37 +268,47 @@ impl Fs {
     /// included.
     pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Readdir);
-        let d = self.inner.iget_dir(dir)?;
-        self.inner.readdir(&d, pos, f)
+        self.inner.noted(
+            crate::stats::Op::Readdir,
+            self.inner.iget_dir(dir).and_then(|d| self.inner.readdir(&d, pos, f)),
+        )
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
     /// past the end).
     pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let _t = self.inner.stats.time(crate::stats::Op::Read);
-        let inode = self.inner.iget_live(ino)?;
-        self.inner.read(&inode, offset, buf)
+        self.inner.noted(
+            crate::stats::Op::Read,
+            self.inner.iget_live(ino).and_then(|inode| self.inner.read(&inode, offset, buf)),
+        )
     }
 
     /// The target of a symbolic link.
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
         let _t = self.inner.stats.time(crate::stats::Op::Readlink);
-        let inode = self.inner.iget_live(ino)?;
-        self.inner.readlink(&inode)
+        self.inner.noted(
+            crate::stats::Op::Readlink,
+            self.inner.iget_live(ino).and_then(|inode| self.inner.readlink(&inode)),
+        )
     }
 
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
         let _t = self.inner.stats.time(crate::stats::Op::Getxattr);
-        let inode = self.inner.iget_live(ino)?;
-        self.inner.getxattr(&inode, name)
+        self.inner.noted(
+            crate::stats::Op::Getxattr,
+            self.inner.iget_live(ino).and_then(|inode| self.inner.getxattr(&inode, name)),
+        )
     }
 
     /// The names of the inode's extended attributes.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
         let _t = self.inner.stats.time(crate::stats::Op::Listxattr);
-        let inode = self.inner.iget_live(ino)?;
-        self.inner.listxattr(&inode)
+        self.inner.noted(
+            crate::stats::Op::Listxattr,
+            self.inner.iget_live(ino).and_then(|inode| self.inner.listxattr(&inode)),
+        )
     }
 
     /// Filesystem-wide counts, as `statfs(2)` reports them.
@@ -301,6 +335,12 @@ impl FsInner {
         let bcache = Arc::new(BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes));
         let groups = Arc::new(Groups::load(&sbi, &bcache)?);
         let sb_buf = bcache.get(sbi.sb_location().0)?;
+        let errors = opts.errors.unwrap_or(match sbi.sb.s_errors.get() {
+            rext4_format::superblock::ERRORS_RO | rext4_format::superblock::ERRORS_PANIC => {
+                ErrorBehavior::RemountRo
+            }
+            _ => ErrorBehavior::Continue,
+        });
         let (free_blocks, free_inodes, dirs) = groups.totals();
         let counters = Arc::new(crate::counter::Counters {
             free_blocks: crate::counter::ShardedCounter::new(free_blocks as i64),
@@ -324,6 +364,8 @@ impl FsInner {
             recovery: None,
             orphans: Arc::new(crate::orphan::Orphans::inactive()),
             stats: Arc::default(),
+            errors,
+            stopped: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -130,7 +130,10 @@ pub(crate) fn raw_init_times(raw: &mut [u8], inode_size: usize, t: Timestamp) {
 
 impl FsInner {
     pub(crate) fn journal(&self) -> Result<&Arc<Journal>> {
-        self.journal.as_ref().ok_or(Error::ReadOnly)
+        match &self.journal {
+            Some(j) if !self.stopped_by_error() => Ok(j),
+            _ => Err(Error::ReadOnly),
+        }
     }
 
     /// Copies an inode's record into its inode-table block under `h`, with its checksum.
@@ -218,28 +221,31 @@ impl Fs {
     /// `truncate`); the change time becomes now. Returns the new attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Setattr);
-        // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
-        // mode, owner, size and explicit times; an immutable one any time at all.
-        let flags = self.inner.iget(ino)?.flags();
-        let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
-        let fixed = changes.mode.is_some()
-            || changes.uid.is_some()
-            || changes.gid.is_some()
-            || changes.size.is_some()
-            || set_times;
-        let touched = changes.atime.is_some() || changes.mtime.is_some();
-        if (flags & (fi::IMMUTABLE_FL | fi::APPEND_FL) != 0 && fixed)
-            || (flags & fi::IMMUTABLE_FL != 0 && touched)
-        {
-            return Err(Error::NotPermitted);
-        }
-        if let Some(size) = changes.size {
-            self.inner.truncate(ino, size)?;
-        }
-        let rest = SetAttr { size: None, ..changes.clone() };
-        if changes.size.is_none() || rest != SetAttr::default() {
-            self.inner.setattr(ino, &rest)?;
-        }
+        self.inner.noting(crate::stats::Op::Setattr, || {
+            // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
+            // mode, owner, size and explicit times; an immutable one any time at all.
+            let flags = self.inner.iget(ino)?.flags();
+            let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
+            let fixed = changes.mode.is_some()
+                || changes.uid.is_some()
+                || changes.gid.is_some()
+                || changes.size.is_some()
+                || set_times;
+            let touched = changes.atime.is_some() || changes.mtime.is_some();
+            if (flags & (fi::IMMUTABLE_FL | fi::APPEND_FL) != 0 && fixed)
+                || (flags & fi::IMMUTABLE_FL != 0 && touched)
+            {
+                return Err(Error::NotPermitted);
+            }
+            if let Some(size) = changes.size {
+                self.inner.truncate(ino, size)?;
+            }
+            let rest = SetAttr { size: None, ..changes.clone() };
+            if changes.size.is_none() || rest != SetAttr::default() {
+                self.inner.setattr(ino, &rest)?;
+            }
+            Ok(())
+        })?;
         self.getattr(ino)
     }
 
@@ -249,10 +255,13 @@ impl Fs {
     /// writes this way.
     pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Setattr);
-        if self.inner.iget(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
-            return Err(Error::NotPermitted);
-        }
-        self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;
+        self.inner.noting(crate::stats::Op::Setattr, || {
+            if self.inner.iget(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
+                return Err(Error::NotPermitted);
+            }
+            self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;
+            Ok(())
+        })?;
         self.getattr(ino)
     }
 
@@ -260,6 +269,6 @@ impl Fs {
     /// transaction that touched it, sharing that commit with every other waiter.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Fsync);
-        self.inner.fsync(ino)
+        self.inner.noted(crate::stats::Op::Fsync, self.inner.fsync(ino))
     }
 }

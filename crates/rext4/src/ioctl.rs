@@ -164,7 +164,7 @@ impl Fs {
     /// first: the caller owns the inode, and changing `APPEND_FL` or `IMMUTABLE_FL` needs
     /// `CAP_LINUX_IMMUTABLE`. The change time becomes now.
     pub fn set_flags(&self, ino: InodeNo, flags: u32) -> Result<Attr> {
-        self.inner.set_flags(ino, flags)?;
+        self.inner.noted(crate::stats::Op::Setattr, self.inner.set_flags(ino, flags))?;
         self.getattr(ino)
     }
 }

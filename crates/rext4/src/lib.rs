@@ -45,6 +45,7 @@ mod extents_write;
 mod file;
 mod file_write;
 mod fs;
+mod fs_error;
 mod group;
 mod ialloc;
 mod indirect;
@@ -84,7 +85,7 @@ pub use file_write::{
     FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,
 };
-pub use fs::{Fs, Options};
+pub use fs::{ErrorBehavior, Fs, Options};
 pub use inode_write::{SetAttr, TimeSet};
 pub use ioctl::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use jbd2::recovery::RecoveryReport;

@@ -112,14 +112,15 @@ impl Fs {
     /// Gives inode `ino` the additional name `name` in `parent` (`link(2)`).
     pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Link);
-        self.inner.link(ino, parent, name)?;
+        self.inner.noted(crate::stats::Op::Link, self.inner.link(ino, parent, name))?;
         self.getattr(ino)
     }
 
     /// Creates symbolic link `name` in `parent` pointing at `target` (`symlink(2)`).
     pub fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Symlink);
-        let ino = self.inner.symlink(parent, name, target, uid, gid)?;
+        let made = self.inner.symlink(parent, name, target, uid, gid);
+        let ino = self.inner.noted(crate::stats::Op::Symlink, made)?;
         self.getattr(ino)
     }
 }

@@ -8,7 +8,7 @@ use crate::jbd2::journal::{Journal, Log, LogGeometry};
 use rext4_format::checksum::crc32c;
 use rext4_format::features::{Compat, Incompat, RoCompat};
 use rext4_format::jbd2::{JournalIncompat, CHKSUM_CRC32C};
-use rext4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use rext4_format::InodeNo;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -230,9 +230,18 @@ impl Fs {
         }
     }
 
-    /// Whether the filesystem was opened for writing.
+    /// Whether the filesystem takes changes: opened for writing, and not stopped by an error
+    /// under `errors=remount-ro` (see [`Fs::has_errors`]).
     pub fn is_writable(&self) -> bool {
-        self.inner.journal.is_some()
+        self.inner.journal.is_some() && !self.inner.stopped_by_error()
+    }
+
+    /// Whether the image is marked as having errors (`s_state`): found by this filesystem since
+    /// it was opened, or recorded before by it, the kernel or e2fsck's last run.
+    pub fn has_errors(&self) -> bool {
+        let (_, off) = self.inner.sbi.sb_location();
+        let d = self.inner.sb_buf.data();
+        Superblock::parse(&d[off..]).is_some_and(|sb| sb.s_state.get() & STATE_ERROR != 0)
     }
 
     /// Journal statistics: commits, per-commit times, blocks.

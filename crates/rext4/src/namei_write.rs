@@ -302,7 +302,8 @@ impl Fs {
     /// holds the permission bits.
     pub fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Create);
-        let ino = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid)?;
+        let made = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid);
+        let ino = self.inner.noted(crate::stats::Op::Create, made)?;
         self.getattr(ino)
     }
 
@@ -322,26 +323,28 @@ impl Fs {
         if ![fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK, fi::S_IFREG].contains(&kind) {
             return Err(Error::InvalidInput("mknod file type"));
         }
-        let ino = self.inner.create_node(parent, name, mode, uid, gid, rdev)?;
+        let made = self.inner.create_node(parent, name, mode, uid, gid, rdev);
+        let ino = self.inner.noted(crate::stats::Op::Mknod, made)?;
         self.getattr(ino)
     }
 
     /// Creates directory `name` in `parent` (`mkdir(2)`).
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Mkdir);
-        let ino = self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid)?;
+        let made = self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid);
+        let ino = self.inner.noted(crate::stats::Op::Mkdir, made)?;
         self.getattr(ino)
     }
 
     /// Removes the non-directory `name` from `parent` (`unlink(2)`).
     pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Unlink);
-        self.inner.remove(parent, name, false)
+        self.inner.noted(crate::stats::Op::Unlink, self.inner.remove(parent, name, false))
     }
 
     /// Removes the empty directory `name` from `parent` (`rmdir(2)`).
     pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Rmdir);
-        self.inner.remove(parent, name, true)
+        self.inner.noted(crate::stats::Op::Rmdir, self.inner.remove(parent, name, true))
     }
 }

@@ -619,6 +619,11 @@ impl FsInner {
     /// At unmount: frees the orphans still held (the kernel evicts every inode before it
     /// writes the superblock clean).
     pub(crate) fn evict_held_orphans(&self) -> Result<()> {
+        if self.stopped_by_error() {
+            // No more changes after an error: they stay recorded for e2fsck (a mount of an
+            // image with errors does not clean orphans up either).
+            return Ok(());
+        }
         for inode in self.icache.collect(|i| i.is_held_orphan()) {
             let s = inode.refs.swap(REF_DEAD, Ordering::AcqRel);
             if s & REF_UNLINKED != 0 && s & REF_DEAD == 0 {
@@ -634,43 +639,47 @@ impl Fs {
     /// held, removing its last link leaves it readable and writable by number, recorded as an
     /// orphan so that a crash cannot leak it. `ENOENT` if the inode is not in use.
     pub fn hold(&self, ino: InodeNo) -> Result<()> {
-        let inode = self.inner.iget(ino)?;
-        let mut s = inode.refs.load(Ordering::Acquire);
-        loop {
-            if s & REF_DEAD != 0 || (s & REF_UNLINKED == 0 && inode.with_disk(|d| d.links_count()) == 0) {
-                return Err(Error::NotFound);
+        self.inner.noting(crate::stats::Op::Getattr, || {
+            let inode = self.inner.iget(ino)?;
+            let mut s = inode.refs.load(Ordering::Acquire);
+            loop {
+                if s & REF_DEAD != 0 || (s & REF_UNLINKED == 0 && inode.with_disk(|d| d.links_count()) == 0) {
+                    return Err(Error::NotFound);
+                }
+                if s & REF_COUNT == REF_COUNT {
+                    return Err(Error::InvalidInput("too many references to one inode"));
+                }
+                match inode.refs.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Ok(()),
+                    Err(x) => s = x,
+                }
             }
-            if s & REF_COUNT == REF_COUNT {
-                return Err(Error::InvalidInput("too many references to one inode"));
-            }
-            match inode.refs.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
-                Err(x) => s = x,
-            }
-        }
+        })
     }
 
     /// Drops a reference taken by [`Fs::hold`]; the last one frees an inode with no links
     /// (blocks, xattr block, inode) and its orphan record, in one journal handle. `EINVAL` if
     /// the inode is not held.
     pub fn release(&self, ino: InodeNo) -> Result<()> {
-        let not_held = Error::InvalidInput("inode not held");
-        // Loading an evicted copy gets its parked hold count back.
-        let inode = self.inner.iget(ino)?;
-        let mut s = inode.refs.load(Ordering::Acquire);
-        loop {
-            let count = s & REF_COUNT;
-            if count == 0 {
-                return Err(not_held);
+        self.inner.noting(crate::stats::Op::Evict, || {
+            let not_held = Error::InvalidInput("inode not held");
+            // Loading an evicted copy gets its parked hold count back.
+            let inode = self.inner.iget(ino)?;
+            let mut s = inode.refs.load(Ordering::Acquire);
+            loop {
+                let count = s & REF_COUNT;
+                if count == 0 {
+                    return Err(not_held);
+                }
+                let last_of_orphan = count == 1 && s & REF_UNLINKED != 0;
+                let new = if last_of_orphan { REF_DEAD } else { s - 1 };
+                match inode.refs.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) if last_of_orphan => return self.inner.evict(&inode),
+                    Ok(_) => return Ok(()),
+                    Err(x) => s = x,
+                }
             }
-            let last_of_orphan = count == 1 && s & REF_UNLINKED != 0;
-            let new = if last_of_orphan { REF_DEAD } else { s - 1 };
-            match inode.refs.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) if last_of_orphan => return self.inner.evict(&inode),
-                Ok(_) => return Ok(()),
-                Err(x) => s = x,
-            }
-        }
+        })
     }
 
     /// The inodes recorded as orphans (list and orphan file), as this filesystem holds them.

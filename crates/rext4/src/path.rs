@@ -17,44 +17,46 @@ impl Fs {
     /// Resolves `path` (absolute, or relative to the root) to an inode; a final symbolic link
     /// is followed if `follow` is set. A trailing `/` requires a directory.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> Result<InodeNo> {
-        let bytes = path.as_ref().as_os_str().as_bytes();
-        let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
-        let mut queue: VecDeque<Vec<u8>> = components(bytes);
-        let root = self.inner.iget_live(self.root())?;
-        let mut cur = root.clone();
-        let mut links = 0u32;
-        while let Some(c) = queue.pop_front() {
-            if c == b"." {
-                continue;
+        self.inner.noting(crate::stats::Op::Lookup, || {
+            let bytes = path.as_ref().as_os_str().as_bytes();
+            let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
+            let mut queue: VecDeque<Vec<u8>> = components(bytes);
+            let root = self.inner.iget_live(self.root())?;
+            let mut cur = root.clone();
+            let mut links = 0u32;
+            while let Some(c) = queue.pop_front() {
+                if c == b"." {
+                    continue;
+                }
+                if !cur.is_dir() {
+                    return Err(Error::NotDir);
+                }
+                if c.len() > 255 {
+                    return Err(Error::NameTooLong);
+                }
+                let inode = self.inner.lookup(&cur, &c)?;
+                let last = queue.is_empty();
+                if inode.file_type() == Some(FileType::Symlink) && (!last || follow || must_be_dir) {
+                    links += 1;
+                    if links > MAX_SYMLINKS {
+                        return Err(Error::Loop);
+                    }
+                    let target = self.inner.readlink(&inode)?;
+                    if target.starts_with(b"/") {
+                        cur = root.clone();
+                    }
+                    for t in components(&target).into_iter().rev() {
+                        queue.push_front(t);
+                    }
+                    continue;
+                }
+                cur = inode;
             }
-            if !cur.is_dir() {
+            if must_be_dir && !cur.is_dir() {
                 return Err(Error::NotDir);
             }
-            if c.len() > 255 {
-                return Err(Error::NameTooLong);
-            }
-            let inode = self.inner.lookup(&cur, &c)?;
-            let last = queue.is_empty();
-            if inode.file_type() == Some(FileType::Symlink) && (!last || follow || must_be_dir) {
-                links += 1;
-                if links > MAX_SYMLINKS {
-                    return Err(Error::Loop);
-                }
-                let target = self.inner.readlink(&inode)?;
-                if target.starts_with(b"/") {
-                    cur = root.clone();
-                }
-                for t in components(&target).into_iter().rev() {
-                    queue.push_front(t);
-                }
-                continue;
-            }
-            cur = inode;
-        }
-        if must_be_dir && !cur.is_dir() {
-            return Err(Error::NotDir);
-        }
-        Ok(cur.ino)
+            Ok(cur.ino)
+        })
     }
 
     /// Attributes of the file at `path`, following symbolic links (`stat(2)`).

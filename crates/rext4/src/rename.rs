@@ -242,6 +242,7 @@ impl Fs {
         flags: u32,
     ) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Rename);
-        self.inner.rename(old_parent, old_name, new_parent, new_name, flags)
+        let r = self.inner.rename(old_parent, old_name, new_parent, new_name, flags);
+        self.inner.noted(crate::stats::Op::Rename, r)
     }
 }

@@ -48,6 +48,7 @@ named_enum! {
         Getattr = "ext4_getattr",
         Readdir = "ext4_readdir",
         Read = "ext4_file_read_iter",
+        Llseek = "ext4_llseek",
         Readlink = "ext4_get_link",
         Statfs = "ext4_statfs",
         Getxattr = "ext4_xattr_get",

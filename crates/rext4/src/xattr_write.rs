@@ -781,14 +781,14 @@ impl Fs {
     /// in the kernel). The change time becomes now.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
-        self.inner.setxattr(ino, name, Some(value), flags)
+        self.inner.noted(crate::stats::Op::Setxattr, self.inner.setxattr(ino, name, Some(value), flags))
     }
 
     /// `removexattr(2)`: `ENODATA` if the attribute does not exist (except for ACLs, whose
     /// removal always succeeds, as in the kernel).
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
-        self.inner.setxattr(ino, name, None, XATTR_REPLACE)
+        self.inner.noted(crate::stats::Op::Setxattr, self.inner.setxattr(ino, name, None, XATTR_REPLACE))
     }
 }
 

@@ -134,3 +134,170 @@ fn bitmap_on_a_descriptor_block() {
         panic!("the kernel mounted it read-write (errno {got})");
     }
 }
+
+/// The value of `key` in `dumpe2fs -h`'s listing of `img` ("" if it has no such line).
+fn sb_field(img: &Path, key: &str) -> String {
+    let out = Command::new(common::tool("dumpe2fs")).arg("-h").arg(img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The superblock's error record, as `dumpe2fs -h` shows it.
+fn error_record(img: &Path) -> [String; 5] {
+    ["Filesystem state", "FS Error count", "First error inode #", "First error err", "Last error err"]
+        .map(|k| sb_field(img, k))
+}
+
+/// A file `/f` whose xattr block's first entry claims a value larger than any: a file the
+/// kernel and rext4 both fail to free (`ext4_xattr_delete_inode`: "e_value size too large").
+/// Without checksums, so that the entry, not the checksum, is found wrong. Returns the image
+/// and the file's inode.
+fn damaged_xattr_image(dir: &Path, name: &str) -> (PathBuf, InodeNo) {
+    let img = image_with(dir, name, &["-b", "4096", "-O", "ea_inode,^metadata_csum"], "write /dev/null f\n");
+    let fs = rw(&img);
+    let f = fs.resolve("/f", false).unwrap();
+    fs.setxattr(f, b"user.a", &[7; 1000], 0).unwrap();
+    fs.unmount().unwrap();
+    let out = Command::new(common::tool("debugfs")).arg("-R").arg("stat /f").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let blk: usize =
+        text.split("File ACL: ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert_ne!(blk, 0, "the value went to a block");
+    let mut all = std::fs::read(&img).unwrap();
+    // The first entry follows the 32-byte header; its e_value_size is at 8.
+    all[blk * 4096 + 40..blk * 4096 + 44].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+    std::fs::write(&img, &all).unwrap();
+    (img, f)
+}
+
+/// Corruption found on a writable filesystem is recorded in the superblock as the kernel
+/// records it: the image is marked as having errors, with the error counted and the inode and
+/// kind kept, so that `e2fsck -p` checks it instead of passing it as clean. The filesystem
+/// goes on taking changes (`errors=continue`, mkfs's default).
+#[test]
+fn corruption_is_recorded_in_the_superblock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, f) = damaged_xattr_image(dir.path(), "rec");
+    let kimg = dir.path().join("kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    assert_eq!(sb_field(&img, "Filesystem state"), "clean");
+    let before = fsck_problems(&img);
+    let fs = rw(&img);
+    assert!(!fs.has_errors());
+    assert_eq!(errno(fs.unlink(fs.root(), b"f")), EUCLEAN);
+    assert!(fs.has_errors());
+    assert!(fs.is_writable());
+    fs.create(fs.root(), b"after", 0o644, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    let ours = error_record(&img);
+    let want = ["clean with errors", "1", &f.0.to_string(), "EFSCORRUPTED", "EFSCORRUPTED"].map(String::from);
+    assert_eq!(ours, want);
+    assert_eq!(sb_field(&img, "First error function"), "ext4_unlink");
+    let after = fsck_problems(&img);
+    assert!(before.iter().all(|p| after.contains(p)), "{before:?} / {after:?}");
+    // A preening e2fsck checks it (a clean image it would pass over).
+    let out = Command::new(common::tool("e2fsck")).arg("-p").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("contains a file system with errors, check forced"), "e2fsck -p: {text}");
+    // Reopened, the mark is still there.
+    assert!(Fs::open(&kimg).is_ok_and(|fs| !fs.has_errors()));
+    if let Some(got) = kernel_errno(&kimg, |m| std::fs::remove_file(m.join("f"))) {
+        // The kernel frees the inode after the unlink returned, and logs the failure.
+        assert_eq!(got, 0);
+        assert_eq!(error_record(&kimg), want, "the kernel's record");
+    }
+}
+
+/// A bad checksum is recorded as `EFSBADCRC` (the operation returned `EBADMSG`), as the kernel
+/// records it; a read-only open records nothing and leaves the image as it was.
+#[test]
+fn a_bad_checksum_is_recorded_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "crc", "mkdir /d\nwrite /dev/null /d/x\n");
+    let out = Command::new(common::tool("debugfs")).arg("-R").arg("blocks /d").arg(&img).output().unwrap();
+    let blk: usize = String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().parse().unwrap();
+    let mut all = std::fs::read(&img).unwrap();
+    // A byte of the last entry's free space: the block still parses, its checksum is wrong.
+    all[blk * 4096 + 2048] ^= 0xFF;
+    std::fs::write(&img, &all).unwrap();
+    let kimg = dir.path().join("kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    {
+        let fs = Fs::open(&img).unwrap();
+        let d = fs.resolve("/d", false).unwrap();
+        assert_eq!(errno(fs.lookup(d, b"x")), libc::EBADMSG);
+        assert!(!fs.has_errors());
+    }
+    assert_eq!(std::fs::read(&img).unwrap(), all, "a read-only open wrote");
+    let fs = rw(&img);
+    let d = fs.resolve("/d", false).unwrap();
+    assert_eq!(errno(fs.lookup(d, b"x")), libc::EBADMSG);
+    fs.unmount().unwrap();
+    let want = ["clean with errors", "1", &d.0.to_string(), "EFSBADCRC", "EFSBADCRC"].map(String::from);
+    assert_eq!(error_record(&img), want);
+    assert_eq!(sb_field(&img, "First error function"), "ext4_lookup");
+    if let Some(got) = kernel_errno(&kimg, |m| std::fs::metadata(m.join("d/x")).map(|_| ())) {
+        assert_eq!(got, libc::EBADMSG);
+        assert_eq!(error_record(&kimg), want, "the kernel's record");
+    }
+}
+
+/// With `errors=remount-ro` in the superblock, the first error stops changes (`EROFS`) while
+/// reads go on, as the kernel's remount does; the error is recorded before they stop.
+#[test]
+fn errors_remount_ro_stops_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, f) = damaged_xattr_image(dir.path(), "ro");
+    let out = Command::new(common::tool("tune2fs")).args(["-e", "remount-ro"]).arg(&img).output().unwrap();
+    assert!(out.status.success(), "tune2fs: {}", String::from_utf8_lossy(&out.stderr));
+    let kimg = dir.path().join("kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    let fs = rw(&img);
+    let root = fs.root();
+    fs.create(root, b"before", 0o644, 0, 0).unwrap();
+    assert_eq!(errno(fs.unlink(root, b"f")), EUCLEAN);
+    assert!(!fs.is_writable());
+    assert_eq!(errno(fs.create(root, b"after", 0o644, 0, 0)), libc::EROFS);
+    assert_eq!(errno(fs.unlink(root, b"before")), libc::EROFS);
+    assert!(fs.lookup(root, b"before").is_ok(), "reads go on");
+    fs.unmount().unwrap();
+    let want = ["clean with errors", "1", &f.0.to_string(), "EFSCORRUPTED", "EFSCORRUPTED"].map(String::from);
+    assert_eq!(error_record(&img), want);
+    let fs = Fs::open(&img).unwrap();
+    assert!(fs.has_errors());
+    assert!(fs.lookup(root, b"before").is_ok(), "the change before the error stayed");
+    assert_eq!(errno(fs.lookup(root, b"after")), libc::ENOENT);
+    if let Some(got) = kernel_errno(&kimg, |m| {
+        std::fs::remove_file(m.join("f"))?;
+        std::fs::write(m.join("after"), b"")
+    }) {
+        assert_eq!(got, libc::EROFS, "the kernel's change after the error");
+        assert_eq!(error_record(&kimg), want, "the kernel's record");
+    }
+}
+
+/// `Options::errors` overrides the superblock's setting, as the kernel's mount option does.
+#[test]
+fn the_errors_option_overrides_the_superblock() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sb_says, option, stops) in [
+        ("remount-ro", Some(rext4::ErrorBehavior::Continue), false),
+        ("continue", Some(rext4::ErrorBehavior::RemountRo), true),
+        ("panic", None, true),
+    ] {
+        let (img, _) = damaged_xattr_image(dir.path(), sb_says);
+        let out = Command::new(common::tool("tune2fs")).args(["-e", sb_says]).arg(&img).output().unwrap();
+        assert!(out.status.success(), "tune2fs: {}", String::from_utf8_lossy(&out.stderr));
+        let fs =
+            Fs::open_with(&img, Options { writable: true, errors: option, ..Options::default() }).unwrap();
+        assert_eq!(errno(fs.unlink(fs.root(), b"f")), EUCLEAN);
+        assert_eq!(fs.is_writable(), !stops, "{sb_says} / {option:?}");
+        let created = errno(fs.create(fs.root(), b"g", 0o644, 0, 0));
+        assert_eq!(created, if stops { libc::EROFS } else { 0 }, "{sb_says} / {option:?}");
+        fs.unmount().unwrap();
+        assert_eq!(sb_field(&img, "Filesystem state"), "clean with errors");
+    }
+}

@@ -1,0 +1,137 @@
+//! Recording errors in the superblock (the kernel's `ext4_handle_error` and
+//! `save_error_info`). An operation on a writable filesystem that finds the image corrupt
+//! marks it as having errors (`s_state`), counts the error (`s_error_count`) and keeps the
+//! first and the last one's time, inode, block, operation and code, as `dumpe2fs -h` shows
+//! them. The mark is what makes the next `e2fsck -p` check the whole filesystem instead of
+//! trusting its clean state; without it a damaged image that rext4 had unmounted cleanly would
+//! be passed over. The record goes through the journal, as the kernel's does when the
+//! filesystem keeps running (`errors=continue`, what mkfs sets).
+//!
+//! With `errors=remount-ro` (in the superblock, or [`crate::Options::errors`], which overrides
+//! it as the kernel's mount option does) the filesystem then takes no more changes: the record
+//! is committed and every later change fails with `EROFS`, while reads go on. A library cannot
+//! stop its process as the kernel's `errors=panic` does; it stops changes in the same way.
+//!
+//! Errors are recorded where they leave the library (the public operations of [`crate::Fs`]),
+//! once each, under the operation's kernel name (`ext4_unlink`, ...), with no source line.
+
+use crate::error::{Corrupt, Error, Result};
+use crate::fs::{ErrorBehavior, FsInner};
+use crate::stats::Op;
+use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_SIZE};
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+use zerocopy::IntoBytes;
+
+/// `EXT4_ERR_EFSBADCRC`: the code `s_*_error_errcode` keeps for a checksum mismatch.
+const ERR_EFSBADCRC: u8 = 4;
+/// `EXT4_ERR_EFSCORRUPTED`: the code for any other inconsistency.
+const ERR_EFSCORRUPTED: u8 = 5;
+
+impl FsInner {
+    /// `r`, after recording it in the superblock if it says the image is corrupt (see the
+    /// module comment). `op` is the public operation that returns it.
+    pub(crate) fn noted<T>(&self, op: Op, r: Result<T>) -> Result<T> {
+        if let Err(Error::Corrupt(c)) = &r {
+            self.save_error(op, c);
+        }
+        r
+    }
+
+    /// [`FsInner::noted`] of `f()`.
+    pub(crate) fn noting<T>(&self, op: Op, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.noted(op, f())
+    }
+
+    /// Whether changes are refused after an error (`errors=remount-ro`).
+    pub(crate) fn stopped_by_error(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Records corruption `c`, found by `op`, in the superblock through the journal; stops
+    /// changes afterwards if the superblock asks for that. Best effort: the caller gets `c`
+    /// whether or not the record could be made. Nothing is recorded on a read-only filesystem.
+    fn save_error(&self, op: Op, c: &Corrupt) {
+        let Some(journal) = &self.journal else { return };
+        let recorded = (|| -> Result<()> {
+            let h = journal.start(1)?;
+            let (_, off) = self.sbi.sb_location();
+            let mut d = h.write(&self.sb_buf)?;
+            let Some(mut sb) = Superblock::parse(&d[off..]) else { return Ok(()) };
+            record(&mut sb, op.name(), c, now_secs());
+            d[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
+            Ok(())
+        })();
+        if self.errors == ErrorBehavior::RemountRo && !self.stopped_by_error() {
+            // The record must reach the disk before changes stop: nothing commits it later
+            // but the unmount.
+            if recorded.is_ok() {
+                let _ = journal.sync();
+            }
+            self.stopped.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Adds one error to `sb`'s record (`__save_error_info`): the first one's fields are kept
+/// once set, the last one's always replaced.
+fn record(sb: &mut Superblock, func: &str, c: &Corrupt, now: i64) {
+    let ino = c.inode().map_or(0, |i| i.0);
+    let block = c.block().map_or(0, |b| b.0);
+    let code = if c.is_checksum() { ERR_EFSBADCRC } else { ERR_EFSCORRUPTED };
+    let mut name = [0u8; 32];
+    let n = func.len().min(name.len());
+    name[..n].copy_from_slice(&func.as_bytes()[..n]);
+    sb.s_state.set(sb.s_state.get() | STATE_ERROR);
+    sb.s_error_count.set(sb.s_error_count.get().saturating_add(1));
+    if sb.s_first_error_time.get() == 0 && sb.s_first_error_time_hi == 0 {
+        sb.s_first_error_time.set(now as u32);
+        sb.s_first_error_time_hi = (now >> 32) as u8;
+        sb.s_first_error_ino.set(ino);
+        sb.s_first_error_block.set(block);
+        sb.s_first_error_func = name;
+        sb.s_first_error_line.set(0);
+        sb.s_first_error_errcode = code;
+    }
+    sb.s_last_error_time.set(now as u32);
+    sb.s_last_error_time_hi = (now >> 32) as u8;
+    sb.s_last_error_ino.set(ino);
+    sb.s_last_error_block.set(block);
+    sb.s_last_error_func = name;
+    sb.s_last_error_line.set(0);
+    sb.s_last_error_errcode = code;
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CorruptKind;
+    use rext4_format::{InodeNo, PhysBlock};
+    use zerocopy::FromZeros;
+
+    #[test]
+    fn first_error_is_kept_and_last_replaced() {
+        let mut sb = Superblock::new_zeroed();
+        let bad_dir =
+            Corrupt(CorruptKind::DirEntry { ino: InodeNo(12), block: Some(PhysBlock(700)), what: "x" });
+        let bad_sum = Corrupt(CorruptKind::InodeChecksum { ino: InodeNo(13) });
+        record(&mut sb, "ext4_unlink", &bad_dir, 1 << 33);
+        record(&mut sb, "ext4_lookup", &bad_sum, 5);
+        assert_eq!(sb.s_state.get() & STATE_ERROR, STATE_ERROR);
+        assert_eq!(sb.s_error_count.get(), 2);
+        assert_eq!((sb.s_first_error_time.get(), sb.s_first_error_time_hi), (0, 2));
+        assert_eq!(sb.s_first_error_ino.get(), 12);
+        assert_eq!(sb.s_first_error_block.get(), 700);
+        assert_eq!(&sb.s_first_error_func[..12], b"ext4_unlink\0");
+        assert_eq!(sb.s_first_error_errcode, ERR_EFSCORRUPTED);
+        assert_eq!((sb.s_last_error_time.get(), sb.s_last_error_time_hi), (5, 0));
+        assert_eq!(sb.s_last_error_ino.get(), 13);
+        assert_eq!(sb.s_last_error_block.get(), 0);
+        assert_eq!(&sb.s_last_error_func[..12], b"ext4_lookup\0");
+        assert_eq!(sb.s_last_error_errcode, ERR_EFSBADCRC);
+    }
+}
