@@ -563,7 +563,7 @@ impl Filesystem for Adapter {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -574,9 +574,6 @@ impl Filesystem for Adapter {
         self.guard("rename", || {
             let r = (|| {
                 self.writable()?;
-                if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-                    return Err(Errno::EINVAL);
-                }
                 let mut f = 0;
                 if flags.contains(RenameFlags::RENAME_NOREPLACE) {
                     f |= rext4::RENAME_NOREPLACE;
@@ -584,9 +581,17 @@ impl Filesystem for Adapter {
                 if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                     f |= rext4::RENAME_EXCHANGE;
                 }
+                if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                    f |= rext4::RENAME_WHITEOUT;
+                }
                 let (op, on) = (ino_of(parent)?, name_of(name)?);
                 let (np, nn) = (ino_of(newparent)?, name_of(newname)?);
-                self.fs().rename(op, on, np, nn, f).map_err(|e| self.err("rename", e))
+                // A whiteout's owner, as a new file's in the old directory.
+                let (uid, gid) = match f & rext4::RENAME_WHITEOUT {
+                    0 => (0, 0),
+                    _ => self.new_owner(req, op, 0, false).map(|(_, u, g)| (u, g))?,
+                };
+                self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err("rename", e))
             })();
             reply_empty(r, reply);
         });

@@ -132,6 +132,13 @@ fn namespace_workload_matches_kernel() {
     assert!(p("x2").is_dir() && p("x1").is_file());
     let r = renameat2(AT_FDCWD, &p("x1"), AT_FDCWD, &p("x2"), RenameFlags::RENAME_NOREPLACE);
     assert_eq!(r, Err(nix::errno::Errno::EEXIST));
+    // A whiteout (overlayfs's rename) takes the old name: a character device 0:0.
+    File::create(p("w1")).unwrap();
+    renameat2(AT_FDCWD, &p("w1"), AT_FDCWD, &p("w2"), RenameFlags::RENAME_WHITEOUT).unwrap();
+    let w = fs::symlink_metadata(p("w1")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(&w.file_type()) && w.rdev() == 0);
+    assert!(p("w2").is_file());
+    fs::remove_file(p("w1")).unwrap();
     fs::create_dir(p("full")).unwrap();
     File::create(p("full/f")).unwrap();
     expect_errno(fs::rename(p("a/b"), p("full")), libc::ENOTEMPTY, "rename over a non-empty dir");
@@ -469,6 +476,14 @@ fn corruption_follows_errors_option() {
             expect_errno(made, libc::EROFS, "mkdir after corruption under remount-ro");
         }
         m.unmount();
+        // The error is recorded in the superblock, as the kernel records it.
+        let out = std::process::Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            text.lines().any(|l| l.starts_with("Filesystem state:") && l.ends_with("clean with errors")),
+            "{opts}: {text}"
+        );
+        assert!(text.contains("First error function:     ext4_readdir"), "{opts}: {text}");
     }
 }
 

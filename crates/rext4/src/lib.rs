@@ -91,7 +91,7 @@ pub use ioctl::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use jbd2::recovery::RecoveryReport;
 pub use jbd2::{CommitStats, CommitSummary};
 pub use path::{File, ReadDir};
-pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use replay::recover_image;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};

@@ -43,6 +43,22 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Makes new record `raw` a device node, fifo or socket's: `flags` added, no extent root (special
+/// files map no blocks), and `i_block` holding device number `rdev` (0:0 for the rest).
+pub(crate) fn make_special(raw: &mut [u8], flags: u32, rdev: (u32, u32)) {
+    let own = raw_flags(raw) & !EXTENTS_FL;
+    raw_set_flags(raw, own | flags);
+    raw[0x28..0x28 + 60].fill(0);
+    let (major, minor) = rdev;
+    if major < 256 && minor < 256 {
+        // The old 16-bit encoding, as the kernel uses when the number fits.
+        raw[0x28..0x2C].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+    } else {
+        let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+        raw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
+    }
+}
+
 impl FsInner {
     /// A new inode's record: type and permissions, owner, times, extent root.
     fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> RawRecord {
@@ -138,24 +154,14 @@ impl FsInner {
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();
         let kind = mode & fi::S_IFMT;
-        let special = [fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK].contains(&kind);
-        // Special files map no blocks: no extent root.
-        let own = if special { raw_flags(&craw) & !EXTENTS_FL } else { raw_flags(&craw) };
-        raw_set_flags(&mut craw, own | inherited);
+        if [fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK].contains(&kind) {
+            make_special(&mut craw, inherited, rdev);
+        } else {
+            let own = raw_flags(&craw);
+            raw_set_flags(&mut craw, own | inherited);
+        }
         if is_dir {
             self.init_dir(&h, &child, &mut craw, parent)?;
-        }
-        if special {
-            // i_block holds the device number, if any.
-            craw[0x28..0x28 + 60].fill(0);
-            let (major, minor) = rdev;
-            if major < 256 && minor < 256 {
-                // The old 16-bit encoding, as the kernel uses when the number fits.
-                craw[0x28..0x2C].copy_from_slice(&((major << 8) | minor).to_le_bytes());
-            } else {
-                let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
-                craw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
-            }
         }
         if let Err(e) = self.add_entry_in(&h, &dir, name, child.ino, crate::dir::dirent_type(mode), room) {
             drop(craw);

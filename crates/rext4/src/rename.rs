@@ -1,7 +1,9 @@
 //! Rename (the kernel's `ext4_rename`, with `lock_rename`'s discipline): move a name within
 //! or across directories, replacing a target (`RENAME_NOREPLACE` forbids that), or swap two
 //! names (`RENAME_EXCHANGE`); directories moved across parents get their `..` and both parents'
-//! link counts fixed; a directory cannot move into itself (`EINVAL`).
+//! link counts fixed; a directory cannot move into itself (`EINVAL`). With `RENAME_WHITEOUT`
+//! (overlayfs's) the old name is not removed but names a new whiteout, a character device 0:0,
+//! made in the same transaction (`ext4_whiteout_for_rename`).
 //!
 //! # Locking
 //! Cross-directory renames first take the filesystem's rename lock (the kernel's
@@ -15,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{now, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
-use rext4_format::dirent::FT_DIR;
+use rext4_format::dirent::{FT_CHRDEV, FT_DIR};
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use std::sync::Arc;
 /// `renameat2` flags.
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
+pub const RENAME_WHITEOUT: u32 = 4;
 
 const CREDITS: u32 = 40;
 
@@ -53,8 +56,20 @@ impl FsInner {
         self.mark_inode_dirty(h, inode, &mut raw)
     }
 
-    fn rename(&self, op: InodeNo, on: &[u8], np: InodeNo, nn: &[u8], flags: u32) -> Result<()> {
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &self,
+        op: InodeNo,
+        on: &[u8],
+        np: InodeNo,
+        nn: &[u8],
+        flags: u32,
+        owner: (u32, u32),
+    ) -> Result<()> {
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || exchange && flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0
+        {
             return Err(Error::InvalidInput("rename flags"));
         }
         for n in [on, nn] {
@@ -130,6 +145,12 @@ impl FsInner {
             _ => {}
         }
         let h = journal.start(CREDITS)?;
+        // Made first, as the kernel does: a rename that cannot have its whiteout changes nothing.
+        let whiteout = match flags & RENAME_WHITEOUT {
+            0 => None,
+            _ => Some(self.new_whiteout(&h, &odir, owner)?),
+        };
+        let whiteout_named = std::cell::Cell::new(false);
         let src_ft = dirent_type(src.disk().mode());
         let t = now();
         // Names leave the cache before the directories change (see dcache.rs): each distinct
@@ -158,7 +179,15 @@ impl FsInner {
                 }
                 None => self.add_entry(&h, &ndir, nn, src_ino, src_ft)?,
             }
-            self.remove_entry(&h, &odir, on)?;
+            match &whiteout {
+                Some(w) => {
+                    self.set_entry(&h, &odir, on, w.ino, FT_CHRDEV)?;
+                    whiteout_named.set(true);
+                }
+                None => {
+                    self.remove_entry(&h, &odir, on)?;
+                }
+            }
             if op != np {
                 self.reparent(&h, &src, np, &odir, &ndir)?;
             }
@@ -169,6 +198,10 @@ impl FsInner {
         }
         self.dcache.remove(odir.ino, on);
         self.dcache.remove(ndir.ino, nn);
+        if let (Err(_), Some(w), false) = (&result, &whiteout, whiteout_named.get()) {
+            // Not named yet: dropped, as the kernel's failed rename drops it.
+            self.abandon_new_inode(&h, w, false)?;
+        }
         result?;
         {
             let mut raw = src.raw_mut();
@@ -184,6 +217,24 @@ impl FsInner {
             }
         }
         Ok(())
+    }
+
+    /// A new whiteout for a name in `dir` (`ext4_whiteout_for_rename`): a character device
+    /// 0:0 with no permission bits, one link, owned by `owner`.
+    fn new_whiteout(
+        &self,
+        h: &crate::jbd2::transaction::Handle,
+        dir: &Inode,
+        owner: (u32, u32),
+    ) -> Result<Arc<Inode>> {
+        let mode = rext4_format::inode::S_IFCHR;
+        let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
+        let w = self.new_inode(h, dir.ino, Some(&dir.child_goal), mode, owner.0, owner.1, 1)?;
+        let mut raw = w.raw_mut();
+        crate::namei_write::make_special(&mut raw, inherited, (0, 0));
+        self.mark_inode_dirty(h, &w, &mut raw)?;
+        drop(raw);
+        Ok(w)
     }
 
     /// A directory `child` moved from `from` to `to` (parent `to_ino`): its `..` and both
@@ -232,7 +283,8 @@ impl FsInner {
 
 impl Fs {
     /// `renameat2(2)`: moves `old_name` in `old_parent` to `new_name` in `new_parent`.
-    /// `flags` may hold [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
+    /// `flags` may hold [`RENAME_NOREPLACE`], [`RENAME_EXCHANGE`] or [`RENAME_WHITEOUT`] (a
+    /// whiteout made by this call is owned by root; see [`Fs::rename_as`]).
     pub fn rename(
         &self,
         old_parent: InodeNo,
@@ -241,8 +293,24 @@ impl Fs {
         new_name: &[u8],
         flags: u32,
     ) -> Result<()> {
+        self.rename_as(old_parent, old_name, new_parent, new_name, flags, 0, 0)
+    }
+
+    /// [`Fs::rename`] for the caller `uid`/`gid`, who owns the whiteout that
+    /// [`RENAME_WHITEOUT`] leaves (the kernel gives it the caller's ids).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename_as(
+        &self,
+        old_parent: InodeNo,
+        old_name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Rename);
-        let r = self.inner.rename(old_parent, old_name, new_parent, new_name, flags);
+        let r = self.inner.rename(old_parent, old_name, new_parent, new_name, flags, (uid, gid));
         self.inner.noted(crate::stats::Op::Rename, r)
     }
 }

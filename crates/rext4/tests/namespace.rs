@@ -426,6 +426,84 @@ fn rename_with_the_kernels_semantics() {
     }
 }
 
+/// `RENAME_WHITEOUT` (overlayfs's rename): the old name stays, naming a new whiteout (a
+/// character device 0:0 without permission bits, one link, owned by the caller); a directory
+/// moved this way still gets its `..` and link counts fixed; refused with `RENAME_EXCHANGE`;
+/// nothing is made when the rename fails. The kernel, making the same renames on a copy of the
+/// image, leaves the same tree.
+#[test]
+fn rename_whiteout_leaves_a_whiteout() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "wh", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let d1 = fs.mkdir(root, b"d1", 0o755, 0, 0).unwrap().ino;
+    let d2 = fs.mkdir(root, b"d2", 0o755, 0, 0).unwrap().ino;
+    let s = fs.mkdir(d1, b"s", 0o755, 0, 0).unwrap().ino;
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.create(root, b"x", 0o644, 0, 0).unwrap();
+    fs.create(root, b"y", 0o644, 0, 0).unwrap();
+    fs.create(root, b"mine", 0o644, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let kimg = dir.path().join("kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    let fs = rw(&img);
+    let wh = rext4::RENAME_WHITEOUT;
+    fs.rename(root, b"f", d2, b"f2", wh).unwrap();
+    fs.rename(d1, b"s", d2, b"s", wh).unwrap();
+    fs.rename(root, b"x", root, b"y", wh).unwrap();
+    fs.rename_as(root, b"mine", root, b"mine2", wh, 1000, 1001).unwrap();
+    let free = fs.statfs().unwrap().files_free;
+    let err = |r: rext4::Result<()>| r.unwrap_err().errno();
+    assert_eq!(err(fs.rename(root, b"y", root, b"d1", wh | rext4::RENAME_EXCHANGE)), libc::EINVAL);
+    assert_eq!(err(fs.rename(root, b"y", root, b"mine2", wh | rext4::RENAME_NOREPLACE)), libc::EEXIST);
+    assert_eq!(err(fs.rename(root, b"nope", root, b"z", wh)), libc::ENOENT);
+    assert_eq!(fs.statfs().unwrap().files_free, free, "a failed rename made a whiteout");
+    for (parent, name) in [(root, &b"f"[..]), (d1, b"s"), (root, b"x"), (root, b"mine")] {
+        let a = fs.lookup(parent, name).unwrap();
+        assert_eq!((a.kind, a.rdev, a.mode & 0o7777, a.nlink), (FileType::CharDevice, (0, 0), 0, 1));
+    }
+    let mine = fs.lookup(root, b"mine").unwrap();
+    assert_eq!((mine.uid, mine.gid), (1000, 1001));
+    assert_eq!(fs.lookup(d2, b"f2").unwrap().ino, f);
+    assert_eq!(fs.lookup(s, b"..").unwrap().ino, d2);
+    assert_eq!((fs.getattr(d1).unwrap().nlink, fs.getattr(d2).unwrap().nlink), (2, 3));
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img);
+    // The kernel's renames (as root) on the copy; then both trees as the kernel shows them.
+    let Ok(km) = common::KernelMount::rw(&kimg) else { return };
+    let m = km.path().to_path_buf();
+    let renameat2 = |from: &str, to: &str, flags: u32| {
+        let (a, b) = (std::ffi::CString::new(from).unwrap(), std::ffi::CString::new(to).unwrap());
+        // SAFETY: both are NUL-terminated paths that outlive the call.
+        let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+        assert_eq!(r, 0, "renameat2 {from} {to}: {}", std::io::Error::last_os_error());
+    };
+    let p = |rel: &str| m.join(rel).to_str().unwrap().to_string();
+    renameat2(&p("f"), &p("d2/f2"), wh);
+    renameat2(&p("d1/s"), &p("d2/s"), wh);
+    renameat2(&p("x"), &p("y"), wh);
+    renameat2(&p("mine"), &p("mine2"), wh);
+    km.unmount().unwrap();
+    let shape = |img: &Path| {
+        let km = common::KernelMount::ro(img).unwrap();
+        let v: Vec<_> = ["f", "d1/s", "x", "mine", "d2/f2", "d2/s", "y", "mine2", "d1", "d2"]
+            .iter()
+            .map(|rel| {
+                let md = std::fs::symlink_metadata(km.path().join(rel)).unwrap();
+                (rel.to_string(), md.file_type().is_char_device(), md.rdev(), md.mode() & 0o7777, md.nlink())
+            })
+            .collect();
+        km.unmount().unwrap();
+        v
+    };
+    assert_eq!(shape(&img), shape(&kimg));
+    fsck_clean(&kimg);
+}
+
 /// Threads moving names between directories (and swapping directories) at once: no
 /// deadlock, nothing lost, e2fsck clean.
 #[test]
