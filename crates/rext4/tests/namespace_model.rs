@@ -3,7 +3,7 @@
 //! each sequence, the image must be e2fsck-clean, and the kernel must see the same tree.
 
 use proptest::prelude::*;
-use rext4::{Fs, InodeNo, Options, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use rext4::{Fs, InodeNo, Options, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -16,6 +16,8 @@ enum Node {
     Dir(BTreeMap<String, usize>),
     File,
     Symlink(String),
+    /// What a `RENAME_WHITEOUT` leaves at the old name.
+    Whiteout,
 }
 
 /// The model: nodes by id (0 is the root), each directory's entries, and the engine's inode
@@ -49,7 +51,13 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (d.clone(), n.clone()).prop_map(|(d, n)| Op::Rmdir(d, n)),
         1 => (d.clone(), n.clone(), d.clone(), n.clone()).prop_map(|(a, b, c, e)| Op::Link(a, b, c, e)),
         1 => (d.clone(), n.clone()).prop_map(|(d, n)| Op::Symlink(d, n)),
-        4 => (d.clone(), n.clone(), d, n, prop_oneof![Just(0u32), Just(RENAME_NOREPLACE), Just(RENAME_EXCHANGE)])
+        4 => (
+            d.clone(),
+            n.clone(),
+            d,
+            n,
+            prop_oneof![Just(0u32), Just(RENAME_NOREPLACE), Just(RENAME_EXCHANGE), Just(RENAME_WHITEOUT)]
+        )
             .prop_map(|(a, b, c, e, f)| Op::Rename(a, b, c, e, f)),
     ]
 }
@@ -232,6 +240,12 @@ fn step(fs: &Fs, m: &mut Model, op: &Op) -> Result<(), String> {
                 m.entries_mut(sd).remove(&sn);
                 m.entries_mut(dd).insert(dn, s);
                 m.parent[s] = dd;
+                if flags == RENAME_WHITEOUT {
+                    let w =
+                        fs.lookup(m.ino[sd], sn.as_bytes()).map_err(|e| format!("{op:?}: whiteout: {e}"))?;
+                    let id = m.add(Node::Whiteout, w.ino, sd);
+                    m.entries_mut(sd).insert(sn, id);
+                }
             }
             Ok(())
         }
@@ -258,6 +272,7 @@ fn model_tree(m: &Model) -> Vec<String> {
                     stack.push((c, p));
                 }
                 Node::File => out.push(format!("{p} file links={}", links[&c])),
+                Node::Whiteout => out.push(format!("{p} whiteout links={}", links[&c])),
                 Node::Symlink(t) => out.push(format!("{p} -> {t}")),
             }
         }
@@ -289,6 +304,9 @@ fn engine_tree(fs: &Fs) -> Vec<String> {
                 rext4::FileType::Symlink => {
                     out.push(format!("{p} -> {}", String::from_utf8_lossy(&fs.readlink(e.ino).unwrap())))
                 }
+                rext4::FileType::CharDevice if a.rdev == (0, 0) && a.mode & 0o7777 == 0 => {
+                    out.push(format!("{p} whiteout links={}", a.nlink))
+                }
                 _ => out.push(format!("{p} file links={}", a.nlink)),
             }
         }
@@ -298,7 +316,7 @@ fn engine_tree(fs: &Fs) -> Vec<String> {
 }
 
 fn kernel_tree(root: &Path) -> Vec<String> {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut out = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((d, path)) = stack.pop() {
@@ -315,6 +333,8 @@ fn kernel_tree(root: &Path) -> Vec<String> {
                 stack.push((e.path(), p));
             } else if md.file_type().is_symlink() {
                 out.push(format!("{p} -> {}", std::fs::read_link(e.path()).unwrap().to_string_lossy()));
+            } else if md.file_type().is_char_device() && md.rdev() == 0 && md.mode() & 0o7777 == 0 {
+                out.push(format!("{p} whiteout links={}", md.nlink()));
             } else {
                 out.push(format!("{p} file links={}", md.nlink()));
             }
