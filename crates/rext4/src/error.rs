@@ -62,6 +62,8 @@ pub enum Error {
     Io(io::Error),
     /// The image is inconsistent.
     Corrupt(Corrupt),
+    /// An inode named by number (an open file, a file handle) is no longer in use (`ESTALE`).
+    Stale,
 }
 
 impl Error {
@@ -95,6 +97,7 @@ impl Error {
             // EFSCORRUPTED (= EUCLEAN).
             Error::Corrupt(c) if c.is_checksum() => libc::EBADMSG,
             Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Stale => libc::ESTALE,
         }
     }
 
@@ -134,6 +137,7 @@ impl fmt::Display for Error {
             Error::Incompatible(why) => write!(f, "cannot open image: {why}"),
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Corrupt(c) => write!(f, "filesystem corrupt: {c}"),
+            Error::Stale => f.write_str("stale file handle"),
         }
     }
 }
@@ -172,6 +176,9 @@ impl From<Error> for io::Error {
 /// Opaque so that detail can grow without breaking users.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corrupt(pub(crate) CorruptKind);
+
+/// What an inode that is free on disk but referenced is called (`CorruptKind::Inode`).
+pub(crate) const DELETED_INODE: &str = "deleted inode referenced";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CorruptKind {
@@ -292,6 +299,11 @@ impl Corrupt {
             CorruptKind::GroupDesc { group, .. } | CorruptKind::GroupDescChecksum { group } => Some(*group),
             _ => None,
         }
+    }
+
+    /// Whether this is an inode in use by number or by name that is free on disk.
+    pub(crate) fn is_deleted_inode(&self) -> bool {
+        matches!(self.0, CorruptKind::Inode { what: DELETED_INODE, .. })
     }
 
     /// Whether this is a checksum mismatch (as opposed to a structural inconsistency).

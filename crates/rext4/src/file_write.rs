@@ -105,7 +105,7 @@ impl FsInner {
     }
 
     fn regular_file(&self, ino: InodeNo) -> Result<std::sync::Arc<Inode>> {
-        let inode = self.iget_live(ino)?;
+        let inode = self.iget_by_number(ino)?;
         let d = inode.disk();
         match d.file_type() {
             fi::S_IFREG => {}
@@ -805,7 +805,7 @@ impl FsInner {
     /// `SEEK_DATA` (`data`) or `SEEK_HOLE`: unwritten extents count as holes, as in the
     /// kernel when no page holds their data.
     pub(crate) fn seek(&self, ino: InodeNo, offset: u64, data: bool) -> Result<u64> {
-        let inode = self.iget_live(ino)?;
+        let inode = self.iget_by_number(ino)?;
         if inode.disk().file_type() != fi::S_IFREG {
             return Err(Error::InvalidInput("not a regular file"));
         }

@@ -240,7 +240,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Getattr);
         self.inner.noted(
             crate::stats::Op::Getattr,
-            self.inner.iget_live(ino).and_then(|inode| self.inner.attr_of(&inode)),
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.attr_of(&inode)),
         )
     }
 
@@ -280,7 +280,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Read);
         self.inner.noted(
             crate::stats::Op::Read,
-            self.inner.iget_live(ino).and_then(|inode| self.inner.read(&inode, offset, buf)),
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf)),
         )
     }
 
@@ -289,7 +289,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Readlink);
         self.inner.noted(
             crate::stats::Op::Readlink,
-            self.inner.iget_live(ino).and_then(|inode| self.inner.readlink(&inode)),
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink(&inode)),
         )
     }
 
@@ -298,7 +298,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Getxattr);
         self.inner.noted(
             crate::stats::Op::Getxattr,
-            self.inner.iget_live(ino).and_then(|inode| self.inner.getxattr(&inode, name)),
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.getxattr(&inode, name)),
         )
     }
 
@@ -307,7 +307,7 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Listxattr);
         self.inner.noted(
             crate::stats::Op::Listxattr,
-            self.inner.iget_live(ino).and_then(|inode| self.inner.listxattr(&inode)),
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.listxattr(&inode)),
         )
     }
 

@@ -29,6 +29,9 @@ pub(crate) struct Inode {
     /// Data was overwritten in place since the last `fsync` without a metadata change (so no
     /// commit will flush it): `fsync` must flush the device. [atomic]
     pub data_dirty: AtomicBool,
+    /// A file made by `Fs::tmpfile` that has had no name yet: `link` may give it its first
+    /// (the kernel's `I_LINKABLE`). [atomic; changed under `op_lock`]
+    pub linkable: AtomicBool,
     pub ino: InodeNo,
     /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
     /// orphan.rs for the state machine). [atomic]
@@ -107,6 +110,7 @@ impl Inode {
             names_gen: std::sync::atomic::AtomicU64::new(0),
             data_sem: RwLock::new(()),
             data_dirty: AtomicBool::new(false),
+            linkable: AtomicBool::new(false),
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(crate::orphan::ORPHAN_NONE),
             child_goal: AtomicU32::new(0),
@@ -241,12 +245,31 @@ impl FsInner {
         Ok(inode)
     }
 
+    /// The inode `ino` as a caller names it by number (an open file, a FUSE node, a file
+    /// handle): `ESTALE` if no inode of that number is in use, as the kernel's `ext4_iget` for
+    /// a file handle answers. A directory entry naming a free inode is corruption instead
+    /// (`iget_live`).
+    pub(crate) fn iget_by_number(&self, ino: InodeNo) -> Result<Arc<Inode>> {
+        if ino.0 == 0 || ino.0 > self.sbi.inodes_count {
+            return Err(Error::Stale);
+        }
+        let inode = self.iget(ino)?;
+        // The root and the reserved inodes are never freed: one without links is corrupt.
+        // Checked in one reading of the record: an unlink may end between two.
+        match self.check_live(&inode) {
+            Err(Error::Corrupt(c)) if c.is_deleted_inode() && ino.0 >= self.sbi.sb.first_ino() => {
+                Err(Error::Stale)
+            }
+            r => r.map(|()| inode),
+        }
+    }
+
     /// Whether `inode` is in use (see `iget_live`).
     pub(crate) fn check_live(&self, inode: &Inode) -> Result<()> {
         let (links, kind) = inode.with_disk(|d| (d.links_count(), FileType::from_mode(d.mode())));
         let ino = inode.ino;
-        if links == 0 && !inode.is_held_orphan() {
-            return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
+        if links == 0 && !inode.is_held_orphan() && !inode.linkable.load(Ordering::Acquire) {
+            return corrupt(CorruptKind::Inode { ino, what: crate::error::DELETED_INODE });
         }
         if kind.is_none() {
             return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });

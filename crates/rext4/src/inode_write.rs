@@ -154,7 +154,7 @@ impl FsInner {
     fn setattr(&self, ino: InodeNo, ch: &SetAttr) -> Result<()> {
         let journal = self.journal()?;
         let h = journal.start(1)?;
-        let inode = self.iget_live(ino)?;
+        let inode = self.iget_by_number(ino)?;
         let size = self.sbi.inode_size;
         let mut raw = inode.raw_mut();
         let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;

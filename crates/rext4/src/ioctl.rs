@@ -130,7 +130,7 @@ impl FsInner {
         // chattr passes back what it read: visible flags it cannot set are dropped silently.
         let flags = flags & FL_USER_MODIFIABLE;
         let journal = self.journal()?.clone();
-        let inode = self.iget_live(ino)?;
+        let inode = self.iget_by_number(ino)?;
         let _op = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         if mask_flags(inode.disk().file_type(), flags) != flags {
             return Err(Error::NotSupported("flag for this file type".into()));

@@ -9,12 +9,16 @@
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
 use crate::inode_write::{
     now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm,
 };
+use crate::orphan::{REF_COUNT, REF_DEAD, REF_UNLINKED};
 use rext4_format::dirent::FT_SYMLINK;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The kernel's `EXT4_LINK_MAX`.
 const LINK_MAX: u16 = 65000;
@@ -23,10 +27,55 @@ const FAST_MAX: usize = 59;
 /// Credits: as for create, plus a data block for a slow symlink.
 const CREDITS: u32 = 36;
 
+/// Takes a `tmpfile` inode out of the unlinked state before its first name is added: `false`
+/// if its last release has already begun freeing it.
+fn claim_linked(inode: &Inode) -> bool {
+    let mut s = inode.refs.load(Ordering::Acquire);
+    loop {
+        if s & REF_DEAD != 0 || s & REF_UNLINKED == 0 {
+            return false;
+        }
+        match inode.refs.compare_exchange_weak(s, s & !REF_UNLINKED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(x) => s = x,
+        }
+    }
+}
+
+/// Undoes [`claim_linked`] after the name could not be added; `true` if the inode's last hold
+/// went meanwhile, so that the caller must free it.
+fn unclaim_linked(inode: &Inode) -> bool {
+    let mut s = inode.refs.load(Ordering::Acquire);
+    loop {
+        let gone = s & REF_COUNT == 0;
+        let new = if gone { REF_DEAD } else { s | REF_UNLINKED };
+        match inode.refs.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return gone,
+            Err(x) => s = x,
+        }
+    }
+}
+
 impl FsInner {
     fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<()> {
+        // A freed file takes no name (`ENOENT`, as `vfs_link` for a file without links).
+        let target = self.iget_by_number(ino).map_err(|e| match e {
+            Error::Stale => Error::NotFound,
+            e => e,
+        })?;
+        let mut evict = false;
+        let r = self.link_to(&target, parent, name, &mut evict);
+        if evict {
+            // A file from `tmpfile` whose last hold went while it was being linked, and which
+            // did not get its name: freed as its release would have (no lock held here).
+            let _ = self.evict(&target);
+        }
+        r
+    }
+
+    fn link_to(&self, target: &Arc<Inode>, parent: InodeNo, name: &[u8], evict: &mut bool) -> Result<()> {
+        let ino = target.ino;
         let (journal, dir) = self.name_op_target(parent, name)?;
-        let target = self.iget_live(ino)?;
         let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
         // A taken name is EEXIST before anything about the target, as the kernel's
         // filename_create answers before vfs_link looks at it.
@@ -36,25 +85,45 @@ impl FsInner {
         }
         let _tl = self.stats.lock(crate::stats::LockClass::OpLock, &target.op_lock);
         crate::ioctl::check_dir_open(&dir)?;
-        crate::ioctl::check_pinned(&target)?;
+        crate::ioctl::check_pinned(target)?;
         let links = target.disk().links_count();
-        if links == 0 {
+        // A file without links takes a name only if it came from `tmpfile` and has had none
+        // yet (`vfs_link`'s `I_LINKABLE`); it stops being an unlinked orphan first, so that a
+        // release meanwhile does not free it (orphan.rs).
+        let first = links == 0 && target.linkable.load(Ordering::Acquire);
+        if links == 0 && !(first && claim_linked(target)) {
             return Err(Error::NotFound);
         }
         if links >= LINK_MAX {
             return Err(Error::TooManyLinks);
         }
         let ft = crate::dir::dirent_type(target.disk().mode());
-        let h = journal.start(CREDITS)?;
-        self.add_entry_in(&h, &dir, name, ino, ft, room)?;
-        self.dcache.insert(dir.ino, name, &target);
+        let added = journal.start(CREDITS).and_then(|h| {
+            self.add_entry_in(&h, &dir, name, ino, ft, room)?;
+            Ok(h)
+        });
+        let h = match added {
+            Ok(h) => h,
+            Err(e) => {
+                if first {
+                    *evict = unclaim_linked(target);
+                }
+                return Err(e);
+            }
+        };
+        if first {
+            self.orphan_del(&h, target)?;
+        }
+        self.dcache.insert(dir.ino, name, target);
         let t = now();
         let mut traw = target.raw_mut();
         let links = raw_links(&traw);
         raw_set_links(&mut traw, links + 1);
         raw_touch_c(&mut traw, self.sbi.inode_size, t);
-        self.mark_inode_dirty(&h, &target, &mut traw)?;
+        self.mark_inode_dirty(&h, target, &mut traw)?;
         drop(traw);
+        // Only now that it has a link (`check_live` takes a linkable inode for a live one).
+        target.linkable.store(false, Ordering::Release);
         let mut draw = dir.raw_mut();
         raw_touch_cm(&mut draw, self.sbi.inode_size, t);
         self.mark_inode_dirty(&h, &dir, &mut draw)

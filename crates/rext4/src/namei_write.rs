@@ -182,6 +182,41 @@ impl FsInner {
         Ok(child.ino)
     }
 
+    /// `ext4_tmpfile` (`O_TMPFILE`): a regular file near directory `parent` with no name,
+    /// held once for the caller and recorded as an orphan, so that its last release (or a
+    /// crash) frees it unless `link` gives it a name first.
+    fn tmpfile(&self, parent: InodeNo, mode: u16, uid: u32, gid: u32) -> Result<InodeNo> {
+        let journal = self.journal()?.clone();
+        let dir = self.iget_dir(parent)?;
+        if !dir.is_dir() {
+            return Err(Error::NotDir);
+        }
+        // For the directory's allocation hint only: no name changes.
+        let _dl = self.stats.lock(crate::stats::LockClass::OpLock, &dir.op_lock);
+        crate::ioctl::check_dir_open(&dir)?;
+        let mode = fi::S_IFREG | (mode & 0o7777);
+        let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
+        let h = journal.start(NAME_CREDITS)?;
+        let child = self.new_inode(&h, dir.ino, Some(&dir.child_goal), mode, uid, gid, 0)?;
+        let _cl = self.stats.lock(crate::stats::LockClass::OpLock, &child.op_lock);
+        child.refs.store(1 | crate::orphan::REF_UNLINKED, std::sync::atomic::Ordering::Release);
+        child.linkable.store(true, std::sync::atomic::Ordering::Release);
+        let made = (|| {
+            let mut craw = child.raw_mut();
+            let own = raw_flags(&craw);
+            raw_set_flags(&mut craw, own | inherited);
+            self.mark_inode_dirty(&h, &child, &mut craw)?;
+            drop(craw);
+            self.orphan_add(&h, &child)
+        })();
+        if let Err(e) = made {
+            child.refs.store(crate::orphan::REF_DEAD, std::sync::atomic::Ordering::Release);
+            self.abandon_new_inode(&h, &child, false)?;
+            return Err(e);
+        }
+        Ok(child.ino)
+    }
+
     /// A new directory's `.` and `..`: inline where the filesystem has `inline_data` and the
     /// record has room, else in a first block.
     fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
@@ -310,6 +345,17 @@ impl Fs {
         let _t = self.inner.stats.time(crate::stats::Op::Create);
         let made = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid);
         let ino = self.inner.noted(crate::stats::Op::Create, made)?;
+        self.getattr(ino)
+    }
+
+    /// A regular file with no name in directory `parent`'s part of the disk (`open(2)` with
+    /// `O_TMPFILE`), held once: [`Fs::release`] frees it, unless [`Fs::link`] has given it a
+    /// name (`linkat(2)` with `AT_EMPTY_PATH`). A crash before either leaves it recorded as an
+    /// orphan, freed at the next writable open.
+    pub fn tmpfile(&self, parent: InodeNo, mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        let _t = self.inner.stats.time(crate::stats::Op::Tmpfile);
+        let made = self.inner.tmpfile(parent, mode, uid, gid);
+        let ino = self.inner.noted(crate::stats::Op::Tmpfile, made)?;
         self.getattr(ino)
     }
 

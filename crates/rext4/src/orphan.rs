@@ -11,7 +11,11 @@
 //! - `hold` fails (`ENOENT`) once `REF_DEAD` is set, and on an inode without links that is
 //!   not an unlinked orphan;
 //! - the release that drops the last reference of a `REF_UNLINKED` inode sets `REF_DEAD` and
-//!   frees it in one handle (under `op_lock`, so it waits for the unlink that orphaned it).
+//!   frees it in one handle (under `op_lock`, so it waits for the unlink that orphaned it);
+//! - `Fs::tmpfile` makes an inode in that state from the start (held once, no links, an
+//!   orphan record) and marks it `linkable`; `link` may then give it a first name, clearing
+//!   `REF_UNLINKED` by compare-and-swap before the name is added (a release meanwhile then
+//!   only drops its count) and removing the record in the same handle.
 //!
 //! An inode that lost its last link while held, or that has an orphan record, stays in the
 //! inode cache (`Evict::Keep`): that state exists only there. A held inode that still has links
@@ -329,6 +333,7 @@ impl FsInner {
     /// record and the inode bit (what the kernel's `ext4_evict_inode` does at the last `iput`).
     pub(crate) fn delete_inode(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let is_dir = inode.is_dir();
+        inode.linkable.store(false, Ordering::Release);
         // Blocks and values in EA inodes first, while the record can still be read.
         self.ea_inodes_release_ibody(h, inode)?;
         self.free_all_blocks(h, inode)?;
@@ -340,7 +345,7 @@ impl FsInner {
     }
 
     /// Frees an orphan that nobody holds any more, with its record, in one handle.
-    fn evict(&self, inode: &Inode) -> Result<()> {
+    pub(crate) fn evict(&self, inode: &Inode) -> Result<()> {
         // Waits for the unlink that orphaned it to finish.
         let _t = self.stats.time(crate::stats::Op::Evict);
         let _l = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
@@ -450,7 +455,7 @@ impl FsInner {
     /// A directory to look names up in or change: one removed while held has no names and
     /// takes none (`ENOENT`, the VFS's dead-directory rule).
     pub(crate) fn iget_dir(&self, ino: InodeNo) -> Result<Arc<Inode>> {
-        let d = self.iget_live(ino)?;
+        let d = self.iget_by_number(ino)?;
         if d.is_held_orphan() {
             return Err(Error::NotFound);
         }
@@ -640,6 +645,9 @@ impl Fs {
     /// orphan so that a crash cannot leak it. `ENOENT` if the inode is not in use.
     pub fn hold(&self, ino: InodeNo) -> Result<()> {
         self.inner.noting(crate::stats::Op::Getattr, || {
+            if ino.0 == 0 || ino.0 > self.inner.sbi.inodes_count {
+                return Err(Error::NotFound);
+            }
             let inode = self.inner.iget(ino)?;
             let mut s = inode.refs.load(Ordering::Acquire);
             loop {
@@ -663,6 +671,9 @@ impl Fs {
     pub fn release(&self, ino: InodeNo) -> Result<()> {
         self.inner.noting(crate::stats::Op::Evict, || {
             let not_held = Error::InvalidInput("inode not held");
+            if ino.0 == 0 || ino.0 > self.inner.sbi.inodes_count {
+                return Err(not_held);
+            }
             // Loading an evicted copy gets its parked hold count back.
             let inode = self.inner.iget(ino)?;
             let mut s = inode.refs.load(Ordering::Acquire);

@@ -54,6 +54,7 @@ named_enum! {
         Getxattr = "ext4_xattr_get",
         Listxattr = "ext4_listxattr",
         Create = "ext4_create",
+        Tmpfile = "ext4_tmpfile",
         Mknod = "ext4_mknod",
         Mkdir = "ext4_mkdir",
         Unlink = "ext4_unlink",

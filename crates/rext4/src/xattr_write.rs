@@ -181,7 +181,7 @@ impl FsInner {
             return Err(Error::TooBig);
         }
         let journal = self.journal()?.clone();
-        let inode = self.iget_live(ino)?;
+        let inode = self.iget_by_number(ino)?;
         let acl_index = match name {
             b"system.posix_acl_access" => Some(fx::INDEX_POSIX_ACL_ACCESS),
             b"system.posix_acl_default" => Some(fx::INDEX_POSIX_ACL_DEFAULT),

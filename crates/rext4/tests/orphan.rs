@@ -197,6 +197,111 @@ fn held_file_outlives_its_name() {
     }
 }
 
+/// `O_TMPFILE` files (`Fs::tmpfile`): nameless, held once, recorded as orphans; the last
+/// release frees one, unless `link` gave it a name first (then it is an ordinary file, whose
+/// record is gone); a file unlinked while held cannot be linked again (`ENOENT`, as the
+/// kernel's `vfs_link` without `I_LINKABLE`); one still held at unmount is freed then. In every
+/// feature variant; e2fsck clean, and the kernel reads the named one.
+#[test]
+fn tmpfiles_are_freed_unless_linked() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(name, args) in VARIANTS {
+        let img = image(dir.path(), name, args, 1, 2);
+        let fs = rw(&img);
+        let root = fs.root();
+        let before = fs.statfs().unwrap();
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        let t1 = fs.tmpfile(root, 0o640, 1000, 1001).unwrap();
+        assert_eq!((t1.nlink, t1.mode & 0o7777, t1.uid, t1.gid), (0, 0o640, 1000, 1001), "{name}");
+        assert_eq!(t1.kind, rext4::FileType::RegularFile);
+        fs.write(t1.ino, 0, &data).unwrap();
+        let t2 = fs.tmpfile(root, 0o600, 0, 0).unwrap().ino;
+        fs.write(t2, 0, &data).unwrap();
+        let t3 = fs.tmpfile(root, 0o600, 0, 0).unwrap().ino;
+        fs.sync().unwrap();
+        let recorded_now = fs.orphans();
+        for t in [t1.ino, t2, t3] {
+            assert_eq!(recorded_now.contains(&t), journaled(args), "{name}: {t:?} recorded");
+        }
+        // A name for t2: an ordinary file from now on, its record gone.
+        fs.link(t2, root, b"kept").unwrap();
+        assert_eq!(fs.getattr(t2).unwrap().nlink, 1);
+        assert!(!fs.orphans().contains(&t2), "{name}: linked file still recorded");
+        fs.link(t2, root, b"kept2").unwrap();
+        assert_eq!(fs.getattr(t2).unwrap().nlink, 2);
+        fs.release(t2).unwrap();
+        assert_eq!(read_all(&fs, t2), data);
+        // A file unlinked while held is not linkable.
+        let u = fs.create(root, b"u", 0o644, 0, 0).unwrap().ino;
+        fs.hold(u).unwrap();
+        fs.unlink(root, b"u").unwrap();
+        assert_eq!(fs.link(u, root, b"again").unwrap_err().errno(), libc::ENOENT, "{name}");
+        fs.release(u).unwrap();
+        // t1's last release frees it.
+        fs.release(t1.ino).unwrap();
+        assert!(fs.getattr(t1.ino).is_err(), "{name}: released tmpfile still there");
+        assert_eq!(fs.link(t1.ino, root, b"late").unwrap_err().errno(), libc::ENOENT, "{name}");
+        // Errors: not a directory; no tmpfile on a read-only filesystem.
+        let kept = fs.lookup(root, b"kept").unwrap().ino;
+        assert_eq!(fs.tmpfile(kept, 0o600, 0, 0).unwrap_err().errno(), libc::ENOTDIR);
+        // t3 is still held at unmount.
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&img);
+        assert!(!in_use(&img, t1.ino) && !in_use(&img, t3), "{name}: a tmpfile left in use");
+        assert!(in_use(&img, t2));
+        let ro = Fs::open(&img).unwrap();
+        assert_eq!(ro.tmpfile(root, 0o600, 0, 0).unwrap_err().errno(), libc::EROFS);
+        let after = ro.statfs().unwrap();
+        assert_eq!(after.files_free, before.files_free - 1, "{name}: only the named tmpfile stays");
+        drop(ro);
+        if let Ok(km) = common::KernelMount::ro(&img) {
+            let got = std::fs::read(km.path().join("kept2")).unwrap();
+            let nlink =
+                std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(km.path().join("kept")).unwrap());
+            km.unmount().unwrap();
+            assert_eq!((got == data, nlink), (true, 2), "{name}: the kernel's view");
+        }
+    }
+}
+
+/// A crash while a `tmpfile` file is held: its record is on disk, and rext4's, e2fsck's and
+/// the kernel's recovery each free it.
+#[test]
+fn crashed_tmpfiles_are_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    for &(name, args) in VARIANTS.iter().filter(|(_, a)| journaled(a)) {
+        let img = image(dir.path(), name, args, 1, 2);
+        let dev = Arc::new(rext4::dev::CrashDevice::new(std::fs::read(&img).unwrap()));
+        let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
+        let t = fs.tmpfile(fs.root(), 0o600, 0, 0).unwrap().ino;
+        fs.write(t, 0, &[9u8; 30_000]).unwrap();
+        fs.sync().unwrap();
+        // The crash: the device as it is now.
+        let snap = dev.snapshot();
+        drop(fs);
+        let c = dir.path().join(format!("{name}-crash.img"));
+        std::fs::write(&c, &snap).unwrap();
+        let fs = rw(&c);
+        assert_eq!(fs.orphans_recovered().0, 1, "{name}: rext4 freed the tmpfile");
+        fs.unmount().unwrap();
+        drop(fs);
+        common::e2fsck_clean(&c);
+        assert!(!in_use(&c, t), "{name}");
+        std::fs::write(&c, &snap).unwrap();
+        let (code, out) = fsck(&c, true);
+        assert!(code < 4, "{name}: e2fsck -fy ({code}):\n{out}");
+        common::e2fsck_clean(&c);
+        assert!(!in_use(&c, t), "{name}: after e2fsck's recovery");
+        if common::kernel_can_mount() {
+            std::fs::write(&c, &snap).unwrap();
+            common::KernelMount::rw(&c).unwrap().unmount().unwrap();
+            common::e2fsck_clean(&c);
+            assert!(!in_use(&c, t), "{name}: after the kernel's recovery");
+        }
+    }
+}
+
 #[test]
 fn unmount_frees_held_orphans() {
     let dir = tempfile::tempdir().unwrap();
