@@ -151,7 +151,7 @@ impl Adapter {
 
     /// Fails with `EROFS` unless changes are allowed.
     fn writable(&self) -> R<()> {
-        if !self.fs().is_writable() || self.shared.policy.forced_read_only() {
+        if !self.fs().is_writable() {
             return Err(Errno::EROFS);
         }
         Ok(())

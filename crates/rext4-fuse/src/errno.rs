@@ -1,9 +1,11 @@
 //! Engine errors to FUSE replies, and the `errors=` policy for corruption found while mounted.
 //!
 //! The errno itself is the engine's ([`rext4::Error::errno`], the one place that maps errors to
-//! the kernel's ext4 errno). What this module adds is what the daemon does about corruption:
-//! log it once per inode/block and, under `errors=remount-ro`, refuse later changes. It never
-//! stops the daemon.
+//! the kernel's ext4 errno), and so is the policy: the engine records corruption in the
+//! superblock and, under `errors=remount-ro` (which `MountOptions::engine_options` passes on),
+//! refuses later changes, which the adapter sees as `Fs::is_writable` turning false. What this
+//! module adds is the daemon's log: each corruption once per inode/block, and the switch to
+//! read-only. It never stops the daemon.
 
 use crate::options::ErrorBehavior;
 use fuser::Errno;
@@ -17,20 +19,15 @@ const LOG_LIMIT: usize = 100;
 /// The daemon's error policy.
 pub struct ErrorPolicy {
     behavior: ErrorBehavior,
-    /// Set once corruption was found under `errors=remount-ro`. [atomic]
-    read_only: AtomicBool,
+    /// Set once the switch to read-only was logged. [atomic]
+    ro_logged: AtomicBool,
     /// Corruption reports already logged. [own mutex; only taken on corruption]
     logged: Mutex<HashSet<String>>,
 }
 
 impl ErrorPolicy {
     pub fn new(behavior: ErrorBehavior) -> Self {
-        ErrorPolicy { behavior, read_only: AtomicBool::new(false), logged: Mutex::new(HashSet::new()) }
-    }
-
-    /// Whether corruption has turned the mount read-only.
-    pub fn forced_read_only(&self) -> bool {
-        self.read_only.load(Ordering::Acquire)
+        ErrorPolicy { behavior, ro_logged: AtomicBool::new(false), logged: Mutex::new(HashSet::new()) }
     }
 
     /// The errno to answer `e` with, after applying the policy to corruption.
@@ -43,7 +40,7 @@ impl ErrorPolicy {
 
     fn corruption(&self, op: &str, what: &str) {
         let newly_ro =
-            self.behavior == ErrorBehavior::RemountRo && !self.read_only.swap(true, Ordering::AcqRel);
+            self.behavior == ErrorBehavior::RemountRo && !self.ro_logged.swap(true, Ordering::AcqRel);
         let mut logged = self.logged.lock();
         if logged.len() < LOG_LIMIT && logged.insert(what.to_string()) {
             crate::log(&format!("{op}: filesystem corrupt: {what}"));

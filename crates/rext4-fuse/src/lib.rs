@@ -56,14 +56,8 @@ impl Mount {
                 "the filesystem's open mode does not match the ro/rw option",
             ));
         }
-        let behavior = opts.errors.unwrap_or_else(|| {
-            // As the kernel: the superblock's errors= when the mount does not say.
-            if fs.superblock().s_errors.get() == rext4::format::superblock::ERRORS_CONTINUE {
-                ErrorBehavior::Continue
-            } else {
-                ErrorBehavior::RemountRo
-            }
-        });
+        // The engine's setting (the superblock's, or `errors=` through `engine_options`).
+        let behavior = fs.error_behavior();
         let shared = Arc::new(Shared {
             fs,
             lookups: Default::default(),

@@ -236,6 +236,12 @@ impl Fs {
         self.inner.journal.is_some() && !self.inner.stopped_by_error()
     }
 
+    /// What corruption found by an operation does: [`crate::Options::errors`], or else the
+    /// superblock's `errors=`.
+    pub fn error_behavior(&self) -> crate::ErrorBehavior {
+        self.inner.errors
+    }
+
     /// Whether the image is marked as having errors (`s_state`): found by this filesystem since
     /// it was opened, or recorded before by it, the kernel or e2fsck's last run.
     pub fn has_errors(&self) -> bool {
