@@ -102,6 +102,17 @@ pub fn change(fs: &Fs) {
     let _ = fs.symlink(root, b"sl-slow", &[b'x'; 200], 0, 0);
     let _ = fs.mknod(root, b"fifo", 0o010644, (0, 0), 0, 0);
     let _ = fs.rename(root, b"fastlink", root, b"slowlink", rext4::RENAME_EXCHANGE);
+    let _ = fs.rename(root, b"sl-fast", root, b"sl-moved", rext4::RENAME_WHITEOUT);
+    // A nameless file: one released unnamed, one given a name.
+    for named in [false, true] {
+        if let Ok(t) = fs.tmpfile(root, 0o600, 0, 0) {
+            let _ = fs.write(t.ino, 0, &data[..3000]);
+            if named {
+                let _ = fs.link(t.ino, root, b"from-tmpfile");
+            }
+            let _ = fs.release(t.ino);
+        }
+    }
     // An open file unlinked, written and released (the orphan paths).
     if let Ok(a) = fs.create(root, b"orphan", 0o644, 0, 0) {
         if fs.hold(a.ino).is_ok() {
