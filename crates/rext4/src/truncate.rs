@@ -90,7 +90,14 @@ impl FsInner {
     /// Frees every block of `inode` and its xattr block (drops one reference to a shared
     /// one). The caller clears the block map and counts in the record.
     pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode) -> Result<()> {
+        // Everything that can be found damaged is read before the first block is freed: the
+        // block map, then the xattr block (an error after some frees would leave the record
+        // naming free blocks).
         let owned = self.owned_blocks(inode)?;
+        let (acl, generation) = inode.with_disk(|d| (d.file_acl(), d.generation()));
+        if acl != 0 {
+            self.xattr_block_check(inode.ino, acl)?;
+        }
         // Directory and symlink blocks went through the journal: revoke them like metadata, so
         // an old copy is never replayed over the block's next owner.
         let journaled = inode.with_disk(|d| matches!(d.file_type(), rext4_format::inode::S_IFDIR | S_IFLNK));
@@ -100,7 +107,6 @@ impl FsInner {
         for b in owned.meta {
             self.free_blocks(h, b, 1, true)?;
         }
-        let (acl, generation) = inode.with_disk(|d| (d.file_acl(), d.generation()));
         if acl != 0 {
             let owner = crate::xattr_inode::EaOwner { ino: inode.ino, gen: generation };
             self.xattr_release_block(h, owner, acl)?;

@@ -663,6 +663,15 @@ impl FsInner {
         self.free_blocks(h, blk, 1, true)
     }
 
+    /// Checks that xattr block `blk` of `ino` can be released (`ext4_xattr_check_block`):
+    /// header, checksum and entry table. A deletion calls it before it frees anything, so that
+    /// a damaged block fails the deletion with the inode's blocks all still its own.
+    pub(crate) fn xattr_block_check(&self, ino: InodeNo, blk: u64) -> Result<()> {
+        let buf = self.xattr_block(ino, blk)?;
+        let data = buf.data();
+        area::entries(&data, BLOCK_HEADER_SIZE).map(drop).map_err(|w| xattr_err(ino, Some(blk), w))
+    }
+
     /// Adds `n` xattr blocks (may be negative) to the record's `i_blocks`.
     fn raw_add_xattr_blocks(&self, raw: &mut [u8], n: i64) {
         self.raw_add_bytes(raw, n * i64::from(self.sbi.block_size));
