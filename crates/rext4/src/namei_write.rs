@@ -198,9 +198,9 @@ impl FsInner {
         let inherited = crate::ioctl::inherited_flags(dir.flags(), mode);
         let h = journal.start(NAME_CREDITS)?;
         let child = self.new_inode(&h, dir.ino, Some(&dir.child_goal), mode, uid, gid, 0)?;
-        let _cl = self.stats.lock(crate::stats::LockClass::OpLock, &child.op_lock);
-        child.refs.store(1 | crate::orphan::REF_UNLINKED, std::sync::atomic::Ordering::Release);
-        child.linkable.store(true, std::sync::atomic::Ordering::Release);
+        // Until it is published below, the new inode has no links and no holds: a caller that
+        // names its number is refused (`ESTALE`, `ENOENT` for a hold), so its record and orphan
+        // record are made without its `op_lock` (which may not be taken after the handle).
         let made = (|| {
             let mut craw = child.raw_mut();
             let own = raw_flags(&craw);
@@ -210,10 +210,11 @@ impl FsInner {
             self.orphan_add(&h, &child)
         })();
         if let Err(e) = made {
-            child.refs.store(crate::orphan::REF_DEAD, std::sync::atomic::Ordering::Release);
             self.abandon_new_inode(&h, &child, false)?;
             return Err(e);
         }
+        child.linkable.store(true, std::sync::atomic::Ordering::Release);
+        child.refs.store(1 | crate::orphan::REF_UNLINKED, std::sync::atomic::Ordering::Release);
         Ok(child.ino)
     }
 
