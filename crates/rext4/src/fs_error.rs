@@ -33,7 +33,7 @@ impl FsInner {
     /// module comment). `op` is the public operation that returns it.
     pub(crate) fn noted<T>(&self, op: Op, r: Result<T>) -> Result<T> {
         if let Err(Error::Corrupt(c)) = &r {
-            self.save_error(op, c);
+            self.record_error(op, c);
         }
         r
     }
@@ -51,7 +51,9 @@ impl FsInner {
     /// Records corruption `c`, found by `op`, in the superblock through the journal; stops
     /// changes afterwards if the superblock asks for that. Best effort: the caller gets `c`
     /// whether or not the record could be made. Nothing is recorded on a read-only filesystem.
-    fn save_error(&self, op: Op, c: &Corrupt) {
+    /// For damage an operation met but did not return (an inode it could not free); the
+    /// caller holds no journal handle.
+    pub(crate) fn record_error(&self, op: Op, c: &Corrupt) {
         let Some(journal) = &self.journal else { return };
         let recorded = (|| -> Result<()> {
             let h = journal.start(1)?;

@@ -286,7 +286,13 @@ impl FsInner {
         let left = if is_dir { 0 } else { links.saturating_sub(1) };
         if left == 0 && !self.unlinked_while_held(&child) {
             // The last name, and nobody holds the inode: free everything now, in this handle.
-            return self.delete_inode(&h, &child);
+            let damage = self.delete_or_leave(&h, &child)?;
+            drop(h);
+            if let Some(c) = damage {
+                let op = if want_dir { crate::stats::Op::Rmdir } else { crate::stats::Op::Unlink };
+                self.record_error(op, &c);
+            }
+            return Ok(());
         }
         let mut craw = child.raw_mut();
         raw_set_links(&mut craw, left);

@@ -43,7 +43,7 @@
 //! lock at all.
 
 use crate::buffer::Buffer;
-use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::error::{corrupt, Corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
@@ -344,6 +344,23 @@ impl FsInner {
         self.free_inode(h, inode.ino, is_dir)
     }
 
+    /// [`FsInner::delete_inode`] for an inode whose last name went and that nobody holds, as
+    /// the kernel's eviction: if the image turns out damaged (before anything is freed: see
+    /// `free_all_blocks`), the inode is left allocated without links for e2fsck to free, and
+    /// the damage is returned for the caller to record once its handle is done
+    /// ([`FsInner::record_error`]); the operation that removed the name has succeeded.
+    pub(crate) fn delete_or_leave(&self, h: &Handle, inode: &Inode) -> Result<Option<Corrupt>> {
+        match self.delete_inode(h, inode) {
+            Err(Error::Corrupt(c)) => {
+                let mut raw = inode.raw_mut();
+                crate::inode_write::raw_set_links(&mut raw, 0);
+                self.mark_inode_dirty(h, inode, &mut raw)?;
+                Ok(Some(c))
+            }
+            r => r.map(|()| None),
+        }
+    }
+
     /// Frees an orphan that nobody holds any more, with its record, in one handle.
     pub(crate) fn evict(&self, inode: &Inode) -> Result<()> {
         // Waits for the unlink that orphaned it to finish.
@@ -351,7 +368,12 @@ impl FsInner {
         let _l = self.stats.lock(crate::stats::LockClass::OpLock, &inode.op_lock);
         let h = self.journal()?.start(EVICT_CREDITS)?;
         self.orphan_remove(&h, inode)?;
-        self.delete_inode(&h, inode)
+        let damage = self.delete_or_leave(&h, inode)?;
+        drop(h);
+        if let Some(c) = damage {
+            self.record_error(crate::stats::Op::Evict, &c);
+        }
+        Ok(())
     }
 
     /// Records `inode` as an orphan in `h` (the kernel's `ext4_orphan_add`); a no-op if it

@@ -159,7 +159,8 @@ impl FsInner {
         for d in dirs {
             d.names_gen.fetch_add(1, Ordering::AcqRel);
         }
-        let result = (|| -> Result<()> {
+        let mut damage = None;
+        let mut result = || -> Result<()> {
             if flags & RENAME_EXCHANGE != 0 {
                 // Cannot fail: RENAME_EXCHANGE with no target returned above.
                 let d = dst.as_ref().unwrap();
@@ -175,7 +176,7 @@ impl FsInner {
                 Some(d) => {
                     self.set_entry(&h, &ndir, nn, src_ino, src_ft)?;
                     // The replaced inode loses this name; a directory loses its `..` too.
-                    self.drop_link(&h, &ndir, d)?;
+                    damage = self.drop_link(&h, &ndir, d)?;
                 }
                 None => self.add_entry(&h, &ndir, nn, src_ino, src_ft)?,
             }
@@ -192,7 +193,8 @@ impl FsInner {
                 self.reparent(&h, &src, np, &odir, &ndir)?;
             }
             Ok(())
-        })();
+        };
+        let result = result();
         for d in dirs {
             d.names_gen.fetch_add(1, Ordering::AcqRel);
         }
@@ -215,6 +217,11 @@ impl FsInner {
             if op == np {
                 break;
             }
+        }
+        drop(h);
+        if let Some(c) = damage {
+            // The replaced inode could not be freed: the rename stands, as the kernel's does.
+            self.record_error(crate::stats::Op::Rename, &c);
         }
         Ok(())
     }
@@ -256,8 +263,14 @@ impl FsInner {
     }
 
     /// Removes one link of `victim`, whose name in `dir` was just taken over; frees it when
-    /// no name is left and nobody holds it, else makes it an orphan.
-    fn drop_link(&self, h: &crate::jbd2::transaction::Handle, dir: &Inode, victim: &Inode) -> Result<()> {
+    /// no name is left and nobody holds it (returning the damage that kept it from being freed,
+    /// see `delete_or_leave`), else makes it an orphan.
+    fn drop_link(
+        &self,
+        h: &crate::jbd2::transaction::Handle,
+        dir: &Inode,
+        victim: &Inode,
+    ) -> Result<Option<crate::error::Corrupt>> {
         let is_dir = victim.is_dir();
         let links = victim.disk().links_count();
         let left = if is_dir { 0 } else { links.saturating_sub(1) };
@@ -266,7 +279,7 @@ impl FsInner {
             self.bump_links(h, dir, -1)?;
         }
         if left == 0 && !self.unlinked_while_held(victim) {
-            return self.delete_inode(h, victim);
+            return self.delete_or_leave(h, victim);
         }
         let mut raw = victim.raw_mut();
         raw_set_links(&mut raw, left);
@@ -277,7 +290,7 @@ impl FsInner {
             // Still held: an orphan until the last release (orphan.rs).
             self.orphan_add(h, victim)?;
         }
-        Ok(())
+        Ok(None)
     }
 }
 

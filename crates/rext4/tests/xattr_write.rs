@@ -1426,49 +1426,57 @@ fn equal_values_share_one_ea_inode() {
     assert_eq!(inodes_in_use(&img), base + 3 + 2 * kfiles + 1);
 }
 
-/// A file with data whose xattr block has a damaged entry table is unlinked: the deletion finds
-/// the damage before it frees anything, so the block is still counted as the file's and the
-/// data blocks are still its own.
-/// The unlink fails with EUCLEAN after its name went (the kernel, which frees the inode when it
-/// is evicted, reports the damage in its log instead); the inode stays allocated.
+/// A file with data whose xattr block has a damaged entry table loses its last name (by
+/// unlink, by a rename over it, by the release that follows an unlink while it was held): the
+/// deletion finds the damage before it frees anything, so the block is still counted as the
+/// file's and the data blocks are still marked in use. As the kernel's, the operation succeeds;
+/// the inode is left without links for e2fsck to free, and the damage is recorded.
 #[test]
 fn damaged_xattr_block_keeps_its_count_when_its_release_fails() {
     let dir = tempfile::tempdir().unwrap();
-    // Without block checksums, so that the damage is found in the entries, not by the checksum.
-    let img = mkfs(dir.path(), "damaged", &["-O", "ea_inode,^metadata_csum"]);
-    let fs = rw(&img);
-    let root = fs.root();
-    let f = fs.create(root, b"f", 0o644, 1000, 1000).unwrap().ino;
-    fs.write(f, 0, &pattern(2, 40_000)).unwrap();
-    set(&fs, "/f", "user.a", &pattern(1, 1000));
-    fs.unmount().unwrap();
-    let blk = file_acl(&img, "/f");
-    assert_ne!(blk, 0, "the value went to a block");
-    // The first entry's e_value_size (the entry follows the 32-byte header; the field is at 8)
-    // past the largest value an entry can have.
-    let mut all = std::fs::read(&img).unwrap();
-    let at = blk as usize * block_size(&img) + 32 + 8;
-    all[at..at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
-    std::fs::write(&img, &all).unwrap();
-    // What e2fsck -fn asks to fix, but the unattached inode the failed unlink leaves.
-    let problems = |img: &Path| -> Vec<String> {
-        let o = Command::new(common::tool("e2fsck")).arg("-fn").arg(img).output().unwrap();
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        text.lines()
-            .map(str::trim)
-            .filter(|l| {
-                !l.is_empty() && !l.starts_with("Pass ") && !l.contains("files (") && !l.contains("WARNING")
-            })
-            .filter(|l| !l.starts_with("Unattached inode") && !l.starts_with("Connect to /lost+found"))
-            .map(str::to_string)
-            .collect()
-    };
-    let before = problems(&img);
-    assert!(before.iter().any(|p| p.contains(&format!("block {blk}"))), "e2fsck sees the damage: {before:?}");
-    let fs = rw(&img);
-    assert_eq!(errno(fs.unlink(root, b"f")), libc::EUCLEAN);
-    fs.unmount().unwrap();
-    assert_eq!(refcount(&img, blk), 1, "the damaged block is still counted as its file's");
-    // Nothing was freed: the file's data blocks are still its own.
-    assert_eq!(problems(&img), before, "e2fsck finds more than the damage");
+    for how in ["unlink", "rename", "release"] {
+        // Without block checksums, so that the damage is found in the entries, not by the
+        // checksum.
+        let img = mkfs(dir.path(), how, &["-O", "ea_inode,^metadata_csum"]);
+        let fs = rw(&img);
+        let root = fs.root();
+        let f = fs.create(root, b"f", 0o644, 1000, 1000).unwrap().ino;
+        fs.write(f, 0, &pattern(2, 40_000)).unwrap();
+        set(&fs, "/f", "user.a", &pattern(1, 1000));
+        fs.create(root, b"g", 0o644, 0, 0).unwrap();
+        fs.unmount().unwrap();
+        let blk = file_acl(&img, "/f");
+        assert_ne!(blk, 0, "the value went to a block");
+        let data: Vec<u64> =
+            debugfs(&img, "blocks /f").split_whitespace().map(|b| b.parse().unwrap()).collect();
+        assert_eq!(data.len(), 10);
+        // The first entry's e_value_size (the entry follows the 32-byte header; the field is
+        // at 8) past the largest value an entry can have.
+        let mut all = std::fs::read(&img).unwrap();
+        let at = blk as usize * block_size(&img) + 32 + 8;
+        all[at..at + 4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        std::fs::write(&img, &all).unwrap();
+        let fs = rw(&img);
+        match how {
+            "unlink" => fs.unlink(root, b"f").unwrap(),
+            "rename" => fs.rename(root, b"g", root, b"f", 0).unwrap(),
+            _ => {
+                fs.hold(f).unwrap();
+                fs.unlink(root, b"f").unwrap();
+                assert!(!fs.has_errors(), "nothing is freed before the release");
+                fs.release(f).unwrap();
+            }
+        }
+        assert!(fs.has_errors(), "{how}");
+        assert_eq!(errno(fs.getattr(f)), libc::ESTALE, "{how}");
+        fs.unmount().unwrap();
+        assert_eq!(refcount(&img, blk), 1, "{how}: the damaged block is still counted as its file's");
+        for b in data.iter().chain([&blk]) {
+            let t = debugfs(&img, &format!("testb {b}"));
+            assert!(t.contains("marked in use"), "{how}: block {b} was freed: {t}");
+        }
+        let fsck = Command::new(common::tool("e2fsck")).arg("-fn").arg(&img).output().unwrap();
+        let text = String::from_utf8_lossy(&fsck.stdout).into_owned();
+        assert!(text.contains(&format!("Deleted inode {} has zero dtime", f.0)), "{how}: {text}");
+    }
 }
