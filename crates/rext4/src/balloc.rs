@@ -216,10 +216,8 @@ impl FsInner {
     /// journal copy is replayed over whatever they hold next.
     pub(crate) fn free_blocks(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
         let _t = self.stats.time(crate::stats::Op::FreeBlocks);
+        self.check_block_range(start, len)?;
         let sbi = &self.sbi;
-        if start < sbi.first_data_block || start.checked_add(len).is_none_or(|e| e > sbi.blocks_count) {
-            return corrupt(CorruptKind::BlockRange { ino: None, block: PhysBlock(start) });
-        }
         let mut b = start;
         let end = start + len;
         while b < end {
@@ -248,6 +246,37 @@ impl FsInner {
             for x in start..end {
                 h.revoke(x, self.bcache.peek(x).as_ref());
             }
+        }
+        Ok(())
+    }
+
+    /// `len` blocks from `start` lie in the filesystem's data area.
+    fn check_block_range(&self, start: u64, len: u64) -> Result<()> {
+        let sbi = &self.sbi;
+        if start < sbi.first_data_block || start.checked_add(len).is_none_or(|e| e > sbi.blocks_count) {
+            return corrupt(CorruptKind::BlockRange { ino: None, block: PhysBlock(start) });
+        }
+        Ok(())
+    }
+
+    /// What [`FsInner::free_blocks`] would find wrong in freeing `len` blocks from `start`
+    /// (outside the filesystem, an unreadable bitmap, a block already free), found without
+    /// changing anything: a deletion checks all its blocks first, so that damage does not stop
+    /// it half way with some of them freed and still named by the inode.
+    pub(crate) fn check_blocks_in_use(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
+        self.check_block_range(start, len)?;
+        let sbi = &self.sbi;
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + sbi.blocks_in_group(g)).min(end);
+            let buf = self.block_bitmap(h, g)?;
+            let map = buf.data();
+            if (b..gend).any(|x| !bitmap::test(&map, (x - gfirst) as usize)) {
+                return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
+            }
+            b = gend;
         }
         Ok(())
     }

@@ -91,9 +91,15 @@ impl FsInner {
     /// one). The caller clears the block map and counts in the record.
     pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode) -> Result<()> {
         // Everything that can be found damaged is read before the first block is freed: the
-        // block map, then the xattr block (an error after some frees would leave the record
-        // naming free blocks).
+        // block map, the bitmaps of the blocks it names, then the xattr block (an error after
+        // some frees would leave the record naming free blocks).
         let owned = self.owned_blocks(inode)?;
+        for &(b, n) in &owned.data {
+            self.check_blocks_in_use(h, b, n)?;
+        }
+        for &b in &owned.meta {
+            self.check_blocks_in_use(h, b, 1)?;
+        }
         let (acl, generation) = inode.with_disk(|d| (d.file_acl(), d.generation()));
         if acl != 0 {
             self.xattr_block_check(inode.ino, acl)?;

@@ -314,3 +314,48 @@ fn the_errors_option_overrides_the_superblock() {
         assert_eq!(sb_field(&img, "Filesystem state"), "clean with errors");
     }
 }
+
+/// A file one of whose blocks is already free in the bitmap (damage) is unlinked: freeing
+/// checks every block before it frees any, so none of the others is freed while the inode still
+/// names them; the inode is left for e2fsck and the damage recorded, the unlink succeeds.
+#[test]
+fn a_file_with_a_free_block_is_left_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "freeb", "");
+    let fs = rw(&img);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[3u8; 40_960]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let out = Command::new(common::tool("debugfs")).arg("-R").arg("blocks /f").arg(&img).output().unwrap();
+    let blocks: Vec<u64> =
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(|b| b.parse().unwrap()).collect();
+    assert_eq!(blocks.len(), 10);
+    let out = Command::new(common::tool("debugfs"))
+        .args(["-w", "-R", &format!("freeb {}", blocks[5])])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let fs = rw(&img);
+    fs.unlink(fs.root(), b"f").unwrap();
+    assert!(fs.has_errors());
+    fs.unmount().unwrap();
+    drop(fs);
+    for (i, b) in blocks.iter().enumerate() {
+        let out = Command::new(common::tool("debugfs"))
+            .arg("-R")
+            .arg(format!("testb {b}"))
+            .arg(&img)
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(t.contains("marked in use"), i != 5, "block {b}: {t}");
+    }
+    assert_eq!(sb_field(&img, "Filesystem state"), "clean with errors");
+    let report = fsck_report(&img);
+    assert!(
+        report.iter().any(|l| l.starts_with(&format!("Deleted inode {} has zero dtime", f.0))),
+        "{report:?}"
+    );
+}
