@@ -63,6 +63,16 @@ fn daemonize(image: &Path, mountpoint: &Path, options: &[String]) -> CliResult {
         let _ = BufReader::new(out).read_line(&mut line);
     }
     if line.trim_end() == READY {
+        // What the daemon said before it mounted (journal recovery, a filesystem with errors)
+        // is the user's to see; what it says later has no terminal to go to.
+        if let Some(err) = child.stderr.take() {
+            let fd = std::os::fd::AsFd::as_fd(&err);
+            if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).is_ok() {
+                let mut said = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut { err }, &mut said);
+                eprint!("{}", String::from_utf8_lossy(&said));
+            }
+        }
         return Ok(());
     }
     // The daemon stopped before mounting: its stderr says why.
@@ -125,6 +135,13 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     }
     for why in fs.read_only_reasons() {
         rext4_fuse::log(&format!("{}: {why}", image.display()));
+    }
+    if fs.has_errors() {
+        // As the kernel warns at such a mount.
+        rext4_fuse::log(&format!(
+            "{}: warning: mounting a filesystem with errors, running e2fsck is recommended",
+            image.display()
+        ));
     }
     let engine = fs.clone();
     let mount = rext4_fuse::Mount::new(fs, mountpoint, opts)

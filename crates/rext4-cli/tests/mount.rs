@@ -212,6 +212,9 @@ fn mount_recovers_the_journal() {
     drop(f);
     let o = rext4(&["mount", s.img.to_str().unwrap(), s.mp.to_str().unwrap()]);
     assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    // The daemon's word on it reaches the user.
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("journal recovered at mount"), "mount said: {said}");
     assert_eq!(fs::read(s.mp.join("journaled")).unwrap(), b"replayed");
     assert!(s.mp.join("journaled-dir").is_dir());
     umount(&s.mp);
@@ -220,4 +223,23 @@ fn mount_recovers_the_journal() {
     let f = File::open(&s.img).unwrap();
     f.read_exact_at(&mut w, 1024 + 0x60).unwrap();
     assert_eq!(u32::from_le_bytes(w) & 0x4, 0, "needs_recovery cleared");
+}
+
+/// Mounting an image marked as having errors warns, as the kernel does, and leaves the mark.
+#[test]
+fn mounting_an_image_with_errors_warns() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    let o = Command::new("debugfs").args(["-w", "-R", "ssv state 3"]).arg(&s.img).output().unwrap();
+    assert!(o.status.success());
+    let o = rext4(&["mount", s.img.to_str().unwrap(), s.mp.to_str().unwrap()]);
+    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    assert!(said.contains("mounting a filesystem with errors"), "mount said: {said}");
+    let o = Command::new("dumpe2fs").arg("-h").arg(&s.img).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("clean with errors"));
 }
