@@ -48,11 +48,12 @@ impl FsInner {
         self.stopped.load(Ordering::Acquire)
     }
 
-    /// Records corruption `c`, found by `op`, in the superblock through the journal; stops
-    /// changes afterwards if the superblock asks for that. Best effort: the caller gets `c`
-    /// whether or not the record could be made. Nothing is recorded on a read-only filesystem.
-    /// For damage an operation met but did not return (an inode it could not free); the
-    /// caller holds no journal handle.
+    /// Records corruption `c`, found by `op`, in the superblock through the journal, and stops
+    /// changes afterwards under `errors=remount-ro`. Called by [`FsInner::noted`] for what an
+    /// operation returns, and directly for damage an operation met but did not return (an
+    /// inode it could not free); the caller holds no journal handle. Best effort: nothing
+    /// reports whether the record could be made. Nothing is recorded on a read-only
+    /// filesystem.
     pub(crate) fn record_error(&self, op: Op, c: &Corrupt) {
         let Some(journal) = &self.journal else { return };
         let recorded = (|| -> Result<()> {

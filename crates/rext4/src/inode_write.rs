@@ -201,7 +201,7 @@ impl FsInner {
 
     fn fsync(&self, ino: InodeNo) -> Result<()> {
         let journal = self.journal()?;
-        let inode = self.iget(ino)?;
+        let inode = self.iget_by_number(ino)?;
         // Taken first: an overwrite after this point is the next fsync's business.
         let data = inode.data_dirty.swap(false, Ordering::AcqRel);
         if inode.dirtied.load(Ordering::Acquire) {
@@ -224,7 +224,7 @@ impl Fs {
         self.inner.noting(crate::stats::Op::Setattr, || {
             // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
             // mode, owner, size and explicit times; an immutable one any time at all.
-            let flags = self.inner.iget(ino)?.flags();
+            let flags = self.inner.iget_by_number(ino)?.flags();
             let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
             let fixed = changes.mode.is_some()
                 || changes.uid.is_some()
@@ -256,7 +256,7 @@ impl Fs {
     pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
         let _t = self.inner.stats.time(crate::stats::Op::Setattr);
         self.inner.noting(crate::stats::Op::Setattr, || {
-            if self.inner.iget(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
+            if self.inner.iget_by_number(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
                 return Err(Error::NotPermitted);
             }
             self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;

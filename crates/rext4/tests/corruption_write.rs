@@ -359,3 +359,30 @@ fn a_file_with_a_free_block_is_left_whole() {
         "{report:?}"
     );
 }
+
+/// Numbers no inode can have, given to the by-number calls that change things: `ESTALE`, and
+/// the image is not marked as having errors (a caller's bad number is not damage).
+#[test]
+fn out_of_range_numbers_mark_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("n.img");
+    common::mkfs(None, &img, &[], "32M");
+    let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    let count = fs.superblock().s_inodes_count.get();
+    for ino in [InodeNo(0), InodeNo(count + 1), InodeNo(u32::MAX)] {
+        let set = rext4::SetAttr { mode: Some(0o600), ..rext4::SetAttr::default() };
+        assert_eq!(fs.setattr(ino, &set).unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(fs.fsync(ino).unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(fs.write(ino, 0, b"x").unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(fs.setxattr(ino, b"user.a", b"v", 0).unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(fs.link(ino, fs.root(), b"l").unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(fs.create(ino, b"c", 0o644, 0, 0).unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(fs.hold(ino).unwrap_err().errno(), libc::ENOENT);
+    }
+    assert!(!fs.has_errors());
+    fs.unmount().unwrap();
+    drop(fs);
+    common::e2fsck_clean(&img);
+    let out = std::process::Command::new(common::tool("dumpe2fs")).arg("-h").arg(&img).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("with errors"));
+}
