@@ -311,7 +311,8 @@ impl FsInner {
     /// Frees a just-allocated inode whose name could not be added (a full htree index, a
     /// full disk), with any block it got, as the kernel's failed create drops the inode.
     pub(crate) fn abandon_new_inode(&self, h: &Handle, child: &Inode, is_dir: bool) -> Result<()> {
-        self.free_all_blocks(h, child)?;
+        let owned = self.deletion_checks(h, child)?;
+        self.free_all_blocks(h, child, owned)?;
         let mut craw = child.raw_mut();
         self.clear_freed_record(&mut craw);
         self.mark_inode_dirty(h, child, &mut craw)?;

@@ -334,9 +334,10 @@ impl FsInner {
     pub(crate) fn delete_inode(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let is_dir = inode.is_dir();
         inode.linkable.store(false, Ordering::Release);
-        // Blocks and values in EA inodes first, while the record can still be read.
+        let owned = self.deletion_checks(h, inode)?;
+        // Values in EA inodes first, while the record can still be read.
         self.ea_inodes_release_ibody(h, inode)?;
-        self.free_all_blocks(h, inode)?;
+        self.free_all_blocks(h, inode, owned)?;
         let mut raw = inode.raw_mut();
         self.clear_freed_record(&mut raw);
         self.mark_inode_dirty(h, inode, &mut raw)?;

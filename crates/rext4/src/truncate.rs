@@ -87,12 +87,11 @@ impl FsInner {
         Ok(out)
     }
 
-    /// Frees every block of `inode` and its xattr block (drops one reference to a shared
-    /// one). The caller clears the block map and counts in the record.
-    pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode) -> Result<()> {
-        // Everything that can be found damaged is read before the first block is freed: the
-        // block map, the bitmaps of the blocks it names, then the xattr block (an error after
-        // some frees would leave the record naming free blocks).
+    /// What freeing all of `inode` takes, read and checked before anything changes: its block
+    /// map, the bitmaps of the blocks it names, its xattr block, and the EA inodes it names. A
+    /// deletion that fails half way would leave the record naming free blocks or dropped
+    /// references; one that fails here has changed nothing.
+    pub(crate) fn deletion_checks(&self, h: &Handle, inode: &Inode) -> Result<Owned> {
         let owned = self.owned_blocks(inode)?;
         for &(b, n) in &owned.data {
             self.check_blocks_in_use(h, b, n)?;
@@ -100,10 +99,17 @@ impl FsInner {
         for &b in &owned.meta {
             self.check_blocks_in_use(h, b, 1)?;
         }
+        let acl = inode.with_disk(|d| d.file_acl());
+        let in_block = if acl != 0 { self.xattr_block_check(inode.ino, acl)? } else { Vec::new() };
+        self.ea_inodes_check(inode, &in_block)?;
+        Ok(owned)
+    }
+
+    /// Frees every block of `inode` (`owned`, from [`FsInner::deletion_checks`]) and its xattr
+    /// block (drops one reference to a shared one). The caller clears the block map and counts
+    /// in the record.
+    pub(crate) fn free_all_blocks(&self, h: &Handle, inode: &Inode, owned: Owned) -> Result<()> {
         let (acl, generation) = inode.with_disk(|d| (d.file_acl(), d.generation()));
-        if acl != 0 {
-            self.xattr_block_check(inode.ino, acl)?;
-        }
         // Directory and symlink blocks went through the journal: revoke them like metadata, so
         // an old copy is never replayed over the block's next owner.
         let journaled = inode.with_disk(|d| matches!(d.file_type(), rext4_format::inode::S_IFDIR | S_IFLNK));

@@ -246,18 +246,28 @@ impl FsInner {
     /// Drops the references the in-inode area of `inode`, whose last link is gone, holds
     /// (the in-inode half of `ext4_xattr_delete_inode`; the xattr block's go with the block).
     pub(crate) fn ea_inodes_release_ibody(&self, h: &Handle, inode: &Inode) -> Result<()> {
-        if !self.sbi.ea_inode {
-            return Ok(());
-        }
-        let (owner, eas) = {
-            let raw = inode.raw();
-            let owner = EaOwner::new(inode.ino, &raw);
-            match crate::xattr_write::ibody_area(&raw).map(|a| crate::xattr_area::ea_inodes(a, 0)) {
-                None => return Ok(()),
-                Some(Ok(eas)) => (owner, eas),
-                Some(Err(what)) => return corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
-            }
-        };
+        let (owner, eas) = self.ibody_ea_inodes(inode)?;
         self.ea_inodes_put(h, owner, &eas)
+    }
+
+    /// The EA inodes the in-inode area of `inode` names.
+    fn ibody_ea_inodes(&self, inode: &Inode) -> Result<(EaOwner, Vec<u32>)> {
+        let raw = inode.raw();
+        let owner = EaOwner::new(inode.ino, &raw);
+        if !self.sbi.ea_inode {
+            return Ok((owner, Vec::new()));
+        }
+        match crate::xattr_write::ibody_area(&raw).map(|a| crate::xattr_area::ea_inodes(a, 0)) {
+            None => Ok((owner, Vec::new())),
+            Some(Ok(eas)) => Ok((owner, eas)),
+            Some(Err(what)) => corrupt(CorruptKind::Xattr { ino: inode.ino, block: None, what }),
+        }
+    }
+
+    /// Checks that every EA inode `inode` names (in its in-inode area, and `in_block`, those
+    /// of its xattr block) can be read as one, before a deletion changes anything.
+    pub(crate) fn ea_inodes_check(&self, inode: &Inode, in_block: &[u32]) -> Result<()> {
+        let (_, eas) = self.ibody_ea_inodes(inode)?;
+        eas.iter().chain(in_block).try_for_each(|&ea| self.ea_iget(inode.ino, ea).map(drop))
     }
 }

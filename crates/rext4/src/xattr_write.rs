@@ -666,10 +666,12 @@ impl FsInner {
     /// Checks that xattr block `blk` of `ino` can be released (`ext4_xattr_check_block`):
     /// header, checksum and entry table. A deletion calls it before it frees anything, so that
     /// a damaged block fails the deletion with the inode's blocks all still its own.
-    pub(crate) fn xattr_block_check(&self, ino: InodeNo, blk: u64) -> Result<()> {
+    /// Returns the EA inodes the block names.
+    pub(crate) fn xattr_block_check(&self, ino: InodeNo, blk: u64) -> Result<Vec<u32>> {
         let buf = self.xattr_block(ino, blk)?;
         let data = buf.data();
-        area::entries(&data, BLOCK_HEADER_SIZE).map(drop).map_err(|w| xattr_err(ino, Some(blk), w))
+        area::entries(&data, BLOCK_HEADER_SIZE).map_err(|w| xattr_err(ino, Some(blk), w))?;
+        self.block_ea_inodes(ino, Some(blk), &data)
     }
 
     /// Adds `n` xattr blocks (may be negative) to the record's `i_blocks`.

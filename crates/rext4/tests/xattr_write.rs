@@ -1480,3 +1480,40 @@ fn damaged_xattr_block_keeps_its_count_when_its_release_fails() {
         assert!(text.contains(&format!("Deleted inode {} has zero dtime", f.0)), "{how}: {text}");
     }
 }
+
+/// A file whose in-inode area names two EA inodes, the second damaged (no longer flagged as an
+/// EA inode), loses its last name: the deletion checks both before it drops either reference,
+/// so the first keeps its value and stays allocated; the file is left for e2fsck.
+#[test]
+fn a_damaged_ea_inode_stops_a_deletion_before_it_changes_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "eadamage", &["-O", "ea_inode"]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    set(&fs, "/f", "user.a", &pattern(1, 10_000));
+    set(&fs, "/f", "user.b", &pattern(2, 12_000));
+    fs.unmount().unwrap();
+    drop(fs);
+    // The two EA inodes, told apart by their sizes.
+    let ea_of = |size: &str| -> u32 {
+        (f.0 + 1..f.0 + 8)
+            .find(|i| debugfs(&img, &format!("stat <{i}>")).contains(&format!("Size: {size}")))
+            .unwrap_or_else(|| panic!("no EA inode of {size} bytes"))
+    };
+    let (a, b) = (ea_of("10000"), ea_of("12000"));
+    let o = Command::new(common::tool("debugfs"))
+        .args(["-w", "-R", &format!("set_inode_field <{b}> flags 0x80000")])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "debugfs: {}", String::from_utf8_lossy(&o.stderr));
+    let fs = rw(&img);
+    fs.unlink(root, b"f").unwrap();
+    assert!(fs.has_errors());
+    fs.unmount().unwrap();
+    drop(fs);
+    let in_use = |i: u32| debugfs(&img, &format!("testi <{i}>")).contains("marked in use");
+    assert!(in_use(a), "the first EA inode was freed before the damage stopped the deletion");
+    assert!(in_use(b) && in_use(f.0));
+}
