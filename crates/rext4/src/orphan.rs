@@ -492,7 +492,8 @@ impl FsInner {
     /// Frees every recorded orphan without links and truncates every one with links to its
     /// size (the kernel's `ext4_orphan_cleanup`), list first, then the orphan file; called at a
     /// writable open once the journal runs. Skipped on a filesystem marked with errors, as
-    /// the kernel does (e2fsck then handles them).
+    /// the kernel does (e2fsck then handles them). An orphan found damaged is recorded as an
+    /// error and left where it is, and the open goes on, as the kernel's mount does.
     pub(crate) fn orphan_cleanup(&self) -> Result<()> {
         if self.sbi.sb.s_state.get() & STATE_ERROR != 0 {
             return Ok(());
@@ -518,7 +519,11 @@ impl FsInner {
                 l.prev.insert(ino, 0);
             }
             inode.orphan.store(ORPHAN_LIST, Ordering::Release);
-            self.process_orphan(&inode)?;
+            // Left on the list when damaged: the next pass finds it seen and ends the list.
+            self.process_or_record(&inode)?;
+            if self.stopped_by_error() {
+                return Ok(());
+            }
         }
         let Some(f) = &o.file else { return Ok(()) };
         for (i, b) in f.blocks.iter().enumerate() {
@@ -531,7 +536,10 @@ impl FsInner {
                 match self.orphan_get(ino)? {
                     Some(inode) if inode.orphan.load(Ordering::Acquire) == ORPHAN_NONE => {
                         inode.orphan.store(idx + 1, Ordering::Release);
-                        self.process_orphan(&inode)?;
+                        self.process_or_record(&inode)?;
+                        if self.stopped_by_error() {
+                            return Ok(());
+                        }
                     }
                     // Not an inode in use, or recorded twice: drop the entry.
                     _ => {
@@ -565,6 +573,17 @@ impl FsInner {
             Ok(i) if i.file_type().is_some() => Ok(Some(i)),
             Ok(_) | Err(Error::Corrupt(_)) => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// [`FsInner::process_orphan`], recording damage instead of failing the open with it.
+    fn process_or_record(&self, inode: &Arc<Inode>) -> Result<()> {
+        match self.process_orphan(inode) {
+            Err(Error::Corrupt(c)) => {
+                self.record_error(crate::stats::Op::Truncate, &c);
+                Ok(())
+            }
+            r => r,
         }
     }
 

@@ -386,3 +386,37 @@ fn out_of_range_numbers_mark_nothing() {
     let out = std::process::Command::new(common::tool("dumpe2fs")).arg("-h").arg(&img).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("with errors"));
 }
+
+/// A truncate recorded on the orphan list, of an inode whose extent header is damaged: the
+/// writable open records the damage and goes on, as the kernel's mount does (before, the open
+/// failed, so no change could ever be made to the image). Both leave the same e2fsck report.
+#[test]
+fn a_damaged_orphan_does_not_stop_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, vec![7u8; 40_960]).unwrap();
+    // Inode 12 is the first after lost+found: the file, recorded as an orphan that keeps its
+    // link (a truncate to its size), its extent header's magic overwritten.
+    let cmds = format!(
+        "write {} f\nssv last_orphan 12\nsif <12> dtime 0\nsif <12> block[0] 0x1234\n",
+        data.display()
+    );
+    let img = image(dir.path(), "orphan", &cmds);
+    let kimg = dir.path().join("kernel.img");
+    std::fs::copy(&img, &kimg).unwrap();
+    let fs = rw(&img);
+    assert!(fs.has_errors());
+    fs.mkdir(fs.root(), b"x", 0o755, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let record = error_record(&img);
+    assert_eq!(record, ["clean with errors", "1", "12", "EFSCORRUPTED", "EFSCORRUPTED"].map(String::from));
+    let ours = fsck_report(&img);
+    assert!(ours.iter().any(|l| l.starts_with("Inode 12 has corrupt extent header")), "{ours:?}");
+    if let Some(got) = kernel_errno(&kimg, |_| Ok(())) {
+        assert_eq!(got, 0);
+        assert_eq!(fsck_report(&kimg), ours, "e2fsck on the kernel's image");
+        let theirs = error_record(&kimg);
+        assert_eq!((&theirs[0], &theirs[2], &theirs[3]), (&record[0], &record[2], &record[3]));
+    }
+}
