@@ -265,6 +265,58 @@ fn tmpfiles_are_freed_unless_linked() {
     }
 }
 
+/// A `tmpfile` file linked by one thread while another drops its only hold: either the link
+/// wins (the file keeps its name and its data) or the release does (the file is freed and the
+/// link fails with `ENOENT`); never a name for a freed inode, never a leak. e2fsck clean.
+#[test]
+fn linking_a_tmpfile_races_its_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "race", &["-O", "orphan_file"], 1, 1);
+    let fs = rw(&img);
+    let root = fs.root();
+    let before = fs.statfs().unwrap().files_free;
+    let (mut linked, mut freed) = (0, 0);
+    for i in 0..300 {
+        let t = fs.tmpfile(root, 0o600, 0, 0).unwrap().ino;
+        fs.write(t, 0, &[i as u8; 5000]).unwrap();
+        let name = format!("t{i}");
+        // Both start together; a short spin on one side or the other moves the race about.
+        let go = std::sync::Barrier::new(2);
+        let spin = |n: u32| (0..n * 64).for_each(|_| std::hint::spin_loop());
+        let r = std::thread::scope(|s| {
+            let (f2, go) = (fs.clone(), &go);
+            s.spawn(move || {
+                go.wait();
+                spin(if i % 2 == 0 { i % 13 } else { 0 });
+                f2.release(t).unwrap()
+            });
+            go.wait();
+            spin(if i % 2 == 1 { i % 13 } else { 0 });
+            fs.link(t, root, name.as_bytes())
+        });
+        match r {
+            Ok(a) => {
+                linked += 1;
+                assert_eq!(a.nlink, 1);
+                assert_eq!(fs.lookup(root, name.as_bytes()).unwrap().ino, t);
+                assert_eq!(read_all(&fs, t), vec![i as u8; 5000]);
+            }
+            Err(e) => {
+                freed += 1;
+                assert_eq!(e.errno(), libc::ENOENT, "{e}");
+                assert_eq!(fs.lookup(root, name.as_bytes()).unwrap_err().errno(), libc::ENOENT);
+                assert_eq!(fs.getattr(t).unwrap_err().errno(), libc::ESTALE);
+            }
+        }
+    }
+    assert_eq!(linked + freed, 300);
+    assert_eq!(fs.statfs().unwrap().files_free, before - linked, "linked {linked}, freed {freed}");
+    assert!(fs.orphans().is_empty(), "records left: {:?}", fs.orphans());
+    fs.unmount().unwrap();
+    drop(fs);
+    common::e2fsck_clean(&img);
+}
+
 /// A crash while a `tmpfile` file is held: its record is on disk, and rext4's, e2fsck's and
 /// the kernel's recovery each free it.
 #[test]
