@@ -534,9 +534,17 @@ impl Journal {
                 self.cp_req.lock().stop = true;
             }
             self.commit_loop();
-            let mut req = self.cp_req.lock();
-            req.stop = true;
-            self.cp_wake.notify_all();
+            {
+                let mut req = self.cp_req.lock();
+                req.stop = true;
+                self.cp_wake.notify_all();
+            }
+            // Joined, not left to the scope: the scope's end waits for the thread's work, not
+            // for the thread itself, whose exit (its thread-locals freed) could then still be
+            // under way when the filesystem's close returns.
+            if let Ok(t) = checkpointer {
+                let _ = t.join();
+            }
         });
     }
 
