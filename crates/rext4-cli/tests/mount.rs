@@ -242,4 +242,5 @@ fn mounting_an_image_with_errors_warns() {
     assert!(said.contains("mounting a filesystem with errors"), "mount said: {said}");
     let o = Command::new("dumpe2fs").arg("-h").arg(&s.img).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("clean with errors"));
+    e2fsck_clean(&s.img);
 }

@@ -177,9 +177,6 @@ impl From<Error> for io::Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corrupt(pub(crate) CorruptKind);
 
-/// What an inode that is free on disk but referenced is called (`CorruptKind::Inode`).
-pub(crate) const DELETED_INODE: &str = "deleted inode referenced";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CorruptKind {
     Superblock(&'static str),
@@ -299,11 +296,6 @@ impl Corrupt {
             CorruptKind::GroupDesc { group, .. } | CorruptKind::GroupDescChecksum { group } => Some(*group),
             _ => None,
         }
-    }
-
-    /// Whether this is an inode in use by number or by name that is free on disk.
-    pub(crate) fn is_deleted_inode(&self) -> bool {
-        matches!(self.0, CorruptKind::Inode { what: DELETED_INODE, .. })
     }
 
     /// Whether this is a checksum mismatch (as opposed to a structural inconsistency).

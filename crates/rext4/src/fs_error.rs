@@ -20,7 +20,6 @@ use crate::fs::{ErrorBehavior, FsInner};
 use crate::stats::Op;
 use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_SIZE};
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
 use zerocopy::IntoBytes;
 
 /// `EXT4_ERR_EFSBADCRC`: the code `s_*_error_errcode` keeps for a checksum mismatch.
@@ -61,7 +60,7 @@ impl FsInner {
             let (_, off) = self.sbi.sb_location();
             let mut d = h.write(&self.sb_buf)?;
             let Some(mut sb) = Superblock::parse(&d[off..]) else { return Ok(()) };
-            record(&mut sb, op.name(), c, now_secs());
+            record(&mut sb, op.name(), c, crate::mount::now_secs());
             d[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
             Ok(())
         })();
@@ -103,10 +102,6 @@ fn record(sb: &mut Superblock, func: &str, c: &Corrupt, now: i64) {
     sb.s_last_error_func = name;
     sb.s_last_error_line.set(0);
     sb.s_last_error_errcode = code;
-}
-
-fn now_secs() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]

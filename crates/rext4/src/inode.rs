@@ -30,7 +30,8 @@ pub(crate) struct Inode {
     /// commit will flush it): `fsync` must flush the device. [atomic]
     pub data_dirty: AtomicBool,
     /// A file made by `Fs::tmpfile` that has had no name yet: `link` may give it its first
-    /// (the kernel's `I_LINKABLE`). [atomic; changed under `op_lock`]
+    /// (the kernel's `I_LINKABLE`). [atomic; set before the inode is published, cleared by
+    /// `link` under `op_lock` or when the inode is freed]
     pub linkable: AtomicBool,
     pub ino: InodeNo,
     /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
@@ -163,9 +164,14 @@ impl Inode {
 }
 
 impl FsInner {
+    /// Whether an inode may have number `ino` (1 to `s_inodes_count`).
+    pub(crate) fn ino_in_range(&self, ino: InodeNo) -> bool {
+        ino.0 != 0 && ino.0 <= self.sbi.inodes_count
+    }
+
     /// The inode `ino`, from the cache or the inode table.
     pub(crate) fn iget(&self, ino: InodeNo) -> Result<Arc<Inode>> {
-        if ino.0 == 0 || ino.0 > self.sbi.inodes_count {
+        if !self.ino_in_range(ino) {
             return corrupt(CorruptKind::Inode { ino, what: "inode number out of range" });
         }
         self.icache.get_or_load(u64::from(ino.0), || self.read_inode(ino))
@@ -250,26 +256,30 @@ impl FsInner {
     /// a file handle answers. A directory entry naming a free inode is corruption instead
     /// (`iget_live`).
     pub(crate) fn iget_by_number(&self, ino: InodeNo) -> Result<Arc<Inode>> {
-        if ino.0 == 0 || ino.0 > self.sbi.inodes_count {
+        if !self.ino_in_range(ino) {
             return Err(Error::Stale);
         }
         let inode = self.iget(ino)?;
         // The root and the reserved inodes are never freed: one without links is corrupt.
-        // Checked in one reading of the record: an unlink may end between two.
-        match self.check_live(&inode) {
-            Err(Error::Corrupt(c)) if c.is_deleted_inode() && ino.0 >= self.sbi.sb.first_ino() => {
-                Err(Error::Stale)
-            }
-            r => r.map(|()| inode),
-        }
+        self.check_in_use(&inode, ino.0 >= self.sbi.sb.first_ino())?;
+        Ok(inode)
     }
 
     /// Whether `inode` is in use (see `iget_live`).
     pub(crate) fn check_live(&self, inode: &Inode) -> Result<()> {
+        self.check_in_use(inode, false)
+    }
+
+    /// `check_live`, where a freed inode is `ESTALE` if `freed_is_stale`, else corruption.
+    /// The record is read once: an unlink may end between two readings.
+    fn check_in_use(&self, inode: &Inode, freed_is_stale: bool) -> Result<()> {
         let (links, kind) = inode.with_disk(|d| (d.links_count(), FileType::from_mode(d.mode())));
         let ino = inode.ino;
         if links == 0 && !inode.is_held_orphan() && !inode.linkable.load(Ordering::Acquire) {
-            return corrupt(CorruptKind::Inode { ino, what: crate::error::DELETED_INODE });
+            if freed_is_stale {
+                return Err(Error::Stale);
+            }
+            return corrupt(CorruptKind::Inode { ino, what: "deleted inode referenced" });
         }
         if kind.is_none() {
             return corrupt(CorruptKind::Inode { ino, what: "invalid file type" });

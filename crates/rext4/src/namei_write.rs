@@ -287,11 +287,8 @@ impl FsInner {
         if left == 0 && !self.unlinked_while_held(&child) {
             // The last name, and nobody holds the inode: free everything now, in this handle.
             let damage = self.delete_or_leave(&h, &child)?;
-            drop(h);
-            if let Some(c) = damage {
-                let op = if want_dir { crate::stats::Op::Rmdir } else { crate::stats::Op::Unlink };
-                self.record_error(op, &c);
-            }
+            let op = if want_dir { crate::stats::Op::Rmdir } else { crate::stats::Op::Unlink };
+            self.record_after(h, op, damage);
             return Ok(());
         }
         let mut craw = child.raw_mut();

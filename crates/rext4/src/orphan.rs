@@ -362,6 +362,14 @@ impl FsInner {
         }
     }
 
+    /// Ends handle `h`, then records `damage` (from [`FsInner::delete_or_leave`]) as `op`'s.
+    pub(crate) fn record_after(&self, h: Handle<'_>, op: crate::stats::Op, damage: Option<Corrupt>) {
+        drop(h);
+        if let Some(c) = damage {
+            self.record_error(op, &c);
+        }
+    }
+
     /// Frees an orphan that nobody holds any more, with its record, in one handle.
     pub(crate) fn evict(&self, inode: &Inode) -> Result<()> {
         // Waits for the unlink that orphaned it to finish.
@@ -370,10 +378,7 @@ impl FsInner {
         let h = self.journal()?.start(EVICT_CREDITS)?;
         self.orphan_remove(&h, inode)?;
         let damage = self.delete_or_leave(&h, inode)?;
-        drop(h);
-        if let Some(c) = damage {
-            self.record_error(crate::stats::Op::Evict, &c);
-        }
+        self.record_after(h, crate::stats::Op::Evict, damage);
         Ok(())
     }
 
@@ -687,7 +692,7 @@ impl Fs {
     /// orphan so that a crash cannot leak it. `ENOENT` if the inode is not in use.
     pub fn hold(&self, ino: InodeNo) -> Result<()> {
         self.inner.noting(crate::stats::Op::Getattr, || {
-            if ino.0 == 0 || ino.0 > self.inner.sbi.inodes_count {
+            if !self.inner.ino_in_range(ino) {
                 return Err(Error::NotFound);
             }
             let inode = self.inner.iget(ino)?;
@@ -713,7 +718,7 @@ impl Fs {
     pub fn release(&self, ino: InodeNo) -> Result<()> {
         self.inner.noting(crate::stats::Op::Evict, || {
             let not_held = Error::InvalidInput("inode not held");
-            if ino.0 == 0 || ino.0 > self.inner.sbi.inodes_count {
+            if !self.inner.ino_in_range(ino) {
                 return Err(not_held);
             }
             // Loading an evicted copy gets its parked hold count back.

@@ -160,7 +160,7 @@ impl FsInner {
             d.names_gen.fetch_add(1, Ordering::AcqRel);
         }
         let mut damage = None;
-        let mut result = || -> Result<()> {
+        let result = (|| -> Result<()> {
             if flags & RENAME_EXCHANGE != 0 {
                 // Cannot fail: RENAME_EXCHANGE with no target returned above.
                 let d = dst.as_ref().unwrap();
@@ -193,8 +193,7 @@ impl FsInner {
                 self.reparent(&h, &src, np, &odir, &ndir)?;
             }
             Ok(())
-        };
-        let result = result();
+        })();
         for d in dirs {
             d.names_gen.fetch_add(1, Ordering::AcqRel);
         }
@@ -218,11 +217,8 @@ impl FsInner {
                 break;
             }
         }
-        drop(h);
-        if let Some(c) = damage {
-            // The replaced inode could not be freed: the rename stands, as the kernel's does.
-            self.record_error(crate::stats::Op::Rename, &c);
-        }
+        // A replaced inode that could not be freed: the rename stands, as the kernel's does.
+        self.record_after(h, crate::stats::Op::Rename, damage);
         Ok(())
     }
 

@@ -1518,4 +1518,7 @@ fn a_damaged_ea_inode_stops_a_deletion_before_it_changes_anything() {
     let in_use = |i: u32| debugfs(&img, &format!("testi <{i}>")).contains("marked in use");
     assert!(in_use(a), "the first EA inode was freed before the damage stopped the deletion");
     assert!(in_use(b) && in_use(f.0));
+    let fsck = Command::new(common::tool("e2fsck")).arg("-fn").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&fsck.stdout).into_owned();
+    assert!(text.contains(&format!("Deleted inode {} has zero dtime", f.0)), "{text}");
 }
