@@ -26,6 +26,8 @@ pub struct CrashDevice {
     log: Mutex<Vec<Op>>,
     /// Writes left before writes start failing (`u64::MAX`: never). [atomic]
     fail_after: AtomicU64,
+    /// Bytes where every write fails (a bad stretch of the media), empty if none. [own lock]
+    fail_in: Mutex<std::ops::Range<u64>>,
 }
 
 impl CrashDevice {
@@ -35,12 +37,18 @@ impl CrashDevice {
             initial: image,
             log: Mutex::new(Vec::new()),
             fail_after: AtomicU64::new(u64::MAX),
+            fail_in: Mutex::new(0..0),
         }
     }
 
     /// Makes every write after the next `n` fail with EIO.
     pub fn fail_writes_after(&self, n: u64) {
         self.fail_after.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes every write that touches a byte in `bytes` fail with EIO; others go on.
+    pub fn fail_writes_in(&self, bytes: std::ops::Range<u64>) {
+        *self.fail_in.lock() = bytes;
     }
 
     /// Number of operations so far (a position in the log).
@@ -82,7 +90,8 @@ impl BlockDevice for CrashDevice {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let left = self.fail_after.load(Ordering::SeqCst);
-        if left == 0 {
+        let bad = self.fail_in.lock().clone();
+        if left == 0 || (offset < bad.end && bad.start < offset + buf.len() as u64) {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         if left != u64::MAX {

@@ -93,10 +93,7 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Incompatible(_) => libc::EINVAL,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            // ext4 reports bad checksums as EFSBADCRC (= EBADMSG) and other corruption as
-            // EFSCORRUPTED (= EUCLEAN).
-            Error::Corrupt(c) if c.is_checksum() => libc::EBADMSG,
-            Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Corrupt(c) => c.errno(),
             Error::Stale => libc::ESTALE,
         }
     }
@@ -260,6 +257,16 @@ pub(crate) enum CorruptKind {
 }
 
 impl Corrupt {
+    /// ext4 reports bad checksums as EFSBADCRC (= EBADMSG) and other corruption as
+    /// EFSCORRUPTED (= EUCLEAN).
+    pub(crate) fn errno(&self) -> i32 {
+        if self.is_checksum() {
+            libc::EBADMSG
+        } else {
+            libc::EUCLEAN
+        }
+    }
+
     /// The inode concerned, if one is.
     pub fn inode(&self) -> Option<InodeNo> {
         use CorruptKind::*;

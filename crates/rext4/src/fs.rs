@@ -162,6 +162,8 @@ pub(crate) struct FsInner {
     pub errors: ErrorBehavior,
     /// Set once an error stopped changes (`errors=remount-ro`; see fs_error.rs). [atomic]
     pub stopped: std::sync::atomic::AtomicBool,
+    /// Set once an aborted journal is recorded in the superblock (see fs_error.rs). [atomic]
+    pub abort_recorded: std::sync::atomic::AtomicBool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -366,6 +368,7 @@ impl FsInner {
             stats: Arc::default(),
             errors,
             stopped: std::sync::atomic::AtomicBool::new(false),
+            abort_recorded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -18,21 +18,43 @@
 use crate::error::{Corrupt, Error, Result};
 use crate::fs::{ErrorBehavior, FsInner};
 use crate::stats::Op;
-use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use std::sync::atomic::Ordering;
 use zerocopy::IntoBytes;
 
-/// `EXT4_ERR_EFSBADCRC`: the code `s_*_error_errcode` keeps for a checksum mismatch.
-const ERR_EFSBADCRC: u8 = 4;
-/// `EXT4_ERR_EFSCORRUPTED`: the code for any other inconsistency.
-const ERR_EFSCORRUPTED: u8 = 5;
+/// The code `s_*_error_errcode` keeps for `errno` (`ext4_errno_to_code`): a checksum mismatch
+/// (`EFSBADCRC`, which is `EBADMSG`) is 4, other corruption (`EFSCORRUPTED`, `EUCLEAN`) 5, an
+/// I/O error 2; an errno without a code of its own is 1.
+fn errcode(errno: i32) -> u8 {
+    match errno {
+        libc::EIO => 2,
+        libc::ENOMEM => 3,
+        libc::EBADMSG => 4,
+        libc::EUCLEAN => 5,
+        libc::ENOSPC => 6,
+        libc::ENOKEY => 7,
+        libc::EROFS => 8,
+        libc::EFBIG => 9,
+        libc::EEXIST => 10,
+        libc::ERANGE => 11,
+        libc::EOVERFLOW => 12,
+        libc::EBUSY => 13,
+        libc::ENOTDIR => 14,
+        libc::ENOTEMPTY => 15,
+        libc::ESHUTDOWN => 16,
+        libc::EFAULT => 17,
+        _ => 1,
+    }
+}
 
 impl FsInner {
     /// `r`, after recording it in the superblock if it says the image is corrupt (see the
     /// module comment). `op` is the public operation that returns it.
     pub(crate) fn noted<T>(&self, op: Op, r: Result<T>) -> Result<T> {
-        if let Err(Error::Corrupt(c)) = &r {
-            self.record_error(op, c);
+        match &r {
+            Err(Error::Corrupt(c)) => self.record_error(op, c),
+            Err(_) => self.record_abort(),
+            Ok(_) => {}
         }
         r
     }
@@ -60,7 +82,8 @@ impl FsInner {
             let (_, off) = self.sbi.sb_location();
             let mut d = h.write(&self.sb_buf)?;
             let Some(mut sb) = Superblock::parse(&d[off..]) else { return Ok(()) };
-            record(&mut sb, op.name(), c, crate::mount::now_secs());
+            let (ino, block, code) = fields_of(c);
+            record(&mut sb, op.name(), ino, block, code, crate::mount::now_secs());
             d[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
             Ok(())
         })();
@@ -73,14 +96,53 @@ impl FsInner {
             self.stopped.store(true, Ordering::Release);
         }
     }
+
+    /// Records, once, that the journal aborted (an I/O error writing the log or a block's
+    /// home copy, or an operation that panicked): the kernel's `ext4_abort` when a journal
+    /// start finds the journal aborted ("Detected aborted journal"), which counts the error
+    /// under `ext4_journal_check_start` with the abort's errno and stops all changes. The
+    /// record goes straight into the superblock on disk, as nothing commits any more (replay
+    /// at the next open keeps it: `replay.rs`, `ERR_RANGE`), and into the cached copy for
+    /// [`crate::Fs::has_errors`]. Best effort, as the device may be what failed: the journal
+    /// superblock's errno (`Journal::record_abort`, written first) makes the next mount mark
+    /// the image anyway. Called on every failed operation's way out ([`FsInner::noted`]) and at close; the
+    /// caller holds no lock.
+    pub(crate) fn record_abort(&self) {
+        let Some(journal) = self.journal.as_ref().filter(|j| j.is_aborted()) else { return };
+        let Some(errno) = journal.abort_errno() else { return };
+        journal.record_abort();
+        if self.abort_recorded.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.stopped.store(true, Ordering::Release);
+        let (code, now) = (errcode(errno), crate::mount::now_secs());
+        let mark = |raw: &mut [u8]| {
+            let Some(mut sb) = Superblock::parse(raw) else { return };
+            record(&mut sb, "ext4_journal_check_start", 0, 0, code, now);
+            sb.update_checksum();
+            raw.copy_from_slice(sb.as_bytes());
+        };
+        let (_, off) = self.sbi.sb_location();
+        mark(&mut self.sb_buf.data_mut(0)[off..off + SUPERBLOCK_SIZE]);
+        // Under `cp_run`, so that a checkpoint writing the superblock's block home cannot
+        // put an older copy over the record.
+        let _run = journal.cp_run.lock();
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        if self.dev.read_at(&mut raw, SUPERBLOCK_OFFSET).is_ok() {
+            mark(&mut raw);
+            let _ = self.dev.write_at(&raw, SUPERBLOCK_OFFSET).and_then(|()| self.dev.flush());
+        }
+    }
+}
+
+/// What the record keeps of corruption `c`: its inode, its block and its code.
+fn fields_of(c: &Corrupt) -> (u32, u64, u8) {
+    (c.inode().map_or(0, |i| i.0), c.block().map_or(0, |b| b.0), errcode(c.errno()))
 }
 
 /// Adds one error to `sb`'s record (`__save_error_info`): the first one's fields are kept
 /// once set, the last one's always replaced.
-fn record(sb: &mut Superblock, func: &str, c: &Corrupt, now: i64) {
-    let ino = c.inode().map_or(0, |i| i.0);
-    let block = c.block().map_or(0, |b| b.0);
-    let code = if c.is_checksum() { ERR_EFSBADCRC } else { ERR_EFSCORRUPTED };
+fn record(sb: &mut Superblock, func: &str, ino: u32, block: u64, code: u8, now: i64) {
     let mut name = [0u8; 32];
     let n = func.len().min(name.len());
     name[..n].copy_from_slice(&func.as_bytes()[..n]);
@@ -117,19 +179,29 @@ mod tests {
         let bad_dir =
             Corrupt(CorruptKind::DirEntry { ino: InodeNo(12), block: Some(PhysBlock(700)), what: "x" });
         let bad_sum = Corrupt(CorruptKind::InodeChecksum { ino: InodeNo(13) });
-        record(&mut sb, "ext4_unlink", &bad_dir, 1 << 33);
-        record(&mut sb, "ext4_lookup", &bad_sum, 5);
+        let ((i1, b1, c1), (i2, b2, c2)) = (fields_of(&bad_dir), fields_of(&bad_sum));
+        record(&mut sb, "ext4_unlink", i1, b1, c1, 1 << 33);
+        record(&mut sb, "ext4_lookup", i2, b2, c2, 5);
         assert_eq!(sb.s_state.get() & STATE_ERROR, STATE_ERROR);
         assert_eq!(sb.s_error_count.get(), 2);
         assert_eq!((sb.s_first_error_time.get(), sb.s_first_error_time_hi), (0, 2));
         assert_eq!(sb.s_first_error_ino.get(), 12);
         assert_eq!(sb.s_first_error_block.get(), 700);
         assert_eq!(&sb.s_first_error_func[..12], b"ext4_unlink\0");
-        assert_eq!(sb.s_first_error_errcode, ERR_EFSCORRUPTED);
+        assert_eq!(sb.s_first_error_errcode, 5, "EXT4_ERR_EFSCORRUPTED");
         assert_eq!((sb.s_last_error_time.get(), sb.s_last_error_time_hi), (5, 0));
         assert_eq!(sb.s_last_error_ino.get(), 13);
         assert_eq!(sb.s_last_error_block.get(), 0);
         assert_eq!(&sb.s_last_error_func[..12], b"ext4_lookup\0");
-        assert_eq!(sb.s_last_error_errcode, ERR_EFSBADCRC);
+        assert_eq!(sb.s_last_error_errcode, 4, "EXT4_ERR_EFSBADCRC");
+    }
+
+    #[test]
+    fn errnos_map_to_the_kernels_codes() {
+        let codes =
+            [(libc::EIO, 2), (libc::ENOSPC, 6), (libc::EROFS, 8), (libc::EFAULT, 17), (libc::EPERM, 1)];
+        for (errno, code) in codes {
+            assert_eq!(errcode(errno), code, "errno {errno}");
+        }
     }
 }

@@ -27,6 +27,10 @@ impl FsInner {
         self.groups.check_writable(&self.sbi)?;
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        // An abort the journal recorded without leaving anything to replay (recovery clears
+        // it itself): the filesystem is marked as having errors below, then the record is
+        // cleared (`ext4_clear_journal_err`).
+        let journal_errno = log.jsb.as_ref().map_or(0, |j| j.errno());
         let has_log = log.geo.is_some();
         self.orphans = Arc::new(crate::orphan::Orphans::load(self, has_log)?);
         let (sb_blk, sb_off) = self.sbi.sb_location();
@@ -92,11 +96,23 @@ impl FsInner {
             } else {
                 sb.s_state.set(sb.s_state.get() & !STATE_VALID);
             }
+            if journal_errno != 0 {
+                sb.s_state.set(sb.s_state.get() | STATE_ERROR);
+            }
             sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
             let t = now_secs();
             sb.s_mtime.set(t as u32);
             sb.s_mtime_hi = (t >> 32) as u8;
         })?;
+        if journal_errno != 0 {
+            let mut log = journal.log.lock();
+            if let Some(jsb) = log.jsb.as_mut() {
+                jsb.set_errno(0);
+                let (start, sequence) = (jsb.start(), jsb.sequence());
+                let bs = self.sbi.block_size as usize;
+                crate::jbd2::checkpoint::write_jsb(&*self.dev, bs, &mut log, start, sequence)?;
+            }
+        }
         let j = journal.clone();
         let thread = std::thread::Builder::new()
             .name("rext4-commit".into())
@@ -195,6 +211,7 @@ impl FsInner {
         journal.request_shutdown();
         let _ = thread.join();
         if let Some(why) = journal.abort_reason() {
+            self.record_abort();
             return Err(Error::Io(std::io::Error::other(why)));
         }
         journal.close()?;
@@ -225,7 +242,7 @@ impl Fs {
     pub fn sync(&self) -> Result<()> {
         let _t = self.inner.stats.time(crate::stats::Op::Sync);
         match &self.inner.journal {
-            Some(j) => j.sync(),
+            Some(j) => self.inner.noted(crate::stats::Op::Sync, j.sync()),
             None => Ok(()),
         }
     }

@@ -98,7 +98,7 @@ fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<RecoveryR
     if jsb.start() != 0 || jsb.errno() != 0 {
         jsb.set_start(0);
         jsb.set_sequence(replay.report.end_sequence);
-        jsb.s_errno.set(0);
+        jsb.set_errno(0);
         // An empty journal does not advertise fast commits (`jbd2_mark_journal_empty`).
         jsb.set_incompat(jsb.incompat() - JournalIncompat::FAST_COMMIT);
         jsb.update_checksum();

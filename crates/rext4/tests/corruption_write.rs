@@ -135,20 +135,10 @@ fn bitmap_on_a_descriptor_block() {
     }
 }
 
-/// The value of `key` in `dumpe2fs -h`'s listing of `img` ("" if it has no such line).
-fn sb_field(img: &Path, key: &str) -> String {
-    let out = Command::new(common::tool("dumpe2fs")).arg("-h").arg(img).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}:")))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_default()
-}
-
 /// The superblock's error record, as `dumpe2fs -h` shows it.
 fn error_record(img: &Path) -> [String; 5] {
     ["Filesystem state", "FS Error count", "First error inode #", "First error err", "Last error err"]
-        .map(|k| sb_field(img, k))
+        .map(|k| common::sb_field(img, k))
 }
 
 /// A file `/f` whose xattr block's first entry claims a value larger than any: a file the
@@ -183,7 +173,7 @@ fn corruption_is_recorded_in_the_superblock() {
     let (img, f) = damaged_xattr_image(dir.path(), "rec");
     let kimg = dir.path().join("kernel.img");
     std::fs::copy(&img, &kimg).unwrap();
-    assert_eq!(sb_field(&img, "Filesystem state"), "clean");
+    assert_eq!(common::sb_field(&img, "Filesystem state"), "clean");
     let fs = rw(&img);
     assert!(!fs.has_errors());
     // As the kernel's: the name goes and the unlink succeeds; the inode that could not be
@@ -196,7 +186,7 @@ fn corruption_is_recorded_in_the_superblock() {
     drop(fs);
     let want = ["clean with errors", "1", &f.0.to_string(), "EFSCORRUPTED", "EFSCORRUPTED"].map(String::from);
     assert_eq!(error_record(&img), want);
-    assert_eq!(sb_field(&img, "First error function"), "ext4_unlink");
+    assert_eq!(common::sb_field(&img, "First error function"), "ext4_unlink");
     assert!(Fs::open(&img).is_ok_and(|fs| fs.has_errors()), "reopened, the mark is there");
     let ours = fsck_report(&img);
     assert!(ours.iter().any(|l| l.starts_with(&format!("Deleted inode {} has zero dtime", f.0))), "{ours:?}");
@@ -251,7 +241,7 @@ fn a_bad_checksum_is_recorded_as_such() {
     fs.unmount().unwrap();
     let want = ["clean with errors", "1", &d.0.to_string(), "EFSBADCRC", "EFSBADCRC"].map(String::from);
     assert_eq!(error_record(&img), want);
-    assert_eq!(sb_field(&img, "First error function"), "ext4_lookup");
+    assert_eq!(common::sb_field(&img, "First error function"), "ext4_lookup");
     let ours = fsck_report(&img);
     assert!(ours.iter().any(|l| l.contains("checksum")), "e2fsck sees the damage: {ours:?}");
     if let Some(got) = kernel_errno(&kimg, |m| std::fs::metadata(m.join("d/x")).map(|_| ())) {
@@ -320,7 +310,7 @@ fn the_errors_option_overrides_the_superblock() {
         assert_eq!(created, if stops { libc::EROFS } else { 0 }, "{sb_says} / {option:?}");
         fs.unmount().unwrap();
         drop(fs);
-        assert_eq!(sb_field(&img, "Filesystem state"), "clean with errors");
+        assert_eq!(common::sb_field(&img, "Filesystem state"), "clean with errors");
         let report = fsck_report(&img);
         let deleted = format!("Deleted inode {} has zero dtime", f.0);
         assert!(report.iter().any(|l| l.starts_with(&deleted)), "{sb_says}: {report:?}");
@@ -364,7 +354,7 @@ fn a_file_with_a_free_block_is_left_whole() {
         let t = String::from_utf8_lossy(&out.stdout).into_owned();
         assert_eq!(t.contains("marked in use"), i != 5, "block {b}: {t}");
     }
-    assert_eq!(sb_field(&img, "Filesystem state"), "clean with errors");
+    assert_eq!(common::sb_field(&img, "Filesystem state"), "clean with errors");
     let report = fsck_report(&img);
     assert!(
         report.iter().any(|l| l.starts_with(&format!("Deleted inode {} has zero dtime", f.0))),

@@ -113,6 +113,9 @@ impl JournalSuperblock {
     pub fn errno(&self) -> i32 {
         self.s_errno.get()
     }
+    pub fn set_errno(&mut self, v: i32) {
+        self.s_errno.set(v);
+    }
     /// Head of the log, kept up to date only while the filesystem is clean.
     pub fn head(&self) -> u32 {
         self.s_head.get()

@@ -51,10 +51,12 @@ impl Journal {
             if self.check_aborted().is_err() {
                 continue;
             }
-            let _run = self.cp_run.lock();
-            let goal = self.log_capacity() / 4;
-            if let Err(e) = self.checkpoint_to(goal) {
-                self.abort(format!("journal checkpoint failed: {e}"));
+            let done = {
+                let _run = self.cp_run.lock();
+                self.checkpoint_to(self.log_capacity() / 4)
+            };
+            if let Err(e) = done {
+                self.abort(format!("journal checkpoint failed: {e}"), e.errno());
             }
         }
     }

@@ -265,7 +265,10 @@ pub(crate) struct Journal {
     next_serial: AtomicU64,
     /// Set after an I/O error: nothing more is committed. [atomic]
     aborted: AtomicBool,
-    abort_reason: Mutex<Option<String>>,
+    /// What aborted the journal first, and its errno. [own mutex, leaf]
+    abort_reason: Mutex<Option<(String, i32)>>,
+    /// Set once the abort's errno is in the journal superblock. [atomic]
+    abort_recorded: AtomicBool,
     max_txn_buffers: u32,
     /// Copy of `State::committed` readable without the state lock. [atomic]
     committed_tid: AtomicU32,
@@ -320,6 +323,7 @@ impl Journal {
             next_serial: AtomicU64::new(2),
             aborted: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
+            abort_recorded: AtomicBool::new(false),
             max_txn_buffers,
             committed_tid: AtomicU32::new(first_tid.wrapping_sub(1)),
             commit_interval,
@@ -337,6 +341,10 @@ impl Journal {
         self.max_txn_buffers
     }
 
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
     pub fn check_aborted(&self) -> Result<()> {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::ReadOnly);
@@ -344,13 +352,37 @@ impl Journal {
         Ok(())
     }
 
-    /// Stops all further commits after a failure; the filesystem turns read-only.
-    /// The first reason is kept.
-    pub fn abort(&self, why: String) {
+    /// Stops all further commits after a failure (`errno`, positive); the filesystem turns
+    /// read-only. The first reason is kept, and its errno is written into the journal
+    /// superblock ([`Journal::record_abort`]), except by a thread that is panicking, whose
+    /// write could panic again: the failed operation's way out does it then.
+    pub fn abort(&self, why: String, errno: i32) {
         self.aborted.store(true, Ordering::Release);
-        self.abort_reason.lock().get_or_insert(why);
+        self.abort_reason.lock().get_or_insert((why, errno));
+        if !std::thread::panicking() {
+            self.record_abort();
+        }
         let _g = self.state.lock();
         self.notify_everyone();
+    }
+
+    /// Writes the abort's errno, negated, into the journal superblock, once
+    /// (`jbd2_journal_update_sb_errno`), so that whoever mounts the image next (the kernel,
+    /// e2fsck or rext4) marks the filesystem as having errors, whatever else of this mount
+    /// reaches the disk. Best effort: the device may be what failed. Takes `cp_run`, so that
+    /// a checkpoint's move of the log tail cannot write an older copy over it afterwards, then
+    /// `log`: never called holding either.
+    pub fn record_abort(&self) {
+        let Some(errno) = self.abort_errno() else { return };
+        if self.abort_recorded.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _run = self.cp_run.lock();
+        let mut log = self.log.lock();
+        let Some(jsb) = log.jsb.as_mut() else { return };
+        let (start, sequence) = (jsb.start(), jsb.sequence());
+        jsb.set_errno(-errno);
+        let _ = super::checkpoint::write_jsb(&*self.dev, self.block_size, &mut log, start, sequence);
     }
 
     fn notify_everyone(&self) {
@@ -360,7 +392,12 @@ impl Journal {
     }
 
     pub fn abort_reason(&self) -> Option<String> {
-        self.abort_reason.lock().clone()
+        self.abort_reason.lock().as_ref().map(|(why, _)| why.clone())
+    }
+
+    /// The errno the journal was aborted with, if it was.
+    pub fn abort_errno(&self) -> Option<i32> {
+        self.abort_reason.lock().as_ref().map(|&(_, errno)| errno)
     }
 
     /// Starts a handle that may write up to `credits` buffers (`jbd2_journal_start`).
@@ -480,7 +517,7 @@ impl Journal {
         impl Drop for Ending<'_> {
             fn drop(&mut self) {
                 if std::thread::panicking() {
-                    self.0.abort("journal commit panicked".into());
+                    self.0.abort("journal commit panicked".into(), libc::EIO);
                 }
                 self.0.end_commit(self.1);
             }
@@ -488,7 +525,7 @@ impl Journal {
         let _ending = Ending(self, wake_early);
         if !self.aborted.load(Ordering::Acquire) {
             if let Err(e) = self.commit(t, wake_early) {
-                self.abort(format!("journal commit failed: {e}"));
+                self.abort(format!("journal commit failed: {e}"), e.errno());
             }
         }
     }

@@ -342,7 +342,7 @@ impl Drop for Handle<'_> {
             // The operation stopped half way (a bug): its transaction must never commit, so
             // the journal aborts and the filesystem turns read-only with the image as the
             // last commit left it, as jbd2 does after an error.
-            self.journal.abort("an operation panicked with its journal handle open".into());
+            self.journal.abort("an operation panicked with its journal handle open".into(), libc::EIO);
         }
         self.finish();
     }

@@ -185,6 +185,16 @@ pub fn extent_depth(img: &Path, path: &str) -> u32 {
         .unwrap_or_else(|| panic!("no extent listing for {path}:\n{text}"))
 }
 
+/// The value of `key` in `dumpe2fs -h`'s listing of `img` ("" if it has no such line).
+pub fn sb_field(img: &Path, key: &str) -> String {
+    let out = run(Command::new(tool("dumpe2fs")).arg("-h").arg(img));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
 pub fn features(img: &Path) -> BTreeSet<String> {
     let o = run(Command::new(tool("dumpe2fs")).arg("-h").arg(img));
     assert!(o.status.success(), "dumpe2fs -h failed:\n{}", out_text(&o));
