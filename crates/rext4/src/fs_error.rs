@@ -105,8 +105,8 @@ impl FsInner {
     /// at the next open keeps it: `replay.rs`, `ERR_RANGE`), and into the cached copy for
     /// [`crate::Fs::has_errors`]. Best effort, as the device may be what failed: the journal
     /// superblock's errno (`Journal::record_abort`, written first) makes the next mount mark
-    /// the image anyway. Called on every failed operation's way out ([`FsInner::noted`]) and at close; the
-    /// caller holds no lock.
+    /// the image anyway. Called on every failed operation's way out ([`FsInner::noted`]) and
+    /// at close; the caller holds no lock.
     pub(crate) fn record_abort(&self) {
         let Some(journal) = self.journal.as_ref().filter(|j| j.is_aborted()) else { return };
         let Some(errno) = journal.abort_errno() else { return };

@@ -357,8 +357,9 @@ impl Journal {
     /// superblock ([`Journal::record_abort`]), except by a thread that is panicking, whose
     /// write could panic again: the failed operation's way out does it then.
     pub fn abort(&self, why: String, errno: i32) {
-        self.aborted.store(true, Ordering::Release);
+        // The reason first: whoever sees the flag finds the errno.
         self.abort_reason.lock().get_or_insert((why, errno));
+        self.aborted.store(true, Ordering::Release);
         if !std::thread::panicking() {
             self.record_abort();
         }
