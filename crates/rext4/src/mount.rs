@@ -28,8 +28,9 @@ impl FsInner {
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         // An abort the journal recorded without leaving anything to replay (recovery clears
-        // it itself): the filesystem is marked as having errors below, then the record is
-        // cleared (`ext4_clear_journal_err`).
+        // it itself): the filesystem is marked as having errors below, and only once that
+        // mark is durable is the journal's record cleared (`ext4_clear_journal_err`), so that
+        // a crash between the two loses neither.
         let journal_errno = log.jsb.as_ref().map_or(0, |j| j.errno());
         let has_log = log.geo.is_some();
         self.orphans = Arc::new(crate::orphan::Orphans::load(self, has_log)?);
