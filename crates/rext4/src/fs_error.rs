@@ -104,17 +104,19 @@ impl FsInner {
     /// record goes straight into the superblock on disk, as nothing commits any more (replay
     /// at the next open keeps it: `replay.rs`, `ERR_RANGE`), and into the cached copy for
     /// [`crate::Fs::has_errors`]. Best effort, as the device may be what failed: the journal
-    /// superblock's errno (`Journal::record_abort`, written first) makes the next mount mark
+    /// superblock's errno (`Journal::write_errno`, written first) makes the next mount mark
     /// the image anyway. Called on every failed operation's way out ([`FsInner::noted`]) and
     /// at close; the caller holds no lock.
     pub(crate) fn record_abort(&self) {
+        // After the first, a failed operation costs two atomic loads here.
         let Some(journal) = self.journal.as_ref().filter(|j| j.is_aborted()) else { return };
-        let Some(errno) = journal.abort_errno() else { return };
-        journal.record_abort();
-        if self.abort_recorded.swap(true, Ordering::AcqRel) {
+        if self.abort_recorded.load(Ordering::Acquire) || self.abort_recorded.swap(true, Ordering::AcqRel) {
             return;
         }
         self.stopped.store(true, Ordering::Release);
+        journal.write_errno();
+        // Set before the journal's abort flag: cannot be missing.
+        let Some(errno) = journal.abort_errno() else { return };
         let (code, now) = (errcode(errno), crate::mount::now_secs());
         let mark = |raw: &mut [u8]| {
             let Some(mut sb) = Superblock::parse(raw) else { return };

@@ -354,14 +354,14 @@ impl Journal {
 
     /// Stops all further commits after a failure (`errno`, positive); the filesystem turns
     /// read-only. The first reason is kept, and its errno is written into the journal
-    /// superblock ([`Journal::record_abort`]), except by a thread that is panicking, whose
+    /// superblock ([`Journal::write_errno`]), except by a thread that is panicking, whose
     /// write could panic again: the failed operation's way out does it then.
     pub fn abort(&self, why: String, errno: i32) {
         // The reason first: whoever sees the flag finds the errno.
         self.abort_reason.lock().get_or_insert((why, errno));
         self.aborted.store(true, Ordering::Release);
         if !std::thread::panicking() {
-            self.record_abort();
+            self.write_errno();
         }
         let _g = self.state.lock();
         self.notify_everyone();
@@ -373,7 +373,7 @@ impl Journal {
     /// reaches the disk. Best effort: the device may be what failed. Takes `cp_run`, so that
     /// a checkpoint's move of the log tail cannot write an older copy over it afterwards, then
     /// `log`: never called holding either.
-    pub fn record_abort(&self) {
+    pub fn write_errno(&self) {
         let Some(errno) = self.abort_errno() else { return };
         if self.abort_recorded.swap(true, Ordering::AcqRel) {
             return;
