@@ -7,7 +7,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::extent::Node;
-use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL, S_IFLNK};
+use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL, S_IFDIR, S_IFLNK, S_IFREG};
 
 /// Blocks an inode owns: data runs, and metadata blocks (tree or indirect blocks).
 #[derive(Default)]
@@ -21,7 +21,15 @@ impl FsInner {
     pub(crate) fn owned_blocks(&self, inode: &Inode) -> Result<Owned> {
         let d = inode.disk();
         let mut out = Owned::default();
-        if d.flags() & INLINE_DATA_FL != 0 || (d.file_type() == S_IFLNK && self.is_fast_symlink(inode)) {
+        // Only regular files, directories and slow symlinks map blocks (the kernel's
+        // `ext4_can_truncate`): a device node keeps its device number in `i_block`, which
+        // read as a block map would name some block of the filesystem.
+        let maps_blocks = match d.file_type() {
+            S_IFREG | S_IFDIR => true,
+            S_IFLNK => !self.is_fast_symlink(inode),
+            _ => false,
+        };
+        if !maps_blocks || d.flags() & INLINE_DATA_FL != 0 {
             return Ok(out);
         }
         if d.flags() & EXTENTS_FL != 0 {
@@ -42,7 +50,7 @@ impl FsInner {
                         }
                     } else {
                         let child = node.index(i).leaf();
-                        let buf = self.bread(child, Some(inode.ino))?;
+                        let buf = self.bread_owned(inode.ino, child)?;
                         out.meta.push(child);
                         stack.push((buf.data().to_vec(), Some(node.depth() - 1)));
                     }
@@ -67,7 +75,7 @@ impl FsInner {
                 .filter(|(b, _)| *b != 0)
                 .collect();
             while let Some((blk, level)) = stack.pop() {
-                let buf = self.bread(blk, Some(inode.ino))?;
+                let buf = self.bread_owned(inode.ino, blk)?;
                 out.meta.push(blk);
                 let data = buf.data();
                 for i in 0..ptrs {
