@@ -13,7 +13,6 @@ use crate::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::jbd2::transaction::Handle;
-use rext4_format::features::Incompat;
 use rext4_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use rext4_format::PhysBlock;
 use std::sync::atomic::Ordering;
@@ -28,21 +27,7 @@ impl FsInner {
     /// Blocks at the start of group `g` taken by superblock and descriptor copies
     /// (`ext4_num_base_meta_blocks`).
     pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
-        let sbi = &self.sbi;
-        let has_super = u64::from(sbi.group_has_super(g));
-        let meta_bg = sbi.sb.incompat().contains(Incompat::META_BG);
-        let first_meta_bg = sbi.sb.s_first_meta_bg.get();
-        if !meta_bg || g / sbi.descs_per_block < first_meta_bg {
-            if has_super == 0 {
-                return 0;
-            }
-            let gdb = if meta_bg { u64::from(first_meta_bg) } else { sbi.gdt_blocks };
-            has_super + gdb + u64::from(sbi.sb.s_reserved_gdt_blocks.get())
-        } else {
-            let first = (g / sbi.descs_per_block) * sbi.descs_per_block;
-            let last = first + sbi.descs_per_block - 1;
-            has_super + u64::from(g == first || g == first + 1 || g == last)
-        }
+        self.sbi.base_meta_blocks(g)
     }
 
     /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
@@ -183,6 +168,24 @@ impl FsInner {
             }
         }
         let (off, len) = found;
+        let first = self.sbi.group_first_block(g);
+        if !self.zones.clear_of(None, first + off as u64, len as u64) {
+            // The bitmap calls metadata free (the kernel's "Allocating blocks which overlap fs
+            // metadata"): mark those blocks in use, as they are, and fail this allocation with
+            // the damage, to be recorded; the next one searches the corrected bitmap.
+            let meta: Vec<usize> =
+                (off..off + len).filter(|&i| !self.zones.clear_of(None, first + i as u64, 1)).collect();
+            for &i in &meta {
+                bitmap::set(&mut map, i);
+            }
+            self.groups.state[g as usize].free_blocks.fetch_sub(meta.len() as u32, Ordering::AcqRel);
+            drop(map);
+            self.counters.free_blocks.add(-(meta.len() as i64));
+            self.touch_group_desc(h, g)?;
+            // Cannot be empty: the run overlaps a zone, so one of its blocks is in it.
+            let block = PhysBlock(first + meta[0] as u64);
+            return corrupt(CorruptKind::SystemZone { ino: None, block, len: meta.len() as u64 });
+        }
         bitmap::set_range(&mut map, off, off + len);
         let st = &self.groups.state[g as usize];
         st.free_blocks.fetch_sub(len as u32, Ordering::AcqRel);
@@ -250,11 +253,15 @@ impl FsInner {
         Ok(())
     }
 
-    /// `len` blocks from `start` lie in the filesystem's data area.
+    /// `len` blocks from `start` lie in the filesystem's data area, inside the filesystem
+    /// and outside its metadata: whoever named them, no metadata block is ever freed.
     fn check_block_range(&self, start: u64, len: u64) -> Result<()> {
         let sbi = &self.sbi;
         if start < sbi.first_data_block || start.checked_add(len).is_none_or(|e| e > sbi.blocks_count) {
             return corrupt(CorruptKind::BlockRange { ino: None, block: PhysBlock(start) });
+        }
+        if !self.zones.clear_of(None, start, len) {
+            return corrupt(CorruptKind::SystemZone { ino: None, block: PhysBlock(start), len });
         }
         Ok(())
     }

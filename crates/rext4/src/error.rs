@@ -198,6 +198,13 @@ pub(crate) enum CorruptKind {
         ino: Option<InodeNo>,
         block: PhysBlock,
     },
+    /// A run of blocks named as data (or as an inode's own metadata) that overlaps the
+    /// filesystem's metadata: superblock, descriptors, bitmaps, inode tables, journal.
+    SystemZone {
+        ino: Option<InodeNo>,
+        block: PhysBlock,
+        len: u64,
+    },
     ExtentTree {
         ino: InodeNo,
         block: Option<PhysBlock>,
@@ -276,7 +283,7 @@ impl Corrupt {
             DirChecksum { ino, .. } | DxChecksum { ino, .. } => Some(*ino),
             Xattr { ino, .. } | XattrChecksum { ino, .. } | InlineData { ino, .. } => Some(*ino),
             Symlink { ino, .. } | OrphanFile { ino, .. } | OrphanFileChecksum { ino, .. } => Some(*ino),
-            BlockRange { ino, .. } => *ino,
+            BlockRange { ino, .. } | SystemZone { ino, .. } => *ino,
             Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
             Journal(_) | JournalChecksum(_) => None,
         }
@@ -287,6 +294,7 @@ impl Corrupt {
         use CorruptKind::*;
         match &self.0 {
             BlockRange { block, .. } | ExtentChecksum { block, .. } | BlockMap { block, .. } => Some(*block),
+            SystemZone { block, .. } => Some(*block),
             DirChecksum { block, .. } | DxChecksum { block, .. } | XattrChecksum { block, .. } => {
                 Some(*block)
             }
@@ -338,6 +346,12 @@ impl fmt::Display for Corrupt {
                 write!(f, "inode {ino}: block {block} outside the filesystem")
             }
             BlockRange { ino: None, block } => write!(f, "block {block} outside the filesystem"),
+            SystemZone { ino: Some(ino), block, len } => {
+                write!(f, "inode {ino}: blocks {block}+{len} overlap filesystem metadata")
+            }
+            SystemZone { ino: None, block, len } => {
+                write!(f, "blocks {block}+{len} overlap filesystem metadata")
+            }
             ExtentTree { ino, block, what } => {
                 write!(f, "inode {ino}{}: extent tree: {what}", blk(block))
             }

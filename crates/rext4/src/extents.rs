@@ -98,7 +98,7 @@ impl FsInner {
     /// Reads an extent tree block and checks its header and checksum (once per load).
     pub(crate) fn read_extent_block(&self, inode: &Inode, blk: u64) -> Result<Arc<Buffer>> {
         let ino = inode.ino;
-        let buf = self.bread(blk, Some(ino))?;
+        let buf = self.bread_owned(ino, blk)?;
         let csum = self.sbi.metadata_csum;
         let seed = inode.csum_seed;
         buf.verify(Verified::ExtentBlock, |data| {

@@ -164,6 +164,8 @@ pub(crate) struct FsInner {
     pub stopped: std::sync::atomic::AtomicBool,
     /// Set once an aborted journal is recorded in the superblock (see fs_error.rs). [atomic]
     pub abort_recorded: std::sync::atomic::AtomicBool,
+    /// Metadata blocks no inode may name (see block_validity.rs). [immutable after open]
+    pub zones: crate::block_validity::SystemZones,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -205,6 +207,7 @@ impl Fs {
         };
         let mut inner = FsInner::new(dev, sbi, &opts)?;
         inner.recovery = recovery;
+        inner.protect_journal();
         if opts.writable {
             inner.start_writing(&opts)?;
         }
@@ -344,6 +347,7 @@ impl FsInner {
             _ => ErrorBehavior::Continue,
         });
         let (free_blocks, free_inodes, dirs) = groups.totals();
+        let zones = crate::block_validity::SystemZones::build(&sbi, &groups, |g| sbi.base_meta_blocks(g));
         let counters = Arc::new(crate::counter::Counters {
             free_blocks: crate::counter::ShardedCounter::new(free_blocks as i64),
             free_inodes: crate::counter::ShardedCounter::new(free_inodes as i64),
@@ -369,6 +373,7 @@ impl FsInner {
             errors,
             stopped: std::sync::atomic::AtomicBool::new(false),
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
+            zones,
         })
     }
 
@@ -378,15 +383,6 @@ impl FsInner {
             return corrupt(CorruptKind::BlockRange { ino, block: PhysBlock(blk) });
         }
         self.bcache.get(blk)
-    }
-
-    /// Checks that `len` blocks from `blk` lie inside the filesystem.
-    pub(crate) fn check_range(&self, ino: InodeNo, blk: u64, len: u64) -> Result<()> {
-        let end = blk.checked_add(len);
-        if blk < self.sbi.first_data_block || end.is_none_or(|e| e > self.sbi.blocks_count) {
-            return corrupt(CorruptKind::BlockRange { ino: Some(ino), block: PhysBlock(blk) });
-        }
-        Ok(())
     }
 
     fn statfs(&self) -> StatFs {

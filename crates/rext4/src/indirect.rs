@@ -53,7 +53,7 @@ impl FsInner {
                 // A missing indirect block: the whole range below it is a hole.
                 return Ok(Mapping::Hole { len: (covered - l).min(u64::from(u32::MAX)) });
             }
-            let buf = self.bread(blk, Some(inode.ino))?;
+            let buf = self.bread_owned(inode.ino, blk)?;
             let data = buf.data();
             covered /= ptrs;
             let idx = (l / covered) as usize;

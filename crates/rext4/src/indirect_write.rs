@@ -54,8 +54,7 @@ impl FsInner {
             if p == 0 {
                 return Ok(None);
             }
-            self.check_range(inode.ino, p, 1)?;
-            let buf = self.bread(p, Some(inode.ino))?;
+            let buf = self.bread_owned(inode.ino, p)?;
             p = word(&buf.data(), o);
         }
         if p == 0 {
@@ -96,8 +95,7 @@ impl FsInner {
             set_word(&mut raw[I_BLOCK..], slot, parent);
         }
         for (depth, &o) in offs.iter().enumerate() {
-            self.check_range(inode.ino, parent, 1)?;
-            let buf = self.bread(parent, Some(inode.ino))?;
+            let buf = self.bread_owned(inode.ino, parent)?;
             let cur = word(&buf.data(), o);
             if cur != 0 {
                 parent = cur;
@@ -121,7 +119,10 @@ impl FsInner {
 
     /// Frees every block at or past logical block `from` of the block map in `raw` (data and
     /// the indirect blocks left empty), clearing pointers to them.
+    /// Checks everything first (see [`FsInner::ind_truncate_check`]), so that damage found
+    /// half way never leaves blocks freed that the record still names.
     pub(crate) fn ind_truncate(&self, h: &Handle, inode: &Inode, raw: &mut [u8], from: u64) -> Result<()> {
+        self.ind_truncate_check(h, inode, raw, from)?;
         let sectors = u64::from(self.sbi.block_size / 512);
         let ptrs = (self.sbi.block_size / 4) as u64;
         for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
@@ -154,6 +155,52 @@ impl FsInner {
         Ok(())
     }
 
+    /// What [`FsInner::ind_truncate`] would find wrong, found without changing anything: every
+    /// block it may free (data and indirect blocks at or past `from`) inside the filesystem,
+    /// outside its metadata and in use, every indirect block on the way readable.
+    fn ind_truncate_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64) -> Result<()> {
+        let ptrs = (self.sbi.block_size / 4) as u64;
+        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+            let p = word(&raw[I_BLOCK..], i);
+            if p != 0 {
+                self.check_range(inode.ino, p, 1)?;
+                self.check_blocks_in_use(h, p, 1)?;
+            }
+        }
+        let mut first = NDIR_BLOCKS as u64;
+        let mut span = ptrs;
+        // (block, levels below it, blocks it covers, first covered block to free)
+        let mut stack = Vec::new();
+        for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
+            let p = word(&raw[I_BLOCK..], slot);
+            if p != 0 && from < first + span {
+                stack.push((p, levels, span, from.saturating_sub(first)));
+            }
+            first += span;
+            span = span.saturating_mul(ptrs);
+        }
+        // Depth strictly decreases down the stack, so the walk ends.
+        while let Some((blk, levels, span, from)) = stack.pop() {
+            self.check_blocks_in_use(h, blk, 1)?;
+            let buf = self.bread_owned(inode.ino, blk)?;
+            let per = span / ptrs;
+            let d = buf.data();
+            for i in 0..ptrs as usize {
+                let (p, start) = (word(&d, i), i as u64 * per);
+                if p == 0 || start + per <= from {
+                    continue;
+                }
+                self.check_range(inode.ino, p, 1)?;
+                if levels == 1 {
+                    self.check_blocks_in_use(h, p, 1)?;
+                } else {
+                    stack.push((p, levels - 1, per, from.saturating_sub(start)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Frees what indirect block `blk` (covering `span` blocks, `levels` deep) maps at or past
     /// `from` (relative to its start). Returns whether it is now empty (freeing it is the
     /// caller's job) and how many blocks below it were freed.
@@ -166,10 +213,9 @@ impl FsInner {
         span: u64,
         from: u64,
     ) -> Result<(bool, u64)> {
-        self.check_range(inode.ino, blk, 1)?;
         let ptrs = (self.sbi.block_size / 4) as usize;
         let per = span / ptrs as u64;
-        let buf = self.bread(blk, Some(inode.ino))?;
+        let buf = self.bread_owned(inode.ino, blk)?;
         let entries: Vec<u64> = {
             let d = buf.data();
             (0..ptrs).map(|i| word(&d, i)).collect()

@@ -28,6 +28,7 @@ mod alloc_tests;
 mod attr;
 mod balloc;
 mod bitmap;
+mod block_validity;
 mod buffer;
 mod cache;
 mod counter;

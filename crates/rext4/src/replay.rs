@@ -188,6 +188,13 @@ impl JournalLog {
     }
 }
 
+impl JournalLog {
+    /// The log's runs on the device, as (first device block, length).
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.runs.iter().map(|&(_, p, len)| (p, u64::from(len)))
+    }
+}
+
 impl JournalBlocks for JournalLog {
     fn read(&self, n: u32, buf: &mut [u8]) -> Result<()> {
         let Some(blk) = self.device_block(n) else {

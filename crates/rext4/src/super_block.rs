@@ -239,6 +239,25 @@ impl SbInfo {
         (self.blocks_count - first).min(u64::from(self.blocks_per_group))
     }
 
+    /// Blocks at the start of group `g` taken by superblock and descriptor copies
+    /// (`ext4_num_base_meta_blocks`).
+    pub fn base_meta_blocks(&self, g: u32) -> u64 {
+        let has_super = u64::from(self.group_has_super(g));
+        let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
+        let first_meta_bg = self.sb.s_first_meta_bg.get();
+        if !meta_bg || g / self.descs_per_block < first_meta_bg {
+            if has_super == 0 {
+                return 0;
+            }
+            let gdb = if meta_bg { u64::from(first_meta_bg) } else { self.gdt_blocks };
+            has_super + gdb + u64::from(self.sb.s_reserved_gdt_blocks.get())
+        } else {
+            let first = (g / self.descs_per_block) * self.descs_per_block;
+            let last = first + self.descs_per_block - 1;
+            has_super + u64::from(g == first || g == first + 1 || g == last)
+        }
+    }
+
     /// Whether group `g` carries a superblock backup (and descriptor copies).
     pub fn group_has_super(&self, g: u32) -> bool {
         let sb = &self.sb;

@@ -98,7 +98,7 @@ impl FsInner {
 
     /// Xattr block `blk` of inode `ino`, its header and checksum checked (once per load).
     pub(crate) fn xattr_block(&self, ino: InodeNo, blk: u64) -> Result<Arc<Buffer>> {
-        let buf = self.bread(blk, Some(ino))?;
+        let buf = self.bread_owned(ino, blk)?;
         let (csum, seed) = (self.sbi.metadata_csum, self.sbi.csum_seed);
         buf.verify(Verified::XattrBlock, |data| {
             let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);

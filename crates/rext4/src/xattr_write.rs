@@ -629,7 +629,7 @@ impl FsInner {
     /// `i_file_acl` and adjusts `i_blocks`.
     pub(crate) fn xattr_release_block(&self, h: &Handle, owner: EaOwner, blk: u64) -> Result<()> {
         let ino = owner.ino;
-        let buf = self.bread(blk, Some(ino))?;
+        let buf = self.bread_owned(ino, blk)?;
         let mut d = h.write(&buf)?;
         if u32_at(&d, 0) != XATTR_MAGIC {
             return corrupt(CorruptKind::Xattr {

@@ -422,3 +422,203 @@ fn a_damaged_orphan_does_not_stop_the_open() {
         assert_eq!((&theirs[0], &theirs[2], &theirs[3]), (&record[0], &record[2], &record[3]));
     }
 }
+
+/// Output of `debugfs -R CMD IMG`.
+fn debugfs_out(img: &Path, cmd: &str) -> String {
+    let out = Command::new(common::tool("debugfs")).arg("-R").arg(cmd).arg(img).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `debugfs testb` finds each of `len` blocks from `blk` in use.
+fn all_in_use(img: &Path, blk: u64, len: u64) -> bool {
+    (blk..blk + len).all(|b| debugfs_out(img, &format!("testb {b}")).contains("marked in use"))
+}
+
+/// Whether any of `len` blocks from `blk` holds `byte` repeated over 64 bytes.
+fn holds_pattern(img: &Path, blk: u64, len: u64, bs: u64, byte: u8) -> bool {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(img).unwrap();
+    let mut buf = vec![0u8; (len * bs) as usize];
+    f.read_exact_at(&mut buf, blk * bs).unwrap();
+    buf.windows(64).any(|w| w.iter().all(|&b| b == byte))
+}
+
+/// The metadata of a 32 MiB image with 1 KiB blocks (four groups; flex_bg puts the bitmaps
+/// and tables of all in group 0), each a place an extent can be aimed at.
+fn metadata_targets(img: &Path) -> Vec<(&'static str, u64)> {
+    let itable = debugfs_out(img, "imap <12>");
+    let itable: u64 =
+        itable.split("located at block ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    let journal: u64 = debugfs_out(img, "bmap <8> 10").trim().parse().unwrap();
+    let out = Command::new(common::tool("dumpe2fs")).arg(img).output().unwrap();
+    let groups = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(groups.contains("Backup superblock at 8193") && groups.contains("Reserved GDT blocks at 8195-"));
+    let bitmap: u64 =
+        groups.split("Block bitmap at ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    vec![
+        ("inode table", itable),
+        ("block bitmap", bitmap),
+        ("backup superblock", 8193),
+        ("reserved descriptor blocks", 8195),
+        ("journal", journal),
+    ]
+}
+
+/// A write of 1 KiB at 0 to `/f` through the kernel's mount of a copy of `img`.
+fn kernel_write_errno(img: &Path) -> Option<i32> {
+    use std::os::unix::fs::FileExt;
+    let copy = img.with_extension("kernel.img");
+    std::fs::copy(img, &copy).unwrap();
+    kernel_errno(&copy, |p| {
+        std::fs::OpenOptions::new().write(true).open(p.join("f"))?.write_at(&[0x5A; 1024], 0).map(drop)
+    })
+}
+
+/// Every change to `/f` of `img` (whose map is aimed at `len` metadata blocks from `blk`) is
+/// refused with `EUCLEAN`, as the kernel's `ext4_inode_block_valid` refuses it; nothing is
+/// written into the metadata and e2fsck finds what it found before. Then the unlink: the inode
+/// is left for e2fsck and the metadata stays in use.
+fn refused_everywhere(img: &Path, what: &str, blk: u64, len: u64) {
+    let before = fsck_problems(img);
+    if let Some(k) = kernel_write_errno(img) {
+        assert_eq!(k, EUCLEAN, "{what}: the kernel's write");
+    }
+    let fs = rw(img);
+    let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(errno(fs.read(f, 0, &mut buf)), EUCLEAN, "{what}: read");
+    assert_eq!(errno(fs.write(f, 0, &[0xA5; 1024])), EUCLEAN, "{what}: write");
+    assert_eq!(errno(fs.write(f, 512, &[0xA5; 2048])), EUCLEAN, "{what}: write across");
+    let trunc = rext4::SetAttr { size: Some(1000), ..Default::default() };
+    assert_eq!(errno(fs.setattr(f, &trunc)), EUCLEAN, "{what}: truncate");
+    if fs.getattr(f).unwrap().flags & 0x80000 != 0 {
+        // Hole punching and zeroing are for extent-mapped files.
+        assert_eq!(errno(fs.fallocate(f, 0x3, 0, 2048)), EUCLEAN, "{what}: punch");
+        assert_eq!(errno(fs.fallocate(f, 0x10, 0, 2048)), EUCLEAN, "{what}: zero range");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(!holds_pattern(img, blk, len, 1024, 0xA5), "{what}: data written into metadata");
+    assert_eq!(fsck_problems(img), before, "{what}: new problems");
+    let fs = rw(img);
+    fs.unlink(fs.root(), b"f").unwrap();
+    assert!(fs.has_errors(), "{what}: the damage is recorded");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(all_in_use(img, blk, len), "{what}: metadata freed");
+    assert!(!holds_pattern(img, blk, len, 1024, 0xA5), "{what}: data written into metadata");
+}
+
+/// A file whose extent names metadata blocks (the system zone: superblock and descriptor
+/// copies, reserved descriptor blocks, bitmaps, inode tables, the journal): no read, write,
+/// truncate or free reaches them.
+#[test]
+fn extents_aimed_at_metadata_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, vec![7u8; 4096]).unwrap();
+    let probe = image_with(dir.path(), "probe", &["-b", "1024"], "");
+    for (what, blk) in metadata_targets(&probe) {
+        // i_block[5] is the low word of the first extent's start.
+        let cmds = format!("write {} f\nset_inode_field /f block[5] {blk}\n", data.display());
+        let img = image_with(dir.path(), &what.replace(' ', "-"), &["-b", "1024"], &cmds);
+        refused_everywhere(&img, what, blk, 4);
+    }
+}
+
+/// The same on a block-mapped (ext3) file: a direct pointer, then the indirect block.
+#[test]
+fn block_maps_aimed_at_metadata_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, vec![7u8; 4096]).unwrap();
+    let ext3 = ["-t", "ext3", "-b", "1024"];
+    let probe = image_with(dir.path(), "probe3", &ext3, "");
+    let targets = metadata_targets(&probe);
+    for (what, blk) in targets.iter().filter(|t| t.0 != "journal") {
+        let cmds = format!("write {} f\nset_inode_field /f block[0] {blk}\n", data.display());
+        let img = image_with(dir.path(), &format!("d-{}", what.replace(' ', "-")), &ext3, &cmds);
+        refused_everywhere(&img, what, *blk, 1);
+    }
+    // 16 KiB: twelve direct blocks and an indirect one, aimed at a superblock copy (which
+    // nothing writes, unlike the inode table holding the file's own record).
+    std::fs::write(&data, vec![7u8; 16384]).unwrap();
+    let backup = targets[2].1;
+    let cmds = format!("write {} f\nset_inode_field /f block[IND] {backup}\n", data.display());
+    let img = image_with(dir.path(), "ind", &ext3, &cmds);
+    let direct: Vec<u64> =
+        debugfs_out(&img, "blocks /f").split_whitespace().take(12).map(|b| b.parse().unwrap()).collect();
+    assert_eq!(direct.len(), 12);
+    let fs = rw(&img);
+    let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+    let mut buf = vec![0u8; 1024];
+    assert_eq!(errno(fs.read(f, 13 * 1024, &mut buf)), EUCLEAN, "read through the indirect block");
+    assert_eq!(errno(fs.write(f, 13 * 1024, &[0xA5; 1024])), EUCLEAN);
+    let trunc = rext4::SetAttr { size: Some(1024), ..Default::default() };
+    assert_eq!(errno(fs.setattr(f, &trunc)), EUCLEAN);
+    fs.unmount().unwrap();
+    drop(fs);
+    // The failed truncate freed none of the direct blocks the record still names.
+    assert!(direct.iter().all(|&b| all_in_use(&img, b, 1)), "a direct block was freed");
+    assert!(!holds_pattern(&img, backup, 1, 1024, 0xA5));
+}
+
+/// An xattr block number aimed at the inode table: refused, never read as attributes, never
+/// released into the free space.
+#[test]
+fn an_xattr_block_aimed_at_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = image_with(dir.path(), "probe", &["-b", "1024"], "");
+    let itable = metadata_targets(&probe)[0].1;
+    let img = image_with(
+        dir.path(),
+        "xa",
+        &["-b", "1024"],
+        &format!("write /dev/null f\nset_inode_field /f file_acl {itable}\n"),
+    );
+    let before = fsck_problems(&img);
+    let fs = rw(&img);
+    let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+    assert_eq!(errno(fs.getxattr(f, b"user.a")), EUCLEAN);
+    assert_eq!(errno(fs.listxattr(f)), EUCLEAN);
+    assert_eq!(errno(fs.setxattr(f, b"user.a", b"v", 0)), EUCLEAN);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_eq!(fsck_problems(&img), before);
+    let fs = rw(&img);
+    fs.unlink(fs.root(), b"f").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(all_in_use(&img, itable, 1));
+}
+
+/// A block bitmap that calls inode-table blocks free: the allocator never hands them out.
+/// The allocation that meets them fails with `EUCLEAN` after marking them in use (the kernel's
+/// "Allocating blocks which overlap fs metadata"), and later ones succeed elsewhere.
+#[test]
+fn metadata_called_free_is_never_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = image_with(dir.path(), "probe", &["-b", "1024"], "");
+    let itable = metadata_targets(&probe)[0].1;
+    // The rest of group 0's table, and everything free after it in the group, handed back.
+    let img = image_with(dir.path(), "freed", &["-b", "1024"], &format!("freeb {itable} 64\n"));
+    let fs = rw(&img);
+    let (mut refused, mut written) = (0, 0);
+    for i in 0..64 {
+        let name = format!("f{i}");
+        let Ok(a) = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0) else { continue };
+        match fs.write(a.ino, 0, &[0xA5; 8192]) {
+            Ok(_) => written += 1,
+            Err(e) => {
+                assert_eq!(e.errno(), EUCLEAN, "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(written > 50, "{written} files written, {refused} refused");
+    assert!(refused >= 1 || !fs.has_errors());
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(all_in_use(&img, itable, 64));
+    assert!(!holds_pattern(&img, itable, 64, 1024, 0xA5), "data written into the inode table");
+}
