@@ -14,6 +14,7 @@ pub mod features;
 pub mod group_desc;
 pub mod hash;
 pub mod inode;
+pub mod inode_record;
 pub mod jbd2;
 pub mod orphan;
 pub mod superblock;

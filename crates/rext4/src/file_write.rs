@@ -369,7 +369,7 @@ impl FsInner {
         if stale(d.mtime(size)) || stale(d.ctime(size)) {
             let h = journal.start(4)?;
             let mut raw = inode.raw_mut();
-            raw_touch_cm(&mut raw, size, t);
+            raw_touch_cm(&mut raw, t);
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
             h.stop();
@@ -441,7 +441,7 @@ impl FsInner {
             if written_end > size {
                 crate::inode_write::raw_set_size(&mut raw, written_end);
             }
-            raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            raw_touch_cm(&mut raw, now());
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             drop(raw);
             drop(_d);
@@ -538,7 +538,7 @@ impl FsInner {
                 self.zero_stored(&inode, &raw, old, old.div_ceil(bs) * bs)?;
             }
             crate::inode_write::raw_set_size(&mut raw, new_size);
-            raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+            raw_touch_cm(&mut raw, now());
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             (new_size < old, old)
         };
@@ -617,7 +617,7 @@ impl FsInner {
                     let _d = self.stats.write(crate::stats::LockClass::DataSem, &inode.data_sem);
                     let mut raw = inode.raw_mut();
                     self.zero_partial(&inode, &raw, offset, end)?;
-                    raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+                    raw_touch_cm(&mut raw, now());
                     self.mark_inode_dirty(&h, &inode, &mut raw)?;
                 }
                 let (lo, hi) = (offset.div_ceil(bs), end / bs);
@@ -710,12 +710,12 @@ impl FsInner {
             let done = reached >= hi;
             if done && !keep && end > raw_size(&raw) {
                 crate::inode_write::raw_set_size(&mut raw, end);
-                raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+                raw_touch_cm(&mut raw, now());
             } else {
-                raw_touch_c(&mut raw, self.sbi.inode_size, now());
+                raw_touch_c(&mut raw, now());
             }
             if zero {
-                raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+                raw_touch_cm(&mut raw, now());
             }
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
@@ -795,7 +795,7 @@ impl FsInner {
             self.ext_shift(&h, inode, &mut raw, lo + n, -(n as i64))?;
             crate::inode_write::raw_set_size(&mut raw, size - len);
         }
-        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        raw_touch_cm(&mut raw, now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
         h.stop();
@@ -844,8 +844,7 @@ impl Fs {
     /// and returns the number of bytes written (short only when the disk fills up part way).
     /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
-        let _t = self.inner.stats.time(crate::stats::Op::Write);
-        self.inner.noted(crate::stats::Op::Write, self.inner.write(ino, offset, data))
+        self.inner.op(crate::stats::Op::Write, || self.inner.write(ino, offset, data))
     }
 
     /// `fallocate(2)` with the kernel's mode flags (`FALLOC_FL_*`): 0 and `KEEP_SIZE`
@@ -854,19 +853,18 @@ impl Fs {
     /// the rest of the file by a block-aligned amount. Extent-mapped files only, as in the
     /// kernel (`EOPNOTSUPP` otherwise).
     pub fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Fallocate);
-        self.inner.noted(crate::stats::Op::Fallocate, self.inner.fallocate(ino, mode, offset, len))
+        self.inner.op(crate::stats::Op::Fallocate, || self.inner.fallocate(ino, mode, offset, len))
     }
 
     /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data
     /// (`ENXIO` if none before the end).
     pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        self.inner.noted(crate::stats::Op::Llseek, self.inner.seek(ino, offset, true))
+        self.inner.op(crate::stats::Op::Llseek, || self.inner.seek(ino, offset, true))
     }
 
     /// `lseek(2)` with `SEEK_HOLE`: the first offset at or after `offset` in a hole (the end
     /// of the file counts as one); `ENXIO` at or past the end.
     pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64> {
-        self.inner.noted(crate::stats::Op::Llseek, self.inner.seek(ino, offset, false))
+        self.inner.op(crate::stats::Op::Llseek, || self.inner.seek(ino, offset, false))
     }
 }

@@ -242,17 +242,14 @@ impl Fs {
 
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Getattr);
-        self.inner.noted(
-            crate::stats::Op::Getattr,
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.attr_of(&inode)),
-        )
+        self.inner.op(crate::stats::Op::Getattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.attr_of(&inode))
+        })
     }
 
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Lookup);
-        self.inner.noting(crate::stats::Op::Lookup, || {
+        self.inner.op(crate::stats::Op::Lookup, || {
             let d = self.inner.iget_dir(dir)?;
             let inode = match self.inner.lookup(&d, name) {
                 // The name may have been removed (and its inode freed) since it was found: look
@@ -272,48 +269,38 @@ impl Fs {
     /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
     /// included.
     pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Readdir);
-        self.inner.noted(
-            crate::stats::Op::Readdir,
-            self.inner.iget_dir(dir).and_then(|d| self.inner.readdir(&d, pos, f)),
-        )
+        self.inner.op(crate::stats::Op::Readdir, || {
+            self.inner.iget_dir(dir).and_then(|d| self.inner.readdir(&d, pos, f))
+        })
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
     /// past the end).
     pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let _t = self.inner.stats.time(crate::stats::Op::Read);
-        self.inner.noted(
-            crate::stats::Op::Read,
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf)),
-        )
+        self.inner.op(crate::stats::Op::Read, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf))
+        })
     }
 
     /// The target of a symbolic link.
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
-        let _t = self.inner.stats.time(crate::stats::Op::Readlink);
-        self.inner.noted(
-            crate::stats::Op::Readlink,
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink(&inode)),
-        )
+        self.inner.op(crate::stats::Op::Readlink, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink(&inode))
+        })
     }
 
     /// The value of extended attribute `name` (full name, e.g. `user.foo`).
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        let _t = self.inner.stats.time(crate::stats::Op::Getxattr);
-        self.inner.noted(
-            crate::stats::Op::Getxattr,
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.getxattr(&inode, name)),
-        )
+        self.inner.op(crate::stats::Op::Getxattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.getxattr(&inode, name))
+        })
     }
 
     /// The names of the inode's extended attributes.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
-        let _t = self.inner.stats.time(crate::stats::Op::Listxattr);
-        self.inner.noted(
-            crate::stats::Op::Listxattr,
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.listxattr(&inode)),
-        )
+        self.inner.op(crate::stats::Op::Listxattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.listxattr(&inode))
+        })
     }
 
     /// Filesystem-wide counts, as `statfs(2)` reports them.

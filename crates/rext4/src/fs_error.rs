@@ -59,6 +59,13 @@ impl FsInner {
         r
     }
 
+    /// Runs public operation `op` (the one place public calls are timed and their errors
+    /// noted): `f()` timed as `op`, and what it returns passed through [`FsInner::noted`].
+    pub(crate) fn op<T>(&self, op: Op, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _t = self.stats.time(op);
+        self.noted(op, f())
+    }
+
     /// [`FsInner::noted`] of `f()`.
     pub(crate) fn noting<T>(&self, op: Op, f: impl FnOnce() -> Result<T>) -> Result<T> {
         self.noted(op, f())

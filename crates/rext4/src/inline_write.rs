@@ -208,7 +208,7 @@ impl FsInner {
         if end as u64 > size {
             raw_set_size(&mut raw, end as u64);
         }
-        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        raw_touch_cm(&mut raw, now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         Ok(Some(data.len()))
     }
@@ -247,7 +247,7 @@ impl FsInner {
         if new_size != size {
             raw_set_size(&mut raw, new_size);
         }
-        raw_touch_cm(&mut raw, self.sbi.inode_size, now());
+        raw_touch_cm(&mut raw, now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         Ok(true)
     }

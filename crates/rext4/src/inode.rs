@@ -199,7 +199,7 @@ impl FsInner {
             RawRecord::new(&data[off..off + size])
         };
         self.check_inode(ino, &raw)?;
-        let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
+        let generation = crate::inode_write::rec_ref(&raw).generation();
         let inode = Inode::new_in_memory(ino, raw, inode_csum_seed(sbi.csum_seed, ino.0, generation));
         // An earlier copy may have been evicted with a change not yet committed or an
         // overwrite not yet flushed; as the kernel's `ext4_iget`, assume the newest transaction
@@ -228,13 +228,13 @@ impl FsInner {
             return Ok(());
         }
         if sbi.inode_size > GOOD_OLD_INODE_SIZE {
-            let extra = usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
+            let extra = usize::from(crate::inode_write::rec_ref(raw).extra_isize());
             if extra > sbi.inode_size - GOOD_OLD_INODE_SIZE || extra % 4 != 0 {
                 return corrupt(CorruptKind::Inode { ino, what: "bad i_extra_isize" });
             }
         }
         if sbi.metadata_csum {
-            let generation = u32::from_le_bytes([raw[0x64], raw[0x65], raw[0x66], raw[0x67]]);
+            let generation = crate::inode_write::rec_ref(raw).generation();
             let seed = inode_csum_seed(sbi.csum_seed, ino.0, generation);
             if !verify_inode_checksum(raw, seed) {
                 return corrupt(CorruptKind::InodeChecksum { ino });

@@ -10,7 +10,8 @@ use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
-use rext4_format::inode::{self as fi, encode_time, set_inode_checksum};
+use rext4_format::inode::{self as fi, set_inode_checksum};
+use rext4_format::inode_record::{InodeRecord, TimeField};
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,90 +43,77 @@ pub(crate) fn now() -> Timestamp {
     Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
 }
 
-/// Stores a timestamp into a record: seconds always, the extra word where the record has it.
-pub(crate) fn put_time(raw: &mut [u8], inode_size: usize, sec_off: usize, extra_off: usize, t: Timestamp) {
-    let (sec, extra) = encode_time(t);
-    let extra_isize = if inode_size > fi::GOOD_OLD_INODE_SIZE {
-        usize::from(u16::from_le_bytes([raw[fi::OFF_EXTRA_ISIZE], raw[fi::OFF_EXTRA_ISIZE + 1]]))
-    } else {
-        0
-    };
-    let fits =
-        |off: usize| off + 4 <= fi::GOOD_OLD_INODE_SIZE || off + 4 <= fi::GOOD_OLD_INODE_SIZE + extra_isize;
-    if !fits(sec_off) {
-        return;
-    }
-    raw[sec_off..sec_off + 4].copy_from_slice(&sec.to_le_bytes());
-    if extra_off >= fi::GOOD_OLD_INODE_SIZE && fits(extra_off) {
-        raw[extra_off..extra_off + 4].copy_from_slice(&extra.to_le_bytes());
-    }
+/// Record `raw` for typed field writes.
+pub(crate) fn rec(raw: &mut [u8]) -> InodeRecord<&mut [u8]> {
+    // Cannot fail: every record is `inode_size` bytes, at least 128 (checked at open).
+    InodeRecord::new(raw).expect("inode record shorter than 128 bytes")
+}
+
+/// Record `raw` for typed field reads.
+pub(crate) fn rec_ref(raw: &[u8]) -> InodeRecord<&[u8]> {
+    // Cannot fail: as for `rec`.
+    InodeRecord::new(raw).expect("inode record shorter than 128 bytes")
 }
 
 pub(crate) fn raw_set_size(raw: &mut [u8], v: u64) {
-    raw[4..8].copy_from_slice(&(v as u32).to_le_bytes());
-    raw[0x6C..0x70].copy_from_slice(&((v >> 32) as u32).to_le_bytes());
+    rec(raw).set_size(v);
 }
 
 /// Adds `n` 512-byte sectors to `i_blocks` (records without HUGE_FILE_FL).
 pub(crate) fn raw_add_blocks(raw: &mut [u8], n: u64) {
-    let cur = raw_blocks(raw);
-    let v = cur.saturating_add(n);
-    raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
-    raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+    let v = raw_blocks(raw).saturating_add(n);
+    rec(raw).set_blocks(v);
 }
 
 /// Takes `n` 512-byte sectors from `i_blocks`.
 pub(crate) fn raw_sub_blocks(raw: &mut [u8], n: u64) {
-    let cur = raw_blocks(raw);
-    let v = cur.saturating_sub(n);
-    raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
-    raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+    let v = raw_blocks(raw).saturating_sub(n);
+    rec(raw).set_blocks(v);
 }
 
 /// `i_blocks` in 512-byte sectors (records without HUGE_FILE_FL).
 pub(crate) fn raw_blocks(raw: &[u8]) -> u64 {
-    u64::from(u32::from_le_bytes([raw[0x1C], raw[0x1D], raw[0x1E], raw[0x1F]]))
-        | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32
+    rec_ref(raw).blocks()
 }
 
 pub(crate) fn raw_size(raw: &[u8]) -> u64 {
-    u64::from(u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]))
-        | u64::from(u32::from_le_bytes([raw[0x6C], raw[0x6D], raw[0x6E], raw[0x6F]])) << 32
+    rec_ref(raw).size()
 }
 
 pub(crate) fn raw_flags(raw: &[u8]) -> u32 {
-    u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]])
+    rec_ref(raw).flags()
 }
 
 pub(crate) fn raw_set_flags(raw: &mut [u8], flags: u32) {
-    raw[0x20..0x24].copy_from_slice(&flags.to_le_bytes());
+    rec(raw).set_flags(flags);
 }
 
 pub(crate) fn raw_links(raw: &[u8]) -> u16 {
-    u16::from_le_bytes([raw[0x1A], raw[0x1B]])
+    rec_ref(raw).links_count()
 }
 
 pub(crate) fn raw_set_links(raw: &mut [u8], n: u16) {
-    raw[0x1A..0x1C].copy_from_slice(&n.to_le_bytes());
+    rec(raw).set_links_count(n);
 }
 
 /// Sets ctime and mtime to `t` (a directory whose entries changed).
-pub(crate) fn raw_touch_cm(raw: &mut [u8], inode_size: usize, t: Timestamp) {
-    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
-    put_time(raw, inode_size, 0x10, fi::OFF_MTIME_EXTRA, t);
+pub(crate) fn raw_touch_cm(raw: &mut [u8], t: Timestamp) {
+    let mut r = rec(raw);
+    r.set_time(TimeField::Ctime, t);
+    r.set_time(TimeField::Mtime, t);
 }
 
 /// Sets ctime to `t`.
-pub(crate) fn raw_touch_c(raw: &mut [u8], inode_size: usize, t: Timestamp) {
-    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+pub(crate) fn raw_touch_c(raw: &mut [u8], t: Timestamp) {
+    rec(raw).set_time(TimeField::Ctime, t);
 }
 
 /// Sets every timestamp of a new inode, creation time included.
-pub(crate) fn raw_init_times(raw: &mut [u8], inode_size: usize, t: Timestamp) {
-    put_time(raw, inode_size, 0x08, fi::OFF_ATIME_EXTRA, t);
-    put_time(raw, inode_size, 0x0C, fi::OFF_CTIME_EXTRA, t);
-    put_time(raw, inode_size, 0x10, fi::OFF_MTIME_EXTRA, t);
-    put_time(raw, inode_size, fi::OFF_CRTIME, fi::OFF_CRTIME_EXTRA, t);
+pub(crate) fn raw_init_times(raw: &mut [u8], t: Timestamp) {
+    let mut r = rec(raw);
+    for f in [TimeField::Atime, TimeField::Ctime, TimeField::Mtime, TimeField::Crtime] {
+        r.set_time(f, t);
+    }
 }
 
 impl FsInner {
@@ -155,7 +143,6 @@ impl FsInner {
         let journal = self.journal()?;
         let h = journal.start(1)?;
         let inode = self.iget_by_number(ino)?;
-        let size = self.sbi.inode_size;
         let mut raw = inode.raw_mut();
         let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;
         let mut mode = disk.mode();
@@ -172,14 +159,13 @@ impl FsInner {
                 mode &= !0o2000;
             }
         }
-        raw[0..2].copy_from_slice(&mode.to_le_bytes());
+        let mut r = rec(&mut raw);
+        r.set_mode(mode);
         if let Some(uid) = ch.uid {
-            raw[0x02..0x04].copy_from_slice(&(uid as u16).to_le_bytes());
-            raw[0x78..0x7A].copy_from_slice(&((uid >> 16) as u16).to_le_bytes());
+            r.set_uid(uid);
         }
         if let Some(gid) = ch.gid {
-            raw[0x18..0x1A].copy_from_slice(&(gid as u16).to_le_bytes());
-            raw[0x7A..0x7C].copy_from_slice(&((gid >> 16) as u16).to_le_bytes());
+            r.set_gid(gid);
         }
         let t = now();
         let pick = |s: TimeSet| match s {
@@ -187,12 +173,12 @@ impl FsInner {
             TimeSet::At(x) => x,
         };
         if let Some(a) = ch.atime {
-            put_time(&mut raw, size, 0x08, fi::OFF_ATIME_EXTRA, pick(a));
+            r.set_time(TimeField::Atime, pick(a));
         }
         if let Some(m) = ch.mtime {
-            put_time(&mut raw, size, 0x10, fi::OFF_MTIME_EXTRA, pick(m));
+            r.set_time(TimeField::Mtime, pick(m));
         }
-        put_time(&mut raw, size, 0x0C, fi::OFF_CTIME_EXTRA, t);
+        r.set_time(TimeField::Ctime, t);
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();
@@ -220,8 +206,7 @@ impl Fs {
     /// Changes an inode's mode, owner, times or size (`chmod`, `chown`, `utimensat`,
     /// `truncate`); the change time becomes now. Returns the new attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Setattr);
-        self.inner.noting(crate::stats::Op::Setattr, || {
+        self.inner.op(crate::stats::Op::Setattr, || {
             // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
             // mode, owner, size and explicit times; an immutable one any time at all.
             let flags = self.inner.iget_by_number(ino)?.flags();
@@ -254,8 +239,7 @@ impl Fs {
     /// append-only flag does not forbid it: the FUSE writeback cache flushes the times of its
     /// writes this way.
     pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Setattr);
-        self.inner.noting(crate::stats::Op::Setattr, || {
+        self.inner.op(crate::stats::Op::Setattr, || {
             if self.inner.iget_by_number(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
                 return Err(Error::NotPermitted);
             }
@@ -268,7 +252,6 @@ impl Fs {
     /// Makes the inode's changes durable (`fsync`): waits for the commit of the last
     /// transaction that touched it, sharing that commit with every other waiter.
     pub fn fsync(&self, ino: InodeNo) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Fsync);
-        self.inner.noted(crate::stats::Op::Fsync, self.inner.fsync(ino))
+        self.inner.op(crate::stats::Op::Fsync, || self.inner.fsync(ino))
     }
 }

@@ -147,7 +147,7 @@ impl FsInner {
         }
         let new = (old & !FL_USER_MODIFIABLE) | flags;
         raw_set_flags(&mut raw, new);
-        raw_touch_c(&mut raw, self.sbi.inode_size, now());
+        raw_touch_c(&mut raw, now());
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();
@@ -164,7 +164,7 @@ impl Fs {
     /// first: the caller owns the inode, and changing `APPEND_FL` or `IMMUTABLE_FL` needs
     /// `CAP_LINUX_IMMUTABLE`. The change time becomes now.
     pub fn set_flags(&self, ino: InodeNo, flags: u32) -> Result<Attr> {
-        self.inner.noted(crate::stats::Op::Setattr, self.inner.set_flags(ino, flags))?;
+        self.inner.op(crate::stats::Op::SetFlags, || self.inner.set_flags(ino, flags))?;
         self.getattr(ino)
     }
 }

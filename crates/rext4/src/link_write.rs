@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
 use crate::inode_write::{
-    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm,
+    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm, rec,
 };
 use crate::orphan::{REF_COUNT, REF_DEAD, REF_UNLINKED};
 use rext4_format::dirent::FT_SYMLINK;
@@ -119,13 +119,13 @@ impl FsInner {
         let mut traw = target.raw_mut();
         let links = raw_links(&traw);
         raw_set_links(&mut traw, links + 1);
-        raw_touch_c(&mut traw, self.sbi.inode_size, t);
+        raw_touch_c(&mut traw, t);
         self.mark_inode_dirty(&h, target, &mut traw)?;
         drop(traw);
         // Only now that it has a link (`check_live` takes a linkable inode for a live one).
         target.linkable.store(false, Ordering::Release);
         let mut draw = dir.raw_mut();
-        raw_touch_cm(&mut draw, self.sbi.inode_size, t);
+        raw_touch_cm(&mut draw, t);
         self.mark_inode_dirty(&h, &dir, &mut draw)
     }
 
@@ -149,8 +149,10 @@ impl FsInner {
         let own = if fast { raw_flags(&craw) & !EXTENTS_FL } else { raw_flags(&craw) };
         raw_set_flags(&mut craw, own | inherited);
         if fast {
-            craw[0x28..0x28 + 60].fill(0);
-            craw[0x28..0x28 + target.len()].copy_from_slice(target);
+            let mut r = rec(&mut craw);
+            let b = r.i_block_mut();
+            b.fill(0);
+            b[..target.len()].copy_from_slice(target);
             raw_set_size(&mut craw, target.len() as u64);
         } else {
             // Slow: one block, journaled like metadata (so freeing it revokes it).
@@ -171,7 +173,7 @@ impl FsInner {
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);
         let mut draw = dir.raw_mut();
-        raw_touch_cm(&mut draw, self.sbi.inode_size, now());
+        raw_touch_cm(&mut draw, now());
         self.mark_inode_dirty(&h, &dir, &mut draw)?;
         Ok(child.ino)
     }
@@ -180,16 +182,15 @@ impl FsInner {
 impl Fs {
     /// Gives inode `ino` the additional name `name` in `parent` (`link(2)`).
     pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Link);
-        self.inner.noted(crate::stats::Op::Link, self.inner.link(ino, parent, name))?;
+        self.inner.op(crate::stats::Op::Link, || self.inner.link(ino, parent, name))?;
         self.getattr(ino)
     }
 
     /// Creates symbolic link `name` in `parent` pointing at `target` (`symlink(2)`).
     pub fn symlink(&self, parent: InodeNo, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Symlink);
-        let made = self.inner.symlink(parent, name, target, uid, gid);
-        let ino = self.inner.noted(crate::stats::Op::Symlink, made)?;
+        let ino = self
+            .inner
+            .op(crate::stats::Op::Symlink, || self.inner.symlink(parent, name, target, uid, gid))?;
         self.getattr(ino)
     }
 }

@@ -241,11 +241,10 @@ impl Fs {
 
     /// Makes every change so far durable (`syncfs`).
     pub fn sync(&self) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Sync);
-        match &self.inner.journal {
-            Some(j) => self.inner.noted(crate::stats::Op::Sync, j.sync()),
+        self.inner.op(crate::stats::Op::Sync, || match &self.inner.journal {
+            Some(j) => j.sync(),
             None => Ok(()),
-        }
+        })
     }
 
     /// Whether the filesystem takes changes: opened for writing, and not stopped by an error

@@ -11,19 +11,18 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::{Inode, RawRecord};
 use crate::inode_write::{
-    now, raw_flags, raw_init_times, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm,
+    now, raw_flags, raw_init_times, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm, rec,
 };
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::inode_csum_seed;
 use rext4_format::dirent::FT_DIR;
-use rext4_format::extent::{ExtentHeader, EXTENT_MAGIC};
 use rext4_format::features::Incompat;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
+use rext4_format::inode_record::TimeField;
 use rext4_format::InodeNo;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use zerocopy::IntoBytes;
 
 /// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
 const LINK_MAX: u16 = 65000;
@@ -46,17 +45,10 @@ fn check_name(name: &[u8]) -> Result<()> {
 /// Makes new record `raw` a device node, fifo or socket's: `flags` added, no extent root (special
 /// files map no blocks), and `i_block` holding device number `rdev` (0:0 for the rest).
 pub(crate) fn make_special(raw: &mut [u8], flags: u32, rdev: (u32, u32)) {
-    let own = raw_flags(raw) & !EXTENTS_FL;
-    raw_set_flags(raw, own | flags);
-    raw[0x28..0x28 + 60].fill(0);
-    let (major, minor) = rdev;
-    if major < 256 && minor < 256 {
-        // The old 16-bit encoding, as the kernel uses when the number fits.
-        raw[0x28..0x2C].copy_from_slice(&((major << 8) | minor).to_le_bytes());
-    } else {
-        let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
-        raw[0x2C..0x30].copy_from_slice(&new.to_le_bytes());
-    }
+    let mut r = rec(raw);
+    let own = r.flags() & !EXTENTS_FL;
+    r.set_flags(own | flags);
+    r.set_device(rdev.0, rdev.1);
 }
 
 impl FsInner {
@@ -64,29 +56,20 @@ impl FsInner {
     fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> RawRecord {
         let size = self.sbi.inode_size;
         let mut raw = RawRecord::zeroed(size);
-        raw[0..2].copy_from_slice(&mode.to_le_bytes());
-        raw[0x02..0x04].copy_from_slice(&(uid as u16).to_le_bytes());
-        raw[0x78..0x7A].copy_from_slice(&((uid >> 16) as u16).to_le_bytes());
-        raw[0x18..0x1A].copy_from_slice(&(gid as u16).to_le_bytes());
-        raw[0x7A..0x7C].copy_from_slice(&((gid >> 16) as u16).to_le_bytes());
-        raw_set_links(&mut raw, links);
-        raw[0x64..0x68].copy_from_slice(&generation.to_le_bytes());
+        let mut r = rec(&mut raw);
+        r.set_mode(mode);
+        r.set_uid(uid);
+        r.set_gid(gid);
+        r.set_links_count(links);
+        r.set_generation(generation);
         if size > fi::GOOD_OLD_INODE_SIZE {
             let want = self.sbi.sb.s_want_extra_isize.get().max(32);
-            let extra = usize::from(want).min(size - fi::GOOD_OLD_INODE_SIZE) as u16 & !3;
-            raw[fi::OFF_EXTRA_ISIZE..fi::OFF_EXTRA_ISIZE + 2].copy_from_slice(&extra.to_le_bytes());
+            r.set_extra_isize(usize::from(want).min(size - fi::GOOD_OLD_INODE_SIZE) as u16 & !3);
         }
-        raw_init_times(&mut raw, size, now());
+        raw_init_times(&mut raw, now());
         if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
             raw_set_flags(&mut raw, EXTENTS_FL);
-            let h = ExtentHeader {
-                eh_magic: EXTENT_MAGIC.into(),
-                eh_entries: 0.into(),
-                eh_max: 4.into(),
-                eh_depth: 0.into(),
-                eh_generation: 0.into(),
-            };
-            raw[0x28..0x28 + 12].copy_from_slice(h.as_bytes());
+            crate::extents_write::init_root(&mut raw);
         }
         raw
     }
@@ -176,7 +159,7 @@ impl FsInner {
             let next = if links >= LINK_MAX - 1 || links == 1 { 1 } else { links + 1 };
             raw_set_links(&mut draw, next);
         }
-        raw_touch_cm(&mut draw, self.sbi.inode_size, now());
+        raw_touch_cm(&mut draw, now());
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         self.mark_inode_dirty(&h, &dir, &mut draw)?;
         Ok(child.ino)
@@ -273,7 +256,7 @@ impl FsInner {
         }
         let mut draw = dir.raw_mut();
         let t = now();
-        raw_touch_cm(&mut draw, self.sbi.inode_size, t);
+        raw_touch_cm(&mut draw, t);
         if is_dir {
             let links = raw_links(&draw);
             if links > 2 {
@@ -293,7 +276,7 @@ impl FsInner {
         }
         let mut craw = child.raw_mut();
         raw_set_links(&mut craw, left);
-        raw_touch_c(&mut craw, self.sbi.inode_size, t);
+        raw_touch_c(&mut craw, t);
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);
         if left == 0 {
@@ -321,25 +304,18 @@ impl FsInner {
     /// no links, size or blocks, an empty block map, and the deletion time.
     pub(crate) fn clear_freed_record(&self, raw: &mut [u8]) {
         let t = now();
-        raw_set_links(raw, 0);
-        raw[0x1C..0x20].fill(0); // i_blocks_lo
-        raw[0x74..0x76].fill(0); // i_blocks_high
-        raw[0x68..0x6C].fill(0); // i_file_acl_lo
-        raw[0x76..0x78].fill(0); // i_file_acl_high
-        crate::inode_write::raw_set_size(raw, 0);
-        raw[0x28..0x28 + 60].fill(0);
-        if raw_flags(raw) & EXTENTS_FL != 0 {
-            let h0 = ExtentHeader {
-                eh_magic: EXTENT_MAGIC.into(),
-                eh_entries: 0.into(),
-                eh_max: 4.into(),
-                eh_depth: 0.into(),
-                eh_generation: 0.into(),
-            };
-            raw[0x28..0x28 + 12].copy_from_slice(h0.as_bytes());
+        let mut r = rec(raw);
+        r.set_links_count(0);
+        r.set_blocks(0);
+        r.set_file_acl(0);
+        r.set_size(0);
+        r.i_block_mut().fill(0);
+        let extents = r.flags() & EXTENTS_FL != 0;
+        r.set_time(TimeField::Ctime, t);
+        r.set_dtime(t.sec as u32);
+        if extents {
+            crate::extents_write::init_root(raw);
         }
-        raw_touch_c(raw, self.sbi.inode_size, t);
-        raw[0x14..0x18].copy_from_slice(&(t.sec as u32).to_le_bytes());
     }
 }
 
@@ -347,9 +323,9 @@ impl Fs {
     /// Creates a regular file `name` in directory `parent` (`open(O_CREAT|O_EXCL)`); `mode`
     /// holds the permission bits.
     pub fn create(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Create);
-        let made = self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid);
-        let ino = self.inner.noted(crate::stats::Op::Create, made)?;
+        let ino = self.inner.op(crate::stats::Op::Create, || {
+            self.inner.create(parent, name, fi::S_IFREG | (mode & 0o7777), uid, gid)
+        })?;
         self.getattr(ino)
     }
 
@@ -358,9 +334,7 @@ impl Fs {
     /// name (`linkat(2)` with `AT_EMPTY_PATH`). A crash before either leaves it recorded as an
     /// orphan, freed at the next writable open.
     pub fn tmpfile(&self, parent: InodeNo, mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Tmpfile);
-        let made = self.inner.tmpfile(parent, mode, uid, gid);
-        let ino = self.inner.noted(crate::stats::Op::Tmpfile, made)?;
+        let ino = self.inner.op(crate::stats::Op::Tmpfile, || self.inner.tmpfile(parent, mode, uid, gid))?;
         self.getattr(ino)
     }
 
@@ -375,33 +349,31 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Mknod);
-        let kind = mode & fi::S_IFMT;
-        if ![fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK, fi::S_IFREG].contains(&kind) {
-            return Err(Error::InvalidInput("mknod file type"));
-        }
-        let made = self.inner.create_node(parent, name, mode, uid, gid, rdev);
-        let ino = self.inner.noted(crate::stats::Op::Mknod, made)?;
+        let ino = self.inner.op(crate::stats::Op::Mknod, || {
+            let kind = mode & fi::S_IFMT;
+            if ![fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK, fi::S_IFREG].contains(&kind) {
+                return Err(Error::InvalidInput("mknod file type"));
+            }
+            self.inner.create_node(parent, name, mode, uid, gid, rdev)
+        })?;
         self.getattr(ino)
     }
 
     /// Creates directory `name` in `parent` (`mkdir(2)`).
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        let _t = self.inner.stats.time(crate::stats::Op::Mkdir);
-        let made = self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid);
-        let ino = self.inner.noted(crate::stats::Op::Mkdir, made)?;
+        let ino = self.inner.op(crate::stats::Op::Mkdir, || {
+            self.inner.create(parent, name, fi::S_IFDIR | (mode & 0o7777), uid, gid)
+        })?;
         self.getattr(ino)
     }
 
     /// Removes the non-directory `name` from `parent` (`unlink(2)`).
     pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Unlink);
-        self.inner.noted(crate::stats::Op::Unlink, self.inner.remove(parent, name, false))
+        self.inner.op(crate::stats::Op::Unlink, || self.inner.remove(parent, name, false))
     }
 
     /// Removes the empty directory `name` from `parent` (`rmdir(2)`).
     pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Rmdir);
-        self.inner.noted(crate::stats::Op::Rmdir, self.inner.remove(parent, name, true))
+        self.inner.op(crate::stats::Op::Rmdir, || self.inner.remove(parent, name, true))
     }
 }

@@ -46,6 +46,7 @@ use crate::buffer::Buffer;
 use crate::error::{corrupt, Corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::Inode;
+use crate::inode_write::rec;
 use crate::jbd2::transaction::Handle;
 use crate::map::Mapping;
 use crate::sync::Mutex;
@@ -438,7 +439,7 @@ impl FsInner {
         let mut l = self.stats.lock(crate::stats::LockClass::OrphanList, &o.list);
         let head = o.head.load(Ordering::Acquire);
         let mut raw = inode.raw_mut();
-        raw[0x14..0x18].copy_from_slice(&head.to_le_bytes());
+        rec(&mut raw).set_dtime(head);
         l.next.insert(ino, head);
         l.prev.insert(ino, 0);
         if head != 0 {
@@ -470,13 +471,13 @@ impl FsInner {
             // Pinned (it has a record), so this finds it in the cache without I/O.
             let p = self.iget(InodeNo(prev))?;
             let mut praw = p.raw_mut();
-            praw[0x14..0x18].copy_from_slice(&next.to_le_bytes());
+            rec(&mut praw).set_dtime(next);
             drop(l);
             self.mark_inode_dirty(h, &p, &mut praw)?;
         }
         inode.orphan.store(ORPHAN_NONE, Ordering::Release);
         let mut raw = inode.raw_mut();
-        raw[0x14..0x18].fill(0);
+        rec(&mut raw).set_dtime(0);
         self.mark_inode_dirty(h, inode, &mut raw)
     }
 
@@ -652,18 +653,12 @@ impl FsInner {
             512
         };
         let left = (if acl != 0 { u64::from(self.sbi.block_size) } else { 0 } + charged) / unit;
-        raw[0x1C..0x20].copy_from_slice(&(left as u32).to_le_bytes());
-        raw[0x74..0x76].fill(0);
-        raw[0x28..0x28 + 60].fill(0);
+        let mut r = rec(&mut raw);
+        // Cannot truncate: an xattr block and the EA inodes' charge fit the 32-bit low half.
+        r.set_blocks(u64::from(left as u32));
+        r.i_block_mut().fill(0);
         if flags & EXTENTS_FL != 0 {
-            let empty = rext4_format::extent::ExtentHeader {
-                eh_magic: rext4_format::extent::EXTENT_MAGIC.into(),
-                eh_entries: 0.into(),
-                eh_max: 4.into(),
-                eh_depth: 0.into(),
-                eh_generation: 0.into(),
-            };
-            raw[0x28..0x28 + 12].copy_from_slice(zerocopy::IntoBytes::as_bytes(&empty));
+            crate::extents_write::init_root(&mut raw);
         }
         self.mark_inode_dirty(h, inode, &mut raw)
     }
@@ -691,7 +686,7 @@ impl Fs {
     /// held, removing its last link leaves it readable and writable by number, recorded as an
     /// orphan so that a crash cannot leak it. `ENOENT` if the inode is not in use.
     pub fn hold(&self, ino: InodeNo) -> Result<()> {
-        self.inner.noting(crate::stats::Op::Getattr, || {
+        self.inner.op(crate::stats::Op::Open, || {
             if !self.inner.ino_in_range(ino) {
                 return Err(Error::NotFound);
             }
@@ -716,7 +711,7 @@ impl Fs {
     /// (blocks, xattr block, inode) and its orphan record, in one journal handle. `EINVAL` if
     /// the inode is not held.
     pub fn release(&self, ino: InodeNo) -> Result<()> {
-        self.inner.noting(crate::stats::Op::Evict, || {
+        self.inner.op(crate::stats::Op::Release, || {
             let not_held = Error::InvalidInput("inode not held");
             if !self.inner.ino_in_range(ino) {
                 return Err(not_held);

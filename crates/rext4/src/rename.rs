@@ -52,7 +52,7 @@ impl FsInner {
         // A directory at the dir_nlink limit (1 = "many") stays there.
         let next = if is_dir && links == 1 { 1 } else { (i32::from(links) + delta).max(0) as u16 };
         raw_set_links(&mut raw, next);
-        raw_touch_c(&mut raw, self.sbi.inode_size, now());
+        raw_touch_c(&mut raw, now());
         self.mark_inode_dirty(h, inode, &mut raw)
     }
 
@@ -206,12 +206,12 @@ impl FsInner {
         result?;
         {
             let mut raw = src.raw_mut();
-            raw_touch_c(&mut raw, self.sbi.inode_size, t);
+            raw_touch_c(&mut raw, t);
             self.mark_inode_dirty(&h, &src, &mut raw)?;
         }
         for d in [&odir, &ndir] {
             let mut raw = d.raw_mut();
-            raw_touch_cm(&mut raw, self.sbi.inode_size, t);
+            raw_touch_cm(&mut raw, t);
             self.mark_inode_dirty(&h, d, &mut raw)?;
             if op == np {
                 break;
@@ -279,7 +279,7 @@ impl FsInner {
         }
         let mut raw = victim.raw_mut();
         raw_set_links(&mut raw, left);
-        raw_touch_c(&mut raw, self.sbi.inode_size, now());
+        raw_touch_c(&mut raw, now());
         self.mark_inode_dirty(h, victim, &mut raw)?;
         drop(raw);
         if left == 0 {
@@ -318,8 +318,8 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Rename);
-        let r = self.inner.rename(old_parent, old_name, new_parent, new_name, flags, (uid, gid));
-        self.inner.noted(crate::stats::Op::Rename, r)
+        self.inner.op(crate::stats::Op::Rename, || {
+            self.inner.rename(old_parent, old_name, new_parent, new_name, flags, (uid, gid))
+        })
     }
 }

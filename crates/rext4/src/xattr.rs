@@ -85,7 +85,7 @@ impl FsInner {
         if size <= GOOD_OLD_INODE_SIZE {
             return Ok(());
         }
-        let start = GOOD_OLD_INODE_SIZE + usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
+        let start = GOOD_OLD_INODE_SIZE + usize::from(crate::inode_write::rec_ref(raw).extra_isize());
         let Some(magic) = raw.get(start..start + 4) else {
             return Ok(());
         };

@@ -27,10 +27,11 @@
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
-use crate::inode_write::{put_time, raw_set_size};
+use crate::inode_write::{raw_set_size, rec};
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::crc32c;
 use rext4_format::inode::{self as fi, Timestamp, EA_INODE_FL};
+use rext4_format::inode_record::TimeField;
 use rext4_format::xattr::{entry_size, BLOCK_HEADER_SIZE};
 use rext4_format::InodeNo;
 
@@ -74,15 +75,12 @@ pub(crate) fn raw_ea_refs(raw: &[u8]) -> u64 {
     u64::from(u32_at(raw, OFF_CTIME)) << 32 | u64::from(u32_at(raw, OFF_VERSION))
 }
 
-fn raw_set_ea_refs(raw: &mut [u8], inode_size: usize, refs: u64) {
-    put_time(
-        raw,
-        inode_size,
-        OFF_CTIME,
-        fi::OFF_CTIME_EXTRA,
-        Timestamp { sec: (refs >> 32) as i64, nsec: 0 },
-    );
-    raw[OFF_VERSION..OFF_VERSION + 4].copy_from_slice(&(refs as u32).to_le_bytes());
+fn raw_set_ea_refs(raw: &mut [u8], refs: u64) {
+    // As the kernel's `ext4_xattr_inode_set_ref`: the high half as ctime seconds (its extra
+    // word written as for any time), the low half in `i_version_lo`.
+    let mut r = rec(raw);
+    r.set_time(TimeField::Ctime, Timestamp { sec: (refs >> 32) as i64, nsec: 0 });
+    r.set_version_lo(refs as u32);
 }
 
 impl FsInner {
@@ -159,7 +157,7 @@ impl FsInner {
             if !self.ea_inode_cache.contains(hash, c) || refs == 0 || u32_at(&raw, OFF_ATIME) != hash {
                 continue;
             }
-            raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs + 1);
+            raw_set_ea_refs(&mut raw, refs + 1);
             self.mark_inode_dirty(h, &inode, &mut raw)?;
             return Ok(Some(inode.ino.0));
         }
@@ -178,12 +176,11 @@ impl FsInner {
     /// Makes the new inode an EA inode (flag, hash, one reference), maps its blocks and
     /// writes `value` into them (`ext4_xattr_inode_write`).
     fn ea_inode_init(&self, h: &Handle, inode: &Inode, value: &[u8], hash: u32) -> Result<()> {
-        let size = self.sbi.inode_size;
         let mut raw = inode.raw_mut();
         let flags = crate::inode_write::raw_flags(&raw) | EA_INODE_FL;
         crate::inode_write::raw_set_flags(&mut raw, flags);
-        put_time(&mut raw, size, OFF_ATIME, fi::OFF_ATIME_EXTRA, Timestamp { sec: i64::from(hash), nsec: 0 });
-        raw_set_ea_refs(&mut raw, size, 1);
+        rec(&mut raw).set_time(TimeField::Atime, Timestamp { sec: i64::from(hash), nsec: 0 });
+        raw_set_ea_refs(&mut raw, 1);
         let bs = u64::from(self.sbi.block_size);
         let blocks = (value.len() as u64).div_ceil(bs);
         let mut lblk = 0;
@@ -229,7 +226,7 @@ impl FsInner {
             // Nobody may share it from now on (see `ea_inode_share`).
             self.ea_inode_cache.remove(u32_at(&raw, OFF_ATIME), u64::from(ea));
         }
-        raw_set_ea_refs(&mut raw, self.sbi.inode_size, refs);
+        raw_set_ea_refs(&mut raw, refs);
         self.mark_inode_dirty(h, &inode, &mut raw)?;
         if refs > 0 {
             return Ok(());

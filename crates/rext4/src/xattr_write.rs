@@ -55,13 +55,11 @@ const SB_FEATURE_COMPAT: usize = 0x5C;
 
 /// The xattr block number in a record (`i_file_acl`).
 pub(crate) fn raw_file_acl(raw: &[u8]) -> u64 {
-    u64::from(u32::from_le_bytes([raw[0x68], raw[0x69], raw[0x6A], raw[0x6B]]))
-        | u64::from(u16::from_le_bytes([raw[0x76], raw[0x77]])) << 32
+    crate::inode_write::rec_ref(raw).file_acl()
 }
 
 fn raw_set_file_acl(raw: &mut [u8], blk: u64) {
-    raw[0x68..0x6C].copy_from_slice(&(blk as u32).to_le_bytes());
-    raw[0x76..0x78].copy_from_slice(&((blk >> 32) as u16).to_le_bytes());
+    crate::inode_write::rec(raw).set_file_acl(blk);
 }
 
 /// Where the in-inode entries start, if the record has room for an area
@@ -157,7 +155,7 @@ impl FsInner {
         }
         let mut raw = guard.to_vec();
         if f(&h, &mut raw)? {
-            raw_touch_c(&mut raw, self.sbi.inode_size, now());
+            raw_touch_c(&mut raw, now());
             guard.copy_from_slice(&raw);
             self.mark_inode_dirty(&h, inode, &mut guard)?;
         }
@@ -728,16 +726,14 @@ impl FsInner {
         if bytes == 0 {
             return;
         }
-        let flags = u32_at(raw, 0x20);
-        let unit = if self.sbi.huge_file && flags & fi::HUGE_FILE_FL != 0 {
+        let mut r = crate::inode_write::rec(raw);
+        let unit = if self.sbi.huge_file && r.flags() & fi::HUGE_FILE_FL != 0 {
             i64::from(self.sbi.block_size)
         } else {
             512
         };
-        let cur = u64::from(u32_at(raw, 0x1C)) | u64::from(u16::from_le_bytes([raw[0x74], raw[0x75]])) << 32;
-        let v = (cur as i64).saturating_add(bytes / unit).max(0) as u64;
-        raw[0x1C..0x20].copy_from_slice(&(v as u32).to_le_bytes());
-        raw[0x74..0x76].copy_from_slice(&((v >> 32) as u16).to_le_bytes());
+        let v = (r.blocks() as i64).saturating_add(bytes / unit).max(0) as u64;
+        r.set_blocks(v);
     }
 
     /// `ext4_xattr_update_super_block`: the first attribute sets the `ext_attr` feature.
@@ -791,15 +787,13 @@ impl Fs {
     /// to `value`. `flags` is 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`] (ignored for ACLs, as
     /// in the kernel). The change time becomes now.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
-        self.inner.noted(crate::stats::Op::Setxattr, self.inner.setxattr(ino, name, Some(value), flags))
+        self.inner.op(crate::stats::Op::Setxattr, || self.inner.setxattr(ino, name, Some(value), flags))
     }
 
     /// `removexattr(2)`: `ENODATA` if the attribute does not exist (except for ACLs, whose
     /// removal always succeeds, as in the kernel).
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        let _t = self.inner.stats.time(crate::stats::Op::Setxattr);
-        self.inner.noted(crate::stats::Op::Setxattr, self.inner.setxattr(ino, name, None, XATTR_REPLACE))
+        self.inner.op(crate::stats::Op::Setxattr, || self.inner.setxattr(ino, name, None, XATTR_REPLACE))
     }
 }
 

@@ -95,3 +95,37 @@ fn read_only_has_no_commit_figures() {
     assert!(r.commits.is_none());
     assert_eq!(op(&r, "ext4_lookup").count, 1);
 }
+
+/// Every public call is timed under the kernel function it stands for, once: the calls that
+/// went untimed (seeks, inode flags) or under another's name (holding an inode) included.
+#[test]
+fn every_public_call_is_timed_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("n.img");
+    common::mkfs(None, &img, &[], "16M");
+    let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    fs.set_stats_every(1);
+    let root = fs.root();
+    let f = fs.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 8192, b"data").unwrap();
+    fs.reset_stats();
+    fs.seek_data(f, 0).unwrap();
+    fs.seek_hole(f, 0).unwrap();
+    fs.set_flags(f, 0x80000).unwrap();
+    fs.hold(f).unwrap();
+    fs.release(f).unwrap();
+    fs.sync().unwrap();
+    let r = fs.stats();
+    for (name, n) in [
+        ("ext4_llseek", 2),
+        ("ext4_fileattr_set", 1),
+        ("ext4_file_open", 1),
+        ("ext4_release_file", 1),
+        ("ext4_sync_fs", 1),
+        ("ext4_setattr", 0),
+    ] {
+        assert_eq!(op(&r, name).count, n, "{name}");
+    }
+    fs.unmount().unwrap();
+    common::e2fsck_clean(&img);
+}
