@@ -109,7 +109,7 @@ impl FsInner {
         }
         let acl = inode.with_disk(|d| d.file_acl());
         let in_block = if acl != 0 { self.xattr_block_check(inode.ino, acl)? } else { Vec::new() };
-        self.ea_inodes_check(inode, &in_block)?;
+        self.ea_inodes_check(h, inode, &in_block)?;
         Ok(owned)
     }
 

@@ -261,10 +261,36 @@ impl FsInner {
         }
     }
 
-    /// Checks that every EA inode `inode` names (in its in-inode area, and `in_block`, those
-    /// of its xattr block) can be read as one, before a deletion changes anything.
-    pub(crate) fn ea_inodes_check(&self, inode: &Inode, in_block: &[u32]) -> Result<()> {
-        let (_, eas) = self.ibody_ea_inodes(inode)?;
-        eas.iter().chain(in_block).try_for_each(|&ea| self.ea_iget(inode.ino, ea).map(drop))
+    /// Checks, before a deletion changes anything, that every EA inode `inode` names (in its
+    /// in-inode area, and `in_block`, those of its xattr block) can be read as one, and that
+    /// those whose last reference goes can be freed whole (their blocks in range, outside the
+    /// metadata and in use): otherwise some references would be dropped, and EA inodes freed,
+    /// before the damage stopped the deletion. An EA inode that names EA inodes itself is
+    /// corrupt (the kernel never makes one), which also keeps a cycle of them from recursing.
+    pub(crate) fn ea_inodes_check(&self, h: &Handle, inode: &Inode, in_block: &[u32]) -> Result<()> {
+        let (owner, eas) = self.ibody_ea_inodes(inode)?;
+        let all: Vec<u32> = eas.iter().chain(in_block).copied().collect();
+        if !all.is_empty() && inode.flags() & EA_INODE_FL != 0 {
+            return corrupt(CorruptKind::Xattr {
+                ino: inode.ino,
+                block: None,
+                what: "EA inode names EA inodes",
+            });
+        }
+        for (i, &ea) in all.iter().enumerate() {
+            let e = self.ea_iget(inode.ino, ea)?;
+            if all[..i].contains(&ea) {
+                continue;
+            }
+            let dropped = all.iter().filter(|&&x| x == ea).count() as u64;
+            let last = {
+                let raw = e.raw();
+                raw_is_lustre(&raw, owner) || raw_ea_refs(&raw) <= dropped
+            };
+            if last {
+                self.deletion_checks(h, &e)?;
+            }
+        }
+        Ok(())
     }
 }
