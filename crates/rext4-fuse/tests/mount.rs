@@ -742,3 +742,55 @@ fn access_counts_supplementary_groups() {
     assert!(!access("--clear-groups"), "no group with read permission");
     unmount_and_compare(m, &img);
 }
+
+/// Device nodes made and removed through the mount free no block (their device number is not
+/// a block map), and a file whose extent names the journal is refused with `EUCLEAN` instead of
+/// being written over it: the image stays as e2fsck found it.
+#[test]
+fn device_nodes_and_metadata_aimed_extents_leave_the_image_whole() {
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "dev.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw");
+    let before = rext4::Fs::open(&img).unwrap().statfs().unwrap().blocks_free;
+    for (i, (ma, mi)) in [(1u32, 2u32), (1, 3), (8, 1), (259, 70000)].into_iter().enumerate() {
+        let p =
+            std::ffi::CString::new(m.join(&format!("c{i}")).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: `p` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(ma, mi)) }, 0);
+    }
+    for i in 0..4 {
+        fs::remove_file(m.join(&format!("c{i}"))).unwrap();
+    }
+    m.unmount();
+    e2fsck_clean(&img);
+    assert_eq!(rext4::Fs::open(&img).unwrap().statfs().unwrap().blocks_free, before);
+
+    // A one-block file whose extent is aimed at a block of the journal.
+    let m = FuseMount::new(&img, "rw");
+    fs::write(m.join("f"), [7u8; 4096]).unwrap();
+    m.unmount();
+    let journal_block =
+        std::process::Command::new(tool("debugfs")).args(["-R", "bmap <8> 100"]).arg(&img).output().unwrap();
+    let journal_block = String::from_utf8_lossy(&journal_block.stdout).trim().to_string();
+    let out = std::process::Command::new(tool("debugfs"))
+        .args(["-w", "-R", &format!("set_inode_field /f block[5] {journal_block}")])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let m = FuseMount::new(&img, "rw");
+    let f = fs::OpenOptions::new().write(true).open(m.join("f")).unwrap();
+    let e = f.write_at(&[0xA5; 1024], 0).and_then(|_| f.sync_all()).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EUCLEAN), "{e}");
+    drop(f);
+    m.unmount();
+    let jb: u64 = journal_block.parse().unwrap();
+    let bs = u64::from(rext4::Fs::open(&img).unwrap().block_size());
+    let data = fs::read(&img).unwrap();
+    let at = (jb * bs) as usize;
+    let journal = &data[at..at + 4 * bs as usize];
+    assert!(!journal.windows(64).any(|w| w.iter().all(|&b| b == 0xA5)), "written into the journal");
+}
