@@ -22,79 +22,39 @@
 //! buffer data lock. Cache shard locks are never held across I/O or while taking another lock.
 #![forbid(unsafe_code)]
 
-mod acl;
-#[cfg(test)]
-mod alloc_tests;
+mod alloc;
 mod attr;
-mod balloc;
-mod bitmap;
-mod block_validity;
-mod buffer;
 mod cache;
-mod counter;
-mod dcache;
+mod data;
 pub mod dev;
-mod dev_crash;
-mod dev_overlay;
 mod dir;
-mod dir_write;
-mod dx_readdir;
-mod dx_write;
 mod error;
-mod extents;
-mod extents_write;
-mod file;
-mod file_write;
 mod fs;
-mod fs_error;
-mod group;
-mod ialloc;
-mod indirect;
-mod indirect_write;
-mod inline;
-mod inline_bytes;
-mod inline_write;
 mod inode;
-mod inode_write;
-mod ioctl;
 mod jbd2;
-mod link_write;
 mod map;
-mod mbcache;
-mod mount;
 mod namei;
-mod namei_write;
-mod orphan;
 mod path;
-mod rename;
-mod replay;
-mod stats;
-mod super_block;
-mod symlink;
 pub mod sync;
 #[cfg(test)]
 mod test_image;
-mod truncate;
 mod xattr;
-mod xattr_area;
-mod xattr_inode;
-mod xattr_write;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
-pub use error::{Corrupt, Error, Result};
-pub use file_write::{
+pub use data::write::{
     FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,
 };
+pub use error::{Corrupt, Error, Result};
+pub use fs::stats::{LockStat, OpStat, StatsReport};
 pub use fs::{ErrorBehavior, Fs, Options};
-pub use inode_write::{SetAttr, TimeSet};
-pub use ioctl::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
+pub use inode::flags::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
+pub use inode::write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;
+pub use jbd2::replay::recover_image;
 pub use jbd2::{CommitStats, CommitSummary};
+pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::{File, ReadDir};
-pub use rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
-pub use replay::recover_image;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
-pub use stats::{LockStat, OpStat, StatsReport};
-pub use xattr_write::{XATTR_CREATE, XATTR_REPLACE};
+pub use xattr::set::{XATTR_CREATE, XATTR_REPLACE};

@@ -17,7 +17,7 @@ impl Fs {
     /// Resolves `path` (absolute, or relative to the root) to an inode; a final symbolic link
     /// is followed if `follow` is set. A trailing `/` requires a directory.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> Result<InodeNo> {
-        self.inner.noting(crate::stats::Op::Lookup, || {
+        self.inner.noting(crate::fs::stats::Op::Lookup, || {
             let bytes = path.as_ref().as_os_str().as_bytes();
             let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
             let mut queue: VecDeque<Vec<u8>> = components(bytes);

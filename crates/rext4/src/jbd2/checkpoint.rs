@@ -10,7 +10,7 @@
 //!
 //! Freed blocks: the commit of the transaction that freed a block drops its pending copy and,
 //! before the commit is published (which lets the block be allocated again, see `busy` in
-//! balloc.rs), waits for a home write of it that a checkpoint has in flight. Until then a
+//! alloc/balloc.rs), waits for a home write of it that a checkpoint has in flight. Until then a
 //! checkpoint may still write the copy home: the block is allocated in every state a crash
 //! can leave, and that copy is its newest committed contents.
 

@@ -4,7 +4,7 @@
 
 use super::journal::{Journal, Log, LogGeometry, LogShape, LogTxn, Pending};
 use super::transaction::Transaction;
-use crate::buffer::Buffer;
+use crate::cache::buffer::Buffer;
 use crate::error::{Error, Result};
 use rext4_format::jbd2::{CommitHeader, DescriptorBuilder, RevokeBuilder};
 use std::borrow::Cow;

@@ -19,10 +19,10 @@
 //! transaction.
 
 use super::transaction::{Handle, Transaction};
-use crate::buffer::Buffer;
+use crate::cache::buffer::Buffer;
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
-use crate::stats::{LockClass, Op};
+use crate::fs::stats::{LockClass, Op};
 use crate::sync::{Condvar, Mutex};
 use arc_swap::ArcSwap;
 use rext4_format::jbd2::{DescriptorBuilder, JournalParams, JournalSuperblock, RevokeBuilder};
@@ -37,7 +37,7 @@ pub(crate) struct LogGeometry {
     /// Where the journal's blocks are on the device, as recovery mapped them: every one of
     /// the journal's blocks (the superblock's `maxlen`), checked to lie inside the filesystem.
     /// [immutable]
-    pub map: crate::replay::JournalLog,
+    pub map: crate::jbd2::log_map::JournalLog,
     pub params: JournalParams,
     pub uuid: [u8; 16],
     /// First log block (after the journal superblock), and the end of the log (the kernel's
@@ -277,7 +277,7 @@ pub(crate) struct Journal {
     /// (seed 004).
     pub freeze: FreezeHook,
     /// The filesystem's operation and lock statistics. [sharded atomics]
-    pub stats: Arc<crate::stats::Stats>,
+    pub stats: Arc<crate::fs::stats::Stats>,
 }
 
 impl Journal {
@@ -288,7 +288,7 @@ impl Journal {
         first_tid: u32,
         commit_interval: Duration,
         freeze: FreezeHook,
-        stats: Arc<crate::stats::Stats>,
+        stats: Arc<crate::fs::stats::Stats>,
     ) -> Self {
         // Like jbd2 (`jbd2_journal_get_max_txn_bufs`): a transaction may use a third of the
         // journal outside its fast-commit area (a quarter until mid-2024, when jbd2 began to

@@ -4,7 +4,9 @@
 pub(crate) mod checkpoint;
 pub(crate) mod commit;
 pub(crate) mod journal;
+pub(crate) mod log_map;
 pub(crate) mod recovery;
+pub(crate) mod replay;
 pub(crate) mod transaction;
 
 pub use journal::{CommitStats, CommitSummary};

@@ -6,7 +6,7 @@
 //! the transaction it belongs to never committed) and which make the kernel refuse the journal
 //! (see [`recover`]). Where the kernel writes each replayed block to the device, the replay pass
 //! collects the blocks in a [`Replay`] (the last copy of a block wins); the caller applies it in
-//! memory or in place (`replay.rs`).
+//! memory or in place (`jbd2/replay.rs`).
 //!
 //! Beyond the kernel: a walk that goes round the whole log without finding its end is refused
 //! (a hostile log of blocks that all carry the expected sequence would otherwise loop forever),

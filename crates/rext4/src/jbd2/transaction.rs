@@ -14,10 +14,10 @@
 //! to stop).
 
 use super::journal::Journal;
-use crate::buffer::Buffer;
+use crate::cache::buffer::Buffer;
 use crate::cache::KeyMap;
 use crate::error::{Error, Result};
-use crate::stats::{LockClass, Op};
+use crate::fs::stats::{LockClass, Op};
 use crate::sync::{Mutex, RwLockWriteGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -201,7 +201,7 @@ impl Transaction {
     /// appends it to their list, cancelling a revoke of its block first (a block freed and
     /// reused as metadata in one transaction: replay would otherwise skip its new contents,
     /// `jbd2_journal_cancel_revoke`). Whether this call put it in.
-    fn insert(&self, buf: &Arc<Buffer>, stats: &crate::stats::Stats) -> bool {
+    fn insert(&self, buf: &Arc<Buffer>, stats: &crate::fs::stats::Stats) -> bool {
         let mut seen = buf.jserial.load(Ordering::Acquire);
         loop {
             if seen == self.serial {
@@ -351,14 +351,14 @@ impl Drop for Handle<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::BufferCache;
+    use crate::cache::buffer::BufferCache;
     use crate::dev::MemDevice;
 
     #[test]
     fn a_write_after_a_revoke_cancels_it() {
         let cache = BufferCache::new(Arc::new(MemDevice::new(vec![0; 64 * 1024])), 1024, 1 << 20);
         let t = Transaction::new(1, 1);
-        let stats = crate::stats::Stats::default();
+        let stats = crate::fs::stats::Stats::default();
         let add = |blk: u64| t.insert(&cache.get(blk).unwrap(), &stats);
         let revoke = |blk: u64| t.revoke(blk, cache.peek(blk).as_ref());
         assert!(add(5) && !add(5), "a buffer joins once");

@@ -1,0 +1,307 @@
+//! Block allocation (the kernel's `balloc.c` and, in spirit, `mballoc.c`): per-group bitmaps
+//! behind per-group locks, a goal block, contiguous runs preferred, groups never initialised
+//! (BLOCK_UNINIT) set up on first use, free counts in per-group atomics and sharded counters.
+//!
+//! # Locking
+//! journal handle -> block bitmap `Buffer::data` (write; this is the group's allocation lock)
+//! -> group state atomics. The search for a free run is done first under the bitmap's read
+//! lock; the bits are then taken under its write lock, searching again there if another thread
+//! won them (seed 000's shape, applied to blocks).
+
+use crate::alloc::bitmap;
+use crate::cache::buffer::Buffer;
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use crate::jbd2::transaction::Handle;
+use rext4_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use rext4_format::PhysBlock;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl FsInner {
+    /// Group of block `blk`.
+    pub(crate) fn block_group(&self, blk: u64) -> u32 {
+        ((blk - self.sbi.first_data_block) / u64::from(self.sbi.blocks_per_group)) as u32
+    }
+
+    /// Blocks at the start of group `g` taken by superblock and descriptor copies
+    /// (`ext4_num_base_meta_blocks`).
+    pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
+        self.sbi.base_meta_blocks(g)
+    }
+
+    /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
+    /// and the number of free blocks it leaves.
+    fn init_block_bitmap(&self, g: u32) -> (Vec<u8>, u32) {
+        let sbi = &self.sbi;
+        let bs = sbi.block_size as usize;
+        let mut map = vec![0u8; bs];
+        let first = sbi.group_first_block(g);
+        let n = sbi.blocks_in_group(g) as usize;
+        bitmap::set_range(&mut map, 0, (self.base_meta_blocks(g) as usize).min(n));
+        let d = self.groups.get(g);
+        let ds = sbi.desc_size;
+        let mut own = |b: u64, len: u64| {
+            for x in b..b + len {
+                if x >= first && x < first + n as u64 {
+                    bitmap::set(&mut map, (x - first) as usize);
+                }
+            }
+        };
+        own(d.block_bitmap(ds), 1);
+        own(d.inode_bitmap(ds), 1);
+        own(d.inode_table(ds), sbi.inode_table_blocks);
+        bitmap::set_range(&mut map, n, bs * 8);
+        let used = (0..n).filter(|&i| bitmap::test(&map, i)).count();
+        (map, (n - used) as u32)
+    }
+
+    /// The block bitmap buffer of group `g`, initialised under `h` if the group was never used.
+    pub(crate) fn block_bitmap(&self, h: &Handle, g: u32) -> Result<Arc<Buffer>> {
+        let st = &self.groups.state[g as usize];
+        let blk = self.groups.get(g).block_bitmap(self.sbi.desc_size);
+        if st.flags.load(Ordering::Acquire) & u32::from(BG_BLOCK_UNINIT) == 0 {
+            return self.bread(blk, None);
+        }
+        let buf = self.bcache.get_fresh(blk);
+        let mut data = h.write(&buf)?;
+        // Re-check under the bitmap lock: another thread may have initialised it meanwhile.
+        if st.flags.load(Ordering::Acquire) & u32::from(BG_BLOCK_UNINIT) != 0 {
+            let (map, free) = self.init_block_bitmap(g);
+            data.copy_from_slice(&map);
+            let old = st.free_blocks.swap(free, Ordering::AcqRel);
+            self.counters.free_blocks.add(i64::from(free) - i64::from(old));
+            st.flags.fetch_and(!u32::from(BG_BLOCK_UNINIT), Ordering::AcqRel);
+            self.touch_group_desc(h, g)?;
+        }
+        drop(data);
+        Ok(buf)
+    }
+
+    /// Puts group `g`'s descriptor block (and the superblock, for the counts) into `h`'s
+    /// transaction; their contents are filled in when the commit freezes them.
+    /// Both buffers are held for the filesystem's life, so this clones no `Arc`: with a cache
+    /// lookup each, every create and unlink wrote the two reference counts all threads share.
+    pub(crate) fn touch_group_desc(&self, h: &Handle, g: u32) -> Result<()> {
+        let gd = self.groups.desc_buf(&self.sbi, g).ok_or(Error::InvalidInput("no such group"))?;
+        h.join(gd)?;
+        h.join(&self.sb_buf)
+    }
+
+    /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
+    /// block and the count. `reserved_ok` lets the allocation use the root-reserved blocks.
+    pub(crate) fn alloc_blocks(
+        &self,
+        h: &Handle,
+        goal: u64,
+        want: u32,
+        reserved_ok: bool,
+    ) -> Result<(u64, u32)> {
+        let _t = self.stats.time(crate::fs::stats::Op::NewBlocks);
+        let sbi = &self.sbi;
+        let want = want.max(1);
+        let free = self.counters.free_blocks.sum_positive();
+        let reserve = if reserved_ok { 0 } else { sbi.sb.r_blocks_count() };
+        if free <= reserve {
+            return Err(Error::NoSpace);
+        }
+        let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.blocks_per_group);
+        let goal =
+            if goal >= sbi.first_data_block && goal < sbi.blocks_count { goal } else { sbi.first_data_block };
+        let goal_group = self.block_group(goal);
+        let n = sbi.group_count;
+        // First pass: a group with room for the whole run; second: any free block.
+        for full in [true, false] {
+            for k in 0..n {
+                let g = (goal_group + k) % n;
+                let st = &self.groups.state[g as usize];
+                let avail = st.free_blocks.load(Ordering::Acquire);
+                if avail == 0 || (full && avail < want) {
+                    continue;
+                }
+                let start = if g == goal_group { (goal - sbi.group_first_block(g)) as usize } else { 0 };
+                if let Some((off, len)) = self.take_run(h, g, start, want as usize, full)? {
+                    return Ok((sbi.group_first_block(g) + off as u64, len as u32));
+                }
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Takes a run of free blocks in group `g` from offset `start` on (wrapping to the group
+    /// start); `full` asks for exactly `want`. Blocks freed by uncommitted transactions are
+    /// skipped as if in use.
+    fn take_run(
+        &self,
+        h: &Handle,
+        g: u32,
+        start: usize,
+        want: usize,
+        full: bool,
+    ) -> Result<Option<(usize, usize)>> {
+        let n = self.sbi.blocks_in_group(g) as usize;
+        let buf = self.block_bitmap(h, g)?;
+        let search = |map: &[u8]| {
+            bitmap::find_zero_run(map, start.min(n), n, want)
+                .filter(|&(_, l)| l == want || !full)
+                .or_else(|| bitmap::find_zero_run(map, 0, n, want).filter(|&(_, l)| l == want || !full))
+        };
+        // Look without the group lock first.
+        let found = {
+            let map = buf.data();
+            let busy = self.busy_ranges(g);
+            search(&with_busy(&map, &busy))
+        };
+        let Some(mut found) = found else { return Ok(None) };
+        let mut map = h.write(&buf)?;
+        // Under the lock: take what we found if it is still free; if another thread won it,
+        // search once more with the lock held. Frees push their busy ranges under this lock,
+        // so the list read here is complete.
+        let busy = self.busy_ranges(g);
+        {
+            let view = with_busy(&map, &busy);
+            if (found.0..found.0 + found.1).any(|i| bitmap::test(&view, i)) {
+                match search(&view) {
+                    Some(f) => found = f,
+                    None => return Ok(None),
+                }
+            }
+        }
+        let (off, len) = found;
+        let first = self.sbi.group_first_block(g);
+        if !self.zones.clear_of(None, first + off as u64, len as u64) {
+            // The bitmap calls metadata free (the kernel's "Allocating blocks which overlap fs
+            // metadata"): mark those blocks in use, as they are, and fail this allocation with
+            // the damage, to be recorded; the next one searches the corrected bitmap.
+            let meta: Vec<usize> =
+                (off..off + len).filter(|&i| !self.zones.clear_of(None, first + i as u64, 1)).collect();
+            for &i in &meta {
+                bitmap::set(&mut map, i);
+            }
+            self.groups.state[g as usize].free_blocks.fetch_sub(meta.len() as u32, Ordering::AcqRel);
+            drop(map);
+            self.counters.free_blocks.add(-(meta.len() as i64));
+            self.touch_group_desc(h, g)?;
+            // Cannot be empty: the run overlaps a zone, so one of its blocks is in it.
+            let block = PhysBlock(first + meta[0] as u64);
+            return corrupt(CorruptKind::SystemZone { ino: None, block, len: meta.len() as u64 });
+        }
+        bitmap::set_range(&mut map, off, off + len);
+        let st = &self.groups.state[g as usize];
+        st.free_blocks.fetch_sub(len as u32, Ordering::AcqRel);
+        drop(map);
+        self.counters.free_blocks.add(-(len as i64));
+        self.touch_group_desc(h, g)?;
+        Ok(Some((off, len)))
+    }
+
+    /// Group `g`'s busy ranges (offset, length) whose freeing transaction has not committed;
+    /// committed ones are dropped on the way.
+    fn busy_ranges(&self, g: u32) -> Vec<(usize, usize)> {
+        let mut busy = self.groups.state[g as usize].busy.lock();
+        if busy.is_empty() {
+            return Vec::new();
+        }
+        if let Some(j) = &self.journal {
+            let committed = j.committed_tid();
+            busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, committed));
+        }
+        busy.iter().map(|&(off, len, _)| (off as usize, len as usize)).collect()
+    }
+
+    /// Whether any freed block waits for its transaction to commit before it can be reused
+    /// (an allocation that failed may succeed after a commit).
+    pub(crate) fn has_busy_blocks(&self) -> bool {
+        (0..self.sbi.group_count).any(|g| !self.busy_ranges(g).is_empty())
+    }
+
+    /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
+    /// journal copy is replayed over whatever they hold next.
+    pub(crate) fn free_blocks(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
+        let _t = self.stats.time(crate::fs::stats::Op::FreeBlocks);
+        self.check_block_range(start, len)?;
+        let sbi = &self.sbi;
+        let mut b = start;
+        let end = start + len;
+        while b < end {
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + sbi.blocks_in_group(g)).min(end);
+            let buf = self.block_bitmap(h, g)?;
+            let mut map = h.write(&buf)?;
+            let mut freed = 0u32;
+            for x in b..gend {
+                let i = (x - gfirst) as usize;
+                if !bitmap::test(&map, i) {
+                    return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
+                }
+                bitmap::clear(&mut map, i);
+                freed += 1;
+            }
+            self.groups.state[g as usize].busy.lock().push(((b - gfirst) as u32, freed, h.tid()));
+            drop(map);
+            self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
+            self.counters.free_blocks.add(i64::from(freed));
+            self.touch_group_desc(h, g)?;
+            b = gend;
+        }
+        if metadata {
+            for x in start..end {
+                h.revoke(x, self.bcache.peek(x).as_ref());
+            }
+        }
+        Ok(())
+    }
+
+    /// `len` blocks from `start` lie in the filesystem's data area, inside the filesystem
+    /// and outside its metadata: whoever named them, no metadata block is ever freed.
+    fn check_block_range(&self, start: u64, len: u64) -> Result<()> {
+        let sbi = &self.sbi;
+        if start < sbi.first_data_block || start.checked_add(len).is_none_or(|e| e > sbi.blocks_count) {
+            return corrupt(CorruptKind::BlockRange { ino: None, block: PhysBlock(start) });
+        }
+        if !self.zones.clear_of(None, start, len) {
+            return corrupt(CorruptKind::SystemZone { ino: None, block: PhysBlock(start), len });
+        }
+        Ok(())
+    }
+
+    /// What [`FsInner::free_blocks`] would find wrong in freeing `len` blocks from `start`
+    /// (outside the filesystem, an unreadable bitmap, a block already free), found without
+    /// changing anything: a deletion checks all its blocks first, so that damage does not stop
+    /// it half way with some of them freed and still named by the inode.
+    pub(crate) fn check_blocks_in_use(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
+        self.check_block_range(start, len)?;
+        let sbi = &self.sbi;
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + sbi.blocks_in_group(g)).min(end);
+            let buf = self.block_bitmap(h, g)?;
+            let map = buf.data();
+            if (b..gend).any(|x| !bitmap::test(&map, (x - gfirst) as usize)) {
+                return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
+            }
+            b = gend;
+        }
+        Ok(())
+    }
+
+    /// Whether group `g`'s inode table and bitmap were never initialised.
+    pub(crate) fn inode_uninit(&self, g: u32) -> bool {
+        self.groups.state[g as usize].flags.load(Ordering::Acquire) & u32::from(BG_INODE_UNINIT) != 0
+    }
+}
+
+/// `map` with the busy ranges marked as used (a copy only when there are any).
+fn with_busy<'a>(map: &'a [u8], busy: &[(usize, usize)]) -> std::borrow::Cow<'a, [u8]> {
+    if busy.is_empty() {
+        return std::borrow::Cow::Borrowed(map);
+    }
+    let mut v = map.to_vec();
+    for &(off, len) in busy {
+        bitmap::set_range(&mut v, off, off + len);
+    }
+    std::borrow::Cow::Owned(v)
+}

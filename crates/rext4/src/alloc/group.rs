@@ -1,0 +1,228 @@
+//! The group descriptor table (`ext4_get_group_desc`, `ext4_check_descriptors`): loaded and
+//! checked once at open. Locations of bitmaps and tables never change; the counts and flags
+//! that do are per-group atomics here, written into the descriptor blocks only when those are
+//! frozen for a commit, with the bitmap and descriptor checksums (seed 004: no checksum work
+//! under the locks of every allocation).
+
+use crate::cache::buffer::{Buffer, BufferCache};
+use crate::error::{corrupt, CorruptKind, Result};
+use crate::fs::super_block::SbInfo;
+use rext4_format::features::Incompat;
+use rext4_format::group_desc::GroupDesc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// What changes about a group while the filesystem is open. Updated by the allocators under
+/// the group's bitmap buffer lock; read without locks for placement decisions. On a cache
+/// line of its own: threads allocating in neighbouring groups do not write one line.
+#[repr(align(64))]
+pub(crate) struct GroupState {
+    pub free_blocks: AtomicU32,
+    pub free_inodes: AtomicU32,
+    pub used_dirs: AtomicU32,
+    /// `bg_flags` (BLOCK_UNINIT, INODE_UNINIT, INODE_ZEROED).
+    pub flags: AtomicU32,
+    pub itable_unused: AtomicU32,
+    /// Blocks freed by transactions that have not committed yet, as (offset in group, length,
+    /// tid): not handed out again before that commit, so a crash can never leave the old owner
+    /// pointing at a new owner's data (mballoc's busy extents). Pushed under the group's
+    /// bitmap lock. [own lock]
+    pub busy: crate::sync::Mutex<Vec<(u32, u32, u32)>>,
+}
+
+/// Every group's descriptor, as read at open, and its live counts.
+pub(crate) struct Groups {
+    descs: Vec<GroupDesc>,
+    /// Live counts and flags. [atomics; see GroupState]
+    pub state: Vec<GroupState>,
+    /// Descriptor block -> first group it describes. [immutable]
+    desc_blocks: crate::cache::KeyMap<u32>,
+    /// The descriptor blocks' buffers, in table order, held for the filesystem's life: every
+    /// allocation and free puts one in its transaction, and a lookup in the buffer cache would
+    /// write the buffer's reference count, one line all allocating threads share. [immutable]
+    desc_bufs: Vec<Arc<Buffer>>,
+}
+
+impl Groups {
+    pub fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
+        let mut descs = Vec::with_capacity(sbi.group_count as usize);
+        let mut desc_bufs = Vec::with_capacity(sbi.gdt_blocks as usize);
+        let per_block = sbi.descs_per_block as usize;
+        for i in 0..sbi.gdt_blocks {
+            let blk = sbi.descriptor_block(i);
+            if blk >= sbi.blocks_count {
+                return corrupt(CorruptKind::GroupDesc {
+                    group: (i * per_block as u64) as u32,
+                    what: "descriptor block outside the filesystem",
+                });
+            }
+            let buf = cache.get(blk)?;
+            let data = buf.data();
+            for d in data.chunks_exact(sbi.desc_size).take(per_block) {
+                if descs.len() == sbi.group_count as usize {
+                    break;
+                }
+                // Cannot fail: chunks are exactly desc_size (>= 32) bytes.
+                descs.push(GroupDesc::parse(d, sbi.desc_size).unwrap());
+            }
+            drop(data);
+            desc_bufs.push(buf);
+        }
+        let ds = sbi.desc_size;
+        let state = descs
+            .iter()
+            .map(|d| GroupState {
+                free_blocks: AtomicU32::new(d.free_blocks_count(ds)),
+                free_inodes: AtomicU32::new(d.free_inodes_count(ds)),
+                used_dirs: AtomicU32::new(d.used_dirs_count(ds)),
+                flags: AtomicU32::new(u32::from(d.flags())),
+                itable_unused: AtomicU32::new(d.itable_unused(ds)),
+                busy: crate::sync::Mutex::new(Vec::new()),
+            })
+            .collect();
+        let desc_blocks =
+            (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), (i * per_block as u64) as u32)).collect();
+        let groups = Groups { descs, state, desc_blocks, desc_bufs };
+        for g in 0..sbi.group_count {
+            groups.check(sbi, g)?;
+        }
+        Ok(groups)
+    }
+
+    /// The buffer of the descriptor block describing group `g`, if `g` is a group.
+    pub fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
+        self.desc_bufs.get((g / sbi.descs_per_block) as usize)
+    }
+
+    /// Descriptor of group `g`; callers pass a group below `group_count`.
+    pub fn get(&self, g: u32) -> &GroupDesc {
+        &self.descs[g as usize]
+    }
+
+    fn check(&self, sbi: &SbInfo, g: u32) -> Result<()> {
+        let d = self.get(g);
+        let ds = sbi.desc_size;
+        if sbi.metadata_csum {
+            if d.bg_checksum.get() != d.csum_crc32c(sbi.csum_seed, g, ds) {
+                return corrupt(CorruptKind::GroupDescChecksum { group: g });
+            }
+        } else if sbi.gdt_csum && d.bg_checksum.get() != d.csum_crc16(&sbi.sb.s_uuid, g, ds) {
+            return corrupt(CorruptKind::GroupDescChecksum { group: g });
+        }
+        // Metadata of a group lives in the group, or anywhere with flex_bg.
+        let (lo, hi) = if sbi.sb.incompat().contains(Incompat::FLEX_BG) {
+            (sbi.first_data_block, sbi.blocks_count)
+        } else {
+            let first = sbi.group_first_block(g);
+            (first, first + sbi.blocks_in_group(g))
+        };
+        let inside = |b: u64, n: u64| b >= lo && b.checked_add(n).is_some_and(|e| e <= hi);
+        let sb_block = sbi.first_data_block;
+        let what = if !inside(d.block_bitmap(ds), 1) || d.block_bitmap(ds) == sb_block {
+            "block bitmap not in group"
+        } else if !inside(d.inode_bitmap(ds), 1) || d.inode_bitmap(ds) == sb_block {
+            "inode bitmap not in group"
+        } else if !inside(d.inode_table(ds), sbi.inode_table_blocks) || d.inode_table(ds) == sb_block {
+            "inode table not in group"
+        } else if d.free_inodes_count(ds) > sbi.inodes_per_group {
+            "free inode count too large"
+        } else {
+            return Ok(());
+        };
+        corrupt(CorruptKind::GroupDesc { group: g, what })
+    }
+
+    /// What a read-write mount refuses besides (`ext4_check_descriptors`, which lets a
+    /// read-only one go on): a bitmap or inode table on the superblock's block or on a
+    /// descriptor block. Writing one would overwrite the other, and the commit, filling a
+    /// descriptor block, would wait for itself to read the bitmap's checksum.
+    pub fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
+        let ds = sbi.desc_size;
+        let mut meta: Vec<u64> = self.desc_blocks.keys().copied().collect();
+        meta.push(sbi.first_data_block);
+        meta.sort_unstable();
+        // Whether a superblock or descriptor block lies in [b, b + n).
+        let hits = |b: u64, n: u64| {
+            let i = meta.partition_point(|&m| m < b);
+            meta.get(i).is_some_and(|&m| m - b < n)
+        };
+        for g in 0..sbi.group_count {
+            let d = self.get(g);
+            let what = if hits(d.block_bitmap(ds), 1) {
+                "block bitmap overlaps the superblock or descriptors"
+            } else if hits(d.inode_bitmap(ds), 1) {
+                "inode bitmap overlaps the superblock or descriptors"
+            } else if hits(d.inode_table(ds), sbi.inode_table_blocks) {
+                "inode table overlaps the superblock or descriptors"
+            } else {
+                continue;
+            };
+            return corrupt(CorruptKind::GroupDesc { group: g, what });
+        }
+        Ok(())
+    }
+
+    /// Sums of free blocks, free inodes and directories over all groups.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.state.iter().fold((0, 0, 0), |(b, i, d), s| {
+            (
+                b + u64::from(s.free_blocks.load(Ordering::Relaxed)),
+                i + u64::from(s.free_inodes.load(Ordering::Relaxed)),
+                d + u64::from(s.used_dirs.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    /// Whether `blk` holds group descriptors.
+    pub fn is_desc_block(&self, blk: u64) -> bool {
+        self.desc_blocks.contains_key(&blk)
+    }
+
+    /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
+    /// groups, the bitmap checksums `bitmap_csum(block, bytes)` can provide (crc32c of the
+    /// first `bytes` of a cached bitmap block), and each descriptor's checksum.
+    pub fn freeze_desc_block(
+        &self,
+        sbi: &SbInfo,
+        blk: u64,
+        data: &mut [u8],
+        bitmap_csum: impl Fn(u64, usize) -> Option<u32>,
+    ) {
+        let Some(&first) = self.desc_blocks.get(&blk) else { return };
+        let ds = sbi.desc_size;
+        for (i, raw) in data.chunks_exact_mut(ds).enumerate() {
+            let g = first + i as u32;
+            let Some(st) = self.state.get(g as usize) else { break };
+            let Some(mut d) = GroupDesc::parse(raw, ds) else { break };
+            let (fb, fi, ud, iu) = (
+                st.free_blocks.load(Ordering::Relaxed),
+                st.free_inodes.load(Ordering::Relaxed),
+                st.used_dirs.load(Ordering::Relaxed),
+                st.itable_unused.load(Ordering::Relaxed),
+            );
+            d.bg_free_blocks_count_lo.set(fb as u16);
+            d.bg_free_blocks_count_hi.set((fb >> 16) as u16);
+            d.bg_free_inodes_count_lo.set(fi as u16);
+            d.bg_free_inodes_count_hi.set((fi >> 16) as u16);
+            d.bg_used_dirs_count_lo.set(ud as u16);
+            d.bg_used_dirs_count_hi.set((ud >> 16) as u16);
+            d.bg_itable_unused_lo.set(iu as u16);
+            d.bg_itable_unused_hi.set((iu >> 16) as u16);
+            d.bg_flags.set(st.flags.load(Ordering::Relaxed) as u16);
+            if sbi.metadata_csum {
+                if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.blocks_per_group / 8) as usize) {
+                    d.bg_block_bitmap_csum_lo.set(c as u16);
+                    d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+                }
+                if let Some(c) = bitmap_csum(d.inode_bitmap(ds), (sbi.inodes_per_group / 8) as usize) {
+                    d.bg_inode_bitmap_csum_lo.set(c as u16);
+                    d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+                }
+                d.bg_checksum.set(d.csum_crc32c(sbi.csum_seed, g, ds));
+            } else if sbi.gdt_csum {
+                d.bg_checksum.set(d.csum_crc16(&sbi.sb.s_uuid, g, ds));
+            }
+            d.encode_into(raw, ds);
+        }
+    }
+}

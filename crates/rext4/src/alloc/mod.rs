@@ -1,0 +1,24 @@
+//! Allocation (the kernel's `ialloc.c` and `balloc.c`, `mballoc.c` in spirit): the group
+//! descriptors with their live counts, bitmaps, inode allocation (seed 000: Orlov placement,
+//! search without the group lock, test-and-set under it) and block allocation (per-group bitmap
+//! locks, busy extents until commit), and the sharded free counters (seed 004).
+//!
+//! | module | owns |
+//! |---|---|
+//! | `group` | the descriptor table, `ext4_check_descriptors`, per-group atomics |
+//! | `bitmap` | bit operations on bitmap blocks |
+//! | `ialloc` | inode allocation and freeing (`__ext4_new_inode`, `ext4_free_inode`) |
+//! | `balloc` | block allocation and freeing, BLOCK_UNINIT groups, busy extents |
+//! | `counter` | sharded counters for the filesystem-wide free counts |
+//!
+//! # Locking
+//! journal handle -> a group's bitmap `Buffer::data` (write: the group's allocation lock) ->
+//! group state atomics. Different groups share no lock; see docs/locking.md.
+
+pub(crate) mod balloc;
+pub(crate) mod bitmap;
+pub(crate) mod counter;
+pub(crate) mod group;
+pub(crate) mod ialloc;
+#[cfg(test)]
+mod tests;

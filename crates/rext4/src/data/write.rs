@@ -1,0 +1,870 @@
+//! Writing file data (the write side of the kernel's `file.c`, `inode.c` and `extents.c`):
+//! `write(2)`, `truncate(2)`, `fallocate(2)`, `lseek(2)`'s `SEEK_DATA` / `SEEK_HOLE`.
+//!
+//! Data goes straight to the device; there is no page cache of our own (the host's caches the
+//! image). Ordering is the kernel's `data=ordered`: newly mapped blocks are written before the
+//! handle that maps them stops, so the commit that makes them reachable (and its flush) comes
+//! after their contents. Blocks freed by a transaction are not reused before it commits (see
+//! alloc/balloc.rs), so a crash never shows one file another's data.
+//!
+//! # Locking
+//! `op_lock` (writers to one file serialise, as under the kernel's `i_rwsem`) -> journal
+//! handle -> `data_sem` (exclusive while the map changes and new blocks are filled) ->
+//! `raw` (write). Readers take `data_sem` shared.
+
+use crate::attr::Timestamp;
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::write::{
+    now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_c, raw_touch_cm,
+};
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use crate::map::extents_write::{Ext, LBLK_END};
+use rext4_format::inode::{self as fi, APPEND_FL, ENCRYPT_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
+use rext4_format::InodeNo;
+
+/// `fallocate(2)` mode: keep the file size even when allocating past it.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+/// `fallocate(2)` mode: deallocate the range (with `KEEP_SIZE`).
+pub const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+/// `fallocate(2)` mode: remove the range and shift the rest of the file down.
+pub const FALLOC_FL_COLLAPSE_RANGE: u32 = 0x08;
+/// `fallocate(2)` mode: make the range read as zeros, keeping it allocated.
+pub const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+/// `fallocate(2)` mode: insert a hole, shifting the rest of the file up.
+pub const FALLOC_FL_INSERT_RANGE: u32 = 0x20;
+
+/// Granularity of the clock that stamps overwrites (the kernel's coarse time: a jiffy at
+/// HZ=250).
+const COARSE_TICK_NS: i128 = 4_000_000;
+
+/// Zeros for the parts of blocks a write or truncate must clear (the largest block size).
+static ZEROS: [u8; 65536] = [0; 65536];
+
+/// Blocks one write handle covers at most.
+const CHUNK_BLOCKS: u64 = 2048;
+/// Allocations (or conversions) one handle makes at most, which bounds its buffers.
+const OPS_PER_HANDLE: usize = 4;
+/// Credits of a data handle: per operation a bitmap, a descriptor and a tree path with splits.
+pub(crate) const DATA_CREDITS: u32 = 96;
+/// Extents freed per handle when truncating or punching.
+const FREES_PER_HANDLE: usize = 16;
+/// Blocks of a block map freed per handle when truncating.
+const IND_FREE_STEP: u64 = 8192;
+
+/// What `fill_map` mapped: the runs, how far it got, and whether it stopped short for lack
+/// of space.
+pub(crate) struct Filled {
+    pub runs: Vec<Run>,
+    pub reached: u64,
+    pub short: bool,
+}
+
+/// A run of the file to fill: logical start, length, physical start, and whether it was
+/// just mapped (so the parts of its blocks the write does not cover must be zeroed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    lblk: u64,
+    len: u64,
+    pblk: u64,
+    fresh: bool,
+}
+
+impl FsInner {
+    /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
+    pub(crate) fn max_file_size(&self, extents: bool) -> u64 {
+        let bits = self.sbi.block_size.trailing_zeros();
+        // Without huge_file, i_blocks (32 bits of 512-byte units) bounds the blocks a file
+        // may own, metadata included.
+        let upper_blocks =
+            if self.sbi.huge_file { u64::MAX >> bits } else { ((1u64 << 32) - 1) >> (bits - 9) };
+        let max_lfs = i64::MAX as u64;
+        if extents {
+            return ((((1u64 << 32) - 1).min(upper_blocks)) << bits).min(max_lfs);
+        }
+        let ppb = 1u64 << (bits - 2);
+        let tree = 12 + ppb + ppb * ppb + ppb * ppb * ppb;
+        let tree_meta = 1 + (1 + ppb) + (1 + ppb + ppb * ppb);
+        let blocks = if tree + tree_meta <= upper_blocks {
+            tree
+        } else {
+            // Data blocks plus the indirect blocks addressing them must fit in i_blocks.
+            let mut rest = upper_blocks - 12 - ppb;
+            let mut meta = 1;
+            if rest < ppb * ppb {
+                meta += 1 + rest.div_ceil(ppb);
+            } else {
+                meta += 1 + ppb;
+                rest -= ppb * ppb;
+                meta += 1 + rest.div_ceil(ppb) + rest.div_ceil(ppb * ppb);
+            }
+            upper_blocks - meta
+        };
+        (blocks << bits).min(max_lfs)
+    }
+
+    fn regular_file(&self, ino: InodeNo) -> Result<std::sync::Arc<Inode>> {
+        let inode = self.iget_by_number(ino)?;
+        let d = inode.disk();
+        match d.file_type() {
+            fi::S_IFREG => {}
+            fi::S_IFDIR => return Err(Error::IsDir),
+            _ => return Err(Error::InvalidInput("not a regular file")),
+        }
+        if d.flags() & ENCRYPT_FL != 0 {
+            return Err(Error::NoKey);
+        }
+        Ok(inode)
+    }
+
+    /// Moves an inline-data file's bytes into a block (`ext4_convert_inline_data`), so that
+    /// writes, truncates and fallocate work on an ordinary block map. The caller holds the
+    /// file's `op_lock`.
+    fn inline_to_blocks(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+    ) -> Result<()> {
+        let h = journal.start(DATA_CREDITS)?;
+        let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+        if inode.flags() & INLINE_DATA_FL == 0 {
+            return Ok(());
+        }
+        let size = inode.size();
+        let mut data = self.inline_bytes(inode)?;
+        data.truncate(usize::try_from(size).unwrap_or(usize::MAX));
+        let mut raw = inode.raw_mut();
+        self.clear_inline_record(inode.ino, &mut raw)?;
+        if !data.is_empty() {
+            let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
+            self.write_runs(&f.runs, 0, &data)?;
+        }
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+
+    /// Mapped runs of `lo..hi` in record `raw` (clipped to the range, in order).
+    pub(crate) fn map_runs(&self, inode: &Inode, raw: &[u8], lo: u64, hi: u64) -> Result<Vec<Ext>> {
+        if raw_flags(raw) & EXTENTS_FL != 0 {
+            let mut v = self.ext_collect(inode, raw, lo, hi)?;
+            for e in &mut v {
+                let a = e.lblk.max(lo);
+                let b = (e.lblk + e.len).min(hi);
+                *e = Ext { lblk: a, len: b - a, pblk: e.pblk + (a - e.lblk), unwritten: e.unwritten };
+            }
+            return Ok(v);
+        }
+        let mut out: Vec<Ext> = Vec::new();
+        let top = self.max_file_size(false) / u64::from(self.sbi.block_size);
+        for l in lo..hi.min(top) {
+            if let Some(p) = self.ind_lookup(inode, raw, l)? {
+                match out.last_mut() {
+                    Some(e) if e.lblk + e.len == l && e.pblk + e.len == p => e.len += 1,
+                    _ => out.push(Ext { lblk: l, len: 1, pblk: p, unwritten: false }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes zeros over the bytes `from..to` wherever they are stored (written blocks);
+    /// holes and unwritten blocks already read as zeros.
+    fn zero_stored(&self, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let bs = u64::from(self.sbi.block_size);
+        for e in self.map_runs(inode, raw, from / bs, to.div_ceil(bs))? {
+            if e.unwritten {
+                continue;
+            }
+            let a = from.max(e.lblk * bs);
+            let b = to.min((e.lblk + e.len) * bs);
+            let mut pos = a;
+            while pos < b {
+                let n = (b - pos).min(bs);
+                let phys = e.pblk * bs + (pos - e.lblk * bs);
+                self.dev.write_at(&ZEROS[..n as usize], phys)?;
+                pos += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the holes and unwritten blocks of `lo..hi` storage (written, or unwritten when
+    /// `unwritten`), at most `OPS_PER_HANDLE` operations' worth. Returns the runs of the
+    /// range it covered (existing written ones included) and how far it got; running out of
+    /// space after some progress ends the range early instead (see `Filled::short`).
+    pub(crate) fn fill_map(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lo: u64,
+        hi: u64,
+        unwritten: bool,
+    ) -> Result<Filled> {
+        let extents = raw_flags(raw) & EXTENTS_FL != 0;
+        let mut short = false;
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let mapped = self.map_runs(inode, raw, lo, hi)?;
+        let mut runs = Vec::new();
+        let mut ops = 0usize;
+        let mut cur = lo;
+        let mut prev_end: Option<u64> = None;
+        let mut it = mapped.into_iter().peekable();
+        while cur < hi {
+            if ops >= OPS_PER_HANDLE {
+                break;
+            }
+            let next = it.peek().copied();
+            match next {
+                Some(e) if e.lblk <= cur => {
+                    it.next();
+                    if e.unwritten && !unwritten {
+                        // Written now: convert (`ext4_ext_convert_to_initialized`).
+                        self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false)))?;
+                        ops += 1;
+                        runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
+                    } else {
+                        runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false });
+                    }
+                    prev_end = Some(e.pblk + e.len);
+                    cur = e.lblk + e.len;
+                }
+                _ => {
+                    let hole_end = next.map_or(hi, |e| e.lblk).min(hi);
+                    let goal = match prev_end {
+                        Some(p) => p,
+                        None if extents => self.ext_goal(inode, raw, cur)?,
+                        None => self.ind_goal(inode, raw, cur)?,
+                    };
+                    let step = if extents {
+                        let want = u32::try_from(hole_end - cur).unwrap_or(u32::MAX);
+                        let got = match self.alloc_blocks(h, goal, want, false) {
+                            Ok(x) => x,
+                            Err(e) if runs.is_empty() => return Err(e),
+                            Err(_) => {
+                                short = true;
+                                break;
+                            }
+                        };
+                        let (p, n) = (got.0, u64::from(got.1));
+                        if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
+                            self.free_blocks(h, p, n, false)?;
+                            return Err(e);
+                        }
+                        raw_add_blocks(raw, n * sectors);
+                        Run { lblk: cur, len: n, pblk: p, fresh: true }
+                    } else {
+                        let p = match self.ind_alloc(h, inode, raw, cur, goal) {
+                            Ok(p) => p,
+                            Err(e) if runs.is_empty() => return Err(e),
+                            Err(_) => {
+                                short = true;
+                                break;
+                            }
+                        };
+                        Run { lblk: cur, len: 1, pblk: p, fresh: true }
+                    };
+                    // Block maps allocate block by block: count a handle's worth of them as
+                    // one operation per 64.
+                    ops += if extents || step.lblk % 64 == 63 { 1 } else { 0 };
+                    prev_end = Some(step.pblk + step.len);
+                    cur = step.lblk + step.len;
+                    runs.push(step);
+                }
+            }
+        }
+        Ok(Filled { runs, reached: cur, short })
+    }
+
+    /// Goal for a new block of a block-mapped file: after the block before it.
+    fn ind_goal(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<u64> {
+        if lblk > 0 {
+            if let Some(p) = self.ind_lookup(inode, raw, lblk - 1)? {
+                return Ok(p + 1);
+            }
+        }
+        Ok(self.inode_goal(inode))
+    }
+
+    /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
+    /// zeroing the uncovered parts of freshly mapped blocks.
+    pub(crate) fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        for r in runs {
+            let (rs, re) = (r.lblk * bs, (r.lblk + r.len) * bs);
+            let a = rs.max(offset);
+            let b = re.min(end);
+            let phys = |pos: u64| r.pblk * bs + (pos - rs);
+            if r.fresh {
+                // The part of the first and last blocks outside the write reads as zeros.
+                let head = a - (a / bs) * bs;
+                if head > 0 {
+                    self.dev.write_at(&ZEROS[..head as usize], phys(a - head))?;
+                }
+                let tail = b.div_ceil(bs) * bs - b;
+                if tail > 0 {
+                    self.dev.write_at(&ZEROS[..tail as usize], phys(b))?;
+                }
+            }
+            if a < b {
+                self.dev.write_at(&data[(a - offset) as usize..(b - offset) as usize], phys(a))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Overwrites `data` in place when every block it covers is mapped and written and the
+    /// size does not change: no allocation, no map change, so it shares `data_sem` with
+    /// readers and needs no journal handle unless the times move on a coarse tick (seed 003:
+    /// a writer must not queue behind commits or block readers). Returns `false` when the
+    /// write needs the general path. The caller holds `op_lock`.
+    fn overwrite(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<bool> {
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        {
+            let _d = inode.data_sem.read();
+            let runs = {
+                let raw = inode.raw();
+                if end > raw_size(&raw) || raw_flags(&raw) & INLINE_DATA_FL != 0 {
+                    return Ok(false);
+                }
+                self.map_runs(inode, &raw, offset / bs, end.div_ceil(bs))?
+            };
+            let mut next = offset / bs;
+            for e in &runs {
+                if e.unwritten || e.lblk != next {
+                    return Ok(false);
+                }
+                next = e.lblk + e.len;
+            }
+            if next < end.div_ceil(bs) {
+                return Ok(false);
+            }
+            let runs: Vec<Run> =
+                runs.iter().map(|e| Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }).collect();
+            self.write_runs(&runs, offset, data)?;
+        }
+        // mtime and ctime move when a coarse tick has passed since they were set, as the
+        // kernel's coarse clock makes them; otherwise only fsync needs to know.
+        let t = now();
+        let d = inode.disk();
+        let size = self.sbi.inode_size;
+        let stale = |x: Timestamp| {
+            let ns = |t: Timestamp| i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec);
+            ns(t) - ns(x) >= COARSE_TICK_NS || ns(t) < ns(x)
+        };
+        if stale(d.mtime(size)) || stale(d.ctime(size)) {
+            let h = journal.start(4)?;
+            let mut raw = inode.raw_mut();
+            raw_touch_cm(&mut raw, t);
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            drop(raw);
+            h.stop();
+        }
+        inode.data_dirty.store(true, std::sync::atomic::Ordering::Release);
+        Ok(true)
+    }
+
+    pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        let journal = self.journal()?.clone();
+        let inode = self.regular_file(ino)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = self.max_file_size(inode.flags() & EXTENTS_FL != 0);
+        if offset >= max {
+            return Err(Error::FileTooBig);
+        }
+        let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        // What opening for writing checks (`may_open`): nothing is written to an immutable
+        // file, and an append-only one only past its end (`O_APPEND`; a writer placing its
+        // own appends, as the FUSE writeback cache does, may flush them out of order).
+        let flags = inode.flags();
+        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
+            return Err(Error::NotPermitted);
+        }
+        // Small files stay in the record (data/inline_write.rs), as the kernel keeps them.
+        if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
+            return Ok(n);
+        }
+        if flags & INLINE_DATA_FL != 0 {
+            self.inline_to_blocks(&journal, &inode)?;
+        }
+        if self.overwrite(&journal, &inode, offset, data)? {
+            return Ok(data.len());
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let end = offset + data.len() as u64;
+        let mut lblk = offset / bs;
+        let last = end.div_ceil(bs);
+        let mut retried = false;
+        while lblk < last {
+            let h = journal.start(DATA_CREDITS)?;
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+            let mut raw = inode.raw_mut();
+            let size = raw_size(&raw);
+            if lblk == offset / bs && offset > size && !size.is_multiple_of(bs) {
+                // The old last block's tail past the size must read as zeros now that the
+                // size moves past it.
+                self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
+            }
+            let hi = last.min(lblk + CHUNK_BLOCKS);
+            let Filled { runs, reached, short } = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false) {
+                Ok(x) => x,
+                Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
+                    // Freed blocks wait for their commit: commit, then try once more.
+                    drop(raw);
+                    drop(h);
+                    journal.sync()?;
+                    retried = true;
+                    continue;
+                }
+                Err(Error::NoSpace) if lblk * bs > offset => break,
+                Err(e) => return Err(e),
+            };
+            self.write_runs(&runs, offset, data)?;
+            let written_end = (reached * bs).min(end);
+            if written_end > size {
+                crate::inode::write::raw_set_size(&mut raw, written_end);
+            }
+            raw_touch_cm(&mut raw, now());
+            self.mark_inode_dirty(&h, &inode, &mut raw)?;
+            drop(raw);
+            drop(_d);
+            h.stop();
+            if short && !retried && self.has_busy_blocks() {
+                // Out of space part way, with freed blocks waiting for their commit.
+                journal.sync()?;
+                retried = true;
+            }
+            if reached == lblk {
+                break;
+            }
+            lblk = reached;
+        }
+        let done = (lblk * bs).min(end).saturating_sub(offset);
+        if done == 0 {
+            return Err(Error::NoSpace);
+        }
+        Ok(done as usize)
+    }
+
+    /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes, from the
+    /// end backwards (as `ext4_ext_remove_space`), so that an interrupted run leaves the file
+    /// a prefix of itself. The first handle is `h` (already holding the caller's other
+    /// changes); the record is marked dirty at the end of each.
+    fn free_range(&self, h: Handle, inode: &Inode, lo: u64, hi: u64) -> Result<()> {
+        let journal = self.journal()?.clone();
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let mut h = Some(h);
+        let mut hi = hi;
+        loop {
+            let hd = match h.take() {
+                Some(x) => x,
+                None => journal.start(DATA_CREDITS)?,
+            };
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+            let mut raw = inode.raw_mut();
+            let start = if raw_flags(&raw) & EXTENTS_FL != 0 {
+                let start = match self.ext_tail_start(inode, &raw, lo, hi, FREES_PER_HANDLE)? {
+                    Some(start) => {
+                        let old = self.ext_remap(&hd, inode, &mut raw, start..hi, None)?;
+                        for e in old {
+                            self.free_blocks(&hd, e.pblk, e.len, false)?;
+                            raw_sub_blocks(&mut raw, e.len * sectors);
+                        }
+                        start
+                    }
+                    None => lo,
+                };
+                start.max(lo)
+            } else {
+                // Block maps only shrink at the end (no fallocate on them); bounded steps
+                // keep each handle's bitmaps and indirect blocks few.
+                let top = hi.min(raw_size(&raw).div_ceil(u64::from(self.sbi.block_size)).max(lo));
+                let start = top.saturating_sub(IND_FREE_STEP).max(lo);
+                self.ind_truncate(&hd, inode, &mut raw, start)?;
+                start
+            };
+            self.mark_inode_dirty(&hd, inode, &mut raw)?;
+            drop(raw);
+            hd.stop();
+            if start <= lo {
+                return Ok(());
+            }
+            hi = start;
+        }
+    }
+
+    /// `truncate(2)`: sets the size of a regular file, freeing the blocks past it.
+    pub(crate) fn truncate(&self, ino: InodeNo, new_size: u64) -> Result<()> {
+        let _t = self.stats.time(crate::fs::stats::Op::Truncate);
+        let journal = self.journal()?.clone();
+        let inode = self.regular_file(ino)?;
+        if new_size > self.max_file_size(inode.flags() & EXTENTS_FL != 0) {
+            return Err(Error::FileTooBig);
+        }
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        if inode.flags() & INLINE_DATA_FL != 0 {
+            if self.truncate_inline(&journal, &inode, new_size)? {
+                return Ok(());
+            }
+            self.inline_to_blocks(&journal, &inode)?;
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let h = journal.start(DATA_CREDITS)?;
+        let (shrinks, old_size) = {
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+            let mut raw = inode.raw_mut();
+            let old = raw_size(&raw);
+            // Bytes past the new end of its last block read as zeros if the file grows again.
+            if !new_size.is_multiple_of(bs) {
+                self.zero_stored(&inode, &raw, new_size, new_size.div_ceil(bs) * bs)?;
+            } else if new_size > old && !old.is_multiple_of(bs) {
+                self.zero_stored(&inode, &raw, old, old.div_ceil(bs) * bs)?;
+            }
+            crate::inode::write::raw_set_size(&mut raw, new_size);
+            raw_touch_cm(&mut raw, now());
+            self.mark_inode_dirty(&h, &inode, &mut raw)?;
+            (new_size < old, old)
+        };
+        // Freeing may take several transactions: an orphan record with the new size makes
+        // recovery finish a truncate a crash interrupts (inode/orphan.rs).
+        if shrinks {
+            self.orphan_add(&h, &inode)?;
+        }
+        // Shrinking (or keeping) the size frees everything from the first block past it,
+        // blocks fallocated past the old size included; growing frees nothing (`ext4_setattr`).
+        if shrinks || new_size == old_size {
+            self.free_range(h, &inode, new_size.div_ceil(bs), LBLK_END)?;
+        } else {
+            h.stop();
+        }
+        if shrinks {
+            let h = journal.start(4)?;
+            self.orphan_del(&h, &inode)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
+        let journal = self.journal()?.clone();
+        let known = FALLOC_FL_KEEP_SIZE
+            | FALLOC_FL_PUNCH_HOLE
+            | FALLOC_FL_COLLAPSE_RANGE
+            | FALLOC_FL_ZERO_RANGE
+            | FALLOC_FL_INSERT_RANGE;
+        if mode & !known != 0 {
+            return Err(Error::NotSupported("fallocate mode".into()));
+        }
+        if len == 0 {
+            return Err(Error::InvalidInput("fallocate length 0"));
+        }
+        // `vfs_fallocate`: EISDIR for directories, not supported on other non-regular files.
+        let inode = match self.regular_file(ino) {
+            Err(Error::InvalidInput(_)) => {
+                return Err(Error::NotSupported("fallocate on a special file".into()))
+            }
+            r => r?,
+        };
+        // `vfs_fallocate`: an append-only file loses no bytes; an immutable one nothing.
+        let flags = inode.flags();
+        if flags & IMMUTABLE_FL != 0
+            || (flags & APPEND_FL != 0 && mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE) != 0)
+        {
+            return Err(Error::NotPermitted);
+        }
+        if flags & INLINE_DATA_FL != 0 {
+            let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+            self.inline_to_blocks(&journal, &inode)?;
+        }
+        if inode.flags() & EXTENTS_FL == 0 {
+            // As the kernel: only extent-mapped files have unwritten extents.
+            return Err(Error::NotSupported("fallocate on a block-mapped file".into()));
+        }
+        let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
+        if end > self.max_file_size(true) {
+            return Err(Error::FileTooBig);
+        }
+        let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        let bs = u64::from(self.sbi.block_size);
+        match mode & !FALLOC_FL_KEEP_SIZE {
+            0 => self.alloc_range(&journal, &inode, offset, end, keep, false),
+            FALLOC_FL_ZERO_RANGE => self.alloc_range(&journal, &inode, offset, end, keep, true),
+            FALLOC_FL_PUNCH_HOLE if keep => {
+                let size = inode.size();
+                let end = end.min(size.div_ceil(bs) * bs);
+                if offset >= end {
+                    return Ok(());
+                }
+                let h = journal.start(DATA_CREDITS)?;
+                {
+                    let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+                    let mut raw = inode.raw_mut();
+                    self.zero_partial(&inode, &raw, offset, end)?;
+                    raw_touch_cm(&mut raw, now());
+                    self.mark_inode_dirty(&h, &inode, &mut raw)?;
+                }
+                let (lo, hi) = (offset.div_ceil(bs), end / bs);
+                if lo < hi {
+                    self.free_range(h, &inode, lo, hi)?;
+                }
+                Ok(())
+            }
+            FALLOC_FL_COLLAPSE_RANGE if !keep => self.shift_range(&journal, &inode, offset, len, false),
+            FALLOC_FL_INSERT_RANGE if !keep => self.shift_range(&journal, &inode, offset, len, true),
+            _ => Err(Error::NotSupported("fallocate mode combination".into())),
+        }
+    }
+
+    /// Zeros the parts of `from..to` that lie in partial blocks at its ends.
+    fn zero_partial(&self, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let head_end = from.div_ceil(bs) * bs;
+        if !from.is_multiple_of(bs) {
+            self.zero_stored(inode, raw, from, head_end.min(to))?;
+        }
+        let tail_start = (to / bs) * bs;
+        if !to.is_multiple_of(bs) && tail_start >= head_end {
+            self.zero_stored(inode, raw, tail_start.max(from), to)?;
+        }
+        Ok(())
+    }
+
+    /// `fallocate` modes 0 and `ZERO_RANGE`: every block of the range gets storage (unwritten
+    /// where there was none; with `zero`, written blocks become unwritten too, and partial end
+    /// blocks are zeroed); the size grows to `end` unless `keep`.
+    fn alloc_range(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        end: u64,
+        keep: bool,
+        zero: bool,
+    ) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        let (lo, hi) = if zero { (offset.div_ceil(bs), end / bs) } else { (offset / bs, end.div_ceil(bs)) };
+        let mut cur = lo;
+        let mut first = true;
+        let mut retried = false;
+        loop {
+            let h = journal.start(DATA_CREDITS)?;
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+            let mut raw = inode.raw_mut();
+            if first && zero {
+                self.zero_partial(inode, &raw, offset, end)?;
+            }
+            first = false;
+            let mut reached = cur;
+            if cur < hi {
+                if zero {
+                    // Stored blocks become unwritten in place (`ext4_zero_range`).
+                    let upto = hi.min(cur + CHUNK_BLOCKS);
+                    let written: Vec<Ext> = self
+                        .map_runs(inode, &raw, cur, upto)?
+                        .into_iter()
+                        .filter(|e| !e.unwritten)
+                        .take(OPS_PER_HANDLE)
+                        .collect();
+                    for e in &written {
+                        self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))?;
+                    }
+                    let conv_end = if written.len() == OPS_PER_HANDLE {
+                        written.last().map_or(upto, |e| e.lblk + e.len)
+                    } else {
+                        upto
+                    };
+                    reached = cur;
+                    while reached < conv_end {
+                        match self.fill_map(&h, inode, &mut raw, reached, conv_end, true) {
+                            Ok(f) if f.reached > reached => reached = f.reached,
+                            Ok(_) => break,
+                            Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                } else {
+                    match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true) {
+                        Ok(f) => reached = f.reached,
+                        Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            let done = reached >= hi;
+            if done && !keep && end > raw_size(&raw) {
+                crate::inode::write::raw_set_size(&mut raw, end);
+                raw_touch_cm(&mut raw, now());
+            } else {
+                raw_touch_c(&mut raw, now());
+            }
+            if zero {
+                raw_touch_cm(&mut raw, now());
+            }
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            drop(raw);
+            h.stop();
+            if done {
+                return Ok(());
+            }
+            if reached == cur {
+                if retried {
+                    return Err(Error::NoSpace);
+                }
+                journal.sync()?;
+                retried = true;
+            }
+            cur = reached;
+        }
+    }
+
+    /// `COLLAPSE_RANGE` (remove `offset..offset+len`, shifting the rest down) and
+    /// `INSERT_RANGE` (shift up from `offset`, leaving a hole).
+    fn shift_range(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &Inode,
+        offset: u64,
+        len: u64,
+        insert: bool,
+    ) -> Result<()> {
+        let bs = u64::from(self.sbi.block_size);
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
+            return Err(Error::InvalidInput("range not block-aligned"));
+        }
+        let size = inode.size();
+        let (lo, n) = (offset / bs, len / bs);
+        if insert {
+            if offset >= size {
+                return Err(Error::InvalidInput("insert at or past the end"));
+            }
+            if size + len > self.max_file_size(true) {
+                return Err(Error::FileTooBig);
+            }
+        } else {
+            if offset + len >= size {
+                return Err(Error::InvalidInput("collapse reaching the end"));
+            }
+            // Free the range first (several handles if need be), then shift in one.
+            let h = journal.start(DATA_CREDITS)?;
+            self.free_range(h, inode, lo, lo + n)?;
+        }
+        // The extents from `lo` on: what moves (the caller's op_lock keeps them as read).
+        let after = {
+            let raw = inode.raw();
+            self.ext_collect(inode, &raw, lo, LBLK_END)?
+        };
+        let credits = (DATA_CREDITS + after.len() as u32 / 8).min(journal.max_txn_buffers());
+        let h = journal.start(credits)?;
+        let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+        let mut raw = inode.raw_mut();
+        if insert {
+            if after.last().is_some_and(|e| e.lblk + e.len + n > LBLK_END) {
+                return Err(Error::FileTooBig);
+            }
+            match after.first().filter(|w| w.lblk < lo) {
+                // Split the extent straddling `lo`, so every key from `lo` on can move up.
+                Some(w) => {
+                    let right_len = w.lblk + w.len - lo;
+                    let right_pblk = w.pblk + (lo - w.lblk);
+                    self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, None)?;
+                    self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
+                    let moved = lo + n..lo + n + right_len;
+                    self.ext_remap(&h, inode, &mut raw, moved, Some((right_pblk, w.unwritten)))?;
+                }
+                None => self.ext_shift(&h, inode, &mut raw, lo, n as i64)?,
+            }
+            crate::inode::write::raw_set_size(&mut raw, size + len);
+        } else {
+            self.ext_shift(&h, inode, &mut raw, lo + n, -(n as i64))?;
+            crate::inode::write::raw_set_size(&mut raw, size - len);
+        }
+        raw_touch_cm(&mut raw, now());
+        self.mark_inode_dirty(&h, inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+
+    /// `SEEK_DATA` (`data`) or `SEEK_HOLE`: unwritten extents count as holes, as in the
+    /// kernel when no page holds their data.
+    pub(crate) fn seek(&self, ino: InodeNo, offset: u64, data: bool) -> Result<u64> {
+        let inode = self.iget_by_number(ino)?;
+        if inode.disk().file_type() != fi::S_IFREG {
+            return Err(Error::InvalidInput("not a regular file"));
+        }
+        let _d = inode.data_sem.read();
+        let raw = inode.raw();
+        let size = raw_size(&raw);
+        if offset >= size {
+            return Err(Error::NoSuchOffset);
+        }
+        if raw_flags(&raw) & INLINE_DATA_FL != 0 {
+            return Ok(if data { offset } else { size });
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let runs: Vec<Ext> = self
+            .map_runs(&inode, &raw, offset / bs, size.div_ceil(bs))?
+            .into_iter()
+            .filter(|e| !e.unwritten)
+            .collect();
+        if data {
+            let first = runs.first().map(|e| (e.lblk * bs).max(offset));
+            return first.filter(|&p| p < size).ok_or(Error::NoSuchOffset);
+        }
+        let mut pos = offset;
+        for e in &runs {
+            if e.lblk * bs > pos {
+                break;
+            }
+            pos = pos.max((e.lblk + e.len) * bs);
+        }
+        Ok(pos.min(size))
+    }
+}
+
+impl Fs {
+    /// `pwrite(2)` on a regular file: writes `data` at `offset`, allocating blocks as needed,
+    /// and returns the number of bytes written (short only when the disk fills up part way).
+    /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
+    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        self.inner.op(crate::fs::stats::Op::Write, || self.inner.write(ino, offset, data))
+    }
+
+    /// `fallocate(2)` with the kernel's mode flags (`FALLOC_FL_*`): 0 and `KEEP_SIZE`
+    /// allocate unwritten blocks, `PUNCH_HOLE | KEEP_SIZE` frees, `ZERO_RANGE` makes the
+    /// range read as zeros keeping it allocated, `COLLAPSE_RANGE` and `INSERT_RANGE` shift
+    /// the rest of the file by a block-aligned amount. Extent-mapped files only, as in the
+    /// kernel (`EOPNOTSUPP` otherwise).
+    pub fn fallocate(&self, ino: InodeNo, mode: u32, offset: u64, len: u64) -> Result<()> {
+        self.inner.op(crate::fs::stats::Op::Fallocate, || self.inner.fallocate(ino, mode, offset, len))
+    }
+
+    /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data
+    /// (`ENXIO` if none before the end).
+    pub fn seek_data(&self, ino: InodeNo, offset: u64) -> Result<u64> {
+        self.inner.op(crate::fs::stats::Op::Llseek, || self.inner.seek(ino, offset, true))
+    }
+
+    /// `lseek(2)` with `SEEK_HOLE`: the first offset at or after `offset` in a hole (the end
+    /// of the file counts as one); `ENXIO` at or past the end.
+    pub fn seek_hole(&self, ino: InodeNo, offset: u64) -> Result<u64> {
+        self.inner.op(crate::fs::stats::Op::Llseek, || self.inner.seek(ino, offset, false))
+    }
+}

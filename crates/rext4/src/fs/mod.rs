@@ -1,0 +1,495 @@
+//! The filesystem object (`ext4_sb_info` and `super.c`): [`FsInner`] and the public [`Fs`],
+//! the superblock, opening and closing, error recording, statistics.
+//!
+//! | module | owns |
+//! |---|---|
+//! | this file | `FsInner`, `Fs`, `Options`, the inode-level read API |
+//! | `super_block` | reading the superblock, feature policy, geometry |
+//! | `mount` | writable open (journal, orphans), sync, clean close |
+//! | `errors` | errors recorded in the superblock, `errors=`, the op wrapper |
+//! | `stats` | per-operation times, lock waits |
+//!
+//! # Locking
+//! `FsInner`'s fields say what protects each; most are immutable after open. No lock here is
+//! taken on the operation path but the superblock buffer's, joined to a handle.
+//!
+//! ## This module
+//! The filesystem object and its inode-level API (what the FUSE adapter calls).
+
+pub(crate) mod errors;
+pub(crate) mod mount;
+pub(crate) mod stats;
+pub(crate) mod super_block;
+
+use crate::alloc::group::Groups;
+use crate::attr::{Attr, DirEntry, StatFs};
+use crate::cache::buffer::{Buffer, BufferCache};
+use crate::cache::ShardedCache;
+use crate::dev::{BlockDevice, FileDevice};
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::super_block::SbInfo;
+use crate::inode::Inode;
+use rext4_format::superblock::Superblock;
+use rext4_format::{InodeNo, PhysBlock};
+use std::path::Path;
+use std::sync::Arc;
+
+/// How to open a filesystem.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes of metadata blocks to cache (default: see [`Options::default`]).
+    pub cache_bytes: usize,
+    /// Inodes to cache (default: see [`Options::default`]; about 430 bytes each when cached).
+    pub inode_cache: usize,
+    /// Name lookups to cache (default: see [`Options::default`]; about 110 bytes each).
+    pub name_cache: usize,
+    /// Open for writing (default: read-only).
+    pub writable: bool,
+    /// How often the journal commits on its own (the kernel's `commit=`, default 5 s).
+    pub commit_interval: std::time::Duration,
+    /// Read-only opens only: show the image as it is, without replaying a journal that needs
+    /// recovery (the kernel's `norecovery`).
+    pub norecovery: bool,
+    /// What corruption found while writable does (the kernel's `errors=`); `None` follows the
+    /// superblock's setting, as the kernel does (see fs/errors.rs).
+    pub errors: Option<ErrorBehavior>,
+}
+
+/// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
+/// the error is recorded in the superblock and returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorBehavior {
+    /// Go on taking changes (`errors=continue`).
+    Continue,
+    /// Refuse every later change with `EROFS`; reads go on (`errors=remount-ro`; the
+    /// superblock's `panic` too, which a library cannot honour otherwise).
+    RemountRo,
+}
+
+/// Cache bounds below which the defaults never go: 64 MiB of blocks, 262,144 inodes and names.
+const MIN_CACHE_BYTES: usize = 64 << 20;
+const MIN_CACHED: usize = 262_144;
+/// What one cached inode and one cached name cost, with their share of the maps, rounded up.
+const INODE_COST: usize = 512;
+const NAME_COST: usize = 128;
+
+/// The memory the default caches may grow to: an eighth of the machine's memory, or of the
+/// cgroup's limit when that is lower. The kernel lets its page cache, dentries and inodes take
+/// whatever memory is free and shrinks them under pressure; a process sees no such pressure, so
+/// it takes a fixed share. Bounds fixed at a few hundred thousand entries made a run over more
+/// files than that reload every inode and directory block from the image (48 workers of seed
+/// 000's mdtest, 1.44M files: stats at 0.06x of 2 workers' rate, against 0.65x with caches
+/// that hold them).
+/// Read once per process: every `Options::default()` would otherwise read a handful of files.
+fn cache_budget() -> usize {
+    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let limits: Vec<String> =
+            cgroup_limit_files().into_iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+        budget_from(&meminfo, limits.iter().map(String::as_str))
+    })
+}
+
+/// Where this process's cgroup memory limits are: cgroup v2's `memory.max` and v1's
+/// `memory.limit_in_bytes`, for its own group (from `/proc/self/cgroup`) and at the mount's
+/// root (what a container with its own cgroup namespace sees).
+fn cgroup_limit_files() -> Vec<String> {
+    let mut files = vec![
+        "/sys/fs/cgroup/memory.max".to_string(),
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string(),
+    ];
+    // Lines are `ID:CONTROLLERS:PATH`; cgroup v2's has no controllers.
+    for line in std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default().lines() {
+        let Some((_, rest)) = line.split_once(':') else { continue };
+        let Some((controllers, path)) = rest.split_once(':') else { continue };
+        if path.len() > 1 && controllers.is_empty() {
+            files.push(format!("/sys/fs/cgroup{path}/memory.max"));
+        } else if path.len() > 1 && controllers.split(',').any(|c| c == "memory") {
+            files.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
+        }
+    }
+    files
+}
+
+/// An eighth of `MemTotal` in `meminfo`, or of the lowest cgroup limit when that is lower
+/// (v2 writes `max` for none, v1 a number near 2^63); 0 when the total cannot be read.
+fn budget_from<'a>(meminfo: &str, limits: impl Iterator<Item = &'a str>) -> usize {
+    let total = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<usize>().ok())
+        .map_or(0, |kib| kib.saturating_mul(1024));
+    let limit = limits.filter_map(|s| s.trim().parse::<usize>().ok()).min().unwrap_or(usize::MAX);
+    total.min(limit) / 8
+}
+
+impl Default for Options {
+    /// Read-only, commits every 5 s, and caches that may take an eighth of the machine's memory
+    /// (or of the cgroup's limit): half for metadata blocks, three eighths for inodes, an eighth
+    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. Caches only grow as
+    /// files are used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes and 2.9M names.
+    fn default() -> Self {
+        let budget = cache_budget();
+        Options {
+            cache_bytes: (budget / 2).max(MIN_CACHE_BYTES),
+            inode_cache: (budget / 8 * 3 / INODE_COST).max(MIN_CACHED),
+            name_cache: (budget / 8 / NAME_COST).max(MIN_CACHED),
+            writable: false,
+            commit_interval: std::time::Duration::from_secs(5),
+            norecovery: false,
+            errors: None,
+        }
+    }
+}
+
+/// Shared state behind every [`Fs`] handle.
+pub(crate) struct FsInner {
+    pub dev: Arc<dyn BlockDevice>,
+    /// Geometry and policy. [immutable]
+    pub sbi: SbInfo,
+    /// Group descriptors and live group counts. [see alloc/group.rs]
+    pub groups: Arc<Groups>,
+    /// Filesystem-wide free counts (seed 004). [sharded atomics]
+    pub counters: Arc<crate::alloc::counter::Counters>,
+    /// Metadata blocks. [sharded, see cache/mod.rs]
+    pub bcache: Arc<BufferCache>,
+    /// The block holding the superblock, held for the filesystem's life: allocations, frees
+    /// and orphan-list changes join it to their transaction without a cache lookup (see
+    /// `touch_group_desc`). [immutable; contents under the buffer's lock]
+    pub sb_buf: Arc<Buffer>,
+    /// Inodes. [sharded, see cache/mod.rs]
+    pub icache: ShardedCache<Inode>,
+    /// Name lookups. [sharded, see cache/dcache.rs]
+    pub dcache: crate::cache::dcache::Dcache,
+    /// Xattr blocks by hash, for sharing. [sharded, see cache/mbcache.rs]
+    pub xattr_cache: crate::cache::mbcache::MbCache,
+    /// EA inodes by value hash. [sharded, see cache/mbcache.rs]
+    pub ea_inode_cache: crate::cache::mbcache::MbCache,
+    /// Held by cross-directory renames only (the kernel's `s_vfs_rename_mutex`). [own lock]
+    pub rename_lock: crate::sync::Mutex<()>,
+    /// The journal (also present, without a log, for unjournaled images); `None` when
+    /// read-only. [immutable after open]
+    pub journal: Option<Arc<crate::jbd2::journal::Journal>>,
+    /// The commit thread. [own lock; taken at close]
+    pub committer: crate::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What journal recovery at open replayed, if the image needed it. [immutable]
+    pub recovery: Option<crate::RecoveryReport>,
+    /// Orphan records (see inode/orphan.rs). [immutable after open; its own locks inside]
+    pub orphans: Arc<crate::inode::orphan::Orphans>,
+    /// Operation times and lock waits (`Fs::stats`), shared with the journal. [sharded atomics]
+    pub stats: Arc<crate::fs::stats::Stats>,
+    /// What corruption does (`Options::errors`, or the superblock's). [immutable]
+    pub errors: ErrorBehavior,
+    /// Set once an error stopped changes (`errors=remount-ro`; see fs/errors.rs). [atomic]
+    pub stopped: std::sync::atomic::AtomicBool,
+    /// Set once an aborted journal is recorded in the superblock (see fs/errors.rs). [atomic]
+    pub abort_recorded: std::sync::atomic::AtomicBool,
+    /// Metadata blocks no inode may name (see map/block_validity.rs). [immutable after open]
+    pub zones: crate::map::block_validity::SystemZones,
+}
+
+/// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
+/// methods may be called from many threads at once.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) inner: Arc<FsInner>,
+}
+
+impl Fs {
+    /// Opens the image or block device at `path` read-only with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Fs> {
+        Self::open_with(path, Options::default())
+    }
+
+    /// Opens the image or block device at `path` for reading and writing.
+    pub fn open_rw(path: impl AsRef<Path>) -> Result<Fs> {
+        Self::open_with(path, Options { writable: true, ..Options::default() })
+    }
+
+    /// Opens the image or block device at `path` as `opts` say.
+    pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Fs> {
+        let dev = FileDevice::open(path.as_ref(), opts.writable)?;
+        Self::from_device(Arc::new(dev), opts)
+    }
+
+    /// Opens a filesystem on any block device.
+    /// A journal that needs recovery is replayed first: onto the device when writing, in
+    /// memory when reading (the device is not modified).
+    pub fn from_device(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Fs> {
+        let sbi = SbInfo::load(&*dev)?;
+        if opts.norecovery && opts.writable {
+            return Err(Error::InvalidInput("norecovery is for read-only opens"));
+        }
+        let (dev, sbi, recovery) = if opts.norecovery {
+            (dev, sbi, None)
+        } else {
+            crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable)?
+        };
+        let mut inner = FsInner::new(dev, sbi, &opts)?;
+        inner.recovery = recovery;
+        inner.protect_journal();
+        if opts.writable {
+            inner.start_writing(&opts)?;
+        }
+        Ok(Fs { inner: Arc::new(inner) })
+    }
+
+    /// What journal recovery replayed when this filesystem was opened; `None` if the image
+    /// did not need recovery.
+    pub fn recovery(&self) -> Option<&crate::RecoveryReport> {
+        self.inner.recovery.as_ref()
+    }
+
+    /// The superblock as read at open.
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sbi.sb
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.inner.sbi.block_size
+    }
+
+    /// Why this filesystem could only be opened read-only (unknown ro_compat features, ...).
+    pub fn read_only_reasons(&self) -> &[String] {
+        self.inner.sbi.read_only_reasons()
+    }
+
+    /// The root directory's inode number.
+    pub fn root(&self) -> InodeNo {
+        rext4_format::types::ROOT_INO
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::Getattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.attr_of(&inode))
+        })
+    }
+
+    /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
+    pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::Lookup, || {
+            let d = self.inner.iget_dir(dir)?;
+            let inode = match self.inner.lookup(&d, name) {
+                // The name may have been removed (and its inode freed) since it was found: look
+                // again with removals held off; only an entry still naming a free inode is
+                // corrupt.
+                Err(Error::Corrupt(_)) if self.inner.journal.is_some() => {
+                    let _l = self.inner.stats.lock(crate::fs::stats::LockClass::OpLock, &d.op_lock);
+                    self.inner.lookup(&d, name)?
+                }
+                r => r?,
+            };
+            self.inner.attr_of(&inode)
+        })
+    }
+
+    /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),
+    /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
+    /// included.
+    pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        self.inner.op(crate::fs::stats::Op::Readdir, || {
+            self.inner.iget_dir(dir).and_then(|d| self.inner.readdir(&d, pos, f))
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
+    /// past the end).
+    pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.inner.op(crate::fs::stats::Op::Read, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf))
+        })
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        self.inner.op(crate::fs::stats::Op::Readlink, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink(&inode))
+        })
+    }
+
+    /// The value of extended attribute `name` (full name, e.g. `user.foo`).
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        self.inner.op(crate::fs::stats::Op::Getxattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.getxattr(&inode, name))
+        })
+    }
+
+    /// The names of the inode's extended attributes.
+    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        self.inner.op(crate::fs::stats::Op::Listxattr, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.listxattr(&inode))
+        })
+    }
+
+    /// Filesystem-wide counts, as `statfs(2)` reports them.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let _t = self.inner.stats.time(crate::fs::stats::Op::Statfs);
+        Ok(self.inner.statfs())
+    }
+
+    /// Drops every cached block and inode that is not in use.
+    pub fn drop_caches(&self) {
+        self.inner.bcache.shrink();
+        self.inner.icache.shrink();
+    }
+
+    /// Numbers of cached metadata blocks and inodes.
+    pub fn cache_counts(&self) -> (usize, usize) {
+        (self.inner.bcache.len(), self.inner.icache.len())
+    }
+}
+
+impl FsInner {
+    /// A read-only filesystem over `dev`, whose superblock `sbi` was loaded from it.
+    pub(crate) fn new(dev: Arc<dyn BlockDevice>, sbi: SbInfo, opts: &Options) -> Result<FsInner> {
+        let bcache = Arc::new(BufferCache::new(dev.clone(), sbi.block_size as usize, opts.cache_bytes));
+        let groups = Arc::new(Groups::load(&sbi, &bcache)?);
+        let sb_buf = bcache.get(sbi.sb_location().0)?;
+        let errors = opts.errors.unwrap_or(match sbi.sb.s_errors.get() {
+            rext4_format::superblock::ERRORS_RO | rext4_format::superblock::ERRORS_PANIC => {
+                ErrorBehavior::RemountRo
+            }
+            _ => ErrorBehavior::Continue,
+        });
+        let (free_blocks, free_inodes, dirs) = groups.totals();
+        let zones =
+            crate::map::block_validity::SystemZones::build(&sbi, &groups, |g| sbi.base_meta_blocks(g));
+        let counters = Arc::new(crate::alloc::counter::Counters {
+            free_blocks: crate::alloc::counter::ShardedCounter::new(free_blocks as i64),
+            free_inodes: crate::alloc::counter::ShardedCounter::new(free_inodes as i64),
+            dirs: crate::alloc::counter::ShardedCounter::new(dirs as i64),
+        });
+        Ok(FsInner {
+            dev,
+            sbi,
+            groups,
+            counters,
+            bcache,
+            sb_buf,
+            icache: ShardedCache::new(opts.inode_cache, 512),
+            dcache: crate::cache::dcache::Dcache::new(opts.name_cache),
+            xattr_cache: crate::cache::mbcache::MbCache::new(4096),
+            ea_inode_cache: crate::cache::mbcache::MbCache::new(4096),
+            rename_lock: crate::sync::Mutex::new(()),
+            journal: None,
+            committer: crate::sync::Mutex::new(None),
+            recovery: None,
+            orphans: Arc::new(crate::inode::orphan::Orphans::inactive()),
+            stats: Arc::default(),
+            errors,
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            abort_recorded: std::sync::atomic::AtomicBool::new(false),
+            zones,
+        })
+    }
+
+    /// Reads metadata block `blk` through the cache, refusing blocks outside the filesystem.
+    pub(crate) fn bread(&self, blk: u64, ino: Option<InodeNo>) -> Result<Arc<Buffer>> {
+        if blk < self.sbi.first_data_block || blk >= self.sbi.blocks_count {
+            return corrupt(CorruptKind::BlockRange { ino, block: PhysBlock(blk) });
+        }
+        self.bcache.get(blk)
+    }
+
+    fn statfs(&self) -> StatFs {
+        let sbi = &self.sbi;
+        let (free_blocks, free_inodes, _) = self.groups.totals();
+        let overhead = self.overhead();
+        let sb = &sbi.sb;
+        // The kernel keeps 2% or 4096 blocks, whichever is less, for its own use (extent
+        // splits and unwritten conversions); without extents it keeps none.
+        let extents = sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
+        let resv = if extents { (sbi.blocks_count / 50).min(4096) } else { 0 };
+        let reserved = sb.r_blocks_count() + resv;
+        let uuid = &sb.s_uuid;
+        // Cannot fail: both halves are 8 bytes of a 16-byte array.
+        let fsid = u64::from_le_bytes(uuid[..8].try_into().unwrap())
+            ^ u64::from_le_bytes(uuid[8..].try_into().unwrap());
+        StatFs {
+            block_size: sbi.block_size,
+            blocks: sbi.blocks_count.saturating_sub(overhead),
+            blocks_free: free_blocks,
+            blocks_avail: free_blocks.saturating_sub(reserved),
+            files: u64::from(sbi.inodes_count),
+            files_free: free_inodes,
+            name_max: 255,
+            fsid,
+        }
+    }
+
+    /// Blocks taken by metadata, as the kernel's `ext4_calculate_overhead` counts them.
+    fn overhead(&self) -> u64 {
+        let sbi = &self.sbi;
+        let stored = u64::from(sbi.sb.s_overhead_clusters.get());
+        if stored != 0 {
+            return stored;
+        }
+        let mut total = sbi.first_data_block;
+        for g in 0..sbi.group_count {
+            total += u64::from(sbi.group_has_super(g)) + self.gdt_blocks_in(g) + sbi.inode_table_blocks + 2;
+        }
+        if let Some(j) = self.journal_blocks() {
+            total += j;
+        }
+        total
+    }
+
+    /// Descriptor blocks stored in group `g` (`ext4_bg_num_gdb`).
+    fn gdt_blocks_in(&self, g: u32) -> u64 {
+        let sbi = &self.sbi;
+        let meta_bg = sbi.sb.incompat().contains(rext4_format::features::Incompat::META_BG);
+        let first_meta_bg = sbi.sb.s_first_meta_bg.get();
+        let metagroup = g / sbi.descs_per_block;
+        if !meta_bg || metagroup < first_meta_bg {
+            if !sbi.group_has_super(g) {
+                0
+            } else if meta_bg {
+                u64::from(first_meta_bg)
+            } else {
+                sbi.gdt_blocks
+            }
+        } else {
+            let first = metagroup * sbi.descs_per_block;
+            let last = first + sbi.descs_per_block - 1;
+            u64::from(g == first || g == first + 1 || g == last)
+        }
+    }
+
+    /// Length of the internal journal in blocks, if there is one.
+    fn journal_blocks(&self) -> Option<u64> {
+        let sb = &self.sbi.sb;
+        if !sb.compat().contains(rext4_format::features::Compat::HAS_JOURNAL) {
+            return None;
+        }
+        let ino = sb.s_journal_inum.get();
+        if ino == 0 {
+            return None;
+        }
+        let inode = self.iget(InodeNo(ino)).ok()?;
+        Some(inode.size() / u64::from(self.sbi.block_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_caches_take_an_eighth_of_memory() {
+        let info = "MemTotal:       25165824 kB\nMemFree:        20000000 kB\n";
+        let none = std::iter::empty;
+        assert_eq!(budget_from(info, none()), 3 << 30);
+        assert_eq!(budget_from(info, ["max\n", "9223372036854771712\n"].into_iter()), 3 << 30);
+        assert_eq!(budget_from(info, ["max\n", "1073741824\n", "2147483648"].into_iter()), 128 << 20);
+        assert_eq!(budget_from("", ["max"].into_iter()), 0);
+        assert_eq!(budget_from("MemTotal: lots\n", none()), 0);
+        // Never below the floors, whatever the machine.
+        let o = Options::default();
+        assert!(
+            o.cache_bytes >= MIN_CACHE_BYTES && o.inode_cache >= MIN_CACHED && o.name_cache >= MIN_CACHED
+        );
+    }
+}

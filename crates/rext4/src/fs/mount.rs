@@ -1,0 +1,280 @@
+//! Opening for writing and closing (the write side of the kernel's `super.c` and
+//! `ext4_load_journal`): load the journal, mark the image in use, start the commit thread;
+//! at close, commit and checkpoint everything and mark the image clean.
+
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::{Fs, FsInner, Options};
+use crate::jbd2::journal::{Journal, Log, LogGeometry};
+use rext4_format::checksum::crc32c;
+use rext4_format::features::{Compat, Incompat, RoCompat};
+use rext4_format::jbd2::{JournalIncompat, CHKSUM_CRC32C};
+use rext4_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::InodeNo;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use zerocopy::IntoBytes;
+
+pub(crate) fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+impl FsInner {
+    /// Turns a freshly loaded, read-only filesystem into a writable one.
+    pub(crate) fn start_writing(&mut self, opts: &Options) -> Result<()> {
+        if let Some(why) = self.sbi.read_only_reasons().first() {
+            return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
+        }
+        self.groups.check_writable(&self.sbi)?;
+        let log = self.load_log()?;
+        let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        // An abort the journal recorded without leaving anything to replay (recovery clears
+        // it itself): the filesystem is marked as having errors below, and only once that
+        // mark is durable is the journal's record cleared (`ext4_clear_journal_err`), so that
+        // a crash between the two loses neither.
+        let journal_errno = log.jsb.as_ref().map_or(0, |j| j.errno());
+        let has_log = log.geo.is_some();
+        self.orphans = Arc::new(crate::inode::orphan::Orphans::load(self, has_log)?);
+        let (sb_blk, sb_off) = self.sbi.sb_location();
+        let (groups, counters, bcache, sbi, orphans) = (
+            self.groups.clone(),
+            self.counters.clone(),
+            self.bcache.clone(),
+            self.sbi.clone(),
+            self.orphans.clone(),
+        );
+        let fills = {
+            let (groups, orphans) = (groups.clone(), orphans.clone());
+            Box::new(move |blk: u64| groups.is_desc_block(blk) || blk == sb_blk || orphans.is_file_block(blk))
+        };
+        let fill = Box::new(move |blk: u64, data: &mut [u8]| {
+            // Counts and checksums go into these blocks here, as the commit freezes them, not
+            // under the locks of every writer (seed 004). Nothing changes meanwhile. A bitmap
+            // no longer cached has not changed since its checksum was last put here.
+            if groups.is_desc_block(blk) {
+                let seed = sbi.csum_seed;
+                let bitmap_csum = |b: u64, n: usize| {
+                    // Never this block itself, whose lock the commit holds (refused at open:
+                    // `Groups::check_writable`).
+                    if b == blk {
+                        return None;
+                    }
+                    let buf = bcache.peek(b)?;
+                    let map = buf.data();
+                    Some(crc32c(seed, &map[..n.min(map.len())]))
+                };
+                groups.freeze_desc_block(&sbi, blk, data, bitmap_csum);
+            }
+            if blk == sb_blk {
+                if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
+                    sb.set_free_blocks_count(counters.free_blocks.sum_positive());
+                    sb.s_free_inodes_count.set(counters.free_inodes.sum_positive() as u32);
+                    sb.s_last_orphan.set(orphans.head());
+                    sb.update_checksum();
+                    data[sb_off..sb_off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
+                }
+            }
+            orphans.freeze_block(blk, data);
+        });
+        let freeze = crate::jbd2::journal::FreezeHook { fills, fill };
+        let journal = Arc::new(Journal::new(
+            self.dev.clone(),
+            self.sbi.block_size as usize,
+            log,
+            first_tid,
+            opts.commit_interval,
+            freeze,
+            self.stats.clone(),
+        ));
+        // Mark the image in use: needs_recovery with a journal, not-clean without one; with an
+        // orphan file, orphan_present (orphans may be recorded there from now on).
+        self.update_super(|sb| {
+            if has_log {
+                sb.s_feature_incompat.set(sb.s_feature_incompat.get() | Incompat::RECOVER.bits());
+                if sb.compat().contains(Compat::ORPHAN_FILE) {
+                    let ro = sb.s_feature_ro_compat.get() | RoCompat::ORPHAN_PRESENT.bits();
+                    sb.s_feature_ro_compat.set(ro);
+                }
+            } else {
+                sb.s_state.set(sb.s_state.get() & !STATE_VALID);
+            }
+            if journal_errno != 0 {
+                sb.s_state.set(sb.s_state.get() | STATE_ERROR);
+            }
+            sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
+            let t = now_secs();
+            sb.s_mtime.set(t as u32);
+            sb.s_mtime_hi = (t >> 32) as u8;
+        })?;
+        if journal_errno != 0 {
+            let mut log = journal.log.lock();
+            if let Some(jsb) = log.jsb.as_mut() {
+                jsb.set_errno(0);
+                let (start, sequence) = (jsb.start(), jsb.sequence());
+                let bs = self.sbi.block_size as usize;
+                crate::jbd2::checkpoint::write_jsb(&*self.dev, bs, &mut log, start, sequence)?;
+            }
+        }
+        let j = journal.clone();
+        let thread = std::thread::Builder::new()
+            .name("rext4-commit".into())
+            .spawn(move || j.run())
+            .map_err(Error::Io)?;
+        *self.committer.lock() = Some(thread);
+        self.journal = Some(journal);
+        // What a crash left recorded is freed or truncated now (`ext4_orphan_cleanup`).
+        self.orphan_cleanup()
+    }
+
+    /// Reads the journal superblock and maps the log; an empty geometry without a journal.
+    fn load_log(&self) -> Result<Log> {
+        let none =
+            Log { geo: None, jsb: None, head: 0, tail: 0, tail_tid: 1, used: 0, txns: Default::default() };
+        let sb = &self.sbi.sb;
+        if !sb.compat().contains(Compat::HAS_JOURNAL) {
+            return Ok(none);
+        }
+        let jino = sb.s_journal_inum.get();
+        if jino == 0 {
+            return Err(Error::NotSupported("external journal devices".into()));
+        }
+        // The same checks and mapping recovery uses (`ext4_get_journal_inode`).
+        let (map, mut jsb, _) = self.journal_log(InodeNo(jino))?;
+        // Features as the kernel sets them at mount: checksums v3 with metadata_csum, 64-bit
+        // block numbers on 64bit filesystems, revoke records.
+        let mut inc = jsb.incompat() | JournalIncompat::REVOKE;
+        if self.sbi.metadata_csum {
+            inc = (inc - JournalIncompat::CSUM_V2) | JournalIncompat::CSUM_V3;
+            jsb.s_checksum_type = CHKSUM_CRC32C;
+            jsb.set_compat(jsb.compat() - rext4_format::jbd2::JournalCompat::CHECKSUM);
+        }
+        if sb.is_64bit() {
+            inc |= JournalIncompat::BIT64;
+        }
+        jsb.set_incompat(inc);
+        jsb.update_checksum();
+        let params = jsb.params().map_err(|_| {
+            Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("unusable journal features")))
+        })?;
+        let first = jsb.first();
+        // With the fast-commit feature, the journal's last blocks are the fast-commit area:
+        // the log wraps before them, where recovery stops reading.
+        let last = jsb.log_end();
+        if first >= last {
+            return corrupt(CorruptKind::Journal("invalid first block of the log"));
+        }
+        let geo = LogGeometry { map, params, uuid: jsb.uuid(), first, last };
+        let mut log = Log {
+            geo: Some(geo),
+            jsb: Some(jsb),
+            head: first,
+            tail: first,
+            tail_tid: 0,
+            used: 0,
+            txns: Default::default(),
+        };
+        // An empty log starting at `first`, with the sequence the superblock carries: older
+        // blocks in the log have smaller sequences and are never taken as part of it.
+        let seq = log.jsb.as_ref().map_or(1, |j| j.sequence());
+        log.tail_tid = seq;
+        crate::jbd2::checkpoint::write_jsb(&*self.dev, self.sbi.block_size as usize, &mut log, first, seq)?;
+        Ok(log)
+    }
+
+    /// Changes the primary superblock directly (not through the journal: only at open and
+    /// close, when no transaction is running), with its checksum, and makes it durable. The
+    /// counts and the orphan list head are taken from memory: commits write them only into
+    /// the frozen copies, so the cached bytes hold those of the open.
+    pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let (_, off) = self.sbi.sb_location();
+        let mut data = self.sb_buf.data_mut(0);
+        let Some(mut sb) = Superblock::parse(&data[off..]) else {
+            return corrupt(CorruptKind::Superblock("unreadable"));
+        };
+        sb.set_free_blocks_count(self.counters.free_blocks.sum_positive());
+        sb.s_free_inodes_count.set(self.counters.free_inodes.sum_positive() as u32);
+        sb.s_last_orphan.set(self.orphans.head());
+        f(&mut sb);
+        let t = now_secs();
+        sb.s_wtime.set(t as u32);
+        sb.s_wtime_hi = (t >> 32) as u8;
+        sb.update_checksum();
+        data[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
+        self.dev.write_at(sb.as_bytes(), SUPERBLOCK_OFFSET)?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// Commits and checkpoints everything and marks the image clean. Idempotent.
+    pub(crate) fn close(&self) -> Result<()> {
+        let Some(journal) = &self.journal else { return Ok(()) };
+        let Some(thread) = self.committer.lock().take() else { return Ok(()) };
+        let evicted = self.evict_held_orphans();
+        journal.request_shutdown();
+        let _ = thread.join();
+        if let Some(why) = journal.abort_reason() {
+            self.record_abort();
+            return Err(Error::Io(std::io::Error::other(why)));
+        }
+        journal.close()?;
+        evicted?;
+        let has_log = journal.log.lock().geo.is_some();
+        let no_orphans = self.orphans.is_empty();
+        self.update_super(|sb| {
+            if has_log {
+                sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+            }
+            if no_orphans {
+                let ro = sb.s_feature_ro_compat.get() & !RoCompat::ORPHAN_PRESENT.bits();
+                sb.s_feature_ro_compat.set(ro);
+            }
+            sb.s_state.set(sb.s_state.get() | STATE_VALID);
+        })
+    }
+}
+
+impl Fs {
+    /// Commits everything, writes it home and marks the image clean; the filesystem is
+    /// read-only afterwards. Dropping the last handle does the same, ignoring errors.
+    pub fn unmount(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// Makes every change so far durable (`syncfs`).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.op(crate::fs::stats::Op::Sync, || match &self.inner.journal {
+            Some(j) => j.sync(),
+            None => Ok(()),
+        })
+    }
+
+    /// Whether the filesystem takes changes: opened for writing, and not stopped by an error
+    /// under `errors=remount-ro` (see [`Fs::has_errors`]).
+    pub fn is_writable(&self) -> bool {
+        self.inner.journal.is_some() && !self.inner.stopped_by_error()
+    }
+
+    /// What corruption found by an operation does: [`crate::Options::errors`], or else the
+    /// superblock's `errors=`.
+    pub fn error_behavior(&self) -> crate::ErrorBehavior {
+        self.inner.errors
+    }
+
+    /// Whether the image is marked as having errors (`s_state`): found by this filesystem since
+    /// it was opened, or recorded before by it, the kernel or e2fsck's last run.
+    pub fn has_errors(&self) -> bool {
+        let (_, off) = self.inner.sbi.sb_location();
+        let d = self.inner.sb_buf.data();
+        Superblock::parse(&d[off..]).is_some_and(|sb| sb.s_state.get() & STATE_ERROR != 0)
+    }
+
+    /// Journal statistics: commits, per-commit times, blocks.
+    pub fn commit_stats(&self) -> Option<crate::jbd2::CommitStats> {
+        self.inner.journal.as_ref().map(|j| j.stats())
+    }
+}
+
+impl Drop for FsInner {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

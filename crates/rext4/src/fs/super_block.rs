@@ -1,0 +1,310 @@
+//! Reading and checking the superblock at open (the read side of the kernel's `super.c`):
+//! geometry derived once, feature policy, and the reasons an image is refused or read-only.
+
+use crate::dev::BlockDevice;
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use rext4_format::features::{feature_names, Compat, FeatureKind, Incompat, RoCompat};
+use rext4_format::superblock::{self as fsb, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+
+/// Incompat features this engine reads.
+const INCOMPAT_SUPPORTED: Incompat = Incompat::FILETYPE
+    .union(Incompat::META_BG)
+    .union(Incompat::EXTENTS)
+    .union(Incompat::BIT64)
+    .union(Incompat::MMP)
+    .union(Incompat::FLEX_BG)
+    .union(Incompat::EA_INODE)
+    .union(Incompat::CSUM_SEED)
+    .union(Incompat::LARGEDIR)
+    .union(Incompat::INLINE_DATA)
+    .union(Incompat::ENCRYPT)
+    // Replayed at open (jbd2/replay.rs) before anything else is read.
+    .union(Incompat::RECOVER);
+
+/// Ro-compat features this engine understands (it still opens read-only today, but an unknown
+/// one will keep it read-only once writing exists).
+const RO_COMPAT_KNOWN: RoCompat = RoCompat::SPARSE_SUPER
+    .union(RoCompat::LARGE_FILE)
+    .union(RoCompat::HUGE_FILE)
+    .union(RoCompat::GDT_CSUM)
+    .union(RoCompat::DIR_NLINK)
+    .union(RoCompat::EXTRA_ISIZE)
+    .union(RoCompat::QUOTA)
+    .union(RoCompat::METADATA_CSUM)
+    .union(RoCompat::PROJECT)
+    .union(RoCompat::VERITY)
+    .union(RoCompat::ORPHAN_PRESENT);
+
+/// Geometry and policy derived from the superblock; constant while the filesystem is open.
+#[derive(Clone)]
+pub struct SbInfo {
+    /// The superblock as read at open.
+    pub sb: Superblock,
+    pub block_size: u32,
+    pub blocks_count: u64,
+    pub first_data_block: u64,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub inodes_count: u32,
+    pub inode_size: usize,
+    pub desc_size: usize,
+    pub group_count: u32,
+    pub descs_per_block: u32,
+    /// Blocks holding group descriptors (outside meta_bg).
+    pub gdt_blocks: u64,
+    pub inode_table_blocks: u64,
+    pub csum_seed: u32,
+    pub metadata_csum: bool,
+    pub gdt_csum: bool,
+    pub huge_file: bool,
+    pub filetype: bool,
+    pub dir_index: bool,
+    pub large_dir: bool,
+    pub inline_data: bool,
+    pub ea_inode: bool,
+    pub hash_seed: [u32; 4],
+    pub hash_unsigned: bool,
+    /// Why the image may only be read (unknown ro_compat features, ...); empty if writable.
+    pub ro_reasons: Vec<String>,
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::Corrupt(crate::error::Corrupt(CorruptKind::Superblock(what)))
+}
+
+impl SbInfo {
+    /// Block holding the primary superblock, and the superblock's offset in it.
+    pub fn sb_location(&self) -> (u64, usize) {
+        let bs = u64::from(self.block_size);
+        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
+    }
+
+    /// Reads the primary superblock from `dev` and checks everything that must hold before any
+    /// other structure is trusted.
+    pub fn load(dev: &dyn BlockDevice) -> Result<Self> {
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        if dev.size() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
+            return Err(Error::Incompatible("device too small to hold an ext2/3/4 filesystem".into()));
+        }
+        dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
+        // Cannot fail: `raw` is exactly SUPERBLOCK_SIZE bytes.
+        let sb = Superblock::parse(&raw).unwrap();
+        if sb.s_magic.get() != fsb::EXT4_MAGIC {
+            return Err(Error::Incompatible("no ext2/3/4 filesystem (bad magic number)".into()));
+        }
+        Self::check_features(&sb)?;
+        if sb.has_metadata_csum() {
+            if sb.s_checksum_type != fsb::CHECKSUM_TYPE_CRC32C {
+                return Err(bad("unknown checksum type"));
+            }
+            if !sb.verify_checksum() {
+                return corrupt(CorruptKind::SuperblockChecksum);
+            }
+        }
+        Self::geometry(sb, dev.size())
+    }
+
+    fn check_features(sb: &Superblock) -> Result<()> {
+        let incompat = sb.incompat();
+        if incompat.contains(Incompat::JOURNAL_DEV) {
+            return Err(Error::Incompatible("this is an external journal device, not a filesystem".into()));
+        }
+        let unsupported = incompat.difference(INCOMPAT_SUPPORTED);
+        if !unsupported.is_empty() {
+            let names = feature_names(FeatureKind::Incompat, unsupported.bits()).join(", ");
+            return Err(Error::Incompatible(format!("unsupported incompat feature(s): {names}")));
+        }
+        if sb.ro_compat().contains(RoCompat::METADATA_CSUM) && sb.ro_compat().contains(RoCompat::GDT_CSUM) {
+            return Err(bad("both metadata_csum and uninit_bg are set"));
+        }
+        Ok(())
+    }
+
+    fn geometry(sb: Superblock, dev_size: u64) -> Result<Self> {
+        let block_size = sb.block_size().ok_or(bad("block size out of range"))?;
+        let ro = sb.ro_compat();
+        if ro.contains(RoCompat::BIGALLOC) {
+            if sb.cluster_size() != Some(u64::from(block_size)) {
+                return Err(Error::Incompatible("bigalloc (clusters) is not supported".into()));
+            }
+        } else if sb.s_log_cluster_size.get() != sb.s_log_block_size.get() {
+            return Err(bad("cluster size differs from block size without bigalloc"));
+        }
+        let blocks_count = sb.blocks_count();
+        let first_data_block = u64::from(sb.s_first_data_block.get());
+        let blocks_per_group = sb.s_blocks_per_group.get();
+        let inodes_per_group = sb.s_inodes_per_group.get();
+        let inodes_count = sb.s_inodes_count.get();
+        let inode_size = usize::from(sb.inode_size());
+        let bits_per_block = block_size * 8;
+
+        if blocks_per_group == 0 || blocks_per_group > bits_per_block {
+            return Err(bad("blocks per group out of range"));
+        }
+        if inodes_per_group == 0 || inodes_per_group > bits_per_block {
+            return Err(bad("inodes per group out of range"));
+        }
+        if inode_size < 128 || !inode_size.is_power_of_two() || inode_size > block_size as usize {
+            return Err(bad("inode size out of range"));
+        }
+        if !(inodes_per_group as usize * inode_size).is_multiple_of(block_size as usize) {
+            return Err(bad("inode table does not fill whole blocks"));
+        }
+        if first_data_block >= blocks_count {
+            return Err(bad("first data block beyond block count"));
+        }
+        if block_size == 1024 && first_data_block != 1 || block_size > 1024 && first_data_block != 0 {
+            return Err(bad("first data block does not match block size"));
+        }
+        if blocks_count.saturating_mul(u64::from(block_size)) > dev_size {
+            return Err(Error::Incompatible(format!(
+                "block count {blocks_count} exceeds the device size ({dev_size} bytes)"
+            )));
+        }
+        let first_ino = sb.first_ino();
+        if sb.s_rev_level.get() != fsb::GOOD_OLD_REV && (first_ino < 11 || first_ino > inodes_count) {
+            return Err(bad("first inode out of range"));
+        }
+        let desc_size = usize::from(sb.desc_size());
+        if sb.is_64bit() && (!(64..=1024).contains(&desc_size) || !desc_size.is_power_of_two()) {
+            return Err(bad("group descriptor size out of range"));
+        }
+        let group_count = (blocks_count - first_data_block).div_ceil(u64::from(blocks_per_group));
+        let group_count = u32::try_from(group_count).map_err(|_| bad("too many block groups"))?;
+        if u64::from(group_count) * u64::from(inodes_per_group) != u64::from(inodes_count) {
+            return Err(bad("inode count does not match groups x inodes per group"));
+        }
+        let descs_per_block = block_size / desc_size as u32;
+        let gdt_blocks = u64::from(group_count.div_ceil(descs_per_block));
+        if sb.incompat().contains(Incompat::META_BG) && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks {
+            return Err(bad("first meta_bg beyond descriptor blocks"));
+        }
+        let inode_table_blocks =
+            (u64::from(inodes_per_group) * inode_size as u64).div_ceil(u64::from(block_size));
+
+        let mut ro_reasons = Vec::new();
+        let unknown_ro = ro.difference(RO_COMPAT_KNOWN);
+        if !unknown_ro.is_empty() {
+            ro_reasons.push(format!(
+                "unknown or unsupported ro_compat feature(s): {}",
+                feature_names(FeatureKind::RoCompat, unknown_ro.bits()).join(", ")
+            ));
+        }
+        if ro.contains(RoCompat::QUOTA) {
+            // Usage lives in hidden quota inodes the kernel updates with every allocation;
+            // writing without them would leave the counts wrong.
+            ro_reasons.push("quota accounting is not implemented for writing".into());
+        }
+        if sb.incompat().contains(Incompat::MMP) {
+            ro_reasons.push("multi-mount protection (mmp) is not implemented for writing".into());
+        }
+
+        Ok(SbInfo {
+            block_size,
+            blocks_count,
+            first_data_block,
+            blocks_per_group,
+            inodes_per_group,
+            inodes_count,
+            inode_size,
+            desc_size,
+            group_count,
+            descs_per_block,
+            gdt_blocks,
+            inode_table_blocks,
+            csum_seed: sb.csum_seed(),
+            metadata_csum: sb.has_metadata_csum(),
+            gdt_csum: ro.contains(RoCompat::GDT_CSUM),
+            huge_file: ro.contains(RoCompat::HUGE_FILE),
+            filetype: sb.incompat().contains(Incompat::FILETYPE),
+            dir_index: sb.compat().contains(Compat::DIR_INDEX),
+            large_dir: sb.incompat().contains(Incompat::LARGEDIR),
+            inline_data: sb.incompat().contains(Incompat::INLINE_DATA),
+            ea_inode: sb.incompat().contains(Incompat::EA_INODE),
+            hash_seed: sb.hash_seed(),
+            hash_unsigned: sb.s_flags.get() & fsb::FLAGS_UNSIGNED_HASH != 0,
+            ro_reasons,
+            sb,
+        })
+    }
+
+    /// First block of group `g`.
+    pub fn group_first_block(&self, g: u32) -> u64 {
+        self.first_data_block + u64::from(g) * u64::from(self.blocks_per_group)
+    }
+
+    /// Number of blocks in group `g` (the last group may be short).
+    pub fn blocks_in_group(&self, g: u32) -> u64 {
+        let first = self.group_first_block(g);
+        (self.blocks_count - first).min(u64::from(self.blocks_per_group))
+    }
+
+    /// Blocks at the start of group `g` taken by superblock and descriptor copies
+    /// (`ext4_num_base_meta_blocks`).
+    pub fn base_meta_blocks(&self, g: u32) -> u64 {
+        let has_super = u64::from(self.group_has_super(g));
+        let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
+        let first_meta_bg = self.sb.s_first_meta_bg.get();
+        if !meta_bg || g / self.descs_per_block < first_meta_bg {
+            if has_super == 0 {
+                return 0;
+            }
+            let gdb = if meta_bg { u64::from(first_meta_bg) } else { self.gdt_blocks };
+            has_super + gdb + u64::from(self.sb.s_reserved_gdt_blocks.get())
+        } else {
+            let first = (g / self.descs_per_block) * self.descs_per_block;
+            let last = first + self.descs_per_block - 1;
+            has_super + u64::from(g == first || g == first + 1 || g == last)
+        }
+    }
+
+    /// Whether group `g` carries a superblock backup (and descriptor copies).
+    pub fn group_has_super(&self, g: u32) -> bool {
+        let sb = &self.sb;
+        if g == 0 {
+            return true;
+        }
+        if sb.compat().contains(Compat::SPARSE_SUPER2) {
+            return g == sb.s_backup_bgs[0].get() || g == sb.s_backup_bgs[1].get();
+        }
+        if g <= 1 || !sb.ro_compat().contains(RoCompat::SPARSE_SUPER) {
+            return true;
+        }
+        if g & 1 == 0 {
+            return false;
+        }
+        [3u32, 5, 7].iter().any(|&base| {
+            let mut n = base;
+            while n < g {
+                match n.checked_mul(base) {
+                    Some(m) => n = m,
+                    None => return false,
+                }
+            }
+            n == g
+        })
+    }
+
+    /// The block holding descriptor block number `i` (0-based) of the primary copy.
+    pub fn descriptor_block(&self, i: u64) -> u64 {
+        let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
+        let first_meta_bg = u64::from(self.sb.s_first_meta_bg.get());
+        if !meta_bg || i < first_meta_bg {
+            return self.first_data_block + 1 + i;
+        }
+        // With meta_bg, descriptor block i lives in the first group of its meta group.
+        let g = i * u64::from(self.descs_per_block);
+        let g = u32::try_from(g).unwrap_or(u32::MAX);
+        self.group_first_block(g) + u64::from(self.group_has_super(g))
+    }
+
+    /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).
+    pub fn needs_recovery(&self) -> bool {
+        self.sb.incompat().contains(Incompat::RECOVER)
+    }
+
+    /// Whether the filesystem may be modified, and if not, why.
+    pub fn read_only_reasons(&self) -> &[String] {
+        &self.ro_reasons
+    }
+}

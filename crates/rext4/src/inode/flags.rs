@@ -1,0 +1,170 @@
+//! Inode flags as `chattr` changes them (the kernel's `ext4_fileattr_set` in `ioctl.c`), and
+//! what the immutable and append-only flags forbid (the VFS's checks, which rext4 makes
+//! itself: a library call or a FUSE request reaches no VFS that knows the flags).
+//!
+//! - immutable: no change to the inode or its names. Its data, size, mode, owner, times,
+//!   xattrs and links stay; no name may be added to or removed from it as a directory, and
+//!   its own names may not be removed or moved.
+//! - append-only: no byte before the end is written again; mode, owner, explicit times and
+//!   size stay; its names may not be removed or moved, and as a directory, its names may not
+//!   be removed (new ones may be added).
+//!
+//! Each check comes where the kernel's comes, so that errno precedence matches: a missing
+//! name is `ENOENT` and an existing target `EEXIST` before `EPERM`, and `EPERM` before
+//! `EISDIR`, `ENOTDIR` and `ENOTEMPTY`.
+
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::write::{now, raw_flags, raw_set_flags, raw_touch_c};
+use crate::inode::Inode;
+use crate::Attr;
+use rext4_format::inode::{self as fi, APPEND_FL, IMMUTABLE_FL};
+use rext4_format::InodeNo;
+
+/// Formerly `EXT4_EOFBLOCKS_FL`; still settable.
+const EOFBLOCKS_FL: u32 = 0x0040_0000;
+const DAX_FL: u32 = 0x0200_0000;
+
+/// Flags `chattr` may change (`EXT4_FL_USER_MODIFIABLE`).
+pub const FL_USER_MODIFIABLE: u32 = fi::SECRM_FL
+    | fi::UNRM_FL
+    | fi::COMPR_FL
+    | fi::SYNC_FL
+    | IMMUTABLE_FL
+    | APPEND_FL
+    | fi::NODUMP_FL
+    | fi::NOATIME_FL
+    | fi::JOURNAL_DATA_FL
+    | fi::NOTAIL_FL
+    | fi::DIRSYNC_FL
+    | fi::TOPDIR_FL
+    | fi::EXTENTS_FL
+    | EOFBLOCKS_FL
+    | DAX_FL
+    | fi::PROJINHERIT_FL
+    | fi::CASEFOLD_FL;
+
+/// Flags `lsattr` sees (`EXT4_FL_USER_VISIBLE`): the modifiable ones and a few the
+/// filesystem sets itself.
+pub const FL_USER_VISIBLE: u32 = FL_USER_MODIFIABLE
+    | 0x0000_0100 // dirty
+    | 0x0000_0200 // compressed blocks
+    | 0x0000_0400 // no compression
+    | fi::ENCRYPT_FL
+    | fi::INDEX_FL
+    | fi::VERITY_FL
+    | fi::INLINE_DATA_FL;
+
+/// Flags that change how the data is stored or looked up; rext4 does not convert files
+/// between those forms, so changing one is `EOPNOTSUPP`.
+const CONVERTING: u32 = fi::JOURNAL_DATA_FL | fi::EXTENTS_FL | DAX_FL | fi::CASEFOLD_FL;
+
+/// Credits: the inode.
+const CREDITS: u32 = 1;
+
+/// `EXT4_NOCOMPR_FL`.
+const NOCOMPR_FL: u32 = 0x0000_0400;
+
+/// Flags a new inode takes from its directory (`EXT4_FL_INHERITED`).
+const FL_INHERITED: u32 = fi::SECRM_FL
+    | fi::UNRM_FL
+    | fi::COMPR_FL
+    | fi::SYNC_FL
+    | fi::NODUMP_FL
+    | fi::NOATIME_FL
+    | NOCOMPR_FL
+    | fi::JOURNAL_DATA_FL
+    | fi::NOTAIL_FL
+    | fi::DIRSYNC_FL
+    | fi::PROJINHERIT_FL
+    | fi::CASEFOLD_FL
+    | DAX_FL;
+
+/// The flags of `flags` an inode of type `mode` may carry (`ext4_mask_flags`): a directory
+/// all of them, a regular file those that are not about names, anything else only `nodump`
+/// and `noatime`.
+fn mask_flags(mode: u16, flags: u32) -> u32 {
+    match mode & fi::S_IFMT {
+        fi::S_IFDIR => flags,
+        fi::S_IFREG => flags & !(fi::DIRSYNC_FL | fi::TOPDIR_FL | fi::CASEFOLD_FL | fi::PROJINHERIT_FL),
+        _ => flags & (fi::NODUMP_FL | fi::NOATIME_FL),
+    }
+}
+
+/// What a new inode of type `mode` inherits from a directory with flags `dir_flags`. (A file
+/// inheriting data journaling keeps the flag; rext4 writes its data in ordered mode.)
+pub(crate) fn inherited_flags(dir_flags: u32, mode: u16) -> u32 {
+    mask_flags(mode, dir_flags & FL_INHERITED)
+}
+
+/// `EPERM` if `inode` is immutable or append-only: its names may not be removed or moved,
+/// nor its attributes set (`may_delete`, `notify_change`, `vfs_link`).
+pub(crate) fn check_pinned(inode: &Inode) -> Result<()> {
+    if inode.flags() & (IMMUTABLE_FL | APPEND_FL) != 0 {
+        return Err(Error::NotPermitted);
+    }
+    Ok(())
+}
+
+/// `EPERM` if directory `dir` is immutable: no name may be added to it (`may_create`'s
+/// write permission).
+pub(crate) fn check_dir_open(dir: &Inode) -> Result<()> {
+    if dir.flags() & IMMUTABLE_FL != 0 {
+        return Err(Error::NotPermitted);
+    }
+    Ok(())
+}
+
+/// `EPERM` if a name may not leave directory `dir` (immutable or append-only) or inode
+/// `child` may not lose it (`may_delete`).
+pub(crate) fn check_removable(dir: &Inode, child: &Inode) -> Result<()> {
+    check_pinned(dir)?;
+    check_pinned(child)
+}
+
+impl FsInner {
+    fn set_flags(&self, ino: InodeNo, flags: u32) -> Result<()> {
+        if flags & !FL_USER_VISIBLE != 0 {
+            return Err(Error::NotSupported("inode flag".into()));
+        }
+        // chattr passes back what it read: visible flags it cannot set are dropped silently.
+        let flags = flags & FL_USER_MODIFIABLE;
+        let journal = self.journal()?.clone();
+        let inode = self.iget_by_number(ino)?;
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        if mask_flags(inode.disk().file_type(), flags) != flags {
+            return Err(Error::NotSupported("flag for this file type".into()));
+        }
+        let h = journal.start(CREDITS)?;
+        let mut raw = inode.raw_mut();
+        let old = raw_flags(&raw);
+        // `ext4_ioctl_check_immutable`: while it stays immutable, nothing else changes.
+        if old & flags & IMMUTABLE_FL != 0 && old & !IMMUTABLE_FL != flags & !IMMUTABLE_FL {
+            return Err(Error::NotPermitted);
+        }
+        if (old ^ flags) & CONVERTING != 0 {
+            return Err(Error::NotSupported("changing how a file is stored".into()));
+        }
+        let new = (old & !FL_USER_MODIFIABLE) | flags;
+        raw_set_flags(&mut raw, new);
+        raw_touch_c(&mut raw, now());
+        self.mark_inode_dirty(&h, &inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+}
+
+impl Fs {
+    /// `FS_IOC_SETFLAGS` (`chattr`): sets the inode's user-modifiable flags to those in
+    /// `flags`, as `ext4_fileattr_set` does. Visible flags that cannot be set are ignored,
+    /// others are `EOPNOTSUPP`, as are flags that do not apply to the file type and changes
+    /// that would convert the file (extents, data journaling, DAX, casefolding); an immutable
+    /// inode changes nothing but that flag (`EPERM`). The caller makes the VFS's checks
+    /// first: the caller owns the inode, and changing `APPEND_FL` or `IMMUTABLE_FL` needs
+    /// `CAP_LINUX_IMMUTABLE`. The change time becomes now.
+    pub fn set_flags(&self, ino: InodeNo, flags: u32) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::SetFlags, || self.inner.set_flags(ino, flags))?;
+        self.getattr(ino)
+    }
+}

@@ -1,0 +1,257 @@
+//! Changing inodes (the write side of the kernel's `inode.c`: `ext4_mark_iloc_dirty`,
+//! `ext4_setattr`, `ext4_sync_file`).
+//!
+//! # Locking
+//! journal handle -> `Inode::raw` (write) -> inode-table `Buffer::data` (write).
+
+use crate::attr::{Attr, Timestamp};
+use crate::error::{Error, Result};
+use crate::fs::{Fs, FsInner};
+use crate::inode::Inode;
+use crate::jbd2::journal::Journal;
+use crate::jbd2::transaction::Handle;
+use rext4_format::inode::{self as fi, set_inode_checksum};
+use rext4_format::inode_record::{InodeRecord, TimeField};
+use rext4_format::InodeNo;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A time to set: the current time, or a given one (`utimensat`'s `UTIME_NOW` or a value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timestamp),
+}
+
+/// Attribute changes for [`Fs::setattr`]; `None` leaves a field alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (`chmod`); the file type is kept.
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    /// New size of a regular file (`truncate`): shrinking frees the blocks past it, growing
+    /// leaves a hole.
+    pub size: Option<u64>,
+}
+
+pub(crate) fn now() -> Timestamp {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+}
+
+/// Record `raw` for typed field writes.
+pub(crate) fn rec(raw: &mut [u8]) -> InodeRecord<&mut [u8]> {
+    // Cannot fail: every record is `inode_size` bytes, at least 128 (checked at open).
+    InodeRecord::new(raw).expect("inode record shorter than 128 bytes")
+}
+
+/// Record `raw` for typed field reads.
+pub(crate) fn rec_ref(raw: &[u8]) -> InodeRecord<&[u8]> {
+    // Cannot fail: as for `rec`.
+    InodeRecord::new(raw).expect("inode record shorter than 128 bytes")
+}
+
+pub(crate) fn raw_set_size(raw: &mut [u8], v: u64) {
+    rec(raw).set_size(v);
+}
+
+/// Adds `n` 512-byte sectors to `i_blocks` (records without HUGE_FILE_FL).
+pub(crate) fn raw_add_blocks(raw: &mut [u8], n: u64) {
+    let v = raw_blocks(raw).saturating_add(n);
+    rec(raw).set_blocks(v);
+}
+
+/// Takes `n` 512-byte sectors from `i_blocks`.
+pub(crate) fn raw_sub_blocks(raw: &mut [u8], n: u64) {
+    let v = raw_blocks(raw).saturating_sub(n);
+    rec(raw).set_blocks(v);
+}
+
+/// `i_blocks` in 512-byte sectors (records without HUGE_FILE_FL).
+pub(crate) fn raw_blocks(raw: &[u8]) -> u64 {
+    rec_ref(raw).blocks()
+}
+
+pub(crate) fn raw_size(raw: &[u8]) -> u64 {
+    rec_ref(raw).size()
+}
+
+pub(crate) fn raw_flags(raw: &[u8]) -> u32 {
+    rec_ref(raw).flags()
+}
+
+pub(crate) fn raw_set_flags(raw: &mut [u8], flags: u32) {
+    rec(raw).set_flags(flags);
+}
+
+pub(crate) fn raw_links(raw: &[u8]) -> u16 {
+    rec_ref(raw).links_count()
+}
+
+pub(crate) fn raw_set_links(raw: &mut [u8], n: u16) {
+    rec(raw).set_links_count(n);
+}
+
+/// Sets ctime and mtime to `t` (a directory whose entries changed).
+pub(crate) fn raw_touch_cm(raw: &mut [u8], t: Timestamp) {
+    let mut r = rec(raw);
+    r.set_time(TimeField::Ctime, t);
+    r.set_time(TimeField::Mtime, t);
+}
+
+/// Sets ctime to `t`.
+pub(crate) fn raw_touch_c(raw: &mut [u8], t: Timestamp) {
+    rec(raw).set_time(TimeField::Ctime, t);
+}
+
+/// Sets every timestamp of a new inode, creation time included.
+pub(crate) fn raw_init_times(raw: &mut [u8], t: Timestamp) {
+    let mut r = rec(raw);
+    for f in [TimeField::Atime, TimeField::Ctime, TimeField::Mtime, TimeField::Crtime] {
+        r.set_time(f, t);
+    }
+}
+
+impl FsInner {
+    pub(crate) fn journal(&self) -> Result<&Arc<Journal>> {
+        match &self.journal {
+            Some(j) if !self.stopped_by_error() => Ok(j),
+            _ => Err(Error::ReadOnly),
+        }
+    }
+
+    /// Copies an inode's record into its inode-table block under `h`, with its checksum.
+    pub(crate) fn mark_inode_dirty(&self, h: &Handle, inode: &Inode, raw: &mut [u8]) -> Result<()> {
+        let _t = self.stats.time(crate::fs::stats::Op::MarkInodeDirty);
+        if self.sbi.metadata_csum {
+            set_inode_checksum(raw, inode.csum_seed);
+        }
+        let (blk, off) = self.inode_location(inode.ino);
+        let buf = self.bread(blk, Some(inode.ino))?;
+        let mut data = h.write(&buf)?;
+        data[off..off + raw.len()].copy_from_slice(raw);
+        inode.last_tid.store(h.tid(), Ordering::Release);
+        inode.dirtied.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn setattr(&self, ino: InodeNo, ch: &SetAttr) -> Result<()> {
+        let journal = self.journal()?;
+        let h = journal.start(1)?;
+        let inode = self.iget_by_number(ino)?;
+        let mut raw = inode.raw_mut();
+        let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;
+        let mut mode = disk.mode();
+        if let Some(m) = ch.mode {
+            mode = (mode & fi::S_IFMT) | (m & 0o7777);
+        }
+        let owner_changes =
+            ch.uid.is_some_and(|u| u != disk.uid()) || ch.gid.is_some_and(|g| g != disk.gid());
+        if owner_changes && ch.mode.is_none() && disk.file_type() != fi::S_IFDIR {
+            // As the VFS does on chown: drop set-user-ID, and set-group-ID where it means
+            // "executable by group" rather than mandatory locking.
+            mode &= !0o4000;
+            if mode & 0o010 != 0 {
+                mode &= !0o2000;
+            }
+        }
+        let mut r = rec(&mut raw);
+        r.set_mode(mode);
+        if let Some(uid) = ch.uid {
+            r.set_uid(uid);
+        }
+        if let Some(gid) = ch.gid {
+            r.set_gid(gid);
+        }
+        let t = now();
+        let pick = |s: TimeSet| match s {
+            TimeSet::Now => t,
+            TimeSet::At(x) => x,
+        };
+        if let Some(a) = ch.atime {
+            r.set_time(TimeField::Atime, pick(a));
+        }
+        if let Some(m) = ch.mtime {
+            r.set_time(TimeField::Mtime, pick(m));
+        }
+        r.set_time(TimeField::Ctime, t);
+        self.mark_inode_dirty(&h, &inode, &mut raw)?;
+        drop(raw);
+        h.stop();
+        Ok(())
+    }
+
+    fn fsync(&self, ino: InodeNo) -> Result<()> {
+        let journal = self.journal()?;
+        let inode = self.iget_by_number(ino)?;
+        // Taken first: an overwrite after this point is the next fsync's business.
+        let data = inode.data_dirty.swap(false, Ordering::AcqRel);
+        if inode.dirtied.load(Ordering::Acquire) {
+            journal.commit_and_wait(inode.last_tid.load(Ordering::Acquire))?;
+        }
+        if data {
+            // Overwrites in place carry no metadata; if the transaction above had already
+            // committed, nothing flushed them yet (`blkdev_issue_flush` in ext4_sync_file).
+            self.dev.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Fs {
+    /// Changes an inode's mode, owner, times or size (`chmod`, `chown`, `utimensat`,
+    /// `truncate`); the change time becomes now. Returns the new attributes.
+    pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::Setattr, || {
+            // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
+            // mode, owner, size and explicit times; an immutable one any time at all.
+            let flags = self.inner.iget_by_number(ino)?.flags();
+            let set_times = [changes.atime, changes.mtime].iter().any(|t| matches!(t, Some(TimeSet::At(_))));
+            let fixed = changes.mode.is_some()
+                || changes.uid.is_some()
+                || changes.gid.is_some()
+                || changes.size.is_some()
+                || set_times;
+            let touched = changes.atime.is_some() || changes.mtime.is_some();
+            if (flags & (fi::IMMUTABLE_FL | fi::APPEND_FL) != 0 && fixed)
+                || (flags & fi::IMMUTABLE_FL != 0 && touched)
+            {
+                return Err(Error::NotPermitted);
+            }
+            if let Some(size) = changes.size {
+                self.inner.truncate(ino, size)?;
+            }
+            let rest = SetAttr { size: None, ..changes.clone() };
+            if changes.size.is_none() || rest != SetAttr::default() {
+                self.inner.setattr(ino, &rest)?;
+            }
+            Ok(())
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Stores the modification time a writer kept in its own cache, as writing would have set
+    /// it (`file_update_time`; the change time becomes now). Unlike [`Fs::setattr`], the
+    /// append-only flag does not forbid it: the FUSE writeback cache flushes the times of its
+    /// writes this way.
+    pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::Setattr, || {
+            if self.inner.iget_by_number(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
+                return Err(Error::NotPermitted);
+            }
+            self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;
+            Ok(())
+        })?;
+        self.getattr(ino)
+    }
+
+    /// Makes the inode's changes durable (`fsync`): waits for the commit of the last
+    /// transaction that touched it, sharing that commit with every other waiter.
+    pub fn fsync(&self, ino: InodeNo) -> Result<()> {
+        self.inner.op(crate::fs::stats::Op::Fsync, || self.inner.fsync(ino))
+    }
+}

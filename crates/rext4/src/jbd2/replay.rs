@@ -1,0 +1,222 @@
+//! Journal recovery at open, the ext4 side (`ext4_get_journal_inode` and `ext4_load_journal`
+//! in the kernel's `super.c`): find the internal journal's blocks, check its superblock, run
+//! jbd2 recovery (`jbd2/recovery.rs`), and apply what it found: in memory for a read-only
+//! open (an [`OverlayDevice`] the image never sees), in place for a writable open and for
+//! [`recover_image`].
+
+use crate::dev::overlay::OverlayDevice;
+use crate::dev::{BlockDevice, FileDevice};
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::super_block::SbInfo;
+use crate::fs::{FsInner, Options};
+use crate::jbd2::log_map::JournalLog;
+use crate::jbd2::recovery::{self, JournalBlocks, RecoveryReport, Replay};
+use crate::map::Mapping;
+use rext4_format::features::{Compat, Incompat};
+use rext4_format::inode::{INLINE_DATA_FL, S_IFREG};
+use rext4_format::jbd2::{JournalIncompat, JournalParams, JournalSuperblock};
+use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::InodeNo;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use zerocopy::IntoBytes;
+
+/// The part of the superblock that records errors (`EXT4_S_ERR_START..EXT4_S_ERR_END`, from
+/// `s_error_count` to `s_mount_opts`): the kernel keeps the copy it read before the replay.
+const ERR_RANGE: core::ops::Range<usize> = 0x194..0x200;
+
+/// Replays the journal of the image at `path` onto the image and marks it recovered, as the
+/// kernel does when it mounts an image that was not cleanly unmounted: every replayed block
+/// is written home, then the journal is emptied (`s_start = 0`, `s_sequence` moved past
+/// everything in the log) and `needs_recovery` is cleared in the superblock, each step made
+/// durable before the next, so an interruption leaves an image that recovers again.
+///
+/// An image that needs no recovery is left alone (the report is all zeros). A journal the
+/// kernel would refuse (see `docs/design.md`, "Journal recovery") is refused here too, before
+/// anything is written. Orphans are not processed: the kernel does that at mount, e2fsck
+/// when checking.
+pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path.as_ref(), true)?);
+    let sbi = SbInfo::load(&*dev)?;
+    if !sbi.needs_recovery() {
+        return Ok(RecoveryReport::default());
+    }
+    replay_in_place(&dev, &sbi)
+}
+
+/// What the open path does when the superblock says the journal needs recovery: replays it in
+/// place when writing, over an in-memory overlay when reading. Returns the device and
+/// superblock to open with.
+pub(crate) fn recover_at_open(
+    dev: Arc<dyn BlockDevice>,
+    sbi: SbInfo,
+    writable: bool,
+) -> Result<(Arc<dyn BlockDevice>, SbInfo, Option<RecoveryReport>)> {
+    if !sbi.needs_recovery() {
+        return Ok((dev, sbi, None));
+    }
+    if writable {
+        let report = replay_in_place(&dev, &sbi)?;
+        let sbi = SbInfo::load(&*dev)?;
+        return Ok((dev, sbi, Some(report)));
+    }
+    let (replay, journal) = recover(&dev, &sbi)?;
+    let mut blocks: BTreeMap<u64, Box<[u8]>> = replay.blocks.into_iter().map(|(b, d)| (b.0, d)).collect();
+    let bs = u64::from(sbi.block_size);
+    let (sb_blk, sb_off) = (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize);
+    let mut block = match blocks.remove(&sb_blk) {
+        Some(b) => b,
+        None => {
+            let mut b = vec![0u8; bs as usize].into_boxed_slice();
+            dev.read_at(&mut b, sb_blk * bs)?;
+            b
+        }
+    };
+    finish_superblock(&mut block[sb_off..sb_off + SUPERBLOCK_SIZE], &sbi.sb, &journal.jsb)?;
+    blocks.insert(sb_blk, block);
+    let overlay: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(dev, blocks, sbi.block_size)?);
+    let mut sbi = SbInfo::load(&*overlay)?;
+    if sbi.needs_recovery() {
+        // Cannot happen: finish_superblock cleared the flag.
+        return corrupt(CorruptKind::Journal("superblock still needs recovery after replay"));
+    }
+    sbi.ro_reasons
+        .push("the journal was replayed in memory only; the image itself still needs recovery".into());
+    Ok((overlay, sbi, Some(replay.report)))
+}
+
+/// Replays onto `dev`, whose superblock `sbi` needs recovery, and marks it recovered.
+fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<RecoveryReport> {
+    let (replay, journal) = recover(dev, sbi)?;
+    let bs = u64::from(sbi.block_size);
+    for (blk, data) in &replay.blocks {
+        dev.write_at(data, blk.0 * bs)?;
+    }
+    dev.flush()?;
+    // `journal_reset` / `jbd2_mark_journal_empty`, and `jbd2_journal_clear_err`.
+    let mut jsb = journal.jsb.clone();
+    if jsb.start() != 0 || jsb.errno() != 0 {
+        jsb.set_start(0);
+        jsb.set_sequence(replay.report.end_sequence);
+        jsb.set_errno(0);
+        // An empty journal does not advertise fast commits (`jbd2_mark_journal_empty`).
+        jsb.set_incompat(jsb.incompat() - JournalIncompat::FAST_COMMIT);
+        jsb.update_checksum();
+        // Always mapped: the superblock was read from it.
+        let Some(at) = journal.log.device_block(0) else {
+            return corrupt(CorruptKind::Journal("cannot locate the journal superblock"));
+        };
+        dev.write_at(jsb.as_bytes(), at * bs)?;
+        dev.flush()?;
+    }
+    let mut raw = [0u8; SUPERBLOCK_SIZE];
+    dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
+    finish_superblock(&mut raw, &sbi.sb, &journal.jsb)?;
+    dev.write_at(&raw, SUPERBLOCK_OFFSET)?;
+    dev.flush()?;
+    Ok(replay.report)
+}
+
+/// Turns the replayed primary superblock into the recovered one, as `ext4_load_journal` and
+/// the end of the kernel's mount do: the error record and error state read before the replay
+/// are kept, an error the journal recorded (`s_errno`) marks the filesystem as having errors
+/// (`ext4_clear_journal_err`), and `needs_recovery` is cleared.
+fn finish_superblock(raw: &mut [u8], before: &Superblock, jsb: &JournalSuperblock) -> Result<()> {
+    // Cannot fail: callers pass SUPERBLOCK_SIZE bytes.
+    let Some(mut sb) = Superblock::parse(raw) else { return corrupt(CorruptKind::Superblock("unreadable")) };
+    if !sb.verify_checksum() {
+        return corrupt(CorruptKind::SuperblockChecksum);
+    }
+    let bytes = sb.as_mut_bytes();
+    bytes[ERR_RANGE].copy_from_slice(&before.as_bytes()[ERR_RANGE]);
+    let mut state = sb.s_state.get() | (before.s_state.get() & STATE_ERROR);
+    if jsb.errno() != 0 {
+        state |= STATE_ERROR;
+    }
+    sb.s_state.set(state);
+    sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+    sb.update_checksum();
+    raw.copy_from_slice(sb.as_bytes());
+    Ok(())
+}
+
+/// An internal journal ready for recovery.
+struct Journal {
+    log: JournalLog,
+    jsb: JournalSuperblock,
+}
+
+/// Finds the journal of the filesystem on `dev` (superblock `sbi`) and runs recovery on it.
+fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(Replay, Journal)> {
+    let sb = &sbi.sb;
+    if !sb.compat().contains(Compat::HAS_JOURNAL) {
+        return corrupt(CorruptKind::Journal("needs recovery but has no journal"));
+    }
+    let ino = sb.s_journal_inum.get();
+    if ino == 0 {
+        return Err(Error::Incompatible(
+            "the journal needs recovery and is on an external device, which is not supported; \
+             run e2fsck with the journal device"
+                .into(),
+        ));
+    }
+    if sb.s_journal_dev.get() != 0 {
+        return corrupt(CorruptKind::Journal("both a journal inode and a journal device"));
+    }
+    // Just enough of a filesystem to read the journal inode: the descriptors and that inode.
+    let opts = Options { cache_bytes: 4 << 20, inode_cache: 64, ..Options::default() };
+    let fs = FsInner::new(dev.clone(), sbi.clone(), &opts)?;
+    let (log, jsb, params) = fs.journal_log(InodeNo(ino))?;
+    let replay = recovery::recover(&jsb, params, &log, sbi.blocks_count)?;
+    Ok((replay, Journal { log, jsb }))
+}
+
+impl FsInner {
+    /// The internal journal in inode `ino` (`ext4_get_journal_inode`, `jbd2_journal_init_inode`):
+    /// a linked regular file whose first `s_maxlen` blocks are all mapped inside the
+    /// filesystem, with a journal superblock the kernel would load.
+    pub(crate) fn journal_log(&self, ino: InodeNo) -> Result<(JournalLog, JournalSuperblock, JournalParams)> {
+        let bad = |what| corrupt(CorruptKind::Journal(what));
+        let inode = self.iget(ino)?;
+        let disk = inode.disk();
+        if disk.links_count() == 0 {
+            return bad("journal inode is deleted");
+        }
+        if disk.file_type() != S_IFREG || disk.flags() & INLINE_DATA_FL != 0 {
+            return bad("invalid journal inode");
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let len = inode.size() / bs;
+        let mut log = JournalLog::new(self.dev.clone(), bs);
+        self.map_journal(&inode, &mut log, len.min(1))?;
+        if log.mapped() == 0 {
+            return bad("cannot locate the journal superblock");
+        }
+        let mut raw = vec![0u8; bs as usize];
+        log.read(0, &mut raw)?;
+        // Cannot fail: a block is at least 1024 bytes.
+        let Some(jsb) = JournalSuperblock::parse(&raw) else { return bad("journal superblock unreadable") };
+        let params = recovery::check_superblock(&jsb, self.sbi.block_size, len)?;
+        self.map_journal(&inode, &mut log, u64::from(jsb.maxlen()))?;
+        Ok((log, jsb, params))
+    }
+
+    /// Extends `log` to the first `n` blocks of the journal inode, each inside the filesystem.
+    fn map_journal(&self, inode: &crate::inode::Inode, log: &mut JournalLog, n: u64) -> Result<()> {
+        let mut l = log.mapped();
+        while l < n {
+            // Cannot truncate: n is at most s_maxlen, a u32.
+            let lblk = l as u32;
+            let (pblk, len) = match self.map_block(inode, lblk)? {
+                Mapping::Mapped { pblk, len, unwritten: false } => (pblk, len.min(n - l)),
+                _ => return corrupt(CorruptKind::Journal("the journal inode has a hole")),
+            };
+            self.check_range(inode.ino, pblk, len)?;
+            // Cannot truncate: at most n - l.
+            log.push(pblk, len as u32);
+            l += len;
+        }
+        Ok(())
+    }
+}

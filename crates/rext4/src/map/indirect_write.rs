@@ -1,0 +1,258 @@
+//! Writing ext2/ext3 block maps (the write side of the kernel's `indirect.c`:
+//! `ext4_ind_map_blocks` allocating, `ext4_ind_truncate`). Work on a record the caller holds
+//! for writing; indirect blocks go through the journal like any metadata.
+
+use crate::error::{Error, Result};
+use crate::fs::FsInner;
+use crate::inode::write::{raw_add_blocks, raw_sub_blocks};
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
+
+const I_BLOCK: usize = 0x28;
+
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
+}
+
+fn set_word(b: &mut [u8], i: usize, v: u64) {
+    b[4 * i..4 * i + 4].copy_from_slice(&(v as u32).to_le_bytes());
+}
+
+impl FsInner {
+    /// The slot in `i_block` and the offsets in each indirect level that lead to `lblk`;
+    /// `None` past what a block map addresses.
+    pub(crate) fn ind_path(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
+        let ptrs = u64::from(self.sbi.block_size / 4);
+        if lblk < NDIR_BLOCKS as u64 {
+            return Some((lblk as usize, Vec::new()));
+        }
+        let mut l = lblk - NDIR_BLOCKS as u64;
+        let mut span = ptrs;
+        for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
+            if l < span {
+                let mut offs = Vec::with_capacity(levels as usize);
+                let mut covered = span;
+                for _ in 0..levels {
+                    covered /= ptrs;
+                    offs.push((l / covered) as usize);
+                    l %= covered;
+                }
+                return Some((slot, offs));
+            }
+            l -= span;
+            span = span.saturating_mul(ptrs);
+        }
+        None
+    }
+
+    /// The physical block of `lblk` in the block map of record `raw`, if mapped.
+    pub(crate) fn ind_lookup(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<Option<u64>> {
+        let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(None) };
+        let mut p = word(&raw[I_BLOCK..], slot);
+        for &o in &offs {
+            if p == 0 {
+                return Ok(None);
+            }
+            let buf = self.bread_owned(inode.ino, p)?;
+            p = word(&buf.data(), o);
+        }
+        if p == 0 {
+            return Ok(None);
+        }
+        self.check_range(inode.ino, p, 1)?;
+        Ok(Some(p))
+    }
+
+    /// Maps `lblk` to a new block near `goal`, allocating the indirect blocks on the way.
+    /// Returns the data block; `i_blocks` counts every block allocated.
+    pub(crate) fn ind_alloc(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lblk: u64,
+        goal: u64,
+    ) -> Result<u64> {
+        let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let mut goal = goal;
+        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64| -> Result<u64> {
+            let (b, _) = self.alloc_blocks(h, *goal, 1, false)?;
+            raw_add_blocks(raw, sectors);
+            *goal = b + 1;
+            Ok(b)
+        };
+        if offs.is_empty() {
+            let b = new_block(h, raw, &mut goal)?;
+            set_word(&mut raw[I_BLOCK..], slot, b);
+            return Ok(b);
+        }
+        let mut parent = word(&raw[I_BLOCK..], slot);
+        if parent == 0 {
+            parent = new_block(h, raw, &mut goal)?;
+            self.zero_meta_block(h, parent)?;
+            set_word(&mut raw[I_BLOCK..], slot, parent);
+        }
+        for (depth, &o) in offs.iter().enumerate() {
+            let buf = self.bread_owned(inode.ino, parent)?;
+            let cur = word(&buf.data(), o);
+            if cur != 0 {
+                parent = cur;
+                continue;
+            }
+            let b = new_block(h, raw, &mut goal)?;
+            if depth + 1 < offs.len() {
+                self.zero_meta_block(h, b)?;
+            }
+            set_word(&mut h.write(&buf)?, o, b);
+            parent = b;
+        }
+        Ok(parent)
+    }
+
+    fn zero_meta_block(&self, h: &Handle, b: u64) -> Result<()> {
+        let buf = self.bcache.get_fresh(b);
+        h.write(&buf)?.fill(0);
+        Ok(())
+    }
+
+    /// Frees every block at or past logical block `from` of the block map in `raw` (data and
+    /// the indirect blocks left empty), clearing pointers to them.
+    /// Checks everything first (see [`FsInner::ind_truncate_check`]), so that damage found
+    /// half way never leaves blocks freed that the record still names.
+    pub(crate) fn ind_truncate(&self, h: &Handle, inode: &Inode, raw: &mut [u8], from: u64) -> Result<()> {
+        self.ind_truncate_check(h, inode, raw, from)?;
+        let sectors = u64::from(self.sbi.block_size / 512);
+        let ptrs = (self.sbi.block_size / 4) as u64;
+        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+            let p = word(&raw[I_BLOCK..], i);
+            if p != 0 {
+                self.check_range(inode.ino, p, 1)?;
+                self.free_blocks(h, p, 1, false)?;
+                raw_sub_blocks(raw, sectors);
+                set_word(&mut raw[I_BLOCK..], i, 0);
+            }
+        }
+        // Each top-level tree covers [first, first + span).
+        let mut first = NDIR_BLOCKS as u64;
+        let mut span = ptrs;
+        for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
+            let p = word(&raw[I_BLOCK..], slot);
+            if p != 0 && from < first + span {
+                let keep_from = from.saturating_sub(first);
+                let (emptied, freed) = self.ind_prune(h, inode, p, levels, span, keep_from)?;
+                raw_sub_blocks(raw, freed * sectors);
+                if emptied {
+                    self.free_blocks(h, p, 1, true)?;
+                    raw_sub_blocks(raw, sectors);
+                    set_word(&mut raw[I_BLOCK..], slot, 0);
+                }
+            }
+            first += span;
+            span = span.saturating_mul(ptrs);
+        }
+        Ok(())
+    }
+
+    /// What [`FsInner::ind_truncate`] would find wrong, found without changing anything: every
+    /// block it may free (data and indirect blocks at or past `from`) inside the filesystem,
+    /// outside its metadata and in use, every indirect block on the way readable.
+    fn ind_truncate_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64) -> Result<()> {
+        let ptrs = (self.sbi.block_size / 4) as u64;
+        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+            let p = word(&raw[I_BLOCK..], i);
+            if p != 0 {
+                self.check_range(inode.ino, p, 1)?;
+                self.check_blocks_in_use(h, p, 1)?;
+            }
+        }
+        let mut first = NDIR_BLOCKS as u64;
+        let mut span = ptrs;
+        // (block, levels below it, blocks it covers, first covered block to free)
+        let mut stack = Vec::new();
+        for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
+            let p = word(&raw[I_BLOCK..], slot);
+            if p != 0 && from < first + span {
+                stack.push((p, levels, span, from.saturating_sub(first)));
+            }
+            first += span;
+            span = span.saturating_mul(ptrs);
+        }
+        // Depth strictly decreases down the stack, so the walk ends.
+        while let Some((blk, levels, span, from)) = stack.pop() {
+            self.check_blocks_in_use(h, blk, 1)?;
+            let buf = self.bread_owned(inode.ino, blk)?;
+            let per = span / ptrs;
+            let d = buf.data();
+            for i in 0..ptrs as usize {
+                let (p, start) = (word(&d, i), i as u64 * per);
+                if p == 0 || start + per <= from {
+                    continue;
+                }
+                self.check_range(inode.ino, p, 1)?;
+                if levels == 1 {
+                    self.check_blocks_in_use(h, p, 1)?;
+                } else {
+                    stack.push((p, levels - 1, per, from.saturating_sub(start)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what indirect block `blk` (covering `span` blocks, `levels` deep) maps at or past
+    /// `from` (relative to its start). Returns whether it is now empty (freeing it is the
+    /// caller's job) and how many blocks below it were freed.
+    fn ind_prune(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        blk: u64,
+        levels: u32,
+        span: u64,
+        from: u64,
+    ) -> Result<(bool, u64)> {
+        let ptrs = (self.sbi.block_size / 4) as usize;
+        let per = span / ptrs as u64;
+        let buf = self.bread_owned(inode.ino, blk)?;
+        let entries: Vec<u64> = {
+            let d = buf.data();
+            (0..ptrs).map(|i| word(&d, i)).collect()
+        };
+        let mut freed = 0u64;
+        let mut cleared = Vec::new();
+        let mut gone = vec![false; ptrs];
+        for (i, &p) in entries.iter().enumerate() {
+            let start = i as u64 * per;
+            if p == 0 || start + per <= from {
+                continue;
+            }
+            self.check_range(inode.ino, p, 1)?;
+            if levels == 1 {
+                self.free_blocks(h, p, 1, false)?;
+                freed += 1;
+                cleared.push(i);
+                gone[i] = true;
+            } else {
+                let (emptied, below) =
+                    self.ind_prune(h, inode, p, levels - 1, per, from.saturating_sub(start))?;
+                freed += below;
+                if emptied {
+                    self.free_blocks(h, p, 1, true)?;
+                    freed += 1;
+                    cleared.push(i);
+                    gone[i] = true;
+                }
+            }
+        }
+        if !cleared.is_empty() {
+            let mut d = h.write(&buf)?;
+            for &i in &cleared {
+                set_word(&mut d, i, 0);
+            }
+        }
+        let empty = entries.iter().zip(&gone).all(|(&p, &g)| p == 0 || g);
+        Ok((empty, freed))
+    }
+}
