@@ -1,4 +1,5 @@
-//! pjdfstest on kernel ext4 and on `rext4 mount`, through `tests/conformance/run`: no test that
+//! pjdfstest and tests/conformance/behaviour.sh on kernel ext4 and on `rext4 mount`, through
+//! `tests/conformance/run` (xfstests is not run: it needs a checkout): no test that
 //! passes on the kernel may fail on rext4, and every image must be clean under `e2fsck -fn`,
 //! except the differences listed with their causes in `tests/conformance/known-failures.txt`.
 //! A listed difference that has gone away fails the test too, so the list only shrinks.
@@ -36,7 +37,7 @@ fn known_failures() -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 #[test]
-fn pjdfstest_rext4_matches_kernel_ext4() {
+fn rext4_matches_kernel_ext4() {
     let root = nix::unistd::geteuid().is_root();
     if !root || OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
         eprintln!("SKIP: the conformance run needs root (loop mounts) and /dev/fuse");
@@ -48,7 +49,7 @@ fn pjdfstest_rext4_matches_kernel_ext4() {
     }
     let out = tempfile::tempdir().expect("tempdir");
     let run = Command::new(repo().join("tests/conformance/run"))
-        .args(["--suite", "pjdfstest", "--bin", env!("CARGO_BIN_EXE_rext4"), "--out"])
+        .args(["--suite", "all", "--bin", env!("CARGO_BIN_EXE_rext4"), "--out"])
         .arg(out.path())
         .output()
         .expect("run tests/conformance/run");
@@ -66,9 +67,10 @@ fn pjdfstest_rext4_matches_kernel_ext4() {
     assert!(
         new.is_empty() && gone.is_empty(),
         "new differences from kernel ext4: {new:?}\nlisted in tests/conformance/known-failures.txt \
-         but gone (take them off): {gone:?}\n{report}\nrext4 failures:\n{}\ne2fsck of the rext4 image:\n{}",
+         but gone (take them off): {gone:?}\n{report}\npjdfstest failures on rext4:\n{}\n\
+         behaviour, kernel (-) against rext4 (+):\n{}",
         details("pjdfstest-rext4.failures"),
-        details("e2fsck-pjdfstest-rext4.log"),
+        details("behaviour.diff"),
     );
     eprintln!("{report}");
 }
