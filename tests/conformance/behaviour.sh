@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Behaviour checks for tests/conformance/run --suite behaviour: run as root in an empty
+# directory on the filesystem under test (the one argument), each check prints "## NAME" and
+# then what it observed. The runner runs this on kernel ext4 and on rext4 and compares each
+# check's output; nothing here knows which filesystem it is on.
+set -u
+dir=$1
+cd "$dir" || exit 2
+umask 022
+# Error messages without the program and file names, so outputs compare across mounts.
+msg() { sed 's/.*: //'; }
+as_nobody() { su -s /bin/sh nobody -c "$1" 2>&1 | msg; }
+
+check() { echo "## $1"; }
+
+check acl_default_inherited
+mkdir acl_d && setfacl -d -m u:nobody:rwx acl_d
+touch acl_d/f && mkdir acl_d/sub
+getfacl -cp acl_d/f acl_d/sub 2>&1
+
+check acl_access_enforced
+mkdir acl_e && chmod 700 acl_e && touch acl_e/x && setfacl -m u:nobody:rx acl_e
+as_nobody "ls $dir/acl_e"
+
+check acl_set_updates_mode
+touch acl_m && setfacl -m u:nobody:rwx acl_m && stat -c '%a' acl_m
+
+check acl_chmod_updates_acl
+touch acl_c && setfacl -m u:nobody:rwx acl_c && chmod 640 acl_c && getfacl -cp acl_c
+
+check o_trunc_running_executable
+cp /usr/bin/sleep exe && ./exe 2 &
+sleep 0.5
+python3 -c "
+import os
+try: os.open('exe', os.O_RDONLY | os.O_TRUNC); print('opened')
+except OSError as e: print(os.strerror(e.errno))
+print('size', os.stat('exe').st_size)"
+wait 2>/dev/null
+echo "exit status $?"
+
+check ioctl_getversion_int
+touch gv && python3 -c "
+import fcntl, os, struct
+fd = os.open('gv', os.O_RDONLY)
+buf = bytearray(b'\xaa' * 16)
+fcntl.ioctl(fd, 0x80087601, buf)  # FS_IOC_GETVERSION
+print('bytes written', sum(1 for b in buf if b != 0xaa) <= 4 and 'at most 4' or 'more than 4')"
+
+check o_tmpfile
+python3 -c "
+import os
+try:
+    fd = os.open('.', os.O_TMPFILE | os.O_RDWR, 0o600); os.write(fd, b'abc')
+    print('size', os.fstat(fd).st_size)
+except OSError as e: print(os.strerror(e.errno))"
+
+check fallocate_collapse_insert
+head -c 65536 /dev/urandom >falloc
+fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
+fallocate -i -o 0 -l 4096 falloc 2>&1 | msg
+stat -c '%s' falloc
+
+check statx_btime
+touch bt && stat -c '%W' bt | sed 's/^[1-9][0-9]*$/set/'
+
+check mount_type
+findmnt -no FSTYPE -T . | sed 's/^ext4$/ext4-or-fuse.rext4/; s/^fuse\.rext4$/ext4-or-fuse.rext4/'
+
+check suid_cleared_by_other_writer
+touch w && chmod 6777 w && as_nobody "echo hi >> $dir/w" && stat -c '%a' w
+
+check suid_cleared_by_other_truncate
+touch w2 && chmod 6777 w2 && as_nobody "truncate -s 10 $dir/w2" && stat -c '%a' w2
+
+check sgid_directory_inheritance
+mkdir g && chown :daemon g && chmod 2775 g && mkdir g/s && touch g/f
+stat -c '%n %a %G' g/s g/f
+
+check xattr_namespaces
+touch x
+setfattr -n trusted.t -v 1 x 2>&1 | msg
+setfattr -n security.s -v 2 x 2>&1 | msg
+setfattr -n user.u -v 3 x 2>&1 | msg
+getfattr -d -m - x 2>&1 | sort
+ln -s x sl && setfattr -h -n user.u -v 1 sl 2>&1 | msg
+setfattr -n user.huge -v "$(head -c 70000 /dev/zero | tr '\0' a)" x 2>&1 | msg
+
+check chattr_immutable_append
+touch ci && chattr +i ci && { echo y >ci; } 2>&1 | msg
+rm -f ci 2>&1 | msg
+chattr -i ci && touch ca && chattr +a ca && echo a >>ca && { echo b >ca; } 2>&1 | msg
+chattr -a ca && lsattr ci ca 2>&1 | cut -c1-22
+
+check seek_data_hole
+python3 -c "
+import os
+fd = os.open('sp', os.O_CREAT | os.O_RDWR); os.pwrite(fd, b'x', 1 << 20)
+print(os.lseek(fd, 0, os.SEEK_DATA), os.lseek(fd, 0, os.SEEK_HOLE))
+try: os.lseek(fd, (1 << 20) + 1, os.SEEK_DATA)
+except OSError as e: print(os.strerror(e.errno))"
+
+check rename_flags
+touch e1 e2 && python3 -c "
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, flag in (('noreplace', 1), ('exchange', 2), ('whiteout', 4)):
+    r = libc.renameat2(-100, b'e1', -100, b'e3' if flag == 4 else b'e2', flag)
+    print(name, r, ctypes.get_errno() if r else 0)"
+stat -c '%F %t:%T' e1 2>&1 | msg
+
+check names_and_links
+touch "$(printf 'a%.0s' $(seq 255))" && echo name255 ok
+touch "$(printf 'a%.0s' $(seq 256))" 2>&1 | msg
+mkdir n n/1 n/2 && stat -c 'dir nlink %h' n
+ln n n2 2>&1 | msg
+rmdir n 2>&1 | msg
+mkdir r1 r1/r2 && mv r1 r1/r2/ 2>&1 | msg
+
+check statfs_shape
+stat -f -c 'bsize %S namelen %l' .
