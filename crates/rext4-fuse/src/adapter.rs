@@ -247,11 +247,8 @@ impl Adapter {
                 return Err(Errno::EPERM);
             }
         }
-        if flags.0 & libc::O_TRUNC != 0 {
-            // FUSE_ATOMIC_O_TRUNC: the truncation is ours, with the times `open(2)` sets.
-            let ch = SetAttr { size: Some(0), mtime: Some(TimeSet::Now), ..SetAttr::default() };
-            self.fs().setattr(e, &ch).map_err(|err| self.err("open(O_TRUNC)", err))?;
-        }
+        // No FUSE_ATOMIC_O_TRUNC: the kernel truncates with a SETATTR once the VFS has made
+        // its checks (`handle_truncate`: a running executable is ETXTBSY and keeps its bytes).
         let fh = self.shared.handles.open(u64::from(e.0), flags.0);
         Ok((fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH))
     }
@@ -271,7 +268,9 @@ impl Adapter {
                 Ok(u64::from(visible(&self.attr(ino)?)).to_le_bytes().to_vec())
             }
             FS_IOC_GETVERSION | FS_IOC32_GETVERSION => {
-                Ok(u64::from(self.attr(ino)?.generation).to_le_bytes().to_vec())
+                // An int, as ext4 `put_user`s it: the kernel copies the whole reply into the
+                // caller's buffer, whatever the size in the ioctl number says.
+                Ok(self.attr(ino)?.generation.to_le_bytes().to_vec())
             }
             FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
                 let flags = word(0)?;
@@ -1057,7 +1056,6 @@ impl Filesystem for Adapter {
 pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
-        | InitFlags::FUSE_ATOMIC_O_TRUNC
         | InitFlags::FUSE_PARALLEL_DIROPS
         | InitFlags::FUSE_DO_READDIRPLUS
         | InitFlags::FUSE_READDIRPLUS_AUTO
