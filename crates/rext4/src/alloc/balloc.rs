@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 impl FsInner {
     /// Group of block `blk`.
-    pub(crate) fn block_group(&self, blk: u64) -> u32 {
+    pub(super) fn block_group(&self, blk: u64) -> u32 {
         ((blk - self.sbi.first_data_block) / u64::from(self.sbi.blocks_per_group)) as u32
     }
 

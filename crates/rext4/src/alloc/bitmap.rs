@@ -14,7 +14,7 @@ pub(crate) fn clear(map: &mut [u8], i: usize) {
 }
 
 /// Sets bits `from..to`.
-pub(crate) fn set_range(map: &mut [u8], from: usize, to: usize) {
+pub(super) fn set_range(map: &mut [u8], from: usize, to: usize) {
     for i in from..to {
         set(map, i);
     }
@@ -22,7 +22,7 @@ pub(crate) fn set_range(map: &mut [u8], from: usize, to: usize) {
 
 /// The first clear bit in `start..end`, if any; aligned 64-bit words of set bits are skipped
 /// at once (a nearly full inode bitmap is scanned on every allocation).
-pub(crate) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
+pub(super) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
     let end = end.min(map.len() * 8);
     let mut i = start;
     while i < end {
@@ -46,7 +46,7 @@ pub(crate) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {
 /// The first clear bit at a multiple of `len` in `start..end` that begins `len` clear bits
 /// (an inode-table block's worth of free inodes, `len` a power of two; runs over 64 bits are
 /// looked for as 64). Whole words of set bits are skipped at once.
-pub(crate) fn find_zero_aligned(map: &[u8], start: usize, end: usize, len: usize) -> Option<usize> {
+pub(super) fn find_zero_aligned(map: &[u8], start: usize, end: usize, len: usize) -> Option<usize> {
     let end = end.min(map.len() * 8);
     let len = len.clamp(1, 64);
     debug_assert!(len.is_power_of_two());
@@ -73,7 +73,7 @@ pub(crate) fn find_zero_aligned(map: &[u8], start: usize, end: usize, len: usize
 
 /// The first run of `len` clear bits in `start..end`, else the longest shorter run (at least
 /// one bit), as `(first, len)`.
-pub(crate) fn find_zero_run(map: &[u8], start: usize, end: usize, len: usize) -> Option<(usize, usize)> {
+pub(super) fn find_zero_run(map: &[u8], start: usize, end: usize, len: usize) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
     let mut i = start;
     while i < end {

@@ -25,7 +25,7 @@ use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-pub(crate) struct Dentry {
+pub(super) struct Dentry {
     dir: InodeNo,
     ino: InodeNo,
     /// The inode as cached when this entry was made (see the module comment). [immutable]

@@ -81,7 +81,7 @@ impl Hasher for KeyHasher {
 }
 
 /// splitmix64's finalizer: every input bit moves every output bit.
-pub(crate) fn mix64(mut x: u64) -> u64 {
+pub(in crate::cache) fn mix64(mut x: u64) -> u64 {
     x ^= x >> 30;
     x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x ^= x >> 27;
@@ -186,7 +186,7 @@ impl<V: Send + Sync> Slot for Arc<V> {
 }
 
 /// An entry kept in the map itself.
-pub(crate) struct InPlace<V>(pub V);
+pub(in crate::cache) struct InPlace<V>(pub V);
 
 impl<V> std::ops::Deref for InPlace<V> {
     type Target = V;
@@ -494,7 +494,7 @@ pub(crate) fn follow<V: Cached>(w: &Weak<V>) -> Option<Arc<V>> {
 
 /// Whether `v` is still its key's entry: neither evicted nor replaced (for an entry held since
 /// it was looked up).
-pub(crate) fn is_current<V: Cached>(v: &V) -> bool {
+pub(in crate::cache) fn is_current<V: Cached>(v: &V) -> bool {
     !v.mark().dead.load(Ordering::Acquire)
 }
 

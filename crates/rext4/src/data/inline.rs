@@ -34,7 +34,7 @@ impl FsInner {
     }
 
     /// Reads inline file content at `offset`.
-    pub(crate) fn read_inline(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    pub(super) fn read_inline(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let size = inode.size();
         let data = self.inline_bytes(inode)?;
         if offset >= size {

@@ -39,7 +39,7 @@ impl FsInner {
     /// Turns record `raw` of inode `ino` from inline into an empty block-mapped one: no
     /// `system.data` attribute, no inline flag, and an empty extent root (or block map) in
     /// `i_block`, ready for blocks to be mapped (files and directories alike).
-    pub(crate) fn clear_inline_record(&self, ino: InodeNo, raw: &mut [u8]) -> Result<()> {
+    pub(super) fn clear_inline_record(&self, ino: InodeNo, raw: &mut [u8]) -> Result<()> {
         self.ibody_remove(ino, raw, rext4_format::xattr::INDEX_SYSTEM, b"data")?;
         let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
         let flags = (raw_flags(raw) & !INLINE_DATA_FL) | if extents { EXTENTS_FL } else { 0 };
@@ -165,7 +165,7 @@ impl FsInner {
     /// `i_block`, the rest in `system.data`, which grows to the end of the write and never
     /// shrinks here. `None` (nothing changed) when they do not fit: the caller moves the data
     /// to blocks. The caller holds the file's `op_lock`.
-    pub(crate) fn write_inline(
+    pub(super) fn write_inline(
         &self,
         journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
         inode: &Inode,
@@ -219,7 +219,7 @@ impl FsInner {
     /// moves the size. `false` (nothing changed) when the file is not inline or would grow
     /// past its inline bytes: the caller moves it to blocks first, as the kernel does. The
     /// caller holds the file's `op_lock`.
-    pub(crate) fn truncate_inline(
+    pub(super) fn truncate_inline(
         &self,
         journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
         inode: &Inode,

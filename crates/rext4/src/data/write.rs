@@ -47,7 +47,7 @@ const CHUNK_BLOCKS: u64 = 2048;
 /// Allocations (or conversions) one handle makes at most, which bounds its buffers.
 const OPS_PER_HANDLE: usize = 4;
 /// Credits of a data handle: per operation a bitmap, a descriptor and a tree path with splits.
-pub(crate) const DATA_CREDITS: u32 = 96;
+pub(super) const DATA_CREDITS: u32 = 96;
 /// Extents freed per handle when truncating or punching.
 const FREES_PER_HANDLE: usize = 16;
 /// Blocks of a block map freed per handle when truncating.
@@ -73,7 +73,7 @@ pub(crate) struct Run {
 
 impl FsInner {
     /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
-    pub(crate) fn max_file_size(&self, extents: bool) -> u64 {
+    pub(super) fn max_file_size(&self, extents: bool) -> u64 {
         let bits = self.sbi.block_size.trailing_zeros();
         // Without huge_file, i_blocks (32 bits of 512-byte units) bounds the blocks a file
         // may own, metadata included.
@@ -147,7 +147,7 @@ impl FsInner {
     }
 
     /// Mapped runs of `lo..hi` in record `raw` (clipped to the range, in order).
-    pub(crate) fn map_runs(&self, inode: &Inode, raw: &[u8], lo: u64, hi: u64) -> Result<Vec<Ext>> {
+    pub(super) fn map_runs(&self, inode: &Inode, raw: &[u8], lo: u64, hi: u64) -> Result<Vec<Ext>> {
         if raw_flags(raw) & EXTENTS_FL != 0 {
             let mut v = self.ext_collect(inode, raw, lo, hi)?;
             for e in &mut v {

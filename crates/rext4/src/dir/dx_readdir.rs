@@ -33,7 +33,7 @@ use std::collections::HashSet;
 
 /// Marks a byte position of a linear read of an indexed directory whose index is unusable.
 /// Hash positions never have this bit: the largest major hash is `0xffff_fffc`.
-pub(crate) const LINEAR_POS: u64 = 1 << 63;
+pub(super) const LINEAR_POS: u64 = 1 << 63;
 
 /// The position of `..` (hash 2).
 const DOTDOT_POS: u64 = 1 << 32;
@@ -62,7 +62,7 @@ type Where = (u32, usize);
 impl FsInner {
     /// Whether `dir` is read in hash order: indexed, or a single block, on a dir_index
     /// filesystem (the kernel's `is_dx_dir`).
-    pub(crate) fn hash_order_readdir(&self, dir: &Inode) -> bool {
+    pub(super) fn hash_order_readdir(&self, dir: &Inode) -> bool {
         if !self.sbi.dir_index {
             return false;
         }
@@ -71,7 +71,7 @@ impl FsInner {
     }
 
     /// Hash-order readdir of `dir` from position `pos`.
-    pub(crate) fn dx_readdir(
+    pub(super) fn dx_readdir(
         &self,
         dir: &Inode,
         pos: u64,

@@ -77,7 +77,7 @@ fn split_point(map: &[(u32, usize)], bs: usize) -> (usize, bool) {
 
 /// What a probe descends by.
 #[derive(Clone, Copy)]
-pub(crate) enum DxKey<'a> {
+pub(super) enum DxKey<'a> {
     /// A name, hashed with the directory's algorithm.
     Name(&'a [u8]),
     /// A major hash (readdir positions).
@@ -99,7 +99,7 @@ pub(crate) struct Level {
 }
 
 /// The path from the root to the leaf whose hash range holds a hash (`dx_probe`).
-pub(crate) struct DxPath {
+pub(super) struct DxPath {
     /// Root first. [valid while the directory's `op_lock` is held or `names_gen` unchanged]
     pub levels: Vec<Level>,
     pub algo: HashAlgo,
@@ -154,12 +154,12 @@ impl FsInner {
     }
 
     /// The hash new indexes use: the superblock's default version, with its signedness.
-    pub(crate) fn default_dx_hash(&self) -> Option<HashAlgo> {
+    pub(super) fn default_dx_hash(&self) -> Option<HashAlgo> {
         HashAlgo::for_dir(self.sbi.sb.s_def_hash_version, self.sbi.hash_unsigned)
     }
 
     /// Whether a full one-block directory may be turned into an indexed one.
-    pub(crate) fn can_index(&self, dir: &Inode) -> bool {
+    pub(super) fn can_index(&self, dir: &Inode) -> bool {
         self.sbi.dir_index && self.default_dx_hash().is_some() && dir.flags() & ENCRYPT_FL == 0
     }
 
@@ -175,7 +175,7 @@ impl FsInner {
 
     /// Runs `f` (a read of `dir`'s entries without its `op_lock`) until no entries moved
     /// between blocks while it ran (see [`NamesMoving`]).
-    pub(crate) fn names_stable<T>(&self, dir: &Inode, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    pub(super) fn names_stable<T>(&self, dir: &Inode, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         // Past this many tries the answer is taken as it is: a writer stuck in its window
         // must not hang readers for ever.
         const GIVE_UP: u32 = 200_000;
@@ -200,7 +200,7 @@ impl FsInner {
     /// Walks the index of `dir` from the root to the leaf for `key`. The inner `Err` says why
     /// the index cannot be used (the kernel's `ERR_BAD_DX_DIR`); the outer one is an I/O or
     /// checksum error.
-    pub(crate) fn dx_probe(&self, dir: &Inode, key: DxKey<'_>) -> Result<Result<DxPath, &'static str>> {
+    pub(super) fn dx_probe(&self, dir: &Inode, key: DxKey<'_>) -> Result<Result<DxPath, &'static str>> {
         let nblocks = dir.size() / u64::from(self.sbi.block_size);
         let Some((_, root)) = self.dir_block(dir, 0, DirBlockKind::Index)? else {
             return Ok(Err("htree root is a hole"));
@@ -285,7 +285,7 @@ impl FsInner {
 
     /// Moves `path` to the next leaf in hash order; returns the hash its index entry holds
     /// (low bit: the previous leaf's last hash continues there), or `None` after the last leaf.
-    pub(crate) fn dx_next_leaf(
+    pub(super) fn dx_next_leaf(
         &self,
         dir: &Inode,
         path: &mut DxPath,
@@ -330,7 +330,7 @@ impl FsInner {
 
     /// The leaves of indexed `dir` that may hold `name`: its hash's leaf and those the hash
     /// continues into. `None` if the index is unusable (search every leaf, as the kernel does).
-    pub(crate) fn dx_leaves_for(&self, dir: &Inode, name: &[u8]) -> Result<Option<Vec<u32>>> {
+    pub(super) fn dx_leaves_for(&self, dir: &Inode, name: &[u8]) -> Result<Option<Vec<u32>>> {
         let mut path = match self.dx_probe(dir, DxKey::Name(name))? {
             Ok(p) => p,
             Err(_) => return Ok(None),
@@ -360,7 +360,7 @@ impl FsInner {
     /// Adds `name` -> `ino` to indexed directory `dir` (`ext4_dx_add_entry`): into its leaf if
     /// there is room; otherwise the leaf is split, after splitting full index nodes above it or
     /// adding a level (one such change per pass, then the walk starts again).
-    pub(crate) fn dx_add_entry(
+    pub(super) fn dx_add_entry(
         &self,
         h: &Handle,
         dir: &Inode,
@@ -576,7 +576,7 @@ impl FsInner {
     /// Turns full one-block directory `dir` into an indexed one and adds `name`
     /// (`make_indexed_dir`): its entries after `..` move to a new leaf, block 0 becomes the
     /// root (keeping `.` and `..`), and that leaf is split at once, as the kernel does.
-    pub(crate) fn make_indexed_dir(
+    pub(super) fn make_indexed_dir(
         &self,
         h: &Handle,
         dir: &Inode,
@@ -639,7 +639,7 @@ impl FsInner {
     }
 
     /// Points `..` of indexed `dir` (in the root block) at `ino`.
-    pub(crate) fn dx_set_dotdot(&self, h: &Handle, dir: &Inode, ino: InodeNo, ft: u8) -> Result<InodeNo> {
+    pub(super) fn dx_set_dotdot(&self, h: &Handle, dir: &Inode, ino: InodeNo, ft: u8) -> Result<InodeNo> {
         let Some((_, root)) = self.dir_block(dir, 0, DirBlockKind::Index)? else {
             return Err(self.dx_corrupt(dir, None, "htree root is a hole"));
         };

@@ -53,7 +53,7 @@ pub(crate) fn dirent_type(mode: u16) -> u8 {
 
 /// How a directory block is to be read.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DirBlockKind {
+pub(in crate::dir) enum DirBlockKind {
     /// A leaf holding entries (checked: entries and tail checksum).
     Leaf,
     /// An htree index block (checked: dx tail checksum).
@@ -68,19 +68,19 @@ const INLINE_FIRST: u64 = 4;
 impl FsInner {
     /// Maps a directory block, shared with a growing directory's tree edits (`data_sem`), so
     /// a lookup never walks a half-split extent tree.
-    pub(crate) fn dir_map(&self, dir: &Inode, lblk: u32) -> Result<crate::map::Mapping> {
+    pub(in crate::dir) fn dir_map(&self, dir: &Inode, lblk: u32) -> Result<crate::map::Mapping> {
         let _d = dir.data_sem.read();
         self.map_block(dir, lblk)
     }
 
     /// Whether `dir` uses an htree index.
-    pub(crate) fn is_dx(&self, dir: &Inode) -> bool {
+    pub(in crate::dir) fn is_dx(&self, dir: &Inode) -> bool {
         self.sbi.dir_index && dir.flags() & INDEX_FL != 0
     }
 
     /// Reads logical block `lblk` of directory `dir` and checks it as `kind`; `None` for a
     /// hole.
-    pub(crate) fn dir_block(
+    pub(in crate::dir) fn dir_block(
         &self,
         dir: &Inode,
         lblk: u32,
@@ -99,7 +99,7 @@ impl FsInner {
     }
 
     /// The part of a leaf block that holds entries (without the checksum tail).
-    pub(crate) fn leaf_entries<'a>(&self, block: &'a [u8]) -> &'a [u8] {
+    pub(in crate::dir) fn leaf_entries<'a>(&self, block: &'a [u8]) -> &'a [u8] {
         if self.sbi.metadata_csum && fd::tail(block).is_some() {
             &block[..block.len() - fd::TAIL_SIZE]
         } else {
@@ -116,7 +116,13 @@ impl FsInner {
     }
 
     /// Checks every entry of an area (a leaf block, or an inline directory area).
-    pub(crate) fn check_entries(&self, ino: InodeNo, pblk: Option<u64>, area: &[u8], bs: u32) -> Result<()> {
+    pub(in crate::dir) fn check_entries(
+        &self,
+        ino: InodeNo,
+        pblk: Option<u64>,
+        area: &[u8],
+        bs: u32,
+    ) -> Result<()> {
         let block = pblk.map(PhysBlock);
         for e in DirBlockIter::new(area, bs) {
             let what = match e {
@@ -180,7 +186,7 @@ impl FsInner {
     }
 
     /// `readdir` in block order, with byte positions.
-    pub(crate) fn readdir_linear(
+    pub(in crate::dir) fn readdir_linear(
         &self,
         dir: &Inode,
         pos: u64,
@@ -242,7 +248,7 @@ impl FsInner {
 
     /// The first block at or after `lblk` (and before `end`) that holds data, skipping holes
     /// a run at a time.
-    pub(crate) fn next_dir_block(&self, dir: &Inode, mut lblk: u64, end: u64) -> Result<Option<u32>> {
+    pub(in crate::dir) fn next_dir_block(&self, dir: &Inode, mut lblk: u64, end: u64) -> Result<Option<u32>> {
         while lblk < end {
             let Ok(l) = u32::try_from(lblk) else { return Ok(None) };
             match self.dir_map(dir, l)? {
@@ -255,7 +261,7 @@ impl FsInner {
 
     /// Reads block `lblk` of a directory, tells an index block from a leaf, and checks it as
     /// what it is; `None` for a hole.
-    pub(crate) fn dir_block_any(
+    pub(in crate::dir) fn dir_block_any(
         &self,
         dir: &Inode,
         lblk: u32,
@@ -277,7 +283,7 @@ impl FsInner {
         Ok(Some((kind, buf)))
     }
 
-    pub(crate) fn dir_entry(&self, e: &RawEntry<'_>, next: u64) -> DirEntry {
+    pub(in crate::dir) fn dir_entry(&self, e: &RawEntry<'_>, next: u64) -> DirEntry {
         let kind = if self.sbi.filetype { FileType::from_dirent(e.file_type) } else { None };
         DirEntry { ino: InodeNo(e.inode), name: e.name.to_vec(), kind, next }
     }

@@ -24,7 +24,7 @@ use zerocopy::IntoBytes;
 pub(crate) type Slot = fd::Room;
 
 /// The slot entry `e` offers an entry of `need` bytes, if it has room.
-pub(crate) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
+pub(super) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
     let room = fd::room_of((e.inode, e.rec_len as usize, e.name.len()), e.offset);
     (room.1 >= room.2 + need).then_some(room)
 }
@@ -119,36 +119,36 @@ impl FsInner {
     }
 
     /// The live entries of a leaf block's entry area.
-    pub(crate) fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
+    pub(super) fn leaf_iter<'a>(&self, block: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
         self.area_iter(&block[..self.entry_area()])
     }
 
     /// The live entries of an entry area (a block's, or an inline directory's).
-    pub(crate) fn area_iter<'a>(&self, area: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
+    pub(super) fn area_iter<'a>(&self, area: &'a [u8]) -> impl Iterator<Item = fd::RawEntry<'a>> + 'a {
         DirBlockIter::new(area, self.sbi.block_size).map_while(|e| e.ok())
     }
 
     /// Where in a leaf block an entry of `need` bytes fits: see [`FsInner::area_slot`].
-    pub(crate) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<Slot> {
+    pub(super) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<Slot> {
         self.area_slot(&block[..self.entry_area()], need)
     }
 
     /// Where in an entry area an entry of `need` bytes fits: an entry whose slack (or, if
     /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
-    pub(crate) fn area_slot(&self, area: &[u8], need: usize) -> Option<Slot> {
+    pub(super) fn area_slot(&self, area: &[u8], need: usize) -> Option<Slot> {
         self.area_iter(area).find_map(|e| entry_slot(&e, need))
     }
 
     /// Whether `slot` still describes the entry at its offset of `area` (found by an earlier
     /// scan of the same block).
-    pub(crate) fn slot_holds(&self, area: &[u8], slot: Slot) -> bool {
+    pub(super) fn slot_holds(&self, area: &[u8], slot: Slot) -> bool {
         let off = slot.0;
         fd::header_at(area, off, self.sbi.block_size)
             .is_some_and(|h| fd::room_of(h, off) == slot && off + h.1 <= area.len())
     }
 
     /// Writes `name` -> `ino` into the slot `leaf_slot` found.
-    pub(crate) fn leaf_put(
+    pub(super) fn leaf_put(
         &self,
         block: &mut [u8],
         (off, rec_len, used, cur): Slot,

@@ -50,7 +50,7 @@ fn errcode(errno: i32) -> u8 {
 impl FsInner {
     /// `r`, after recording it in the superblock if it says the image is corrupt (see the
     /// module comment). `op` is the public operation that returns it.
-    pub(crate) fn noted<T>(&self, op: Op, r: Result<T>) -> Result<T> {
+    pub(super) fn noted<T>(&self, op: Op, r: Result<T>) -> Result<T> {
         match &r {
             Err(Error::Corrupt(c)) => self.record_error(op, c),
             Err(_) => self.record_abort(),
@@ -114,7 +114,7 @@ impl FsInner {
     /// superblock's errno (`Journal::write_errno`, written first) makes the next mount mark
     /// the image anyway. Called on every failed operation's way out ([`FsInner::noted`]) and
     /// at close; the caller holds no lock.
-    pub(crate) fn record_abort(&self) {
+    pub(super) fn record_abort(&self) {
         // After the first, a failed operation costs two atomic loads here.
         let Some(journal) = self.journal.as_ref().filter(|j| j.is_aborted()) else { return };
         if self.abort_recorded.load(Ordering::Acquire) || self.abort_recorded.swap(true, Ordering::AcqRel) {

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use zerocopy::IntoBytes;
 
-pub(crate) fn now_secs() -> i64 {
+pub(super) fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 impl FsInner {
     /// Turns a freshly loaded, read-only filesystem into a writable one.
-    pub(crate) fn start_writing(&mut self, opts: &Options) -> Result<()> {
+    pub(super) fn start_writing(&mut self, opts: &Options) -> Result<()> {
         if let Some(why) = self.sbi.read_only_reasons().first() {
             return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
         }
@@ -184,7 +184,7 @@ impl FsInner {
     /// close, when no transaction is running), with its checksum, and makes it durable. The
     /// counts and the orphan list head are taken from memory: commits write them only into
     /// the frozen copies, so the cached bytes hold those of the open.
-    pub(crate) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+    pub(super) fn update_super(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
         let (_, off) = self.sbi.sb_location();
         let mut data = self.sb_buf.data_mut(0);
         let Some(mut sb) = Superblock::parse(&data[off..]) else {

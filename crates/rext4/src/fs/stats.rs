@@ -31,7 +31,7 @@ macro_rules! named_enum {
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub(crate) enum $name { $($(#[$vm])* $v,)* }
         impl $name {
-            pub(crate) const ALL: &'static [$name] = &[$($name::$v,)*];
+            pub(super) const ALL: &'static [$name] = &[$($name::$v,)*];
             pub(crate) fn name(self) -> &'static str {
                 match self { $($name::$v => $s,)* }
             }
@@ -192,7 +192,7 @@ impl Trace {
 }
 
 /// Default for [`Stats::every`].
-pub(crate) const DEFAULT_EVERY: u32 = 16;
+pub(super) const DEFAULT_EVERY: u32 = 16;
 
 /// The statistics of one filesystem. [atomics only; see the module's notes]
 pub(crate) struct Stats {
@@ -240,7 +240,7 @@ impl Stats {
     }
 
     /// Traces one top-level operation in `every` per thread (1: all of them).
-    pub(crate) fn set_every(&self, every: u32) {
+    pub(super) fn set_every(&self, every: u32) {
         self.every.store(every.max(1), Ordering::Relaxed);
     }
 
@@ -344,7 +344,7 @@ impl Stats {
     }
 
     /// Sets every figure back to zero (figures added meanwhile may survive).
-    pub(crate) fn reset(&self) {
+    pub(super) fn reset(&self) {
         for s in self.shards.iter() {
             for a in s.count.iter().chain(s.ns.iter()) {
                 a.store(0, Ordering::Relaxed);

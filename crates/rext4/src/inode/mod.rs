@@ -40,9 +40,9 @@ pub(crate) const REF_UNLINKED: u32 = 1 << 30;
 pub(crate) const REF_DEAD: u32 = 1 << 31;
 
 /// `Inode::orphan`: no record.
-pub(crate) const ORPHAN_NONE: u32 = 0;
+pub(in crate::inode) const ORPHAN_NONE: u32 = 0;
 /// `Inode::orphan`: on the superblock's list. (Other values: orphan-file slot plus one.)
-pub(crate) const ORPHAN_LIST: u32 = u32::MAX;
+pub(in crate::inode) const ORPHAN_LIST: u32 = u32::MAX;
 /// An inode as the engine holds it.
 ///
 /// Laid out by hand (`repr(C)`) for lookups: the allocation starts on a cache line (the
@@ -194,7 +194,7 @@ impl Inode {
 
 impl FsInner {
     /// Whether an inode may have number `ino` (1 to `s_inodes_count`).
-    pub(crate) fn ino_in_range(&self, ino: InodeNo) -> bool {
+    pub(in crate::inode) fn ino_in_range(&self, ino: InodeNo) -> bool {
         ino.0 != 0 && ino.0 <= self.sbi.inodes_count
     }
 

@@ -206,7 +206,7 @@ impl Journal {
 
     /// Records the log tail in the journal superblock (`start` 0 marks the log empty and
     /// clean) and makes it durable.
-    pub(crate) fn write_log_tail(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
+    pub(super) fn write_log_tail(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
         write_jsb(&*self.dev, self.block_size, log, start, sequence)
     }
 

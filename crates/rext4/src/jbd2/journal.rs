@@ -150,7 +150,7 @@ pub(crate) struct FreezeHook {
 }
 
 /// Completes the contents `data` of block `blk` for a commit.
-pub(crate) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
+pub(super) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
 /// Statistics of commits (seed 003's figures).
 #[derive(Default, Clone, Debug)]

@@ -37,7 +37,7 @@ impl JournalLog {
     }
 
     /// Device block of journal block `n`, if it is mapped.
-    pub(crate) fn device_block(&self, n: u32) -> Option<u64> {
+    pub(super) fn device_block(&self, n: u32) -> Option<u64> {
         let i = self.runs.partition_point(|r| r.0 <= n).checked_sub(1)?;
         let (l, p, len) = self.runs[i];
         (n - l < len).then(|| p + u64::from(n - l))

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Reads block `n` of the journal (numbered as in the journal inode) into `buf`, which is one
 /// journal block long. Callers only ask for `n` below the journal's length.
-pub(crate) trait JournalBlocks {
+pub(super) trait JournalBlocks {
     fn read(&self, n: u32, buf: &mut [u8]) -> Result<()>;
 }
 
@@ -51,7 +51,7 @@ pub struct RecoveryReport {
 
 /// The outcome of recovery: the newest copy of every replayed filesystem block, by block
 /// number, and the counts.
-pub(crate) struct Replay {
+pub(super) struct Replay {
     pub blocks: BTreeMap<PhysBlock, Box<[u8]>>,
     pub report: RecoveryReport,
 }
@@ -59,7 +59,7 @@ pub(crate) struct Replay {
 /// Checks the journal superblock as `journal_get_superblock` and `jbd2_journal_load` do, for a
 /// journal of `len` blocks on a filesystem of `fs_block_size`, and returns the block parsers'
 /// parameters. Every refusal is a typed corruption error.
-pub(crate) fn check_superblock(
+pub(super) fn check_superblock(
     jsb: &JournalSuperblock,
     fs_block_size: u32,
     len: u64,
@@ -108,7 +108,7 @@ fn superblock_error(e: Jbd2Error) -> Error {
 ///
 /// Nothing is returned in those cases, so nothing is written: a later replayer (the kernel,
 /// e2fsck) finds the journal exactly as it was.
-pub(crate) fn recover(
+pub(super) fn recover(
     jsb: &JournalSuperblock,
     params: JournalParams,
     log: &dyn JournalBlocks,

@@ -30,7 +30,7 @@ enum Step {
 
 impl FsInner {
     /// Maps logical block `lblk` of an extent-mapped inode.
-    pub(crate) fn ext_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
+    pub(super) fn ext_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
         let ino = inode.ino;
         // Only i_block is read: a copy of its 60 bytes, not a decode of the whole record.
         let mut root = [0u8; 60];
@@ -96,7 +96,7 @@ impl FsInner {
     }
 
     /// Reads an extent tree block and checks its header and checksum (once per load).
-    pub(crate) fn read_extent_block(&self, inode: &Inode, blk: u64) -> Result<Arc<Buffer>> {
+    pub(super) fn read_extent_block(&self, inode: &Inode, blk: u64) -> Result<Arc<Buffer>> {
         let ino = inode.ino;
         let buf = self.bread_owned(ino, blk)?;
         let csum = self.sbi.metadata_csum;

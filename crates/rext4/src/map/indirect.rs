@@ -10,7 +10,7 @@ use rext4_format::PhysBlock;
 
 impl FsInner {
     /// Maps logical block `lblk` of a block-mapped inode.
-    pub(crate) fn ind_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
+    pub(super) fn ind_map(&self, inode: &Inode, lblk: u32) -> Result<Mapping> {
         let disk = inode.disk();
         let ptrs = u64::from(self.sbi.block_size / 4);
         let mut l = u64::from(lblk);

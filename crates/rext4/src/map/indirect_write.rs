@@ -22,7 +22,7 @@ fn set_word(b: &mut [u8], i: usize, v: u64) {
 impl FsInner {
     /// The slot in `i_block` and the offsets in each indirect level that lead to `lblk`;
     /// `None` past what a block map addresses.
-    pub(crate) fn ind_path(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
+    pub(super) fn ind_path(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
         let ptrs = u64::from(self.sbi.block_size / 4);
         if lblk < NDIR_BLOCKS as u64 {
             return Some((lblk as usize, Vec::new()));

@@ -44,7 +44,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 /// Makes new record `raw` a device node, fifo or socket's: `flags` added, no extent root (special
 /// files map no blocks), and `i_block` holding device number `rdev` (0:0 for the rest).
-pub(crate) fn make_special(raw: &mut [u8], flags: u32, rdev: (u32, u32)) {
+pub(super) fn make_special(raw: &mut [u8], flags: u32, rdev: (u32, u32)) {
     let mut r = rec(raw);
     let own = r.flags() & !EXTENTS_FL;
     r.set_flags(own | flags);
@@ -100,7 +100,7 @@ impl FsInner {
 
     /// The journal and the directory for an operation on `name` in `parent`, after the
     /// checks every name operation makes first.
-    pub(crate) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
+    pub(super) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
         check_name(name)?;
         let journal = self.journal()?.clone();
         let dir = self.iget_dir(parent)?;

@@ -19,7 +19,7 @@ pub(crate) struct AclEntry {
 }
 
 /// `posix_acl_from_xattr`: `None` for an ACL without entries (which removes the ACL).
-pub(crate) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
+pub(super) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
     if v.is_empty() {
         return Ok(None);
     }
@@ -50,7 +50,7 @@ pub(crate) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
 
 /// `posix_acl_valid`: entries in tag order, one owner, group and other entry, a mask wherever
 /// named users or groups appear, permission bits only.
-pub(crate) fn validate(acl: &[AclEntry]) -> Result<()> {
+pub(super) fn validate(acl: &[AclEntry]) -> Result<()> {
     let bad = Err(Error::InvalidInput("invalid POSIX ACL"));
     // What may come next: 1 user entries, 2 group entries, 3 other, 0 nothing.
     let mut state = ACL_USER_OBJ;
@@ -85,7 +85,7 @@ pub(crate) fn validate(acl: &[AclEntry]) -> Result<()> {
 
 /// `posix_acl_equiv_mode`: the mode `acl` implies (owner, group — or the mask — and other
 /// bits into `mode`), and whether the ACL says more than the mode can.
-pub(crate) fn equiv_mode(acl: &[AclEntry], mode: u16) -> (u16, bool) {
+pub(super) fn equiv_mode(acl: &[AclEntry], mode: u16) -> (u16, bool) {
     let mut bits = 0u16;
     let mut more = false;
     for e in acl {

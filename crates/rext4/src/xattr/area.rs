@@ -140,7 +140,7 @@ pub(crate) fn find(base: &[u8], ents: &[Entry], end: usize, index: u8, name: &[u
 }
 
 /// `ext4_xattr_value_same`: whether the entry at `pos` holds exactly `value` in the area.
-pub(crate) fn value_same(base: &[u8], pos: Pos, value: &[u8]) -> bool {
+pub(super) fn value_same(base: &[u8], pos: Pos, value: &[u8]) -> bool {
     if !pos.found {
         return false;
     }
@@ -270,12 +270,12 @@ pub(crate) fn set_entry(
 }
 
 /// The EA inodes an area's entries name.
-pub(crate) fn ea_inodes(base: &[u8], first: usize) -> Result<Vec<u32>, &'static str> {
+pub(super) fn ea_inodes(base: &[u8], first: usize) -> Result<Vec<u32>, &'static str> {
     Ok(entries(base, first)?.0.iter().filter(|e| e.value_inum != 0).map(|e| e.value_inum).collect())
 }
 
 /// `ext4_xattr_rehash`: the block's `h_hash` from its entries' hashes.
-pub(crate) fn rehash_block(block: &mut [u8], first: usize) -> Result<(), &'static str> {
+pub(super) fn rehash_block(block: &mut [u8], first: usize) -> Result<(), &'static str> {
     let (ents, _) = entries(block, first)?;
     let h = xattr_block_hash(ents.iter().map(|e| e.hash));
     put_u32(block, H_HASH, h);
@@ -284,7 +284,7 @@ pub(crate) fn rehash_block(block: &mut [u8], first: usize) -> Result<(), &'stati
 
 /// `ext4_xattr_cmp`: whether two blocks hold the same attributes (names, values, hashes;
 /// where the values sit does not matter). A malformed block equals nothing.
-pub(crate) fn same_attributes(a: &[u8], b: &[u8], first: usize) -> bool {
+pub(super) fn same_attributes(a: &[u8], b: &[u8], first: usize) -> bool {
     let (Ok((ea, _)), Ok((eb, _))) = (entries(a, first), entries(b, first)) else { return false };
     ea.len() == eb.len()
         && ea.iter().zip(&eb).all(|(x, y)| {
@@ -309,7 +309,7 @@ pub(crate) fn ibody_first(raw: &[u8]) -> Option<usize> {
     (extra != 0 && first + 4 <= raw.len()).then_some(first)
 }
 
-pub(crate) fn has_ibody_magic(raw: &[u8], first: usize) -> bool {
+pub(super) fn has_ibody_magic(raw: &[u8], first: usize) -> bool {
     raw[first - 4..first] == XATTR_MAGIC.to_le_bytes()
 }
 

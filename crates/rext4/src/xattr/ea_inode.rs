@@ -71,7 +71,7 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
 }
 
 /// The reference count of an EA inode's record.
-pub(crate) fn raw_ea_refs(raw: &[u8]) -> u64 {
+pub(super) fn raw_ea_refs(raw: &[u8]) -> u64 {
     u64::from(u32_at(raw, OFF_CTIME)) << 32 | u64::from(u32_at(raw, OFF_VERSION))
 }
 
@@ -87,13 +87,13 @@ impl FsInner {
     /// The padded value size above which a value goes to an EA inode at once
     /// (`EXT4_XATTR_MIN_LARGE_EA_SIZE`: a block less its header, one short entry and the
     /// terminator).
-    pub(crate) fn ea_large_value(&self) -> usize {
+    pub(super) fn ea_large_value(&self) -> usize {
         self.sbi.block_size as usize - entry_size(3) - BLOCK_HEADER_SIZE - 4
     }
 
     /// Bytes a value stored in an xattr block must leave for entries on an `ea_inode`
     /// filesystem (`EXT4_XATTR_BLOCK_RESERVE`), 0 without the feature.
-    pub(crate) fn ea_block_reserve(&self) -> usize {
+    pub(super) fn ea_block_reserve(&self) -> usize {
         if self.sbi.ea_inode {
             (self.sbi.block_size as usize / 8).min(1024)
         } else {
@@ -102,13 +102,13 @@ impl FsInner {
     }
 
     /// `ext4_xattr_inode_hash`: crc32c of the value with the filesystem's checksum seed.
-    pub(crate) fn ea_value_hash(&self, value: &[u8]) -> u32 {
+    pub(super) fn ea_value_hash(&self, value: &[u8]) -> u32 {
         crc32c(self.sbi.csum_seed, value)
     }
 
     /// A reference to an EA inode holding `value`: one already holding it, or a new one
     /// owned by `uid`/`gid`, near inode `owner`. Returns its number and the value's hash.
-    pub(crate) fn ea_inode_create(
+    pub(super) fn ea_inode_create(
         &self,
         h: &Handle,
         owner: InodeNo,
@@ -166,7 +166,7 @@ impl FsInner {
 
     /// Records EA inode `ea` (its record `raw`) by the value hash it stores, for sharing; not
     /// old Lustre ones, which belong to one inode.
-    pub(crate) fn ea_inode_seen(&self, ea: &Inode, owner: EaOwner) {
+    pub(super) fn ea_inode_seen(&self, ea: &Inode, owner: EaOwner) {
         let raw = ea.raw();
         if raw_ea_refs(&raw) != 0 && !raw_is_lustre(&raw, owner) {
             self.ea_inode_cache.insert(u32_at(&raw, OFF_ATIME), u64::from(ea.ino.0));
@@ -211,13 +211,13 @@ impl FsInner {
 
     /// Whether EA inode `ea` is an old Lustre one of `owner`'s (false where it cannot be
     /// read: the caller's use of it reports that).
-    pub(crate) fn ea_is_lustre(&self, owner: EaOwner, ea: u32) -> bool {
+    pub(super) fn ea_is_lustre(&self, owner: EaOwner, ea: u32) -> bool {
         self.ea_iget(owner.ino, ea).is_ok_and(|i| raw_is_lustre(&i.raw(), owner))
     }
 
     /// Adds `delta` to EA inode `ea`'s reference count (`ext4_xattr_inode_update_ref`), named
     /// by an entry of `owner`; frees the inode when none is left.
-    pub(crate) fn ea_inode_ref(&self, h: &Handle, owner: EaOwner, ea: u32, delta: i64) -> Result<()> {
+    pub(super) fn ea_inode_ref(&self, h: &Handle, owner: EaOwner, ea: u32, delta: i64) -> Result<()> {
         let inode = self.ea_iget(owner.ino, ea)?;
         let mut raw = inode.raw_mut();
         let held = if raw_is_lustre(&raw, owner) { 1 } else { raw_ea_refs(&raw) };
@@ -236,7 +236,7 @@ impl FsInner {
     }
 
     /// Drops one reference to each EA inode in `eas`, named by `owner`.
-    pub(crate) fn ea_inodes_put(&self, h: &Handle, owner: EaOwner, eas: &[u32]) -> Result<()> {
+    pub(super) fn ea_inodes_put(&self, h: &Handle, owner: EaOwner, eas: &[u32]) -> Result<()> {
         eas.iter().try_for_each(|&ea| self.ea_inode_ref(h, owner, ea, -1))
     }
 

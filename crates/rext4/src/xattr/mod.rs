@@ -117,7 +117,7 @@ impl FsInner {
     }
 
     /// Xattr block `blk` of inode `ino`, its header and checksum checked (once per load).
-    pub(crate) fn xattr_block(&self, ino: InodeNo, blk: u64) -> Result<Arc<Buffer>> {
+    pub(in crate::xattr) fn xattr_block(&self, ino: InodeNo, blk: u64) -> Result<Arc<Buffer>> {
         let buf = self.bread_owned(ino, blk)?;
         let (csum, seed) = (self.sbi.metadata_csum, self.sbi.csum_seed);
         buf.verify(Verified::XattrBlock, |data| {

@@ -236,7 +236,7 @@ impl FsInner {
     /// `ext4_xattr_set_handle` on the record copy `raw`: sets (`Some`) or removes (`None`)
     /// attribute `index`/`name`. Returns whether anything changed.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn xattr_set_handle(
+    pub(super) fn xattr_set_handle(
         &self,
         h: &Handle,
         ino: InodeNo,
