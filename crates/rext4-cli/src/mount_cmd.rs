@@ -42,9 +42,25 @@ pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool
         }
     }
     if foreground || child {
+        let _ = std::env::set_current_dir("/");
+        close_inherited_fds();
         serve(&image, &mountpoint, &opts, child)
     } else {
         daemonize(&image, &mountpoint, options)
+    }
+}
+
+/// Closes every descriptor above stderr that the caller let this process inherit. The
+/// daemon outlives its caller, and a descriptor it kept on a file in some other mount (a
+/// test harness's log in another rext4 mount, say) would keep that mount busy for as long
+/// as this one is mounted: `umount` of it would say "target is busy".
+fn close_inherited_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> =
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect();
+    // The directory's own descriptor is among them; closed already, it gives EBADF.
+    for fd in fds {
+        let _ = nix::unistd::close(fd);
     }
 }
 
@@ -111,7 +127,6 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     if child {
         // A session of its own, so the terminal's signals and hangups do not reach it.
         let _ = nix::unistd::setsid();
-        let _ = std::env::set_current_dir("/");
     }
     // Block the stop signals before any thread starts, so that every thread inherits the mask
     // and only the waiter below sees them.

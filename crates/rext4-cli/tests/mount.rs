@@ -244,3 +244,55 @@ fn mounting_an_image_with_errors_warns() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("clean with errors"));
     e2fsck_clean(&s.img);
 }
+
+/// `umount` right after a workload is never "target is busy": a daemon started from inside
+/// another mount (its caller's working directory there, a descriptor of the caller's open on
+/// a file there) keeps neither, so that mount goes as soon as its own users have gone.
+/// Repeated, with creates, writes, renames and unlinks from a shell that works inside.
+#[test]
+fn umount_after_a_workload_is_not_busy() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    let img2 = s.img.with_file_name("img2");
+    mkfs(&img2, None);
+    let mp2 = s.mp.with_file_name("mnt2");
+    fs::create_dir(&mp2).unwrap();
+    let script = r#"cd "$1" || exit 1
+exec 5>held
+mkdir -p w
+for i in $(seq 1 40); do echo "$i" > w/f$i; mv w/f$i w/g$i; done
+cat w/g1 > /dev/null
+rm -f w/g*
+"$REXT4" mount "$2" "$3" || exit 1
+"#;
+    for round in 0..10 {
+        let o = rext4(&["mount", s.img.to_str().unwrap(), s.mp.to_str().unwrap()]);
+        assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+        let st = Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(&s.mp)
+            .arg(&img2)
+            .arg(&mp2)
+            .env("REXT4", env!("CARGO_BIN_EXE_rext4"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "round {round}: workload");
+        let o = Command::new("umount").arg(&s.mp).output().unwrap();
+        let busy = !o.status.success();
+        if busy {
+            let _ = Command::new("umount").arg("-l").arg(&s.mp).status();
+        }
+        umount(&mp2);
+        wait_unlocked(&s.img);
+        wait_unlocked(&img2);
+        assert!(
+            !busy,
+            "round {round}: umount right after the workload: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    e2fsck_clean(&s.img);
+    e2fsck_clean(&img2);
+}
