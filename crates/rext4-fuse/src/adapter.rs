@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub handles: FileHandles,
     pub policy: ErrorPolicy,
     pub opts: MountOptions,
+    /// Whether the kernel took `FUSE_POSIX_ACL` and `FUSE_DONT_MASK` at init (acl.rs).
+    pub acls: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -111,7 +113,7 @@ pub(crate) struct Adapter {
     pub shared: Arc<Shared>,
 }
 
-type R<T> = Result<T, Errno>;
+pub(crate) type R<T> = Result<T, Errno>;
 
 fn ino_of(ino: INodeNo) -> R<InodeNo> {
     engine_ino(ino).ok_or(Errno::ENOENT)
@@ -141,11 +143,11 @@ impl Adapter {
         }
     }
 
-    fn fs(&self) -> &Fs {
+    pub(crate) fn fs(&self) -> &Fs {
         &self.shared.fs
     }
 
-    fn err(&self, op: &str, e: rext4::Error) -> Errno {
+    pub(crate) fn err(&self, op: &str, e: rext4::Error) -> Errno {
         self.shared.policy.errno(op, &e)
     }
 
@@ -166,6 +168,11 @@ impl Adapter {
             }
         }
         Ok(())
+    }
+
+    /// Whether ACLs are enforced and inherited on this mount (acl.rs).
+    pub(crate) fn acls_on(&self) -> bool {
+        self.shared.acls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn forget_one(&self, ino: INodeNo, n: u64) {
@@ -402,6 +409,13 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
+        // ACLs need the kernel's permission checks, which `nodefault_permissions` turns off.
+        let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        if self.shared.opts.acl && self.shared.opts.default_permissions && config.capabilities().contains(acl)
+        {
+            let on = config.add_capabilities(acl).is_ok();
+            self.shared.acls.store(on, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -495,7 +509,7 @@ impl Filesystem for Adapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -503,26 +517,32 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.mode, false)?;
                 let kind = mode & S_IFMT;
                 let r = if kind == libc::S_IFREG || kind == 0 {
                     self.fs().create(p, n, m, uid, gid)
                 } else {
                     self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
                 };
-                r.map_err(|e| self.err("mknod", e))
+                let a = r.map_err(|e| self.err("mknod", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
+                self.fs().getattr(a.ino).map_err(|e| self.err("mknod", e))
             })();
             self.entry(r, reply);
         });
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.guard("mkdir", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, true)?;
-                self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, true)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.mode, true)?;
+                let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, true)?;
+                self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e))
             })();
             self.entry(r, reply);
         });
@@ -930,7 +950,7 @@ impl Filesystem for Adapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -938,8 +958,11 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.mode, false)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
+                let a = self.fs().getattr(a.ino).map_err(|e| self.err("create", e))?;
                 self.take_lookup(a.ino)?;
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
                 Ok((a, fh))

@@ -14,6 +14,7 @@
 //! belong to the `rext4 mount` command.
 #![forbid(unsafe_code)]
 
+mod acl;
 mod adapter;
 mod attr;
 mod errno;
@@ -64,6 +65,7 @@ impl Mount {
             handles: Default::default(),
             policy: ErrorPolicy::new(behavior),
             opts: opts.clone(),
+            acls: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());

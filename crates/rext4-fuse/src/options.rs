@@ -31,6 +31,8 @@ pub struct MountOptions {
     pub norecovery: bool,
     /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
     pub cache_bytes: Option<usize>,
+    /// POSIX ACLs enforced and inherited (`acl`, the default, or `noacl`).
+    pub acl: bool,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
 }
@@ -48,6 +50,7 @@ impl Default for MountOptions {
             fsname: None,
             norecovery: false,
             cache_bytes: None,
+            acl: true,
             kernel_flags: Vec::new(),
         }
     }

@@ -79,6 +79,7 @@ mod xattr_area;
 mod xattr_inode;
 mod xattr_write;
 
+pub use acl::InheritedAcl;
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
 pub use error::{Corrupt, Error, Result};
 pub use file_write::{
