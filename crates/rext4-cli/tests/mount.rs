@@ -126,7 +126,7 @@ fn mount_errors_are_reported() {
     let s = setup();
     let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
     for (args, want) in [
-        (vec!["mount", img, mp, "-o", "bogus"], "unknown mount option"),
+        (vec!["mount", img, mp, "-o", "bogus"], "Unknown parameter 'bogus'"),
         (vec!["mount", img, mp, "-o", "rw,norecovery"], "norecovery needs ro"),
         (vec!["mount", img, "/nonexistent/mnt"], "No such file"),
         (vec!["mount", "/dev/null", mp], "/dev/null"),
@@ -295,4 +295,85 @@ rm -f w/g*
     }
     e2fsck_clean(&s.img);
     e2fsck_clean(&img2);
+}
+
+/// The fields of the mountinfo line of `mp`: (per-mount options, filesystem type).
+fn mountinfo(mp: &Path) -> (String, String) {
+    let mp = mp.canonicalize().unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info.lines().find(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap())).expect("mounted");
+    let f: Vec<&str> = line.split(' ').collect();
+    let dash = f.iter().position(|&x| x == "-").unwrap();
+    (f[5].to_string(), f[dash + 1].to_string())
+}
+
+/// The options kernel ext4 and mount(8) accept are accepted; the access-time ones reach the
+/// mount's VFS flags; the mount's type is `fuse.rext4`, so `mount -o remount,ro` turns it
+/// read-only (and `remount,rw` back) as for any mount.
+#[test]
+fn ext4_options_are_accepted_and_remount_works() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
+    let opts = "rw,defaults,strictatime,nodiratime,lazytime,async,nosuid,nodev,noexec,user_xattr,acl,\
+                barrier,nobarrier,data=ordered,errors=remount-ro,commit=5,discard,nodiscard,auto_da_alloc,\
+                init_itable=10,noauto,nofail,_netdev,user,users,x-systemd.automount";
+    let o = rext4(&["mount", img, mp, "-o", opts]);
+    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    let (flags, fstype) = mountinfo(&s.mp);
+    assert_eq!(fstype, "fuse.rext4");
+    for f in ["rw", "nosuid", "nodev", "noexec", "nodiratime"] {
+        assert!(flags.split(',').any(|x| x == f), "{f} in {flags}");
+    }
+    assert!(!flags.contains("relatime") && !flags.contains("noatime"), "strictatime: {flags}");
+    fs::write(s.mp.join("before"), b"x").unwrap();
+    let st = Command::new("mount").args(["-o", "remount,ro"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount -o remount,ro");
+    let e = fs::write(s.mp.join("after"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let st = Command::new("mount").args(["-o", "remount,rw"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount -o remount,rw");
+    fs::write(s.mp.join("after"), b"x").unwrap();
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    e2fsck_clean(&s.img);
+    for (bad, want) in [("frob", "Unknown parameter 'frob'"), ("data=journal", "data=journal")] {
+        let o = rext4(&["mount", img, mp, "-o", bad]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{bad}: {err}");
+    }
+}
+
+/// With `dirsync` (or `sync`) a directory change is committed before it returns, as on ext4:
+/// the daemon killed at once, the journal's replay still has it, though the commit interval
+/// is a minute.
+#[test]
+fn dirsync_commits_before_returning() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    for opt in ["dirsync", "sync"] {
+        let mut child = spawn_foreground(&s.img, &s.mp, &format!("rw,commit=60,{opt}"));
+        fs::create_dir(s.mp.join(opt)).unwrap();
+        child.kill().unwrap();
+        let _ = child.wait();
+        let _ = Command::new("umount").arg("-l").arg(&s.mp).status();
+        wait_unlocked(&s.img);
+        // e2fsck replays the journal the daemon left.
+        let o = Command::new("e2fsck").arg("-fy").arg(&s.img).output().unwrap();
+        assert!(
+            o.status.code().is_some_and(|c| c <= 1),
+            "e2fsck -fy: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let o = Command::new("debugfs").args(["-R", &format!("stat /{opt}")]).arg(&s.img).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("Type: directory"),
+            "{opt}: the mkdir was committed"
+        );
+        e2fsck_clean(&s.img);
+    }
 }

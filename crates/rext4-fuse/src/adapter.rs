@@ -170,6 +170,23 @@ impl Adapter {
         Ok(())
     }
 
+    /// With `sync` or `dirsync`, commits the change to directory `dir` before the reply, as
+    /// ext4 does for such a mount (`ext4_handle_sync`); the kernel sends no fsync for them.
+    fn dir_synced<T>(&self, dir: InodeNo, r: R<T>) -> R<T> {
+        if r.is_ok() && self.shared.opts.dir_sync() {
+            self.fs().fsync(dir).map_err(|e| self.err("dirsync", e))?;
+        }
+        r
+    }
+
+    /// With `sync`, commits an attribute change before the reply (`IS_SYNC` in `ext4_setattr`).
+    fn synced<T>(&self, ino: InodeNo, r: R<T>) -> R<T> {
+        if r.is_ok() && self.shared.opts.sync {
+            self.fs().fsync(ino).map_err(|e| self.err("sync", e))?;
+        }
+        r
+    }
+
     /// Whether ACLs are enforced and inherited on this mount (acl.rs).
     pub(crate) fn acls_on(&self) -> bool {
         self.shared.acls.load(std::sync::atomic::Ordering::Relaxed)
@@ -485,7 +502,7 @@ impl Filesystem for Adapter {
                     mtime: mtime.map(time_set),
                     size,
                 };
-                self.do_setattr(e, &ch)
+                self.synced(e, self.do_setattr(e, &ch))
             });
             match r {
                 Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
@@ -527,7 +544,7 @@ impl Filesystem for Adapter {
                 };
                 let a = r.map_err(|e| self.err("mknod", e))?;
                 self.store_inherited_acl(p, n, a.ino, &acl, false)?;
-                self.fs().getattr(a.ino).map_err(|e| self.err("mknod", e))
+                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mknod", e)))
             })();
             self.entry(r, reply);
         });
@@ -542,7 +559,7 @@ impl Filesystem for Adapter {
                 let (m, uid, gid) = self.new_owner(req, p, acl.mode, true)?;
                 let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))?;
                 self.store_inherited_acl(p, n, a.ino, &acl, true)?;
-                self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e))
+                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e)))
             })();
             self.entry(r, reply);
         });
@@ -552,7 +569,8 @@ impl Filesystem for Adapter {
         self.guard("unlink", || {
             let r = (|| {
                 self.writable()?;
-                self.fs().unlink(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("unlink", e))
+                let p = ino_of(parent)?;
+                self.dir_synced(p, self.fs().unlink(p, name_of(name)?).map_err(|e| self.err("unlink", e)))
             })();
             reply_empty(r, reply);
         });
@@ -562,7 +580,8 @@ impl Filesystem for Adapter {
         self.guard("rmdir", || {
             let r = (|| {
                 self.writable()?;
-                self.fs().rmdir(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("rmdir", e))
+                let p = ino_of(parent)?;
+                self.dir_synced(p, self.fs().rmdir(p, name_of(name)?).map_err(|e| self.err("rmdir", e)))
             })();
             reply_empty(r, reply);
         });
@@ -575,7 +594,7 @@ impl Filesystem for Adapter {
                 let (p, n) = (ino_of(parent)?, name_of(link_name)?);
                 let (_, uid, gid) = self.new_owner(req, p, 0o777, false)?;
                 let t = target.as_os_str().as_bytes();
-                self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e))
+                self.dir_synced(p, self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e)))
             })();
             self.entry(r, reply);
         });
@@ -611,7 +630,8 @@ impl Filesystem for Adapter {
                     0 => (0, 0),
                     _ => self.new_owner(req, op, 0, false).map(|(_, u, g)| (u, g))?,
                 };
-                self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err("rename", e))
+                let r = self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err("rename", e));
+                self.dir_synced(np, self.dir_synced(op, r))
             })();
             reply_empty(r, reply);
         });
@@ -622,7 +642,7 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
-                self.fs().link(i, p, n).map_err(|e| self.err("link", e))
+                self.dir_synced(p, self.fs().link(i, p, n).map_err(|e| self.err("link", e)))
             })();
             self.entry(r, reply);
         });
@@ -967,6 +987,18 @@ impl Filesystem for Adapter {
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
                 Ok((a, fh))
             })();
+            let r = match (r, ino_of(parent)) {
+                (Ok((a, fh)), Ok(p)) => match self.dir_synced(p, Ok(())) {
+                    Ok(()) => Ok((a, fh)),
+                    Err(e) => {
+                        // The kernel never hears of this handle or lookup: take them back.
+                        self.shared.handles.close(fh);
+                        self.forget_one(INodeNo(u64::from(a.ino.0)), 1);
+                        Err(e)
+                    }
+                },
+                (r, _) => r,
+            };
             match r {
                 Ok((a, fh)) => reply.created(
                     &TTL,
