@@ -185,6 +185,10 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Run as `mount.fuse.rext4` by mount(8).
+    if let Some(code) = mount_cmd::helper_main() {
+        return code;
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Demo { keep, files } => demo::run(keep, files),

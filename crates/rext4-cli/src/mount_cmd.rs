@@ -202,3 +202,70 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     drop(lock);
     r
 }
+
+/// The name mount(8) runs for `-t fuse.rext4` (and fstab lines of that type): a link to
+/// this binary by that name makes it the helper.
+const HELPER_NAME: &str = "mount.fuse.rext4";
+
+/// If this process runs as `mount.fuse.rext4`, serves as mount(8)'s helper and returns its
+/// exit code; otherwise `None`.
+///
+/// mount(8) runs `mount.fuse.rext4 SOURCE DIR [-sfnv] [-o OPTIONS] [-t TYPE]`. A remount
+/// (`-o remount,...`) is the kernel's business: it is handed back to mount(8) with `-i`, which
+/// does it without a helper.
+pub fn helper_main() -> Option<std::process::ExitCode> {
+    let mut args = std::env::args_os();
+    let argv0 = args.next()?;
+    if !Path::new(&argv0).file_name()?.to_string_lossy().ends_with(HELPER_NAME) {
+        return None;
+    }
+    let code = match helper(args.collect()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{HELPER_NAME}: {e}");
+            // mount(8)'s "mount failure".
+            32
+        }
+    };
+    Some(std::process::ExitCode::from(code))
+}
+
+fn helper(args: Vec<std::ffi::OsString>) -> CliResult {
+    let usage = || format!("usage: {HELPER_NAME} SOURCE DIR [-sfnv] [-o OPTIONS] [-t fuse.rext4]");
+    let (mut positional, mut options, mut fake) = (Vec::new(), Vec::new(), false);
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => options.push(it.next().and_then(|o| o.into_string().ok()).ok_or_else(usage)?),
+            Some("-t") => {
+                let t = it.next().ok_or_else(usage)?;
+                if !matches!(t.to_str(), Some("fuse.rext4" | "rext4")) {
+                    return Err(format!("{}: not the fuse.rext4 type", t.to_string_lossy()));
+                }
+            }
+            // Also from mount(8): no mtab (-n), sloppy (-s), verbose (-v) need nothing here.
+            Some("-f") => fake = true,
+            Some("-n" | "-s" | "-v") => {}
+            Some("-N") => return Err("-N (another mount namespace) is not supported".into()),
+            Some(o) if o.starts_with("-o") => options.push(o[2..].to_string()),
+            Some(o) if o.starts_with('-') && o.len() > 1 => {
+                return Err(format!("unknown flag {o}\n{}", usage()))
+            }
+            _ => positional.push(PathBuf::from(a)),
+        }
+    }
+    let [source, dir] = <[PathBuf; 2]>::try_from(positional).map_err(|_| usage())?;
+    let all = options.join(",");
+    if all.split(',').any(|o| o == "remount") {
+        let st = Command::new("mount").arg("-i").arg("-o").arg(&all).arg(&dir).status();
+        return match st {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("mount -i -o {all} {}: {s}", dir.display())),
+            Err(e) => Err(format!("cannot run mount: {e}")),
+        };
+    }
+    if fake {
+        return Ok(());
+    }
+    run(&source, &dir, &options, false, false)
+}

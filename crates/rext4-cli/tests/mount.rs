@@ -377,3 +377,56 @@ fn dirsync_commits_before_returning() {
         e2fsck_clean(&s.img);
     }
 }
+
+/// `/sbin/mount.fuse.rext4`, a link to the binary, for as long as it lives.
+struct HelperLink(PathBuf);
+
+impl Drop for HelperLink {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// mount(8) with `-t fuse.rext4`, and an fstab line of that type, mount through the
+/// `mount.fuse.rext4` helper (the binary under that name), with the options mount(8) and
+/// fstab add; a remount goes through the helper too.
+#[test]
+fn mount_helper_serves_mount_and_fstab() {
+    if !can_mount() {
+        return;
+    }
+    let link = Path::new("/sbin/mount.fuse.rext4");
+    if link.symlink_metadata().is_ok() {
+        eprintln!("SKIP: {} exists already; not replacing it", link.display());
+        return;
+    }
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rext4"), link).unwrap();
+    let _guard = HelperLink(link.to_path_buf());
+    let s = setup();
+    let st = Command::new("mount")
+        .args(["-t", "fuse.rext4", "-o", "rw,noatime,nofail,_netdev,x-test=1"])
+        .arg(&s.img)
+        .arg(&s.mp)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount -t fuse.rext4");
+    let (flags, fstype) = mountinfo(&s.mp);
+    assert_eq!(fstype, "fuse.rext4");
+    assert!(flags.split(',').any(|f| f == "noatime"), "{flags}");
+    assert_eq!(fs::read(s.mp.join("d/f")).unwrap(), b"from mkfs\n");
+    let st = Command::new("mount").args(["-o", "remount,ro"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "remount,ro through the helper");
+    assert_eq!(fs::write(s.mp.join("x"), b"x").unwrap_err().raw_os_error(), Some(libc::EROFS));
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+
+    let tab = s.img.with_file_name("fstab");
+    fs::write(&tab, format!("{} {} fuse.rext4 defaults,nofail 0 0\n", s.img.display(), s.mp.display()))
+        .unwrap();
+    let st = Command::new("mount").arg("-T").arg(&tab).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount from an fstab line");
+    fs::write(s.mp.join("via-fstab"), b"fstab").unwrap();
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    e2fsck_clean(&s.img);
+}
