@@ -31,10 +31,8 @@ pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool
     }
     opts.validate()?;
     let image = image.canonicalize().map_err(|e| format!("{}: {e}", image.display()))?;
+    rext4_fuse::check_mountpoint(mountpoint)?;
     let mountpoint = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    if !mountpoint.is_dir() {
-        return Err(format!("{}: not a directory", mountpoint.display()));
-    }
     if opts.fsname.is_none() {
         let s = image.to_string_lossy();
         if !s.contains([',', ' ', '\\', '\n']) {
@@ -159,8 +157,8 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
         ));
     }
     let engine = fs.clone();
-    let mount = rext4_fuse::Mount::new(fs, mountpoint, opts)
-        .map_err(|e| format!("cannot mount on {}: {e}", mountpoint.display()))?;
+    let mount =
+        rext4_fuse::Mount::new(fs, mountpoint, opts).map_err(|e| rext4_fuse::mount_error(mountpoint, &e))?;
     // `rext4 stats MOUNTPOINT` asks here; a mount without it still serves files.
     let stats_socket = crate::stats_cmd::serve(engine, mountpoint)
         .map_err(|e| rext4_fuse::log(&format!("statistics socket: {e}")))

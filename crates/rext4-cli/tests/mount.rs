@@ -430,3 +430,67 @@ fn mount_helper_serves_mount_and_fstab() {
     wait_unlocked(&s.img);
     e2fsck_clean(&s.img);
 }
+
+/// After `kill -9` of a daemon its mount point answers ENOTCONN: a new mount there names the
+/// stale mount and how to clear it; once cleared, the image mounts again (its journal
+/// replayed) and is left clean.
+#[test]
+fn stale_mount_point_is_named() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    let mut child = spawn_foreground(&s.img, &s.mp, "rw");
+    child.kill().unwrap();
+    let _ = child.wait();
+    let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
+    let o = rext4(&["mount", img, mp]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "mount on a stale mount point succeeded");
+    assert!(err.contains("stale FUSE mount") && err.contains(&format!("umount -l {mp}")), "{err}");
+    let st = Command::new("umount").arg("-l").arg(&s.mp).status().unwrap();
+    assert!(st.success());
+    let o = rext4(&["mount", img, mp]);
+    assert!(o.status.success(), "mount after clearing: {}", String::from_utf8_lossy(&o.stderr));
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    e2fsck_clean(&s.img);
+}
+
+/// A user who may not use FUSE is told what stands in the way (/dev/fuse, or a missing
+/// fusermount3), not "Permission denied" on the mount point.
+#[test]
+fn unprivileged_mount_names_the_cause() {
+    if !can_mount() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup();
+    let bin = s.img.with_file_name("rext4");
+    fs::copy(env!("CARGO_BIN_EXE_rext4"), &bin).unwrap();
+    for p in [s.img.parent().unwrap(), &s.img, &s.mp, &bin] {
+        nix::unistd::chown(p, Some(65534.into()), Some(65534.into())).unwrap();
+    }
+    fs::set_permissions(s.img.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("mount")
+        .arg(&s.img)
+        .arg(&s.mp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.success() {
+        // This machine lets users mount FUSE: nothing to explain.
+        let _ = Command::new("umount").arg(&s.mp).status();
+        wait_unlocked(&s.img);
+        eprintln!("SKIP: user 65534 may mount FUSE here");
+        return;
+    }
+    let dev_open = fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o006 == 0o006;
+    let want = if dev_open { "fusermount3" } else { "/dev/fuse" };
+    assert!(err.contains(want), "as nobody: {err}");
+    assert!(!is_mounted(&s.mp));
+    e2fsck_clean(&s.img);
+}

@@ -17,12 +17,14 @@
 mod acl;
 mod adapter;
 mod attr;
+mod diagnose;
 mod errno;
 mod handles;
 mod memfs;
 mod options;
 mod vfs_flags;
 
+pub use diagnose::{check_mountpoint, mount_error};
 pub use memfs::serve_memfs;
 pub use options::{Atime, ErrorBehavior, MountOptions};
 
