@@ -43,7 +43,6 @@ fn wanted(opts: &MountOptions) -> Option<MsFlags> {
 /// (a mount through fusermount3) the mount keeps relatime, and the caller is told.
 pub(crate) fn apply(mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
     let Some(flags) = wanted(opts) else { return Ok(()) };
-    nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>).map_err(|e| {
-        io::Error::new(io::ErrorKind::Other, format!("setting the access-time flags of the mount: {e}"))
-    })
+    nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>)
+        .map_err(|e| io::Error::other(format!("setting the access-time flags of the mount: {e}")))
 }
