@@ -358,6 +358,10 @@ fn dirsync_commits_before_returning() {
     for opt in ["dirsync", "sync"] {
         let mut child = spawn_foreground(&s.img, &s.mp, &format!("rw,commit=60,{opt}"));
         fs::create_dir(s.mp.join(opt)).unwrap();
+        if opt == "sync" {
+            // The kernel fsyncs each write on a `sync` mount.
+            fs::write(s.mp.join("sync-data"), b"durable").unwrap();
+        }
         child.kill().unwrap();
         let _ = child.wait();
         let _ = Command::new("umount").arg("-l").arg(&s.mp).status();
@@ -374,6 +378,10 @@ fn dirsync_commits_before_returning() {
             String::from_utf8_lossy(&o.stdout).contains("Type: directory"),
             "{opt}: the mkdir was committed"
         );
+        if opt == "sync" {
+            let o = Command::new("debugfs").args(["-R", "cat /sync-data"]).arg(&s.img).output().unwrap();
+            assert_eq!(o.stdout, b"durable", "sync: the write was committed");
+        }
         e2fsck_clean(&s.img);
     }
 }
