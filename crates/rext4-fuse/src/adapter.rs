@@ -535,7 +535,7 @@ impl Filesystem for Adapter {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
                 let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
-                let (m, uid, gid) = self.new_owner(req, p, acl.mode, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let kind = mode & S_IFMT;
                 let r = if kind == libc::S_IFREG || kind == 0 {
                     self.fs().create(p, n, m, uid, gid)
@@ -556,7 +556,7 @@ impl Filesystem for Adapter {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
                 let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, true)?;
-                let (m, uid, gid) = self.new_owner(req, p, acl.mode, true)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), true)?;
                 let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))?;
                 self.store_inherited_acl(p, n, a.ino, &acl, true)?;
                 self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e)))
@@ -979,7 +979,7 @@ impl Filesystem for Adapter {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
                 let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
-                let (m, uid, gid) = self.new_owner(req, p, acl.mode, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
                 self.store_inherited_acl(p, n, a.ino, &acl, false)?;
                 let a = self.fs().getattr(a.ino).map_err(|e| self.err("create", e))?;

@@ -198,6 +198,16 @@ impl InheritedAcl {
     pub fn none(mode: u16) -> InheritedAcl {
         InheritedAcl { mode, access: None, default: None }
     }
+
+    /// The mode to create the inode with, before [`Fs::set_inherited_acl`] stores its ACLs
+    /// (which then sets [`InheritedAcl::mode`]). Its group bits grant no more than the
+    /// owning group's entry, not the mask's: if the ACLs never get written (a crash between
+    /// the two transactions), the owning group is not given what the ACL denied it.
+    pub fn initial_mode(&self) -> u16 {
+        let Some(acl) = &self.access else { return self.mode };
+        let group = acl.iter().find(|e| e.tag == ACL_GROUP_OBJ).map_or(0, |e| e.perm & PERM_BITS);
+        self.mode & !(0o070 & !(group << 3))
+    }
 }
 
 impl Fs {
@@ -311,6 +321,19 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(create_masq(&mut a, 0o2640).unwrap(), (0o2640, true));
+        let inherited = InheritedAcl { mode: 0o2640, access: Some(a.clone()), default: None };
+        assert_eq!(inherited.initial_mode(), 0o2640, "the mask's r-- within the group's r-x");
+        let mut b = parse(&[
+            (ACL_USER_OBJ, 7, U),
+            (ACL_USER, 7, 1000),
+            (ACL_GROUP_OBJ, 4, U),
+            (ACL_MASK, 7, U),
+            (ACL_OTHER, 4, U),
+        ])
+        .unwrap();
+        assert_eq!(create_masq(&mut b, 0o666).unwrap(), (0o664, true));
+        let inherited = InheritedAcl { mode: 0o664, access: Some(b), default: None };
+        assert_eq!(inherited.initial_mode(), 0o644, "the group's r--, not the mask's rw-");
         assert_eq!(a.iter().map(|e| e.perm).collect::<Vec<_>>(), [6, 7, 5, 4, 0]);
         chmod_masq(&mut a, 0o751);
         assert_eq!(a.iter().map(|e| e.perm).collect::<Vec<_>>(), [7, 7, 5, 5, 1]);
