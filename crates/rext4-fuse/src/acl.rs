@@ -6,9 +6,27 @@
 //! them) the kernel has applied the umask already and nothing is inherited.
 
 use crate::adapter::{Adapter, R};
+use fuser::{InitFlags, KernelConfig};
 use rext4::{InheritedAcl, InodeNo};
+use std::sync::atomic::Ordering;
 
 impl Adapter {
+    /// Asks for ACLs at init where the options and the kernel allow.
+    pub(crate) fn negotiate_acl(&self, config: &mut KernelConfig) {
+        // ACLs need the kernel's permission checks, which `nodefault_permissions` turns off.
+        let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        let opts = &self.shared.opts;
+        if opts.acl && opts.default_permissions && config.capabilities().contains(acl) {
+            let on = config.add_capabilities(acl).is_ok();
+            self.shared.acls.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether ACLs are enforced and inherited on this mount.
+    pub(crate) fn acls_on(&self) -> bool {
+        self.shared.acls.load(Ordering::Relaxed)
+    }
+
     /// The mode and ACLs of a new inode in `parent`, from the mode and umask of the request.
     pub(crate) fn new_inode_acl(
         &self,

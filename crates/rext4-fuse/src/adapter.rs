@@ -170,28 +170,6 @@ impl Adapter {
         Ok(())
     }
 
-    /// With `sync` or `dirsync`, commits the change to directory `dir` before the reply, as
-    /// ext4 does for such a mount (`ext4_handle_sync`); the kernel sends no fsync for them.
-    fn dir_synced<T>(&self, dir: InodeNo, r: R<T>) -> R<T> {
-        if r.is_ok() && self.shared.opts.dir_sync() {
-            self.fs().fsync(dir).map_err(|e| self.err("dirsync", e))?;
-        }
-        r
-    }
-
-    /// With `sync`, commits an attribute change before the reply (`IS_SYNC` in `ext4_setattr`).
-    fn synced<T>(&self, ino: InodeNo, r: R<T>) -> R<T> {
-        if r.is_ok() && self.shared.opts.sync {
-            self.fs().fsync(ino).map_err(|e| self.err("sync", e))?;
-        }
-        r
-    }
-
-    /// Whether ACLs are enforced and inherited on this mount (acl.rs).
-    pub(crate) fn acls_on(&self) -> bool {
-        self.shared.acls.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     fn forget_one(&self, ino: INodeNo, n: u64) {
         let Some(e) = engine_ino(ino) else { return };
         if self.shared.lookups.sub(u64::from(e.0), n) == Transition::Release {
@@ -426,13 +404,7 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
-        // ACLs need the kernel's permission checks, which `nodefault_permissions` turns off.
-        let acl = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
-        if self.shared.opts.acl && self.shared.opts.default_permissions && config.capabilities().contains(acl)
-        {
-            let on = config.add_capabilities(acl).is_ok();
-            self.shared.acls.store(on, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.negotiate_acl(config);
         Ok(())
     }
 
@@ -982,23 +954,11 @@ impl Filesystem for Adapter {
                 let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
                 self.store_inherited_acl(p, n, a.ino, &acl, false)?;
-                let a = self.fs().getattr(a.ino).map_err(|e| self.err("create", e))?;
+                let a = self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("create", e)))?;
                 self.take_lookup(a.ino)?;
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
                 Ok((a, fh))
             })();
-            let r = match (r, ino_of(parent)) {
-                (Ok((a, fh)), Ok(p)) => match self.dir_synced(p, Ok(())) {
-                    Ok(()) => Ok((a, fh)),
-                    Err(e) => {
-                        // The kernel never hears of this handle or lookup: take them back.
-                        self.shared.handles.close(fh);
-                        self.forget_one(INodeNo(u64::from(a.ino.0)), 1);
-                        Err(e)
-                    }
-                },
-                (r, _) => r,
-            };
             match r {
                 Ok((a, fh)) => reply.created(
                     &TTL,

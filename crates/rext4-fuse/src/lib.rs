@@ -22,6 +22,7 @@ mod errno;
 mod handles;
 mod memfs;
 mod options;
+mod sync_opts;
 mod vfs_flags;
 
 pub use diagnose::{check_mountpoint, mount_error};
