@@ -112,12 +112,39 @@ fn lock_image(image: &Path) -> CliResult<Flock<File>> {
         Some(libc::EBUSY) => format!("{}: device is in use (mounted?)", image.display()),
         _ => format!("{}: {e}", image.display()),
     })?;
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-        if e == nix::errno::Errno::EWOULDBLOCK {
-            format!("{}: image is in use by another rext4 process (already mounted?)", image.display())
-        } else {
-            format!("{}: cannot lock: {e}", image.display())
+    let in_use =
+        || format!("{}: image is in use by another rext4 process (already mounted?)", image.display());
+    let mut f = f;
+    let start = std::time::Instant::now();
+    loop {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
+                // A daemon whose mount is gone is writing the image home after `umount`
+                // (which does not wait for it): a mount right after an unmount (a test
+                // suite's remount cycle) waits for it, as it would wait for the kernel.
+                if mounted_from(image) || start.elapsed() > UNMOUNT_WAIT {
+                    return Err(in_use());
+                }
+                f = back;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err((_, e)) => return Err(format!("{}: cannot lock: {e}", image.display())),
         }
+    }
+}
+
+/// How long a mount waits for a daemon that is finishing after its unmount.
+const UNMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Whether some mount in the mount table has `image` as its source (a rext4 daemon's
+/// mount shows the image's path, unless `fsname=` named it otherwise).
+fn mounted_from(image: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let want = image.to_string_lossy();
+    info.lines().any(|l| {
+        let mut after = l.split(" - ").nth(1).unwrap_or("").split(' ');
+        after.next().is_some_and(|t| t.starts_with("fuse")) && after.next() == Some(&*want)
     })
 }
 

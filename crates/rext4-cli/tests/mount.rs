@@ -502,3 +502,35 @@ fn unprivileged_mount_names_the_cause() {
     assert!(!is_mounted(&s.mp));
     e2fsck_clean(&s.img);
 }
+
+/// A mount right after `umount` (a test suite's remount cycle) waits for the old daemon to
+/// write the image home instead of failing with "in use"; the data is all there.
+#[test]
+fn mount_right_after_umount_waits_for_the_old_daemon() {
+    if !can_mount() {
+        return;
+    }
+    let s = setup();
+    let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
+    let o = rext4(&["mount", img, mp, "-o", "commit=60"]);
+    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    for round in 0..5u8 {
+        for i in 0..200 {
+            fs::write(s.mp.join(format!("r{round}-{i}")), vec![round; 64 << 10]).unwrap();
+        }
+        umount(&s.mp);
+        let o = rext4(&["mount", img, mp, "-o", "commit=60"]);
+        assert!(
+            o.status.success(),
+            "round {round}: mount right after umount: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(fs::read(s.mp.join(format!("r{round}-199"))).unwrap(), vec![round; 64 << 10]);
+        for i in 0..200 {
+            fs::remove_file(s.mp.join(format!("r{round}-{i}"))).unwrap();
+        }
+    }
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    e2fsck_clean(&s.img);
+}
