@@ -10,6 +10,7 @@ mod imagepath;
 mod inspect;
 mod modify;
 mod mount_cmd;
+mod mount_helper;
 mod rng;
 mod stats_cmd;
 mod xattr_cmd;
@@ -185,8 +186,8 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    // Run as `mount.fuse.rext4` by mount(8).
-    if let Some(code) = mount_cmd::helper_main() {
+    // Run as `mount.fuse.rext4` by mount(8), or `umount.fuse.rext4` by umount(8).
+    if let Some(code) = mount_helper::helper_main() {
         return code;
     }
     let cli = Cli::parse();

@@ -386,7 +386,8 @@ fn dirsync_commits_before_returning() {
     }
 }
 
-/// `/sbin/mount.fuse.rext4`, a link to the binary, for as long as it lives.
+/// `/sbin/mount.fuse.rext4` or `/sbin/umount.fuse.rext4`, a link to the binary, for as long
+/// as it lives.
 struct HelperLink(PathBuf);
 
 impl Drop for HelperLink {
@@ -395,21 +396,32 @@ impl Drop for HelperLink {
     }
 }
 
+/// Whether no process holds `img`'s lock now.
+fn unlocked_now(img: &Path) -> bool {
+    let f = File::open(img).unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+}
+
 /// mount(8) with `-t fuse.rext4`, and an fstab line of that type, mount through the
 /// `mount.fuse.rext4` helper (the binary under that name), with the options mount(8) and
-/// fstab add; a remount goes through the helper too.
+/// fstab add; a remount goes through the helper too. umount(8) goes through
+/// `umount.fuse.rext4`, which returns once the daemon has written the image home, as
+/// `umount` of a kernel mount does: the image is free and clean the moment it returns.
 #[test]
-fn mount_helper_serves_mount_and_fstab() {
+fn mount_helpers_serve_mount_umount_and_fstab() {
     if !can_mount() {
         return;
     }
-    let link = Path::new("/sbin/mount.fuse.rext4");
-    if link.symlink_metadata().is_ok() {
-        eprintln!("SKIP: {} exists already; not replacing it", link.display());
-        return;
+    let mut guards = Vec::new();
+    for name in ["mount.fuse.rext4", "umount.fuse.rext4"] {
+        let link = Path::new("/sbin").join(name);
+        if link.symlink_metadata().is_ok() {
+            eprintln!("SKIP: {} exists already; not replacing it", link.display());
+            return;
+        }
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rext4"), &link).unwrap();
+        guards.push(HelperLink(link));
     }
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rext4"), link).unwrap();
-    let _guard = HelperLink(link.to_path_buf());
     let s = setup();
     let st = Command::new("mount")
         .args(["-t", "fuse.rext4", "-o", "rw,noatime,nofail,_netdev,x-test=1"])
@@ -426,16 +438,21 @@ fn mount_helper_serves_mount_and_fstab() {
     assert!(st.success(), "remount,ro through the helper");
     assert_eq!(fs::write(s.mp.join("x"), b"x").unwrap_err().raw_os_error(), Some(libc::EROFS));
     umount(&s.mp);
-    wait_unlocked(&s.img);
+    assert!(unlocked_now(&s.img), "umount returned before the daemon let go of the image");
 
     let tab = s.img.with_file_name("fstab");
     fs::write(&tab, format!("{} {} fuse.rext4 defaults,nofail 0 0\n", s.img.display(), s.mp.display()))
         .unwrap();
     let st = Command::new("mount").arg("-T").arg(&tab).arg(&s.mp).status().unwrap();
     assert!(st.success(), "mount from an fstab line");
-    fs::write(s.mp.join("via-fstab"), b"fstab").unwrap();
-    umount(&s.mp);
-    wait_unlocked(&s.img);
+    let st = Command::new("mount").args(["-o", "remount,commit=60"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "remount with an option a FUSE mount ignores");
+    for i in 0..100 {
+        fs::write(s.mp.join(format!("via-fstab-{i}")), vec![7u8; 128 << 10]).unwrap();
+    }
+    // By the image's name, as test suites unmount.
+    umount(&s.img);
+    assert!(unlocked_now(&s.img), "umount returned before the daemon let go of the image");
     e2fsck_clean(&s.img);
 }
 
