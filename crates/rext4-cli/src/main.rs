@@ -153,7 +153,8 @@ enum Cmd {
         image: PathBuf,
         mountpoint: PathBuf,
         /// Comma-separated mount options: ro, rw, allow_other, default_permissions, commit=N,
-        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB.
+        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB,
+        /// acl/noacl, the atime and sync options, and what ext4 and mount(8) accept (docs/fuse.md).
         #[arg(short = 'o', action = clap::ArgAction::Append)]
         options: Vec<String>,
         /// Stay in the foreground instead of daemonizing.
