@@ -195,6 +195,10 @@ impl Adapter {
         if p.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
+        if self.shared.opts.grpid {
+            // ext4's `grpid`: the directory's group, and no set-group-ID bit passed on.
+            return Ok((mode, req.uid(), p.gid));
+        }
         if p.mode & S_ISGID != 0 {
             let mode = if is_dir { mode | S_ISGID } else { mode };
             return Ok((mode, req.uid(), p.gid));

@@ -42,6 +42,9 @@ pub struct MountOptions {
     pub sync: bool,
     /// Directory changes durable before they return (`dirsync`).
     pub dirsync: bool,
+    /// New inodes take their directory's group (`grpid`, `bsdgroups`; the default is
+    /// `nogrpid`: the creator's group unless the directory is set-group-ID).
+    pub grpid: bool,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
 }
@@ -64,6 +67,7 @@ impl Default for MountOptions {
             nodiratime: false,
             sync: false,
             dirsync: false,
+            grpid: false,
             kernel_flags: Vec::new(),
         }
     }
@@ -154,7 +158,6 @@ fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
         }
         ("journal_dev" | "journal_path", _) => "external journals are not supported",
         ("dax", _) => "dax: not supported on a FUSE mount",
-        ("grpid" | "bsdgroups", _) => "grpid: not supported (new inodes take the System V group rules)",
         ("test_dummy_encryption" | "inlinecrypt" | "abort", _) => "not supported by rext4",
         _ => return None,
     };
@@ -266,8 +269,10 @@ impl MountOptions {
                 // What the engine does anyway; `writeback` is weaker, so ordered is within it.
                 "data" if matches!(val, Some("ordered" | "writeback")) => {}
                 "data_err" if matches!(val, Some("ignore" | "abort")) => {}
-                // sysvgroups (the default) is what `new_owner` does.
-                "nogrpid" | "sysvgroups" => {}
+                "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
+                    flag(val)?;
+                    self.grpid = matches!(key, "grpid" | "bsdgroups");
+                }
                 // Written by mount(8) into fstab-style lists, and for `mount -t fuse.rext4`.
                 "subtype" if val == Some("rext4") => {}
                 k if k.starts_with("x-") => {}

@@ -808,3 +808,44 @@ fn acls_are_inherited_and_enforced_as_on_ext4() {
     k.unmount().unwrap();
     assert_eq!(fuse, kernel, "the FUSE mount against kernel ext4");
 }
+
+/// `grpid`: new files and directories take their directory's group, and a directory that
+/// is not set-group-ID passes no set-group-ID bit on; the kernel's ext4 mounted with `grpid`
+/// gives the same.
+#[test]
+fn grpid_gives_the_directory_group() {
+    if !fuse_available() {
+        return;
+    }
+    let show = |root: &std::path::Path| {
+        fs::create_dir(root.join("g")).unwrap();
+        nix::unistd::chown(&root.join("g"), None, Some(4242.into())).unwrap();
+        File::create(root.join("g/f")).unwrap();
+        fs::create_dir(root.join("g/sub")).unwrap();
+        ["g/f", "g/sub"].map(|p| {
+            let m = fs::metadata(root.join(p)).unwrap();
+            (m.gid(), m.mode() & 0o2000)
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let img = new_image(dir.path(), "grpid.img", &[], "64M");
+    let m = FuseMount::new(&img, "rw,grpid");
+    let fuse = show(m.path());
+    assert_eq!(fuse, [(4242, 0), (4242, 0)]);
+    unmount_and_compare(m, &img);
+    if !kernel_can_mount() {
+        return;
+    }
+    let kimg = new_image(dir.path(), "kgrpid.img", &[], "64M");
+    let kdir = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop,grpid"])
+        .arg(&kimg)
+        .arg(kdir.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kernel mount -o grpid");
+    let kernel = show(kdir.path());
+    let _ = std::process::Command::new("umount").arg(kdir.path()).status();
+    assert_eq!(fuse, kernel, "the FUSE mount against kernel ext4 with grpid");
+}
