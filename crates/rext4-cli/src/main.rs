@@ -10,6 +10,7 @@ mod imagepath;
 mod inspect;
 mod modify;
 mod mount_cmd;
+mod mount_helper;
 mod rng;
 mod stats_cmd;
 mod xattr_cmd;
@@ -152,7 +153,8 @@ enum Cmd {
         image: PathBuf,
         mountpoint: PathBuf,
         /// Comma-separated mount options: ro, rw, allow_other, default_permissions, commit=N,
-        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB.
+        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB,
+        /// acl/noacl, the atime and sync options, and what ext4 and mount(8) accept (docs/fuse.md).
         #[arg(short = 'o', action = clap::ArgAction::Append)]
         options: Vec<String>,
         /// Stay in the foreground instead of daemonizing.
@@ -185,6 +187,10 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Run as `mount.fuse.rext4` by mount(8), or `umount.fuse.rext4` by umount(8).
+    if let Some(code) = mount_helper::helper_main() {
+        return code;
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Demo { keep, files } => demo::run(keep, files),

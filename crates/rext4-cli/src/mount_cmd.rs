@@ -31,10 +31,8 @@ pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool
     }
     opts.validate()?;
     let image = image.canonicalize().map_err(|e| format!("{}: {e}", image.display()))?;
+    rext4_fuse::check_mountpoint(mountpoint)?;
     let mountpoint = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    if !mountpoint.is_dir() {
-        return Err(format!("{}: not a directory", mountpoint.display()));
-    }
     if opts.fsname.is_none() {
         let s = image.to_string_lossy();
         if !s.contains([',', ' ', '\\', '\n']) {
@@ -42,9 +40,25 @@ pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool
         }
     }
     if foreground || child {
+        let _ = std::env::set_current_dir("/");
+        close_inherited_fds();
         serve(&image, &mountpoint, &opts, child)
     } else {
         daemonize(&image, &mountpoint, options)
+    }
+}
+
+/// Closes every descriptor above stderr that the caller let this process inherit. The
+/// daemon outlives its caller, and a descriptor it kept on a file in some other mount (a
+/// test harness's log in another rext4 mount, say) would keep that mount busy for as long
+/// as this one is mounted: `umount` of it would say "target is busy".
+fn close_inherited_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> =
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&fd| fd > 2).collect();
+    // The directory's own descriptor is among them; closed already, it gives EBADF.
+    for fd in fds {
+        let _ = nix::unistd::close(fd);
     }
 }
 
@@ -98,12 +112,39 @@ fn lock_image(image: &Path) -> CliResult<Flock<File>> {
         Some(libc::EBUSY) => format!("{}: device is in use (mounted?)", image.display()),
         _ => format!("{}: {e}", image.display()),
     })?;
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-        if e == nix::errno::Errno::EWOULDBLOCK {
-            format!("{}: image is in use by another rext4 process (already mounted?)", image.display())
-        } else {
-            format!("{}: cannot lock: {e}", image.display())
+    let in_use =
+        || format!("{}: image is in use by another rext4 process (already mounted?)", image.display());
+    let mut f = f;
+    let start = std::time::Instant::now();
+    loop {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
+                // A daemon whose mount is gone is writing the image home after `umount`
+                // (which does not wait for it): a mount right after an unmount (a test
+                // suite's remount cycle) waits for it, as it would wait for the kernel.
+                if mounted_from(image) || start.elapsed() > UNMOUNT_WAIT {
+                    return Err(in_use());
+                }
+                f = back;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err((_, e)) => return Err(format!("{}: cannot lock: {e}", image.display())),
         }
+    }
+}
+
+/// How long a mount waits for a daemon that is finishing after its unmount.
+const UNMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Whether some mount in the mount table has `image` as its source (a rext4 daemon's
+/// mount shows the image's path, unless `fsname=` named it otherwise).
+fn mounted_from(image: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let want = image.to_string_lossy();
+    info.lines().any(|l| {
+        let mut after = l.split(" - ").nth(1).unwrap_or("").split(' ');
+        after.next().is_some_and(|t| t.starts_with("fuse")) && after.next() == Some(&*want)
     })
 }
 
@@ -111,7 +152,6 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     if child {
         // A session of its own, so the terminal's signals and hangups do not reach it.
         let _ = nix::unistd::setsid();
-        let _ = std::env::set_current_dir("/");
     }
     // Block the stop signals before any thread starts, so that every thread inherits the mask
     // and only the waiter below sees them.
@@ -144,8 +184,8 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
         ));
     }
     let engine = fs.clone();
-    let mount = rext4_fuse::Mount::new(fs, mountpoint, opts)
-        .map_err(|e| format!("cannot mount on {}: {e}", mountpoint.display()))?;
+    let mount =
+        rext4_fuse::Mount::new(fs, mountpoint, opts).map_err(|e| rext4_fuse::mount_error(mountpoint, &e))?;
     // `rext4 stats MOUNTPOINT` asks here; a mount without it still serves files.
     let stats_socket = crate::stats_cmd::serve(engine, mountpoint)
         .map_err(|e| rext4_fuse::log(&format!("statistics socket: {e}")))

@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub handles: FileHandles,
     pub policy: ErrorPolicy,
     pub opts: MountOptions,
+    /// Whether the kernel took `FUSE_POSIX_ACL` and `FUSE_DONT_MASK` at init (acl.rs).
+    pub acls: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -111,7 +113,7 @@ pub(crate) struct Adapter {
     pub shared: Arc<Shared>,
 }
 
-type R<T> = Result<T, Errno>;
+pub(crate) type R<T> = Result<T, Errno>;
 
 fn ino_of(ino: INodeNo) -> R<InodeNo> {
     engine_ino(ino).ok_or(Errno::ENOENT)
@@ -141,11 +143,11 @@ impl Adapter {
         }
     }
 
-    fn fs(&self) -> &Fs {
+    pub(crate) fn fs(&self) -> &Fs {
         &self.shared.fs
     }
 
-    fn err(&self, op: &str, e: rext4::Error) -> Errno {
+    pub(crate) fn err(&self, op: &str, e: rext4::Error) -> Errno {
         self.shared.policy.errno(op, &e)
     }
 
@@ -192,6 +194,10 @@ impl Adapter {
         let p = self.fs().getattr(parent).map_err(|e| self.err("getattr", e))?;
         if p.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
+        }
+        if self.shared.opts.grpid {
+            // ext4's `grpid`: the directory's group, and no set-group-ID bit passed on.
+            return Ok((mode, req.uid(), p.gid));
         }
         if p.mode & S_ISGID != 0 {
             let mode = if is_dir { mode | S_ISGID } else { mode };
@@ -401,6 +407,7 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
+        self.negotiate_acl(config);
         Ok(())
     }
 
@@ -470,7 +477,7 @@ impl Filesystem for Adapter {
                     mtime: mtime.map(time_set),
                     size,
                 };
-                self.do_setattr(e, &ch)
+                self.synced(e, self.do_setattr(e, &ch))
             });
             match r {
                 Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
@@ -494,7 +501,7 @@ impl Filesystem for Adapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -502,26 +509,32 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let kind = mode & S_IFMT;
                 let r = if kind == libc::S_IFREG || kind == 0 {
                     self.fs().create(p, n, m, uid, gid)
                 } else {
                     self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
                 };
-                r.map_err(|e| self.err("mknod", e))
+                let a = r.map_err(|e| self.err("mknod", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
+                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mknod", e)))
             })();
             self.entry(r, reply);
         });
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.guard("mkdir", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, true)?;
-                self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, true)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), true)?;
+                let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, true)?;
+                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e)))
             })();
             self.entry(r, reply);
         });
@@ -531,7 +544,8 @@ impl Filesystem for Adapter {
         self.guard("unlink", || {
             let r = (|| {
                 self.writable()?;
-                self.fs().unlink(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("unlink", e))
+                let p = ino_of(parent)?;
+                self.dir_synced(p, self.fs().unlink(p, name_of(name)?).map_err(|e| self.err("unlink", e)))
             })();
             reply_empty(r, reply);
         });
@@ -541,7 +555,8 @@ impl Filesystem for Adapter {
         self.guard("rmdir", || {
             let r = (|| {
                 self.writable()?;
-                self.fs().rmdir(ino_of(parent)?, name_of(name)?).map_err(|e| self.err("rmdir", e))
+                let p = ino_of(parent)?;
+                self.dir_synced(p, self.fs().rmdir(p, name_of(name)?).map_err(|e| self.err("rmdir", e)))
             })();
             reply_empty(r, reply);
         });
@@ -554,7 +569,7 @@ impl Filesystem for Adapter {
                 let (p, n) = (ino_of(parent)?, name_of(link_name)?);
                 let (_, uid, gid) = self.new_owner(req, p, 0o777, false)?;
                 let t = target.as_os_str().as_bytes();
-                self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e))
+                self.dir_synced(p, self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err("symlink", e)))
             })();
             self.entry(r, reply);
         });
@@ -590,7 +605,8 @@ impl Filesystem for Adapter {
                     0 => (0, 0),
                     _ => self.new_owner(req, op, 0, false).map(|(_, u, g)| (u, g))?,
                 };
-                self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err("rename", e))
+                let r = self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err("rename", e));
+                self.dir_synced(np, self.dir_synced(op, r))
             })();
             reply_empty(r, reply);
         });
@@ -601,7 +617,7 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
-                self.fs().link(i, p, n).map_err(|e| self.err("link", e))
+                self.dir_synced(p, self.fs().link(i, p, n).map_err(|e| self.err("link", e)))
             })();
             self.entry(r, reply);
         });
@@ -929,7 +945,7 @@ impl Filesystem for Adapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
@@ -937,8 +953,11 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let (m, uid, gid) = self.new_owner(req, p, (mode & 0o7777) as u16, false)?;
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
+                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
+                let a = self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("create", e)))?;
                 self.take_lookup(a.ino)?;
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
                 Ok((a, fh))

@@ -14,15 +14,20 @@
 //! belong to the `rext4 mount` command.
 #![forbid(unsafe_code)]
 
+mod acl;
 mod adapter;
 mod attr;
+mod diagnose;
 mod errno;
 mod handles;
 mod memfs;
 mod options;
+mod sync_opts;
+mod vfs_flags;
 
+pub use diagnose::{check_mountpoint, mount_error};
 pub use memfs::serve_memfs;
-pub use options::{ErrorBehavior, MountOptions};
+pub use options::{Atime, ErrorBehavior, MountOptions};
 
 use adapter::{Adapter, Shared};
 use errno::ErrorPolicy;
@@ -64,9 +69,13 @@ impl Mount {
             handles: Default::default(),
             policy: ErrorPolicy::new(behavior),
             opts: opts.clone(),
+            acls: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
+        if let Err(e) = vfs_flags::apply(&mountpoint, opts) {
+            log(&format!("{e}; the mount keeps relatime"));
+        }
         Ok(Mount { session, shared, mountpoint })
     }
 
@@ -173,7 +182,9 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 fn fuser_config(opts: &MountOptions) -> Config {
     let mut mo = vec![
         MountOption::FSName(opts.fsname.clone().unwrap_or_else(|| "rext4".into())),
-        MountOption::Subtype("rext4".into()),
+        // The kernel's own `subtype=` (fuser passes `Subtype` only to fusermount3), so the
+        // mount table says `fuse.rext4` and mount(8) finds `mount.fuse.rext4` for a remount.
+        MountOption::CUSTOM("subtype=rext4".into()),
         if opts.read_only { MountOption::RO } else { MountOption::RW },
     ];
     if opts.default_permissions {
@@ -181,8 +192,6 @@ fn fuser_config(opts: &MountOptions) -> Config {
     }
     for f in &opts.kernel_flags {
         mo.push(match f.as_str() {
-            "atime" => MountOption::Atime,
-            "noatime" => MountOption::NoAtime,
             "dev" => MountOption::Dev,
             "nodev" => MountOption::NoDev,
             "suid" => MountOption::Suid,

@@ -31,6 +31,20 @@ pub struct MountOptions {
     pub norecovery: bool,
     /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
     pub cache_bytes: Option<usize>,
+    /// POSIX ACLs enforced and inherited (`acl`, the default, or `noacl`).
+    pub acl: bool,
+    /// Access-time updates (`relatime`, the default, `noatime`, `strictatime`).
+    pub atime: Atime,
+    /// No access-time updates on directories (`nodiratime`).
+    pub nodiratime: bool,
+    /// Every change durable before it returns (`sync`, ext4's meaning: the daemon commits
+    /// after each namespace or attribute change, and the kernel fsyncs after each write).
+    pub sync: bool,
+    /// Directory changes durable before they return (`dirsync`).
+    pub dirsync: bool,
+    /// New inodes take their directory's group (`grpid`, `bsdgroups`; the default is
+    /// `nogrpid`: the creator's group unless the directory is set-group-ID).
+    pub grpid: bool,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
 }
@@ -48,14 +62,107 @@ impl Default for MountOptions {
             fsname: None,
             norecovery: false,
             cache_bytes: None,
+            acl: true,
+            atime: Atime::Relatime,
+            nodiratime: false,
+            sync: false,
+            dirsync: false,
+            grpid: false,
             kernel_flags: Vec::new(),
         }
     }
 }
 
+/// How access times are kept (the mount's VFS flags; the kernel does the rest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atime {
+    /// `relatime`: the kernel's default.
+    Relatime,
+    /// `noatime`.
+    NoAtime,
+    /// `strictatime` (`atime` in the old spelling).
+    Strict,
+}
+
 /// Generic VFS flags handed to the kernel unchanged.
 const KERNEL_FLAGS: &[&str] =
-    &["atime", "noatime", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "sync", "async", "dirsync"];
+    &["dev", "nodev", "suid", "nosuid", "exec", "noexec", "sync", "async", "dirsync"];
+
+/// Options ext4 (or mount(8), or fstab) accepts that mean nothing to a userspace daemon:
+/// accepted and ignored, with or without a value (docs/fuse.md says why, for each).
+const IGNORED: &[&str] = &[
+    "defaults",
+    "auto",
+    "noauto",
+    "nofail",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "_netdev",
+    "comment",
+    "loop",
+    "lazytime",
+    "nolazytime",
+    "diratime",
+    "user_xattr",
+    "nouser_xattr",
+    "barrier",
+    "nobarrier",
+    "discard",
+    "nodiscard",
+    "auto_da_alloc",
+    "noauto_da_alloc",
+    "init_itable",
+    "noinit_itable",
+    "journal_checksum",
+    "nojournal_checksum",
+    "delalloc",
+    "nodelalloc",
+    "block_validity",
+    "noblock_validity",
+    "dioread_lock",
+    "dioread_nolock",
+    "max_batch_time",
+    "min_batch_time",
+    "stripe",
+    "i_version",
+    "noquota",
+    "mblk_io_submit",
+    "nomblk_io_submit",
+    "bh",
+    "nobh",
+    "orlov",
+    "oldalloc",
+    "debug",
+    "nombcache",
+    "no_mbcache",
+    "journal_ioprio",
+    "max_dir_size_kb",
+    "inode_readahead_blks",
+    "resuid",
+    "resgid",
+    "symfollow",
+    "norelatime",
+    "nostrictatime",
+];
+
+/// Options ext4 accepts that rext4 cannot honour: refused, with the reason.
+fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
+    let why = match (key, val) {
+        ("data", Some("journal")) => "data=journal: not supported (rext4 journals metadata, data=ordered)",
+        ("journal_async_commit", _) => "journal_async_commit: not supported",
+        ("quota" | "usrquota" | "grpquota" | "prjquota" | "usrjquota" | "grpjquota" | "jqfmt", _) => {
+            "quota options: not supported (usage is not accounted)"
+        }
+        ("journal_dev" | "journal_path", _) => "external journals are not supported",
+        ("dax", _) => "dax: not supported on a FUSE mount",
+        ("test_dummy_encryption" | "inlinecrypt" | "abort", _) => "not supported by rext4",
+        _ => return None,
+    };
+    Some(why.to_string())
+}
 
 fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
     v.ok_or_else(|| format!("option {key} needs a value"))
@@ -150,11 +257,43 @@ impl MountOptions {
                     }
                     self.cache_bytes = Some(mib.saturating_mul(1 << 20));
                 }
+                "acl" | "noacl" => {
+                    flag(val)?;
+                    self.acl = key == "acl";
+                }
+                "relatime" => self.atime = Atime::Relatime,
+                "noatime" => self.atime = Atime::NoAtime,
+                "strictatime" | "atime" => self.atime = Atime::Strict,
+                "nodiratime" => self.nodiratime = true,
+                "diratime" => self.nodiratime = false,
+                // What the engine does anyway; `writeback` is weaker, so ordered is within it.
+                "data" if matches!(val, Some("ordered" | "writeback")) => {}
+                "data_err" if matches!(val, Some("ignore" | "abort")) => {}
+                "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
+                    flag(val)?;
+                    self.grpid = matches!(key, "grpid" | "bsdgroups");
+                }
+                // Written by mount(8) into fstab-style lists, and for `mount -t fuse.rext4`.
+                "subtype" if val == Some("rext4") => {}
+                k if k.starts_with("x-") => {}
                 k if KERNEL_FLAGS.contains(&k) => {
                     flag(val)?;
+                    match k {
+                        "sync" => self.sync = true,
+                        "async" => self.sync = false,
+                        "dirsync" => self.dirsync = true,
+                        _ => {}
+                    }
                     self.kernel_flags.push(k.to_string());
                 }
-                _ => return Err(format!("unknown mount option: {opt}")),
+                k if IGNORED.contains(&k) => {}
+                k => {
+                    if let Some(why) = unsupported(k, val) {
+                        return Err(why);
+                    }
+                    // The kernel's words for it (`ext4: Unknown parameter 'x'`).
+                    return Err(format!("Unknown parameter '{k}'"));
+                }
             }
         }
         Ok(())
@@ -166,6 +305,11 @@ impl MountOptions {
             return Err("norecovery needs ro: a read-write mount must replay the journal first".into());
         }
         Ok(())
+    }
+
+    /// Whether each directory change must be durable before it returns (`sync`, `dirsync`).
+    pub fn dir_sync(&self) -> bool {
+        self.sync || self.dirsync
     }
 
     /// Worker threads to run.
@@ -206,9 +350,28 @@ mod tests {
         assert_eq!(o.errors, Some(ErrorBehavior::RemountRo));
         assert_eq!(o.threads, Some(4));
         assert_eq!(o.fsname.as_deref(), Some("img"));
-        assert_eq!(o.kernel_flags, vec!["noatime".to_string()]);
+        assert_eq!(o.atime, Atime::NoAtime);
         o.validate().unwrap();
         assert!(!o.engine_options().writable);
+    }
+
+    /// What mount(8) and fstab hand over, and ext4's own options, are accepted.
+    #[test]
+    fn accepts_what_ext4_and_mount_accept() {
+        let o = MountOptions::parse(
+            "rw,relatime,strictatime,nodiratime,lazytime,sync,dirsync,nosuid,nodev,noexec,suid,dev,exec,\
+             defaults,user_xattr,acl,barrier,barrier=1,nobarrier,data=ordered,errors=continue,commit=5,\
+             discard,nodiscard,auto_da_alloc,init_itable=10,noauto,nofail,_netdev,user,users,x-systemd.x=1",
+        )
+        .unwrap();
+        assert_eq!(o.atime, Atime::Strict);
+        assert!(o.nodiratime && o.sync && o.dirsync && o.acl && o.dir_sync());
+        let o = MountOptions::parse("noacl,async,noatime").unwrap();
+        assert!(!o.acl && !o.sync && o.atime == Atime::NoAtime);
+        let e = MountOptions::parse("data=journal").unwrap_err();
+        assert!(e.contains("data=journal"), "{e}");
+        let e = MountOptions::parse("frobnicate").unwrap_err();
+        assert!(e.contains("Unknown parameter 'frobnicate'"), "{e}");
     }
 
     #[test]

@@ -57,4 +57,5 @@ pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::{File, ReadDir};
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
+pub use xattr::acl::InheritedAcl;
 pub use xattr::set::{XATTR_CREATE, XATTR_REPLACE};

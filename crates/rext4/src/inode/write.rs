@@ -229,6 +229,10 @@ impl Fs {
             if changes.size.is_none() || rest != SetAttr::default() {
                 self.inner.setattr(ino, &rest)?;
             }
+            if let Some(mode) = changes.mode {
+                // `ext4_setattr`: the access ACL follows the new mode.
+                self.acl_chmod(ino, mode)?;
+            }
             Ok(())
         })?;
         self.getattr(ino)
