@@ -5,6 +5,7 @@ mod bench;
 mod cp;
 mod cp_in;
 mod demo;
+mod export_safe;
 mod fmt;
 mod imagepath;
 mod inspect;
