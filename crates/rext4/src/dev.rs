@@ -4,6 +4,7 @@
 //! no lock of its own.
 
 pub use crate::dev_crash::{apply as apply_ops, CrashDevice, Op};
+use crate::image_lock::ImageLock;
 use crate::sync::RwLock;
 use std::fs::File;
 use std::io;
@@ -38,20 +39,38 @@ pub trait BlockDevice: Send + Sync {
 pub struct FileDevice {
     file: File,
     size: u64,
+    /// A writable open's claim on the image (see image_lock.rs).
+    _lock: Option<ImageLock>,
 }
 
 impl FileDevice {
-    /// Opens `path`, for writing too if `writable`.
+    /// Opens `path`, for writing too if `writable`. A writable open claims the image: it
+    /// fails with `ErrorKind::ResourceBusy` while another process writes it (rext4 or a
+    /// kernel mount), and holds it until the device is dropped.
     pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
-        Self::from_file(file)
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let mut oo = std::fs::OpenOptions::new();
+        oo.read(true).write(writable);
+        if writable && std::fs::metadata(path)?.file_type().is_block_device() {
+            // The kernel refuses O_EXCL on a block device while it is mounted or claimed.
+            oo.custom_flags(libc::O_EXCL);
+        }
+        let file = oo.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => io::Error::new(io::ErrorKind::ResourceBusy, "device is in use (mounted?)"),
+            _ => e,
+        })?;
+        let lock = if writable { Some(crate::image_lock::claim(&file)?) } else { None };
+        let mut dev = Self::from_file(file)?;
+        dev._lock = lock;
+        Ok(dev)
     }
 
     /// Wraps an open file; its size is taken now (block devices report it through seeking).
+    /// Claims nothing: the caller answers for other writers.
     pub fn from_file(mut file: File) -> io::Result<Self> {
         use std::io::Seek;
         let size = file.seek(io::SeekFrom::End(0))?;
-        Ok(FileDevice { file, size })
+        Ok(FileDevice { file, size, _lock: None })
     }
 }
 

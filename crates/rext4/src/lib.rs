@@ -48,6 +48,7 @@ mod fs;
 mod fs_error;
 mod group;
 mod ialloc;
+mod image_lock;
 mod indirect;
 mod indirect_write;
 mod inline;
