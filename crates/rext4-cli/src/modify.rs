@@ -91,8 +91,11 @@ fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliRes
 pub fn mkdir(target: &str, parents: bool) -> CliResult {
     with_rw(target, |fs, p| {
         let comps: Vec<&str> = p.path.split('/').filter(|c| !c.is_empty()).collect();
+        let cannot = |e: &dyn std::fmt::Display| {
+            format!("cannot create directory '{}:{}': {e}", p.image.display(), p.path)
+        };
         if comps.is_empty() {
-            return Err(p.err("file exists"));
+            return Err(cannot(&"file exists"));
         }
         let mut dir = fs.root();
         for (i, c) in comps.iter().enumerate() {
@@ -104,9 +107,9 @@ pub fn mkdir(target: &str, parents: bool) -> CliResult {
                     }
                     dir = a.ino;
                 }
-                Ok(_) => return Err(p.err("file exists")),
+                Ok(_) => return Err(cannot(&"file exists")),
                 Err(e) if e.errno() == 2 && (last || parents) => {
-                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| p.err(e))?.ino;
+                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| cannot(&e))?.ino;
                 }
                 Err(e) => return Err(p.err(e)),
             }
