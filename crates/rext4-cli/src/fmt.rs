@@ -61,11 +61,21 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// bytes that are not UTF-8 are written as `\\ooo` (octal), as `ls -b` does, so a crafted name
 /// can neither drive the terminal nor pass for a path.
 pub fn name(b: &[u8]) -> String {
+    escape(b, true)
+}
+
+/// A symbolic link's target as text: escaped as [`name`] does, but for `/`, which a path
+/// may hold.
+pub fn target(b: &[u8]) -> String {
+    escape(b, false)
+}
+
+fn escape(b: &[u8], slash: bool) -> String {
     let mut s = String::with_capacity(b.len());
     let octal = |s: &mut String, c: u8| s.push_str(&format!("\\{c:03o}"));
     for chunk in b.utf8_chunks() {
         for c in chunk.valid().chars() {
-            if c.is_control() || c == '/' || c == '\\' {
+            if c.is_control() || (slash && c == '/') || c == '\\' {
                 let mut buf = [0u8; 4];
                 for &byte in c.encode_utf8(&mut buf).as_bytes() {
                     octal(&mut s, byte);
@@ -112,6 +122,7 @@ mod tests {
     fn escapes_names() {
         assert_eq!(name("caf\u{e9}.txt".as_bytes()), "caf\u{e9}.txt");
         assert_eq!(name(b"a/b\n\\\xff"), "a\\057b\\012\\134\\377");
+        assert_eq!(target(b"../a\n"), "../a\\012");
         assert_eq!(bad_name(b"ok"), None);
         assert!(bad_name(b"..").is_some() && bad_name(b"a/b").is_some() && bad_name(b"a\0").is_some());
     }

@@ -1,6 +1,6 @@
 //! The read-only inspection commands: info, ls, cat, stat, tree.
 
-use crate::fmt::{mode_string, name, time};
+use crate::fmt::{mode_string, name, target, time};
 use crate::imagepath::ImagePath;
 use crate::CliResult;
 use rext4::format::features::{feature_names, FeatureKind};
@@ -206,7 +206,7 @@ fn long_line(fs: &Fs, entry_name: &[u8], a: &Attr) -> String {
     if a.kind == FileType::Symlink {
         if let Ok(t) = fs.readlink(a.ino) {
             line.push_str(" -> ");
-            line.push_str(&name(&t));
+            line.push_str(&target(&t));
         }
     }
     line
@@ -280,7 +280,7 @@ pub fn stat(target: &str) -> CliResult {
     let mut lines = vec![format!("  File: {}", p.path)];
     if a.kind == FileType::Symlink {
         let t = fs.readlink(a.ino).map_err(|e| p.err(e))?;
-        lines[0].push_str(&format!(" -> {}", name(&t)));
+        lines[0].push_str(&format!(" -> {}", crate::fmt::target(&t)));
     }
     lines.push(format!("  Size: {:<15} Blocks: {:<10} IO Block: {:<6} {kind}", a.size, a.blocks, a.blksize));
     let dev = if matches!(a.kind, FileType::CharDevice | FileType::BlockDevice) {
@@ -388,7 +388,7 @@ fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str, path: &st
         let mut line = format!("{prefix}{}{}", if last { "`-- " } else { "|-- " }, name(&e.name));
         if a.kind == FileType::Symlink {
             if let Ok(t) = fs.readlink(a.ino) {
-                line.push_str(&format!(" -> {}", name(&t)));
+                line.push_str(&format!(" -> {}", target(&t)));
             }
         }
         let prefix = format!("{prefix}{}", if last { "    " } else { "|   " });
