@@ -91,3 +91,24 @@ fn a_writer_refuses_an_image_the_kernel_has_mounted() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     fsck_clean(&img);
 }
+
+/// The lock is the engine's: a second writable open in the same process is refused with
+/// EBUSY while the first is open, a read-only open is not, and a clean unmount frees the image
+/// even while the first handle still exists.
+#[test]
+fn library_writers_exclude_each_other_until_unmount() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("lib.img");
+    mkfs(&img);
+    let first = rext4::Fs::open_rw(&img).unwrap();
+    let e = rext4::Fs::open_rw(&img).err().expect("a second writer is refused");
+    assert_eq!(e.errno(), libc::EBUSY);
+    assert!(e.to_string().contains("image is in use by another rext4 process (pid "), "{e}");
+    assert!(rext4::Fs::open(&img).is_ok(), "a reader beside the writer");
+    first.unmount().unwrap();
+    let second = rext4::Fs::open_rw(&img).unwrap();
+    second.mkdir(second.root(), b"after", 0o755, 0, 0).unwrap();
+    second.unmount().unwrap();
+    drop(first);
+    fsck_clean(&img);
+}

@@ -33,14 +33,18 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// Gives up a writable open's claim on the image once the filesystem on it is closed
+    /// clean, so the next writer need not wait for the last handle to be dropped.
+    fn release_claim(&self) {}
 }
 
 /// An image file or block device opened from the host.
 pub struct FileDevice {
     file: File,
     size: u64,
-    /// A writable open's claim on the image (see image_lock.rs).
-    _lock: Option<ImageLock>,
+    /// A writable open's claim on the image (see image_lock.rs). [own lock: taken only at
+    /// open and at a clean close]
+    lock: crate::sync::Mutex<Option<ImageLock>>,
 }
 
 impl FileDevice {
@@ -60,8 +64,8 @@ impl FileDevice {
             _ => e,
         })?;
         let lock = if writable { Some(crate::image_lock::claim(&file)?) } else { None };
-        let mut dev = Self::from_file(file)?;
-        dev._lock = lock;
+        let dev = Self::from_file(file)?;
+        *dev.lock.lock() = lock;
         Ok(dev)
     }
 
@@ -70,7 +74,7 @@ impl FileDevice {
     pub fn from_file(mut file: File) -> io::Result<Self> {
         use std::io::Seek;
         let size = file.seek(io::SeekFrom::End(0))?;
-        Ok(FileDevice { file, size, _lock: None })
+        Ok(FileDevice { file, size, lock: crate::sync::Mutex::new(None) })
     }
 }
 
@@ -125,6 +129,9 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn release_claim(&self) {
+        self.lock.lock().take();
     }
 }
 
