@@ -128,7 +128,11 @@ pub fn rm(target: &str, recursive: bool) -> CliResult {
         return Err(format!("refusing to remove '.' or '..' directory: skipping '{target}'"));
     }
     if trimmed.split('/').all(|c| c.is_empty() || c == ".") {
-        return Err(format!("it is dangerous to operate recursively on '{target}' (the image's root)"));
+        return Err(if recursive {
+            format!("it is dangerous to operate recursively on '{target}' (the image's root)")
+        } else {
+            format!("cannot remove '{target}': is a directory")
+        });
     }
     with_rw(target, |fs, p| {
         let (dir, name) = parent_of(fs, p, &p.path)?;

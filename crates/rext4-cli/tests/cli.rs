@@ -418,6 +418,8 @@ fn rm_refuses_dot_dotdot_and_the_root() {
             );
         }
     }
+    let o = rext4(&["rm", &at(&fx, "/")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"), "{o:?}");
     assert_eq!(stdout(&rext4(&["tree", &at(&fx, "/")])), before);
     fsck_clean(&fx.image);
 }
