@@ -15,12 +15,14 @@ use std::path::{Path, PathBuf};
 
 const CHUNK: usize = 1 << 20;
 
-/// One thing to create in the image: host path, parent directory in the image, name.
+/// One thing to create in the image: host path, parent directory in the image, name, and
+/// where that is (`IMAGE:/path`, for messages).
 struct Item {
     host: PathBuf,
     meta: Metadata,
     parent: InodeNo,
     name: Vec<u8>,
+    shown: String,
 }
 
 fn open_rw(p: &ImagePath) -> CliResult<Fs> {
@@ -52,15 +54,63 @@ fn destination(fs: &Fs, p: &ImagePath, source: &Path) -> CliResult<(InodeNo, Vec
 /// `rext4 cp [-r] HOSTPATH IMAGE:/path`.
 pub fn copy_in(source: &Path, target: &str, recursive: bool, quiet: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
-    let meta = std::fs::symlink_metadata(source).map_err(|e| format!("{}: {e}", source.display()))?;
+    // Like cp: without -r a symlink operand is followed, and a fifo or device is read for its
+    // bytes into a regular file; with -r they are copied as what they are.
+    let meta = if recursive { std::fs::symlink_metadata(source) } else { std::fs::metadata(source) }
+        .map_err(|e| format!("cannot stat '{}': {e}", source.display()))?;
     if meta.is_dir() && !recursive {
         return Err(format!("-r not specified; omitting directory '{}'", source.display()));
     }
     let fs = open_rw(&p)?;
-    let r = copy_tree(&fs, &p, source, meta, quiet);
+    let r = if recursive || meta.is_file() || meta.is_dir() {
+        copy_tree(&fs, &p, source, meta, quiet)
+    } else {
+        copy_stream(&fs, &p, source, &meta)
+    };
     let closed = fs.unmount();
     r?;
     closed.map_err(|e| p.err(e))
+}
+
+/// Copies the bytes read from a fifo or device into a regular file, as `cp` without -r does.
+fn copy_stream(fs: &Fs, p: &ImagePath, source: &Path, m: &Metadata) -> CliResult {
+    use std::io::Read;
+    let (parent, leaf) = destination(fs, p, source)?;
+    let shown = top_shown(p, fs, parent, &leaf);
+    let mut f =
+        File::open(source).map_err(|e| format!("cannot open '{}' for reading: {e}", source.display()))?;
+    let it = Item { host: source.to_path_buf(), meta: m.clone(), parent, name: leaf, shown: shown.clone() };
+    replace(fs, &it).map_err(|e| format!("cannot create regular file '{shown}': {e}"))?;
+    let (uid, gid) = ids(nix::unistd::geteuid().is_root(), m);
+    // As cp makes a new file: the source's permission bits less the umask.
+    let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    nix::sys::stat::umask(umask);
+    let perm = (m.mode() & 0o777 & !umask.bits()) as u16;
+    let ino = fs
+        .create(parent, &it.name, perm, uid, gid)
+        .map_err(|e| format!("cannot create regular file '{shown}': {e}"))?
+        .ino;
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| format!("error reading '{}': {e}", source.display()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        fs.write(ino, at, &buf[..n]).map_err(|e| format!("error writing '{shown}': {e}"))?;
+        at += n as u64;
+    }
+}
+
+/// `IMAGE:/path` of the copy's top: `p.path` itself, or the source's name inside it.
+fn top_shown(p: &ImagePath, fs: &Fs, parent: InodeNo, leaf: &[u8]) -> String {
+    let into_dir = fs.metadata(&p.path).is_ok_and(|a| a.kind == FileType::Directory && a.ino == parent);
+    let path = p.path.trim_end_matches('/');
+    if into_dir {
+        format!("{}:{path}/{}", p.image.display(), name(leaf))
+    } else {
+        format!("{}:{path}", p.image.display())
+    }
 }
 
 fn copy_tree(fs: &Fs, p: &ImagePath, source: &Path, meta: Metadata, quiet: bool) -> CliResult {
@@ -88,10 +138,11 @@ fn copy_tree(fs: &Fs, p: &ImagePath, source: &Path, meta: Metadata, quiet: bool)
     let mut warnings = Vec::new();
     // Directories get their times after their contents are written.
     let mut dir_times: Vec<(InodeNo, Metadata)> = Vec::new();
-    let mut queue = vec![Item { host: source.to_path_buf(), meta, parent, name: leaf }];
+    let shown = top_shown(p, fs, parent, &leaf);
+    let mut queue = vec![Item { host: source.to_path_buf(), meta, parent, name: leaf, shown }];
     while let Some(it) = queue.pop() {
         let ino = copy_one(fs, &it, root, &mut links, &bar)
-            .map_err(|e| format!("{} -> {}: {e}", it.host.display(), name(&it.name)))?;
+            .map_err(|e| format!("cannot copy '{}' to '{}': {e}", it.host.display(), it.shown))?;
         let Some(ino) = ino else { continue };
         copy_xattrs(fs, &it.host, ino, &mut warnings);
         if it.meta.is_dir() {
@@ -99,12 +150,9 @@ fn copy_tree(fs: &Fs, p: &ImagePath, source: &Path, meta: Metadata, quiet: bool)
             for e in rd {
                 let e = e.map_err(|e| e.to_string())?;
                 let meta = e.metadata().map_err(|err| format!("{}: {err}", e.path().display()))?;
-                queue.push(Item {
-                    host: e.path(),
-                    meta,
-                    parent: ino,
-                    name: e.file_name().as_bytes().to_vec(),
-                });
+                let n = e.file_name().as_bytes().to_vec();
+                let shown = format!("{}/{}", it.shown, name(&n));
+                queue.push(Item { host: e.path(), meta, parent: ino, name: n, shown });
             }
             dir_times.push((ino, it.meta));
         } else {

@@ -57,9 +57,54 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// A name from the image, shown lossily as UTF-8.
+/// A name from the image as text: valid UTF-8 is kept; control characters, `/`, `\\` and
+/// bytes that are not UTF-8 are written as `\\ooo` (octal), as `ls -b` does, so a crafted name
+/// can neither drive the terminal nor pass for a path.
 pub fn name(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    escape(b, true)
+}
+
+/// A symbolic link's target as text: escaped as [`name`] does, but for `/`, which a path
+/// may hold.
+pub fn target(b: &[u8]) -> String {
+    escape(b, false)
+}
+
+fn escape(b: &[u8], slash: bool) -> String {
+    let mut s = String::with_capacity(b.len());
+    let octal = |s: &mut String, c: u8| s.push_str(&format!("\\{c:03o}"));
+    for chunk in b.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || (slash && c == '/') || c == '\\' {
+                let mut buf = [0u8; 4];
+                for &byte in c.encode_utf8(&mut buf).as_bytes() {
+                    octal(&mut s, byte);
+                }
+            } else {
+                s.push(c);
+            }
+        }
+        for &byte in chunk.invalid() {
+            octal(&mut s, byte);
+        }
+    }
+    s
+}
+
+/// Why a directory entry's name cannot be a name on the host: it holds `/` or NUL, is
+/// empty, or is `.` or `..` (the real dot entries never reach this check).
+pub fn bad_name(b: &[u8]) -> Option<&'static str> {
+    if b.is_empty() {
+        Some("empty name")
+    } else if b == b"." || b == b".." {
+        Some("a second dot entry")
+    } else if b.contains(&b'/') {
+        Some("name holds '/'")
+    } else if b.contains(&0) {
+        Some("name holds NUL")
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -71,5 +116,14 @@ mod tests {
         assert_eq!(time(Timestamp { sec: 0, nsec: 5 }), "1970-01-01 00:00:00.000000005");
         assert_eq!(time(Timestamp { sec: 951_782_400, nsec: 0 }), "2000-02-29 00:00:00.000000000");
         assert_eq!(time(Timestamp { sec: -1, nsec: 0 }), "1969-12-31 23:59:59.000000000");
+    }
+
+    #[test]
+    fn escapes_names() {
+        assert_eq!(name("caf\u{e9}.txt".as_bytes()), "caf\u{e9}.txt");
+        assert_eq!(name(b"a/b\n\\\xff"), "a\\057b\\012\\134\\377");
+        assert_eq!(target(b"../a\n"), "../a\\012");
+        assert_eq!(bad_name(b"ok"), None);
+        assert!(bad_name(b"..").is_some() && bad_name(b"a/b").is_some() && bad_name(b"a\0").is_some());
     }
 }

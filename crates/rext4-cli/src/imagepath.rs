@@ -22,16 +22,42 @@ impl ImagePath {
         Ok(ImagePath { image: PathBuf::from(&arg[..at]), path })
     }
 
+    /// As [`ImagePath::parse`], and for commands that only read: an argument without
+    /// `:/path` that names an existing file or block device is that image's root, so
+    /// `rext4 ls disk.img` lists it.
+    pub fn parse_read(arg: &str) -> CliResult<Self> {
+        Self::parse(arg).or_else(|e| {
+            let is_image = std::fs::metadata(arg)
+                .map(|m| {
+                    use std::os::unix::fs::FileTypeExt;
+                    m.is_file() || m.file_type().is_block_device()
+                })
+                .unwrap_or(false);
+            if is_image {
+                Ok(ImagePath { image: PathBuf::from(arg), path: "/".into() })
+            } else {
+                Err(e)
+            }
+        })
+    }
+
     /// Opens the image.
     pub fn open(&self) -> CliResult<Fs> {
         Fs::open(&self.image).map_err(|e| format!("{}: {e}", self.image.display()))
     }
 
-    /// The entries of directory `dir` other than `.` and `..`, in on-disk order.
+    /// The entries of directory `dir` other than its `.` and `..`, in on-disk order. Only
+    /// the first entry of each dot name is the real one: a crafted image may hold more, and
+    /// those are returned for the caller to judge.
     pub fn children(&self, fs: &Fs, dir: rext4::InodeNo) -> CliResult<Vec<rext4::DirEntry>> {
         let mut entries = Vec::new();
+        let (mut dot, mut dotdot) = (false, false);
         fs.readdir(dir, 0, |e| {
-            if e.name != b"." && e.name != b".." {
+            if e.name == b"." && !dot {
+                dot = true;
+            } else if e.name == b".." && !dotdot {
+                dotdot = true;
+            } else {
                 entries.push(e);
             }
             true

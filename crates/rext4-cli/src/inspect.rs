@@ -1,11 +1,12 @@
 //! The read-only inspection commands: info, ls, cat, stat, tree.
 
-use crate::fmt::{mode_string, name, time};
+use crate::fmt::{mode_string, name, target, time};
 use crate::imagepath::ImagePath;
 use crate::CliResult;
 use rext4::format::features::{feature_names, FeatureKind};
 use rext4::format::superblock as fsb;
 use rext4::{Attr, FileType, Fs, Timestamp};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
@@ -182,7 +183,7 @@ pub fn info(image: &Path) -> CliResult {
 }
 
 fn open(target: &str) -> CliResult<(ImagePath, Fs)> {
-    let p = ImagePath::parse(target)?;
+    let p = ImagePath::parse_read(target)?;
     let fs = p.open()?;
     Ok((p, fs))
 }
@@ -205,7 +206,7 @@ fn long_line(fs: &Fs, entry_name: &[u8], a: &Attr) -> String {
     if a.kind == FileType::Symlink {
         if let Ok(t) = fs.readlink(a.ino) {
             line.push_str(" -> ");
-            line.push_str(&name(&t));
+            line.push_str(&target(&t));
         }
     }
     line
@@ -279,7 +280,7 @@ pub fn stat(target: &str) -> CliResult {
     let mut lines = vec![format!("  File: {}", p.path)];
     if a.kind == FileType::Symlink {
         let t = fs.readlink(a.ino).map_err(|e| p.err(e))?;
-        lines[0].push_str(&format!(" -> {}", name(&t)));
+        lines[0].push_str(&format!(" -> {}", crate::fmt::target(&t)));
     }
     lines.push(format!("  Size: {:<15} Blocks: {:<10} IO Block: {:<6} {kind}", a.size, a.blocks, a.blksize));
     let dev = if matches!(a.kind, FileType::CharDevice | FileType::BlockDevice) {
@@ -315,30 +316,54 @@ pub fn stat(target: &str) -> CliResult {
     Ok(())
 }
 
-/// `rext4 tree IMAGE:/dir`.
+/// `rext4 tree IMAGE:/dir`. A directory met a second time (a crafted image's directory
+/// hard link, or a cycle back to an ancestor) is shown but not entered, and reported.
 pub fn tree(target: &str) -> CliResult {
     let (p, fs) = open(target)?;
     let root = fs.metadata(&p.path).map_err(|e| p.err(e))?;
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
     writeln!(o, "{}", p.path).map_err(|e| e.to_string())?;
     let (mut dirs, mut files) = (0u64, 0u64);
+    let mut seen = HashSet::from([root.ino]);
+    let mut cycles = Vec::new();
+    let top = p.path.trim_end_matches('/').to_string();
     // Depth-first with an explicit stack of sibling lists, so deep trees cannot overflow.
-    let mut stack = vec![children(&fs, &p, root.ino, "")?.into_iter()];
+    let mut stack = vec![children(&fs, &p, root.ino, "", &top)?.into_iter()];
     while let Some(top) = stack.last_mut() {
         let Some(child) = top.next() else {
             stack.pop();
             continue;
         };
-        writeln!(o, "{}", child.line).map_err(|e| e.to_string())?;
         if child.is_dir {
             dirs += 1;
-            stack.push(children(&fs, &p, child.ino, &child.prefix)?.into_iter());
+            if !seen.insert(child.ino) {
+                writeln!(o, "{}  [directory cycle, not followed]", child.line).map_err(|e| e.to_string())?;
+                cycles.push(format!(
+                    "directory cycle at {}:{} (inode {})",
+                    p.image.display(),
+                    child.path,
+                    child.ino
+                ));
+                continue;
+            }
+            writeln!(o, "{}", child.line).map_err(|e| e.to_string())?;
+            stack.push(children(&fs, &p, child.ino, &child.prefix, &child.path)?.into_iter());
         } else {
+            writeln!(o, "{}", child.line).map_err(|e| e.to_string())?;
             files += 1;
         }
     }
     writeln!(o, "\n{dirs} directories, {files} files").map_err(|e| e.to_string())?;
-    o.flush().map_err(|e| e.to_string())
+    o.flush().map_err(|e| e.to_string())?;
+    match cycles.split_last() {
+        None => Ok(()),
+        Some((last, rest)) => {
+            for c in rest {
+                eprintln!("rext4: {c}");
+            }
+            Err(last.clone())
+        }
+    }
 }
 
 struct Child {
@@ -347,10 +372,12 @@ struct Child {
     ino: rext4::InodeNo,
     /// Prefix for this entry's own children.
     prefix: String,
+    /// Where it is in the image, names escaped.
+    path: String,
 }
 
-/// The sorted entries of `dir` as `tree` lines under `prefix`.
-fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str) -> CliResult<Vec<Child>> {
+/// The sorted entries of `dir` (at `path`) as `tree` lines under `prefix`.
+fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str, path: &str) -> CliResult<Vec<Child>> {
     let mut entries = p.children(fs, dir)?;
     entries.sort_by(|x, y| x.name.cmp(&y.name));
     let n = entries.len();
@@ -361,11 +388,12 @@ fn children(fs: &Fs, p: &ImagePath, dir: rext4::InodeNo, prefix: &str) -> CliRes
         let mut line = format!("{prefix}{}{}", if last { "`-- " } else { "|-- " }, name(&e.name));
         if a.kind == FileType::Symlink {
             if let Ok(t) = fs.readlink(a.ino) {
-                line.push_str(&format!(" -> {}", name(&t)));
+                line.push_str(&format!(" -> {}", target(&t)));
             }
         }
         let prefix = format!("{prefix}{}", if last { "    " } else { "|   " });
-        out.push(Child { line, is_dir: a.kind == FileType::Directory, ino: a.ino, prefix });
+        let path = format!("{path}/{}", name(&e.name));
+        out.push(Child { line, is_dir: a.kind == FileType::Directory, ino: a.ino, prefix, path });
     }
     Ok(out)
 }

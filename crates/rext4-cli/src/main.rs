@@ -5,6 +5,7 @@ mod bench;
 mod cp;
 mod cp_in;
 mod demo;
+mod export_safe;
 mod fmt;
 mod imagepath;
 mod inspect;
@@ -125,6 +126,13 @@ enum Cmd {
     Getfattr {
         #[arg(short = 'n')]
         name: Option<String>,
+        /// Dump every attribute (what getfattr without -n does here too; accepted as
+        /// getfattr(1) users write it).
+        #[arg(short = 'd', long = "dump")]
+        _dump: bool,
+        /// Names matching this pattern; only `-` (every namespace, the default) is taken.
+        #[arg(short = 'm', value_parser = ["-", ".", ""])]
+        _match: Option<String>,
         #[arg(short = 'e', value_enum, default_value = "text")]
         encoding: xattr_cmd::Encoding,
         /// Act on a final symbolic link itself.
@@ -215,7 +223,7 @@ fn main() -> ExitCode {
             }
             (None, None) => Err("setfattr: give -n NAME or -x NAME".into()),
         },
-        Cmd::Getfattr { name, encoding, no_dereference, target } => {
+        Cmd::Getfattr { name, encoding, no_dereference, target, .. } => {
             xattr_cmd::getfattr(name.as_deref(), encoding, &target, !no_dereference)
         }
         Cmd::Tree { target } => inspect::tree(&target),

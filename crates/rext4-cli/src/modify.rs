@@ -91,8 +91,11 @@ fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliRes
 pub fn mkdir(target: &str, parents: bool) -> CliResult {
     with_rw(target, |fs, p| {
         let comps: Vec<&str> = p.path.split('/').filter(|c| !c.is_empty()).collect();
+        let cannot = |e: &dyn std::fmt::Display| {
+            format!("cannot create directory '{}:{}': {e}", p.image.display(), p.path)
+        };
         if comps.is_empty() {
-            return Err(p.err("file exists"));
+            return Err(cannot(&"file exists"));
         }
         let mut dir = fs.root();
         for (i, c) in comps.iter().enumerate() {
@@ -104,9 +107,9 @@ pub fn mkdir(target: &str, parents: bool) -> CliResult {
                     }
                     dir = a.ino;
                 }
-                Ok(_) => return Err(p.err("file exists")),
+                Ok(_) => return Err(cannot(&"file exists")),
                 Err(e) if e.errno() == 2 && (last || parents) => {
-                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| p.err(e))?.ino;
+                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| cannot(&e))?.ino;
                 }
                 Err(e) => return Err(p.err(e)),
             }
@@ -115,8 +118,22 @@ pub fn mkdir(target: &str, parents: bool) -> CliResult {
     })
 }
 
-/// `rext4 rm [-r] IMAGE:/path`.
+/// `rext4 rm [-r] IMAGE:/path`. Like coreutils' rm, `.`, `..` and the root are refused
+/// before anything is touched.
 pub fn rm(target: &str, recursive: bool) -> CliResult {
+    let p = ImagePath::parse(target)?;
+    let trimmed = p.path.trim_end_matches('/');
+    let last = trimmed.rsplit('/').next().unwrap_or("");
+    if last == "." || last == ".." {
+        return Err(format!("refusing to remove '.' or '..' directory: skipping '{target}'"));
+    }
+    if trimmed.split('/').all(|c| c.is_empty() || c == ".") {
+        return Err(if recursive {
+            format!("it is dangerous to operate recursively on '{target}' (the image's root)")
+        } else {
+            format!("cannot remove '{target}': is a directory")
+        });
+    }
     with_rw(target, |fs, p| {
         let (dir, name) = parent_of(fs, p, &p.path)?;
         let a = fs.lookup(dir, &name).map_err(|e| p.err(e))?;
@@ -131,7 +148,9 @@ pub fn rm(target: &str, recursive: bool) -> CliResult {
 }
 
 /// Removes directory `ino` (named `name` in `parent`) and everything below it, depth first
-/// with an explicit stack.
+/// with an explicit stack. A directory met twice (a crafted image's directory hard link, or
+/// a cycle back to an ancestor) and names no directory may hold are reported and left, so
+/// the walk ends; the directories holding them then cannot be removed.
 fn remove_tree(
     fs: &Fs,
     p: &ImagePath,
@@ -139,22 +158,40 @@ fn remove_tree(
     name: &[u8],
     ino: rext4::InodeNo,
 ) -> CliResult {
-    let mut stack = vec![(parent, name.to_vec(), ino, false)];
-    while let Some((par, n, dir, emptied)) = stack.pop() {
+    let top = p.path.trim_end_matches('/').to_string();
+    let mut seen = std::collections::HashSet::from([ino]);
+    let mut stack = vec![(parent, name.to_vec(), ino, top, false)];
+    while let Some((par, n, dir, path, emptied)) = stack.pop() {
         if emptied {
-            fs.rmdir(par, &n).map_err(|e| p.err(e))?;
+            fs.rmdir(par, &n).map_err(|e| format!("{}:{path}: {e}", p.image.display()))?;
             continue;
         }
-        stack.push((par, n, dir, true));
+        stack.push((par, n, dir, path.clone(), true));
         for e in p.children(fs, dir)? {
+            let child = format!("{path}/{}", crate::fmt::name(&e.name));
+            if let Some(why) = crate::fmt::bad_name(&e.name) {
+                eprintln!(
+                    "rext4: warning: directory inode {dir}: {why}: '{}'; left",
+                    crate::fmt::name(&e.name)
+                );
+                continue;
+            }
             let kind = match e.kind {
                 Some(k) => k,
                 None => fs.getattr(e.ino).map_err(|err| p.err(err))?.kind,
             };
             if kind == rext4::FileType::Directory {
-                stack.push((dir, e.name, e.ino, false));
+                if !seen.insert(e.ino) {
+                    eprintln!(
+                        "rext4: directory cycle at {}:{child} (inode {}); left",
+                        p.image.display(),
+                        e.ino
+                    );
+                    continue;
+                }
+                stack.push((dir, e.name, e.ino, child, false));
             } else {
-                fs.unlink(dir, &e.name).map_err(|err| p.err(err))?;
+                fs.unlink(dir, &e.name).map_err(|err| format!("{}:{child}: {err}", p.image.display()))?;
             }
         }
     }

@@ -1,22 +1,20 @@
 //! `rext4 mount IMAGE MOUNTPOINT [-o OPTIONS] [-f]`: serve an image through FUSE.
 //!
 //! Without `-f` the command starts itself again as a detached daemon (`-f --daemon-child`)
-//! and returns once that daemon has mounted the image, or with its error. The daemon holds an
-//! exclusive `flock` on the image while it runs, so a second mount fails at once; it is
-//! released only after the journal is committed and the image marked clean, so
-//! `flock IMAGE true` waits for a daemon that is finishing after `umount`.
+//! and returns once that daemon has mounted the image, or with its error. A read-write
+//! daemon holds the engine's exclusive `flock` on the image while it runs (as every rext4
+//! writer does), so a second writer fails at once; it is released only after the journal is
+//! committed and the image marked clean, so `flock IMAGE true` waits for a daemon that is
+//! finishing after `umount`.
 //!
 //! Unmounting (`umount`, `fusermount3 -u`) or SIGTERM / SIGINT / SIGHUP ends the daemon
 //! cleanly: the filesystem is unmounted (lazily if busy), the journal committed and the image
 //! left clean.
 
 use crate::CliResult;
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use rext4_fuse::MountOptions;
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -99,37 +97,23 @@ fn daemonize(image: &Path, mountpoint: &Path, options: &[String]) -> CliResult {
     Err(if why.is_empty() { "the daemon stopped before mounting".into() } else { why })
 }
 
-/// Takes the image's exclusive lock, or says who has it.
-fn lock_image(image: &Path) -> CliResult<Flock<File>> {
-    let meta = std::fs::metadata(image).map_err(|e| format!("{}: {e}", image.display()))?;
-    let mut oo = std::fs::OpenOptions::new();
-    oo.read(true);
-    if meta.file_type().is_block_device() {
-        // O_EXCL on a block device fails while the kernel (or anyone) has it mounted.
-        oo.custom_flags(libc::O_EXCL);
-    }
-    let f = oo.open(image).map_err(|e| match e.raw_os_error() {
-        Some(libc::EBUSY) => format!("{}: device is in use (mounted?)", image.display()),
-        _ => format!("{}: {e}", image.display()),
-    })?;
-    let in_use =
-        || format!("{}: image is in use by another rext4 process (already mounted?)", image.display());
-    let mut f = f;
+/// Opens the image through the engine, whose writable open holds the image's lock (and refuses
+/// an image another rext4 process or a kernel mount is writing) until it is closed clean. A
+/// daemon whose mount is gone may still be writing the image home after `umount` (which does
+/// not wait for it): a mount right after an unmount (a test suite's remount cycle) waits for
+/// it, as it would wait for the kernel.
+fn open_image(image: &Path, opts: &MountOptions) -> CliResult<rext4::Fs> {
     let start = std::time::Instant::now();
     loop {
-        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            Ok(l) => return Ok(l),
-            Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
-                // A daemon whose mount is gone is writing the image home after `umount`
-                // (which does not wait for it): a mount right after an unmount (a test
-                // suite's remount cycle) waits for it, as it would wait for the kernel.
-                if mounted_from(image) || start.elapsed() > UNMOUNT_WAIT {
-                    return Err(in_use());
-                }
-                f = back;
+        match rext4::Fs::open_with(image, opts.engine_options()) {
+            Err(rext4::Error::InUse(why))
+                if why.contains("another rext4 process")
+                    && !mounted_from(image)
+                    && start.elapsed() <= UNMOUNT_WAIT =>
+            {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            Err((_, e)) => return Err(format!("{}: cannot lock: {e}", image.display())),
+            r => return r.map_err(|e| format!("{}: {e}", image.display())),
         }
     }
 }
@@ -162,9 +146,7 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&signals), None)
         .map_err(|e| format!("cannot block signals: {e}"))?;
 
-    let lock = lock_image(image)?;
-    let fs = rext4::Fs::open_with(image, opts.engine_options())
-        .map_err(|e| format!("{}: {e}", image.display()))?;
+    let fs = open_image(image, opts)?;
     if let Some(r) = fs.recovery() {
         rext4_fuse::log(&format!(
             "{}: journal recovered at mount: {} transactions, {} blocks replayed",
@@ -224,6 +206,5 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
     if let Some(path) = stats_socket {
         let _ = std::fs::remove_file(path);
     }
-    drop(lock);
     r
 }

@@ -144,12 +144,16 @@ pub fn setfattr(change: &Change, target: &str, follow: bool) -> CliResult {
     };
     let fs = Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
         .map_err(|e| format!("{}: {e}", p.image.display()))?;
-    let r = fs.resolve(&p.path, follow).and_then(|ino| match &value {
-        Some(v) => fs.setxattr(ino, name.as_bytes(), v, 0),
-        None => fs.removexattr(ino, name.as_bytes()),
+    // A missing file is the path's error; the attribute is named only when it is the problem.
+    let r = fs.resolve(&p.path, follow).map_err(|e| p.err(e)).and_then(|ino| {
+        match &value {
+            Some(v) => fs.setxattr(ino, name.as_bytes(), v, 0),
+            None => fs.removexattr(ino, name.as_bytes()),
+        }
+        .map_err(|e| p.err(format!("{name}: {e}")))
     });
     let closed = fs.unmount();
-    r.map_err(|e| p.err(format!("{name}: {e}")))?;
+    r?;
     closed.map_err(|e| p.err(e))
 }
 

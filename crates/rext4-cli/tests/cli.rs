@@ -398,3 +398,28 @@ fn fsck_clean(img: &Path) {
     let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
     assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
+
+/// `rm` refuses `.`, `..` and the root before touching anything, as coreutils' rm does.
+#[test]
+fn rm_refuses_dot_dotdot_and_the_root() {
+    let fx = fixture();
+    let before = stdout(&rext4(&["tree", &at(&fx, "/")]));
+    for path in ["/sub/..", "/sub/.", "/.", "/..", "/sub/../", "/"] {
+        let t = at(&fx, path);
+        let o = rext4(&["rm", "-r", &t]);
+        assert!(!o.status.success(), "rm -r {t} succeeded");
+        let err = String::from_utf8_lossy(&o.stderr);
+        if path == "/" {
+            assert!(err.contains("dangerous to operate recursively"), "{err}");
+        } else {
+            assert_eq!(
+                err.trim_end(),
+                format!("rext4: refusing to remove '.' or '..' directory: skipping '{t}'")
+            );
+        }
+    }
+    let o = rext4(&["rm", &at(&fx, "/")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"), "{o:?}");
+    assert_eq!(stdout(&rext4(&["tree", &at(&fx, "/")])), before);
+    fsck_clean(&fx.image);
+}

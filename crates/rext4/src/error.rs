@@ -64,6 +64,9 @@ pub enum Error {
     Corrupt(Corrupt),
     /// An inode named by number (an open file, a file handle) is no longer in use (`ESTALE`).
     Stale,
+    /// A writable open found the image in use by another writer: another rext4 process or a
+    /// kernel mount (`EBUSY`). The text says which.
+    InUse(String),
 }
 
 impl Error {
@@ -95,6 +98,7 @@ impl Error {
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::Corrupt(c) => c.errno(),
             Error::Stale => libc::ESTALE,
+            Error::InUse(_) => libc::EBUSY,
         }
     }
 
@@ -135,6 +139,7 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Corrupt(c) => write!(f, "filesystem corrupt: {c}"),
             Error::Stale => f.write_str("stale file handle"),
+            Error::InUse(why) => f.write_str(why),
         }
     }
 }
@@ -150,6 +155,11 @@ impl std::error::Error for Error {
 
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {
+        // A device's open refusing another writer (see FileDevice::open) carries its reason;
+        // a bare EBUSY from the system stays an I/O error.
+        if e.kind() == io::ErrorKind::ResourceBusy && e.raw_os_error().is_none() {
+            return Error::InUse(e.to_string());
+        }
         Error::Io(e)
     }
 }

@@ -6,6 +6,7 @@
 //! | this file | `BlockDevice`, `FileDevice`, `MemDevice` |
 //! | `overlay` | `OverlayDevice`: blocks replaced from memory |
 //! | `crash` | `CrashDevice`: records writes and flushes, rebuilds the image at any point |
+//! | `image_lock` | one writer per image: the writer's `flock`, kernel mounts refused |
 //!
 //! ## This module
 //! Block devices: where the bytes of an image live.
@@ -14,9 +15,11 @@
 //! no lock of its own.
 
 pub(crate) mod crash;
+pub(crate) mod image_lock;
 pub(crate) mod overlay;
 
 pub use crate::dev::crash::{apply as apply_ops, CrashDevice, Op};
+use crate::dev::image_lock::ImageLock;
 use crate::sync::RwLock;
 use std::fs::File;
 use std::io;
@@ -45,26 +48,48 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// Gives up a writable open's claim on the image once the filesystem on it is closed
+    /// clean, so the next writer need not wait for the last handle to be dropped.
+    fn release_claim(&self) {}
 }
 
 /// An image file or block device opened from the host.
 pub struct FileDevice {
     file: File,
     size: u64,
+    /// A writable open's claim on the image (see image_lock.rs). [own lock: taken only at
+    /// open and at a clean close]
+    lock: crate::sync::Mutex<Option<ImageLock>>,
 }
 
 impl FileDevice {
-    /// Opens `path`, for writing too if `writable`.
+    /// Opens `path`, for writing too if `writable`. A writable open claims the image: it
+    /// fails with `ErrorKind::ResourceBusy` while another process writes it (rext4 or a
+    /// kernel mount), and holds it until the device is dropped.
     pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new().read(true).write(writable).open(path)?;
-        Self::from_file(file)
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let mut oo = std::fs::OpenOptions::new();
+        oo.read(true).write(writable);
+        if writable && std::fs::metadata(path)?.file_type().is_block_device() {
+            // The kernel refuses O_EXCL on a block device while it is mounted or claimed.
+            oo.custom_flags(libc::O_EXCL);
+        }
+        let file = oo.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => io::Error::new(io::ErrorKind::ResourceBusy, "device is in use (mounted?)"),
+            _ => e,
+        })?;
+        let lock = if writable { Some(crate::dev::image_lock::claim(&file)?) } else { None };
+        let dev = Self::from_file(file)?;
+        *dev.lock.lock() = lock;
+        Ok(dev)
     }
 
     /// Wraps an open file; its size is taken now (block devices report it through seeking).
+    /// Claims nothing: the caller answers for other writers.
     pub fn from_file(mut file: File) -> io::Result<Self> {
         use std::io::Seek;
         let size = file.seek(io::SeekFrom::End(0))?;
-        Ok(FileDevice { file, size })
+        Ok(FileDevice { file, size, lock: crate::sync::Mutex::new(None) })
     }
 }
 
@@ -119,6 +144,9 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn release_claim(&self) {
+        self.lock.lock().take();
     }
 }
 

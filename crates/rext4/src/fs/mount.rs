@@ -228,7 +228,10 @@ impl FsInner {
                 sb.s_feature_ro_compat.set(ro);
             }
             sb.s_state.set(sb.s_state.get() | STATE_VALID);
-        })
+        })?;
+        // Clean on disk: another writer may have the image now.
+        self.dev.release_claim();
+        Ok(())
     }
 }
 
