@@ -329,12 +329,15 @@ fn ext4_options_are_accepted_and_remount_works() {
     }
     assert!(!flags.contains("relatime") && !flags.contains("noatime"), "strictatime: {flags}");
     fs::write(s.mp.join("before"), b"x").unwrap();
-    let st = Command::new("mount").args(["-o", "remount,ro"]).arg(&s.mp).status().unwrap();
-    assert!(st.success(), "mount -o remount,ro");
+    // `-i`: the kernel's remount itself, whether or not a `mount.fuse.rext4` helper is
+    // installed (without one, mount(8) would hand a `fuse.*` remount to fuse3's `mount.fuse`,
+    // which runs `rext4` from PATH); the helper's own path is tested with the helpers.
+    let st = Command::new("mount").args(["-i", "-o", "remount,ro"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount -i -o remount,ro");
     let e = fs::write(s.mp.join("after"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
-    let st = Command::new("mount").args(["-o", "remount,rw"]).arg(&s.mp).status().unwrap();
-    assert!(st.success(), "mount -o remount,rw");
+    let st = Command::new("mount").args(["-i", "-o", "remount,rw"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount -i -o remount,rw");
     fs::write(s.mp.join("after"), b"x").unwrap();
     umount(&s.mp);
     wait_unlocked(&s.img);
