@@ -27,10 +27,11 @@ pub fn helper_main() -> Option<std::process::ExitCode> {
     let mut args = std::env::args_os();
     let argv0 = args.next()?;
     let name = Path::new(&argv0).file_name()?.to_string_lossy().into_owned();
+    let rest: Vec<std::ffi::OsString> = args.collect();
     let r = if name.ends_with(UMOUNT_NAME) {
-        umount_helper(args.collect())
-    } else if name.ends_with(HELPER_NAME) {
-        helper(args.collect())
+        umount_helper(rest)
+    } else if name.ends_with(HELPER_NAME) || fuse_helper_call(&rest) {
+        helper(rest)
     } else {
         return None;
     };
@@ -43,6 +44,22 @@ pub fn helper_main() -> Option<std::process::ExitCode> {
         }
     };
     Some(std::process::ExitCode::from(code))
+}
+
+/// Whether `rext4` was run the way fuse3's generic `mount.fuse` runs a `fuse.TYPE` mount's
+/// program: `rext4 SOURCE DIR -o OPTIONS` (where no `mount.fuse.rext4` helper is installed,
+/// mount(8) hands `-t fuse.rext4` mounts and remounts to `mount.fuse`, which runs `rext4` from
+/// PATH). An existing file or device and an existing directory before any flag; a subcommand
+/// is never an existing path there.
+fn fuse_helper_call(args: &[std::ffi::OsString]) -> bool {
+    match args {
+        [source, dir, flag, ..] => {
+            Path::new(source).exists()
+                && Path::new(dir).is_dir()
+                && flag.to_str().is_some_and(|f| f.starts_with("-o"))
+        }
+        _ => false,
+    }
 }
 
 fn helper(args: Vec<std::ffi::OsString>) -> CliResult {

@@ -554,3 +554,35 @@ fn mount_right_after_umount_waits_for_the_old_daemon() {
     wait_unlocked(&s.img);
     e2fsck_clean(&s.img);
 }
+
+/// Where no `mount.fuse.rext4` helper is installed, mount(8) hands `-t fuse.rext4` mounts and
+/// remounts to fuse3's `mount.fuse`, which runs `rext4 SOURCE DIR -o OPTIONS` from the system
+/// PATH: the binary takes that form too, so `mount -t fuse.rext4` works with `rext4` installed
+/// in `/usr/local/bin` alone.
+#[test]
+fn mount_fuse_runs_the_binary_by_its_own_name() {
+    if !can_mount() {
+        return;
+    }
+    let link = Path::new("/usr/local/bin/rext4");
+    if link.symlink_metadata().is_ok() {
+        eprintln!("SKIP: {} exists already; not replacing it", link.display());
+        return;
+    }
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rext4"), link).unwrap();
+    let _guard = HelperLink(link.to_path_buf());
+    let s = setup();
+    let st = Command::new("mount").args(["-t", "fuse.rext4"]).arg(&s.img).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "mount -t fuse.rext4");
+    assert_eq!(mountinfo(&s.mp).1, "fuse.rext4");
+    assert_eq!(fs::read(s.mp.join("d/f")).unwrap(), b"from mkfs\n");
+    let st = Command::new("mount").args(["-o", "remount,ro"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "remount,ro");
+    assert_eq!(fs::write(s.mp.join("x"), b"x").unwrap_err().raw_os_error(), Some(libc::EROFS));
+    let st = Command::new("mount").args(["-o", "remount,rw"]).arg(&s.mp).status().unwrap();
+    assert!(st.success(), "remount,rw");
+    fs::write(s.mp.join("x"), b"x").unwrap();
+    umount(&s.mp);
+    wait_unlocked(&s.img);
+    e2fsck_clean(&s.img);
+}
