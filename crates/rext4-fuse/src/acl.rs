@@ -42,17 +42,26 @@ impl Adapter {
         self.fs().acl_for_new_inode(parent, mode, umask, is_dir).map_err(|e| self.err("create", e))
     }
 
-    /// Stores the inherited ACLs on the inode just created as `name` in `parent`; if that
-    /// fails the new name is removed again, so the request fails whole.
+    /// Stores the inherited ACLs on `made`, the inode just created as `name` in `parent`, and
+    /// returns its attributes as they then are (`made` itself when there was nothing to
+    /// store: no second lookup on the create path). If storing fails the new name is removed
+    /// again, so the request fails whole.
     pub(crate) fn store_inherited_acl(
         &self,
         parent: InodeNo,
         name: &[u8],
-        ino: InodeNo,
+        made: rext4::Attr,
         acl: &InheritedAcl,
         is_dir: bool,
-    ) -> R<()> {
-        let Err(e) = self.fs().set_inherited_acl(ino, acl) else { return Ok(()) };
+    ) -> R<rext4::Attr> {
+        if !acl.stores_any() {
+            return Ok(made);
+        }
+        let ino = made.ino;
+        let e = match self.fs().set_inherited_acl(ino, acl) {
+            Ok(()) => return self.fs().getattr(ino).map_err(|e| self.err("create", e)),
+            Err(e) => e,
+        };
         let errno = self.err("create (ACL)", e);
         let undo = if is_dir { self.fs().rmdir(parent, name) } else { self.fs().unlink(parent, name) };
         if let Err(u) = undo {

@@ -518,8 +518,7 @@ impl Filesystem for Adapter {
                     self.fs().mknod(p, n, kind as u16 | m, decode_dev(rdev), uid, gid)
                 };
                 let a = r.map_err(|e| self.err("mknod", e))?;
-                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
-                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mknod", e)))
+                self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, false))
             })();
             self.entry(r, reply);
         });
@@ -533,8 +532,7 @@ impl Filesystem for Adapter {
                 let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, true)?;
                 let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), true)?;
                 let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err("mkdir", e))?;
-                self.store_inherited_acl(p, n, a.ino, &acl, true)?;
-                self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("mkdir", e)))
+                self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, true))
             })();
             self.entry(r, reply);
         });
@@ -956,8 +954,7 @@ impl Filesystem for Adapter {
                 let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
                 let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err("create", e))?;
-                self.store_inherited_acl(p, n, a.ino, &acl, false)?;
-                let a = self.dir_synced(p, self.fs().getattr(a.ino).map_err(|e| self.err("create", e)))?;
+                let a = self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, false))?;
                 self.take_lookup(a.ino)?;
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
                 Ok((a, fh))

@@ -111,24 +111,25 @@ pub(super) fn equiv_mode(acl: &[AclEntry], mode: u16) -> (u16, bool) {
 /// `ext4_acl_to_disk`: version 1, then 4-byte entries for the owner, group, mask and other
 /// tags and 8-byte ones (with the id) for named users and groups.
 pub(crate) fn to_disk(acl: &[AclEntry]) -> Vec<u8> {
-    let mut out = ACL_EXT4_VERSION.to_le_bytes().to_vec();
-    for e in acl {
-        out.extend_from_slice(&e.tag.to_le_bytes());
-        out.extend_from_slice(&e.perm.to_le_bytes());
-        if e.tag == ACL_USER || e.tag == ACL_GROUP {
-            out.extend_from_slice(&e.id.to_le_bytes());
-        }
-    }
-    out
+    encode(acl, false)
 }
 
 /// `posix_acl_xattr_set`'s input form: version 2, then 8-byte entries.
 fn to_xattr(acl: &[AclEntry]) -> Vec<u8> {
-    let mut out = ACL_XATTR_VERSION.to_le_bytes().to_vec();
+    encode(acl, true)
+}
+
+/// The entries after a version word: every entry with its id in the VFS form (`xattr`),
+/// only named users' and groups' in ext4's compact one.
+fn encode(acl: &[AclEntry], xattr: bool) -> Vec<u8> {
+    let version = if xattr { ACL_XATTR_VERSION } else { ACL_EXT4_VERSION };
+    let mut out = version.to_le_bytes().to_vec();
     for e in acl {
         out.extend_from_slice(&e.tag.to_le_bytes());
         out.extend_from_slice(&e.perm.to_le_bytes());
-        out.extend_from_slice(&e.id.to_le_bytes());
+        if xattr || e.tag == ACL_USER || e.tag == ACL_GROUP {
+            out.extend_from_slice(&e.id.to_le_bytes());
+        }
     }
     out
 }
@@ -197,6 +198,11 @@ impl InheritedAcl {
     /// A mode and no ACLs (a mount without ACLs).
     pub fn none(mode: u16) -> InheritedAcl {
         InheritedAcl { mode, access: None, default: None }
+    }
+
+    /// Whether [`Fs::set_inherited_acl`] has anything to store.
+    pub fn stores_any(&self) -> bool {
+        self.access.is_some() || self.default.is_some()
     }
 
     /// The mode to create the inode with, before [`Fs::set_inherited_acl`] stores its ACLs
