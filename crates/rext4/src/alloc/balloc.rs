@@ -24,12 +24,6 @@ impl FsInner {
         ((blk - self.sbi.first_data_block) / u64::from(self.sbi.blocks_per_group)) as u32
     }
 
-    /// Blocks at the start of group `g` taken by superblock and descriptor copies
-    /// (`ext4_num_base_meta_blocks`).
-    pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
-        self.sbi.base_meta_blocks(g)
-    }
-
     /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
     /// and the number of free blocks it leaves.
     fn init_block_bitmap(&self, g: u32) -> (Vec<u8>, u32) {
@@ -38,7 +32,7 @@ impl FsInner {
         let mut map = vec![0u8; bs];
         let first = sbi.group_first_block(g);
         let n = sbi.blocks_in_group(g) as usize;
-        bitmap::set_range(&mut map, 0, (self.base_meta_blocks(g) as usize).min(n));
+        bitmap::set_range(&mut map, 0, (self.sbi.base_meta_blocks(g) as usize).min(n));
         let d = self.groups.get(g);
         let ds = sbi.desc_size;
         let mut own = |b: u64, len: u64| {
@@ -172,16 +166,14 @@ impl FsInner {
         if !self.zones.clear_of(None, first + off as u64, len as u64) {
             // The bitmap calls metadata free (the kernel's "Allocating blocks which overlap fs
             // metadata"): mark those blocks in use, as they are, and fail this allocation with
-            // the damage, to be recorded; the next one searches the corrected bitmap.
+            // the damage, to be recorded; the next one searches the corrected bitmap. The free
+            // counts stay as they are, as the kernel leaves them: only the bitmap was wrong.
             let meta: Vec<usize> =
                 (off..off + len).filter(|&i| !self.zones.clear_of(None, first + i as u64, 1)).collect();
             for &i in &meta {
                 bitmap::set(&mut map, i);
             }
-            self.groups.state[g as usize].free_blocks.fetch_sub(meta.len() as u32, Ordering::AcqRel);
             drop(map);
-            self.counters.free_blocks.add(-(meta.len() as i64));
-            self.touch_group_desc(h, g)?;
             // Cannot be empty: the run overlaps a zone, so one of its blocks is in it.
             let block = PhysBlock(first + meta[0] as u64);
             return corrupt(CorruptKind::SystemZone { ino: None, block, len: meta.len() as u64 });
