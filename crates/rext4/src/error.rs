@@ -52,7 +52,7 @@ pub enum Error {
     /// An extended attribute value larger than the VFS passes (`E2BIG`).
     TooBig,
     /// The operation is refused for this kind of file (`EACCES`), e.g. a default ACL on a
-    /// non-directory.
+    /// non-directory, or the caller's credentials do not allow it (permission bits, ACLs).
     AccessDenied,
     /// The image uses something this engine does not implement (`EOPNOTSUPP`).
     NotSupported(String),
@@ -67,6 +67,13 @@ pub enum Error {
     /// A writable open found the image in use by another writer: another rext4 process or a
     /// kernel mount (`EBUSY`). The text says which.
     InUse(String),
+    /// A lock request that may not wait found the range held (`EAGAIN`, which is also
+    /// `EWOULDBLOCK`).
+    WouldBlock,
+    /// A blocking lock request would wait for an owner that waits for the caller (`EDEADLK`).
+    Deadlock,
+    /// A wait was cancelled before it was granted (`EINTR`).
+    Interrupted,
 }
 
 impl Error {
@@ -99,6 +106,9 @@ impl Error {
             Error::Corrupt(c) => c.errno(),
             Error::Stale => libc::ESTALE,
             Error::InUse(_) => libc::EBUSY,
+            Error::WouldBlock => libc::EAGAIN,
+            Error::Deadlock => libc::EDEADLK,
+            Error::Interrupted => libc::EINTR,
         }
     }
 
@@ -140,6 +150,9 @@ impl fmt::Display for Error {
             Error::Corrupt(c) => write!(f, "filesystem corrupt: {c}"),
             Error::Stale => f.write_str("stale file handle"),
             Error::InUse(why) => f.write_str(why),
+            Error::WouldBlock => f.write_str("resource temporarily unavailable"),
+            Error::Deadlock => f.write_str("resource deadlock avoided"),
+            Error::Interrupted => f.write_str("interrupted"),
         }
     }
 }

@@ -260,6 +260,8 @@ impl FsInner {
     /// Frees inode `ino` in its group's bitmap (`ext4_free_inode`).
     pub(crate) fn free_inode(&self, h: &Handle, ino: InodeNo, was_dir: bool) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::FreeInode);
+        // The kernel's lock context dies with the inode (`locks_free_lock_context`).
+        self.locks.drop_inode(ino.0);
         let sbi = &self.sbi;
         let g = (ino.0 - 1) / sbi.inodes_per_group;
         let bit = ((ino.0 - 1) % sbi.inodes_per_group) as usize;

@@ -187,6 +187,8 @@ pub(crate) struct FsInner {
     pub abort_recorded: std::sync::atomic::AtomicBool,
     /// Metadata blocks no inode may name (see map/block_validity.rs). [immutable after open]
     pub zones: crate::map::block_validity::SystemZones,
+    /// File locks (see locks/mod.rs). [per-inode mutexes inside]
+    pub locks: crate::locks::FileLocks,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -383,6 +385,7 @@ impl FsInner {
             stopped: std::sync::atomic::AtomicBool::new(false),
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
             zones,
+            locks: crate::locks::FileLocks::default(),
         })
     }
 

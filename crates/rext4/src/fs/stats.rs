@@ -85,6 +85,9 @@ named_enum! {
         OrphanDel = "ext4_orphan_del",
         Evict = "ext4_evict_inode",
         Commit = "jbd2_journal_commit_transaction",
+        Getlk = "posix_test_lock",
+        Setlk = "posix_lock_inode",
+        Flock = "flock_lock_inode",
     }
 }
 

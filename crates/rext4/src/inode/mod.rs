@@ -194,7 +194,7 @@ impl Inode {
 
 impl FsInner {
     /// Whether an inode may have number `ino` (1 to `s_inodes_count`).
-    pub(in crate::inode) fn ino_in_range(&self, ino: InodeNo) -> bool {
+    pub(crate) fn ino_in_range(&self, ino: InodeNo) -> bool {
         ino.0 != 0 && ino.0 <= self.sbi.inodes_count
     }
 
