@@ -39,6 +39,7 @@ mod path;
 pub mod sync;
 #[cfg(test)]
 mod test_image;
+mod vfs;
 mod xattr;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
@@ -59,5 +60,9 @@ pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::{File, ReadDir};
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
+pub use vfs::creds::{Caps, Creds};
+pub use vfs::open::{OpenFile, OpenFlags};
+pub use vfs::permission::{init_owner, Access};
+pub use vfs::user::UserFs;
 pub use xattr::acl::InheritedAcl;
 pub use xattr::set::{XATTR_CREATE, XATTR_REPLACE};

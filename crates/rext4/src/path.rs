@@ -17,8 +17,18 @@ impl Fs {
     /// Resolves `path` (absolute, or relative to the root) to an inode; a final symbolic link
     /// is followed if `follow` is set. A trailing `/` requires a directory.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> Result<InodeNo> {
+        self.resolve_as(None, path.as_ref(), follow)
+    }
+
+    /// [`Fs::resolve`], checking that `creds` (if any) may search every directory passed.
+    pub(crate) fn resolve_as(
+        &self,
+        creds: Option<&crate::Creds>,
+        path: &Path,
+        follow: bool,
+    ) -> Result<InodeNo> {
         self.inner.noting(crate::fs::stats::Op::Lookup, || {
-            let bytes = path.as_ref().as_os_str().as_bytes();
+            let bytes = path.as_os_str().as_bytes();
             let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
             let mut queue: VecDeque<Vec<u8>> = components(bytes);
             let root = self.inner.iget_live(self.root())?;
@@ -33,6 +43,9 @@ impl Fs {
                 }
                 if c.len() > 255 {
                     return Err(Error::NameTooLong);
+                }
+                if let Some(creds) = creds {
+                    self.permission(creds, &self.inner.attr_of(&cur)?, crate::Access::EXEC)?;
                 }
                 let inode = self.inner.lookup(&cur, &c)?;
                 let last = queue.is_empty();

@@ -379,17 +379,25 @@ impl FsInner {
     }
 
     pub(crate) fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_at(ino, Some(offset), data).map(|(_, n)| n)
+    }
+
+    /// Writes `data` at `offset`, or at the end of the file when `None` (`O_APPEND`: the end
+    /// is read under the inode's lock, so appenders never overlap); returns where the write
+    /// went and how many bytes it wrote.
+    pub(crate) fn write_at(&self, ino: InodeNo, offset: Option<u64>, data: &[u8]) -> Result<(u64, usize)> {
         let journal = self.journal()?.clone();
         let inode = self.regular_file(ino)?;
         if data.is_empty() {
-            return Ok(0);
+            return Ok((offset.unwrap_or_else(|| inode.size()), 0));
         }
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        let offset = offset.unwrap_or_else(|| inode.size());
         let max = self.max_file_size(inode.flags() & EXTENTS_FL != 0);
         if offset >= max {
             return Err(Error::FileTooBig);
         }
         let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
-        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
         // What opening for writing checks (`may_open`): nothing is written to an immutable
         // file, and an append-only one only past its end (`O_APPEND`; a writer placing its
         // own appends, as the FUSE writeback cache does, may flush them out of order).
@@ -399,13 +407,13 @@ impl FsInner {
         }
         // Small files stay in the record (data/inline_write.rs), as the kernel keeps them.
         if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
-            return Ok(n);
+            return Ok((offset, n));
         }
         if flags & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
         if self.overwrite(&journal, &inode, offset, data)? {
-            return Ok(data.len());
+            return Ok((offset, data.len()));
         }
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
@@ -460,7 +468,7 @@ impl FsInner {
         if done == 0 {
             return Err(Error::NoSpace);
         }
-        Ok(done as usize)
+        Ok((offset, done as usize))
     }
 
     /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes, from the

@@ -53,6 +53,9 @@ pub struct Options {
     /// What corruption found while writable does (the kernel's `errors=`); `None` follows the
     /// superblock's setting, as the kernel does (see fs/errors.rs).
     pub errors: Option<ErrorBehavior>,
+    /// New inodes take their directory's group, and set-group-ID directories pass nothing
+    /// on (ext4's `grpid` / `bsdgroups` mount option; see [`crate::UserFs`]).
+    pub grpid: bool,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -139,6 +142,7 @@ impl Default for Options {
             commit_interval: std::time::Duration::from_secs(5),
             norecovery: false,
             errors: None,
+            grpid: false,
         }
     }
 }
@@ -189,6 +193,8 @@ pub(crate) struct FsInner {
     pub zones: crate::map::block_validity::SystemZones,
     /// File locks (see locks/mod.rs). [per-inode mutexes inside]
     pub locks: crate::locks::FileLocks,
+    /// `Options::grpid`. [immutable]
+    pub grpid: bool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -386,6 +392,7 @@ impl FsInner {
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
             zones,
             locks: crate::locks::FileLocks::default(),
+            grpid: opts.grpid,
         })
     }
 

@@ -23,7 +23,7 @@ pub(crate) struct AclEntry {
 }
 
 /// `posix_acl_from_xattr`: `None` for an ACL without entries (which removes the ACL).
-pub(super) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
+pub(crate) fn from_xattr(v: &[u8]) -> Result<Option<Vec<AclEntry>>> {
     if v.is_empty() {
         return Ok(None);
     }
