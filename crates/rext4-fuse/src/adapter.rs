@@ -18,7 +18,7 @@ use crate::attr::{
 };
 use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
-use crate::options::MountOptions;
+use crate::options::{LockMode, MountOptions};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     pub opts: MountOptions,
     /// Whether the kernel took `FUSE_POSIX_ACL` and `FUSE_DONT_MASK` at init (acl.rs).
     pub acls: std::sync::atomic::AtomicBool,
+    /// Who locked through which handle, for `-o locks=engine` (locks.rs).
+    pub lock_owners: crate::locks::LockOwners,
 }
 
 impl Shared {
@@ -256,7 +258,16 @@ impl Adapter {
         // No FUSE_ATOMIC_O_TRUNC: the kernel truncates with a SETATTR once the VFS has made
         // its checks (`handle_truncate`: a running executable is ETXTBSY and keeps its bytes).
         let fh = self.shared.handles.open(u64::from(e.0), flags.0);
-        Ok((fh, FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH))
+        Ok((fh, self.open_flags()))
+    }
+
+    /// How files are opened: kept in the kernel's cache, and closed without a `FLUSH`
+    /// unless the engine keeps the locks (a close must then drop the closer's, locks.rs).
+    fn open_flags(&self) -> FopenFlags {
+        match self.shared.opts.locks {
+            LockMode::Kernel => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+            LockMode::Engine => FopenFlags::FOPEN_KEEP_CACHE,
+        }
     }
 
     /// The ioctls `lsattr` and `chattr` use (through the kernel's fileattr calls, which have
@@ -408,6 +419,11 @@ impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
         self.negotiate_acl(config);
+        if self.shared.opts.locks == LockMode::Engine {
+            if config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS).is_err() {
+                crate::log("locks=engine: this kernel does not pass locks on; it keeps them itself");
+            }
+        }
         Ok(())
     }
 
@@ -683,16 +699,13 @@ impl Filesystem for Adapter {
         });
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
         self.guard("flush", || {
-            // Writes reach the engine synchronously; there is nothing to push at close.
+            // Writes reach the engine synchronously; there is nothing to push at close, but
+            // the closer's POSIX locks go (sent only with locks=engine, see open_flags).
+            if let Some(e) = engine_ino(ino) {
+                self.flush_locks(e, lock_owner.0);
+            }
             reply.ok();
         });
     }
@@ -700,7 +713,7 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -709,7 +722,47 @@ impl Filesystem for Adapter {
     ) {
         self.guard("release", || {
             self.shared.handles.close(fh.0);
+            if let Some(e) = engine_ino(ino) {
+                self.release_locks(e, fh.0);
+            }
             reply.ok();
+        });
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        self.guard("getlk", || match ino_of(ino) {
+            Ok(e) => self.do_getlk(e, lock_owner.0, start, end, typ, pid, reply),
+            Err(err) => reply.error(err),
+        });
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("setlk", || match ino_of(ino) {
+            Ok(e) => self.do_setlk(e, fh.0, lock_owner.0, (start, end), typ, pid, sleep, reply),
+            Err(err) => reply.error(err),
         });
     }
 
@@ -965,7 +1018,7 @@ impl Filesystem for Adapter {
                     &file_attr(&a),
                     gen(&a),
                     FileHandle(fh),
-                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+                    self.open_flags(),
                 ),
                 Err(e) => reply.error(e),
             }

@@ -20,6 +20,7 @@ mod attr;
 mod diagnose;
 mod errno;
 mod handles;
+mod locks;
 mod memfs;
 mod options;
 mod sync_opts;
@@ -27,7 +28,7 @@ mod vfs_flags;
 
 pub use diagnose::{check_mountpoint, mount_error};
 pub use memfs::serve_memfs;
-pub use options::{Atime, ErrorBehavior, MountOptions};
+pub use options::{Atime, ErrorBehavior, LockMode, MountOptions};
 
 use adapter::{Adapter, Shared};
 use errno::ErrorPolicy;
@@ -70,6 +71,7 @@ impl Mount {
             policy: ErrorPolicy::new(behavior),
             opts: opts.clone(),
             acls: Default::default(),
+            lock_owners: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());

@@ -45,6 +45,8 @@ pub struct MountOptions {
     /// New inodes take their directory's group (`grpid`, `bsdgroups`; the default is
     /// `nogrpid`: the creator's group unless the directory is set-group-ID).
     pub grpid: bool,
+    /// Who answers `fcntl` byte-range locks (`locks=kernel`, the default, or `locks=engine`).
+    pub locks: LockMode,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
 }
@@ -68,9 +70,22 @@ impl Default for MountOptions {
             sync: false,
             dirsync: false,
             grpid: false,
+            locks: LockMode::Kernel,
             kernel_flags: Vec::new(),
         }
     }
+}
+
+/// Where `fcntl` locks on the mount live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// The kernel's own lock table for the mount: the daemon never hears of locks. Fast, and
+    /// right for every process using this mount.
+    Kernel,
+    /// The engine's lock table (POSIX and OFD locks through `GETLK`/`SETLK`/`SETLKW`), so
+    /// the locks are the same ones the library's users of the image take. `flock` stays
+    /// with the kernel (see docs/fuse.md).
+    Engine,
 }
 
 /// How access times are kept (the mount's VFS flags; the kernel does the rest).
@@ -269,6 +284,13 @@ impl MountOptions {
                 // What the engine does anyway; `writeback` is weaker, so ordered is within it.
                 "data" if matches!(val, Some("ordered" | "writeback")) => {}
                 "data_err" if matches!(val, Some("ignore" | "abort")) => {}
+                "locks" => {
+                    self.locks = match need(key, val)? {
+                        "kernel" => LockMode::Kernel,
+                        "engine" => LockMode::Engine,
+                        v => return Err(format!("locks={v}: expected kernel or engine")),
+                    };
+                }
                 "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
                     flag(val)?;
                     self.grpid = matches!(key, "grpid" | "bsdgroups");
