@@ -1,7 +1,6 @@
 //! `rext4`: read, inspect and copy out of ext4 images without mounting them.
 #![forbid(unsafe_code)]
 
-mod bench;
 mod cp;
 mod cp_in;
 mod demo;
@@ -12,11 +11,11 @@ mod inspect;
 mod modify;
 mod mount_cmd;
 mod mount_helper;
-mod rng;
 mod stats_cmd;
 mod xattr_cmd;
 
 use clap::{Parser, Subcommand};
+pub(crate) use rext4_cli::{rng, CliResult};
 
 // glibc's malloc locks an arena when a thread frees memory another thread allocated, which
 // the engine does all the time (journal copies, cache entries): on two cores that put worker
@@ -140,10 +139,6 @@ enum Cmd {
         no_dereference: bool,
         target: String,
     },
-    /// The seeds' workloads as one benchmark suite, side by side on rext4 in process, rext4
-    /// through FUSE, kernel ext4, fuse2fs and tmpfs: `rext4 bench [WORKLOAD...] [--targets ...]
-    /// [--workers 1,2,8,48] [--quick] [--json FILE] [--plot FILE.svg]`.
-    Bench(bench::BenchArgs),
     /// The engine's statistics for a filesystem served by `rext4 mount`: time and count per
     /// operation, lock waits, journal commit times.
     Stats {
@@ -172,7 +167,7 @@ enum Cmd {
         daemon_child: bool,
     },
     /// Serve an empty in-memory filesystem through FUSE with `rext4 mount`'s settings, in the
-    /// foreground: what a FUSE daemon costs on this machine (`rext4 bench --targets fusemem`).
+    /// foreground: what a FUSE daemon costs on this machine (`rext4-bench --targets fusemem`).
     #[command(hide = true)]
     Memfs {
         mountpoint: PathBuf,
@@ -227,7 +222,6 @@ fn main() -> ExitCode {
             xattr_cmd::getfattr(name.as_deref(), encoding, &target, !no_dereference)
         }
         Cmd::Tree { target } => inspect::tree(&target),
-        Cmd::Bench(args) => bench::run(args),
         Cmd::Stats { mountpoint, json, reset } => stats_cmd::run(&mountpoint, json, reset),
         Cmd::Mount { image, mountpoint, options, foreground, daemon_child } => {
             mount_cmd::run(&image, &mountpoint, &options, foreground, daemon_child)
@@ -254,6 +248,3 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// A one-line error for the user.
-pub(crate) type CliResult<T = ()> = Result<T, String>;

@@ -4,6 +4,8 @@
 pub struct Rng(pub u64);
 
 impl Rng {
+    // A generator, not an iterator: it never ends, and callers want one number at a time.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

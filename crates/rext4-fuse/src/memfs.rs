@@ -1,7 +1,7 @@
 //! An in-memory filesystem served with the daemon's own FUSE settings: the same session
 //! configuration (threads, cloned fds, mount options), init flags, entry and attribute
 //! timeouts and open flags as `rext4 mount`, behind it names and attributes in sharded maps
-//! and nothing else (files hold no data). `rext4 bench` measures it beside `rext4 mount` as
+//! and nothing else (files hold no data). `rext4-bench` measures it beside `rext4 mount` as
 //! the ceiling of a FUSE daemon on this machine: what the kernel's FUSE round trips cost when
 //! the filesystem costs almost nothing.
 //!

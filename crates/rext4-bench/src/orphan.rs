@@ -1,4 +1,4 @@
-//! `rext4 bench orphan`: seed 001's stress-orphan, in the shape of reaim's `creat_clo`. N
+//! `rext4-bench orphan`: seed 001's stress-orphan, in the shape of reaim's `creat_clo`. N
 //! workers, each in its own directory, loop over create, hold (open), unlink (the inode
 //! becomes an orphan), release (close: the orphan is freed). Orphans recorded in the orphan
 //! file (lock-free slots) against the superblock list (one lock), and against no orphan at all

@@ -7,7 +7,7 @@
 //! no path walks on the hot path, a name looked up in an open directory.
 //!
 //! Every mount and daemon is registered in [`ACTIVE`] while it exists, so the signal handler
-//! in `mod.rs` can take them all down on Ctrl-C; normal teardown is `Drop`.
+//! in `main.rs` can take them all down on Ctrl-C; normal teardown is `Drop`.
 
 use crate::CliResult;
 use nix::fcntl::AtFlags;
@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The kinds of target, in the order tables show them.
@@ -491,8 +491,33 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+fn find_on_path(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(prog)).find(|p| p.is_file())
+}
+
 fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+    find_on_path(prog).is_some()
+}
+
+/// The `rext4` program `--rext4` names. [set before any workload runs]
+static REXT4: OnceLock<PathBuf> = OnceLock::new();
+
+/// Serves the FUSE targets with `rext4` instead of looking for it.
+pub fn set_rext4(p: Option<PathBuf>) {
+    if let Some(p) = p {
+        let _ = REXT4.set(p);
+    }
+}
+
+/// The `rext4` program serving the FUSE targets: `--rext4`, else the one beside this program
+/// (where cargo builds and installs both), else the one on PATH.
+fn rext4_exe() -> Option<PathBuf> {
+    if let Some(p) = REXT4.get() {
+        return p.is_file().then(|| p.clone());
+    }
+    let beside = std::env::current_exe().ok().map(|e| e.with_file_name("rext4")).filter(|p| p.is_file());
+    beside.or_else(|| find_on_path("rext4"))
 }
 
 /// Why `kind` cannot run here, if it cannot (checked before making any image).
@@ -504,6 +529,10 @@ pub fn unavailable(kind: Kind) -> Option<String> {
         Kind::Fuse2fs if !on_path("fuse2fs") => Some("fuse2fs is not installed".into()),
         Kind::Fuse2fs if !is_root() => Some("fuse2fs mounts are run as root here; not root".into()),
         Kind::Fuse | Kind::FuseMem if !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
+        Kind::Fuse | Kind::FuseMem if rext4_exe().is_none() => Some(match REXT4.get() {
+            Some(p) => format!("{}: no such program (--rext4)", p.display()),
+            None => "no rext4 program beside rext4-bench or on PATH (--rext4 names one)".into(),
+        }),
         Kind::Fuse | Kind::FuseMem if !is_root() && !on_path("fusermount3") => {
             Some("not root and no fusermount3 to mount with".into())
         }
@@ -587,9 +616,7 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
             guard
         }
         Kind::Fuse | Kind::Fuse2fs | Kind::FuseMem => {
-            let rext4 = || {
-                std::env::current_exe().map(Command::new).map_err(|e| format!("the rext4 executable: {e}"))
-            };
+            let rext4 = || rext4_exe().map(Command::new).ok_or("no rext4 program (--rext4 names one)");
             let mut cmd = if kind == Kind::FuseMem {
                 let mut c = rext4()?;
                 c.arg("memfs").arg(&dir);

@@ -1,4 +1,4 @@
-//! `rext4 bench`: the seeds' workloads as one suite, run side by side on rext4 in process, rext4
+//! `rext4-bench`: the seeds' workloads as one suite, run side by side on rext4 in process, rext4
 //! mounted through FUSE, kernel ext4 (loop device over tmpfs), fuse2fs and plain tmpfs, each on
 //! a fresh image made by `mkfs.ext4` with the same arguments. Results: a table per workload and
 //! metric with ratio columns against kernel ext4, every sample as JSON, an SVG plot of rates
@@ -12,29 +12,44 @@
 //! against unjournaled chmod; orphan file against orphan list); `fuse` is `mdtest` on the
 //! mounted targets.
 
+#![forbid(unsafe_code)]
+
 mod creat_clo;
 mod journal;
 mod lockperf;
 mod mdtest;
 mod orphan;
 mod pgioperf;
-pub mod report;
+mod report;
 mod seqio;
 mod stress_orphan;
-pub mod targets;
+mod targets;
 mod walk;
 
-use crate::CliResult;
+use clap::Parser;
 use report::{Out, Results};
+use rext4_cli::{rng, CliResult};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use targets::{ImageSpec, Kind, Target};
 
-/// `rext4 bench [WORKLOAD...] [options]`.
-#[derive(clap::Args, Debug)]
+// The allocator the `rext4` binary runs the engine with (its main.rs says why), so that the
+// in-process target measures the engine as the FUSE daemon runs it.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `rext4-bench [WORKLOAD...] [options]`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "rext4-bench",
+    version,
+    about = "The seeds' workloads as one benchmark suite, side by side on rext4 in process, rext4 \
+             through FUSE, kernel ext4, fuse2fs and tmpfs"
+)]
 pub struct BenchArgs {
     /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio (default:
     /// all of them); also walk, journal, orphan (orphan file against list, in process and the
@@ -97,6 +112,20 @@ pub struct BenchArgs {
     /// seeds' mdtest ranks).
     #[arg(long)]
     no_pin: bool,
+    /// The `rext4` program serving the fuse and fusemem targets (default: the one beside this
+    /// program, else the one on PATH).
+    #[arg(long, value_name = "PATH")]
+    rext4: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    match run(BenchArgs::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rext4-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Sizes of everything, by mode.
@@ -288,7 +317,7 @@ fn install_signal_handler() -> CliResult {
         .name("bench-signals".into())
         .spawn(move || {
             if let Ok(sig) = set.wait() {
-                eprintln!("\nrext4 bench: {sig}: unmounting and removing images");
+                eprintln!("\nrext4-bench: {sig}: unmounting and removing images");
                 targets::teardown_all();
                 for d in std::mem::take(&mut *WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())) {
                     let _ = std::fs::remove_dir_all(d);
@@ -325,13 +354,14 @@ impl Progress {
     }
 }
 
-/// `rext4 bench`.
-pub fn run(a: BenchArgs) -> CliResult {
+/// `rext4-bench`.
+fn run(a: BenchArgs) -> CliResult {
     if a.workers.is_empty() || a.workers.contains(&0) || a.runs == 0 {
         return Err("bench: --workers needs counts of at least 1, --runs at least 1".into());
     }
     install_signal_handler()?;
     PIN.store(!a.no_pin, Ordering::Relaxed);
+    targets::set_rext4(a.rext4.clone());
     let names: Vec<String> = if a.workloads.is_empty() {
         SUITE.iter().map(|w| w.name.to_string()).collect()
     } else {
@@ -454,7 +484,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
                 results.note(format!("{} / {}: daemon peak RSS {mib:.1} MiB", wl.name, kind.name()));
             }
             if let Some(fs) = built.target().engine() {
-                results.engine_stats.push((wl.name, crate::stats_cmd::Report::from(&fs.stats())));
+                results.engine_stats.push((wl.name, fs.stats()));
             }
             if let Err(e) = built.finish(work) {
                 failures += 1;
@@ -468,7 +498,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
     if !a.no_stats {
         for (wl, r) in &results.engine_stats {
             println!("\n== rext4 in process: engine statistics during {wl} ==");
-            r.print();
+            print!("{}", rext4_cli::stats::tables(r));
         }
     }
     if let Some(path) = &a.json {
@@ -487,7 +517,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
 
 fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind], mkfs: Option<&str>) {
     println!(
-        "rext4 bench on {} CPUs, Linux {}{}",
+        "rext4-bench on {} CPUs, Linux {}{}",
         r.machine.cpus,
         r.machine.kernel,
         if r.machine.tiny {

@@ -3,7 +3,8 @@
 
 use super::targets::Kind;
 use crate::CliResult;
-use serde::Serialize;
+use rext4::StatsReport;
+use serde::{Serialize, Serializer};
 use std::fmt::Write as _;
 
 /// Whether more of a metric is better.
@@ -89,8 +90,19 @@ pub struct Results {
     pub samples: Vec<Sample>,
     pub notes: Vec<String>,
     /// The in-process engine's statistics per workload (`rext4 stats` format).
-    pub engine_stats: Vec<(&'static str, crate::stats_cmd::Report)>,
+    #[serde(serialize_with = "engine_stats_json")]
+    pub engine_stats: Vec<(&'static str, StatsReport)>,
     pub machine: Machine,
+}
+
+/// `[workload, report]` pairs, each report as `rext4 stats --json` writes it.
+fn engine_stats_json<S: Serializer>(v: &[(&'static str, StatsReport)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    let v = v
+        .iter()
+        .map(|(wl, r)| Ok((*wl, serde_json::from_str(&rext4_cli::stats::json(r)).map_err(S::Error::custom)?)))
+        .collect::<Result<Vec<(&str, serde_json::Value)>, S::Error>>()?;
+    v.serialize(s)
 }
 
 #[derive(Default, Serialize)]
@@ -300,7 +312,7 @@ impl Results {
         writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#).ok();
         writeln!(
             s,
-            r#"<text x="10" y="20" font-size="14">rext4 bench: rates against workers, per target</text>"#
+            r#"<text x="10" y="20" font-size="14">rext4-bench: rates against workers, per target</text>"#
         )
         .ok();
         for (i, (workload, metric, unit, _)) in panels.iter().enumerate() {

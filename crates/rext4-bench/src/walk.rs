@@ -1,4 +1,4 @@
-//! `rext4 bench walk`: readdir + stat of every inode of a large image, warm cache, rext4 in
+//! `rext4-bench walk`: readdir + stat of every inode of a large image, warm cache, rext4 in
 //! process against the same image mounted read-only by the kernel.
 
 use super::targets::KernelMount;
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// `rext4 bench walk`.
+/// `rext4-bench walk`.
 pub fn run(image: Option<PathBuf>, files: usize, rounds: usize) -> CliResult {
     let work = super::work_dir("walk");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;

@@ -1,4 +1,4 @@
-//! `rext4 bench journal`: tiny metadata transactions (chmod of a file, one handle each) from
+//! `rext4-bench journal`: tiny metadata transactions (chmod of a file, one handle each) from
 //! 1..N threads, on a journaled image and on the same image without a journal; then fsync
 //! latency of one thread while the others keep changing metadata, against the kernel doing the
 //! same on a loop mount of the same kind of image.
