@@ -23,7 +23,7 @@ pub const TESTS: [(&str, LockKind, bool); 4] = [
 pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let mut out = Out::default();
     if !t.has_locks() {
-        out.notes.push("skipped: the engine has no file-lock API yet (seed 002)".into());
+        out.notes.push("skipped: this target takes no file locks".into());
         return Ok(out);
     }
     let root = t.root();

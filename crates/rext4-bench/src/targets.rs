@@ -91,6 +91,9 @@ pub struct ImageSpec {
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
 pub enum Node {
     Ino(InodeNo),
+    /// In process: a held inode and the identity of its open file description (the owner
+    /// of its OFD and flock locks).
+    Open(InodeNo, u64),
     Fd(File),
 }
 
@@ -153,13 +156,13 @@ pub fn peak_rss_mib(pid: u32) -> Option<f64> {
 fn fd(n: &Node) -> CliResult<&File> {
     match n {
         Node::Fd(f) => Ok(f),
-        Node::Ino(_) => Err("an in-process node given to a mounted target".into()),
+        Node::Ino(_) | Node::Open(..) => Err("an in-process node given to a mounted target".into()),
     }
 }
 
 fn ino(n: &Node) -> CliResult<InodeNo> {
     match n {
-        Node::Ino(i) => Ok(*i),
+        Node::Ino(i) | Node::Open(i, _) => Ok(*i),
         Node::Fd(_) => Err("a file descriptor given to the in-process target".into()),
     }
 }
@@ -171,6 +174,8 @@ fn ino(n: &Node) -> CliResult<InodeNo> {
 pub struct InProc {
     fs: Fs,
     root: Node,
+    /// Identity of the next open file description. [atomic]
+    next_open: std::sync::atomic::AtomicU64,
 }
 
 fn e(e: rext4::Error) -> String {
@@ -189,13 +194,13 @@ impl InProc {
         }
         let fs = Fs::open_with(image, o).map_err(e)?;
         let root = Node::Ino(fs.root());
-        Ok(InProc { fs, root })
+        Ok(InProc { fs, root, next_open: std::sync::atomic::AtomicU64::new(1) })
     }
 
     /// An open file or directory: held, as the kernel holds an open file, until closed.
     fn held(&self, i: InodeNo) -> CliResult<Node> {
         self.fs.hold(i).map_err(e)?;
-        Ok(Node::Ino(i))
+        Ok(Node::Open(i, self.next_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
     }
 
     /// Commits everything and marks the image clean.
@@ -224,6 +229,9 @@ impl Target for InProc {
         self.held(self.fs.lookup(ino(dir)?, name.as_bytes()).map_err(e)?.ino)
     }
     fn close(&self, f: Node) -> CliResult {
+        if let Node::Open(i, id) = f {
+            self.fs.release_file_locks(i, id);
+        }
         self.fs.release(ino(&f)?).map_err(e)
     }
     fn stat(&self, dir: &Node, name: &str) -> CliResult<u64> {
@@ -257,10 +265,23 @@ impl Target for InProc {
         self.fs.sync().map_err(e)
     }
     fn has_locks(&self) -> bool {
-        false
+        true
     }
-    fn lock(&self, _f: &Node, _kind: LockKind, _on: bool) -> CliResult {
-        Err("the engine has no file-lock API".into())
+    fn lock(&self, f: &Node, kind: LockKind, on: bool) -> CliResult {
+        let Node::Open(i, id) = *f else { return Err("lock on a file that is not open".into()) };
+        // As the mounted targets: OFD write locks (the workers are threads of one process)
+        // and flock, whole file, waiting.
+        match kind {
+            LockKind::Posix => {
+                let t = if on { rext4::LockType::Write } else { rext4::LockType::Unlock };
+                let l = rext4::FileLock::new(t, 0, u64::MAX, rext4::LockOwner::Ofd(id));
+                self.fs.setlk(i, &l, rext4::Wait::Forever).map_err(e)
+            }
+            LockKind::Flock => {
+                let op = if on { rext4::FlockOp::Exclusive } else { rext4::FlockOp::Unlock };
+                self.fs.flock(i, id, op, rext4::Wait::Forever).map_err(e)
+            }
+        }
     }
     fn drop_caches(&self) {
         self.fs.drop_caches();

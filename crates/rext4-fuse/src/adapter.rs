@@ -1013,13 +1013,9 @@ impl Filesystem for Adapter {
                 Ok((a, fh))
             })();
             match r {
-                Ok((a, fh)) => reply.created(
-                    &TTL,
-                    &file_attr(&a),
-                    gen(&a),
-                    FileHandle(fh),
-                    self.open_flags(),
-                ),
+                Ok((a, fh)) => {
+                    reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags())
+                }
                 Err(e) => reply.error(e),
             }
         });

@@ -717,7 +717,13 @@ impl Fs {
                 let new = if last_of_orphan { REF_DEAD } else { s - 1 };
                 match inode.refs.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) if last_of_orphan => return self.inner.evict(&inode),
-                    Ok(_) => return Ok(()),
+                    Ok(_) => {
+                        if count == 1 {
+                            // Closed by everyone: lock state that holds nothing goes.
+                            self.inner.locks.forget_idle(ino.0);
+                        }
+                        return Ok(());
+                    }
                     Err(x) => s = x,
                 }
             }

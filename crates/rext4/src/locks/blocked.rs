@@ -42,7 +42,7 @@ impl Blocked {
         Ok(())
     }
 
-    /// Forgets waiter `id` of owner `me` (granted, cancelled or failed).
+    /// Forgets waiter `id` of owner `me` (woken, cancelled or failed).
     pub fn unblock(&self, me: u64, id: u64) {
         let mut map = self.map.lock();
         if let Some(v) = map.get_mut(&me) {

@@ -9,12 +9,14 @@
 //! | `posix.rs` | byte-range locks of one inode: conflicts, splitting and merging |
 //! | `flock.rs` | whole-file `flock` locks of one inode |
 //! | `blocked.rs` | which POSIX owner waits for which (deadlock detection) |
-//! | `wait.rs` | a blocked request: how it sleeps, is granted and is cancelled |
+//! | `wait.rs` | a blocked request: how it sleeps, is woken and is cancelled |
 //!
-//! A blocked request is **granted by the releaser**: whoever frees a range walks that inode's
-//! waiters in arrival order and applies each request that no longer conflicts, then wakes
-//! that thread alone. A waiter never wakes to find its lock taken again (no herd), and a
-//! waiter whose range stays held sleeps on.
+//! A release **wakes only whom it unblocks**: whoever frees a range walks that inode's
+//! waiters in arrival order and wakes each whose request no longer conflicts with what is
+//! held or with a request woken before it; a waiter whose range stays held sleeps on (no
+//! herd). The woken retry rather than being handed the lock, as in the kernel: a thread
+//! that unlocks and locks again in a loop keeps its time slice instead of trading places
+//! with a sleeper on every lock (a convoy that costs a context switch per lock).
 //!
 //! # Locking
 //! `FileLocks::contexts` is a concurrent map read without locks. Each inode's
@@ -33,7 +35,7 @@ mod wait;
 mod tests;
 
 use crate::error::{Error, Result};
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::Mutex;
 use posix::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,9 +111,9 @@ pub enum FlockOp {
 pub enum Wait<'a> {
     /// Fail at once: `EAGAIN` (`F_SETLK`) or `EWOULDBLOCK` (`LOCK_NB`).
     No,
-    /// Sleep until granted; `EINTR` if `cancel` is cancelled first.
+    /// Sleep until the lock can be taken; `EINTR` if `cancel` is cancelled first.
     Until(&'a Cancel),
-    /// Sleep until granted.
+    /// Sleep until the lock can be taken.
     Forever,
 }
 
@@ -160,8 +162,9 @@ impl Default for FileLocks {
 }
 
 impl FileLocks {
-    /// Runs `f` on inode `ino`'s lock state, creating it if `create`; the state leaves the map
-    /// once `f` leaves it empty.
+    /// Runs `f` on inode `ino`'s lock state, creating it if `create`. The state stays while
+    /// the inode is open, as the kernel's `i_flctx` stays with its inode: a lock taken and
+    /// dropped in a loop allocates nothing ([`FileLocks::forget_idle`] frees it).
     fn with_state<R>(&self, ino: u32, create: bool, f: impl FnOnce(&mut State) -> R) -> Option<R> {
         loop {
             let map = self.contexts.pin();
@@ -175,16 +178,19 @@ impl FileLocks {
             if st.dead {
                 continue;
             }
-            let r = f(&mut st);
-            self.drop_if_empty(ino, &ctx, &mut st);
-            return Some(r);
+            return Some(f(&mut st));
         }
     }
 
-    fn drop_if_empty(&self, ino: u32, ctx: &Arc<LockContext>, st: &mut MutexGuard<'_, State>) {
-        if st.is_empty() {
+    /// Drops inode `ino`'s lock state if it holds nothing (its last open file was closed).
+    pub fn forget_idle(&self, ino: u32) {
+        let map = self.contexts.pin();
+        let Some(ctx) = map.get(&ino).cloned() else { return };
+        drop(map);
+        let mut st = ctx.state.lock();
+        if !st.dead && st.is_empty() {
             st.dead = true;
-            let _ = self.contexts.pin().remove_if(&ino, |_, v| Arc::ptr_eq(v, ctx));
+            let _ = self.contexts.pin().remove_if(&ino, |_, v| Arc::ptr_eq(v, &ctx));
         }
     }
 
@@ -210,50 +216,56 @@ impl FileLocks {
 
     fn request(&self, ino: u32, req: wait::Request, wait: Wait<'_>) -> Result<()> {
         let create = !req.is_release();
-        let waiter = self.with_state(ino, create, |st| -> Result<Option<Arc<wait::Waiter>>> {
-            let blocker = match self.try_apply(st, &req) {
-                Ok(()) => return Ok(None),
-                Err(b) => b,
-            };
-            if let Wait::No = wait {
-                return Err(Error::WouldBlock);
-            }
-            let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-            let w = Arc::new(wait::Waiter::new(id, req));
-            if let (wait::Request::Posix(r), Some(b)) = (&req, blocker) {
-                if let LockOwner::Posix(me) = r.owner {
-                    self.blocked.block(me, id, b)?;
-                }
-            }
-            st.waiters.push(w.clone());
-            Ok(Some(w))
-        });
-        let Some(w) = waiter.transpose()?.flatten() else { return Ok(()) };
         let cancel = match wait {
             Wait::Until(c) => Some(c),
             _ => None,
         };
-        if w.sleep(cancel)? {
-            return Ok(());
-        }
-        // Cancelled: leave no trace, unless the grant won the race (then the lock is held,
-        // as in the kernel when a signal comes after the lock was given).
-        let granted = self.with_state(ino, false, |st| {
-            if w.is_granted() {
-                return true;
+        loop {
+            let waiter = self.with_state(ino, create, |st| -> Result<Option<Arc<wait::Waiter>>> {
+                let blocker = match self.try_apply(st, &req) {
+                    Ok(()) => return Ok(None),
+                    Err(b) => b,
+                };
+                if let Wait::No = wait {
+                    return Err(Error::WouldBlock);
+                }
+                let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+                let w = Arc::new(wait::Waiter::new(id, req));
+                if let (wait::Request::Posix(r), Some(b)) = (&req, blocker) {
+                    if let LockOwner::Posix(me) = r.owner {
+                        self.blocked.block(me, id, b)?;
+                    }
+                }
+                st.waiters.push(w.clone());
+                Ok(Some(w))
+            });
+            let Some(w) = waiter.transpose()?.flatten() else { return Ok(()) };
+            match w.sleep(cancel) {
+                // Its range was freed: try again (someone may have taken it meanwhile).
+                wait::Outcome::Woken => continue,
+                wait::Outcome::Failed(e) => return Err(e),
+                wait::Outcome::Cancelled => {
+                    // Leave no trace; a wake that raced the cancel is passed on, so the
+                    // range it freed is not left with sleepers that could take it.
+                    self.with_state(ino, false, |st| {
+                        let was_waiting = st.waiters.iter().any(|x| Arc::ptr_eq(x, &w));
+                        st.waiters.retain(|x| !Arc::ptr_eq(x, &w));
+                        self.unblock(&w);
+                        if !was_waiting {
+                            let freed = match &w.req {
+                                wait::Request::Posix(r) => vec![r.range()],
+                                wait::Request::Flock { .. } => Vec::new(),
+                            };
+                            self.wake_waiters(st, &freed, matches!(w.req, wait::Request::Flock { .. }));
+                        }
+                    });
+                    return Err(Error::Interrupted);
+                }
             }
-            st.waiters.retain(|x| !Arc::ptr_eq(x, &w));
-            self.unblock(&w);
-            false
-        });
-        if granted.unwrap_or_else(|| w.is_granted()) {
-            Ok(())
-        } else {
-            Err(Error::Interrupted)
         }
     }
 
-    /// Applies `req` if nothing conflicts, then grants what it freed; otherwise the owner of
+    /// Applies `req` if nothing conflicts, then wakes whom it freed; otherwise the owner of
     /// a conflicting lock (POSIX requests) or `None` (flock).
     fn try_apply(&self, st: &mut State, req: &wait::Request) -> std::result::Result<(), Option<LockOwner>> {
         match req {
@@ -262,12 +274,12 @@ impl FileLocks {
                     return Err(Some(c.owner));
                 }
                 let freed = st.posix.apply(r);
-                self.grant_waiters(st, &freed, false);
+                self.wake_waiters(st, &freed, false);
             }
             wait::Request::Flock { file, op } => {
                 // A conversion first drops the old lock and lets others in.
                 if st.flock.remove_for_convert(*file, *op) {
-                    self.grant_waiters(st, &[], true);
+                    self.wake_waiters(st, &[], true);
                 }
                 if *op != FlockOp::Unlock {
                     if st.flock.conflicts(*file, *op) {
@@ -280,12 +292,15 @@ impl FileLocks {
         Ok(())
     }
 
-    /// Grants, oldest first, every waiter that `freed` (byte ranges) or a flock release
-    /// (`flock_freed`) may have unblocked and that no longer conflicts.
-    fn grant_waiters(&self, st: &mut State, freed: &[Range], flock_freed: bool) {
+    /// Wakes, oldest first, the waiters that `freed` (byte ranges) or a flock release
+    /// (`flock_freed`) unblocked: those whose request no longer conflicts with the locks held
+    /// nor with a request woken before it. The woken retry; the rest sleep on, their waits
+    /// recorded anew against whoever holds their range now.
+    fn wake_waiters(&self, st: &mut State, freed: &[Range], flock_freed: bool) {
         if st.waiters.is_empty() || (freed.is_empty() && !flock_freed) {
             return;
         }
+        let mut woken: Vec<wait::Request> = Vec::new();
         let mut i = 0;
         while i < st.waiters.len() {
             let w = st.waiters[i].clone();
@@ -293,41 +308,36 @@ impl FileLocks {
                 wait::Request::Posix(r) => freed.iter().any(|f| f.overlaps(&r.range())),
                 wait::Request::Flock { .. } => flock_freed,
             };
-            if candidate {
-                let ok = match &w.req {
-                    wait::Request::Posix(r) => match st.posix.conflict(r) {
-                        None => true,
-                        // Still held, now by someone else perhaps: the wait is recorded
-                        // anew, and fails if that closes a cycle (the kernel's waiter,
-                        // woken, finds the deadlock on its retry).
-                        Some(c) => {
-                            if let LockOwner::Posix(me) = r.owner {
-                                if let Err(e) = self.blocked.block(me, w.id, c.owner) {
-                                    st.waiters.remove(i);
-                                    self.unblock(&w);
-                                    w.fail(e);
-                                    continue;
-                                }
+            if !candidate {
+                i += 1;
+                continue;
+            }
+            let free = match &w.req {
+                wait::Request::Posix(r) => match st.posix.conflict(r) {
+                    None => true,
+                    // Still held, perhaps by someone else now: the wait is recorded anew,
+                    // and fails if that closes a cycle (as the kernel's woken waiter finds
+                    // on its retry).
+                    Some(c) => {
+                        if let LockOwner::Posix(me) = r.owner {
+                            if let Err(e) = self.blocked.block(me, w.id, c.owner) {
+                                st.waiters.remove(i);
+                                self.unblock(&w);
+                                w.fail(e);
+                                continue;
                             }
-                            false
                         }
-                    },
-                    wait::Request::Flock { file, op } => !st.flock.conflicts(*file, *op),
-                };
-                if ok {
-                    st.waiters.remove(i);
-                    match &w.req {
-                        // A grant frees nothing the others wait for: it only adds or
-                        // converts the waiter's own locks (an unlock never waits).
-                        wait::Request::Posix(r) => {
-                            st.posix.apply(r);
-                        }
-                        wait::Request::Flock { file, op } => st.flock.insert(*file, *op),
+                        false
                     }
-                    self.unblock(&w);
-                    w.grant();
-                    continue;
-                }
+                },
+                wait::Request::Flock { file, op } => !st.flock.conflicts(*file, *op),
+            };
+            if free && !woken.iter().any(|x| x.conflicts(&w.req)) {
+                st.waiters.remove(i);
+                self.unblock(&w);
+                woken.push(w.req);
+                w.wake();
+                continue;
             }
             i += 1;
         }
@@ -344,7 +354,7 @@ impl FileLocks {
     pub fn release_owner(&self, ino: u32, owner: LockOwner) {
         self.with_state(ino, false, |st| {
             let freed = st.posix.remove_owner(owner);
-            self.grant_waiters(st, &freed, false);
+            self.wake_waiters(st, &freed, false);
         });
     }
 
@@ -352,7 +362,7 @@ impl FileLocks {
     pub fn release_flock(&self, ino: u32, file: u64) {
         self.with_state(ino, false, |st| {
             if st.flock.remove(file) {
-                self.grant_waiters(st, &[], true);
+                self.wake_waiters(st, &[], true);
             }
         });
     }
@@ -367,6 +377,7 @@ impl FileLocks {
                 w.fail(Error::Stale);
             }
         });
+        self.forget_idle(ino);
     }
 
     /// The locks held on `ino`, POSIX and OFD first, then flock ones as whole-file locks
@@ -375,9 +386,10 @@ impl FileLocks {
         self.with_state(ino, false, |st| (st.posix.all().to_vec(), st.flock.all())).unwrap_or_default()
     }
 
-    /// Inodes with lock state (tests: nothing is left behind).
+    /// Inodes with lock state, once idle ones are forgotten (tests: nothing is left behind).
     #[cfg(test)]
-    fn live_contexts(&self) -> usize {
+    fn live_contexts(&self, ino: u32) -> usize {
+        self.forget_idle(ino);
         self.contexts.pin().len()
     }
 }

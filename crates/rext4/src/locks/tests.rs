@@ -189,7 +189,7 @@ proptest! {
         for f in 0..3 {
             l.release_flock(INO, f);
         }
-        prop_assert_eq!(l.live_contexts(), 0);
+        prop_assert_eq!(l.live_contexts(INO), 0);
     }
 }
 
@@ -237,7 +237,7 @@ fn a_blocked_writer_is_granted_exactly_when_its_range_frees() {
     let (held, _) = l.list(INO);
     assert_eq!(held, vec![lk(LockType::Write, 5, 25, b)]);
     l.release_owner(INO, b);
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn a_wait_that_closes_a_cycle_is_edeadlk_and_ofd_waits_are_not_checked() {
     for o in [a, c, d] {
         l.release_owner(INO, o);
     }
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
     assert!(l.blocked.is_empty());
 }
 
@@ -308,7 +308,7 @@ fn a_deadlock_found_when_the_blocker_changes_fails_the_waiter() {
     l.release_owner(INO, a);
     tc.join().unwrap().unwrap();
     l.release_owner(INO, c);
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
     assert!(l.blocked.is_empty());
 }
 
@@ -332,7 +332,7 @@ fn flock_waiters_are_granted_and_a_failed_conversion_loses_the_lock() {
     assert_eq!(l.list(INO).1, vec![(3, FlockOp::Exclusive)]);
     l.release_flock(INO, 3);
     l.release_owner(INO, LockOwner::Posix(9));
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
 }
 
 #[test]
@@ -348,7 +348,7 @@ fn freeing_the_inode_fails_its_waiters_and_forgets_its_locks() {
     wait_until("the reader to wait", || waiters(&l) == 1);
     l.drop_inode(INO);
     assert!(matches!(t.join().unwrap(), Err(Error::Stale)));
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
     assert!(l.blocked.is_empty());
 }
 
@@ -387,6 +387,6 @@ fn many_owners_hammering_one_range_lose_no_wakeup() {
     for t in ts {
         t.join().unwrap();
     }
-    assert_eq!(l.live_contexts(), 0);
+    assert_eq!(l.live_contexts(INO), 0);
     assert!(l.blocked.is_empty());
 }

@@ -1,5 +1,5 @@
-//! A blocked lock request: it sleeps on its own condition variable until a releaser grants it
-//! (applying the lock on its behalf), fails it, or its [`Cancel`] fires.
+//! A blocked lock request: it sleeps on its own condition variable until a release wakes it
+//! to retry, the wait fails, or its [`Cancel`] fires.
 
 use super::{FileLock, FlockOp, LockType};
 use crate::error::Error;
@@ -22,70 +22,80 @@ impl Request {
                 | Request::Flock { op: FlockOp::Unlock, .. }
         )
     }
+
+    /// Whether both could not be held at once (two requests woken by one release).
+    pub fn conflicts(&self, o: &Request) -> bool {
+        match (self, o) {
+            (Request::Posix(a), Request::Posix(b)) => {
+                a.owner != b.owner
+                    && a.range().overlaps(&b.range())
+                    && (a.kind == LockType::Write || b.kind == LockType::Write)
+            }
+            (Request::Flock { file: a, op: x }, Request::Flock { file: b, op: y }) => {
+                a != b && (*x == FlockOp::Exclusive || *y == FlockOp::Exclusive)
+            }
+            _ => false,
+        }
+    }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Waiting,
-    Granted,
-    Failed,
+/// How a wait ended.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// A release freed what the request needs: retry it.
+    Woken,
+    /// The wait failed (a deadlock found on a later conflict, or the inode freed).
+    Failed(Error),
+    /// Its [`Cancel`] fired.
     Cancelled,
 }
 
 pub(super) struct Waiter {
     pub id: u64,
     pub req: Request,
-    /// How the wait ended. [own mutex; innermost]
-    outcome: Mutex<(Outcome, Option<Error>)>,
+    /// How the wait ended; `None` while it goes on. [own mutex; innermost]
+    outcome: Mutex<Option<Outcome>>,
     cv: Condvar,
 }
 
 impl Waiter {
     pub fn new(id: u64, req: Request) -> Waiter {
-        Waiter { id, req, outcome: Mutex::new((Outcome::Waiting, None)), cv: Condvar::new() }
+        Waiter { id, req, outcome: Mutex::new(None), cv: Condvar::new() }
     }
 
-    fn finish(&self, o: Outcome, e: Option<Error>) {
+    fn finish(&self, o: Outcome) {
         let mut g = self.outcome.lock();
-        if g.0 == Outcome::Waiting {
-            *g = (o, e);
+        if g.is_none() {
+            *g = Some(o);
             self.cv.notify_all();
         }
     }
 
-    /// The lock was applied for this waiter (by the releaser, under the inode's lock state).
-    pub fn grant(&self) {
-        self.finish(Outcome::Granted, None);
+    /// Its range was freed (by the releaser, which removed it from the waiters).
+    pub fn wake(&self) {
+        self.finish(Outcome::Woken);
     }
 
-    /// The wait ends with `e` (a deadlock found on a later conflict, or the inode freed).
     pub fn fail(&self, e: Error) {
-        self.finish(Outcome::Failed, Some(e));
+        self.finish(Outcome::Failed(e));
     }
 
-    pub fn is_granted(&self) -> bool {
-        self.outcome.lock().0 == Outcome::Granted
-    }
-
-    /// Sleeps until granted (`Ok(true)`), failed (`Err`), or cancelled (`Ok(false)`).
-    pub fn sleep(self: &Arc<Self>, cancel: Option<&Cancel>) -> Result<bool, Error> {
+    /// Sleeps until woken, failed or cancelled.
+    pub fn sleep(self: &Arc<Self>, cancel: Option<&Cancel>) -> Outcome {
         if let Some(c) = cancel {
             c.attach(self);
         }
         let mut g = self.outcome.lock();
-        while g.0 == Outcome::Waiting {
+        while g.is_none() {
             self.cv.wait(&mut g);
         }
-        let r = match g.0 {
-            Outcome::Granted => Ok(true),
-            Outcome::Failed => Err(g.1.take().unwrap_or(Error::Interrupted)),
-            _ => Ok(false),
-        };
+        // Cannot fail: the loop above ends only once it is set.
+        let o = g.take().unwrap();
         drop(g);
         if let Some(c) = cancel {
             c.detach();
         }
-        r
+        o
     }
 }
 
@@ -119,7 +129,7 @@ impl Cancel {
         let mut s = self.inner.lock();
         s.cancelled = true;
         if let Some(w) = s.waiter.take() {
-            w.finish(Outcome::Cancelled, None);
+            w.finish(Outcome::Cancelled);
         }
     }
 
@@ -130,7 +140,7 @@ impl Cancel {
     fn attach(&self, w: &Arc<Waiter>) {
         let mut s = self.inner.lock();
         if s.cancelled {
-            w.finish(Outcome::Cancelled, None);
+            w.finish(Outcome::Cancelled);
         } else {
             s.waiter = Some(w.clone());
         }
