@@ -419,10 +419,10 @@ impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
         self.negotiate_acl(config);
-        if self.shared.opts.locks == LockMode::Engine {
-            if config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS).is_err() {
-                crate::log("locks=engine: this kernel does not pass locks on; it keeps them itself");
-            }
+        if self.shared.opts.locks == LockMode::Engine
+            && config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS).is_err()
+        {
+            crate::log("locks=engine: this kernel does not pass locks on; it keeps them itself");
         }
         Ok(())
     }

@@ -27,10 +27,13 @@ const SHARDS: usize = 64;
 /// The kernel's largest offset, which its whole-file locks end at.
 const OFFSET_MAX: u64 = i64::MAX as u64;
 
+/// Handle -> the owners that locked through it.
+type OwnersByHandle = Mutex<HashMap<u64, Vec<u64>>>;
+
 /// Lock owners seen on each open handle, and on how many handles each owner was seen.
 pub(crate) struct LockOwners {
     /// Handle -> owners that locked through it. [each shard: its own mutex]
-    by_handle: Box<[Mutex<HashMap<u64, Vec<u64>>>]>,
+    by_handle: Box<[OwnersByHandle]>,
     /// Owner -> handles it locked through. [own mutex]
     handles_of: Mutex<HashMap<u64, u32>>,
 }
@@ -45,7 +48,7 @@ impl Default for LockOwners {
 }
 
 impl LockOwners {
-    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Vec<u64>>> {
+    fn shard(&self, fh: u64) -> &OwnersByHandle {
         &self.by_handle[fh as usize % SHARDS]
     }
 
