@@ -25,8 +25,8 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use rext4::format::inode::{APPEND_FL, IMMUTABLE_FL};
-use rext4::{Attr, FileType, Fs, InodeNo, SetAttr, TimeSet};
+use rext4::format::inode::APPEND_FL;
+use rext4::{Attr, Caps, Creds, FileType, Fs, InodeNo, SetAttr, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -43,7 +43,6 @@ const COPY_CHUNK: usize = 1 << 20;
 const COPY_MAX: u64 = 1 << 30;
 
 const S_IFMT: u32 = libc::S_IFMT;
-const S_ISGID: u16 = 0o2000;
 
 // `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` / `FS_IOC_GETVERSION`, with the argument sizes of 64-
 // and 32-bit callers (the kernel's fileattr calls use the latter).
@@ -189,23 +188,22 @@ impl Adapter {
         }
     }
 
-    /// Owner and mode of a new inode in `parent`, as `inode_init_owner` gives them: the
-    /// caller's ids, except that a set-group-ID directory passes on its group (and, to new
-    /// directories, the set-group-ID bit).
+    /// The caller as the engine's VFS layer sees it, for what the kernel has not checked
+    /// itself: with `default_permissions` every permission check is the kernel's (and so is
+    /// the set-group-ID stripping of new files), so the caller passes them all.
+    fn creds(&self, req: &Request) -> Creds {
+        Creds::user(req.uid(), req.gid(), &[]).with_caps(Caps::all())
+    }
+
+    /// Owner and mode of a new inode in `parent` (`inode_init_owner`, in the engine).
     fn new_owner(&self, req: &Request, parent: InodeNo, mode: u16, is_dir: bool) -> R<(u16, u32, u32)> {
         let p = self.fs().getattr(parent).map_err(|e| self.err("getattr", e))?;
         if p.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        if self.shared.opts.grpid {
-            // ext4's `grpid`: the directory's group, and no set-group-ID bit passed on.
-            return Ok((mode, req.uid(), p.gid));
-        }
-        if p.mode & S_ISGID != 0 {
-            let mode = if is_dir { mode | S_ISGID } else { mode };
-            return Ok((mode, req.uid(), p.gid));
-        }
-        Ok((mode, req.uid(), req.gid()))
+        let kind = if is_dir { libc::S_IFDIR } else { libc::S_IFREG } as u16;
+        let (m, uid, gid) = rext4::init_owner(&self.creds(req), &p, kind | mode, self.shared.opts.grpid);
+        Ok((m & 0o7777, uid, gid))
     }
 
     fn attr(&self, ino: INodeNo) -> R<Attr> {
@@ -240,20 +238,21 @@ impl Adapter {
         self.fs().setattr(ino, ch).map_err(|e| self.err("setattr", e))
     }
 
-    fn do_open(&self, ino: INodeNo, flags: OpenFlags) -> R<(u64, FopenFlags)> {
+    fn do_open(&self, req: &Request, ino: INodeNo, flags: OpenFlags) -> R<(u64, FopenFlags)> {
         let e = ino_of(ino)?;
         let acc = flags.0 & libc::O_ACCMODE;
         if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             self.writable()?;
-            // `may_open`: the kernel knows nothing of ext4's flags on a FUSE inode. With the
-            // writeback cache the kernel keeps `O_APPEND` to itself (it places the writes),
-            // so only writes that would change bytes are refused (`append_only_tail`).
-            let f = self.attr(ino)?.flags;
-            let no_append = flags.0 & libc::O_APPEND == 0 && !self.shared.opts.writeback_cache;
-            let append_only = f & APPEND_FL != 0 && (no_append || flags.0 & libc::O_TRUNC != 0);
-            if f & IMMUTABLE_FL != 0 || append_only {
-                return Err(Errno::EPERM);
+            // `may_open` in the engine: the kernel knows nothing of ext4's flags on a FUSE
+            // inode. With the writeback cache the kernel keeps `O_APPEND` to itself (it
+            // places the writes), so only writes that would change bytes are refused
+            // (`append_only_tail`).
+            let mut f = rext4::OpenFlags::from_libc(flags.0);
+            if self.shared.opts.writeback_cache {
+                f |= rext4::OpenFlags::APPEND;
             }
+            let a = self.attr(ino)?;
+            self.fs().may_open(&self.creds(req), &a, f).map_err(|err| self.err("open", err))?;
         }
         // No FUSE_ATOMIC_O_TRUNC: the kernel truncates with a SETATTR once the VFS has made
         // its checks (`handle_truncate`: a running executable is ETXTBSY and keeps its bytes).
@@ -384,34 +383,19 @@ impl Adapter {
         Ok(done)
     }
 
-    /// Permission check for `access(2)` when the kernel does not check (no
-    /// `default_permissions`): owner, group (the caller's primary group only) or other bits;
-    /// root may read and write anything and execute what anyone may.
+    /// `access(2)` when the kernel does not check (no `default_permissions`): the engine's
+    /// `generic_permission` for the caller with its supplementary groups (which a FUSE
+    /// request does not carry: read from /proc) and root's capabilities if it is root.
     fn check_access(&self, req: &Request, a: &Attr, mask: AccessFlags) -> R<()> {
-        let want = mask.bits() & 7;
-        if want & 2 != 0 {
+        let want = rext4::Access::from_bits_truncate(mask.bits() as u32 & 7);
+        if want.contains(rext4::Access::WRITE) {
             self.writable()?;
         }
-        if want == 0 {
+        if want.is_empty() {
             return Ok(());
         }
-        let mode = u32::from(a.mode);
-        if req.uid() == 0 {
-            let any_x = mode & 0o111 != 0 || a.kind == FileType::Directory;
-            return if want & 1 == 0 || any_x { Ok(()) } else { Err(Errno::EACCES) };
-        }
-        let bits = if req.uid() == a.uid {
-            (mode >> 6) & 7
-        } else if req.gid() == a.gid || supplementary_groups(req.pid()).contains(&a.gid) {
-            (mode >> 3) & 7
-        } else {
-            mode & 7
-        };
-        if (bits & want as u32) == want as u32 {
-            Ok(())
-        } else {
-            Err(Errno::EACCES)
-        }
+        let c = Creds::user(req.uid(), req.gid(), &supplementary_groups(req.pid()));
+        self.fs().access(&c, a, want).map_err(|e| self.err("access", e))
     }
 }
 
@@ -637,8 +621,8 @@ impl Filesystem for Adapter {
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.guard("open", || match self.do_open(ino, flags) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.guard("open", || match self.do_open(req, ino, flags) {
             Ok((fh, f)) => reply.opened(FileHandle(fh), f),
             Err(e) => reply.error(e),
         });
