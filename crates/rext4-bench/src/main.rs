@@ -100,6 +100,10 @@ pub struct BenchArgs {
     /// memory.
     #[arg(long, value_name = "MIB")]
     cache: Option<u64>,
+    /// More `-o` options for the daemon of the fuse target, e.g. "locks=engine" or
+    /// "writeback_cache".
+    #[arg(long, value_name = "OPTS")]
+    fuse_opts: Option<String>,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
     /// and the journal warmed up, as the seeds' mdtest runs did).
     #[arg(long)]
@@ -436,6 +440,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
         let mut spec = (wl.image)(&sizes, max_workers);
         spec.extra = a.mkfs.as_deref().unwrap_or("").split_whitespace().map(str::to_string).collect();
         spec.cache_mib = a.cache;
+        spec.fuse_opts = a.fuse_opts.clone();
         // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
         if let Some(j) = journal_mib(&spec.extra) {
             spec.mib = spec.mib.max(2 * j + 256);

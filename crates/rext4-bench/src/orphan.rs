@@ -17,7 +17,7 @@ fn mkfs(img: &Path, features: &str) -> CliResult {
         inodes: 200_000,
         mib: 1024,
         extra: vec!["-O".into(), features.into()],
-        cache_mib: None,
+        ..Default::default()
     };
     super::targets::mkfs(img, &spec)
 }

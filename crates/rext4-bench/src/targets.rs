@@ -86,6 +86,8 @@ pub struct ImageSpec {
     pub extra: Vec<String>,
     /// rext4's metadata cache in MiB (`--cache`); `None`: the engine's default.
     pub cache_mib: Option<u64>,
+    /// More `-o` options for the fuse target's daemon (`--fuse-opts`).
+    pub fuse_opts: Option<String>,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -645,7 +647,10 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
             } else if kind == Kind::Fuse {
                 mkfs(&img, spec)?;
                 let mut c = rext4()?;
-                let opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
+                let mut opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
+                if let Some(more) = &spec.fuse_opts {
+                    opts = format!("{opts},{more}");
+                }
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", &opts, "-f"]);
                 c
             } else {
