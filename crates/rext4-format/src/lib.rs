@@ -21,4 +21,4 @@ pub mod superblock;
 pub mod types;
 pub mod xattr;
 
-pub use types::{GroupNo, InodeNo, LogicalBlock, PhysBlock};
+pub use types::{InodeNo, PhysBlock};

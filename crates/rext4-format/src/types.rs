@@ -1,4 +1,6 @@
-//! Newtypes for the units that must never mix: physical block, logical block, inode, group.
+//! Newtypes for the numbers that cross the public API and must never mix: device blocks and
+//! inodes. (Logical blocks and group numbers stay plain integers: they never leave the
+//! mapping and allocation code that computes them.)
 
 use core::fmt;
 
@@ -25,16 +27,8 @@ newtype!(
     PhysBlock(u64)
 );
 newtype!(
-    /// A block index within a file.
-    LogicalBlock(u32)
-);
-newtype!(
     /// An inode number (1-based; 0 means "none").
     InodeNo(u32)
-);
-newtype!(
-    /// A block group number.
-    GroupNo(u32)
 );
 
 /// The root directory's inode number.
