@@ -1,0 +1,8 @@
+//! The FUSE daemon's integration tests, in one binary: real mounts of images through
+//! rext4-fuse (`mount`), and outside exercisers on such mounts (`stress`). Each test is skipped
+//! with a message where FUSE mounts are not possible, and fails instead under
+//! `REXT4_REQUIRE_MOUNT=1`.
+
+mod mount;
+mod stress;
+mod support;
