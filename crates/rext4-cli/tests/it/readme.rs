@@ -1,10 +1,11 @@
 //! The README's examples as a user would run them: every `rext4` line of "The command", in
 //! order, on an image made here, each succeeding, the image clean under e2fsck at the end.
 
+use rext4_testkit::{e2fsck_clean, Image};
 use std::path::Path;
 use std::process::Command;
 
-const README: &str = include_str!("../../../README.md");
+const README: &str = include_str!("../../../../README.md");
 
 /// The `rext4 ...` command lines of the first `sh` block after `heading`, comments cut.
 fn commands(heading: &str) -> Vec<Vec<String>> {
@@ -45,9 +46,7 @@ fn the_command_examples_run_in_order() {
     }
     write(&dir.path().join("site/index.html"), "<p>hello</p>\n");
     let img = dir.path().join("disk.img");
-    let o =
-        Command::new("mkfs.ext4").args(["-q", "-F", "-d"]).arg(&src).arg(&img).arg("64M").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Image::ext4("64M").from_dir(&src).build(&img);
 
     let cmds = commands("## The command");
     assert!(cmds.len() > 15, "{cmds:?}");
@@ -63,6 +62,5 @@ fn the_command_examples_run_in_order() {
             .unwrap();
         assert!(o.status.success(), "{}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
     }
-    let fsck = Command::new("e2fsck").arg("-fn").arg(&img).output().unwrap();
-    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    e2fsck_clean(&img);
 }

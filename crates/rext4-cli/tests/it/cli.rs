@@ -1,6 +1,7 @@
 //! The `rext4` command end to end: every subcommand on an image made by `mkfs.ext4 -d`, its
 //! output checked against the source tree (and, for `cp`, every attribute it should keep).
 
+use rext4_testkit::{e2fsck_clean, is_root, kernel_can_mount, Image, KernelMount};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -45,14 +46,7 @@ fn fixture() -> Fixture {
         std::fs::write(src.join(format!("sub/f{i:03}")), format!("{i}\n")).unwrap();
     }
     let image = dir.path().join("t.img");
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-d"])
-        .arg(&src)
-        .arg(&image)
-        .arg("32M")
-        .output()
-        .expect("mkfs.ext4 (e2fsprogs) is required");
-    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    Image::ext4("32M").from_dir(&src).build(&image);
     Fixture { _dir: dir, src, image, work }
 }
 
@@ -68,13 +62,7 @@ fn info_shows_the_error_record() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("e.img");
     // No checksums: the error codes are written into the superblock by hand.
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-O", "^metadata_csum"])
-        .arg(&image)
-        .arg("8M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    Image::ext4("8M").features("^metadata_csum").build(&image);
     for set in [
         "state 3",
         "error_count 2",
@@ -202,7 +190,7 @@ fn cp_exports_everything_it_should_keep() {
 /// Every entry of `src` exists in `dst` with the same type, mode, size, bytes, link target,
 /// mtime (mkfs keeps whole seconds) and user xattrs; owners too when running as root.
 fn compare_trees(src: &Path, dst: &Path) {
-    let root = nix_is_root();
+    let root = is_root();
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
         let (s, d) = (e.path(), dst.join(e.file_name()));
@@ -227,15 +215,6 @@ fn compare_trees(src: &Path, dst: &Path) {
     }
 }
 
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn chmod_chown_touch_change_the_image_and_leave_it_clean() {
     let fx = fixture();
@@ -258,7 +237,7 @@ fn chmod_chown_touch_change_the_image_and_leave_it_clean() {
     let o = rext4(&["chmod", "600", &at(&fx, "/missing")]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no such file or directory"));
-    fsck_clean(&fx.image);
+    e2fsck_clean(&fx.image);
 }
 
 #[test]
@@ -292,7 +271,7 @@ fn mkdir_rm_mv_ln_change_the_tree_and_leave_it_clean() {
     assert!(!rext4(&["mkdir", &at(&fx, "/new")]).status.success());
     assert!(!rext4(&["rm", &at(&fx, "/new")]).status.success());
     assert!(!rext4(&["mv", &at(&fx, "/missing"), &at(&fx, "/x")]).status.success());
-    fsck_clean(&fx.image);
+    e2fsck_clean(&fx.image);
 }
 
 #[test]
@@ -326,15 +305,14 @@ fn setfattr_getfattr_round_trip_and_leave_the_image_clean() {
     let o = rext4(&["setfattr", "-n", "bogus.x", "-v", "1", &f]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("not supported"), "{o:?}");
     assert!(!rext4(&["setfattr", "-n", "user.x", &at(&fx, "/missing")]).status.success());
-    fsck_clean(&fx.image);
+    e2fsck_clean(&fx.image);
 }
 
 #[test]
 fn cp_imports_a_tree_and_truncate_resizes() {
     let fx = fixture();
     let img = fx.work.join("empty.img");
-    let out = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).arg("64M").output().unwrap();
-    assert!(out.status.success());
+    Image::ext4("64M").build(&img);
     let target = format!("{}:/", img.display());
     let o = rext4(&["cp", "-r", "-q", fx.src.to_str().unwrap(), &target]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -344,7 +322,7 @@ fn cp_imports_a_tree_and_truncate_resizes() {
         let o = rext4(&["cp", fx.src.join("sub/data.bin").to_str().unwrap(), &named]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    fsck_clean(&img);
+    e2fsck_clean(&img);
     // Round trip: export what was imported and compare with the source.
     let back = fx.work.join("back");
     std::fs::create_dir(&back).unwrap();
@@ -378,25 +356,12 @@ fn cp_imports_a_tree_and_truncate_resizes() {
     assert!(rext4(&["truncate", "-s", "5G", &fresh]).status.success());
     assert!(!rext4(&["truncate", "-s", "lots", &fresh]).status.success());
     assert!(!rext4(&["truncate", "-s", "1", &format!("{}:/src", img.display())]).status.success());
-    fsck_clean(&img);
-    if nix_is_root() {
-        let mnt = fx.work.join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let o = Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let r = std::panic::catch_unwind(|| {
-            compare_trees(&fx.src, &mnt.join("src"));
-            assert_eq!(std::fs::metadata(mnt.join("new-file")).unwrap().len(), 5 << 30);
-        });
-        Command::new("umount").arg(&mnt).status().unwrap();
-        r.unwrap();
+    e2fsck_clean(&img);
+    if kernel_can_mount() {
+        let k = KernelMount::ro(&img).expect("kernel mount");
+        compare_trees(&fx.src, &k.path().join("src"));
+        assert_eq!(std::fs::metadata(k.path().join("new-file")).unwrap().len(), 5 << 30);
     }
-}
-
-/// `e2fsck -fn` finds nothing to fix.
-fn fsck_clean(img: &Path) {
-    let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
 /// `rm` refuses `.`, `..` and the root before touching anything, as coreutils' rm does.
@@ -421,5 +386,5 @@ fn rm_refuses_dot_dotdot_and_the_root() {
     let o = rext4(&["rm", &at(&fx, "/")]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"), "{o:?}");
     assert_eq!(stdout(&rext4(&["tree", &at(&fx, "/")])), before);
-    fsck_clean(&fx.image);
+    e2fsck_clean(&fx.image);
 }

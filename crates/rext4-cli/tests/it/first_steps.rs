@@ -1,6 +1,7 @@
 //! What a new user meets first: a bare image name, `cp` of a special file, messages that name
 //! the path, `getfattr -d`, and attributes an export keeps or warns about.
 
+use rext4_testkit::{e2fsck_clean, is_root, Image};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -13,19 +14,13 @@ fn ok(o: Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A 16 MiB image, filled from `src` if given.
 fn mkfs(img: &Path, src: Option<&Path>) {
-    let mut c = Command::new("mkfs.ext4");
-    c.args(["-q", "-F"]);
-    if let Some(s) = src {
-        c.arg("-d").arg(s);
+    let image = Image::ext4("16M");
+    match src {
+        Some(s) => image.from_dir(s).build(img),
+        None => image.build(img),
     }
-    let o = c.arg(img).arg("16M").output().expect("mkfs.ext4");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn fsck_clean(img: &Path) {
-    let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
 #[test]
@@ -63,7 +58,7 @@ fn cp_without_r_copies_bytes_of_special_files() {
     assert_eq!(rext4(&["cat", &at("/piped")]).stdout, b"through a pipe\n");
     ok(rext4(&["cp", "-r", fifo.to_str().unwrap(), &at("/still-a-fifo")]));
     assert!(ok(rext4(&["stat", &at("/still-a-fifo")])).contains("fifo"));
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }
 
 /// Messages name the path, as coreutils' do; `getfattr -d` is accepted.
@@ -87,7 +82,7 @@ fn messages_name_the_path_and_getfattr_takes_d() {
     ok(rext4(&["setfattr", "-n", "user.tag", "-v", "blue", &at("/srv")]));
     assert_eq!(ok(rext4(&["getfattr", "-d", &at("/srv")])), "# file: /srv\nuser.tag=\"blue\"\n\n");
     assert!(ok(rext4(&["getfattr", "-d", "-m", "-", &at("/srv")])).contains("user.tag"));
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }
 
 /// security.capability survives an export as root (chown clears it, so it is set after);
@@ -107,7 +102,7 @@ fn export_keeps_file_capabilities_or_says_why_not() {
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let o = rext4(&["cp", &at("/ping"), out.to_str().unwrap()]);
-    if nix::unistd::geteuid().is_root() {
+    if is_root() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let g = Command::new("getfattr")
             .args(["-e", "base64", "-n", "security.capability"])
@@ -119,5 +114,5 @@ fn export_keeps_file_capabilities_or_says_why_not() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("warning") && err.contains("chown"), "{err}");
     }
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }

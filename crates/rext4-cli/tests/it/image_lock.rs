@@ -1,6 +1,7 @@
 //! One writer per image: a CLI writer refuses an image another process holds the rext4 lock
 //! on, or that the kernel has mounted; read-only commands keep working beside either.
 
+use rext4_testkit::{e2fsck_clean, require_kernel, Image, KernelMount};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -9,17 +10,7 @@ fn rext4(args: &[&str]) -> Output {
 }
 
 fn mkfs(img: &Path) {
-    let o = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(img).arg("16M").output().expect("mkfs.ext4");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn fsck_clean(img: &Path) {
-    let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
+    Image::ext4("16M").build(img);
 }
 
 /// The lock the FUSE daemon and every writer take (an exclusive flock, here held by
@@ -56,31 +47,22 @@ fn a_writer_refuses_a_locked_image() {
     assert!(ls.status.success(), "a reader beside the lock: {}", String::from_utf8_lossy(&ls.stderr));
     let o = rext4(&["mkdir", &t]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }
 
 /// An image the kernel has mounted through a loop device is refused to writers, naming the
 /// loop device and mount point; readers go on.
 #[test]
 fn a_writer_refuses_an_image_the_kernel_has_mounted() {
-    if !is_root() {
-        eprintln!("skipped: mounting a loop device needs root");
-        return;
-    }
+    require_kernel!();
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("k.img");
     mkfs(&img);
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let m = Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt).output().unwrap();
-    if !m.status.success() {
-        eprintln!("skipped: mount -o loop failed: {}", String::from_utf8_lossy(&m.stderr));
-        return;
-    }
+    let k = KernelMount::rw(&img).expect("kernel mount");
+    let mnt = k.path().to_path_buf();
     let o = rext4(&["mkdir", &format!("{}:/x", img.display())]);
     let ls = rext4(&["ls", &format!("{}:/", img.display())]);
-    let u = Command::new("umount").arg(&mnt).output().unwrap();
-    assert!(u.status.success(), "{}", String::from_utf8_lossy(&u.stderr));
+    k.unmount().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     let want = format!("rext4: {}: image is mounted by the kernel (loop", img.display());
@@ -89,7 +71,7 @@ fn a_writer_refuses_an_image_the_kernel_has_mounted() {
     assert!(ls.status.success(), "{}", String::from_utf8_lossy(&ls.stderr));
     let o = rext4(&["mkdir", &format!("{}:/x", img.display())]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }
 
 /// The lock is the engine's: a second writable open in the same process is refused with
@@ -110,5 +92,5 @@ fn library_writers_exclude_each_other_until_unmount() {
     second.mkdir(second.root(), b"after", 0o755, 0, 0).unwrap();
     second.unmount().unwrap();
     drop(first);
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }

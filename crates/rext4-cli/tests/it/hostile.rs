@@ -2,6 +2,7 @@
 //! directory of one name, directory cycles. Exports never write outside their directory,
 //! walks end, and every problem is reported.
 
+use rext4_testkit::{e2fsck_clean, Image};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -25,11 +26,6 @@ fn rext4(args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
-fn run(cmd: &mut Command) {
-    let o = cmd.output().expect("run");
-    assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
-
 fn debugfs(image: &Path, req: &str) {
     let o = Command::new("debugfs").args(["-w", "-R", req]).arg(image).output().expect("debugfs");
     assert!(o.status.success() && !String::from_utf8_lossy(&o.stderr).contains("rror"), "{req}: {o:?}");
@@ -38,11 +34,7 @@ fn debugfs(image: &Path, req: &str) {
 /// An image without metadata checksums, so directory blocks can be patched by hand.
 fn image(dir: &Path, src: &Path) -> PathBuf {
     let image = dir.join("h.img");
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-O", "^metadata_csum", "-d"])
-        .arg(src)
-        .arg(&image)
-        .arg("16M"));
+    Image::ext4("16M").features("^metadata_csum").from_dir(src).build(&image);
     image
 }
 
@@ -55,11 +47,6 @@ fn patch(image: &Path, from: &[u8], to: &[u8]) {
     assert_eq!(hits.len(), 1, "{} found {} times", String::from_utf8_lossy(from), hits.len());
     all[hits[0]..hits[0] + to.len()].copy_from_slice(to);
     std::fs::write(image, all).unwrap();
-}
-
-fn fsck_clean(img: &Path) {
-    let fsck = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
 fn at(image: &Path, path: &str) -> String {
@@ -175,5 +162,5 @@ fn directory_cycles_are_reported_and_walks_end() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains(&want), "{o:?}");
     debugfs(&img, "unlink /a/b/loop");
-    fsck_clean(&img);
+    e2fsck_clean(&img);
 }

@@ -2,7 +2,8 @@
 //! with signals, mount-time journal recovery; the image clean under `e2fsck -fn` after each.
 //! Skipped (with a message) where FUSE mounts are not possible.
 
-use std::fs::{self, File, OpenOptions};
+use rext4_testkit::{e2fsck_clean, require_fuse, Image};
+use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,34 +13,13 @@ fn rext4(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rext4")).args(args).output().expect("run rext4")
 }
 
-fn can_mount() -> bool {
-    let ok = nix::unistd::geteuid().is_root()
-        && OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
-    if !ok {
-        eprintln!("SKIP: FUSE mounts need root and /dev/fuse");
-    }
-    ok
-}
-
+/// A 64 MiB image, filled from `src` if given.
 fn mkfs(img: &Path, src: Option<&Path>) {
-    let mut c = Command::new("mkfs.ext4");
-    c.args(["-q", "-F"]);
-    if let Some(s) = src {
-        c.arg("-d").arg(s);
+    let image = Image::ext4("64M");
+    match src {
+        Some(s) => image.from_dir(s).build(img),
+        None => image.build(img),
     }
-    let o = c.arg(img).arg("64M").output().expect("mkfs.ext4");
-    assert!(o.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn e2fsck_clean(img: &Path) {
-    let o = Command::new("e2fsck").arg("-fn").arg(img).output().expect("e2fsck");
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "e2fsck -fn: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 fn is_mounted(mp: &Path) -> bool {
@@ -90,9 +70,7 @@ fn setup() -> Setup {
 /// at once; umount leaves the image clean.
 #[test]
 fn daemon_mounts_locks_and_unmounts_clean() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
     let o = rext4(&["mount", img, mp, "-o", "rw,commit=1"]);
@@ -120,9 +98,7 @@ fn daemon_mounts_locks_and_unmounts_clean() {
 /// Errors reach the user from the daemon: bad options, a missing mount point, a bad image.
 #[test]
 fn mount_errors_are_reported() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
     for (args, want) in [
@@ -160,9 +136,7 @@ fn spawn_foreground(img: &Path, mp: &Path, opts: &str) -> Child {
 /// In the foreground, SIGTERM and SIGINT unmount, commit and exit 0, leaving the image clean.
 #[test]
 fn signals_unmount_cleanly() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     for sig in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT] {
         let mut child = spawn_foreground(&s.img, &s.mp, "rw,commit=60");
@@ -195,12 +169,12 @@ fn crash_helper() {
 /// An image left needing recovery is replayed at mount time.
 #[test]
 fn mount_recovers_the_journal() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
+    // The harness names tests by their path below the crate root.
+    let helper = concat!(module_path!(), "::crash_helper").split_once("::").unwrap().1;
     let st = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_helper", "--ignored", "--quiet"])
+        .args(["--exact", helper, "--ignored", "--quiet"])
         .env("REXT4_CRASH_IMAGE", &s.img)
         .status()
         .unwrap();
@@ -228,9 +202,7 @@ fn mount_recovers_the_journal() {
 /// Mounting an image marked as having errors warns, as the kernel does, and leaves the mark.
 #[test]
 fn mounting_an_image_with_errors_warns() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let o = Command::new("debugfs").args(["-w", "-R", "ssv state 3"]).arg(&s.img).output().unwrap();
     assert!(o.status.success());
@@ -251,9 +223,7 @@ fn mounting_an_image_with_errors_warns() {
 /// Repeated, with creates, writes, renames and unlinks from a shell that works inside.
 #[test]
 fn umount_after_a_workload_is_not_busy() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let img2 = s.img.with_file_name("img2");
     mkfs(&img2, None);
@@ -312,9 +282,7 @@ fn mountinfo(mp: &Path) -> (String, String) {
 /// read-only (and `remount,rw` back) as for any mount.
 #[test]
 fn ext4_options_are_accepted_and_remount_works() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
     let opts = "rw,defaults,strictatime,nodiratime,lazytime,async,nosuid,nodev,noexec,user_xattr,acl,\
@@ -354,9 +322,7 @@ fn ext4_options_are_accepted_and_remount_works() {
 /// is a minute.
 #[test]
 fn dirsync_commits_before_returning() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     for opt in ["dirsync", "sync"] {
         let mut child = spawn_foreground(&s.img, &s.mp, &format!("rw,commit=60,{opt}"));
@@ -412,9 +378,7 @@ fn unlocked_now(img: &Path) -> bool {
 /// `umount` of a kernel mount does: the image is free and clean the moment it returns.
 #[test]
 fn mount_helpers_serve_mount_umount_and_fstab() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let mut guards = Vec::new();
     for name in ["mount.fuse.rext4", "umount.fuse.rext4"] {
         let link = Path::new("/sbin").join(name);
@@ -464,9 +428,7 @@ fn mount_helpers_serve_mount_umount_and_fstab() {
 /// replayed) and is left clean.
 #[test]
 fn stale_mount_point_is_named() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let mut child = spawn_foreground(&s.img, &s.mp, "rw");
     child.kill().unwrap();
@@ -489,9 +451,7 @@ fn stale_mount_point_is_named() {
 /// fusermount3), not "Permission denied" on the mount point.
 #[test]
 fn unprivileged_mount_names_the_cause() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     use std::os::unix::fs::PermissionsExt;
     let s = setup();
     let bin = s.img.with_file_name("rext4");
@@ -527,9 +487,7 @@ fn unprivileged_mount_names_the_cause() {
 /// write the image home instead of failing with "in use"; the data is all there.
 #[test]
 fn mount_right_after_umount_waits_for_the_old_daemon() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let s = setup();
     let (img, mp) = (s.img.to_str().unwrap(), s.mp.to_str().unwrap());
     let o = rext4(&["mount", img, mp, "-o", "commit=60"]);
@@ -561,9 +519,7 @@ fn mount_right_after_umount_waits_for_the_old_daemon() {
 /// in `/usr/local/bin` alone.
 #[test]
 fn mount_fuse_runs_the_binary_by_its_own_name() {
-    if !can_mount() {
-        return;
-    }
+    require_fuse!();
     let link = Path::new("/usr/local/bin/rext4");
     if link.symlink_metadata().is_ok() {
         eprintln!("SKIP: {} exists already; not replacing it", link.display());
