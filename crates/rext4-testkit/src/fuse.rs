@@ -49,7 +49,7 @@ macro_rules! require_fuse {
     };
     ($ret:expr) => {
         if let Some(why) = $crate::why_no_fuse() {
-            eprintln!("SKIP {} (line {}): cannot mount through FUSE here ({why})", module_path!(), line!());
+            $crate::skip_note(module_path!(), line!(), "cannot mount through FUSE here", why);
             return $ret;
         }
     };

@@ -8,6 +8,17 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// Says which test skips what, and why: the test's name where the harness runs it on a thread
+/// of that name, else the module and line of the skip. For the `require_*!` macros.
+#[doc(hidden)]
+pub fn skip_note(module: &str, line: u32, what: &str, why: &str) {
+    let thread = std::thread::current();
+    match thread.name().filter(|n| *n != "main") {
+        Some(test) => eprintln!("SKIP {test}: {what} ({why})"),
+        None => eprintln!("SKIP {module} (line {line}): {what} ({why})"),
+    }
+}
+
 /// Whether `REXT4_REQUIRE_MOUNT=1` asks for the mount comparisons to run (and fail rather
 /// than skip where they cannot).
 pub(crate) fn mounts_required() -> bool {
@@ -154,7 +165,7 @@ macro_rules! require_kernel {
     };
     ($ret:expr) => {
         if let Some(why) = $crate::why_no_kernel_mount() {
-            eprintln!("SKIP {} (line {}): cannot loop-mount images here ({why})", module_path!(), line!());
+            $crate::skip_note(module_path!(), line!(), "cannot loop-mount images here", why);
             return $ret;
         }
     };

@@ -17,6 +17,7 @@ pub fn tool(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} is required for these tests (install e2fsprogs / util-linux)"))
 }
 
+/// Runs `cmd` to completion; panics if it cannot be started.
 pub(crate) fn run(cmd: &mut Command) -> Output {
     match cmd.output() {
         Ok(o) => o,
