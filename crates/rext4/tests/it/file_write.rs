@@ -3,11 +3,10 @@
 
 use proptest::prelude::*;
 use rext4::{Error, Fs, InodeNo, Options, SetAttr};
-use std::path::{Path, PathBuf};
-
 use rext4_testkit::{
     e2fsck_clean, extent_depth, kernel_can_mount, layout, require_kernel, Image, KernelMount, Rng,
 };
+use std::path::{Path, PathBuf};
 
 const KEEP: u32 = rext4::FALLOC_FL_KEEP_SIZE;
 const PUNCH: u32 = rext4::FALLOC_FL_PUNCH_HOLE;

@@ -2,10 +2,9 @@
 //! by the kernel mounting what rext4 wrote.
 
 use rext4::{Fs, Options, SetAttr, TimeSet, Timestamp};
+use rext4_testkit::{e2fsck_clean as fsck_clean, require_kernel, HookedDevice, Image, KernelMount};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use rext4_testkit::{e2fsck_clean as fsck_clean, require_kernel, HookedDevice, Image, KernelMount};
 
 fn mkfs(dir: &Path, name: &str, args: &[&str], files: usize) -> PathBuf {
     let src = dir.join(format!("{name}-src"));

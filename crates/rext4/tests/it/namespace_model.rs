@@ -4,10 +4,9 @@
 
 use proptest::prelude::*;
 use rext4::{Fs, InodeNo, Options, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
+use rext4_testkit::{e2fsck_clean, kernel_can_mount, Image, KernelMount};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-use rext4_testkit::{e2fsck_clean, kernel_can_mount, Image, KernelMount};
 
 #[derive(Clone, Debug)]
 enum Node {

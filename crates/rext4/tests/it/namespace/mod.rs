@@ -12,13 +12,12 @@ mod links;
 mod special;
 
 use rext4::{FileType, Fs, Options};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-
 use rext4_testkit::{
     assert_no_diff, diff_full, e2fsck_clean as fsck_clean, require_kernel, walk_kernel, walk_rext4, Image,
     KernelMount,
 };
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 fn mkfs(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
