@@ -1,5 +1,6 @@
 //! Inode record decoding, timestamps, and the inode checksum, for the record sizes an image can
-//! have (128..=1024, powers of two; see tests/corruption.rs for other lengths).
+//! have (128..=1024, powers of two; crates/rext4/tests/it/corruption/format.rs tries other
+//! lengths).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

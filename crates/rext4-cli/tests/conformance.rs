@@ -3,10 +3,12 @@
 //! passes on the kernel may fail on rext4, and every image must be clean under `e2fsck -fn`,
 //! except the differences listed with their causes in `tests/conformance/known-failures.txt`.
 //! A listed difference that has gone away fails the test too, so the list only shrinks.
-//! Skipped (with a message) without root, `/dev/fuse` or the `pjdfstest` command.
+//! Skipped (with a message) without loop mounts, FUSE mounts or the `pjdfstest` command; under
+//! `REXT4_REQUIRE_MOUNT=1` missing mounts fail it instead. A test binary of its own, so the
+//! suites run alone rather than beside other mount tests.
 
+use rext4_testkit::{require_fuse, require_kernel};
 use std::collections::BTreeSet;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,11 +40,8 @@ fn known_failures() -> (BTreeSet<String>, BTreeSet<String>) {
 
 #[test]
 fn rext4_matches_kernel_ext4() {
-    let root = nix::unistd::geteuid().is_root();
-    if !root || OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
-        eprintln!("SKIP: the conformance run needs root (loop mounts) and /dev/fuse");
-        return;
-    }
+    require_kernel!();
+    require_fuse!();
     if !pjdfstest_found() {
         eprintln!("SKIP: no pjdfstest command (cargo install --locked pjdfstest; .ci/setup does)");
         return;

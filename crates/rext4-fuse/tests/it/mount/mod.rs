@@ -1,0 +1,35 @@
+//! Real FUSE mounts of images through rext4-fuse: workloads run through `std::fs` (and the
+//! syscalls it lacks), then the mount is unmounted, `e2fsck -fn` must be clean, and a kernel
+//! loop mount must show the same tree, bytes, times and xattrs the FUSE mount showed.
+//! Skipped (with a message) where FUSE mounts are not possible.
+//!
+//! `tree.rs`: names, directories and handles; `data.rs`: file data and attributes;
+//! `options.rs`: mount options, errors and daemon robustness; `access.rs`: permissions, ACLs
+//! and group ownership for other users.
+
+mod access;
+mod data;
+mod options;
+mod tree;
+
+use crate::support::*;
+use rext4_testkit::*;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
+
+fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+#[track_caller]
+fn expect_errno<T: std::fmt::Debug>(r: std::io::Result<T>, want: i32, what: &str) {
+    match r {
+        Ok(v) => panic!("{what}: succeeded ({v:?}), expected errno {want}"),
+        Err(e) => assert_eq!(errno(&e), want, "{what}: {e}"),
+    }
+}
+
+fn ft(sec: i64, nsec: u32) -> filetime::FileTime {
+    filetime::FileTime::from_unix_time(sec, nsec)
+}

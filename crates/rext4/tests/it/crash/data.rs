@@ -1,0 +1,136 @@
+//! File data (`data=ordered`) across crashes.
+
+use super::*;
+use rext4::SetAttr;
+
+/// File data (`data=ordered`): files that are only appended to must, after any crash, hold
+/// their own bytes over their whole size (data reaches the disk before the metadata that
+/// makes it reachable) and at least what was fsync'ed; files that are overwritten, truncated,
+/// punched and zeroed must never show another file's bytes (freed blocks are not reused
+/// before the freeing transaction commits).
+struct DataModel {
+    /// (log position when fsync returned, file, size it made durable) for append-only files.
+    durable: Vec<(usize, usize, u64)>,
+}
+
+impl Durable for DataModel {
+    fn fsyncs(&self) -> usize {
+        self.durable.len()
+    }
+}
+
+const DATA_FILES: usize = 12;
+const APPEND_FILES: usize = 6;
+
+fn tag(f: usize) -> u8 {
+    0xA0 + f as u8
+}
+
+fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    data_workload_with(dev, rounds, seed, true)
+}
+
+/// The data workload for block-mapped files: fallocate is not supported there.
+fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    data_workload_with(dev, rounds, seed, false)
+}
+
+fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: bool) -> DataModel {
+    let fs = open_rw(dev);
+    let mut rng = Rng(seed);
+    let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    for (f, &ino) in inos.iter().enumerate() {
+        fs.setattr(ino, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
+        fs.write(ino, 0, &[tag(f); 100]).unwrap();
+    }
+    let mut sizes = [100u64; DATA_FILES];
+    let mut durable = Vec::new();
+    for _ in 0..rounds {
+        for _ in 0..(rng.next() % 12 + 1) {
+            let f = (rng.next() % DATA_FILES as u64) as usize;
+            let len = rng.next() % 9000 + 1;
+            let buf = vec![tag(f); len as usize];
+            if f < APPEND_FILES {
+                if sizes[f] <= 150_000 {
+                    fs.write(inos[f], sizes[f], &buf).unwrap();
+                    sizes[f] += len;
+                }
+                continue;
+            }
+            let off = rng.next() % 120_000;
+            let ino = inos[f];
+            match rng.next() % if falloc { 6 } else { 3 } {
+                0 | 1 => {
+                    fs.write(ino, off, &buf).unwrap();
+                }
+                2 => {
+                    fs.setattr(ino, &SetAttr { size: Some(off / 3), ..SetAttr::default() }).unwrap();
+                }
+                3 => fs
+                    .fallocate(ino, rext4::FALLOC_FL_PUNCH_HOLE | rext4::FALLOC_FL_KEEP_SIZE, off, len * 3)
+                    .unwrap(),
+                4 => fs.fallocate(ino, rext4::FALLOC_FL_ZERO_RANGE, off, len).unwrap(),
+                _ => fs.fallocate(ino, 0, off, len * 2).unwrap(),
+            }
+        }
+        let f = (rng.next() % APPEND_FILES as u64) as usize;
+        fs.fsync(inos[f]).unwrap();
+        durable.push((dev.position(), f, sizes[f]));
+    }
+    fs.unmount().unwrap();
+    DataModel { durable }
+}
+
+fn check_data(img: &Path, model: &DataModel, pos: usize, how: &str) {
+    let fs = Fs::open(img).unwrap_or_else(|e| panic!("{how}: open after recovery: {e}"));
+    for f in 0..DATA_FILES {
+        let data = fs.read_file(format!("/f{f}")).unwrap();
+        if data == b"x" && !model.durable.iter().any(|&(p, df, _)| df == f && p <= pos) {
+            continue; // as made by mkfs: nothing committed yet
+        }
+        if let Some(b) = data.iter().position(|&b| b != 0 && b != tag(f)) {
+            panic!("{how}: f{f} shows a byte {:#x} at {b} that it never held", data[b]);
+        }
+        if f < APPEND_FILES {
+            if let Some(z) = data.iter().position(|&b| b != tag(f)) {
+                panic!(
+                    "{how}: append-only f{f} has a zero at {z} of {}: data lost behind its size",
+                    data.len()
+                );
+            }
+            for &(p, df, size) in &model.durable {
+                if df == f && p <= pos {
+                    assert!(
+                        data.len() as u64 >= size,
+                        "{how}: f{f} lost fsync'ed size {size} (has {})",
+                        data.len()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn crash_file_data() {
+    run_with("data", &[], 4, data_workload, check_data);
+}
+
+/// The data workload on an `inline_data` filesystem: files start inline (100 bytes fit in
+/// the record), and writes, truncates and fallocates move them into blocks or keep them
+/// inline; every crash image must show each file's own bytes only.
+#[test]
+fn crash_file_data_inline() {
+    run_with("data-inline", &["-O", "inline_data"], 6, data_workload, check_data);
+}
+
+#[test]
+fn crash_file_data_block_maps() {
+    run_with(
+        "data-ext3",
+        &["-t", "ext3", "-O", "^has_journal,has_journal"],
+        5,
+        data_workload_no_falloc,
+        check_data,
+    );
+}

@@ -1,0 +1,24 @@
+//! The engine's integration tests, in one binary so the engine and the test kit
+//! (`rext4-testkit`) are linked once. One module per area; `cargo test -p rext4 --test it
+//! corruption::` runs one of them.
+//!
+//! The oracles are `e2fsck -fn` (every image a test leaves), the kernel's ext4 driver through
+//! loop mounts (skipped with a message where it cannot mount, a failure under
+//! `REXT4_REQUIRE_MOUNT=1`), `debugfs` / `dumpe2fs`, and the source trees images are made from.
+
+mod corruption;
+mod corruption_write;
+mod crash;
+mod file_write;
+mod flags;
+mod htree;
+mod journal;
+mod kernel_written;
+mod namespace;
+mod namespace_model;
+mod orphan;
+mod read_variants;
+mod recovery;
+mod stats;
+mod system_zone;
+mod xattr_write;
