@@ -403,9 +403,8 @@ impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config, self.shared.opts.writeback_cache);
         self.negotiate_acl(config);
-        if self.shared.opts.locks == LockMode::Engine
-            && config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS).is_err()
-        {
+        let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
+        if self.shared.opts.locks == LockMode::Engine && config.add_capabilities(locks).is_err() {
             crate::log("locks=engine: this kernel does not pass locks on; it keeps them itself");
         }
         Ok(())
@@ -700,14 +699,14 @@ impl Filesystem for Adapter {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         self.guard("release", || {
             self.shared.handles.close(fh.0);
             if let Some(e) = engine_ino(ino) {
-                self.release_locks(e, fh.0);
+                self.release_locks(e, fh.0, lock_owner.map(|o| o.0));
             }
             reply.ok();
         });
@@ -733,7 +732,7 @@ impl Filesystem for Adapter {
 
     fn setlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
@@ -745,9 +744,32 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         self.guard("setlk", || match ino_of(ino) {
-            Ok(e) => self.do_setlk(e, fh.0, lock_owner.0, (start, end), typ, pid, sleep, reply),
+            Ok(e) => {
+                self.do_setlk(req.unique().0, e, fh.0, lock_owner.0, (start, end), typ, pid, sleep, reply)
+            }
             Err(err) => reply.error(err),
         });
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("flock", || match ino_of(ino) {
+            Ok(e) => self.do_flock(req.unique().0, e, lock_owner.0, typ, sleep, reply),
+            Err(err) => reply.error(err),
+        });
+    }
+
+    fn interrupt(&self, _req: &Request, unique: fuser::RequestId) {
+        self.shared.lock_owners.interrupt(unique.0);
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

@@ -10,8 +10,13 @@
 //! - `RELEASE` (the last close of an open file) drops the locks of every owner that locked
 //!   through that handle alone: an OFD owner is its one open file.
 //!
-//! A blocking `SETLKW` first tries without waiting; if it must wait, a thread of its own waits
-//! and replies, so no FUSE worker is ever tied up by a lock.
+//! `flock(2)` requests (`FUSE_LK_FLOCK`) become the engine's flock locks, owned by the open
+//! file the kernel names, and go at that file's last close (`FUSE_RELEASE_FLOCK_UNLOCK`).
+//!
+//! A blocking request first tries without waiting; if it must wait, a thread of its own waits
+//! and replies, so no FUSE worker is ever tied up by a lock. A `FUSE_INTERRUPT` for it (the
+//! caller got a signal) cancels the wait, which replies `EINTR` and leaves nothing behind; an
+//! interrupt that overtakes its request is kept until the request arrives.
 //!
 //! # Locking
 //! One mutex per shard of the handle -> owners table; never held across an engine call.
@@ -19,8 +24,11 @@
 use crate::adapter::{Adapter, R};
 use fuser::{Errno, ReplyEmpty, ReplyLock};
 use rext4::sync::Mutex;
-use rext4::{FileLock, InodeNo, LockOwner, LockType, Wait};
-use std::collections::HashMap;
+use rext4::{Cancel, FileLock, FlockOp, InodeNo, LockOwner, LockType, Wait};
+use std::collections::{HashMap, VecDeque};
+
+/// Interrupts remembered for requests not seen yet.
+const EARLY_INTERRUPTS: usize = 64;
 
 const SHARDS: usize = 64;
 
@@ -36,6 +44,15 @@ pub(crate) struct LockOwners {
     by_handle: Box<[OwnersByHandle]>,
     /// Owner -> handles it locked through. [own mutex]
     handles_of: Mutex<HashMap<u64, u32>>,
+    /// Waiting requests by FUSE request id, and interrupts that came before their request.
+    /// [own mutex]
+    waits: Mutex<Waits>,
+}
+
+#[derive(Default)]
+struct Waits {
+    pending: HashMap<u64, Cancel>,
+    early: VecDeque<u64>,
 }
 
 impl Default for LockOwners {
@@ -43,6 +60,7 @@ impl Default for LockOwners {
         LockOwners {
             by_handle: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             handles_of: Mutex::new(HashMap::new()),
+            waits: Mutex::new(Waits::default()),
         }
     }
 }
@@ -60,6 +78,38 @@ impl LockOwners {
             v.push(owner);
             drop(s);
             *self.handles_of.lock().entry(owner).or_default() += 1;
+        }
+    }
+
+    /// A cancel token for request `unique`'s wait, already fired if its interrupt came first.
+    fn register(&self, unique: u64) -> Cancel {
+        let c = Cancel::new();
+        let mut w = self.waits.lock();
+        if let Some(i) = w.early.iter().position(|&u| u == unique) {
+            w.early.remove(i);
+            c.cancel();
+        }
+        w.pending.insert(unique, c.clone());
+        c
+    }
+
+    fn unregister(&self, unique: u64) {
+        self.waits.lock().pending.remove(&unique);
+    }
+
+    /// `FUSE_INTERRUPT` for request `unique`.
+    pub(crate) fn interrupt(&self, unique: u64) {
+        let mut w = self.waits.lock();
+        match w.pending.get(&unique) {
+            Some(c) => c.cancel(),
+            None => {
+                // Its request may still be on its way (or long answered: then this is
+                // never matched and ages out).
+                if w.early.len() == EARLY_INTERRUPTS {
+                    w.early.pop_front();
+                }
+                w.early.push_back(unique);
+            }
         }
     }
 
@@ -129,6 +179,7 @@ impl Adapter {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn do_setlk(
         &self,
+        unique: u64,
         ino: InodeNo,
         fh: u64,
         owner: u64,
@@ -148,19 +199,59 @@ impl Adapter {
         match self.fs().setlk(ino, &l, Wait::No) {
             Ok(()) => reply.ok(),
             Err(rext4::Error::WouldBlock) if sleep => {
-                let shared = self.shared.clone();
-                // The wait may be long: it gets a thread of its own.
-                let spawned = std::thread::Builder::new().name("rext4-setlkw".into()).spawn(move || {
-                    match shared.fs.setlk(ino, &l, Wait::Forever) {
-                        Ok(()) => reply.ok(),
-                        Err(e) => reply.error(shared.policy.errno("setlkw", &e)),
-                    }
-                });
-                if let Err(e) = spawned {
-                    crate::log(&format!("setlkw: no thread to wait in: {e}"));
-                }
+                self.wait_in_thread(unique, "setlkw", reply, move |fs, w| fs.setlk(ino, &l, w))
             }
             Err(e) => reply.error(self.err("setlk", e)),
+        }
+    }
+
+    /// `flock(2)` through the mount: the owner is the open file.
+    pub(crate) fn do_flock(
+        &self,
+        unique: u64,
+        ino: InodeNo,
+        owner: u64,
+        typ: i32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let op = match typ {
+            libc::F_RDLCK => FlockOp::Shared,
+            libc::F_WRLCK => FlockOp::Exclusive,
+            libc::F_UNLCK => FlockOp::Unlock,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match self.fs().flock(ino, owner, op, Wait::No) {
+            Ok(()) => reply.ok(),
+            Err(rext4::Error::WouldBlock) if sleep => {
+                self.wait_in_thread(unique, "flock", reply, move |fs, w| fs.flock(ino, owner, op, w))
+            }
+            Err(e) => reply.error(self.err("flock", e)),
+        }
+    }
+
+    /// Waits for a lock on a thread of its own (the wait may be long) and replies from there;
+    /// an interrupt of request `unique` ends the wait with `EINTR`.
+    fn wait_in_thread(
+        &self,
+        unique: u64,
+        op: &'static str,
+        reply: ReplyEmpty,
+        take: impl FnOnce(&rext4::Fs, Wait<'_>) -> rext4::Result<()> + Send + 'static,
+    ) {
+        let shared = self.shared.clone();
+        let cancel = shared.lock_owners.register(unique);
+        let spawned = std::thread::Builder::new().name("rext4-lockwait".into()).spawn(move || {
+            let r = take(&shared.fs, Wait::Until(&cancel));
+            shared.lock_owners.unregister(unique);
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(shared.policy.errno(op, &e)),
+            }
+        });
+        if let Err(e) = spawned {
+            self.shared.lock_owners.unregister(unique);
+            crate::log(&format!("{op}: no thread to wait in: {e}"));
         }
     }
 
@@ -169,10 +260,16 @@ impl Adapter {
         self.fs().release_posix_locks(ino, owner);
     }
 
-    /// `RELEASE` of handle `fh`: owners that locked through it alone lose their locks.
-    pub(crate) fn release_locks(&self, ino: InodeNo, fh: u64) {
+    /// `RELEASE` of handle `fh`: owners that locked through it alone lose their locks, and
+    /// the open file `flock_owner` (when the kernel says it took a flock lock) its flock.
+    pub(crate) fn release_locks(&self, ino: InodeNo, fh: u64, flock_owner: Option<u64>) {
         for owner in self.shared.lock_owners.close(fh) {
             self.fs().release_posix_locks(ino, owner);
+        }
+        if let Some(owner) = flock_owner {
+            if let Err(e) = self.fs().flock(ino, owner, FlockOp::Unlock, Wait::No) {
+                crate::log(&format!("release of a flock lock on inode {ino}: {e}"));
+            }
         }
     }
 }
@@ -192,6 +289,23 @@ mod tests {
         assert_eq!(o.close(3), vec![7]);
         assert_eq!(o.close(2), vec![100]);
         assert_eq!(o.close(2), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn an_interrupt_cancels_its_wait_even_when_it_comes_first() {
+        let o = LockOwners::default();
+        let c = o.register(10);
+        assert!(!c.is_cancelled());
+        o.interrupt(10);
+        assert!(c.is_cancelled());
+        o.unregister(10);
+        o.interrupt(11);
+        assert!(o.register(11).is_cancelled(), "an interrupt overtaking its request");
+        assert!(!o.register(12).is_cancelled());
+        for u in 100..100 + EARLY_INTERRUPTS as u64 + 5 {
+            o.interrupt(u);
+        }
+        assert_eq!(o.waits.lock().early.len(), EARLY_INTERRUPTS);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub struct MountOptions {
     /// New inodes take their directory's group (`grpid`, `bsdgroups`; the default is
     /// `nogrpid`: the creator's group unless the directory is set-group-ID).
     pub grpid: bool,
-    /// Who answers `fcntl` byte-range locks (`locks=kernel`, the default, or `locks=engine`).
+    /// Who answers `fcntl` and `flock` locks (`locks=kernel`, the default, or `locks=engine`).
     pub locks: LockMode,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
@@ -82,9 +82,9 @@ pub enum LockMode {
     /// The kernel's own lock table for the mount: the daemon never hears of locks. Fast, and
     /// right for every process using this mount.
     Kernel,
-    /// The engine's lock table (POSIX and OFD locks through `GETLK`/`SETLK`/`SETLKW`), so
-    /// the locks are the same ones the library's users of the image take. `flock` stays
-    /// with the kernel (see docs/fuse.md).
+    /// The engine's lock table (POSIX, OFD and flock locks through `GETLK`/`SETLK`/
+    /// `SETLKW`), so the locks are the same ones the library's users of the image take (see
+    /// docs/fuse.md).
     Engine,
 }
 

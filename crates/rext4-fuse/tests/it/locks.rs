@@ -80,6 +80,36 @@ fn locks_through_the_mount_are_the_engines() {
     drop(open());
     assert_eq!(fs.file_locks(ino).0, vec![]);
     drop(p);
+
+    // flock(2) through the mount is the engine's flock table.
+    let f = nix::fcntl::Flock::lock(open(), nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+    assert_eq!(fs.file_locks(ino).1.len(), 1);
+    let r = fs.flock(ino, u64::MAX, rext4::FlockOp::Shared, Wait::No);
+    assert!(matches!(r, Err(rext4::Error::WouldBlock)), "{r:?}");
+    drop(f);
+    let gone = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        fs.file_locks(ino).1.is_empty()
+    });
+    assert!(gone, "the flock lock outlived its file");
+
+    // A process killed while waiting for a lock through the mount goes at once: the kernel's
+    // interrupt cancels the daemon's wait, and nothing is left behind.
+    fs.flock(ino, u64::MAX, rext4::FlockOp::Exclusive, Wait::No).unwrap();
+    for args in [&["-x"][..], &["-s"][..]] {
+        let mut child =
+            std::process::Command::new("flock").args(args).arg(&path).arg("true").spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.try_wait().unwrap().is_none(), "flock {args:?} did not wait");
+        child.kill().unwrap();
+        let ended = (0..300).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            child.try_wait().unwrap().is_some()
+        });
+        assert!(ended, "a killed waiter stayed blocked in the daemon");
+        assert_eq!(fs.file_locks(ino).1, vec![(u64::MAX, rext4::FlockOp::Exclusive)]);
+    }
+    fs.flock(ino, u64::MAX, rext4::FlockOp::Unlock, Wait::No).unwrap();
     m.unmount();
     drop(fs);
     e2fsck_clean(&img);
