@@ -12,15 +12,6 @@ fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rext4-bench"))
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 /// Mount points a bench run with process id `pid` made that are still mounted.
 fn mounts_of(pid: u32) -> Vec<String> {
     let tag = format!("rext4-bench-suite-{pid}");
@@ -140,10 +131,7 @@ fn unavailable_targets_are_skipped_with_a_note() {
 /// Ctrl-C while a mounted target runs: everything is unmounted and removed.
 #[test]
 fn interrupted_run_leaves_no_mount_behind() {
-    if !is_root() {
-        eprintln!("skipped: mounting needs root");
-        return;
-    }
+    rext4_testkit::require_kernel!();
     let mut targets = vec!["kernel"];
     // The fuse target runs the `rext4` beside rext4-bench, which cargo builds with the
     // workspace but not for this package's tests alone.
