@@ -62,16 +62,6 @@ fn every_workload_runs_in_process_and_on_tmpfs() {
         for target in ["inproc", "tmpfs"] {
             let mine: Vec<_> =
                 samples.iter().filter(|s| s["workload"] == wl && s["target"] == target).collect();
-            if wl == "lockperf" && target == "inproc" {
-                // No file-lock API in the engine: skipped, and said so.
-                assert!(mine.is_empty());
-                let notes = v["notes"].as_array().unwrap();
-                assert!(
-                    notes.iter().any(|n| n.as_str().unwrap().starts_with("lockperf / inproc: skipped")),
-                    "{notes:?}"
-                );
-                continue;
-            }
             assert!(!mine.is_empty(), "{wl} on {target}: no samples\n{out}");
             for w in [1, 3] {
                 assert!(mine.iter().any(|s| s["workers"] == w), "{wl} on {target}: nothing for {w} workers");
