@@ -52,7 +52,7 @@ fn destination(fs: &Fs, p: &ImagePath, source: &Path) -> CliResult<(InodeNo, Vec
 }
 
 /// `rext4 cp [-r] HOSTPATH IMAGE:/path`.
-pub fn copy_in(source: &Path, target: &str, recursive: bool, quiet: bool) -> CliResult {
+pub(crate) fn copy_in(source: &Path, target: &str, recursive: bool, quiet: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
     // Like cp: without -r a symlink operand is followed, and a fifo or device is read for its
     // bytes into a regular file; with -r they are copied as what they are.

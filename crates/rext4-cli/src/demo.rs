@@ -65,7 +65,7 @@ fn mkfs() -> CliResult<PathBuf> {
     Err("mkfs.ext4 not found: install e2fsprogs (apt-get install -y e2fsprogs)".into())
 }
 
-pub fn run(keep: Option<PathBuf>, files: usize) -> CliResult {
+pub(crate) fn run(keep: Option<PathBuf>, files: usize) -> CliResult {
     let work = match &keep {
         Some(k) => k.clone(),
         None => std::env::temp_dir().join(format!("rext4-demo-{}", std::process::id())),

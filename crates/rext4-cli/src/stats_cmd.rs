@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// The engine's report in a serialisable form.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     pub ops: Vec<OpRow>,
     pub locks: Vec<LockRow>,
     pub commits: Option<Commits>,
@@ -27,14 +27,14 @@ pub struct Report {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct OpRow {
+pub(crate) struct OpRow {
     pub name: String,
     pub count: u64,
     pub total_ns: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct LockRow {
+pub(crate) struct LockRow {
     pub name: String,
     pub acquired: u64,
     pub contended: u64,
@@ -43,7 +43,7 @@ pub struct LockRow {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Commits {
+pub(crate) struct Commits {
     pub commits: u64,
     pub mean_us: f64,
     pub stddev_us: f64,
@@ -94,7 +94,7 @@ impl From<&rext4::StatsReport> for Report {
 
 impl Report {
     /// The three tables, operations by total time, only what was used.
-    pub fn print(&self) {
+    pub(crate) fn print(&self) {
         let mut ops: Vec<&OpRow> = self.ops.iter().filter(|o| o.count > 0).collect();
         ops.sort_by_key(|o| std::cmp::Reverse(o.total_ns));
         if self.every > 1 {
@@ -178,7 +178,7 @@ fn socket_path(dev: &str) -> PathBuf {
 /// Serves statistics for `fs`, mounted at `mountpoint`, on a background thread; returns the
 /// socket's path (removed by the caller when the daemon ends). Called by the daemon once the
 /// mount exists.
-pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
+pub(crate) fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
     let dev = mount_dev(mountpoint).ok_or_else(|| format!("{}: not in mountinfo", mountpoint.display()))?;
     let path = socket_path(&dev);
     if let Some(dir) = path.parent() {
@@ -211,7 +211,7 @@ pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
 }
 
 /// Asks the daemon serving `mountpoint` for its report (and to reset it, after reporting).
-pub fn fetch(mountpoint: &Path, reset: bool) -> CliResult<Report> {
+pub(crate) fn fetch(mountpoint: &Path, reset: bool) -> CliResult<Report> {
     let dir = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     let dev = mount_dev(&dir).ok_or_else(|| format!("{}: not a mount point", dir.display()))?;
     let path = socket_path(&dev);
@@ -226,7 +226,7 @@ pub fn fetch(mountpoint: &Path, reset: bool) -> CliResult<Report> {
 }
 
 /// `rext4 stats MOUNTPOINT [--json] [--reset]`.
-pub fn run(mountpoint: &Path, json: bool, reset: bool) -> CliResult {
+pub(crate) fn run(mountpoint: &Path, json: bool, reset: bool) -> CliResult {
     let r = fetch(mountpoint, reset)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);

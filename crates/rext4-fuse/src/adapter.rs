@@ -99,7 +99,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Releases every inode the kernel still knew (at unmount, when no forget will come).
-    pub fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         for ino in self.lookups.drain() {
             if let Err(e) = self.fs.release(InodeNo(ino as u32)) {
                 crate::log(&format!("release of inode {ino} at unmount: {e}"));

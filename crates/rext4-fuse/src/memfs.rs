@@ -33,7 +33,7 @@ struct Node {
 }
 
 /// Nodes by number, sharded by number. No operation holds two shards at once.
-pub struct MemFs {
+pub(crate) struct MemFs {
     shards: Vec<Mutex<HashMap<u64, Node>>>,
     next: AtomicU64,
 }
@@ -52,7 +52,7 @@ impl Default for MemFs {
 
 impl MemFs {
     /// An empty filesystem: a root directory, mode 0755, owned by root.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(2),

@@ -21,25 +21,25 @@ thread_local! {
 }
 
 impl ShardedCounter {
-    pub fn new(v: i64) -> Self {
+    pub(crate) fn new(v: i64) -> Self {
         let c = ShardedCounter { shards: Default::default() };
         c.shards[0].0.store(v, Ordering::Relaxed);
         c
     }
 
     /// Adds `d` (negative to subtract) on this thread's shard.
-    pub fn add(&self, d: i64) {
+    pub(crate) fn add(&self, d: i64) {
         let i = SLOT.with(|s| s.get());
         self.shards[i].0.fetch_add(d, Ordering::Relaxed);
     }
 
     /// The exact sum (not atomic with respect to concurrent adds, like `percpu_counter_sum`).
-    pub fn sum(&self) -> i64 {
+    pub(crate) fn sum(&self) -> i64 {
         self.shards.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
     }
 
     /// The sum, never below zero.
-    pub fn sum_positive(&self) -> u64 {
+    pub(crate) fn sum_positive(&self) -> u64 {
         self.sum().max(0) as u64
     }
 }

@@ -44,7 +44,7 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
-    pub fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
+    pub(crate) fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
         let mut descs = Vec::with_capacity(sbi.group_count as usize);
         let mut desc_bufs = Vec::with_capacity(sbi.gdt_blocks as usize);
         let per_block = sbi.descs_per_block as usize;
@@ -90,12 +90,12 @@ impl Groups {
     }
 
     /// The buffer of the descriptor block describing group `g`, if `g` is a group.
-    pub fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
+    pub(crate) fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
         self.desc_bufs.get((g / sbi.descs_per_block) as usize)
     }
 
     /// Descriptor of group `g`; callers pass a group below `group_count`.
-    pub fn get(&self, g: u32) -> &GroupDesc {
+    pub(crate) fn get(&self, g: u32) -> &GroupDesc {
         &self.descs[g as usize]
     }
 
@@ -136,7 +136,7 @@ impl Groups {
     /// read-only one go on): a bitmap or inode table on the superblock's block or on a
     /// descriptor block. Writing one would overwrite the other, and the commit, filling a
     /// descriptor block, would wait for itself to read the bitmap's checksum.
-    pub fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
+    pub(crate) fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
         let ds = sbi.desc_size;
         let mut meta: Vec<u64> = self.desc_blocks.keys().copied().collect();
         meta.push(sbi.first_data_block);
@@ -163,7 +163,7 @@ impl Groups {
     }
 
     /// Sums of free blocks, free inodes and directories over all groups.
-    pub fn totals(&self) -> (u64, u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64, u64) {
         self.state.iter().fold((0, 0, 0), |(b, i, d), s| {
             (
                 b + u64::from(s.free_blocks.load(Ordering::Relaxed)),
@@ -174,14 +174,14 @@ impl Groups {
     }
 
     /// Whether `blk` holds group descriptors.
-    pub fn is_desc_block(&self, blk: u64) -> bool {
+    pub(crate) fn is_desc_block(&self, blk: u64) -> bool {
         self.desc_blocks.contains_key(&blk)
     }
 
     /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
     /// groups, the bitmap checksums `bitmap_csum(block, bytes)` can provide (crc32c of the
     /// first `bytes` of a cached bitmap block), and each descriptor's checksum.
-    pub fn freeze_desc_block(
+    pub(crate) fn freeze_desc_block(
         &self,
         sbi: &SbInfo,
         blk: u64,

@@ -79,7 +79,7 @@ impl Buffer {
         }
     }
 
-    pub fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+    pub(crate) fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.data.read()
     }
 
@@ -193,7 +193,7 @@ impl Buffer {
     }
 
     /// Runs `check` unless the buffer already passed a check of the same kind.
-    pub fn verify(&self, kind: Verified, check: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
+    pub(crate) fn verify(&self, kind: Verified, check: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
         if self.verified.load(Ordering::Acquire) == kind as u8 {
             return Ok(());
         }
@@ -217,13 +217,13 @@ pub(crate) struct BufferCache {
 
 impl BufferCache {
     /// A cache holding about `capacity_bytes` of blocks.
-    pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
+    pub(crate) fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
         BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size, 64) }
     }
 
     /// The buffer for block `blk`, read from the device on a miss. Callers check that `blk`
     /// lies inside the filesystem first.
-    pub fn get(&self, blk: u64) -> Result<Arc<Buffer>> {
+    pub(crate) fn get(&self, blk: u64) -> Result<Arc<Buffer>> {
         self.cache.get_or_load(blk, || {
             let mut data = vec![0u8; self.block_size].into_boxed_slice();
             let off = blk
@@ -235,13 +235,13 @@ impl BufferCache {
     }
 
     /// The cached buffer for `blk`, if any, without reading.
-    pub fn peek(&self, blk: u64) -> Option<Arc<Buffer>> {
+    pub(crate) fn peek(&self, blk: u64) -> Option<Arc<Buffer>> {
         self.cache.get(blk)
     }
 
     /// A buffer for a block about to be filled from scratch (newly allocated metadata): the
     /// cached one if there is one, else a zeroed one; the device is not read.
-    pub fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
+    pub(crate) fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
         // One buffer per block even when threads race here (the first insert wins): two
         // copies of a bitmap would hand out the same bit twice.
         let made = self
@@ -255,12 +255,12 @@ impl BufferCache {
     }
 
     /// Number of cached blocks.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.cache.len()
     }
 
     /// Drops every cached block nobody holds.
-    pub fn shrink(&self) {
+    pub(crate) fn shrink(&self) {
         self.cache.shrink()
     }
 }

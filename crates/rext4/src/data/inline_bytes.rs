@@ -8,7 +8,7 @@ pub(crate) enum InlineBytes<const N: usize> {
 }
 
 impl<const N: usize> InlineBytes<N> {
-    pub fn new(bytes: &[u8]) -> Self {
+    pub(crate) fn new(bytes: &[u8]) -> Self {
         if bytes.len() <= N {
             let mut inline = [0u8; N];
             inline[..bytes.len()].copy_from_slice(bytes);
@@ -20,7 +20,7 @@ impl<const N: usize> InlineBytes<N> {
     }
 
     /// `len` zero bytes.
-    pub fn zeroed(len: usize) -> Self {
+    pub(crate) fn zeroed(len: usize) -> Self {
         if len <= N {
             // Cannot truncate: at most N, below 65,536.
             InlineBytes::Inline(len as u16, [0u8; N])

@@ -37,7 +37,7 @@ const RO_COMPAT_KNOWN: RoCompat = RoCompat::SPARSE_SUPER
 
 /// Geometry and policy derived from the superblock; constant while the filesystem is open.
 #[derive(Clone)]
-pub struct SbInfo {
+pub(crate) struct SbInfo {
     /// The superblock as read at open.
     pub sb: Superblock,
     pub block_size: u32,
@@ -74,14 +74,14 @@ fn bad(what: &'static str) -> Error {
 
 impl SbInfo {
     /// Block holding the primary superblock, and the superblock's offset in it.
-    pub fn sb_location(&self) -> (u64, usize) {
+    pub(crate) fn sb_location(&self) -> (u64, usize) {
         let bs = u64::from(self.block_size);
         (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
     }
 
     /// Reads the primary superblock from `dev` and checks everything that must hold before any
     /// other structure is trusted.
-    pub fn load(dev: &dyn BlockDevice) -> Result<Self> {
+    pub(crate) fn load(dev: &dyn BlockDevice) -> Result<Self> {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         if dev.size() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
             return Err(Error::Incompatible("device too small to hold an ext2/3/4 filesystem".into()));
@@ -229,19 +229,19 @@ impl SbInfo {
     }
 
     /// First block of group `g`.
-    pub fn group_first_block(&self, g: u32) -> u64 {
+    pub(crate) fn group_first_block(&self, g: u32) -> u64 {
         self.first_data_block + u64::from(g) * u64::from(self.blocks_per_group)
     }
 
     /// Number of blocks in group `g` (the last group may be short).
-    pub fn blocks_in_group(&self, g: u32) -> u64 {
+    pub(crate) fn blocks_in_group(&self, g: u32) -> u64 {
         let first = self.group_first_block(g);
         (self.blocks_count - first).min(u64::from(self.blocks_per_group))
     }
 
     /// Blocks at the start of group `g` taken by superblock and descriptor copies
     /// (`ext4_num_base_meta_blocks`).
-    pub fn base_meta_blocks(&self, g: u32) -> u64 {
+    pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
         let has_super = u64::from(self.group_has_super(g));
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = self.sb.s_first_meta_bg.get();
@@ -259,7 +259,7 @@ impl SbInfo {
     }
 
     /// Whether group `g` carries a superblock backup (and descriptor copies).
-    pub fn group_has_super(&self, g: u32) -> bool {
+    pub(crate) fn group_has_super(&self, g: u32) -> bool {
         let sb = &self.sb;
         if g == 0 {
             return true;
@@ -286,7 +286,7 @@ impl SbInfo {
     }
 
     /// The block holding descriptor block number `i` (0-based) of the primary copy.
-    pub fn descriptor_block(&self, i: u64) -> u64 {
+    pub(crate) fn descriptor_block(&self, i: u64) -> u64 {
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = u64::from(self.sb.s_first_meta_bg.get());
         if !meta_bg || i < first_meta_bg {
@@ -299,12 +299,12 @@ impl SbInfo {
     }
 
     /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).
-    pub fn needs_recovery(&self) -> bool {
+    pub(crate) fn needs_recovery(&self) -> bool {
         self.sb.incompat().contains(Incompat::RECOVER)
     }
 
     /// Whether the filesystem may be modified, and if not, why.
-    pub fn read_only_reasons(&self) -> &[String] {
+    pub(crate) fn read_only_reasons(&self) -> &[String] {
         &self.ro_reasons
     }
 }

@@ -48,7 +48,7 @@ pub(crate) struct LogGeometry {
 
 impl LogGeometry {
     /// Device block of journal block `n` (below `last`).
-    pub fn dev_block(&self, n: u32) -> u64 {
+    pub(crate) fn dev_block(&self, n: u32) -> u64 {
         // Cannot fail: `journal_log` mapped every block of the journal, and the log never
         // addresses a block at or past `last`, which lies inside it.
         self.map.device_block(n).unwrap()
@@ -96,7 +96,7 @@ impl LogShape {
 
     /// Log blocks a transaction of `buffers` blocks and `revoked` revoke records takes:
     /// revoke blocks, descriptor blocks with the copies, and the commit block.
-    pub fn blocks_for(&self, buffers: usize, revoked: usize) -> u32 {
+    pub(crate) fn blocks_for(&self, buffers: usize, revoked: usize) -> u32 {
         let n = buffers + buffers.div_ceil(self.per_desc) + revoked.div_ceil(self.per_revoke) + 1;
         u32::try_from(n).unwrap_or(u32::MAX)
     }
@@ -281,7 +281,7 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    pub fn new(
+    pub(crate) fn new(
         dev: Arc<dyn BlockDevice>,
         block_size: usize,
         log: Log,
@@ -333,19 +333,19 @@ impl Journal {
     }
 
     /// Log blocks available to transactions (0 without a journal).
-    pub fn log_capacity(&self) -> u32 {
+    pub(crate) fn log_capacity(&self) -> u32 {
         self.shape.map_or(0, |s| s.capacity)
     }
 
-    pub fn max_txn_buffers(&self) -> u32 {
+    pub(crate) fn max_txn_buffers(&self) -> u32 {
         self.max_txn_buffers
     }
 
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
     }
 
-    pub fn check_aborted(&self) -> Result<()> {
+    pub(crate) fn check_aborted(&self) -> Result<()> {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::ReadOnly);
         }
@@ -356,7 +356,7 @@ impl Journal {
     /// read-only. The first reason is kept, and its errno is written into the journal
     /// superblock ([`Journal::write_errno`]), except by a thread that is panicking, whose
     /// write could panic again: the failed operation's way out does it then.
-    pub fn abort(&self, why: String, errno: i32) {
+    pub(crate) fn abort(&self, why: String, errno: i32) {
         // The reason first: whoever sees the flag finds the errno.
         self.abort_reason.lock().get_or_insert((why, errno));
         self.aborted.store(true, Ordering::Release);
@@ -373,7 +373,7 @@ impl Journal {
     /// reaches the disk. Best effort: the device may be what failed. Takes `cp_run`, so that
     /// a checkpoint's move of the log tail cannot write an older copy over it afterwards, then
     /// `log`: never called holding either.
-    pub fn write_errno(&self) {
+    pub(crate) fn write_errno(&self) {
         let Some(errno) = self.abort_errno() else { return };
         if self.abort_recorded.swap(true, Ordering::AcqRel) {
             return;
@@ -392,17 +392,17 @@ impl Journal {
         }
     }
 
-    pub fn abort_reason(&self) -> Option<String> {
+    pub(crate) fn abort_reason(&self) -> Option<String> {
         self.abort_reason.lock().as_ref().map(|(why, _)| why.clone())
     }
 
     /// The errno the journal was aborted with, if it was.
-    pub fn abort_errno(&self) -> Option<i32> {
+    pub(crate) fn abort_errno(&self) -> Option<i32> {
         self.abort_reason.lock().as_ref().map(|&(_, errno)| errno)
     }
 
     /// Starts a handle that may write up to `credits` buffers (`jbd2_journal_start`).
-    pub fn start(&self, credits: u32) -> Result<Handle<'_>> {
+    pub(crate) fn start(&self, credits: u32) -> Result<Handle<'_>> {
         if credits > self.max_txn_buffers {
             return Err(Error::InvalidInput("operation too large for the journal"));
         }
@@ -443,24 +443,24 @@ impl Journal {
     }
 
     /// Wakes the committer: the last handle of the locked transaction stopped.
-    pub fn wake_commit(&self) {
+    pub(crate) fn wake_commit(&self) {
         let _g = self.state.lock();
         self.drained.notify_all();
     }
 
     /// The last committed tid.
-    pub fn committed_tid(&self) -> u32 {
+    pub(crate) fn committed_tid(&self) -> u32 {
         self.committed_tid.load(Ordering::Acquire)
     }
 
     /// The running transaction's tid.
-    pub fn running_tid(&self) -> u32 {
+    pub(crate) fn running_tid(&self) -> u32 {
         self.running.load().tid
     }
 
     /// The newest transaction that may hold a change: the running one, or the one before it
     /// when nothing has joined the running one yet.
-    pub fn newest_tid(&self) -> u32 {
+    pub(crate) fn newest_tid(&self) -> u32 {
         let t = self.running.load();
         if t.is_empty() {
             t.tid.wrapping_sub(1)
@@ -473,7 +473,7 @@ impl Journal {
     /// the same tid share one commit). When no commit is under way the caller commits
     /// itself: an fsync then costs no thread wake-ups, which on a loaded machine take longer
     /// than the commit. The caller must hold no handle.
-    pub fn commit_and_wait(&self, tid: u32) -> Result<()> {
+    pub(crate) fn commit_and_wait(&self, tid: u32) -> Result<()> {
         let mut st = self.state.lock();
         if jbd2_after(tid, st.requested) {
             st.requested = tid;
@@ -551,7 +551,7 @@ impl Journal {
     }
 
     /// Commits whatever is running and waits for it.
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         let tid = self.running_tid();
         if self.running.load().is_empty() {
             // Nothing new; wait for an in-flight commit of the previous one.
@@ -562,7 +562,7 @@ impl Journal {
 
     /// The commit thread's body: commit on request, on the interval, or when asked to stop.
     /// A checkpoint thread runs beside it, writing committed blocks home while commits go on.
-    pub fn run(self: &Arc<Self>) {
+    pub(crate) fn run(self: &Arc<Self>) {
         std::thread::scope(|s| {
             let checkpointer = std::thread::Builder::new()
                 .name("rext4-checkpoint".into())
@@ -667,12 +667,12 @@ impl Journal {
         self.state.lock().stats.log_full_waits += 1;
     }
 
-    pub fn stats(&self) -> CommitStats {
+    pub(crate) fn stats(&self) -> CommitStats {
         self.state.lock().stats.clone()
     }
 
     /// Asks the commit thread to commit what is left and exit.
-    pub fn request_shutdown(&self) {
+    pub(crate) fn request_shutdown(&self) {
         let mut st = self.state.lock();
         st.shutdown = true;
         self.notify_everyone();

@@ -29,11 +29,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    pub fn name<'a>(&self, base: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn name<'a>(&self, base: &'a [u8]) -> &'a [u8] {
         &base[self.at + ENTRY_HEADER_SIZE..self.at + ENTRY_HEADER_SIZE + self.name_len]
     }
     /// The value bytes of an entry whose value is in the area (checked by [`entries`]).
-    pub fn value<'a>(&self, base: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn value<'a>(&self, base: &'a [u8]) -> &'a [u8] {
         if self.value_size == 0 || self.value_inum != 0 {
             return &[];
         }
