@@ -317,6 +317,8 @@ pub fn put_leaf_tail(block: &mut [u8], c: u32) {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

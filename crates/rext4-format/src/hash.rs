@@ -333,6 +333,8 @@ pub fn xattr_block_hash(entry_hashes: impl IntoIterator<Item = u32>) -> u32 {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use HashAlgo::*;

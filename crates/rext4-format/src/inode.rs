@@ -338,6 +338,8 @@ pub fn set_inode_checksum(record: &mut [u8], inode_csum_seed: u32) {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use zerocopy::FromZeros;

@@ -371,6 +371,8 @@ impl DescriptorBuilder {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::super::{journal_csum_seed, unescape_block, TAIL_SIZE};
     use super::*;

@@ -50,6 +50,8 @@ impl<const N: usize> std::ops::DerefMut for InlineBytes<N> {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

@@ -508,6 +508,8 @@ impl Recovery<'_> {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use rext4_format::jbd2::{
