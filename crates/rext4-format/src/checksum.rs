@@ -16,7 +16,8 @@ use crc_fast::{CrcAlgorithm, Digest};
 pub fn crc32c(seed: u32, data: &[u8]) -> u32 {
     let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(seed));
     d.update(data);
-    !(d.finalize() as u32)
+    // A CRC-32 comes back in the low half of crc_fast's u64.
+    !crate::split::lo32(d.finalize())
 }
 
 /// The filesystem-wide checksum seed for a UUID when `metadata_csum_seed` is absent.

@@ -2,6 +2,7 @@
 
 use crate::checksum::{crc32c, csum_seed_from_uuid};
 use crate::features::{Compat, Incompat, RoCompat};
+use crate::split::{hi32, lo32};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -181,9 +182,9 @@ impl Superblock {
         hi_lo(hi, self.s_blocks_count_lo.get())
     }
     pub fn set_blocks_count(&mut self, v: u64) {
-        self.s_blocks_count_lo.set(v as u32);
+        self.s_blocks_count_lo.set(lo32(v));
         if self.is_64bit() {
-            self.s_blocks_count_hi.set((v >> 32) as u32);
+            self.s_blocks_count_hi.set(hi32(v));
         }
     }
     pub fn r_blocks_count(&self) -> u64 {
@@ -195,9 +196,9 @@ impl Superblock {
         hi_lo(hi, self.s_free_blocks_count_lo.get())
     }
     pub fn set_free_blocks_count(&mut self, v: u64) {
-        self.s_free_blocks_count_lo.set(v as u32);
+        self.s_free_blocks_count_lo.set(lo32(v));
         if self.is_64bit() {
-            self.s_free_blocks_count_hi.set((v >> 32) as u32);
+            self.s_free_blocks_count_hi.set(hi32(v));
         }
     }
 
