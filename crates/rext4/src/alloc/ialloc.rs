@@ -129,6 +129,11 @@ impl FsInner {
         let buf = if uninit { self.bcache.get_fresh(blk) } else { self.bread(blk, None)? };
         // Reserved inodes (below s_first_ino) are never handed out.
         let first = if g == 0 { sbi.sb.first_ino() as usize } else { 0 };
+        if first >= ipg {
+            // All of group 0 is reserved (an s_first_ino past it): nothing to take here, and
+            // `first` is no bit of its bitmap.
+            return Ok(None);
+        }
         let per_block = (sbi.block_size as usize / sbi.inode_size).max(1);
         // Records past the group's used mark (`ipg - itable_unused`) may never have been
         // written (mkfs leaves inode tables to lazy init), and e2fsck reads every record below
