@@ -34,6 +34,7 @@ mod inode;
 mod jbd2;
 mod map;
 mod namei;
+mod num;
 mod path;
 pub mod sync;
 #[cfg(test)]

@@ -40,7 +40,7 @@ impl ShardedCounter {
 
     /// The sum, never below zero.
     pub(crate) fn sum_positive(&self) -> u64 {
-        self.sum().max(0) as u64
+        u64::try_from(self.sum()).unwrap_or(0)
     }
 }
 

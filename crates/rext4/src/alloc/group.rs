@@ -7,8 +7,10 @@
 use crate::cache::buffer::{Buffer, BufferCache};
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::fs::super_block::SbInfo;
+use crate::num::usize_from;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
+use rext4_format::split::{hi16, lo16};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -46,13 +48,16 @@ pub(crate) struct Groups {
 impl Groups {
     pub(crate) fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
         let mut descs = Vec::with_capacity(sbi.group_count as usize);
-        let mut desc_bufs = Vec::with_capacity(sbi.gdt_blocks as usize);
+        let mut desc_bufs = Vec::with_capacity(usize_from(sbi.gdt_blocks));
         let per_block = sbi.descs_per_block as usize;
+        // The first group descriptor block `i` describes: below group_count for every block of
+        // the table, so the fallback is never taken.
+        let first_group = |i: u64| u32::try_from(i * u64::from(sbi.descs_per_block)).unwrap_or(u32::MAX);
         for i in 0..sbi.gdt_blocks {
             let blk = sbi.descriptor_block(i);
             if blk >= sbi.blocks_count {
                 return corrupt(CorruptKind::GroupDesc {
-                    group: (i * per_block as u64) as u32,
+                    group: first_group(i),
                     what: "descriptor block outside the filesystem",
                 });
             }
@@ -80,8 +85,7 @@ impl Groups {
                 busy: crate::sync::Mutex::new(Vec::new()),
             })
             .collect();
-        let desc_blocks =
-            (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), (i * per_block as u64) as u32)).collect();
+        let desc_blocks = (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), first_group(i))).collect();
         let groups = Groups { descs, state, desc_blocks, desc_bufs };
         for g in 0..sbi.group_count {
             groups.check(sbi, g)?;
@@ -114,7 +118,7 @@ impl Groups {
             (sbi.first_data_block, sbi.blocks_count)
         } else {
             let first = sbi.group_first_block(g);
-            (first, first + sbi.blocks_in_group(g))
+            (first, first + u64::from(sbi.blocks_in_group(g)))
         };
         let inside = |b: u64, n: u64| b >= lo && b.checked_add(n).is_some_and(|e| e <= hi);
         let sb_block = sbi.first_data_block;
@@ -191,7 +195,7 @@ impl Groups {
         let Some(&first) = self.desc_blocks.get(&blk) else { return };
         let ds = sbi.desc_size;
         for (i, raw) in data.chunks_exact_mut(ds).enumerate() {
-            let g = first + i as u32;
+            let Some(g) = u32::try_from(i).ok().and_then(|i| first.checked_add(i)) else { break };
             let Some(st) = self.state.get(g as usize) else { break };
             let Some(mut d) = GroupDesc::parse(raw, ds) else { break };
             let (fb, fi, ud, iu) = (
@@ -200,23 +204,24 @@ impl Groups {
                 st.used_dirs.load(Ordering::Relaxed),
                 st.itable_unused.load(Ordering::Relaxed),
             );
-            d.bg_free_blocks_count_lo.set(fb as u16);
-            d.bg_free_blocks_count_hi.set((fb >> 16) as u16);
-            d.bg_free_inodes_count_lo.set(fi as u16);
-            d.bg_free_inodes_count_hi.set((fi >> 16) as u16);
-            d.bg_used_dirs_count_lo.set(ud as u16);
-            d.bg_used_dirs_count_hi.set((ud >> 16) as u16);
-            d.bg_itable_unused_lo.set(iu as u16);
-            d.bg_itable_unused_hi.set((iu >> 16) as u16);
-            d.bg_flags.set(st.flags.load(Ordering::Relaxed) as u16);
+            d.bg_free_blocks_count_lo.set(lo16(fb));
+            d.bg_free_blocks_count_hi.set(hi16(fb));
+            d.bg_free_inodes_count_lo.set(lo16(fi));
+            d.bg_free_inodes_count_hi.set(hi16(fi));
+            d.bg_used_dirs_count_lo.set(lo16(ud));
+            d.bg_used_dirs_count_hi.set(hi16(ud));
+            d.bg_itable_unused_lo.set(lo16(iu));
+            d.bg_itable_unused_hi.set(hi16(iu));
+            // bg_flags is 16 bits wide; the atomic holds it widened and gains no other bits.
+            d.bg_flags.set(lo16(st.flags.load(Ordering::Relaxed)));
             if sbi.metadata_csum {
                 if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.blocks_per_group / 8) as usize) {
-                    d.bg_block_bitmap_csum_lo.set(c as u16);
-                    d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+                    d.bg_block_bitmap_csum_lo.set(lo16(c));
+                    d.bg_block_bitmap_csum_hi.set(hi16(c));
                 }
                 if let Some(c) = bitmap_csum(d.inode_bitmap(ds), (sbi.inodes_per_group / 8) as usize) {
-                    d.bg_inode_bitmap_csum_lo.set(c as u16);
-                    d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+                    d.bg_inode_bitmap_csum_lo.set(lo16(c));
+                    d.bg_inode_bitmap_csum_hi.set(hi16(c));
                 }
                 d.bg_checksum.set(d.csum_crc32c(sbi.csum_seed, g, ds));
             } else if sbi.gdt_csum {

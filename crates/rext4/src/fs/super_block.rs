@@ -3,6 +3,7 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::num::usize_from;
 use rext4_format::features::{feature_names, Compat, FeatureKind, Incompat, RoCompat};
 use rext4_format::superblock::{self as fsb, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
@@ -76,7 +77,7 @@ impl SbInfo {
     /// Block holding the primary superblock, and the superblock's offset in it.
     pub(crate) fn sb_location(&self) -> (u64, usize) {
         let bs = u64::from(self.block_size);
-        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
+        (SUPERBLOCK_OFFSET / bs, usize_from(SUPERBLOCK_OFFSET % bs))
     }
 
     /// Reads the primary superblock from `dev` and checks everything that must hold before any
@@ -234,9 +235,21 @@ impl SbInfo {
     }
 
     /// Number of blocks in group `g` (the last group may be short).
-    pub(crate) fn blocks_in_group(&self, g: u32) -> u64 {
-        let first = self.group_first_block(g);
-        (self.blocks_count - first).min(u64::from(self.blocks_per_group))
+    pub(crate) fn blocks_in_group(&self, g: u32) -> u32 {
+        let rest = self.blocks_count - self.group_first_block(g);
+        u32::try_from(rest).map_or(self.blocks_per_group, |r| r.min(self.blocks_per_group))
+    }
+
+    /// Group of block `blk` and the block's offset in it. `blk` must lie in the filesystem
+    /// (callers check it against `first_data_block..blocks_count`).
+    // Cannot truncate for such a block: the group is below `group_count` and the offset below
+    // `blocks_per_group`, both u32s (checked at mount).
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) fn block_group_offset(&self, blk: u64) -> (u32, u32) {
+        debug_assert!(blk >= self.first_data_block && blk < self.blocks_count);
+        let rel = blk - self.first_data_block;
+        let bpg = u64::from(self.blocks_per_group);
+        ((rel / bpg) as u32, (rel % bpg) as u32)
     }
 
     /// Blocks at the start of group `g` taken by superblock and descriptor copies
