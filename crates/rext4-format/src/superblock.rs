@@ -158,6 +158,13 @@ fn time_hi(lo: u32, hi: u8) -> i64 {
     (i64::from(hi) << 32) | i64::from(lo)
 }
 
+/// A time in seconds as the superblock's time fields hold it (`ext4_update_tstamp`): the low
+/// 32 bits, and bits 32-39 in the `_hi` byte.
+pub fn split_time(t: i64) -> (u32, u8) {
+    let t = t.cast_unsigned();
+    (lo32(t), crate::split::hi8_of_40(t))
+}
+
 impl Superblock {
     /// Parses the first 1024 bytes of `bytes`; `None` if there are fewer.
     pub fn parse(bytes: &[u8]) -> Option<Self> {

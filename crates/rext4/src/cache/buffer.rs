@@ -139,7 +139,8 @@ impl Buffer {
         if seal & LEAF_SEAL != 0 {
             // Cannot fail: `copy` was made just now and is not shared.
             let block = Arc::get_mut(&mut copy).unwrap();
-            rext4_format::dirent::set_leaf_tail(block, seal as u32);
+            // The seed is the low half, below LEAF_SEAL.
+            rext4_format::dirent::set_leaf_tail(block, rext4_format::split::lo32(seal));
         }
         copy
     }

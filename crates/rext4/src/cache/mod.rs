@@ -93,7 +93,7 @@ pub(in crate::cache) fn mix64(mut x: u64) -> u64 {
 /// bits, so that consecutive keys spread over all shards.
 pub(crate) fn shard_of(key: u64, shards: usize) -> usize {
     debug_assert!(shards.is_power_of_two() && shards > 1);
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.ilog2())) as usize
+    crate::num::usize_from(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.ilog2()))
 }
 
 /// A map keyed by block or inode numbers (or hashes), with [`KeyHasher`].

@@ -175,7 +175,7 @@ impl SbInfo {
         if u64::from(group_count) * u64::from(inodes_per_group) != u64::from(inodes_count) {
             return Err(bad("inode count does not match groups x inodes per group"));
         }
-        let descs_per_block = block_size / desc_size as u32;
+        let descs_per_block = block_size / u32::from(sb.desc_size());
         let gdt_blocks = u64::from(group_count.div_ceil(descs_per_block));
         if sb.incompat().contains(Incompat::META_BG) && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks {
             return Err(bad("first meta_bg beyond descriptor blocks"));

@@ -248,7 +248,7 @@ impl FsInner {
         let index = (ino.0 - 1) % sbi.inodes_per_group;
         let byte = u64::from(index) * sbi.inode_size as u64;
         let table = self.groups.get(group).inode_table(sbi.desc_size);
-        (table + byte / u64::from(sbi.block_size), (byte % u64::from(sbi.block_size)) as usize)
+        (table + byte / u64::from(sbi.block_size), crate::num::usize_from(byte % u64::from(sbi.block_size)))
     }
 
     fn check_inode(&self, ino: InodeNo, raw: &[u8]) -> Result<()> {
