@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
-const LINK_MAX: u16 = 65000;
+pub(super) const LINK_MAX: u16 = 65000;
 
 /// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
 /// directory blocks (an htree insertion may split a leaf and index nodes on three levels),
