@@ -19,6 +19,12 @@ use rext4_format::PhysBlock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// One past the blocks extents, extent index nodes and `i_file_acl` can name (48 bits).
+const ADDRESSABLE_END: u64 = 1 << 48;
+
+/// One past the blocks a block map (ext2/ext3 32-bit pointers) can name.
+pub(crate) const BLOCK_MAP_END: u64 = 1 << 32;
+
 impl FsInner {
     /// Group of block `blk`, which must lie in the filesystem.
     pub(super) fn block_group(&self, blk: u64) -> u32 {
@@ -87,12 +93,25 @@ impl FsInner {
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
     /// block and the count. `reserved_ok` lets the allocation use the root-reserved blocks.
+    /// The blocks lie below 2^48, where extents and `i_file_acl` can name them.
     pub(crate) fn alloc_blocks(
         &self,
         h: &Handle,
         goal: u64,
         want: u32,
         reserved_ok: bool,
+    ) -> Result<(u64, u32)> {
+        self.alloc_blocks_below(h, goal, want, reserved_ok, ADDRESSABLE_END)
+    }
+
+    /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end`.
+    pub(crate) fn alloc_blocks_below(
+        &self,
+        h: &Handle,
+        goal: u64,
+        want: u32,
+        reserved_ok: bool,
+        end: u64,
     ) -> Result<(u64, u32)> {
         let _t = self.stats.time(crate::fs::stats::Op::NewBlocks);
         let sbi = &self.sbi;
@@ -103,10 +122,16 @@ impl FsInner {
             return Err(Error::NoSpace);
         }
         let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.blocks_per_group);
-        let goal =
-            if goal >= sbi.first_data_block && goal < sbi.blocks_count { goal } else { sbi.first_data_block };
+        let n = sbi.groups_below(end);
+        if n == 0 {
+            return Err(Error::NoSpace);
+        }
+        let goal = if goal >= sbi.first_data_block && goal < sbi.blocks_count && self.block_group(goal) < n {
+            goal
+        } else {
+            sbi.first_data_block
+        };
         let goal_group = self.block_group(goal);
-        let n = sbi.group_count;
         // First pass: a group with room for the whole run; second: any free block.
         for full in [true, false] {
             for k in 0..n {

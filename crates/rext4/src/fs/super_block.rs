@@ -240,6 +240,17 @@ impl SbInfo {
         u32::try_from(rest).map_or(self.blocks_per_group, |r| r.min(self.blocks_per_group))
     }
 
+    /// How many groups, from the first, lie wholly below block `end` (all of them when the
+    /// filesystem ends first): where blocks for a field that holds numbers below `end` may be
+    /// allocated (for block maps' 32 bits, the kernel's `s_blockfile_groups`).
+    pub(crate) fn groups_below(&self, end: u64) -> u32 {
+        if self.blocks_count <= end {
+            return self.group_count;
+        }
+        let whole = end.saturating_sub(self.first_data_block) / u64::from(self.blocks_per_group);
+        u32::try_from(whole).map_or(self.group_count, |w| w.min(self.group_count))
+    }
+
     /// Group of block `blk` and the block's offset in it. `blk` must lie in the filesystem
     /// (callers check it against `first_data_block..blocks_count`).
     // Cannot truncate for such a block: the group is below `group_count` and the offset below
