@@ -418,7 +418,7 @@ impl Journal {
                 t.mark_started();
                 if let Some(since) = waiting_since {
                     let took = since.elapsed();
-                    self.state.lock().stats.handles_waited_us += took.as_micros() as u64;
+                    self.state.lock().stats.handles_waited_us += micros(took);
                     self.stats.waited(LockClass::HandleStart, took);
                 } else {
                     self.stats.acquired(LockClass::HandleStart);
@@ -650,7 +650,7 @@ impl Journal {
         if st.stats.times_us.len() >= 4096 {
             st.stats.times_us.remove(0);
         }
-        st.stats.times_us.push(took.as_micros() as u64);
+        st.stats.times_us.push(micros(took));
         self.stats.record_exact(Op::Commit, took);
     }
 
@@ -658,7 +658,7 @@ impl Journal {
         let mut st = self.state.lock();
         st.stats.checkpoints += 1;
         st.stats.checkpoint_blocks += blocks;
-        let us = took.as_micros() as u64;
+        let us = micros(took);
         st.stats.checkpoint_max_us = st.stats.checkpoint_max_us.max(us);
         st.stats.checkpoint_total_us += us;
     }
@@ -682,4 +682,9 @@ impl Journal {
 /// `tid_gt`: whether `a` comes after `b` in jbd2's wrapping sequence space.
 pub(crate) fn jbd2_after(a: u32, b: u32) -> bool {
     rext4_format::jbd2::tid_gt(a, b)
+}
+
+/// A duration in microseconds, saturating (at half a million years).
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -139,7 +139,8 @@ impl Transaction {
     /// Adds a handle with `credits`; returns the credits now reserved.
     pub(crate) fn join(&self, credits: u32) -> u32 {
         let add = ONE_HANDLE + u64::from(credits);
-        (self.usage.fetch_add(add, Ordering::SeqCst) + add) as u32
+        // The credits are the low half; the handle count is the high one.
+        rext4_format::split::lo32(self.usage.fetch_add(add, Ordering::SeqCst) + add)
     }
 
     /// Removes a handle with `credits`; returns whether it was the last one open.
@@ -157,7 +158,7 @@ impl Transaction {
     pub(crate) fn mark_started(&self) {
         self.handles[stripe()].0.fetch_add(1, Ordering::Relaxed);
         if self.started.load(Ordering::Relaxed) == 0 {
-            let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
+            let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
             let _ = self.started.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
         }
     }

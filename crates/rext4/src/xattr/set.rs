@@ -707,7 +707,7 @@ impl FsInner {
         } else {
             512
         };
-        let v = (r.blocks() as i64).saturating_add(bytes / unit).max(0) as u64;
+        let v = u64::try_from((r.blocks() as i64).saturating_add(bytes / unit)).unwrap_or(0);
         r.set_blocks(v);
     }
 
