@@ -8,6 +8,7 @@ use crate::fs::FsInner;
 use crate::inode::write::{raw_add_blocks, raw_sub_blocks};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
+use crate::num::usize_from;
 use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
 
 const I_BLOCK: usize = 0x28;
@@ -26,7 +27,7 @@ impl FsInner {
     pub(super) fn ind_path(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
         let ptrs = u64::from(self.sbi.block_size / 4);
         if lblk < NDIR_BLOCKS as u64 {
-            return Some((lblk as usize, Vec::new()));
+            return Some((usize_from(lblk), Vec::new()));
         }
         let mut l = lblk - NDIR_BLOCKS as u64;
         let mut span = ptrs;
@@ -36,7 +37,7 @@ impl FsInner {
                 let mut covered = span;
                 for _ in 0..levels {
                     covered /= ptrs;
-                    offs.push((l / covered) as usize);
+                    offs.push(usize_from(l / covered));
                     l %= covered;
                 }
                 return Some((slot, offs));
@@ -131,7 +132,7 @@ impl FsInner {
         self.ind_truncate_check(h, inode, raw, from)?;
         let sectors = u64::from(self.sbi.block_size / 512);
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;
@@ -166,7 +167,7 @@ impl FsInner {
     /// outside its metadata and in use, every indirect block on the way readable.
     fn ind_truncate_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64) -> Result<()> {
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;
