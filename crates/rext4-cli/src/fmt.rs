@@ -44,6 +44,8 @@ pub(crate) fn time(t: Timestamp) -> String {
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+// Cannot truncate: the algorithm yields a day in 1..=31 and a month in 1..=12.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);

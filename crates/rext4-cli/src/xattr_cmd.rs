@@ -77,12 +77,13 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0);
     for c in s.bytes() {
-        let v = B64.iter().position(|&x| x == c)? as u32;
+        let v = u32::try_from(B64.iter().position(|&x| x == c)?).ok()?;
         acc = (acc << 6) | v;
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push((acc >> bits) as u8);
+            // The byte completed; bits above it are consumed ones.
+            out.push((acc >> bits).to_le_bytes()[0]);
         }
     }
     Some(out)

@@ -101,7 +101,9 @@ impl Shared {
     /// Releases every inode the kernel still knew (at unmount, when no forget will come).
     pub(crate) fn release_all(&self) {
         for ino in self.lookups.drain() {
-            if let Err(e) = self.fs.release(InodeNo(ino as u32)) {
+            // Keys are engine inode numbers (see `lookups.add`): they fit.
+            let Ok(n) = u32::try_from(ino) else { continue };
+            if let Err(e) = self.fs.release(InodeNo(n)) {
                 crate::log(&format!("release of inode {ino} at unmount: {e}"));
             }
         }
@@ -345,10 +347,10 @@ impl Adapter {
     fn do_copy(&self, src: InodeNo, mut off_in: u64, dst: InodeNo, mut off_out: u64, len: u64) -> R<u64> {
         self.writable()?;
         let mut left = len.min(COPY_MAX);
-        let mut buf = vec![0u8; COPY_CHUNK.min(left as usize)];
+        let mut buf = vec![0u8; usize::try_from(left).map_or(COPY_CHUNK, |l| l.min(COPY_CHUNK))];
         let mut done = 0u64;
         while left > 0 {
-            let want = buf.len().min(left as usize);
+            let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
             let n =
                 self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err("copy_file_range", e))?;
             if n == 0 {
@@ -377,7 +379,7 @@ impl Adapter {
     /// `default_permissions`): owner, group (the caller's primary group only) or other bits;
     /// root may read and write anything and execute what anyone may.
     fn check_access(&self, req: &Request, a: &Attr, mask: AccessFlags) -> R<()> {
-        let want = mask.bits() & 7;
+        let want = (mask.bits() & 7).unsigned_abs();
         if want & 2 != 0 {
             self.writable()?;
         }
@@ -396,7 +398,7 @@ impl Adapter {
         } else {
             mode & 7
         };
-        if (bits & want as u32) == want as u32 {
+        if (bits & want) == want {
             Ok(())
         } else {
             Err(Errno::EACCES)

@@ -37,10 +37,9 @@ pub(crate) fn visible(ino: InodeNo) -> bool {
 /// A timestamp as a `SystemTime`.
 pub(crate) fn system_time(t: Timestamp) -> SystemTime {
     let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
-    if t.sec >= 0 {
-        UNIX_EPOCH + Duration::from_secs(t.sec as u64) + nsec
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec
+    match u64::try_from(t.sec) {
+        Ok(sec) => UNIX_EPOCH + Duration::from_secs(sec) + nsec,
+        Err(_) => UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec,
     }
 }
 

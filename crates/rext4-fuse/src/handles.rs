@@ -37,6 +37,13 @@ pub(crate) struct LookupCounts {
     shards: Box<[Mutex<HashMap<u64, u64>>]>,
 }
 
+/// Which of `shards` maps `key` falls in: the key modulo their number.
+// Cannot truncate: the remainder is below `shards`, a usize.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn shard_index(key: u64, shards: usize) -> usize {
+    (key % shards as u64) as usize
+}
+
 impl Default for LookupCounts {
     fn default() -> Self {
         LookupCounts { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
@@ -45,7 +52,7 @@ impl Default for LookupCounts {
 
 impl LookupCounts {
     fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, u64>> {
-        &self.shards[(ino as usize).wrapping_mul(0x9E37_79B9) % SHARDS]
+        &self.shards[shard_index(ino.wrapping_mul(0x9E37_79B9), SHARDS)]
     }
 
     /// Adds one lookup.
@@ -130,7 +137,7 @@ impl Default for FileHandles {
 
 impl FileHandles {
     fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Open>> {
-        &self.shards[fh as usize % SHARDS]
+        &self.shards[shard_index(fh, SHARDS)]
     }
 
     /// Records an open and returns its handle.

@@ -63,7 +63,7 @@ impl MemFs {
 
     fn shard(&self, ino: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Node>> {
         // A poisoned shard only means a request panicked; its map is still whole.
-        self.shards[ino as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[crate::handles::shard_index(ino, SHARDS)].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn put(&self, a: FileAttr, dir: bool) {
