@@ -1,6 +1,6 @@
 //! `rext4 stats MOUNTPOINT`: the engine's statistics for a filesystem served by `rext4 mount`,
-//! in seed 000's style (FUNC, TOTAL_TIME(us), COUNT, AVG(us)), then lock waits per lock class
-//! and journal commit times (mean, stddev, top 5, as seed 003 reports them).
+//! as a function profile (FUNC, TOTAL_TIME(us), COUNT, AVG(us)), then lock waits per lock class
+//! and journal commit times (mean, stddev, top 5); docs/bench.md describes the output.
 //!
 //! The daemon answers on a Unix socket in a runtime directory (`/run/rext4` for root, else
 //! `$XDG_RUNTIME_DIR/rext4` or `/tmp/rext4-UID`), named after the mount's device number as

@@ -6,7 +6,7 @@
 //! journal handle -> block bitmap `Buffer::data` (write; this is the group's allocation lock)
 //! -> group state atomics. The search for a free run is done first under the bitmap's read
 //! lock; the bits are then taken under its write lock, searching again there if another thread
-//! won them (seed 000's shape, applied to blocks).
+//! won them (the inode allocator's shape, applied to blocks; docs/design.md, Allocation).
 
 use crate::alloc::bitmap;
 use crate::cache::buffer::Buffer;

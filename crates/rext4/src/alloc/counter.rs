@@ -1,4 +1,4 @@
-//! Sharded counters for filesystem-wide free counts (the kernel's `percpu_counter`, seed 004):
+//! Sharded counters for filesystem-wide free counts (the kernel's `percpu_counter`):
 //! every thread adds to its own cache line; only readers (statfs, the superblock at commit)
 //! sum the shards.
 

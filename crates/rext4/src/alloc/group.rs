@@ -1,8 +1,8 @@
 //! The group descriptor table (`ext4_get_group_desc`, `ext4_check_descriptors`): loaded and
 //! checked once at open. Locations of bitmaps and tables never change; the counts and flags
 //! that do are per-group atomics here, written into the descriptor blocks only when those are
-//! frozen for a commit, with the bitmap and descriptor checksums (seed 004: no checksum work
-//! under the locks of every allocation).
+//! frozen for a commit, with the bitmap and descriptor checksums (no checksum work under the
+//! locks of every allocation; docs/design.md, Allocation).
 
 use crate::cache::buffer::{Buffer, BufferCache};
 use crate::error::{corrupt, CorruptKind, Result};

@@ -1,4 +1,4 @@
-//! Inode allocation (the kernel's `ialloc.c`) with seed 000's lock discipline: find a free bit
+//! Inode allocation (the kernel's `ialloc.c`; docs/design.md, Allocation): find a free bit
 //! in the group's inode bitmap without the group lock, test-and-set it under the lock, and if
 //! another thread took it, search again *with the lock held* and take the next free bit (one
 //! retry, never a loop of races). Placement: Orlov for directories (spread top-level ones,

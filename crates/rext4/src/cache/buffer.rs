@@ -45,7 +45,7 @@ pub(crate) struct Buffer {
     frozen: Mutex<Option<(u64, Arc<[u8]>)>>,
     /// `LEAF_SEAL | seed` for a directory leaf edited in place whose tail checksum (with that
     /// seed) is computed in each commit's copy rather than on every edit: once a transaction
-    /// instead of once an entry (seed 004: checksums out of the operations). The cached block's
+    /// instead of once an entry (checksums out of the operations). The cached block's
     /// tail then holds no valid checksum, which nothing reads: a leaf is verified when read
     /// from the device, and one with a deferred seal stays verified through later write
     /// accesses (each leaves it a leaf of the same directory, or changes nothing). 0: the

@@ -323,8 +323,8 @@ impl FsInner {
 
     /// Overwrites `data` in place when every block it covers is mapped and written and the
     /// size does not change: no allocation, no map change, so it shares `data_sem` with
-    /// readers and needs no journal handle unless the times move on a coarse tick (seed 003:
-    /// a writer must not queue behind commits or block readers). Returns `false` when the
+    /// readers and needs no journal handle unless the times move on a coarse tick (a writer
+    /// must not queue behind commits or block readers). Returns `false` when the
     /// write needs the general path. The caller holds `op_lock`.
     fn overwrite(
         &self,

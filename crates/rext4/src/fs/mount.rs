@@ -56,7 +56,7 @@ impl FsInner {
         };
         let fill = Box::new(move |blk: u64, data: &mut [u8]| {
             // Counts and checksums go into these blocks here, as the commit freezes them, not
-            // under the locks of every writer (seed 004). Nothing changes meanwhile. A bitmap
+            // under the locks of every writer. Nothing changes meanwhile. A bitmap
             // no longer cached has not changed since its checksum was last put here.
             if groups.is_desc_block(blk) {
                 let seed = sbi.csum_seed;

@@ -6,7 +6,7 @@
 //! | this file | `Inode`, `iget`, inode-table locations, record checks |
 //! | `write` | record writes, `setattr`, `fsync`, the typed record helpers |
 //! | `flags` | `chattr` flags (`ext4_fileattr_set`) |
-//! | `orphan` | orphan file and list records (seed 001), references, eviction, recovery |
+//! | `orphan` | orphan file and list records, references, eviction, recovery |
 //!
 //! # Locking
 //! journal handle -> `Inode::raw` (write) -> inode-table `Buffer::data` (write); `op_lock`

@@ -1,6 +1,7 @@
-//! Orphans (the kernel's `orphan.c`, seed 001): inodes whose last link is gone while they are
-//! still in use, or that are being truncated over several transactions, recorded on disk so
-//! that a crash cannot leak them; a writable open frees or truncates whatever is recorded.
+//! Orphans (the kernel's `orphan.c`; docs/design.md, Orphans): inodes whose last link is gone
+//! while they are still in use, or that are being truncated over several transactions,
+//! recorded on disk so that a crash cannot leak them; a writable open frees or truncates
+//! whatever is recorded.
 //!
 //! # References
 //! `Inode::refs` counts [`Fs::hold`]s in its low 30 bits; two more bits make it a small state
@@ -28,7 +29,7 @@
 //! (starting at a block that depends on the thread, so threads spread out), then claims a slot
 //! in it with a compare-and-swap from 0. No lock is taken: the block only joins the handle's
 //! transaction, and the commit's freeze hook writes the slots and the block checksum into the
-//! frozen copy (seed 004). When every block is full, or without the feature, the orphan goes
+//! frozen copy. When every block is full, or without the feature, the orphan goes
 //! on the classic list: `s_last_orphan` in the superblock is the head and each orphan's
 //! `i_dtime` the next number; the list is changed under `Orphans::list`, and the head, too, is
 //! written into the superblock when the commit freezes it.

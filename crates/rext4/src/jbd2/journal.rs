@@ -139,7 +139,8 @@ pub(crate) struct CheckpointRequest {
 
 /// What a commit does to the blocks whose contents are only complete when frozen: the
 /// filesystem keeps some counts and checksums in atomics and writes them into the frozen copy
-/// (seed 004), in the cached block and so in its copy. Such blocks are filled and copied while
+/// (not under the locks of every writer; docs/design.md, the journal), in the cached block and
+/// so in its copy. Such blocks are filled and copied while
 /// no handle is open; every other buffer is copied
 /// after the next transaction has started, by the commit or by its first writer there.
 pub(crate) struct FreezeHook {
@@ -152,7 +153,7 @@ pub(crate) struct FreezeHook {
 /// Completes the contents `data` of block `blk` for a commit.
 pub(super) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
-/// Statistics of commits (seed 003's figures).
+/// Statistics of commits: their count and durations, handles, blocks and checkpoints.
 #[derive(Default, Clone, Debug)]
 pub struct CommitStats {
     pub commits: u64,
@@ -173,7 +174,7 @@ pub struct CommitStats {
     pub log_full_waits: u64,
 }
 
-/// Commit-time figures in seed 003's style.
+/// Commit times summed up: count, mean, standard deviation, longest and top five.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommitSummary {
     pub commits: u64,
@@ -273,8 +274,7 @@ pub(crate) struct Journal {
     /// Copy of `State::committed` readable without the state lock. [atomic]
     committed_tid: AtomicU32,
     pub commit_interval: Duration,
-    /// Completes the frozen copies of blocks whose counts and checksums live in atomics
-    /// (seed 004).
+    /// Completes the frozen copies of blocks whose counts and checksums live in atomics.
     pub freeze: FreezeHook,
     /// The filesystem's operation and lock statistics. [sharded atomics]
     pub stats: Arc<crate::fs::stats::Stats>,
@@ -407,7 +407,7 @@ impl Journal {
             return Err(Error::InvalidInput("operation too large for the journal"));
         }
         // The clock is read only for a traced start or once a start has to wait: two clock
-        // reads on every start cost about 1% of a create.
+        // reads on every start are a cost every create would pay.
         let _t = self.stats.time(Op::JournalStart);
         let mut waiting_since: Option<Instant> = None;
         loop {
@@ -507,8 +507,8 @@ impl Journal {
     /// A commit someone waits for (an fsync) wakes the handle starts it held back only when
     /// it ends, while the commit thread's wakes them as soon as the next transaction is
     /// installed. On a machine with more busy threads than cores, woken threads take the CPU
-    /// from the committer for a time slice or more (4-12 ms measured), and the fsync waits for
-    /// all of it, whereas writing a transaction takes tens of microseconds. Threads already
+    /// from the committer for a time slice or more (docs/design.md, the journal), and the
+    /// fsync waits for all of it, whereas writing a transaction is quick. Threads already
     /// running start their handles in the new transaction either way.
     fn run_commit(&self, t: &Arc<Transaction>, wake_early: bool) {
         // Ends the commit even when it panics (a bug, in an fsync caller's thread that may

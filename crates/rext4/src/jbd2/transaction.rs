@@ -32,8 +32,8 @@ const STRIPES: usize = 8;
 /// Lists of the buffers that joined a transaction, one per thread (round robin past that).
 /// The buffer sets were hash maps in 64 shards under their own locks: a worker preempted
 /// holding one (48 workers on two cores) stalled every worker needing that shard for a time
-/// slice, 3-4% of first writes, 1.6 ms on average. A thread's own list is locked by the
-/// commit alone besides it.
+/// slice (docs/bench.md, "Joining a transaction without a shared lock"). A thread's own list
+/// is locked by the commit alone besides it.
 const LISTS: usize = 64;
 
 /// A list of joined buffers on cache lines of its own.
