@@ -215,7 +215,7 @@ fn fsync_latency_kernel(root: &Path, load: usize, dur: Duration) -> CliResult<La
     })
 }
 
-pub fn run(threads: &[usize], secs: f64, runs: usize) -> CliResult {
+pub(crate) fn run(threads: &[usize], secs: f64, runs: usize) -> CliResult {
     let dir = super::work_dir("journal");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let r = run_in(&dir, threads, Duration::from_secs_f64(secs), runs);

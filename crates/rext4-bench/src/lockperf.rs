@@ -9,18 +9,18 @@ use super::targets::{ImageSpec, LockKind, Node, Target};
 use super::{parallel, Sizes};
 use crate::CliResult;
 
-pub fn image(_sz: &Sizes, _max_workers: usize) -> ImageSpec {
+pub(crate) fn image(_sz: &Sizes, _max_workers: usize) -> ImageSpec {
     ImageSpec { inodes: 65_536, mib: 256, ..ImageSpec::default() }
 }
 
-pub const TESTS: [(&str, LockKind, bool); 4] = [
+pub(crate) const TESTS: [(&str, LockKind, bool); 4] = [
     ("posix01", LockKind::Posix, true),
     ("posix02", LockKind::Posix, false),
     ("flock01", LockKind::Flock, true),
     ("flock02", LockKind::Flock, false),
 ];
 
-pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let mut out = Out::default();
     if !t.has_locks() {
         out.notes.push("skipped: this target takes no file locks".into());

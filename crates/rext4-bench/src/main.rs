@@ -12,6 +12,9 @@
 //! against unjournaled chmod; orphan file against orphan list); `fuse` is `mdtest` on the
 //! mounted targets.
 
+// Timings, sizes and report formatting of the host's own numbers; the cast lints are for
+// the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![forbid(unsafe_code)]
 
 mod creat_clo;

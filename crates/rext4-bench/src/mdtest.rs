@@ -6,7 +6,7 @@ use super::targets::{ImageSpec, Node, Target};
 use super::{parallel, Sizes};
 use crate::CliResult;
 
-pub fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
+pub(crate) fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
     let files = (max_workers * sz.files) as u64;
     ImageSpec {
         inodes: (files + files / 10 + 10_000).max(65_536),
@@ -19,7 +19,7 @@ fn name(w: usize, i: usize) -> String {
     format!("file.mdtest.{w}.{i}")
 }
 
-pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let root = t.root();
     let dirs: Vec<Node> =
         (0..workers).map(|w| t.mkdir(root, &format!("mdtest.{w}"))).collect::<CliResult<_>>()?;

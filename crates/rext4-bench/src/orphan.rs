@@ -96,7 +96,7 @@ fn run_kernel(root: &Path, workers: usize, secs: f64) -> CliResult<f64> {
     Ok(rate)
 }
 
-pub fn run(workers: &[usize], secs: f64) -> CliResult {
+pub(crate) fn run(workers: &[usize], secs: f64) -> CliResult {
     let dir = super::work_dir("orphan");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let r = run_in(&dir, workers, secs);

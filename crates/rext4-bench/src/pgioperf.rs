@@ -16,13 +16,13 @@ const PAGE: usize = 8192;
 /// The small file wraps around at this size, as a WAL segment would be recycled.
 const WAL_MAX: u64 = 16 << 20;
 
-pub fn image(sz: &Sizes, _max_workers: usize) -> ImageSpec {
+pub(crate) fn image(sz: &Sizes, _max_workers: usize) -> ImageSpec {
     ImageSpec { inodes: 16_384, mib: sz.pg_mib + sz.pg_mib / 4 + 128, ..ImageSpec::default() }
 }
 
 /// Latency figures (microseconds, fractional: a tmpfs fsync takes less than one) in seed 003's
 /// terms.
-pub fn summary(v: &[f64]) -> serde_json::Value {
+pub(crate) fn summary(v: &[f64]) -> serde_json::Value {
     let n = v.len().max(1) as f64;
     let mean = v.iter().sum::<f64>() / n;
     let var = v.iter().map(|&x| (x - mean).powi(2)).sum::<f64>() / n;
@@ -35,7 +35,7 @@ pub fn summary(v: &[f64]) -> serde_json::Value {
     })
 }
 
-pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let root = t.root();
     let big = t.create(root, "pgio.big")?;
     let pages = (sz.pg_mib << 20) / PAGE as u64;

@@ -10,14 +10,14 @@ use std::fmt::Write as _;
 /// Whether more of a metric is better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Better {
+pub(crate) enum Better {
     Higher,
     Lower,
 }
 
 /// One measurement.
 #[derive(Clone, Debug, Serialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub workload: &'static str,
     pub target: &'static str,
     pub workers: usize,
@@ -36,7 +36,7 @@ pub struct Sample {
 }
 
 /// One figure a workload reports.
-pub struct Metric {
+pub(crate) struct Metric {
     pub name: String,
     pub unit: &'static str,
     pub better: Better,
@@ -47,7 +47,7 @@ pub struct Metric {
 
 /// What one workload run on one target with one worker count reports.
 #[derive(Default)]
-pub struct Out {
+pub(crate) struct Out {
     pub metrics: Vec<Metric>,
     pub notes: Vec<String>,
 }
@@ -64,20 +64,20 @@ impl Out {
         });
     }
     /// A rate (more is better).
-    pub fn rate(&mut self, metric: &str, unit: &'static str, v: f64) {
+    pub(crate) fn rate(&mut self, metric: &str, unit: &'static str, v: f64) {
         self.push(metric, unit, Better::Higher, v, false);
     }
     /// A time or latency (less is better).
-    pub fn time(&mut self, metric: &str, unit: &'static str, v: f64) {
+    pub(crate) fn time(&mut self, metric: &str, unit: &'static str, v: f64) {
         self.push(metric, unit, Better::Lower, v, false);
     }
     /// The total time of work each worker does the same amount of (so the work grows with
     /// the workers; the scaling row compares throughput).
-    pub fn total_time(&mut self, metric: &str, v: f64) {
+    pub(crate) fn total_time(&mut self, metric: &str, v: f64) {
         self.push(metric, "s", Better::Lower, v, true);
     }
     /// Attaches detail to the last metric.
-    pub fn extra(&mut self, v: serde_json::Value) {
+    pub(crate) fn extra(&mut self, v: serde_json::Value) {
         if let Some(m) = self.metrics.last_mut() {
             m.extra = Some(v);
         }
@@ -86,7 +86,7 @@ impl Out {
 
 /// Everything a suite run produced.
 #[derive(Default, Serialize)]
-pub struct Results {
+pub(crate) struct Results {
     pub samples: Vec<Sample>,
     pub notes: Vec<String>,
     /// The in-process engine's statistics per workload (`rext4 stats` format).
@@ -106,7 +106,7 @@ fn engine_stats_json<S: Serializer>(v: &[(&'static str, StatsReport)], s: S) -> 
 }
 
 #[derive(Default, Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     pub cpus: usize,
     pub kernel: String,
     pub quick: bool,
@@ -114,7 +114,7 @@ pub struct Machine {
 }
 
 impl Results {
-    pub fn add(&mut self, workload: &'static str, kind: Kind, workers: usize, run: usize, out: Out) {
+    pub(crate) fn add(&mut self, workload: &'static str, kind: Kind, workers: usize, run: usize, out: Out) {
         for m in out.metrics {
             self.samples.push(Sample {
                 workload,
@@ -134,7 +134,7 @@ impl Results {
         }
     }
 
-    pub fn note(&mut self, n: String) {
+    pub(crate) fn note(&mut self, n: String) {
         if !self.notes.contains(&n) {
             self.notes.push(n);
         }
@@ -193,7 +193,7 @@ impl Results {
 
     /// One table per workload and metric: a column per target, then each target's speed
     /// relative to kernel ext4 (>1: faster than the kernel), then FUSE against fuse2fs.
-    pub fn print_tables(&self) {
+    pub(crate) fn print_tables(&self) {
         let mut last = "";
         for (workload, metric, unit, better) in self.tables() {
             if workload != last {
@@ -291,14 +291,14 @@ impl Results {
         }
     }
 
-    pub fn write_json(&self, path: &std::path::Path) -> CliResult {
+    pub(crate) fn write_json(&self, path: &std::path::Path) -> CliResult {
         let s = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
         std::fs::write(path, s).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// Every rate metric (`.../s`), one panel each: value against workers (log scale), a line
     /// per target.
-    pub fn svg(&self) -> String {
+    pub(crate) fn svg(&self) -> String {
         let panels: Vec<_> = self.tables().into_iter().filter(|t| t.2.ends_with("/s")).collect();
         let (pw, ph, cols) = (380.0, 260.0, 3usize);
         let rows = panels.len().div_ceil(cols).max(1);
@@ -457,7 +457,7 @@ fn fmt_axis(v: f64) -> String {
 }
 
 /// A value in a few significant digits.
-pub fn fmt_value(v: f64) -> String {
+pub(crate) fn fmt_value(v: f64) -> String {
     let a = v.abs();
     if a >= 1e6 {
         format!("{:.2}M", v / 1e6)

@@ -11,7 +11,7 @@ use crate::CliResult;
 const CHUNK: usize = 1 << 20;
 const SMALL: usize = 16 << 10;
 
-pub fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
+pub(crate) fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
     let small = (max_workers * sz.small_files * SMALL) as u64 >> 20;
     ImageSpec {
         inodes: (max_workers * sz.small_files) as u64 + 65_536,
@@ -24,7 +24,7 @@ fn pattern(i: usize) -> Vec<u8> {
     (0..CHUNK).map(|k| (k as u8).wrapping_mul(31).wrapping_add(i as u8)).collect()
 }
 
-pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let root = t.root();
     let chunks = (sz.seq_mib as usize / workers).max(1);
     let total = (chunks * workers * CHUNK) as f64;

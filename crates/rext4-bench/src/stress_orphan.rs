@@ -8,11 +8,11 @@ use super::targets::{ImageSpec, Node, Target};
 use super::{parallel, Sizes};
 use crate::CliResult;
 
-pub fn image(_sz: &Sizes, max_workers: usize) -> ImageSpec {
+pub(crate) fn image(_sz: &Sizes, max_workers: usize) -> ImageSpec {
     ImageSpec { inodes: 65_536, mib: 256 + max_workers as u64, ..ImageSpec::default() }
 }
 
-pub fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
+pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> {
     let root = t.root();
     let dir = t.mkdir(root, "stress_orphan")?;
     let files: Vec<Node> =

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 /// The kinds of target, in the order tables show them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
+pub(crate) enum Kind {
     InProc,
     Fuse,
     Kernel,
@@ -35,10 +35,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] =
+    pub(crate) const ALL: [Kind; 6] =
         [Kind::InProc, Kind::Fuse, Kind::Kernel, Kind::Fuse2fs, Kind::Tmpfs, Kind::FuseMem];
 
-    pub fn parse(s: &str) -> CliResult<Kind> {
+    pub(crate) fn parse(s: &str) -> CliResult<Kind> {
         Ok(match s {
             "inproc" | "in-process" | "rext4" => Kind::InProc,
             "fuse" | "rext4-fuse" => Kind::Fuse,
@@ -51,7 +51,7 @@ impl Kind {
     }
 
     /// Short name, as on the command line and in JSON.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::InProc => "inproc",
             Kind::Fuse => "fuse",
@@ -63,7 +63,7 @@ impl Kind {
     }
 
     /// What it is, for notes.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Kind::InProc => "rext4 in process (library API)",
             Kind::Fuse => "rext4 mount (FUSE daemon)",
@@ -79,7 +79,7 @@ impl Kind {
 
 /// The image a workload needs.
 #[derive(Clone, Debug, Default)]
-pub struct ImageSpec {
+pub(crate) struct ImageSpec {
     pub inodes: u64,
     pub mib: u64,
     /// More mkfs.ext4 arguments (`--mkfs`).
@@ -91,7 +91,7 @@ pub struct ImageSpec {
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
-pub enum Node {
+pub(crate) enum Node {
     Ino(InodeNo),
     /// In process: a held inode and the identity of its open file description (the owner
     /// of its OFD and flock locks).
@@ -101,7 +101,7 @@ pub enum Node {
 
 /// Lock calls of lockperf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockKind {
+pub(crate) enum LockKind {
     /// A whole-file POSIX write lock. Taken as an open-file-description lock (`F_OFD_SETLKW`):
     /// the workers are threads of one process, for which classic POSIX locks would not
     /// conflict; OFD locks go through the same record-lock code in the kernel.
@@ -111,7 +111,7 @@ pub enum LockKind {
 }
 
 /// One filesystem under test, as a workload sees it. All calls may run from many threads.
-pub trait Target: Sync {
+pub(crate) trait Target: Sync {
     fn kind(&self) -> Kind;
     fn root(&self) -> &Node;
     /// Makes directory `name` in `dir` and opens it.
@@ -149,7 +149,7 @@ pub trait Target: Sync {
 }
 
 /// Peak resident memory of process `pid`, MiB.
-pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
@@ -173,7 +173,7 @@ fn ino(n: &Node) -> CliResult<InodeNo> {
 // In process.
 
 /// rext4 through its library API, on an image file.
-pub struct InProc {
+pub(crate) struct InProc {
     fs: Fs,
     root: Node,
     /// Identity of the next open file description. [atomic]
@@ -187,7 +187,7 @@ fn e(e: rext4::Error) -> String {
 impl InProc {
     /// Opens `image` for writing, with `cache_mib` MiB of metadata cache (and inode and name
     /// caches to match) if given.
-    pub fn open(image: &Path, cache_mib: Option<u64>) -> CliResult<InProc> {
+    pub(crate) fn open(image: &Path, cache_mib: Option<u64>) -> CliResult<InProc> {
         let mut o = Options { writable: true, ..Options::default() };
         if let Some(mib) = cache_mib.and_then(|m| usize::try_from(m).ok()) {
             o.cache_bytes = mib.saturating_mul(1 << 20);
@@ -206,7 +206,7 @@ impl InProc {
     }
 
     /// Commits everything and marks the image clean.
-    pub fn unmount(self) -> CliResult {
+    pub(crate) fn unmount(self) -> CliResult {
         self.fs.unmount().map_err(e)
     }
 }
@@ -297,7 +297,7 @@ impl Target for InProc {
 // A mounted directory.
 
 /// A directory used through system calls; what is mounted there goes away with `guard`.
-pub struct Mounted {
+pub(crate) struct Mounted {
     kind: Kind,
     root: Node,
     // Dropped after `root` (fields drop in order): the directory is closed before unmounting.
@@ -423,11 +423,11 @@ impl Target for Mounted {
 // Setting targets up and taking them down.
 
 /// Mounts and daemons alive now, for the Ctrl-C handler. [own mutex]
-pub static ACTIVE: Mutex<Vec<Active>> = Mutex::new(Vec::new());
+pub(crate) static ACTIVE: Mutex<Vec<Active>> = Mutex::new(Vec::new());
 
 /// A mount the Ctrl-C handler must take down.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Active {
+pub(crate) struct Active {
     pub dir: PathBuf,
     pub daemon: Option<u32>,
 }
@@ -441,7 +441,7 @@ fn unregister(dir: &Path) {
 }
 
 /// Takes down everything still registered, without waiting for anything (Ctrl-C).
-pub fn teardown_all() {
+pub(crate) fn teardown_all() {
     let all = std::mem::take(&mut *ACTIVE.lock().unwrap_or_else(|p| p.into_inner()));
     for a in all {
         let _ = quiet(Command::new("umount").arg("-l").arg(&a.dir)).status();
@@ -456,7 +456,7 @@ fn quiet(c: &mut Command) -> &mut Command {
 }
 
 /// Whether `dir` is a mount point now.
-pub fn is_mounted(dir: &Path) -> bool {
+pub(crate) fn is_mounted(dir: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
     let d = dir.to_string_lossy();
     // Field 5 is the mount point, with spaces escaped as \040 (our paths have none).
@@ -497,7 +497,7 @@ impl Drop for MountGuard {
 }
 
 /// Unmounts `dir`, retrying while busy, detaching it lazily as a last resort.
-pub fn unmount(dir: &Path) {
+pub(crate) fn unmount(dir: &Path) {
     for _ in 0..50 {
         if !is_mounted(dir) {
             return;
@@ -527,7 +527,7 @@ fn on_path(prog: &str) -> bool {
 static REXT4: OnceLock<PathBuf> = OnceLock::new();
 
 /// Serves the FUSE targets with `rext4` instead of looking for it.
-pub fn set_rext4(p: Option<PathBuf>) {
+pub(crate) fn set_rext4(p: Option<PathBuf>) {
     if let Some(p) = p {
         let _ = REXT4.set(p);
     }
@@ -544,7 +544,7 @@ fn rext4_exe() -> Option<PathBuf> {
 }
 
 /// Why `kind` cannot run here, if it cannot (checked before making any image).
-pub fn unavailable(kind: Kind) -> Option<String> {
+pub(crate) fn unavailable(kind: Kind) -> Option<String> {
     match kind {
         Kind::InProc => None,
         Kind::Tmpfs => tmpfs_base().is_none().then(|| "no tmpfs directory (/dev/shm) to use".into()),
@@ -564,7 +564,7 @@ pub fn unavailable(kind: Kind) -> Option<String> {
 }
 
 /// A tmpfs directory to put images (and the tmpfs target) in: /dev/shm when it is tmpfs.
-pub fn tmpfs_base() -> Option<PathBuf> {
+pub(crate) fn tmpfs_base() -> Option<PathBuf> {
     let shm = Path::new("/dev/shm");
     let st = nix::sys::statfs::statfs(shm).ok()?;
     (st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC).then(|| shm.to_path_buf())
@@ -574,7 +574,7 @@ pub fn tmpfs_base() -> Option<PathBuf> {
 /// Blocks are 4 KiB unless `--mkfs` picks a size or a usage type: mke2fs makes images under
 /// 512 MiB with 1 KiB blocks, so a run with fewer workers (a smaller image) would otherwise
 /// measure another format, with four times the directory and inode-table blocks.
-pub fn mkfs(img: &Path, spec: &ImageSpec) -> CliResult {
+pub(crate) fn mkfs(img: &Path, spec: &ImageSpec) -> CliResult {
     let chosen = spec.extra.iter().any(|a| a.starts_with("-b") || a.starts_with("-T"));
     let out = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-N"])
@@ -613,7 +613,7 @@ impl DirFlags for std::fs::OpenOptions {
 }
 
 /// A mounted target: mounts a fresh image made by [`mkfs`] (or uses a tmpfs directory).
-pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
+pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
     let name = kind.name();
     let dir = work.join(format!("mnt-{name}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -697,18 +697,18 @@ pub fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Mounted> {
 
 /// A read-only or read-write kernel loop mount of an existing image, unmounted on drop (the
 /// `walk` and `journal` workloads, and looking at what rext4 wrote).
-pub struct KernelMount {
+pub(crate) struct KernelMount {
     pub dir: PathBuf,
 }
 
 impl KernelMount {
     /// A read-only mount.
-    pub fn new(image: &Path, dir: &Path) -> CliResult<Self> {
+    pub(crate) fn new(image: &Path, dir: &Path) -> CliResult<Self> {
         Self::mount(image, dir, "loop,ro")
     }
 
     /// A read-write mount.
-    pub fn new_rw(image: &Path, dir: &Path) -> CliResult<Self> {
+    pub(crate) fn new_rw(image: &Path, dir: &Path) -> CliResult<Self> {
         Self::mount(image, dir, "loop")
     }
 
@@ -742,13 +742,13 @@ impl Drop for KernelMount {
 }
 
 /// The in-process target on a fresh image.
-pub fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
+pub(crate) fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
     let img = work.join("inproc.img");
     mkfs(&img, spec)?;
     InProc::open(&img, spec.cache_mib)
 }
 
 /// The path of a target's image in `work` (in-process and image-backed mounts).
-pub fn image_path(work: &Path, kind: Kind) -> PathBuf {
+pub(crate) fn image_path(work: &Path, kind: Kind) -> PathBuf {
     work.join(format!("{}.img", kind.name()))
 }

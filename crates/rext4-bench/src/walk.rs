@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// `rext4-bench walk`.
-pub fn run(image: Option<PathBuf>, files: usize, rounds: usize) -> CliResult {
+pub(crate) fn run(image: Option<PathBuf>, files: usize, rounds: usize) -> CliResult {
     let work = super::work_dir("walk");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let r = walk_in(&work, image, files, rounds.max(1));
@@ -87,7 +87,7 @@ fn best_of(rounds: usize, mut f: impl FnMut() -> CliResult<u64>) -> CliResult<f6
 }
 
 /// Every inode below the root: readdir each directory and stat each entry.
-pub fn walk_rext4(fs: &Fs) -> CliResult<u64> {
+pub(crate) fn walk_rext4(fs: &Fs) -> CliResult<u64> {
     let mut stack = vec![fs.root()];
     let mut n = 0u64;
     let mut entries = Vec::new();

@@ -2,6 +2,10 @@
 //! rext4 in process and on tmpfs and reports sane, non-zero figures in its tables, JSON and
 //! plot; nothing stays mounted or on disk afterwards, also when interrupted.
 
+// Tests build fixtures from small known values and share helpers between their modules:
+// the cast and visibility lints are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

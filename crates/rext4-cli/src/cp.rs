@@ -37,7 +37,7 @@ fn parent_comps(plan: &[Item], i: usize) -> Vec<&[u8]> {
 }
 
 /// `rext4 cp [-r] IMAGE:/path HOSTPATH`.
-pub fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliResult {
+pub(crate) fn copy_out(source: &str, dest: &Path, recursive: bool, quiet: bool) -> CliResult {
     let p = ImagePath::parse(source)?;
     let fs = p.open()?;
     // Like cp: a symlink operand is followed unless copying recursively.

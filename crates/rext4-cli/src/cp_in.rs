@@ -52,7 +52,7 @@ fn destination(fs: &Fs, p: &ImagePath, source: &Path) -> CliResult<(InodeNo, Vec
 }
 
 /// `rext4 cp [-r] HOSTPATH IMAGE:/path`.
-pub fn copy_in(source: &Path, target: &str, recursive: bool, quiet: bool) -> CliResult {
+pub(crate) fn copy_in(source: &Path, target: &str, recursive: bool, quiet: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
     // Like cp: without -r a symlink operand is followed, and a fifo or device is read for its
     // bytes into a regular file; with -r they are copied as what they are.
@@ -224,7 +224,9 @@ fn copy_one(
             rext4::format::inode::S_IFBLK
         };
         let rdev = m.rdev();
-        let dev = (nix::sys::stat::major(rdev) as u32, nix::sys::stat::minor(rdev) as u32);
+        let part =
+            |n: u64| u32::try_from(n).map_err(|_| format!("device number {n} does not fit ext4's 32 bits"));
+        let dev = (part(nix::sys::stat::major(rdev))?, part(nix::sys::stat::minor(rdev))?);
         replace(fs, it)?;
         fs.mknod(it.parent, &it.name, kind | perm, dev, uid, gid).map_err(e)?.ino
     };
@@ -257,18 +259,19 @@ fn copy_data(fs: &Fs, host: &Path, ino: InodeNo, len: u64, bar: &ProgressBar) ->
     while pos < len {
         let fd = &f;
         let data = match nix::unistd::lseek(fd, pos as i64, nix::unistd::Whence::SeekData) {
-            Ok(d) => d as u64,
+            // An offset lseek returned: not negative.
+            Ok(d) => u64::try_from(d).unwrap_or(pos),
             Err(nix::errno::Errno::ENXIO) => break,
             // No SEEK_DATA on this filesystem: copy everything.
             Err(_) => pos,
         };
         let hole = nix::unistd::lseek(fd, data as i64, nix::unistd::Whence::SeekHole)
-            .map_or(len, |h| h as u64)
+            .map_or(len, |h| u64::try_from(h).unwrap_or(len))
             .min(len);
         bar.inc(data.saturating_sub(pos));
         let mut at = data;
         while at < hole {
-            let want = ((hole - at) as usize).min(CHUNK);
+            let want = usize::try_from(hole - at).map_or(CHUNK, |n| n.min(CHUNK));
             let n = f.read_at(&mut buf[..want], at).map_err(|e| e.to_string())?;
             if n == 0 {
                 break;
@@ -290,8 +293,10 @@ fn copy_data(fs: &Fs, host: &Path, ino: InodeNo, len: u64, bar: &ProgressBar) ->
 }
 
 fn set_times(fs: &Fs, ino: InodeNo, m: &Metadata) -> rext4::Result<()> {
-    let at = Timestamp { sec: m.atime(), nsec: m.atime_nsec() as u32 };
-    let mt = Timestamp { sec: m.mtime(), nsec: m.mtime_nsec() as u32 };
+    // The system gives nanoseconds in 0..1e9.
+    let nsec = |n: i64| u32::try_from(n).unwrap_or(0);
+    let at = Timestamp { sec: m.atime(), nsec: nsec(m.atime_nsec()) };
+    let mt = Timestamp { sec: m.mtime(), nsec: nsec(m.mtime_nsec()) };
     fs.setattr(
         ino,
         &SetAttr { atime: Some(TimeSet::At(at)), mtime: Some(TimeSet::At(mt)), ..SetAttr::default() },

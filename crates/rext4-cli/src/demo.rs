@@ -65,7 +65,7 @@ fn mkfs() -> CliResult<PathBuf> {
     Err("mkfs.ext4 not found: install e2fsprogs (apt-get install -y e2fsprogs)".into())
 }
 
-pub fn run(keep: Option<PathBuf>, files: usize) -> CliResult {
+pub(crate) fn run(keep: Option<PathBuf>, files: usize) -> CliResult {
     let work = match &keep {
         Some(k) => k.clone(),
         None => std::env::temp_dir().join(format!("rext4-demo-{}", std::process::id())),
@@ -162,14 +162,16 @@ fn write_and_check(image: &Path) -> CliResult {
     // then a truncate and a punched hole; everything read back and compared.
     let mut expect: Vec<(rext4::InodeNo, Vec<u8>)> = Vec::new();
     let mut data_bytes = 0u64;
-    for i in 0..200u64 {
+    for iu in 0..200usize {
+        let i = iu as u64;
         let ino = fs.create(dir, format!("data-{i}").as_bytes(), 0o644, 0, 0).map_err(e)?.ino;
         let len = ((i * 7919) % 97) * (1 + i % 5) * 1024 + i;
-        let mut model: Vec<u8> = (0..len).map(|k| (k * 31 + i) as u8).collect();
+        // A byte pattern: the low byte of a counter.
+        let mut model: Vec<u8> = (0..len).map(|k| (k * 31 + i).to_le_bytes()[0]).collect();
         let mut off = 0usize;
         while off < model.len() {
-            let piece = (model.len() - off).min(48 * 1024 + (i as usize * 13) % 5000);
-            if i % 3 == 0 && off > 0 {
+            let piece = (model.len() - off).min(48 * 1024 + (iu * 13) % 5000);
+            if i.is_multiple_of(3) && off > 0 {
                 // Leave a hole: zeros in the model, nothing written.
                 model[off..off + piece].fill(0);
             } else {
@@ -186,7 +188,7 @@ fn write_and_check(image: &Path) -> CliResult {
             model[1000..6000].fill(0);
             fs.setattr(ino, &rext4::SetAttr { size: Some(len / 2), ..rext4::SetAttr::default() })
                 .map_err(e)?;
-            model.truncate(len as usize / 2);
+            model.truncate(model.len() / 2);
         }
         data_bytes += model.len() as u64;
         expect.push((ino, model));

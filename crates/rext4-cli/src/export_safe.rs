@@ -18,13 +18,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The host directory an export is made in, held open.
-pub struct HostDir {
+pub(crate) struct HostDir {
     fd: OwnedFd,
     path: PathBuf,
 }
 
 /// A directory below the export's base, opened component by component.
-pub struct Parent {
+pub(crate) struct Parent {
     fd: OwnedFd,
 }
 
@@ -34,7 +34,7 @@ fn is(st: &FileStat, kind: libc::mode_t) -> bool {
 
 impl HostDir {
     /// Opens `path`, which the user named (so a symlink there is followed, as `cp` does).
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub(crate) fn open(path: &Path) -> Result<Self, String> {
         let fd =
             nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -42,7 +42,7 @@ impl HostDir {
     }
 
     /// How `comps` is shown in messages.
-    pub fn display(&self, comps: &[&[u8]]) -> String {
+    pub(crate) fn display(&self, comps: &[&[u8]]) -> String {
         let mut p = self.path.clone();
         for c in comps {
             p.push(OsStr::from_bytes(c));
@@ -51,7 +51,7 @@ impl HostDir {
     }
 
     /// Opens the directory `comps` below the base; no component may be a symbolic link.
-    pub fn dir(&self, comps: &[&[u8]]) -> nix::Result<Parent> {
+    pub(crate) fn dir(&self, comps: &[&[u8]]) -> nix::Result<Parent> {
         let mut fd = self.fd.try_clone().map_err(|_| Errno::EMFILE)?;
         for c in comps {
             let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -67,7 +67,7 @@ impl Parent {
     }
 
     /// Makes directory `name`, or accepts one already there (never a symlink to one).
-    pub fn mkdir(&self, name: &[u8]) -> Result<(), String> {
+    pub(crate) fn mkdir(&self, name: &[u8]) -> Result<(), String> {
         match mkdirat(&self.fd, OsStr::from_bytes(name), Mode::from_bits_truncate(0o700)) {
             Err(Errno::EEXIST) if self.stat(name).is_ok_and(|st| is(&st, libc::S_IFDIR)) => Ok(()),
             Err(Errno::EEXIST) => Err("exists and is not a directory".into()),
@@ -77,7 +77,7 @@ impl Parent {
 
     /// Opens regular file `name` for writing, creating it or emptying one already there as
     /// `cp` does; a symbolic link, fifo or device there is refused, not written through.
-    pub fn create_file(&self, name: &[u8]) -> Result<File, String> {
+    pub(crate) fn create_file(&self, name: &[u8]) -> Result<File, String> {
         // O_NONBLOCK: opening a fifo someone left there must fail, not wait for a reader.
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
@@ -97,33 +97,33 @@ impl Parent {
         Ok(f)
     }
 
-    pub fn symlink(&self, name: &[u8], target: &[u8]) -> Result<(), String> {
+    pub(crate) fn symlink(&self, name: &[u8], target: &[u8]) -> Result<(), String> {
         symlinkat(OsStr::from_bytes(target), &self.fd, OsStr::from_bytes(name)).map_err(|e| e.to_string())
     }
 
-    pub fn mkfifo(&self, name: &[u8]) -> Result<(), String> {
+    pub(crate) fn mkfifo(&self, name: &[u8]) -> Result<(), String> {
         mkfifoat(&self.fd, OsStr::from_bytes(name), Mode::from_bits_truncate(0o600))
             .map_err(|e| e.to_string())
     }
 
-    pub fn mknod(&self, name: &[u8], kind: SFlag, dev: libc::dev_t) -> Result<(), String> {
+    pub(crate) fn mknod(&self, name: &[u8], kind: SFlag, dev: libc::dev_t) -> Result<(), String> {
         mknodat(&self.fd, OsStr::from_bytes(name), kind, Mode::from_bits_truncate(0o600), dev)
             .map_err(|e| e.to_string())
     }
 
     /// A hard link `name` to `from_name` in `from` (never following a symlink).
-    pub fn link(&self, name: &[u8], from: &Parent, from_name: &[u8]) -> Result<(), String> {
+    pub(crate) fn link(&self, name: &[u8], from: &Parent, from_name: &[u8]) -> Result<(), String> {
         linkat(&from.fd, OsStr::from_bytes(from_name), &self.fd, OsStr::from_bytes(name), AtFlags::empty())
             .map_err(|e| e.to_string())
     }
 
-    pub fn chown(&self, name: &[u8], uid: u32, gid: u32) -> nix::Result<()> {
+    pub(crate) fn chown(&self, name: &[u8], uid: u32, gid: u32) -> nix::Result<()> {
         let (u, g) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
         fchownat(&self.fd, OsStr::from_bytes(name), u, g, AtFlags::AT_SYMLINK_NOFOLLOW)
     }
 
     /// Sets permission bits; never on a symbolic link (Linux has no modes for those).
-    pub fn chmod(&self, name: &[u8], mode: u16) -> nix::Result<()> {
+    pub(crate) fn chmod(&self, name: &[u8], mode: u16) -> nix::Result<()> {
         if self.stat(name).is_ok_and(|st| is(&st, libc::S_IFLNK)) {
             return Err(Errno::ELOOP);
         }
@@ -131,7 +131,7 @@ impl Parent {
         fchmodat(&self.fd, OsStr::from_bytes(name), m, FchmodatFlags::FollowSymlink)
     }
 
-    pub fn set_times(
+    pub(crate) fn set_times(
         &self,
         name: &[u8],
         atime: rext4::Timestamp,
@@ -143,7 +143,7 @@ impl Parent {
 
     /// Sets an extended attribute on `name` itself (a symlink is not followed): through
     /// this directory's descriptor in /proc, since there is no `setxattrat` to call.
-    pub fn set_xattr(&self, name: &[u8], attr: &[u8], value: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn set_xattr(&self, name: &[u8], attr: &[u8], value: &[u8]) -> std::io::Result<()> {
         let mut p = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_fd().as_raw_fd()));
         p.push(OsStr::from_bytes(name));
         xattr::set(p, OsStr::from_bytes(attr), value)

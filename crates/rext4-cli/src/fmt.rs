@@ -3,7 +3,7 @@
 use rext4::{Attr, FileType, Timestamp};
 
 /// `ls -l` style mode string, e.g. `drwxr-xr-x`.
-pub fn mode_string(a: &Attr) -> String {
+pub(crate) fn mode_string(a: &Attr) -> String {
     let t = match a.kind {
         FileType::Directory => 'd',
         FileType::Symlink => 'l',
@@ -36,7 +36,7 @@ pub fn mode_string(a: &Attr) -> String {
 }
 
 /// UTC time as `YYYY-MM-DD HH:MM:SS.nnnnnnnnn`.
-pub fn time(t: Timestamp) -> String {
+pub(crate) fn time(t: Timestamp) -> String {
     let days = t.sec.div_euclid(86400);
     let secs = t.sec.rem_euclid(86400);
     let (y, mo, d) = civil_from_days(days);
@@ -44,6 +44,8 @@ pub fn time(t: Timestamp) -> String {
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+// Cannot truncate: the algorithm yields a day in 1..=31 and a month in 1..=12.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
@@ -60,13 +62,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// A name from the image as text: valid UTF-8 is kept; control characters, `/`, `\\` and
 /// bytes that are not UTF-8 are written as `\\ooo` (octal), as `ls -b` does, so a crafted name
 /// can neither drive the terminal nor pass for a path.
-pub fn name(b: &[u8]) -> String {
+pub(crate) fn name(b: &[u8]) -> String {
     escape(b, true)
 }
 
 /// A symbolic link's target as text: escaped as [`name`] does, but for `/`, which a path
 /// may hold.
-pub fn target(b: &[u8]) -> String {
+pub(crate) fn target(b: &[u8]) -> String {
     escape(b, false)
 }
 
@@ -93,7 +95,7 @@ fn escape(b: &[u8], slash: bool) -> String {
 
 /// Why a directory entry's name cannot be a name on the host: it holds `/` or NUL, is
 /// empty, or is `.` or `..` (the real dot entries never reach this check).
-pub fn bad_name(b: &[u8]) -> Option<&'static str> {
+pub(crate) fn bad_name(b: &[u8]) -> Option<&'static str> {
     if b.is_empty() {
         Some("empty name")
     } else if b == b"." || b == b".." {

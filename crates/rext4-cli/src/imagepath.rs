@@ -5,14 +5,14 @@ use rext4::Fs;
 use std::path::PathBuf;
 
 /// An image and a path inside it.
-pub struct ImagePath {
+pub(crate) struct ImagePath {
     pub image: PathBuf,
     pub path: String,
 }
 
 impl ImagePath {
     /// Splits at the first `:` that is followed by `/` or ends the argument.
-    pub fn parse(arg: &str) -> CliResult<Self> {
+    pub(crate) fn parse(arg: &str) -> CliResult<Self> {
         let at = arg
             .match_indices(':')
             .map(|(i, _)| i)
@@ -25,7 +25,7 @@ impl ImagePath {
     /// As [`ImagePath::parse`], and for commands that only read: an argument without
     /// `:/path` that names an existing file or block device is that image's root, so
     /// `rext4 ls disk.img` lists it.
-    pub fn parse_read(arg: &str) -> CliResult<Self> {
+    pub(crate) fn parse_read(arg: &str) -> CliResult<Self> {
         Self::parse(arg).or_else(|e| {
             let is_image = std::fs::metadata(arg)
                 .map(|m| {
@@ -42,14 +42,14 @@ impl ImagePath {
     }
 
     /// Opens the image.
-    pub fn open(&self) -> CliResult<Fs> {
+    pub(crate) fn open(&self) -> CliResult<Fs> {
         Fs::open(&self.image).map_err(|e| format!("{}: {e}", self.image.display()))
     }
 
     /// The entries of directory `dir` other than its `.` and `..`, in on-disk order. Only
     /// the first entry of each dot name is the real one: a crafted image may hold more, and
     /// those are returned for the caller to judge.
-    pub fn children(&self, fs: &Fs, dir: rext4::InodeNo) -> CliResult<Vec<rext4::DirEntry>> {
+    pub(crate) fn children(&self, fs: &Fs, dir: rext4::InodeNo) -> CliResult<Vec<rext4::DirEntry>> {
         let mut entries = Vec::new();
         let (mut dot, mut dotdot) = (false, false);
         fs.readdir(dir, 0, |e| {
@@ -67,7 +67,7 @@ impl ImagePath {
     }
 
     /// Formats an error about this path.
-    pub fn err(&self, e: impl std::fmt::Display) -> String {
+    pub(crate) fn err(&self, e: impl std::fmt::Display) -> String {
         format!("{}:{}: {e}", self.image.display(), self.path)
     }
 }

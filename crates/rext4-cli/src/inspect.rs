@@ -55,7 +55,7 @@ fn error_code(code: u8) -> String {
 }
 
 /// `rext4 info IMAGE`: the superblock in the spirit of `dumpe2fs -h`.
-pub fn info(image: &Path) -> CliResult {
+pub(crate) fn info(image: &Path) -> CliResult {
     let fs = Fs::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
     let sb = fs.superblock();
     let st = fs.statfs().map_err(|e| e.to_string())?;
@@ -213,7 +213,7 @@ fn long_line(fs: &Fs, entry_name: &[u8], a: &Attr) -> String {
 }
 
 /// `rext4 ls [-l] [-a] IMAGE:/dir`.
-pub fn ls(target: &str, long: bool, all: bool) -> CliResult {
+pub(crate) fn ls(target: &str, long: bool, all: bool) -> CliResult {
     let (p, fs) = open(target)?;
     let a = fs.symlink_metadata(&p.path).map_err(|e| p.err(e))?;
     let mut o = std::io::stdout().lock();
@@ -246,7 +246,7 @@ pub fn ls(target: &str, long: bool, all: bool) -> CliResult {
 }
 
 /// `rext4 cat IMAGE:/file`.
-pub fn cat(target: &str) -> CliResult {
+pub(crate) fn cat(target: &str) -> CliResult {
     let (p, fs) = open(target)?;
     let f = fs.open_file(&p.path).map_err(|e| p.err(e))?;
     let mut o = std::io::stdout().lock();
@@ -263,7 +263,7 @@ pub fn cat(target: &str) -> CliResult {
 }
 
 /// `rext4 stat IMAGE:/path`.
-pub fn stat(target: &str) -> CliResult {
+pub(crate) fn stat(target: &str) -> CliResult {
     let (p, fs) = open(target)?;
     let a = fs.symlink_metadata(&p.path).map_err(|e| p.err(e))?;
     let kind = match a.kind {
@@ -318,7 +318,7 @@ pub fn stat(target: &str) -> CliResult {
 
 /// `rext4 tree IMAGE:/dir`. A directory met a second time (a crafted image's directory
 /// hard link, or a cycle back to an ancestor) is shown but not entered, and reported.
-pub fn tree(target: &str) -> CliResult {
+pub(crate) fn tree(target: &str) -> CliResult {
     let (p, fs) = open(target)?;
     let root = fs.metadata(&p.path).map_err(|e| p.err(e))?;
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());

@@ -19,10 +19,10 @@ pub(crate) use rext4_cli::{rng, CliResult};
 
 // glibc's malloc locks an arena when a thread frees memory another thread allocated, which
 // the engine does all the time (journal copies, cache entries): on two cores that put worker
-// threads to sleep hundreds of times a second. mimalloc frees across threads without a lock.
-// Built without its transparent-huge-page advice (`no_thp`): memory it returned to the system
-// came back as 2 MiB pages zeroed whole on first touch, which in some runs took a third of
-// the CPU (1-worker creates 93k-170k/s against 215k/s without).
+// threads to sleep. mimalloc frees across threads without a lock. Built without its
+// transparent-huge-page advice (`no_thp`): memory it returned to the system came back as 2 MiB
+// pages zeroed whole on first touch, at times a large share of the CPU (docs/bench.md, "After
+// commit-time leaf checksums, and mimalloc without huge pages").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

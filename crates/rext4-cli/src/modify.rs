@@ -20,7 +20,7 @@ fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {
 }
 
 /// `rext4 chmod MODE IMAGE:/path` (octal mode).
-pub fn chmod(mode: &str, target: &str) -> CliResult {
+pub(crate) fn chmod(mode: &str, target: &str) -> CliResult {
     let m = u16::from_str_radix(mode, 8)
         .ok()
         .filter(|m| *m <= 0o7777)
@@ -30,7 +30,7 @@ pub fn chmod(mode: &str, target: &str) -> CliResult {
 
 /// `rext4 chown UID[:GID] IMAGE:/path` (numeric ids; does not follow a final symlink, like
 /// `chown -h`).
-pub fn chown(owner: &str, target: &str) -> CliResult {
+pub(crate) fn chown(owner: &str, target: &str) -> CliResult {
     let bad = || format!("invalid owner: '{owner}'");
     let (u, g) = match owner.split_once(':') {
         Some((u, g)) => (u, Some(g)),
@@ -46,7 +46,7 @@ pub fn chown(owner: &str, target: &str) -> CliResult {
 
 /// `rext4 touch [-d SECONDS[.NANOS]] IMAGE:/path`: sets access and modification times of an
 /// existing file to now or to the given time.
-pub fn touch(date: Option<&str>, target: &str) -> CliResult {
+pub(crate) fn touch(date: Option<&str>, target: &str) -> CliResult {
     let t = match date {
         None => TimeSet::Now,
         Some(d) => {
@@ -88,7 +88,7 @@ fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliRes
 }
 
 /// `rext4 mkdir [-p] IMAGE:/path`.
-pub fn mkdir(target: &str, parents: bool) -> CliResult {
+pub(crate) fn mkdir(target: &str, parents: bool) -> CliResult {
     with_rw(target, |fs, p| {
         let comps: Vec<&str> = p.path.split('/').filter(|c| !c.is_empty()).collect();
         let cannot = |e: &dyn std::fmt::Display| {
@@ -120,7 +120,7 @@ pub fn mkdir(target: &str, parents: bool) -> CliResult {
 
 /// `rext4 rm [-r] IMAGE:/path`. Like coreutils' rm, `.`, `..` and the root are refused
 /// before anything is touched.
-pub fn rm(target: &str, recursive: bool) -> CliResult {
+pub(crate) fn rm(target: &str, recursive: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
     let trimmed = p.path.trim_end_matches('/');
     let last = trimmed.rsplit('/').next().unwrap_or("");
@@ -199,7 +199,7 @@ fn remove_tree(
 }
 
 /// `rext4 mv IMAGE:/from IMAGE:/to` (within one image; into `to` if it is a directory).
-pub fn mv(from: &str, to: &str) -> CliResult {
+pub(crate) fn mv(from: &str, to: &str) -> CliResult {
     let dest = ImagePath::parse(to)?;
     with_rw(from, |fs, p| {
         if dest.image != p.image {
@@ -216,7 +216,7 @@ pub fn mv(from: &str, to: &str) -> CliResult {
 
 /// `rext4 ln [-s] TARGET IMAGE:/path`: a hard link to `IMAGE:/target`, or with `-s` a
 /// symbolic link holding TARGET as written.
-pub fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
+pub(crate) fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
     with_rw(link, |fs, p| {
         let (dir, name) = parent_of(fs, p, &p.path)?;
         if symbolic {
@@ -230,7 +230,7 @@ pub fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
 }
 
 /// `rext4 truncate -s [+|-]SIZE[K|M|G|T] IMAGE:/path`, creating the file if it is missing.
-pub fn truncate(size: &str, target: &str) -> CliResult {
+pub(crate) fn truncate(size: &str, target: &str) -> CliResult {
     let bad = || format!("invalid size: '{size}'");
     let (rel, digits) = match size.as_bytes().first() {
         Some(b'+') => (1i8, &size[1..]),

@@ -22,7 +22,13 @@ use std::process::{Command, Stdio};
 const READY: &str = "ready";
 
 /// `rext4 mount`.
-pub fn run(image: &Path, mountpoint: &Path, options: &[String], foreground: bool, child: bool) -> CliResult {
+pub(crate) fn run(
+    image: &Path,
+    mountpoint: &Path,
+    options: &[String],
+    foreground: bool,
+    child: bool,
+) -> CliResult {
     let mut opts = MountOptions::default();
     for o in options {
         opts.add(o)?;

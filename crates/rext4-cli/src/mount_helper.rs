@@ -23,7 +23,7 @@ const HELPER_NAME: &str = "mount.fuse.rext4";
 /// mount(8) runs `mount.fuse.rext4 SOURCE DIR [-sfnv] [-o OPTIONS] [-t TYPE]`. A remount
 /// (`-o remount,...`) is the kernel's business: it is handed back to mount(8) with `-i`, which
 /// does it without a helper.
-pub fn helper_main() -> Option<std::process::ExitCode> {
+pub(crate) fn helper_main() -> Option<std::process::ExitCode> {
     let mut args = std::env::args_os();
     let argv0 = args.next()?;
     let name = Path::new(&argv0).file_name()?.to_string_lossy().into_owned();

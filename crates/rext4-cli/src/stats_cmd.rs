@@ -43,7 +43,7 @@ fn socket_path(dev: &str) -> PathBuf {
 /// Serves statistics for `fs`, mounted at `mountpoint`, on a background thread; returns the
 /// socket's path (removed by the caller when the daemon ends). Called by the daemon once the
 /// mount exists.
-pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
+pub(crate) fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
     let dev = mount_dev(mountpoint).ok_or_else(|| format!("{}: not in mountinfo", mountpoint.display()))?;
     let path = socket_path(&dev);
     if let Some(dir) = path.parent() {
@@ -80,7 +80,7 @@ pub fn serve(fs: rext4::Fs, mountpoint: &Path) -> CliResult<PathBuf> {
 
 /// Asks the daemon serving `mountpoint` for its report, as tables or JSON (and to reset it,
 /// after reporting).
-pub fn fetch(mountpoint: &Path, json: bool, reset: bool) -> CliResult<String> {
+pub(crate) fn fetch(mountpoint: &Path, json: bool, reset: bool) -> CliResult<String> {
     let dir = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     let dev = mount_dev(&dir).ok_or_else(|| format!("{}: not a mount point", dir.display()))?;
     let path = socket_path(&dev);
@@ -99,7 +99,7 @@ pub fn fetch(mountpoint: &Path, json: bool, reset: bool) -> CliResult<String> {
 }
 
 /// `rext4 stats MOUNTPOINT [--json] [--reset]`.
-pub fn run(mountpoint: &Path, json: bool, reset: bool) -> CliResult {
+pub(crate) fn run(mountpoint: &Path, json: bool, reset: bool) -> CliResult {
     print!("{}", fetch(mountpoint, json, reset)?);
     Ok(())
 }

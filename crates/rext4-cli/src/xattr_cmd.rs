@@ -10,7 +10,7 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 /// How `getfattr` prints values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     /// Quoted text with octal escapes; binary values in base64, as getfattr does.
     Text,
     Hex,
@@ -18,14 +18,14 @@ pub enum Encoding {
 }
 
 /// What `setfattr` does.
-pub enum Change {
+pub(crate) enum Change {
     Set { name: String, value: Option<String> },
     Remove { name: String },
 }
 
 /// Parses a `-v` value: `0x..` hex, `0s..` base64, `"..."` text with backslash escapes, or
 /// the bytes as given.
-pub fn decode_value(v: &str) -> CliResult<Vec<u8>> {
+pub(crate) fn decode_value(v: &str) -> CliResult<Vec<u8>> {
     let bad = |what: &str| format!("invalid {what} value: '{v}'");
     if let Some(h) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
         if h.len() % 2 != 0 {
@@ -77,12 +77,13 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0);
     for c in s.bytes() {
-        let v = B64.iter().position(|&x| x == c)? as u32;
+        let v = u32::try_from(B64.iter().position(|&x| x == c)?).ok()?;
         acc = (acc << 6) | v;
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push((acc >> bits) as u8);
+            // The byte completed; bits above it are consumed ones.
+            out.push((acc >> bits).to_le_bytes()[0]);
         }
     }
     Some(out)
@@ -104,7 +105,7 @@ fn base64_encode(v: &[u8]) -> String {
 }
 
 /// A value as getfattr prints it.
-pub fn encode_value(v: &[u8], enc: Encoding) -> String {
+pub(crate) fn encode_value(v: &[u8], enc: Encoding) -> String {
     match enc {
         Encoding::Hex => format!("0x{}", v.iter().map(|b| format!("{b:02x}")).collect::<String>()),
         Encoding::Base64 => format!("0s{}", base64_encode(v)),
@@ -134,7 +135,7 @@ pub fn encode_value(v: &[u8], enc: Encoding) -> String {
 }
 
 /// `rext4 setfattr -n NAME [-v VALUE] IMAGE:/path` / `rext4 setfattr -x NAME IMAGE:/path`.
-pub fn setfattr(change: &Change, target: &str, follow: bool) -> CliResult {
+pub(crate) fn setfattr(change: &Change, target: &str, follow: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
     let (name, value) = match change {
         Change::Set { name, value } => {
@@ -159,7 +160,7 @@ pub fn setfattr(change: &Change, target: &str, follow: bool) -> CliResult {
 
 /// `rext4 getfattr [-n NAME] [-e ENC] IMAGE:/path`: one attribute, or all of them (every
 /// namespace, like `getfattr -d -m -`).
-pub fn getfattr(name: Option<&str>, enc: Encoding, target: &str, follow: bool) -> CliResult {
+pub(crate) fn getfattr(name: Option<&str>, enc: Encoding, target: &str, follow: bool) -> CliResult {
     let p = ImagePath::parse(target)?;
     let fs = p.open()?;
     let ino = fs.resolve(&p.path, follow).map_err(|e| p.err(e))?;

@@ -7,6 +7,10 @@
 //! `REXT4_REQUIRE_MOUNT=1` missing mounts fail it instead. A test binary of its own, so the
 //! suites run alone rather than beside other mount tests.
 
+// Tests build fixtures from small known values and share helpers between their modules:
+// the cast and visibility lints are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
+
 use rext4_testkit::{require_fuse, require_kernel};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! directory leaf blocks (`ext4_dir_entry_tail`).
 
 use crate::checksum::crc32c;
+use crate::split::lo16;
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -47,6 +48,9 @@ pub struct DirTail {
     /*08*/ pub det_checksum: U32,
 }
 const _: () = assert!(core::mem::size_of::<DirTail>() == TAIL_SIZE);
+/// [`TAIL_SIZE`] as the tail's own `rec_len`.
+const TAIL_REC_LEN: u16 = 12;
+const _: () = assert!(TAIL_REC_LEN as usize == TAIL_SIZE);
 
 /// The space an entry with a name of `name_len` bytes needs: header plus name, 4-byte aligned.
 pub const fn rec_len_for(name_len: usize) -> usize {
@@ -69,12 +73,13 @@ pub fn rec_len_from_disk(len: u16, block_size: u32) -> u32 {
 /// Encodes a `rec_len` for the disk (inverse of [`rec_len_from_disk`]).
 pub fn rec_len_to_disk(len: u32, block_size: u32) -> u16 {
     if block_size < 65536 {
-        return len as u16;
+        // A rec_len never exceeds its block, so it fits 16 bits here.
+        return lo16(len);
     }
     if len == block_size {
         return MAX_REC_LEN;
     }
-    ((len & 0xFFFC) | ((len >> 16) & 3)) as u16
+    lo16((len & 0xFFFC) | ((len >> 16) & 3))
 }
 
 /// One entry as found in a block.
@@ -246,6 +251,8 @@ fn probe_in<const BIG: bool>(
 /// `(inode, rec_len, name_len)` of the header at `pos` (which must lie inside `area`), in one
 /// 8-byte load; `BIG` for the 64 KiB `rec_len` encoding.
 #[inline(always)]
+// Each cast picks one field out of the 8-byte header word.
+#[allow(clippy::cast_possible_truncation)]
 fn read_header<const BIG: bool>(area: &[u8], pos: usize, block_size: u32) -> (u32, usize, usize) {
     let mut w = [0u8; HEADER_SIZE];
     w.copy_from_slice(&area[pos..pos + HEADER_SIZE]);
@@ -308,7 +315,7 @@ pub fn put_leaf_tail(block: &mut [u8], c: u32) {
     let Some(off) = block.len().checked_sub(TAIL_SIZE) else { return };
     let t = DirTail {
         det_reserved_zero1: 0.into(),
-        det_rec_len: (TAIL_SIZE as u16).into(),
+        det_rec_len: TAIL_REC_LEN.into(),
         det_reserved_zero2: 0,
         det_reserved_ft: FT_DIR_CSUM,
         det_checksum: c.into(),
@@ -317,6 +324,8 @@ pub fn put_leaf_tail(block: &mut [u8], c: u32) {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

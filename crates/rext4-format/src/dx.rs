@@ -127,7 +127,7 @@ pub struct DxRoot<'a> {
 
 /// Parses block 0 of an indexed directory.
 pub fn parse_root(block: &[u8]) -> Result<DxRoot<'_>, DxError> {
-    let bs = block.len() as u32;
+    let bs = u32::try_from(block.len()).map_err(|_| DxError::NotDx)?;
     let (dot, _) = DirEntryHeader::read_from_prefix(block).map_err(|_| DxError::NotDx)?;
     let dotdot = block.get(12..).and_then(|b| DirEntryHeader::read_from_prefix(b).ok());
     let Some((dotdot, _)) = dotdot else { return Err(DxError::NotDx) };
@@ -147,8 +147,9 @@ pub fn parse_root(block: &[u8]) -> Result<DxRoot<'_>, DxError> {
 
 /// Parses an interior node block.
 pub fn parse_node(block: &[u8]) -> Result<DxEntries<'_>, DxError> {
+    let bs = u32::try_from(block.len()).map_err(|_| DxError::NotDx)?;
     let (h, _) = DirEntryHeader::read_from_prefix(block).map_err(|_| DxError::NotDx)?;
-    if h.inode.get() != 0 || rec_len_from_disk(h.rec_len.get(), block.len() as u32) as usize != block.len() {
+    if h.inode.get() != 0 || rec_len_from_disk(h.rec_len.get(), bs) != bs {
         return Err(DxError::NotDx);
     }
     DxEntries::parse(block, NODE_ENTRIES_OFFSET)
@@ -156,7 +157,7 @@ pub fn parse_node(block: &[u8]) -> Result<DxEntries<'_>, DxError> {
 
 /// Where the count/limit header of a dx block is, judged from its disguise (root or node).
 pub fn count_offset(block: &[u8]) -> Option<usize> {
-    let bs = block.len() as u32;
+    let bs = u32::try_from(block.len()).ok()?;
     let (first, _) = DirEntryHeader::read_from_prefix(block).ok()?;
     match rec_len_from_disk(first.rec_len.get(), bs) {
         n if n == bs => Some(NODE_ENTRIES_OFFSET),
@@ -210,6 +211,8 @@ pub fn set_checksum(block: &mut [u8], inode_csum_seed: u32) {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

@@ -156,7 +156,7 @@ pub fn dx_hash(name: &[u8], algo: HashAlgo, seed: [u32; 4]) -> DxHash {
 /// the `u32` it is mixed in as.
 fn char_value(b: u8, signed: bool) -> u32 {
     if signed {
-        i32::from(b as i8) as u32
+        i32::from(b.cast_signed()).cast_unsigned()
     } else {
         u32::from(b)
     }
@@ -168,7 +168,7 @@ fn dx_hack_hash(name: &[u8], signed: bool) -> u32 {
     let (mut hash0, mut hash1): (u32, u32) = (0x12a3_fe2d, 0x37ab_e8f9);
     for &b in name {
         // In C this product is an `int`; it cannot overflow (|c| <= 255), but wrap anyway.
-        let mixed = (char_value(b, signed) as i32).wrapping_mul(7_152_373) as u32;
+        let mixed = char_value(b, signed).cast_signed().wrapping_mul(7_152_373).cast_unsigned();
         let mut hash = hash1.wrapping_add(hash0 ^ mixed);
         if hash & 0x8000_0000 != 0 {
             hash = hash.wrapping_sub(0x7fff_ffff);
@@ -185,6 +185,7 @@ fn dx_hack_hash(name: &[u8], signed: bool) -> u32 {
 fn str2hashbuf(msg: &[u8], signed: bool, out: &mut [u32]) {
     // The C code takes `len` as an `int` and casts it to `__u32`; names are at most 255 bytes,
     // and longer inputs just wrap the same way.
+    #[allow(clippy::cast_possible_truncation)]
     let len = msg.len() as u32;
     let mut pad = len | (len << 8);
     pad |= pad << 16;
@@ -333,6 +334,8 @@ pub fn xattr_block_hash(entry_hashes: impl IntoIterator<Item = u32>) -> u32 {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use HashAlgo::*;

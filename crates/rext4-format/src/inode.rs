@@ -2,6 +2,7 @@
 //! larger inode records.
 
 use crate::checksum::crc32c;
+use crate::split::{hi16, hi32, lo16, lo32};
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -124,6 +125,8 @@ pub fn decode_time(sec: u32, extra: Option<u32>) -> Timestamp {
 }
 
 /// Encodes a timestamp as (seconds field, extra word).
+// The seconds field keeps the low 32 bits and the epoch the next two: the format's split.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn encode_time(t: Timestamp) -> (u32, u32) {
     let sec = t.sec as u32;
     let epoch = ((t.sec - i64::from(sec as i32)) >> 32) as u32 & 3;
@@ -176,8 +179,8 @@ impl Inode {
         u64::from(self.i_size_lo.get()) | u64::from(self.i_size_high.get()) << 32
     }
     pub fn set_size(&mut self, v: u64) {
-        self.i_size_lo.set(v as u32);
-        self.i_size_high.set((v >> 32) as u32);
+        self.i_size_lo.set(lo32(v));
+        self.i_size_high.set(hi32(v));
     }
     pub fn links_count(&self) -> u16 {
         self.i_links_count.get()
@@ -268,7 +271,8 @@ fn has_checksum_hi(record: &[u8]) -> bool {
 pub fn inode_checksum(record: &[u8], inode_csum_seed: u32) -> u32 {
     let n = record.len();
     // The common record, in one pass over a copy with the fields zeroed: six short calls over
-    // unaligned pieces cost five times as much.
+    // unaligned pieces cost several times as much (docs/bench.md, "After one scan per create,
+    // cheaper checksums, LTO and sharded revokes").
     if n == 256 {
         let mut copy = [0u8; 256];
         copy.copy_from_slice(record);
@@ -330,14 +334,16 @@ pub fn set_inode_checksum(record: &mut [u8], inode_csum_seed: u32) {
         return;
     }
     let c = inode_checksum(record, inode_csum_seed);
-    record[OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2].copy_from_slice(&(c as u16).to_le_bytes());
+    record[OFF_CHECKSUM_LO..OFF_CHECKSUM_LO + 2].copy_from_slice(&lo16(c).to_le_bytes());
     let (_, full) = stored_inode_checksum(record);
     if full {
-        record[OFF_CHECKSUM_HI..OFF_CHECKSUM_HI + 2].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
+        record[OFF_CHECKSUM_HI..OFF_CHECKSUM_HI + 2].copy_from_slice(&hi16(c).to_le_bytes());
     }
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use zerocopy::FromZeros;

@@ -10,6 +10,7 @@ use crate::inode::{
     encode_time, Inode, Timestamp, GOOD_OLD_INODE_SIZE, N_BLOCKS, OFF_ATIME_EXTRA, OFF_CRTIME,
     OFF_CRTIME_EXTRA, OFF_CTIME_EXTRA, OFF_EXTRA_ISIZE, OFF_MTIME_EXTRA,
 };
+use crate::split::{hi16, hi16_of_48, hi32, lo16, lo32};
 use core::mem::offset_of;
 use zerocopy::little_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -111,21 +112,21 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> InodeRecord<B> {
         self.put(offset_of!(Inode, i_mode), U16::new(mode));
     }
     pub fn set_uid(&mut self, uid: u32) {
-        self.put(offset_of!(Inode, i_uid), U16::new(uid as u16));
-        self.put(offset_of!(Inode, i_uid_high), U16::new((uid >> 16) as u16));
+        self.put(offset_of!(Inode, i_uid), U16::new(lo16(uid)));
+        self.put(offset_of!(Inode, i_uid_high), U16::new(hi16(uid)));
     }
     pub fn set_gid(&mut self, gid: u32) {
-        self.put(offset_of!(Inode, i_gid), U16::new(gid as u16));
-        self.put(offset_of!(Inode, i_gid_high), U16::new((gid >> 16) as u16));
+        self.put(offset_of!(Inode, i_gid), U16::new(lo16(gid)));
+        self.put(offset_of!(Inode, i_gid_high), U16::new(hi16(gid)));
     }
     pub fn set_size(&mut self, v: u64) {
-        self.put(offset_of!(Inode, i_size_lo), U32::new(v as u32));
-        self.put(offset_of!(Inode, i_size_high), U32::new((v >> 32) as u32));
+        self.put(offset_of!(Inode, i_size_lo), U32::new(lo32(v)));
+        self.put(offset_of!(Inode, i_size_high), U32::new(hi32(v)));
     }
     /// Stores `i_blocks` (its low 48 bits).
     pub fn set_blocks(&mut self, v: u64) {
-        self.put(offset_of!(Inode, i_blocks_lo), U32::new(v as u32));
-        self.put(offset_of!(Inode, i_blocks_high), U16::new((v >> 32) as u16));
+        self.put(offset_of!(Inode, i_blocks_lo), U32::new(lo32(v)));
+        self.put(offset_of!(Inode, i_blocks_high), U16::new(hi16_of_48(v)));
     }
     pub fn set_flags(&mut self, flags: u32) {
         self.put(offset_of!(Inode, i_flags), U32::new(flags));
@@ -143,8 +144,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> InodeRecord<B> {
         self.put(offset_of!(Inode, i_version_lo), U32::new(v));
     }
     pub fn set_file_acl(&mut self, blk: u64) {
-        self.put(offset_of!(Inode, i_file_acl_lo), U32::new(blk as u32));
-        self.put(offset_of!(Inode, i_file_acl_high), U16::new((blk >> 32) as u16));
+        self.put(offset_of!(Inode, i_file_acl_lo), U32::new(lo32(blk)));
+        self.put(offset_of!(Inode, i_file_acl_high), U16::new(hi16_of_48(blk)));
     }
     /// `i_extra_isize`, in records that have an extra area.
     pub fn set_extra_isize(&mut self, v: u16) {

@@ -2,6 +2,7 @@
 
 use crate::checksum::{crc32c, csum_seed_from_uuid};
 use crate::features::{Compat, Incompat, RoCompat};
+use crate::split::{hi32, lo32};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -157,6 +158,13 @@ fn time_hi(lo: u32, hi: u8) -> i64 {
     (i64::from(hi) << 32) | i64::from(lo)
 }
 
+/// A time in seconds as the superblock's time fields hold it (`ext4_update_tstamp`): the low
+/// 32 bits, and bits 32-39 in the `_hi` byte.
+pub fn split_time(t: i64) -> (u32, u8) {
+    let t = t.cast_unsigned();
+    (lo32(t), crate::split::hi8_of_40(t))
+}
+
 impl Superblock {
     /// Parses the first 1024 bytes of `bytes`; `None` if there are fewer.
     pub fn parse(bytes: &[u8]) -> Option<Self> {
@@ -181,9 +189,9 @@ impl Superblock {
         hi_lo(hi, self.s_blocks_count_lo.get())
     }
     pub fn set_blocks_count(&mut self, v: u64) {
-        self.s_blocks_count_lo.set(v as u32);
+        self.s_blocks_count_lo.set(lo32(v));
         if self.is_64bit() {
-            self.s_blocks_count_hi.set((v >> 32) as u32);
+            self.s_blocks_count_hi.set(hi32(v));
         }
     }
     pub fn r_blocks_count(&self) -> u64 {
@@ -195,9 +203,9 @@ impl Superblock {
         hi_lo(hi, self.s_free_blocks_count_lo.get())
     }
     pub fn set_free_blocks_count(&mut self, v: u64) {
-        self.s_free_blocks_count_lo.set(v as u32);
+        self.s_free_blocks_count_lo.set(lo32(v));
         if self.is_64bit() {
-            self.s_free_blocks_count_hi.set((v >> 32) as u32);
+            self.s_free_blocks_count_hi.set(hi32(v));
         }
     }
 

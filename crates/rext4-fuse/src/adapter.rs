@@ -100,9 +100,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Releases every inode the kernel still knew (at unmount, when no forget will come).
-    pub fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         for ino in self.lookups.drain() {
-            if let Err(e) = self.fs.release(InodeNo(ino as u32)) {
+            // Keys are engine inode numbers (see `lookups.add`): they fit.
+            let Ok(n) = u32::try_from(ino) else { continue };
+            if let Err(e) = self.fs.release(InodeNo(n)) {
                 crate::log(&format!("release of inode {ino} at unmount: {e}"));
             }
         }
@@ -201,7 +203,7 @@ impl Adapter {
         if p.kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        let kind = if is_dir { libc::S_IFDIR } else { libc::S_IFREG } as u16;
+        let kind = if is_dir { rext4::format::inode::S_IFDIR } else { rext4::format::inode::S_IFREG };
         let (m, uid, gid) = rext4::init_owner(&self.creds(req), &p, kind | mode, self.shared.opts.grpid);
         Ok((m & 0o7777, uid, gid))
     }
@@ -355,10 +357,10 @@ impl Adapter {
     fn do_copy(&self, src: InodeNo, mut off_in: u64, dst: InodeNo, mut off_out: u64, len: u64) -> R<u64> {
         self.writable()?;
         let mut left = len.min(COPY_MAX);
-        let mut buf = vec![0u8; COPY_CHUNK.min(left as usize)];
+        let mut buf = vec![0u8; usize::try_from(left).map_or(COPY_CHUNK, |l| l.min(COPY_CHUNK))];
         let mut done = 0u64;
         while left > 0 {
-            let want = buf.len().min(left as usize);
+            let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
             let n =
                 self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err("copy_file_range", e))?;
             if n == 0 {
@@ -387,7 +389,7 @@ impl Adapter {
     /// `generic_permission` for the caller with its supplementary groups (which a FUSE
     /// request does not carry: read from /proc) and root's capabilities if it is root.
     fn check_access(&self, req: &Request, a: &Attr, mask: AccessFlags) -> R<()> {
-        let want = rext4::Access::from_bits_truncate(mask.bits() as u32 & 7);
+        let want = rext4::Access::from_bits_truncate((mask.bits() & 7).unsigned_abs());
         if want.contains(rext4::Access::WRITE) {
             self.writable()?;
         }

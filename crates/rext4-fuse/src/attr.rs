@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const EXT4_ROOT: u32 = 2;
 
 /// The engine inode behind a FUSE node id; `None` for ids no inode can have.
-pub fn engine_ino(ino: INodeNo) -> Option<InodeNo> {
+pub(crate) fn engine_ino(ino: INodeNo) -> Option<InodeNo> {
     match ino.0 {
         1 => Some(InodeNo(EXT4_ROOT)),
         // ext4 inode 1 (bad blocks) never appears in a directory; FUSE's 1 is the root.
@@ -20,7 +20,7 @@ pub fn engine_ino(ino: INodeNo) -> Option<InodeNo> {
 
 /// The FUSE node id of an engine inode. ext4 inode 2 is FUSE's root (1); ext4 inode 1 is never
 /// given out (callers treat it as corruption, see [`visible`]).
-pub fn fuse_ino(ino: InodeNo) -> INodeNo {
+pub(crate) fn fuse_ino(ino: InodeNo) -> INodeNo {
     if ino.0 == EXT4_ROOT {
         INodeNo::ROOT
     } else {
@@ -30,24 +30,23 @@ pub fn fuse_ino(ino: InodeNo) -> INodeNo {
 
 /// Whether a directory entry's inode number can be shown through FUSE (not 0, not ext4's
 /// reserved inode 1 that would alias the FUSE root).
-pub fn visible(ino: InodeNo) -> bool {
+pub(crate) fn visible(ino: InodeNo) -> bool {
     ino.0 >= EXT4_ROOT
 }
 
 /// A timestamp as a `SystemTime`.
-pub fn system_time(t: Timestamp) -> SystemTime {
+pub(crate) fn system_time(t: Timestamp) -> SystemTime {
     let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
-    if t.sec >= 0 {
-        UNIX_EPOCH + Duration::from_secs(t.sec as u64) + nsec
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec
+    match u64::try_from(t.sec) {
+        Ok(sec) => UNIX_EPOCH + Duration::from_secs(sec) + nsec,
+        Err(_) => UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + nsec,
     }
 }
 
 /// A time the kernel sent back as a timestamp. fuser builds times before 1970 from the wire's
 /// (seconds, nanoseconds) as `EPOCH - (|seconds| + nanoseconds)`; this undoes exactly that, so
 /// the wire value arrives unchanged.
-pub fn timestamp(t: SystemTime) -> Timestamp {
+pub(crate) fn timestamp(t: SystemTime) -> Timestamp {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
         Err(e) => {
@@ -58,14 +57,14 @@ pub fn timestamp(t: SystemTime) -> Timestamp {
 }
 
 /// A `setattr` time as the engine's.
-pub fn time_set(t: TimeOrNow) -> TimeSet {
+pub(crate) fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
         TimeOrNow::SpecificTime(t) => TimeSet::At(timestamp(t)),
     }
 }
 
-pub fn fuse_type(k: FileType) -> FuseType {
+pub(crate) fn fuse_type(k: FileType) -> FuseType {
     match k {
         FileType::RegularFile => FuseType::RegularFile,
         FileType::Directory => FuseType::Directory,
@@ -78,24 +77,24 @@ pub fn fuse_type(k: FileType) -> FuseType {
 }
 
 /// The kernel's `new_encode_dev`: how `fuse_attr.rdev` carries a device number.
-pub fn encode_dev((major, minor): (u32, u32)) -> u32 {
+pub(crate) fn encode_dev((major, minor): (u32, u32)) -> u32 {
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
 /// The kernel's `new_decode_dev`: a device number from `mknod`.
-pub fn decode_dev(dev: u32) -> (u32, u32) {
+pub(crate) fn decode_dev(dev: u32) -> (u32, u32) {
     ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
 }
 
 /// Attributes for `getattr`/`setattr` replies: `st_ino` is the ext4 inode number, so the root
 /// shows 2 as on a kernel mount (the kernel takes `st_ino` from the attributes, not from the
 /// node id, which stays FUSE's 1).
-pub fn stat_attr(a: &Attr) -> FileAttr {
+pub(crate) fn stat_attr(a: &Attr) -> FileAttr {
     FileAttr { ino: INodeNo(u64::from(a.ino.0)), ..file_attr(a) }
 }
 
 /// An engine attribute as FUSE's.
-pub fn file_attr(a: &Attr) -> FileAttr {
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: fuse_ino(a.ino),
         size: a.size,
@@ -117,7 +116,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
 
 /// A negative entry: node id 0, which the kernel caches as "no such name" for the entry
 /// timeout (the other fields are ignored).
-pub fn negative_attr() -> FileAttr {
+pub(crate) fn negative_attr() -> FileAttr {
     FileAttr {
         ino: INodeNo(0),
         size: 0,

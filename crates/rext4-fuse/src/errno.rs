@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const LOG_LIMIT: usize = 100;
 
 /// The daemon's error policy.
-pub struct ErrorPolicy {
+pub(crate) struct ErrorPolicy {
     behavior: ErrorBehavior,
     /// Set once the switch to read-only was logged. [atomic]
     ro_logged: AtomicBool,
@@ -26,12 +26,12 @@ pub struct ErrorPolicy {
 }
 
 impl ErrorPolicy {
-    pub fn new(behavior: ErrorBehavior) -> Self {
+    pub(crate) fn new(behavior: ErrorBehavior) -> Self {
         ErrorPolicy { behavior, ro_logged: AtomicBool::new(false), logged: Mutex::new(HashSet::new()) }
     }
 
     /// The errno to answer `e` with, after applying the policy to corruption.
-    pub fn errno(&self, op: &str, e: &rext4::Error) -> Errno {
+    pub(crate) fn errno(&self, op: &str, e: &rext4::Error) -> Errno {
         if let rext4::Error::Corrupt(c) = e {
             self.corruption(op, &c.to_string());
         }

@@ -22,7 +22,7 @@ const SHARDS: usize = 64;
 
 /// What a change of a lookup count asks of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     /// The count went 0 -> n: take an engine reference.
     Hold,
     /// The count went to 0: drop the engine reference.
@@ -32,9 +32,16 @@ pub enum Transition {
 }
 
 /// Lookup counts per inode (engine inode numbers).
-pub struct LookupCounts {
+pub(crate) struct LookupCounts {
     /// Inode -> count; absent means 0. [each shard: its own mutex]
     shards: Box<[Mutex<HashMap<u64, u64>>]>,
+}
+
+/// Which of `shards` maps `key` falls in: the key modulo their number.
+// Cannot truncate: the remainder is below `shards`, a usize.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn shard_index(key: u64, shards: usize) -> usize {
+    (key % shards as u64) as usize
 }
 
 impl Default for LookupCounts {
@@ -45,11 +52,11 @@ impl Default for LookupCounts {
 
 impl LookupCounts {
     fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, u64>> {
-        &self.shards[(ino as usize).wrapping_mul(0x9E37_79B9) % SHARDS]
+        &self.shards[shard_index(ino.wrapping_mul(0x9E37_79B9), SHARDS)]
     }
 
     /// Adds one lookup.
-    pub fn add(&self, ino: u64) -> Transition {
+    pub(crate) fn add(&self, ino: u64) -> Transition {
         let mut s = self.shard(ino).lock();
         let c = s.entry(ino).or_insert(0);
         *c += 1;
@@ -62,7 +69,7 @@ impl LookupCounts {
 
     /// Takes back `n` lookups (a `forget`, or undoing an `add` whose reply could not be
     /// built). Counts never go below 0: a forget for an unknown inode is ignored.
-    pub fn sub(&self, ino: u64, n: u64) -> Transition {
+    pub(crate) fn sub(&self, ino: u64, n: u64) -> Transition {
         let mut s = self.shard(ino).lock();
         let Some(c) = s.get_mut(&ino) else { return Transition::None };
         *c = c.saturating_sub(n);
@@ -76,12 +83,12 @@ impl LookupCounts {
 
     /// The current count of `ino`.
     #[cfg(test)]
-    pub fn get(&self, ino: u64) -> u64 {
+    pub(crate) fn get(&self, ino: u64) -> u64 {
         self.shard(ino).lock().get(&ino).copied().unwrap_or(0)
     }
 
     /// Empties the table, returning every inode that had a count (at unmount, to release them).
-    pub fn drain(&self) -> Vec<u64> {
+    pub(crate) fn drain(&self) -> Vec<u64> {
         let mut all = Vec::new();
         for s in self.shards.iter() {
             all.extend(s.lock().drain().map(|(ino, _)| ino));
@@ -91,20 +98,20 @@ impl LookupCounts {
 
     /// Number of inodes with a nonzero count.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Whether no inode has a count.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// One open file or directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Open {
+pub(crate) struct Open {
     /// Engine inode number.
     pub ino: u64,
     /// The `open(2)` flags.
@@ -112,7 +119,7 @@ pub struct Open {
 }
 
 /// Open file handles: the `fh` the kernel passes back with every I/O request.
-pub struct FileHandles {
+pub(crate) struct FileHandles {
     /// Next handle number; 0 is never handed out. [atomic]
     next: AtomicU64,
     /// Handle -> open. [each shard: its own mutex]
@@ -130,11 +137,11 @@ impl Default for FileHandles {
 
 impl FileHandles {
     fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Open>> {
-        &self.shards[fh as usize % SHARDS]
+        &self.shards[shard_index(fh, SHARDS)]
     }
 
     /// Records an open and returns its handle.
-    pub fn open(&self, ino: u64, flags: i32) -> u64 {
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().insert(fh, Open { ino, flags });
         fh
@@ -142,19 +149,19 @@ impl FileHandles {
 
     /// The open behind `fh`, if it is one of ours and for inode `ino`.
     #[cfg(test)]
-    pub fn get(&self, fh: u64, ino: u64) -> Option<Open> {
+    pub(crate) fn get(&self, fh: u64, ino: u64) -> Option<Open> {
         self.shard(fh).lock().get(&fh).copied().filter(|o| o.ino == ino)
     }
 
     /// Forgets a handle (`release` / `releasedir`).
-    pub fn close(&self, fh: u64) -> Option<Open> {
+    pub(crate) fn close(&self, fh: u64) -> Option<Open> {
         self.shard(fh).lock().remove(&fh)
     }
 
     /// Number of open handles.
     #[cfg(test)]
     #[allow(clippy::len_without_is_empty)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 }

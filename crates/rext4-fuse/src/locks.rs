@@ -67,7 +67,8 @@ impl Default for LockOwners {
 
 impl LockOwners {
     fn shard(&self, fh: u64) -> &OwnersByHandle {
-        &self.by_handle[fh as usize % SHARDS]
+        // The remainder is below SHARDS.
+        &self.by_handle[usize::try_from(fh % SHARDS as u64).unwrap_or(0)]
     }
 
     /// Records that `owner` locked through handle `fh`.

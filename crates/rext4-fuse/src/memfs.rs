@@ -33,7 +33,7 @@ struct Node {
 }
 
 /// Nodes by number, sharded by number. No operation holds two shards at once.
-pub struct MemFs {
+pub(crate) struct MemFs {
     shards: Vec<Mutex<HashMap<u64, Node>>>,
     next: AtomicU64,
 }
@@ -52,7 +52,7 @@ impl Default for MemFs {
 
 impl MemFs {
     /// An empty filesystem: a root directory, mode 0755, owned by root.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(2),
@@ -63,7 +63,7 @@ impl MemFs {
 
     fn shard(&self, ino: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Node>> {
         // A poisoned shard only means a request panicked; its map is still whole.
-        self.shards[ino as usize % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[crate::handles::shard_index(ino, SHARDS)].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn put(&self, a: FileAttr, dir: bool) {

@@ -14,6 +14,10 @@
 //! Generated source trees live in `<target>/tmp/rext4-trees/` (one per spec, regenerated on
 //! every run); images and mount points are temporary directories.
 
+// Test support: fixtures from small known values and the host's own numbers; the cast lints
+// are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 mod checks;
 mod crash;
 mod device;

@@ -3,7 +3,7 @@
 use rext4_format::dirent;
 use rext4_format::inode as fi;
 pub use rext4_format::inode::Timestamp;
-pub use rext4_format::InodeNo;
+pub(crate) use rext4_format::InodeNo;
 
 /// The type of a file, from its mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

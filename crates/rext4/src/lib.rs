@@ -35,6 +35,7 @@ mod jbd2;
 mod locks;
 mod map;
 mod namei;
+mod num;
 mod path;
 pub mod sync;
 #[cfg(test)]

@@ -5,9 +5,9 @@
 //! Why not `parking_lot`: its locks, when contended, call `sched_yield` up to seven times
 //! before they sleep. On a machine with more runnable threads than cores (48 workers on 2
 //! cores, or a commit racing 4 busy threads), each yield sends the thread behind every other
-//! runnable one, for a time slice or more: 4-20 ms per yield, measured on the fsync path, where
-//! the yields made up most of the p99 latency. The standard locks spin briefly on the lock word
-//! and then sleep in the kernel until the holder's unlock wakes them.
+//! runnable one, for a time slice or more; on the fsync path the yields made up most of the p99
+//! latency (docs/bench.md, "After futex locks and fsync-run commits"). The standard locks spin
+//! briefly on the lock word and then sleep in the kernel until the holder's unlock wakes them.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{PoisonError, TryLockError};

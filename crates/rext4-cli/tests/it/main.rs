@@ -3,6 +3,10 @@
 //! conformance run (`tests/conformance.rs`) and the benchmarks (`tests/bench.rs`) are binaries
 //! of their own, which run alone.
 
+// Tests build fixtures from small known values and share helpers between their modules:
+// the cast and visibility lints are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
+
 mod cli;
 mod first_steps;
 mod hostile;

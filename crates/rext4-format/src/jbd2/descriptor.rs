@@ -11,6 +11,7 @@ use super::{
     check_block, data_block_checksum, escape_block, set_tail, verify_tail, BlockType, CsumVersion, Header,
     Jbd2Error, JournalParams, PushError, TagFlags, HEADER_SIZE, JBD2_MAGIC_NUMBER, UUID_SIZE,
 };
+use crate::split::{hi32, lo16, lo32};
 use zerocopy::big_endian::{U16, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -60,12 +61,12 @@ impl BlockTag3 {
         join(self.t_blocknr.get(), self.t_blocknr_high.get(), is_64bit)
     }
     pub fn set_block(&mut self, b: u64, is_64bit: bool) {
-        self.t_blocknr.set(b as u32);
-        self.t_blocknr_high.set(if is_64bit { (b >> 32) as u32 } else { 0 });
+        self.t_blocknr.set(lo32(b));
+        self.t_blocknr_high.set(if is_64bit { hi32(b) } else { 0 });
     }
     /// The flags: the low 16 bits of `t_flags`, all the kernel looks at.
     pub fn flags(&self) -> TagFlags {
-        TagFlags::from_bits_retain(self.t_flags.get() as u16)
+        TagFlags::from_bits_retain(lo16(self.t_flags.get()))
     }
 }
 
@@ -74,8 +75,8 @@ impl BlockTag {
         join(self.t_blocknr.get(), self.t_blocknr_high.get(), is_64bit)
     }
     pub fn set_block(&mut self, b: u64, is_64bit: bool) {
-        self.t_blocknr.set(b as u32);
-        self.t_blocknr_high.set(if is_64bit { (b >> 32) as u32 } else { 0 });
+        self.t_blocknr.set(lo32(b));
+        self.t_blocknr_high.set(if is_64bit { hi32(b) } else { 0 });
     }
     pub fn flags(&self) -> TagFlags {
         TagFlags::from_bits_retain(self.t_flags.get())
@@ -337,7 +338,7 @@ impl DescriptorBuilder {
             csum => {
                 let mut t = BlockTag {
                     t_blocknr: 0.into(),
-                    t_checksum: if csum == CsumVersion::V2 { (checksum as u16).into() } else { 0.into() },
+                    t_checksum: if csum == CsumVersion::V2 { lo16(checksum).into() } else { 0.into() },
                     t_flags: flags.bits().into(),
                     t_blocknr_high: 0.into(),
                 };
@@ -371,6 +372,8 @@ impl DescriptorBuilder {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::super::{journal_csum_seed, unescape_block, TAIL_SIZE};
     use super::*;

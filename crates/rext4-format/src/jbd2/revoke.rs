@@ -120,6 +120,7 @@ impl RevokeBuilder {
             return None;
         }
         // Cannot truncate: pos is at most the block size, itself at most a few MiB.
+        #[allow(clippy::cast_possible_truncation)]
         let count = self.pos as u32;
         self.block[12..16].copy_from_slice(&count.to_be_bytes());
         set_tail(&mut self.block, &self.params);

@@ -3,6 +3,10 @@
 //! with a message where FUSE mounts are not possible, and fails instead under
 //! `REXT4_REQUIRE_MOUNT=1`.
 
+// Tests build fixtures from small known values and share helpers between their modules:
+// the cast and visibility lints are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
+
 mod locks;
 mod mount;
 mod stress;

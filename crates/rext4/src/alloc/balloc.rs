@@ -6,22 +6,29 @@
 //! journal handle -> block bitmap `Buffer::data` (write; this is the group's allocation lock)
 //! -> group state atomics. The search for a free run is done first under the bitmap's read
 //! lock; the bits are then taken under its write lock, searching again there if another thread
-//! won them (seed 000's shape, applied to blocks).
+//! won them (the inode allocator's shape, applied to blocks; docs/design.md, Allocation).
 
 use crate::alloc::bitmap;
 use crate::cache::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::jbd2::transaction::Handle;
+use crate::num::usize_from;
 use rext4_format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use rext4_format::PhysBlock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// One past the blocks extents, extent index nodes and `i_file_acl` can name (48 bits).
+const ADDRESSABLE_END: u64 = 1 << 48;
+
+/// One past the blocks a block map (ext2/ext3 32-bit pointers) can name.
+pub(crate) const BLOCK_MAP_END: u64 = 1 << 32;
+
 impl FsInner {
-    /// Group of block `blk`.
+    /// Group of block `blk`, which must lie in the filesystem.
     pub(super) fn block_group(&self, blk: u64) -> u32 {
-        ((blk - self.sbi.first_data_block) / u64::from(self.sbi.blocks_per_group)) as u32
+        self.sbi.block_group_offset(blk).0
     }
 
     /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
@@ -31,14 +38,16 @@ impl FsInner {
         let bs = sbi.block_size as usize;
         let mut map = vec![0u8; bs];
         let first = sbi.group_first_block(g);
-        let n = sbi.blocks_in_group(g) as usize;
-        bitmap::set_range(&mut map, 0, (self.sbi.base_meta_blocks(g) as usize).min(n));
+        let n32 = sbi.blocks_in_group(g);
+        let n = n32 as usize;
+        let meta = u32::try_from(self.sbi.base_meta_blocks(g)).map_or(n32, |m| m.min(n32));
+        bitmap::set_range(&mut map, 0, meta as usize);
         let d = self.groups.get(g);
         let ds = sbi.desc_size;
         let mut own = |b: u64, len: u64| {
             for x in b..b + len {
-                if x >= first && x < first + n as u64 {
-                    bitmap::set(&mut map, (x - first) as usize);
+                if let Some(i) = x.checked_sub(first).filter(|&i| i < u64::from(n32)) {
+                    bitmap::set(&mut map, usize_from(i));
                 }
             }
         };
@@ -46,8 +55,8 @@ impl FsInner {
         own(d.inode_bitmap(ds), 1);
         own(d.inode_table(ds), sbi.inode_table_blocks);
         bitmap::set_range(&mut map, n, bs * 8);
-        let used = (0..n).filter(|&i| bitmap::test(&map, i)).count();
-        (map, (n - used) as u32)
+        let free = (0..n32).map(|i| u32::from(!bitmap::test(&map, i as usize))).sum();
+        (map, free)
     }
 
     /// The block bitmap buffer of group `g`, initialised under `h` if the group was never used.
@@ -84,12 +93,25 @@ impl FsInner {
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
     /// block and the count. `reserved_ok` lets the allocation use the root-reserved blocks.
+    /// The blocks lie below 2^48, where extents and `i_file_acl` can name them.
     pub(crate) fn alloc_blocks(
         &self,
         h: &Handle,
         goal: u64,
         want: u32,
         reserved_ok: bool,
+    ) -> Result<(u64, u32)> {
+        self.alloc_blocks_below(h, goal, want, reserved_ok, ADDRESSABLE_END)
+    }
+
+    /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end`.
+    pub(crate) fn alloc_blocks_below(
+        &self,
+        h: &Handle,
+        goal: u64,
+        want: u32,
+        reserved_ok: bool,
+        end: u64,
     ) -> Result<(u64, u32)> {
         let _t = self.stats.time(crate::fs::stats::Op::NewBlocks);
         let sbi = &self.sbi;
@@ -100,10 +122,16 @@ impl FsInner {
             return Err(Error::NoSpace);
         }
         let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.blocks_per_group);
-        let goal =
-            if goal >= sbi.first_data_block && goal < sbi.blocks_count { goal } else { sbi.first_data_block };
+        let n = sbi.groups_below(end);
+        if n == 0 {
+            return Err(Error::NoSpace);
+        }
+        let goal = if goal >= sbi.first_data_block && goal < sbi.blocks_count && self.block_group(goal) < n {
+            goal
+        } else {
+            sbi.first_data_block
+        };
         let goal_group = self.block_group(goal);
-        let n = sbi.group_count;
         // First pass: a group with room for the whole run; second: any free block.
         for full in [true, false] {
             for k in 0..n {
@@ -113,9 +141,9 @@ impl FsInner {
                 if avail == 0 || (full && avail < want) {
                     continue;
                 }
-                let start = if g == goal_group { (goal - sbi.group_first_block(g)) as usize } else { 0 };
-                if let Some((off, len)) = self.take_run(h, g, start, want as usize, full)? {
-                    return Ok((sbi.group_first_block(g) + off as u64, len as u32));
+                let start = if g == goal_group { sbi.block_group_offset(goal).1 as usize } else { 0 };
+                if let Some((off, len)) = self.take_run(h, g, start, want, full)? {
+                    return Ok((sbi.group_first_block(g) + off as u64, len));
                 }
             }
         }
@@ -124,16 +152,17 @@ impl FsInner {
 
     /// Takes a run of free blocks in group `g` from offset `start` on (wrapping to the group
     /// start); `full` asks for exactly `want`. Blocks freed by uncommitted transactions are
-    /// skipped as if in use.
+    /// skipped as if in use. Returns the run's offset in the group and its length.
     fn take_run(
         &self,
         h: &Handle,
         g: u32,
         start: usize,
-        want: usize,
+        want32: u32,
         full: bool,
-    ) -> Result<Option<(usize, usize)>> {
+    ) -> Result<Option<(usize, u32)>> {
         let n = self.sbi.blocks_in_group(g) as usize;
+        let want = want32 as usize;
         let buf = self.block_bitmap(h, g)?;
         let search = |map: &[u8]| {
             bitmap::find_zero_run(map, start.min(n), n, want)
@@ -162,6 +191,9 @@ impl FsInner {
             }
         }
         let (off, len) = found;
+        // Cannot truncate: a run found is at most `want` long.
+        #[allow(clippy::cast_possible_truncation)]
+        let len32 = len as u32;
         let first = self.sbi.group_first_block(g);
         if !self.zones.clear_of(None, first + off as u64, len as u64) {
             // The bitmap calls metadata free (the kernel's "Allocating blocks which overlap fs
@@ -180,11 +212,11 @@ impl FsInner {
         }
         bitmap::set_range(&mut map, off, off + len);
         let st = &self.groups.state[g as usize];
-        st.free_blocks.fetch_sub(len as u32, Ordering::AcqRel);
+        st.free_blocks.fetch_sub(len32, Ordering::AcqRel);
         drop(map);
-        self.counters.free_blocks.add(-(len as i64));
+        self.counters.free_blocks.add(-i64::from(len32));
         self.touch_group_desc(h, g)?;
-        Ok(Some((off, len)))
+        Ok(Some((off, len32)))
     }
 
     /// Group `g`'s busy ranges (offset, length) whose freeing transaction has not committed;
@@ -216,21 +248,21 @@ impl FsInner {
         let mut b = start;
         let end = start + len;
         while b < end {
-            let g = self.block_group(b);
+            let (g, boff) = sbi.block_group_offset(b);
             let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + sbi.blocks_in_group(g)).min(end);
+            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
             let buf = self.block_bitmap(h, g)?;
             let mut map = h.write(&buf)?;
             let mut freed = 0u32;
             for x in b..gend {
-                let i = (x - gfirst) as usize;
+                let i = usize_from(x - gfirst);
                 if !bitmap::test(&map, i) {
                     return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
                 }
                 bitmap::clear(&mut map, i);
                 freed += 1;
             }
-            self.groups.state[g as usize].busy.lock().push(((b - gfirst) as u32, freed, h.tid()));
+            self.groups.state[g as usize].busy.lock().push((boff, freed, h.tid()));
             drop(map);
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
             self.counters.free_blocks.add(i64::from(freed));
@@ -269,10 +301,10 @@ impl FsInner {
         while b < end {
             let g = self.block_group(b);
             let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + sbi.blocks_in_group(g)).min(end);
+            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
             let buf = self.block_bitmap(h, g)?;
             let map = buf.data();
-            if (b..gend).any(|x| !bitmap::test(&map, (x - gfirst) as usize)) {
+            if (b..gend).any(|x| !bitmap::test(&map, usize_from(x - gfirst))) {
                 return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
             }
             b = gend;

@@ -1,4 +1,4 @@
-//! Sharded counters for filesystem-wide free counts (the kernel's `percpu_counter`, seed 004):
+//! Sharded counters for filesystem-wide free counts (the kernel's `percpu_counter`):
 //! every thread adds to its own cache line; only readers (statfs, the superblock at commit)
 //! sum the shards.
 
@@ -21,26 +21,26 @@ thread_local! {
 }
 
 impl ShardedCounter {
-    pub fn new(v: i64) -> Self {
+    pub(crate) fn new(v: i64) -> Self {
         let c = ShardedCounter { shards: Default::default() };
         c.shards[0].0.store(v, Ordering::Relaxed);
         c
     }
 
     /// Adds `d` (negative to subtract) on this thread's shard.
-    pub fn add(&self, d: i64) {
+    pub(crate) fn add(&self, d: i64) {
         let i = SLOT.with(|s| s.get());
         self.shards[i].0.fetch_add(d, Ordering::Relaxed);
     }
 
     /// The exact sum (not atomic with respect to concurrent adds, like `percpu_counter_sum`).
-    pub fn sum(&self) -> i64 {
+    pub(crate) fn sum(&self) -> i64 {
         self.shards.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
     }
 
     /// The sum, never below zero.
-    pub fn sum_positive(&self) -> u64 {
-        self.sum().max(0) as u64
+    pub(crate) fn sum_positive(&self) -> u64 {
+        u64::try_from(self.sum()).unwrap_or(0)
     }
 }
 

@@ -1,14 +1,16 @@
 //! The group descriptor table (`ext4_get_group_desc`, `ext4_check_descriptors`): loaded and
 //! checked once at open. Locations of bitmaps and tables never change; the counts and flags
 //! that do are per-group atomics here, written into the descriptor blocks only when those are
-//! frozen for a commit, with the bitmap and descriptor checksums (seed 004: no checksum work
-//! under the locks of every allocation).
+//! frozen for a commit, with the bitmap and descriptor checksums (no checksum work under the
+//! locks of every allocation; docs/design.md, Allocation).
 
 use crate::cache::buffer::{Buffer, BufferCache};
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::fs::super_block::SbInfo;
+use crate::num::usize_from;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::GroupDesc;
+use rext4_format::split::{hi16, lo16};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -44,15 +46,18 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
-    pub fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
+    pub(crate) fn load(sbi: &SbInfo, cache: &BufferCache) -> Result<Self> {
         let mut descs = Vec::with_capacity(sbi.group_count as usize);
-        let mut desc_bufs = Vec::with_capacity(sbi.gdt_blocks as usize);
+        let mut desc_bufs = Vec::with_capacity(usize_from(sbi.gdt_blocks));
         let per_block = sbi.descs_per_block as usize;
+        // The first group descriptor block `i` describes: below group_count for every block of
+        // the table, so the fallback is never taken.
+        let first_group = |i: u64| u32::try_from(i * u64::from(sbi.descs_per_block)).unwrap_or(u32::MAX);
         for i in 0..sbi.gdt_blocks {
             let blk = sbi.descriptor_block(i);
             if blk >= sbi.blocks_count {
                 return corrupt(CorruptKind::GroupDesc {
-                    group: (i * per_block as u64) as u32,
+                    group: first_group(i),
                     what: "descriptor block outside the filesystem",
                 });
             }
@@ -80,8 +85,7 @@ impl Groups {
                 busy: crate::sync::Mutex::new(Vec::new()),
             })
             .collect();
-        let desc_blocks =
-            (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), (i * per_block as u64) as u32)).collect();
+        let desc_blocks = (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), first_group(i))).collect();
         let groups = Groups { descs, state, desc_blocks, desc_bufs };
         for g in 0..sbi.group_count {
             groups.check(sbi, g)?;
@@ -90,12 +94,12 @@ impl Groups {
     }
 
     /// The buffer of the descriptor block describing group `g`, if `g` is a group.
-    pub fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
+    pub(crate) fn desc_buf(&self, sbi: &SbInfo, g: u32) -> Option<&Arc<Buffer>> {
         self.desc_bufs.get((g / sbi.descs_per_block) as usize)
     }
 
     /// Descriptor of group `g`; callers pass a group below `group_count`.
-    pub fn get(&self, g: u32) -> &GroupDesc {
+    pub(crate) fn get(&self, g: u32) -> &GroupDesc {
         &self.descs[g as usize]
     }
 
@@ -114,7 +118,7 @@ impl Groups {
             (sbi.first_data_block, sbi.blocks_count)
         } else {
             let first = sbi.group_first_block(g);
-            (first, first + sbi.blocks_in_group(g))
+            (first, first + u64::from(sbi.blocks_in_group(g)))
         };
         let inside = |b: u64, n: u64| b >= lo && b.checked_add(n).is_some_and(|e| e <= hi);
         let sb_block = sbi.first_data_block;
@@ -136,7 +140,7 @@ impl Groups {
     /// read-only one go on): a bitmap or inode table on the superblock's block or on a
     /// descriptor block. Writing one would overwrite the other, and the commit, filling a
     /// descriptor block, would wait for itself to read the bitmap's checksum.
-    pub fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
+    pub(crate) fn check_writable(&self, sbi: &SbInfo) -> Result<()> {
         let ds = sbi.desc_size;
         let mut meta: Vec<u64> = self.desc_blocks.keys().copied().collect();
         meta.push(sbi.first_data_block);
@@ -163,7 +167,7 @@ impl Groups {
     }
 
     /// Sums of free blocks, free inodes and directories over all groups.
-    pub fn totals(&self) -> (u64, u64, u64) {
+    pub(crate) fn totals(&self) -> (u64, u64, u64) {
         self.state.iter().fold((0, 0, 0), |(b, i, d), s| {
             (
                 b + u64::from(s.free_blocks.load(Ordering::Relaxed)),
@@ -174,14 +178,14 @@ impl Groups {
     }
 
     /// Whether `blk` holds group descriptors.
-    pub fn is_desc_block(&self, blk: u64) -> bool {
+    pub(crate) fn is_desc_block(&self, blk: u64) -> bool {
         self.desc_blocks.contains_key(&blk)
     }
 
     /// Fills the frozen copy of descriptor block `blk` with the live counts and flags of its
     /// groups, the bitmap checksums `bitmap_csum(block, bytes)` can provide (crc32c of the
     /// first `bytes` of a cached bitmap block), and each descriptor's checksum.
-    pub fn freeze_desc_block(
+    pub(crate) fn freeze_desc_block(
         &self,
         sbi: &SbInfo,
         blk: u64,
@@ -191,7 +195,7 @@ impl Groups {
         let Some(&first) = self.desc_blocks.get(&blk) else { return };
         let ds = sbi.desc_size;
         for (i, raw) in data.chunks_exact_mut(ds).enumerate() {
-            let g = first + i as u32;
+            let Some(g) = u32::try_from(i).ok().and_then(|i| first.checked_add(i)) else { break };
             let Some(st) = self.state.get(g as usize) else { break };
             let Some(mut d) = GroupDesc::parse(raw, ds) else { break };
             let (fb, fi, ud, iu) = (
@@ -200,23 +204,24 @@ impl Groups {
                 st.used_dirs.load(Ordering::Relaxed),
                 st.itable_unused.load(Ordering::Relaxed),
             );
-            d.bg_free_blocks_count_lo.set(fb as u16);
-            d.bg_free_blocks_count_hi.set((fb >> 16) as u16);
-            d.bg_free_inodes_count_lo.set(fi as u16);
-            d.bg_free_inodes_count_hi.set((fi >> 16) as u16);
-            d.bg_used_dirs_count_lo.set(ud as u16);
-            d.bg_used_dirs_count_hi.set((ud >> 16) as u16);
-            d.bg_itable_unused_lo.set(iu as u16);
-            d.bg_itable_unused_hi.set((iu >> 16) as u16);
-            d.bg_flags.set(st.flags.load(Ordering::Relaxed) as u16);
+            d.bg_free_blocks_count_lo.set(lo16(fb));
+            d.bg_free_blocks_count_hi.set(hi16(fb));
+            d.bg_free_inodes_count_lo.set(lo16(fi));
+            d.bg_free_inodes_count_hi.set(hi16(fi));
+            d.bg_used_dirs_count_lo.set(lo16(ud));
+            d.bg_used_dirs_count_hi.set(hi16(ud));
+            d.bg_itable_unused_lo.set(lo16(iu));
+            d.bg_itable_unused_hi.set(hi16(iu));
+            // bg_flags is 16 bits wide; the atomic holds it widened and gains no other bits.
+            d.bg_flags.set(lo16(st.flags.load(Ordering::Relaxed)));
             if sbi.metadata_csum {
                 if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.blocks_per_group / 8) as usize) {
-                    d.bg_block_bitmap_csum_lo.set(c as u16);
-                    d.bg_block_bitmap_csum_hi.set((c >> 16) as u16);
+                    d.bg_block_bitmap_csum_lo.set(lo16(c));
+                    d.bg_block_bitmap_csum_hi.set(hi16(c));
                 }
                 if let Some(c) = bitmap_csum(d.inode_bitmap(ds), (sbi.inodes_per_group / 8) as usize) {
-                    d.bg_inode_bitmap_csum_lo.set(c as u16);
-                    d.bg_inode_bitmap_csum_hi.set((c >> 16) as u16);
+                    d.bg_inode_bitmap_csum_lo.set(lo16(c));
+                    d.bg_inode_bitmap_csum_hi.set(hi16(c));
                 }
                 d.bg_checksum.set(d.csum_crc32c(sbi.csum_seed, g, ds));
             } else if sbi.gdt_csum {

@@ -1,4 +1,4 @@
-//! Inode allocation (the kernel's `ialloc.c`) with seed 000's lock discipline: find a free bit
+//! Inode allocation (the kernel's `ialloc.c`; docs/design.md, Allocation): find a free bit
 //! in the group's inode bitmap without the group lock, test-and-set it under the lock, and if
 //! another thread took it, search again *with the lock held* and take the next free bit (one
 //! retry, never a loop of races). Placement: Orlov for directories (spread top-level ones,
@@ -63,9 +63,10 @@ impl FsInner {
             let c = &self.counters;
             let (fb, fi, nd) =
                 (c.free_blocks.sum_positive(), c.free_inodes.sum_positive(), c.dirs.sum_positive());
-            let avg_inodes = (fi / u64::from(n)) as u32;
-            let avg_blocks = (fb / u64::from(n)) as u32;
-            let avg_dirs = (nd / u64::from(n)) as u32;
+            // Averages of per-group u32 counts fit a u32 unless the counters drifted; they
+            // only steer placement, so saturate.
+            let avg = |sum: u64| u32::try_from(sum / u64::from(n)).unwrap_or(u32::MAX);
+            let (avg_inodes, avg_blocks, avg_dirs) = (avg(fi), avg(fb), avg(nd));
             if parent == rext4_format::types::ROOT_INO {
                 // Top-level directories spread out: the group with the fewest directories among
                 // those with at least average free inodes and blocks, starting somewhere
@@ -129,6 +130,14 @@ impl FsInner {
         let buf = if uninit { self.bcache.get_fresh(blk) } else { self.bread(blk, None)? };
         // Reserved inodes (below s_first_ino) are never handed out.
         let first = if g == 0 { sbi.sb.first_ino() as usize } else { 0 };
+        if first >= ipg {
+            // All of group 0 is reserved (an s_first_ino past it): nothing to take here, and
+            // `first` is no bit of its bitmap.
+            return Ok(None);
+        }
+        // Bits index the group's inodes: below inodes_per_group, a u32.
+        #[allow(clippy::cast_possible_truncation)]
+        let bit32 = |bit: usize| bit as u32;
         let per_block = (sbi.block_size as usize / sbi.inode_size).max(1);
         // Records past the group's used mark (`ipg - itable_unused`) may never have been
         // written (mkfs leaves inode tables to lazy init), and e2fsck reads every record below
@@ -146,7 +155,7 @@ impl FsInner {
         // The block of those records, read before the bitmap is locked (no I/O under it).
         let skip_from = mark().max(first);
         let skipped = if bit > skip_from {
-            let (blk, _) = self.inode_location(InodeNo(g * sbi.inodes_per_group + skip_from as u32 + 1));
+            let (blk, _) = self.inode_location(InodeNo(g * sbi.inodes_per_group + bit32(skip_from) + 1));
             Some((blk, self.bread(blk, None)?))
         } else {
             None
@@ -174,7 +183,7 @@ impl FsInner {
             // Zero the records between the mark and `bit` (free, so nobody writes them while
             // the bitmap is held). They lie in the block read above unless the mark moved
             // meanwhile; then the mark's own bit is taken instead (it is free: past the mark).
-            let (blk, off) = self.inode_location(InodeNo(g * sbi.inodes_per_group + from as u32 + 1));
+            let (blk, off) = self.inode_location(InodeNo(g * sbi.inodes_per_group + bit32(from) + 1));
             let end = off + (bit - from) * sbi.inode_size;
             let free = (from..bit).all(|i| !bitmap::test(&map, i));
             match &skipped {
@@ -195,11 +204,11 @@ impl FsInner {
         // Inodes past `itable_unused` are about to be used: move the mark (lazy itable init).
         let unused = st.itable_unused.load(Ordering::Acquire) as usize;
         if bit >= ipg - unused.min(ipg) {
-            st.itable_unused.store((ipg - bit - 1) as u32, Ordering::Release);
+            st.itable_unused.store(bit32(ipg - bit - 1), Ordering::Release);
         }
         drop(map);
         self.counters.free_inodes.add(-1);
-        Ok(Some(bit as u32))
+        Ok(Some(bit32(bit)))
     }
 
     /// Allocates an inode for a child of inode `parent` (a directory, or for an EA inode the

@@ -216,3 +216,37 @@ fn runs_past_the_used_mark_zero_the_records_they_skip() {
     drop(fs);
     fsck_clean(&dev.snapshot());
 }
+
+/// An s_first_ino past all of group 0, with group 0 flagged INODE_UNINIT (a damaged image):
+/// the allocator moves on to the next group instead of taking a bit past the bitmap's end.
+#[test]
+fn first_ino_past_group_zero_allocates_elsewhere() {
+    // 1 KiB blocks, so 8192 bits per bitmap; 2048 inodes per group.
+    let mut img = image(&["-b", "1024", "-N", "16384", "-O", "^metadata_csum,^uninit_bg"]);
+    img[1024 + 0x54..1024 + 0x58].copy_from_slice(&9000u32.to_le_bytes());
+    // Group 0's descriptor (block 2), bg_flags at 0x12.
+    img[2048 + 0x12] |= 1;
+    let (fs, _dev) = open(img);
+    let inner = &fs.inner;
+    let h = inner.journal().unwrap().start(8).unwrap();
+    let ino = inner.alloc_inode(&h, fs.root(), false, None).unwrap();
+    assert!(ino.0 > inner.sbi.inodes_per_group, "inode {ino} in group 0");
+}
+
+/// Allocations for a field narrower than the filesystem (block maps' 32-bit pointers) stay in
+/// the groups that lie wholly below its limit, whatever the goal.
+#[test]
+fn allocation_below_a_limit_stays_in_the_groups_under_it() {
+    let (fs, _dev) = open(image(&["-b", "1024", "-g", "1024", "-N", "2048"]));
+    let inner = &fs.inner;
+    let sbi = &inner.sbi;
+    let end = sbi.group_first_block(2) + 100;
+    assert_eq!(sbi.groups_below(end), 2);
+    assert_eq!(sbi.groups_below(sbi.blocks_count), sbi.group_count);
+    assert_eq!(sbi.groups_below(u64::MAX), sbi.group_count);
+    let h = inner.journal().unwrap().start(8).unwrap();
+    for goal in [0, sbi.group_first_block(5), sbi.blocks_count - 1] {
+        let (b, n) = inner.alloc_blocks_below(&h, goal, 8, true, end).unwrap();
+        assert!(b + u64::from(n) <= sbi.group_first_block(2), "blocks {b}+{n} for goal {goal}");
+    }
+}

@@ -45,7 +45,7 @@ pub(crate) struct Buffer {
     frozen: Mutex<Option<(u64, Arc<[u8]>)>>,
     /// `LEAF_SEAL | seed` for a directory leaf edited in place whose tail checksum (with that
     /// seed) is computed in each commit's copy rather than on every edit: once a transaction
-    /// instead of once an entry (seed 004: checksums out of the operations). The cached block's
+    /// instead of once an entry (checksums out of the operations). The cached block's
     /// tail then holds no valid checksum, which nothing reads: a leaf is verified when read
     /// from the device, and one with a deferred seal stays verified through later write
     /// accesses (each leaves it a leaf of the same directory, or changes nothing). 0: the
@@ -79,7 +79,7 @@ impl Buffer {
         }
     }
 
-    pub fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+    pub(crate) fn data(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
         self.data.read()
     }
 
@@ -139,7 +139,8 @@ impl Buffer {
         if seal & LEAF_SEAL != 0 {
             // Cannot fail: `copy` was made just now and is not shared.
             let block = Arc::get_mut(&mut copy).unwrap();
-            rext4_format::dirent::set_leaf_tail(block, seal as u32);
+            // The seed is the low half, below LEAF_SEAL.
+            rext4_format::dirent::set_leaf_tail(block, rext4_format::split::lo32(seal));
         }
         copy
     }
@@ -193,7 +194,7 @@ impl Buffer {
     }
 
     /// Runs `check` unless the buffer already passed a check of the same kind.
-    pub fn verify(&self, kind: Verified, check: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
+    pub(crate) fn verify(&self, kind: Verified, check: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
         if self.verified.load(Ordering::Acquire) == kind as u8 {
             return Ok(());
         }
@@ -217,13 +218,13 @@ pub(crate) struct BufferCache {
 
 impl BufferCache {
     /// A cache holding about `capacity_bytes` of blocks.
-    pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
+    pub(crate) fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
         BufferCache { dev, block_size, cache: ShardedCache::new(capacity_bytes / block_size, 64) }
     }
 
     /// The buffer for block `blk`, read from the device on a miss. Callers check that `blk`
     /// lies inside the filesystem first.
-    pub fn get(&self, blk: u64) -> Result<Arc<Buffer>> {
+    pub(crate) fn get(&self, blk: u64) -> Result<Arc<Buffer>> {
         self.cache.get_or_load(blk, || {
             let mut data = vec![0u8; self.block_size].into_boxed_slice();
             let off = blk
@@ -235,13 +236,13 @@ impl BufferCache {
     }
 
     /// The cached buffer for `blk`, if any, without reading.
-    pub fn peek(&self, blk: u64) -> Option<Arc<Buffer>> {
+    pub(crate) fn peek(&self, blk: u64) -> Option<Arc<Buffer>> {
         self.cache.get(blk)
     }
 
     /// A buffer for a block about to be filled from scratch (newly allocated metadata): the
     /// cached one if there is one, else a zeroed one; the device is not read.
-    pub fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
+    pub(crate) fn get_fresh(&self, blk: u64) -> Arc<Buffer> {
         // One buffer per block even when threads race here (the first insert wins): two
         // copies of a bitmap would hand out the same bit twice.
         let made = self
@@ -255,17 +256,19 @@ impl BufferCache {
     }
 
     /// Number of cached blocks.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.cache.len()
     }
 
     /// Drops every cached block nobody holds.
-    pub fn shrink(&self) {
+    pub(crate) fn shrink(&self) {
         self.cache.shrink()
     }
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use crate::dev::MemDevice;

@@ -81,13 +81,13 @@ fn dentry(dir: InodeNo, name: &[u8], inode: &Arc<Inode>) -> InPlace<Dentry> {
 }
 
 impl Dcache {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Dcache { map: ShardedCache::new(capacity, 512) }
     }
 
     /// What is cached of `name` in `dir`, if anything. Writes nothing to the entry's line
     /// (unless the eviction hand cleared its mark); takes a reference on the inode.
-    pub fn get(&self, dir: InodeNo, name: &[u8]) -> Option<Hit> {
+    pub(crate) fn get(&self, dir: InodeNo, name: &[u8]) -> Option<Hit> {
         self.map
             .read(key(dir, name), |d| {
                 (d.dir == dir && *d.name == *name)
@@ -97,18 +97,18 @@ impl Dcache {
     }
 
     /// Whether `name` in `dir` is cached.
-    pub fn contains(&self, dir: InodeNo, name: &[u8]) -> bool {
+    pub(crate) fn contains(&self, dir: InodeNo, name: &[u8]) -> bool {
         self.map.read(key(dir, name), |d| d.dir == dir && *d.name == *name).unwrap_or(false)
     }
 
     /// Caches `name` in `dir` as `inode` (a name just made, under the directory's `op_lock`).
-    pub fn insert(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
+    pub(crate) fn insert(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
         self.map.insert(key(dir, name), dentry(dir, name, inode));
     }
 
     /// Caches what a lookup found, unless a removal was under way when `gen` was read (odd)
     /// or has happened since (see `Inode::names_gen`).
-    pub fn insert_found(&self, dir: &Inode, gen: u64, name: &[u8], inode: &Arc<Inode>) {
+    pub(crate) fn insert_found(&self, dir: &Inode, gen: u64, name: &[u8], inode: &Arc<Inode>) {
         if gen % 2 == 1 {
             return;
         }
@@ -123,7 +123,7 @@ impl Dcache {
     /// dropped meanwhile is not brought back, and an entry made since by a create that reused
     /// the number is not linked to the freed inode (which the create's inode replaced in the
     /// inode cache before the entry was made).
-    pub fn relink(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
+    pub(crate) fn relink(&self, dir: InodeNo, name: &[u8], inode: &Arc<Inode>) {
         let still = |d: &Dentry| {
             d.dir == dir
                 && d.ino == inode.ino
@@ -135,12 +135,14 @@ impl Dcache {
     }
 
     /// Forgets `name` in `dir` (a hash neighbour with another name is dropped too: harmless).
-    pub fn remove(&self, dir: InodeNo, name: &[u8]) {
+    pub(crate) fn remove(&self, dir: InodeNo, name: &[u8]) {
         self.map.remove(key(dir, name));
     }
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

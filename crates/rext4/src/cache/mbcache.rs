@@ -34,7 +34,7 @@ pub(crate) struct MbCache {
 
 impl MbCache {
     /// A cache of about `capacity` hashes.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         MbCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             per_shard: (capacity / SHARDS).max(16),
@@ -47,7 +47,7 @@ impl MbCache {
 
     /// Records that object `n` has hash `hash`. Hash 0 marks one that must not be shared and
     /// is not recorded.
-    pub fn insert(&self, hash: u32, n: u64) {
+    pub(crate) fn insert(&self, hash: u32, n: u64) {
         if hash == 0 {
             return;
         }
@@ -68,7 +68,7 @@ impl MbCache {
     }
 
     /// Forgets that `n` has hash `hash`.
-    pub fn remove(&self, hash: u32, n: u64) {
+    pub(crate) fn remove(&self, hash: u32, n: u64) {
         let mut m = self.shard(hash).lock();
         if let Some(v) = m.get_mut(&hash) {
             v.retain(|&b| b != n);
@@ -79,12 +79,12 @@ impl MbCache {
     }
 
     /// Whether `n` is recorded under `hash`.
-    pub fn contains(&self, hash: u32, n: u64) -> bool {
+    pub(crate) fn contains(&self, hash: u32, n: u64) -> bool {
         self.shard(hash).lock().get(&hash).is_some_and(|v| v.contains(&n))
     }
 
     /// The objects recorded under `hash`, most recent first.
-    pub fn candidates(&self, hash: u32) -> Vec<u64> {
+    pub(crate) fn candidates(&self, hash: u32) -> Vec<u64> {
         if hash == 0 {
             return Vec::new();
         }

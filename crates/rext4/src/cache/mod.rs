@@ -93,7 +93,7 @@ pub(in crate::cache) fn mix64(mut x: u64) -> u64 {
 /// bits, so that consecutive keys spread over all shards.
 pub(crate) fn shard_of(key: u64, shards: usize) -> usize {
     debug_assert!(shards.is_power_of_two() && shards > 1);
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.ilog2())) as usize
+    crate::num::usize_from(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.ilog2()))
 }
 
 /// A map keyed by block or inode numbers (or hashes), with [`KeyHasher`].
@@ -126,7 +126,7 @@ pub(crate) struct CacheMark {
 }
 
 impl CacheMark {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         CacheMark { referenced: AtomicBool::new(true), dead: AtomicBool::new(false) }
     }
 
@@ -214,7 +214,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// freed `retire_batch` at a time per thread, each batch after one process-wide memory
     /// barrier (`membarrier`, which interrupts every core running one of our threads): large
     /// batches for small entries, smaller ones where each entry holds a block.
-    pub fn new(capacity: usize, retire_batch: usize) -> Self {
+    pub(crate) fn new(capacity: usize, retire_batch: usize) -> Self {
         let per_shard = (capacity / SHARDS).max(4);
         let shards = (0..SHARDS)
             .map(|_| {
@@ -244,7 +244,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// `f` of the cached entry for `key`, if present, without a lock and without a reference
     /// taken, so no write to the entry's reference count (a lookup that needs one number).
     /// `f` may see an entry being evicted: only for entries whose eviction loses nothing.
-    pub fn read<R>(&self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
+    pub(crate) fn read<R>(&self, key: u64, f: impl FnOnce(&V) -> R) -> Option<R> {
         let guard = self.map.guard();
         let v = self.map.get(&key, &guard)?;
         v.mark().touch();
@@ -276,7 +276,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
 
     /// Puts `v` under `key`, replacing any cached entry and parked state (for objects created
     /// in memory).
-    pub fn insert(&self, key: u64, v: S) {
+    pub(crate) fn insert(&self, key: u64, v: S) {
         let mut s = self.shard(key).lock();
         s.parked.remove(&key);
         self.put(&mut s, key, v);
@@ -284,7 +284,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
 
     /// Puts `v` under `key` if `still_valid()` holds, checked under the shard lock (so that a
     /// remover that invalidates before removing cannot be overtaken).
-    pub fn insert_if(&self, key: u64, v: S, still_valid: impl FnOnce() -> bool) {
+    pub(crate) fn insert_if(&self, key: u64, v: S, still_valid: impl FnOnce() -> bool) {
         let mut s = self.shard(key).lock();
         if still_valid() {
             self.put(&mut s, key, v);
@@ -293,7 +293,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
 
     /// Puts `new` under `key` in place of the entry there if `still(entry)` holds, checked
     /// under the key's shard lock (so a remover that takes the entry out first wins).
-    pub fn replace_if(&self, key: u64, still: impl FnOnce(&V) -> bool, new: S) {
+    pub(crate) fn replace_if(&self, key: u64, still: impl FnOnce(&V) -> bool, new: S) {
         let mut s = self.shard(key).lock();
         if self.map.get(&key, &self.map.guard()).is_some_and(|v| still(v)) {
             self.put(&mut s, key, new);
@@ -301,7 +301,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     }
 
     /// Drops the entry under `key`, if any.
-    pub fn remove(&self, key: u64) {
+    pub(crate) fn remove(&self, key: u64) {
         let mut s = self.shard(key).lock();
         if self.map.remove(&key, &self.map.guard()).is_some() {
             s.len -= 1;
@@ -360,12 +360,12 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     }
 
     /// Number of cached entries.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len).sum()
     }
 
     /// Drops (or parks) every entry nobody holds.
-    pub fn shrink(&self) {
+    pub(crate) fn shrink(&self) {
         let mut all = self.lock_all();
         let keys: Vec<u64> = {
             let guard = self.map.guard();
@@ -382,14 +382,14 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
 
     /// Number of parked states.
     #[cfg(test)]
-    pub fn parked(&self) -> usize {
+    pub(crate) fn parked(&self) -> usize {
         self.shards.iter().map(|s| s.lock().parked.len()).sum()
     }
 }
 
 impl<V: Cached + Send + Sync> ShardedCache<V> {
     /// The cached entry for `key`, if present.
-    pub fn get(&self, key: u64) -> Option<Arc<V>> {
+    pub(crate) fn get(&self, key: u64) -> Option<Arc<V>> {
         match self.get_unlocked(key) {
             Lookup::Found(v) => Some(v),
             Lookup::Absent => None,
@@ -430,7 +430,7 @@ impl<V: Cached + Send + Sync> ShardedCache<V> {
     /// changed and evicted by another thread (an inode or a block read before the change
     /// reached the table or the device). So a load during which an entry was put under its
     /// key is thrown away and done again.
-    pub fn get_or_load(&self, key: u64, mut load: impl FnMut() -> Result<V>) -> Result<Arc<V>> {
+    pub(crate) fn get_or_load(&self, key: u64, mut load: impl FnMut() -> Result<V>) -> Result<Arc<V>> {
         loop {
             if let Some(v) = self.get(key) {
                 return Ok(v);
@@ -472,7 +472,7 @@ impl<V: Cached + Send + Sync> ShardedCache<V> {
     }
 
     /// Every entry for which `keep` says yes (a snapshot: the map does not change meanwhile).
-    pub fn collect(&self, keep: impl Fn(&V) -> bool) -> Vec<Arc<V>> {
+    pub(crate) fn collect(&self, keep: impl Fn(&V) -> bool) -> Vec<Arc<V>> {
         let _all = self.lock_all();
         let guard = self.map.guard();
         self.map.iter(&guard).filter(|(_, v)| keep(v)).map(|(_, v)| v.clone()).collect()
@@ -507,6 +507,8 @@ enum Lookup<V> {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

@@ -8,24 +8,22 @@ pub(crate) enum InlineBytes<const N: usize> {
 }
 
 impl<const N: usize> InlineBytes<N> {
-    pub fn new(bytes: &[u8]) -> Self {
-        if bytes.len() <= N {
-            let mut inline = [0u8; N];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            // Cannot truncate: at most N, below 65,536.
-            InlineBytes::Inline(bytes.len() as u16, inline)
-        } else {
-            InlineBytes::Heap(bytes.into())
+    pub(crate) fn new(bytes: &[u8]) -> Self {
+        match u16::try_from(bytes.len()) {
+            Ok(len) if bytes.len() <= N => {
+                let mut inline = [0u8; N];
+                inline[..bytes.len()].copy_from_slice(bytes);
+                InlineBytes::Inline(len, inline)
+            }
+            _ => InlineBytes::Heap(bytes.into()),
         }
     }
 
     /// `len` zero bytes.
-    pub fn zeroed(len: usize) -> Self {
-        if len <= N {
-            // Cannot truncate: at most N, below 65,536.
-            InlineBytes::Inline(len as u16, [0u8; N])
-        } else {
-            InlineBytes::Heap(vec![0u8; len].into_boxed_slice())
+    pub(crate) fn zeroed(len: usize) -> Self {
+        match u16::try_from(len) {
+            Ok(short) if len <= N => InlineBytes::Inline(short, [0u8; N]),
+            _ => InlineBytes::Heap(vec![0u8; len].into_boxed_slice()),
         }
     }
 }
@@ -50,6 +48,8 @@ impl<const N: usize> std::ops::DerefMut for InlineBytes<N> {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
 

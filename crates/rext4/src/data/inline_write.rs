@@ -27,6 +27,7 @@ use crate::inode::write::{now, raw_blocks, raw_flags, raw_set_flags, raw_set_siz
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::map::extents_write::I_BLOCK;
+use crate::num::usize_from;
 use rext4_format::dirent::{self as fd, DirBlockIter};
 use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
 use rext4_format::xattr::INDEX_SYSTEM;
@@ -186,7 +187,8 @@ impl FsInner {
         }
         let inline = raw_flags(&raw) & INLINE_DATA_FL != 0;
         let size = raw_size(&raw);
-        let (offset, end) = (offset as usize, end as usize);
+        // Both within the record (checked above).
+        let (offset, end) = (usize_from(offset), usize_from(end));
         let mut bytes = raw[I_BLOCK].to_vec();
         if inline {
             bytes.extend(self.system_data_in(inode.ino, &raw)?.unwrap_or_default());
@@ -237,7 +239,7 @@ impl FsInner {
             return Ok(false);
         }
         if new_size < size {
-            let keep = new_size as usize;
+            let keep = usize_from(new_size);
             let value = &value[..keep.saturating_sub(I_BLOCK_SIZE).min(value.len())];
             self.ibody_put(inode.ino, &mut raw, INDEX_SYSTEM, b"data", value)?;
             if keep < I_BLOCK_SIZE {

@@ -4,6 +4,7 @@
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
+use crate::num::usize_from;
 use rext4_format::inode::{ENCRYPT_FL, S_IFLNK};
 
 impl FsInner {
@@ -22,17 +23,18 @@ impl FsInner {
         if size == 0 {
             return bad("empty target");
         }
+        let len = usize_from(size);
         if self.is_fast_symlink(inode) {
             if size >= 60 {
                 return bad("fast symlink longer than i_block");
             }
-            return Ok(d.i_block_bytes()[..size as usize].to_vec());
+            return Ok(d.i_block_bytes()[..len].to_vec());
         }
         if size >= u64::from(self.sbi.block_size) {
             return bad("target longer than a block");
         }
         let v = if self.has_inline_data(inode) {
-            let mut v = vec![0u8; size as usize];
+            let mut v = vec![0u8; len];
             self.read_data(inode, 0, &mut v)?;
             v
         } else {
@@ -40,7 +42,7 @@ impl FsInner {
             // be home yet.
             match self.map_block(inode, 0)? {
                 crate::map::Mapping::Mapped { pblk, unwritten: false, .. } => {
-                    self.bread(pblk, Some(ino))?.data()[..size as usize].to_vec()
+                    self.bread(pblk, Some(ino))?.data()[..len].to_vec()
                 }
                 _ => return bad("target block missing"),
             }

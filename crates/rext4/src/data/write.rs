@@ -21,6 +21,7 @@ use crate::inode::write::{
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::map::extents_write::{Ext, LBLK_END};
+use crate::num::usize_from;
 use rext4_format::inode::{self as fi, APPEND_FL, ENCRYPT_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
 use rext4_format::InodeNo;
 
@@ -187,7 +188,7 @@ impl FsInner {
             while pos < b {
                 let n = (b - pos).min(bs);
                 let phys = e.pblk * bs + (pos - e.lblk * bs);
-                self.dev.write_at(&ZEROS[..n as usize], phys)?;
+                self.dev.write_at(&ZEROS[..usize_from(n)], phys)?;
                 pos += n;
             }
         }
@@ -306,15 +307,15 @@ impl FsInner {
                 // The part of the first and last blocks outside the write reads as zeros.
                 let head = a - (a / bs) * bs;
                 if head > 0 {
-                    self.dev.write_at(&ZEROS[..head as usize], phys(a - head))?;
+                    self.dev.write_at(&ZEROS[..usize_from(head)], phys(a - head))?;
                 }
                 let tail = b.div_ceil(bs) * bs - b;
                 if tail > 0 {
-                    self.dev.write_at(&ZEROS[..tail as usize], phys(b))?;
+                    self.dev.write_at(&ZEROS[..usize_from(tail)], phys(b))?;
                 }
             }
             if a < b {
-                self.dev.write_at(&data[(a - offset) as usize..(b - offset) as usize], phys(a))?;
+                self.dev.write_at(&data[usize_from(a - offset)..usize_from(b - offset)], phys(a))?;
             }
         }
         Ok(())
@@ -322,8 +323,8 @@ impl FsInner {
 
     /// Overwrites `data` in place when every block it covers is mapped and written and the
     /// size does not change: no allocation, no map change, so it shares `data_sem` with
-    /// readers and needs no journal handle unless the times move on a coarse tick (seed 003:
-    /// a writer must not queue behind commits or block readers). Returns `false` when the
+    /// readers and needs no journal handle unless the times move on a coarse tick (a writer
+    /// must not queue behind commits or block readers). Returns `false` when the
     /// write needs the general path. The caller holds `op_lock`.
     fn overwrite(
         &self,
@@ -468,7 +469,8 @@ impl FsInner {
         if done == 0 {
             return Err(Error::NoSpace);
         }
-        Ok((offset, done as usize))
+        // At most data.len().
+        Ok((offset, usize_from(done)))
     }
 
     /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes, from the
@@ -778,7 +780,8 @@ impl FsInner {
             let raw = inode.raw();
             self.ext_collect(inode, &raw, lo, LBLK_END)?
         };
-        let credits = (DATA_CREDITS + after.len() as u32 / 8).min(journal.max_txn_buffers());
+        let more = u32::try_from(after.len() / 8).unwrap_or(u32::MAX);
+        let credits = DATA_CREDITS.saturating_add(more).min(journal.max_txn_buffers());
         let h = journal.start(credits)?;
         let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
         let mut raw = inode.raw_mut();

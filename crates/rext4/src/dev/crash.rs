@@ -77,7 +77,7 @@ pub fn apply(image: &mut [u8], ops: &[Op], from: usize, to: usize, mut keep: imp
     for (i, op) in ops.iter().enumerate().take(to).skip(from) {
         if let Op::Write { offset, data } = op {
             if keep(i) {
-                let o = *offset as usize;
+                let o = crate::num::usize_from(*offset);
                 image[o..o + data.len()].copy_from_slice(data);
             }
         }

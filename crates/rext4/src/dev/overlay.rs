@@ -2,6 +2,7 @@
 //! replayed for a read-only open without touching the image.
 
 use crate::dev::BlockDevice;
+use crate::num::usize_from;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
@@ -67,8 +68,8 @@ impl BlockDevice for OverlayDevice {
             let start = n * bs;
             let lo = start.max(offset);
             let hi = (start + bs).min(end);
-            let src = &data[(lo - start) as usize..(hi - start) as usize];
-            buf[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
+            let src = &data[usize_from(lo - start)..usize_from(hi - start)];
+            buf[usize_from(lo - offset)..usize_from(hi - offset)].copy_from_slice(src);
         }
         Ok(())
     }

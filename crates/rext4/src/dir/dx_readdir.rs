@@ -43,9 +43,9 @@ fn hash2pos(major: u32, minor: u32) -> u64 {
     (u64::from(major >> 1) << 32) | u64::from(minor)
 }
 
-/// The major hash a position starts at (`pos2maj_hash`).
+/// The major hash a position starts at (`pos2maj_hash`, which keeps the low 32 bits too).
 fn pos2major(pos: u64) -> u32 {
-    ((pos >> 32) << 1) as u32
+    rext4_format::split::lo32((pos >> 32) << 1)
 }
 
 /// One leaf's worth (plus the leaves its last hash continues into) of entries, each with its
@@ -130,9 +130,10 @@ impl FsInner {
         self.readdir_linear(dir, 0, |mut e| {
             // A linear read reports the end of each record as its `next`.
             let lblk = e.next.saturating_sub(1) / bs;
-            let w = (lblk as u32, (e.next - lblk * bs) as usize);
+            let off = crate::num::usize_from(e.next - lblk * bs);
+            let given_here = u32::try_from(lblk).is_ok_and(|l| given.contains(&(l, off)));
             e.next |= LINEAR_POS;
-            given.contains(&w) || f(e)
+            given_here || f(e)
         })
     }
 

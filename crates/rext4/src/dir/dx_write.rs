@@ -14,7 +14,7 @@
 
 use crate::cache::buffer::Buffer;
 use crate::dir::lookup::Room;
-use crate::dir::write::put_entry;
+use crate::dir::write::{put_entry, rec_len_disk};
 use crate::dir::DirBlockKind;
 use crate::error::{Corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
@@ -36,6 +36,9 @@ fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
+// Cannot truncate: the values are dx counts and limits, at most a block's worth of 8-byte
+// entries (8192).
+#[allow(clippy::cast_possible_truncation)]
 fn put16(b: &mut [u8], off: usize, v: usize) {
     b[off..off + 2].copy_from_slice(&(v as u16).to_le_bytes());
 }
@@ -515,7 +518,7 @@ impl FsInner {
         for (i, &(off, len)) in entries.iter().enumerate() {
             dst[pos..pos + len].copy_from_slice(&src[off..off + len]);
             let rec = if i + 1 == entries.len() { area - pos } else { len };
-            dst[pos + 4..pos + 6].copy_from_slice(&fd::rec_len_to_disk(rec as u32, bs).to_le_bytes());
+            dst[pos + 4..pos + 6].copy_from_slice(&rec_len_disk(rec, bs).to_le_bytes());
             pos += len;
         }
     }

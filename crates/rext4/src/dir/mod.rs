@@ -63,7 +63,9 @@ pub(in crate::dir) enum DirBlockKind {
 /// Inline directories: readdir positions of `.` and `..`, and where entries start.
 const INLINE_DOT: u64 = 0;
 const INLINE_DOTDOT: u64 = 1;
-const INLINE_FIRST: u64 = 4;
+const INLINE_FIRST: u64 = INLINE_FIRST_OFF as u64;
+/// The offset of the first entry in the inline data: after the parent's inode number.
+const INLINE_FIRST_OFF: usize = 4;
 
 impl FsInner {
     /// Maps a directory block, shared with a growing directory's tree edits (`data_sem`), so
@@ -293,7 +295,7 @@ impl FsInner {
         let data = self.inline_bytes(dir)?;
         let size = usize::try_from(dir.size()).unwrap_or(usize::MAX);
         let ino = dir.ino;
-        if size < INLINE_FIRST as usize || size > data.len() {
+        if size < INLINE_FIRST_OFF || size > data.len() {
             return corrupt(CorruptKind::InlineData {
                 ino,
                 what: "directory size does not match inline data",
@@ -306,7 +308,7 @@ impl FsInner {
         // The i_block part and the xattr part are separate entry areas; checking both keeps
         // an entry from straddling them.
         let ib = crate::data::inline::I_BLOCK_SIZE;
-        self.check_entries(ino, None, &data[INLINE_FIRST as usize..ib.min(size)], self.sbi.block_size)?;
+        self.check_entries(ino, None, &data[INLINE_FIRST_OFF..ib.min(size)], self.sbi.block_size)?;
         if size > ib {
             self.check_entries(ino, None, &data[ib..size], self.sbi.block_size)?;
         }
@@ -333,7 +335,7 @@ impl FsInner {
         }
         let ib = crate::data::inline::I_BLOCK_SIZE;
         for (base, area) in [
-            (INLINE_FIRST as usize, &data[INLINE_FIRST as usize..ib.min(data.len())]),
+            (INLINE_FIRST_OFF, &data[INLINE_FIRST_OFF..ib.min(data.len())]),
             (ib, data.get(ib..).unwrap_or(&[])),
         ] {
             for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {

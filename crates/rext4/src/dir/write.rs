@@ -29,7 +29,15 @@ pub(super) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
     (room.1 >= room.2 + need).then_some(room)
 }
 
-/// Writes one entry at `off` of `block`.
+/// The on-disk `rec_len` of an entry `len` bytes long, in blocks of `bs` bytes.
+// Cannot truncate: an entry's length is at most its block's size, a u32.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) fn rec_len_disk(len: usize, bs: u32) -> u16 {
+    fd::rec_len_to_disk(len as u32, bs)
+}
+
+/// Writes one entry at `off` of `block`. `name` is at most 255 bytes: callers check new names
+/// (`check_name`) and copy the others from entries.
 pub(crate) fn put_entry(
     block: &mut [u8],
     off: usize,
@@ -39,10 +47,11 @@ pub(crate) fn put_entry(
     name: &[u8],
     ft: u8,
 ) {
+    debug_assert!(name.len() <= 255);
     let h = fd::DirEntryHeader {
         inode: ino.into(),
-        rec_len: fd::rec_len_to_disk(rec_len as u32, bs).into(),
-        name_len: name.len() as u8,
+        rec_len: rec_len_disk(rec_len, bs).into(),
+        name_len: u8::try_from(name.len()).unwrap_or(u8::MAX),
         file_type: ft,
     };
     block[off..off + fd::HEADER_SIZE].copy_from_slice(h.as_bytes());
@@ -161,7 +170,7 @@ impl FsInner {
         if cur == 0 {
             put_entry(block, off, bs, ino.0, rec_len, name, ft);
         } else {
-            block[off + 4..off + 6].copy_from_slice(&fd::rec_len_to_disk(used as u32, bs).to_le_bytes());
+            block[off + 4..off + 6].copy_from_slice(&rec_len_disk(used, bs).to_le_bytes());
             put_entry(block, off + used, bs, ino.0, rec_len - used, name, ft);
         }
     }
@@ -262,8 +271,7 @@ impl FsInner {
                     // Merge into the previous entry.
                     let prev_len =
                         fd::rec_len_from_disk(u16::from_le_bytes([block[p + 4], block[p + 5]]), bs) as usize;
-                    block[p + 4..p + 6]
-                        .copy_from_slice(&fd::rec_len_to_disk((prev_len + rec_len) as u32, bs).to_le_bytes());
+                    block[p + 4..p + 6].copy_from_slice(&rec_len_disk(prev_len + rec_len, bs).to_le_bytes());
                 }
                 None => block[off..off + 4].fill(0),
             }

@@ -18,7 +18,7 @@
 use crate::error::{Corrupt, Error, Result};
 use crate::fs::stats::Op;
 use crate::fs::{ErrorBehavior, FsInner};
-use rext4_format::superblock::{Superblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{split_time, Superblock, STATE_ERROR, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use std::sync::atomic::Ordering;
 use zerocopy::IntoBytes;
 
@@ -158,16 +158,18 @@ fn record(sb: &mut Superblock, func: &str, ino: u32, block: u64, code: u8, now: 
     sb.s_state.set(sb.s_state.get() | STATE_ERROR);
     sb.s_error_count.set(sb.s_error_count.get().saturating_add(1));
     if sb.s_first_error_time.get() == 0 && sb.s_first_error_time_hi == 0 {
-        sb.s_first_error_time.set(now as u32);
-        sb.s_first_error_time_hi = (now >> 32) as u8;
+        let (lo, hi) = split_time(now);
+        sb.s_first_error_time.set(lo);
+        sb.s_first_error_time_hi = hi;
         sb.s_first_error_ino.set(ino);
         sb.s_first_error_block.set(block);
         sb.s_first_error_func = name;
         sb.s_first_error_line.set(0);
         sb.s_first_error_errcode = code;
     }
-    sb.s_last_error_time.set(now as u32);
-    sb.s_last_error_time_hi = (now >> 32) as u8;
+    let (lo, hi) = split_time(now);
+    sb.s_last_error_time.set(lo);
+    sb.s_last_error_time_hi = hi;
     sb.s_last_error_ino.set(ino);
     sb.s_last_error_block.set(block);
     sb.s_last_error_func = name;

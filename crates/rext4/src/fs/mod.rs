@@ -80,9 +80,8 @@ const NAME_COST: usize = 128;
 /// cgroup's limit when that is lower. The kernel lets its page cache, dentries and inodes take
 /// whatever memory is free and shrinks them under pressure; a process sees no such pressure, so
 /// it takes a fixed share. Bounds fixed at a few hundred thousand entries made a run over more
-/// files than that reload every inode and directory block from the image (48 workers of seed
-/// 000's mdtest, 1.44M files: stats at 0.06x of 2 workers' rate, against 0.65x with caches
-/// that hold them).
+/// files than that reload every inode and directory block from the image (docs/bench.md,
+/// "After locality in the cache tables, the inode's layout and caches sized by memory").
 /// Read once per process: every `Options::default()` would otherwise read a handful of files.
 fn cache_budget() -> usize {
     static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -154,7 +153,7 @@ pub(crate) struct FsInner {
     pub sbi: SbInfo,
     /// Group descriptors and live group counts. [see alloc/group.rs]
     pub groups: Arc<Groups>,
-    /// Filesystem-wide free counts (seed 004). [sharded atomics]
+    /// Filesystem-wide free counts. [sharded atomics]
     pub counters: Arc<crate::alloc::counter::Counters>,
     /// Metadata blocks. [sharded, see cache/mod.rs]
     pub bcache: Arc<BufferCache>,

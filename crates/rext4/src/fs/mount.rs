@@ -8,7 +8,9 @@ use crate::jbd2::journal::{Journal, Log, LogGeometry};
 use rext4_format::checksum::crc32c;
 use rext4_format::features::{Compat, Incompat, RoCompat};
 use rext4_format::jbd2::{JournalIncompat, CHKSUM_CRC32C};
-use rext4_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{
+    split_time, Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
+};
 use rext4_format::InodeNo;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,6 +18,12 @@ use zerocopy::IntoBytes;
 
 pub(super) fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// `s_free_inodes_count` from the counters: at most `s_inodes_count` (each group's count is
+/// checked against the inodes per group at open), so the saturation is never reached.
+fn free_inodes_u32(counters: &crate::alloc::counter::Counters) -> u32 {
+    u32::try_from(counters.free_inodes.sum_positive()).unwrap_or(u32::MAX)
 }
 
 impl FsInner {
@@ -48,7 +56,7 @@ impl FsInner {
         };
         let fill = Box::new(move |blk: u64, data: &mut [u8]| {
             // Counts and checksums go into these blocks here, as the commit freezes them, not
-            // under the locks of every writer (seed 004). Nothing changes meanwhile. A bitmap
+            // under the locks of every writer. Nothing changes meanwhile. A bitmap
             // no longer cached has not changed since its checksum was last put here.
             if groups.is_desc_block(blk) {
                 let seed = sbi.csum_seed;
@@ -67,7 +75,7 @@ impl FsInner {
             if blk == sb_blk {
                 if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
                     sb.set_free_blocks_count(counters.free_blocks.sum_positive());
-                    sb.s_free_inodes_count.set(counters.free_inodes.sum_positive() as u32);
+                    sb.s_free_inodes_count.set(free_inodes_u32(&counters));
                     sb.s_last_orphan.set(orphans.head());
                     sb.update_checksum();
                     data[sb_off..sb_off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
@@ -101,9 +109,9 @@ impl FsInner {
                 sb.s_state.set(sb.s_state.get() | STATE_ERROR);
             }
             sb.s_mnt_count.set(sb.s_mnt_count.get().wrapping_add(1));
-            let t = now_secs();
-            sb.s_mtime.set(t as u32);
-            sb.s_mtime_hi = (t >> 32) as u8;
+            let (lo, hi) = split_time(now_secs());
+            sb.s_mtime.set(lo);
+            sb.s_mtime_hi = hi;
         })?;
         if journal_errno != 0 {
             let mut log = journal.log.lock();
@@ -191,12 +199,12 @@ impl FsInner {
             return corrupt(CorruptKind::Superblock("unreadable"));
         };
         sb.set_free_blocks_count(self.counters.free_blocks.sum_positive());
-        sb.s_free_inodes_count.set(self.counters.free_inodes.sum_positive() as u32);
+        sb.s_free_inodes_count.set(free_inodes_u32(&self.counters));
         sb.s_last_orphan.set(self.orphans.head());
         f(&mut sb);
-        let t = now_secs();
-        sb.s_wtime.set(t as u32);
-        sb.s_wtime_hi = (t >> 32) as u8;
+        let (lo, hi) = split_time(now_secs());
+        sb.s_wtime.set(lo);
+        sb.s_wtime_hi = hi;
         sb.update_checksum();
         data[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
         self.dev.write_at(sb.as_bytes(), SUPERBLOCK_OFFSET)?;

@@ -1,11 +1,11 @@
 //! Engine statistics for `rext4 stats`: time and count per operation (named after the kernel
-//! functions they mirror, so the table reads like a function profile of ext4 — seed 000), and
+//! functions they mirror, so the table reads like a function profile of ext4), and
 //! wait times per lock class. Journal commit times live with the journal
 //! (`CommitStats`); [`Fs::stats`] reports all three.
 //!
 //! Always on, so it must cost next to nothing. A metadata operation runs in a few microseconds
 //! and nests twenty-odd timed functions; two clock reads and an atomic add for each would cost
-//! a fifth of it. So each thread traces one top-level operation in `every` (16 by default;
+//! a good share of it (docs/bench.md, `rext4 stats`). So each thread traces one top-level operation in `every` (16 by default;
 //! [`Fs::set_stats_every`](crate::Fs::set_stats_every)), with everything nested in it, and adds
 //! `every` times what it saw: the figures are unbiased estimates, exact when `every` is 1. An
 //! untraced call costs a thread-local counter. Lock waits are exact: a lock is first tried
@@ -103,7 +103,7 @@ named_enum! {
         DataSem = "data_sem / i_data_sem",
         /// A handle start that had to wait for the running transaction to commit.
         HandleStart = "handle start / t_updates",
-        /// `Orphans::list`, the classic orphan list (seeds 001 and 004).
+        /// `Orphans::list`, the classic orphan list.
         OrphanList = "orphan list / s_orphan_lock",
         /// `Transaction::buffers` shard, when a buffer joins a transaction.
         TxnBuffers = "transaction buffers / j_list_lock",
@@ -390,7 +390,7 @@ pub struct StatsReport {
     pub ops: Vec<OpStat>,
     /// Every lock class, in a fixed order.
     pub locks: Vec<LockStat>,
-    /// Journal commit times (seed 003's figures); `None` when opened read-only.
+    /// Journal commit times; `None` when opened read-only.
     pub commits: Option<crate::CommitSummary>,
     /// Operation counts and times are estimated from one top-level operation in this many
     /// (1: exact); see [`Fs::set_stats_every`](crate::Fs::set_stats_every).

@@ -3,6 +3,7 @@
 
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::num::usize_from;
 use rext4_format::features::{feature_names, Compat, FeatureKind, Incompat, RoCompat};
 use rext4_format::superblock::{self as fsb, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
@@ -37,7 +38,7 @@ const RO_COMPAT_KNOWN: RoCompat = RoCompat::SPARSE_SUPER
 
 /// Geometry and policy derived from the superblock; constant while the filesystem is open.
 #[derive(Clone)]
-pub struct SbInfo {
+pub(crate) struct SbInfo {
     /// The superblock as read at open.
     pub sb: Superblock,
     pub block_size: u32,
@@ -74,14 +75,14 @@ fn bad(what: &'static str) -> Error {
 
 impl SbInfo {
     /// Block holding the primary superblock, and the superblock's offset in it.
-    pub fn sb_location(&self) -> (u64, usize) {
+    pub(crate) fn sb_location(&self) -> (u64, usize) {
         let bs = u64::from(self.block_size);
-        (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize)
+        (SUPERBLOCK_OFFSET / bs, usize_from(SUPERBLOCK_OFFSET % bs))
     }
 
     /// Reads the primary superblock from `dev` and checks everything that must hold before any
     /// other structure is trusted.
-    pub fn load(dev: &dyn BlockDevice) -> Result<Self> {
+    pub(crate) fn load(dev: &dyn BlockDevice) -> Result<Self> {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         if dev.size() < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
             return Err(Error::Incompatible("device too small to hold an ext2/3/4 filesystem".into()));
@@ -174,7 +175,7 @@ impl SbInfo {
         if u64::from(group_count) * u64::from(inodes_per_group) != u64::from(inodes_count) {
             return Err(bad("inode count does not match groups x inodes per group"));
         }
-        let descs_per_block = block_size / desc_size as u32;
+        let descs_per_block = block_size / u32::from(sb.desc_size());
         let gdt_blocks = u64::from(group_count.div_ceil(descs_per_block));
         if sb.incompat().contains(Incompat::META_BG) && u64::from(sb.s_first_meta_bg.get()) > gdt_blocks {
             return Err(bad("first meta_bg beyond descriptor blocks"));
@@ -229,19 +230,42 @@ impl SbInfo {
     }
 
     /// First block of group `g`.
-    pub fn group_first_block(&self, g: u32) -> u64 {
+    pub(crate) fn group_first_block(&self, g: u32) -> u64 {
         self.first_data_block + u64::from(g) * u64::from(self.blocks_per_group)
     }
 
     /// Number of blocks in group `g` (the last group may be short).
-    pub fn blocks_in_group(&self, g: u32) -> u64 {
-        let first = self.group_first_block(g);
-        (self.blocks_count - first).min(u64::from(self.blocks_per_group))
+    pub(crate) fn blocks_in_group(&self, g: u32) -> u32 {
+        let rest = self.blocks_count - self.group_first_block(g);
+        u32::try_from(rest).map_or(self.blocks_per_group, |r| r.min(self.blocks_per_group))
+    }
+
+    /// How many groups, from the first, lie wholly below block `end` (all of them when the
+    /// filesystem ends first): where blocks for a field that holds numbers below `end` may be
+    /// allocated (for block maps' 32 bits, the kernel's `s_blockfile_groups`).
+    pub(crate) fn groups_below(&self, end: u64) -> u32 {
+        if self.blocks_count <= end {
+            return self.group_count;
+        }
+        let whole = end.saturating_sub(self.first_data_block) / u64::from(self.blocks_per_group);
+        u32::try_from(whole).map_or(self.group_count, |w| w.min(self.group_count))
+    }
+
+    /// Group of block `blk` and the block's offset in it. `blk` must lie in the filesystem
+    /// (callers check it against `first_data_block..blocks_count`).
+    // Cannot truncate for such a block: the group is below `group_count` and the offset below
+    // `blocks_per_group`, both u32s (checked at mount).
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) fn block_group_offset(&self, blk: u64) -> (u32, u32) {
+        debug_assert!(blk >= self.first_data_block && blk < self.blocks_count);
+        let rel = blk - self.first_data_block;
+        let bpg = u64::from(self.blocks_per_group);
+        ((rel / bpg) as u32, (rel % bpg) as u32)
     }
 
     /// Blocks at the start of group `g` taken by superblock and descriptor copies
     /// (`ext4_num_base_meta_blocks`).
-    pub fn base_meta_blocks(&self, g: u32) -> u64 {
+    pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
         let has_super = u64::from(self.group_has_super(g));
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = self.sb.s_first_meta_bg.get();
@@ -259,7 +283,7 @@ impl SbInfo {
     }
 
     /// Whether group `g` carries a superblock backup (and descriptor copies).
-    pub fn group_has_super(&self, g: u32) -> bool {
+    pub(crate) fn group_has_super(&self, g: u32) -> bool {
         let sb = &self.sb;
         if g == 0 {
             return true;
@@ -286,7 +310,7 @@ impl SbInfo {
     }
 
     /// The block holding descriptor block number `i` (0-based) of the primary copy.
-    pub fn descriptor_block(&self, i: u64) -> u64 {
+    pub(crate) fn descriptor_block(&self, i: u64) -> u64 {
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = u64::from(self.sb.s_first_meta_bg.get());
         if !meta_bg || i < first_meta_bg {
@@ -299,12 +323,12 @@ impl SbInfo {
     }
 
     /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).
-    pub fn needs_recovery(&self) -> bool {
+    pub(crate) fn needs_recovery(&self) -> bool {
         self.sb.incompat().contains(Incompat::RECOVER)
     }
 
     /// Whether the filesystem may be modified, and if not, why.
-    pub fn read_only_reasons(&self) -> &[String] {
+    pub(crate) fn read_only_reasons(&self) -> &[String] {
         &self.ro_reasons
     }
 }

@@ -6,7 +6,7 @@
 //! | this file | `Inode`, `iget`, inode-table locations, record checks |
 //! | `write` | record writes, `setattr`, `fsync`, the typed record helpers |
 //! | `flags` | `chattr` flags (`ext4_fileattr_set`) |
-//! | `orphan` | orphan file and list records (seed 001), references, eviction, recovery |
+//! | `orphan` | orphan file and list records, references, eviction, recovery |
 //!
 //! # Locking
 //! journal handle -> `Inode::raw` (write) -> inode-table `Buffer::data` (write); `op_lock`
@@ -148,25 +148,25 @@ impl Inode {
     }
 
     /// A decoded copy of the base and extra fields.
-    pub fn disk(&self) -> fi::Inode {
+    pub(crate) fn disk(&self) -> fi::Inode {
         // Cannot fail: records are at least 128 bytes (checked at open).
         fi::Inode::parse(&self.raw.read()).unwrap()
     }
 
     /// The raw record bytes (for the in-inode xattr area).
-    pub fn raw(&self) -> crate::sync::RwLockReadGuard<'_, RawRecord> {
+    pub(crate) fn raw(&self) -> crate::sync::RwLockReadGuard<'_, RawRecord> {
         self.raw.read()
     }
 
     /// The record for changing (under a journal handle; see `inode/write.rs`).
-    pub fn raw_mut(&self) -> crate::sync::RwLockWriteGuard<'_, RawRecord> {
+    pub(crate) fn raw_mut(&self) -> crate::sync::RwLockWriteGuard<'_, RawRecord> {
         self.raw.write()
     }
 
     /// Runs `f` on the decoded record under the record's read lock: in place when the record
     /// holds the whole structure, on a copy otherwise. `f` must only read fields (it must not
     /// lock this inode again).
-    pub fn with_disk<R>(&self, f: impl FnOnce(&fi::Inode) -> R) -> R {
+    pub(crate) fn with_disk<R>(&self, f: impl FnOnce(&fi::Inode) -> R) -> R {
         let raw = self.raw.read();
         match fi::Inode::view(&raw) {
             Some(d) => f(d),
@@ -175,19 +175,19 @@ impl Inode {
         }
     }
 
-    pub fn file_type(&self) -> Option<FileType> {
+    pub(crate) fn file_type(&self) -> Option<FileType> {
         self.with_disk(|d| FileType::from_mode(d.mode()))
     }
 
-    pub fn flags(&self) -> u32 {
+    pub(crate) fn flags(&self) -> u32 {
         self.with_disk(|d| d.flags())
     }
 
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.with_disk(|d| d.size())
     }
 
-    pub fn is_dir(&self) -> bool {
+    pub(crate) fn is_dir(&self) -> bool {
         self.with_disk(|d| d.file_type() == fi::S_IFDIR)
     }
 }
@@ -248,7 +248,7 @@ impl FsInner {
         let index = (ino.0 - 1) % sbi.inodes_per_group;
         let byte = u64::from(index) * sbi.inode_size as u64;
         let table = self.groups.get(group).inode_table(sbi.desc_size);
-        (table + byte / u64::from(sbi.block_size), (byte % u64::from(sbi.block_size)) as usize)
+        (table + byte / u64::from(sbi.block_size), crate::num::usize_from(byte % u64::from(sbi.block_size)))
     }
 
     fn check_inode(&self, ino: InodeNo, raw: &[u8]) -> Result<()> {

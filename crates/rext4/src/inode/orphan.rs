@@ -1,6 +1,7 @@
-//! Orphans (the kernel's `orphan.c`, seed 001): inodes whose last link is gone while they are
-//! still in use, or that are being truncated over several transactions, recorded on disk so
-//! that a crash cannot leak them; a writable open frees or truncates whatever is recorded.
+//! Orphans (the kernel's `orphan.c`; docs/design.md, Orphans): inodes whose last link is gone
+//! while they are still in use, or that are being truncated over several transactions,
+//! recorded on disk so that a crash cannot leak them; a writable open frees or truncates
+//! whatever is recorded.
 //!
 //! # References
 //! `Inode::refs` counts [`Fs::hold`]s in its low 30 bits; two more bits make it a small state
@@ -28,7 +29,7 @@
 //! (starting at a block that depends on the thread, so threads spread out), then claims a slot
 //! in it with a compare-and-swap from 0. No lock is taken: the block only joins the handle's
 //! transaction, and the commit's freeze hook writes the slots and the block checksum into the
-//! frozen copy (seed 004). When every block is full, or without the feature, the orphan goes
+//! frozen copy. When every block is full, or without the feature, the orphan goes
 //! on the classic list: `s_last_orphan` in the superblock is the head and each orphan's
 //! `i_dtime` the next number; the list is changed under `Orphans::list`, and the head, too, is
 //! written into the superblock when the commit freezes it.
@@ -158,7 +159,7 @@ impl Orphans {
     pub(crate) fn is_empty(&self) -> bool {
         self.head() == 0
             && self.file.as_ref().is_none_or(|f| {
-                f.blocks.iter().all(|b| b.free.load(Ordering::Acquire) as usize == b.slots.len())
+                f.blocks.iter().all(|b| usize::try_from(b.free.load(Ordering::Acquire)) == Ok(b.slots.len()))
             })
     }
 
@@ -201,13 +202,16 @@ fn load_file(fs: &FsInner) -> Result<OrphanFile> {
         return bad(None, "not a regular file with blocks");
     }
     let bs = u64::from(fs.sbi.block_size);
-    let nblocks = d.size() / bs;
-    if nblocks > u64::from(u32::MAX) / fo::inodes_per_block(bs as usize) as u64 {
+    let per = fo::inodes_per_block(fs.sbi.block_size as usize) as u64;
+    // Slot numbers (block * slots per block + slot) are u32s.
+    let Some(nblocks) =
+        u32::try_from(d.size() / bs).ok().filter(|&n| u64::from(n) <= u64::from(u32::MAX) / per)
+    else {
         return bad(None, "orphan file too large");
-    }
+    };
     let mut blocks = Vec::with_capacity(nblocks as usize);
     let mut by_blk = Vec::with_capacity(nblocks as usize);
-    for lblk in 0..nblocks as u32 {
+    for lblk in 0..nblocks {
         let pblk = match fs.map_block(&inode, lblk)? {
             Mapping::Mapped { pblk, unwritten: false, .. } => pblk,
             _ => return bad(None, "hole in the orphan file"),
@@ -226,8 +230,8 @@ fn load_file(fs: &FsInner) -> Result<OrphanFile> {
                 .chunks_exact(4)
                 .map(|c| AtomicU32::new(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                 .collect();
-            let free = slots.iter().filter(|s| s.load(Ordering::Relaxed) == 0).count();
-            (slots, free as i32)
+            let free: i32 = slots.iter().map(|s| i32::from(s.load(Ordering::Relaxed) == 0)).sum();
+            (slots, free)
         };
         by_blk.push((pblk, blocks.len()));
         blocks.push(OrphanBlock { buf, free: AtomicI32::new(free), slots });
@@ -242,6 +246,13 @@ fn load_file(fs: &FsInner) -> Result<OrphanFile> {
         by_blk: by_blk.into_boxed_slice(),
         csum_seed: inode.csum_seed,
     })
+}
+
+/// The number of slot `j` of the orphan file's block `i`, of `per` slots each.
+// Cannot truncate: `load` refuses a file with more slots than a u32 numbers.
+#[allow(clippy::cast_possible_truncation)]
+fn slot_index(i: usize, per: usize, j: usize) -> u32 {
+    (i * per + j) as u32
 }
 
 impl OrphanFile {
@@ -269,7 +280,7 @@ impl OrphanFile {
             if b.slots[j].load(Ordering::Relaxed) == 0
                 && b.slots[j].compare_exchange(0, ino.0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
             {
-                return Ok(Some((i * per + j) as u32));
+                return Ok(Some(slot_index(i, per, j)));
             }
             j = (j + 1) % per;
         }
@@ -527,7 +538,7 @@ impl FsInner {
                 if ino == 0 {
                     continue;
                 }
-                let idx = (i * b.slots.len() + j) as u32;
+                let idx = slot_index(i, b.slots.len(), j);
                 match self.orphan_get(ino)? {
                     Some(inode) if inode.orphan.load(Ordering::Acquire) == ORPHAN_NONE => {
                         inode.orphan.store(idx + 1, Ordering::Release);
@@ -631,7 +642,8 @@ impl FsInner {
             self.free_blocks(h, b, 1, true)?;
         }
         let acl = inode.with_disk(|d| d.file_acl());
-        let charged = self.ea_charge_total(inode.ino, &inode.raw())? as u64;
+        // A sum of value sizes: never negative.
+        let charged = u64::try_from(self.ea_charge_total(inode.ino, &inode.raw())?).unwrap_or(0);
         let mut raw = inode.raw_mut();
         let flags = crate::inode::write::raw_flags(&raw);
         // What is left in i_blocks is the xattr block and the values in EA inodes, in the
@@ -643,8 +655,9 @@ impl FsInner {
         };
         let left = (if acl != 0 { u64::from(self.sbi.block_size) } else { 0 } + charged) / unit;
         let mut r = rec(&mut raw);
-        // Cannot truncate: an xattr block and the EA inodes' charge fit the 32-bit low half.
-        r.set_blocks(u64::from(left as u32));
+        // Below 2^32 (value sizes are checked to 2^24 per entry), so i_blocks_high stays 0,
+        // as it must without huge_file.
+        r.set_blocks(left);
         r.i_block_mut().fill(0);
         if flags & EXTENTS_FL != 0 {
             crate::map::extents_write::init_root(&mut raw);

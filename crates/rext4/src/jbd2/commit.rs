@@ -162,20 +162,21 @@ impl Journal {
         while !rest.is_empty() {
             let start = log.head;
             let dev_start = g.dev_block(start);
-            let mut n = 1usize;
-            while n < rest.len()
-                && start as usize + n < g.last as usize
-                && g.dev_block(start + n as u32) == dev_start + n as u64
+            // At most last - start: a u32.
+            let mut n = 1u32;
+            while (n as usize) < rest.len()
+                && start + n < g.last
+                && g.dev_block(start + n) == dev_start + u64::from(n)
             {
                 n += 1;
             }
-            self.dev.write_vectored_at(&rest[..n], dev_start * self.block_size as u64)?;
-            rest = &rest[n..];
-            log.head += n as u32;
+            self.dev.write_vectored_at(&rest[..n as usize], dev_start * self.block_size as u64)?;
+            rest = &rest[n as usize..];
+            log.head += n;
             if log.head >= g.last {
                 log.head = g.first;
             }
-            log.used += n as u32;
+            log.used += n;
         }
         Ok(())
     }

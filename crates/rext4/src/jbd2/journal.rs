@@ -48,7 +48,7 @@ pub(crate) struct LogGeometry {
 
 impl LogGeometry {
     /// Device block of journal block `n` (below `last`).
-    pub fn dev_block(&self, n: u32) -> u64 {
+    pub(crate) fn dev_block(&self, n: u32) -> u64 {
         // Cannot fail: `journal_log` mapped every block of the journal, and the log never
         // addresses a block at or past `last`, which lies inside it.
         self.map.device_block(n).unwrap()
@@ -96,7 +96,7 @@ impl LogShape {
 
     /// Log blocks a transaction of `buffers` blocks and `revoked` revoke records takes:
     /// revoke blocks, descriptor blocks with the copies, and the commit block.
-    pub fn blocks_for(&self, buffers: usize, revoked: usize) -> u32 {
+    pub(crate) fn blocks_for(&self, buffers: usize, revoked: usize) -> u32 {
         let n = buffers + buffers.div_ceil(self.per_desc) + revoked.div_ceil(self.per_revoke) + 1;
         u32::try_from(n).unwrap_or(u32::MAX)
     }
@@ -139,7 +139,8 @@ pub(crate) struct CheckpointRequest {
 
 /// What a commit does to the blocks whose contents are only complete when frozen: the
 /// filesystem keeps some counts and checksums in atomics and writes them into the frozen copy
-/// (seed 004), in the cached block and so in its copy. Such blocks are filled and copied while
+/// (not under the locks of every writer; docs/design.md, the journal), in the cached block and
+/// so in its copy. Such blocks are filled and copied while
 /// no handle is open; every other buffer is copied
 /// after the next transaction has started, by the commit or by its first writer there.
 pub(crate) struct FreezeHook {
@@ -152,7 +153,7 @@ pub(crate) struct FreezeHook {
 /// Completes the contents `data` of block `blk` for a commit.
 pub(super) type FillFn = Box<dyn Fn(u64, &mut [u8]) + Send + Sync>;
 
-/// Statistics of commits (seed 003's figures).
+/// Statistics of commits: their count and durations, handles, blocks and checkpoints.
 #[derive(Default, Clone, Debug)]
 pub struct CommitStats {
     pub commits: u64,
@@ -173,7 +174,7 @@ pub struct CommitStats {
     pub log_full_waits: u64,
 }
 
-/// Commit-time figures in seed 003's style.
+/// Commit times summed up: count, mean, standard deviation, longest and top five.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CommitSummary {
     pub commits: u64,
@@ -273,15 +274,14 @@ pub(crate) struct Journal {
     /// Copy of `State::committed` readable without the state lock. [atomic]
     committed_tid: AtomicU32,
     pub commit_interval: Duration,
-    /// Completes the frozen copies of blocks whose counts and checksums live in atomics
-    /// (seed 004).
+    /// Completes the frozen copies of blocks whose counts and checksums live in atomics.
     pub freeze: FreezeHook,
     /// The filesystem's operation and lock statistics. [sharded atomics]
     pub stats: Arc<crate::fs::stats::Stats>,
 }
 
 impl Journal {
-    pub fn new(
+    pub(crate) fn new(
         dev: Arc<dyn BlockDevice>,
         block_size: usize,
         log: Log,
@@ -333,19 +333,19 @@ impl Journal {
     }
 
     /// Log blocks available to transactions (0 without a journal).
-    pub fn log_capacity(&self) -> u32 {
+    pub(crate) fn log_capacity(&self) -> u32 {
         self.shape.map_or(0, |s| s.capacity)
     }
 
-    pub fn max_txn_buffers(&self) -> u32 {
+    pub(crate) fn max_txn_buffers(&self) -> u32 {
         self.max_txn_buffers
     }
 
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
     }
 
-    pub fn check_aborted(&self) -> Result<()> {
+    pub(crate) fn check_aborted(&self) -> Result<()> {
         if self.aborted.load(Ordering::Acquire) {
             return Err(Error::ReadOnly);
         }
@@ -356,7 +356,7 @@ impl Journal {
     /// read-only. The first reason is kept, and its errno is written into the journal
     /// superblock ([`Journal::write_errno`]), except by a thread that is panicking, whose
     /// write could panic again: the failed operation's way out does it then.
-    pub fn abort(&self, why: String, errno: i32) {
+    pub(crate) fn abort(&self, why: String, errno: i32) {
         // The reason first: whoever sees the flag finds the errno.
         self.abort_reason.lock().get_or_insert((why, errno));
         self.aborted.store(true, Ordering::Release);
@@ -373,7 +373,7 @@ impl Journal {
     /// reaches the disk. Best effort: the device may be what failed. Takes `cp_run`, so that
     /// a checkpoint's move of the log tail cannot write an older copy over it afterwards, then
     /// `log`: never called holding either.
-    pub fn write_errno(&self) {
+    pub(crate) fn write_errno(&self) {
         let Some(errno) = self.abort_errno() else { return };
         if self.abort_recorded.swap(true, Ordering::AcqRel) {
             return;
@@ -392,22 +392,22 @@ impl Journal {
         }
     }
 
-    pub fn abort_reason(&self) -> Option<String> {
+    pub(crate) fn abort_reason(&self) -> Option<String> {
         self.abort_reason.lock().as_ref().map(|(why, _)| why.clone())
     }
 
     /// The errno the journal was aborted with, if it was.
-    pub fn abort_errno(&self) -> Option<i32> {
+    pub(crate) fn abort_errno(&self) -> Option<i32> {
         self.abort_reason.lock().as_ref().map(|&(_, errno)| errno)
     }
 
     /// Starts a handle that may write up to `credits` buffers (`jbd2_journal_start`).
-    pub fn start(&self, credits: u32) -> Result<Handle<'_>> {
+    pub(crate) fn start(&self, credits: u32) -> Result<Handle<'_>> {
         if credits > self.max_txn_buffers {
             return Err(Error::InvalidInput("operation too large for the journal"));
         }
         // The clock is read only for a traced start or once a start has to wait: two clock
-        // reads on every start cost about 1% of a create.
+        // reads on every start are a cost every create would pay.
         let _t = self.stats.time(Op::JournalStart);
         let mut waiting_since: Option<Instant> = None;
         loop {
@@ -418,7 +418,7 @@ impl Journal {
                 t.mark_started();
                 if let Some(since) = waiting_since {
                     let took = since.elapsed();
-                    self.state.lock().stats.handles_waited_us += took.as_micros() as u64;
+                    self.state.lock().stats.handles_waited_us += micros(took);
                     self.stats.waited(LockClass::HandleStart, took);
                 } else {
                     self.stats.acquired(LockClass::HandleStart);
@@ -443,24 +443,24 @@ impl Journal {
     }
 
     /// Wakes the committer: the last handle of the locked transaction stopped.
-    pub fn wake_commit(&self) {
+    pub(crate) fn wake_commit(&self) {
         let _g = self.state.lock();
         self.drained.notify_all();
     }
 
     /// The last committed tid.
-    pub fn committed_tid(&self) -> u32 {
+    pub(crate) fn committed_tid(&self) -> u32 {
         self.committed_tid.load(Ordering::Acquire)
     }
 
     /// The running transaction's tid.
-    pub fn running_tid(&self) -> u32 {
+    pub(crate) fn running_tid(&self) -> u32 {
         self.running.load().tid
     }
 
     /// The newest transaction that may hold a change: the running one, or the one before it
     /// when nothing has joined the running one yet.
-    pub fn newest_tid(&self) -> u32 {
+    pub(crate) fn newest_tid(&self) -> u32 {
         let t = self.running.load();
         if t.is_empty() {
             t.tid.wrapping_sub(1)
@@ -473,7 +473,7 @@ impl Journal {
     /// the same tid share one commit). When no commit is under way the caller commits
     /// itself: an fsync then costs no thread wake-ups, which on a loaded machine take longer
     /// than the commit. The caller must hold no handle.
-    pub fn commit_and_wait(&self, tid: u32) -> Result<()> {
+    pub(crate) fn commit_and_wait(&self, tid: u32) -> Result<()> {
         let mut st = self.state.lock();
         if jbd2_after(tid, st.requested) {
             st.requested = tid;
@@ -507,8 +507,8 @@ impl Journal {
     /// A commit someone waits for (an fsync) wakes the handle starts it held back only when
     /// it ends, while the commit thread's wakes them as soon as the next transaction is
     /// installed. On a machine with more busy threads than cores, woken threads take the CPU
-    /// from the committer for a time slice or more (4-12 ms measured), and the fsync waits for
-    /// all of it, whereas writing a transaction takes tens of microseconds. Threads already
+    /// from the committer for a time slice or more (docs/design.md, the journal), and the
+    /// fsync waits for all of it, whereas writing a transaction is quick. Threads already
     /// running start their handles in the new transaction either way.
     fn run_commit(&self, t: &Arc<Transaction>, wake_early: bool) {
         // Ends the commit even when it panics (a bug, in an fsync caller's thread that may
@@ -551,7 +551,7 @@ impl Journal {
     }
 
     /// Commits whatever is running and waits for it.
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         let tid = self.running_tid();
         if self.running.load().is_empty() {
             // Nothing new; wait for an in-flight commit of the previous one.
@@ -562,7 +562,7 @@ impl Journal {
 
     /// The commit thread's body: commit on request, on the interval, or when asked to stop.
     /// A checkpoint thread runs beside it, writing committed blocks home while commits go on.
-    pub fn run(self: &Arc<Self>) {
+    pub(crate) fn run(self: &Arc<Self>) {
         std::thread::scope(|s| {
             let checkpointer = std::thread::Builder::new()
                 .name("rext4-checkpoint".into())
@@ -650,7 +650,7 @@ impl Journal {
         if st.stats.times_us.len() >= 4096 {
             st.stats.times_us.remove(0);
         }
-        st.stats.times_us.push(took.as_micros() as u64);
+        st.stats.times_us.push(micros(took));
         self.stats.record_exact(Op::Commit, took);
     }
 
@@ -658,7 +658,7 @@ impl Journal {
         let mut st = self.state.lock();
         st.stats.checkpoints += 1;
         st.stats.checkpoint_blocks += blocks;
-        let us = took.as_micros() as u64;
+        let us = micros(took);
         st.stats.checkpoint_max_us = st.stats.checkpoint_max_us.max(us);
         st.stats.checkpoint_total_us += us;
     }
@@ -667,12 +667,12 @@ impl Journal {
         self.state.lock().stats.log_full_waits += 1;
     }
 
-    pub fn stats(&self) -> CommitStats {
+    pub(crate) fn stats(&self) -> CommitStats {
         self.state.lock().stats.clone()
     }
 
     /// Asks the commit thread to commit what is left and exit.
-    pub fn request_shutdown(&self) {
+    pub(crate) fn request_shutdown(&self) {
         let mut st = self.state.lock();
         st.shutdown = true;
         self.notify_everyone();
@@ -682,4 +682,9 @@ impl Journal {
 /// `tid_gt`: whether `a` comes after `b` in jbd2's wrapping sequence space.
 pub(crate) fn jbd2_after(a: u32, b: u32) -> bool {
     rext4_format::jbd2::tid_gt(a, b)
+}
+
+/// A duration in microseconds, saturating (at half a million years).
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -29,6 +29,7 @@ impl JournalLog {
     /// `pblk`, joining the last run when they continue it.
     pub(crate) fn push(&mut self, pblk: u64, len: u32) {
         // Cannot truncate: journals are at most 2^32 blocks (s_maxlen).
+        #[allow(clippy::cast_possible_truncation)]
         let lblk = self.mapped() as u32;
         match self.runs.last_mut() {
             Some((_, rp, rlen)) if *rp + u64::from(*rlen) == pblk => *rlen += len,

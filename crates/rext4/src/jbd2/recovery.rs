@@ -206,15 +206,15 @@ struct Recovery<'a> {
 fn crc32_be(mut crc: u32, data: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut t = [0u32; 256];
-        let mut i = 0;
+        let mut i = 0u32;
         while i < 256 {
-            let mut c = (i as u32) << 24;
+            let mut c = i << 24;
             let mut k = 0;
             while k < 8 {
                 c = if c & 0x8000_0000 != 0 { (c << 1) ^ 0x04C1_1DB7 } else { c << 1 };
                 k += 1;
             }
-            t[i] = c;
+            t[i as usize] = c;
             i += 1;
         }
         t
@@ -237,11 +237,10 @@ impl Recovery<'_> {
 
     /// `jread` into `buf`: positions outside the journal mean a corrupt superblock or log.
     fn read(&self, n: u64, buf: &mut [u8]) -> Result<()> {
-        if n >= self.total {
+        let Some(n) = u32::try_from(n).ok().filter(|&n| u64::from(n) < self.total) else {
             return corrupt(CorruptKind::Journal("log runs outside the journal"));
-        }
-        // Cannot truncate: below `total`, itself a u32.
-        self.log.read(n as u32, buf)
+        };
+        self.log.read(n, buf)
     }
 
     /// `count_tags`: how many logged blocks follow a descriptor block.
@@ -508,6 +507,8 @@ impl Recovery<'_> {
 }
 
 #[cfg(test)]
+// Fixtures are built from small known values; a narrowing cast there is the clearest form.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests {
     use super::*;
     use rext4_format::jbd2::{

@@ -6,7 +6,7 @@
 
 use crate::dev::overlay::OverlayDevice;
 use crate::dev::{BlockDevice, FileDevice};
-use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::error::{corrupt, Corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::fs::{FsInner, Options};
 use crate::jbd2::log_map::JournalLog;
@@ -64,11 +64,11 @@ pub(crate) fn recover_at_open(
     let (replay, journal) = recover(&dev, &sbi)?;
     let mut blocks: BTreeMap<u64, Box<[u8]>> = replay.blocks.into_iter().map(|(b, d)| (b.0, d)).collect();
     let bs = u64::from(sbi.block_size);
-    let (sb_blk, sb_off) = (SUPERBLOCK_OFFSET / bs, (SUPERBLOCK_OFFSET % bs) as usize);
+    let (sb_blk, sb_off) = sbi.sb_location();
     let mut block = match blocks.remove(&sb_blk) {
         Some(b) => b,
         None => {
-            let mut b = vec![0u8; bs as usize].into_boxed_slice();
+            let mut b = vec![0u8; sbi.block_size as usize].into_boxed_slice();
             dev.read_at(&mut b, sb_blk * bs)?;
             b
         }
@@ -193,7 +193,7 @@ impl FsInner {
         if log.mapped() == 0 {
             return bad("cannot locate the journal superblock");
         }
-        let mut raw = vec![0u8; bs as usize];
+        let mut raw = vec![0u8; self.sbi.block_size as usize];
         log.read(0, &mut raw)?;
         // Cannot fail: a block is at least 1024 bytes.
         let Some(jsb) = JournalSuperblock::parse(&raw) else { return bad("journal superblock unreadable") };
@@ -205,16 +205,16 @@ impl FsInner {
     /// Extends `log` to the first `n` blocks of the journal inode, each inside the filesystem.
     fn map_journal(&self, inode: &crate::inode::Inode, log: &mut JournalLog, n: u64) -> Result<()> {
         let mut l = log.mapped();
+        // n is at most s_maxlen, a u32: so are l and len.
+        let too_long = || Error::Corrupt(Corrupt(CorruptKind::Journal("journal longer than 2^32 blocks")));
         while l < n {
-            // Cannot truncate: n is at most s_maxlen, a u32.
-            let lblk = l as u32;
+            let lblk = u32::try_from(l).map_err(|_| too_long())?;
             let (pblk, len) = match self.map_block(inode, lblk)? {
                 Mapping::Mapped { pblk, len, unwritten: false } => (pblk, len.min(n - l)),
                 _ => return corrupt(CorruptKind::Journal("the journal inode has a hole")),
             };
             self.check_range(inode.ino, pblk, len)?;
-            // Cannot truncate: at most n - l.
-            log.push(pblk, len as u32);
+            log.push(pblk, u32::try_from(len).map_err(|_| too_long())?);
             l += len;
         }
         Ok(())

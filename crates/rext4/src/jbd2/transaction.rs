@@ -32,8 +32,8 @@ const STRIPES: usize = 8;
 /// Lists of the buffers that joined a transaction, one per thread (round robin past that).
 /// The buffer sets were hash maps in 64 shards under their own locks: a worker preempted
 /// holding one (48 workers on two cores) stalled every worker needing that shard for a time
-/// slice, 3-4% of first writes, 1.6 ms on average. A thread's own list is locked by the
-/// commit alone besides it.
+/// slice (docs/bench.md, "Joining a transaction without a shared lock"). A thread's own list
+/// is locked by the commit alone besides it.
 const LISTS: usize = 64;
 
 /// A list of joined buffers on cache lines of its own.
@@ -70,7 +70,7 @@ pub(crate) struct BufferSets(Vec<Vec<Arc<Buffer>>>);
 impl BufferSets {
     /// The buffers to log, in block order: each once, none of a block in `revoked` (sorted;
     /// freed in the transaction, their copies must not be written).
-    pub fn into_sorted(self, revoked: &[u64]) -> Vec<Arc<Buffer>> {
+    pub(crate) fn into_sorted(self, revoked: &[u64]) -> Vec<Arc<Buffer>> {
         let mut v: Vec<Arc<Buffer>> = self.0.into_iter().flatten().collect();
         v.sort_unstable_by_key(|b| b.blk);
         v.dedup_by_key(|b| b.blk);
@@ -119,7 +119,7 @@ pub(crate) struct Transaction {
 }
 
 impl Transaction {
-    pub fn new(tid: u32, serial: u64) -> Self {
+    pub(crate) fn new(tid: u32, serial: u64) -> Self {
         Transaction {
             tid,
             serial,
@@ -137,38 +137,39 @@ impl Transaction {
     }
 
     /// Adds a handle with `credits`; returns the credits now reserved.
-    pub fn join(&self, credits: u32) -> u32 {
+    pub(crate) fn join(&self, credits: u32) -> u32 {
         let add = ONE_HANDLE + u64::from(credits);
-        (self.usage.fetch_add(add, Ordering::SeqCst) + add) as u32
+        // The credits are the low half; the handle count is the high one.
+        rext4_format::split::lo32(self.usage.fetch_add(add, Ordering::SeqCst) + add)
     }
 
     /// Removes a handle with `credits`; returns whether it was the last one open.
-    pub fn leave(&self, credits: u32) -> bool {
+    pub(crate) fn leave(&self, credits: u32) -> bool {
         let prev = self.usage.fetch_sub(ONE_HANDLE + u64::from(credits), Ordering::SeqCst);
         prev >> 32 == 1
     }
 
     /// Handles open.
-    pub fn updates(&self) -> u32 {
+    pub(crate) fn updates(&self) -> u32 {
         (self.usage.load(Ordering::SeqCst) >> 32) as u32
     }
 
     /// Notes that a handle joined: the first one starts the commit-interval clock.
-    pub fn mark_started(&self) {
+    pub(crate) fn mark_started(&self) {
         self.handles[stripe()].0.fetch_add(1, Ordering::Relaxed);
         if self.started.load(Ordering::Relaxed) == 0 {
-            let now = (self.epoch.elapsed().as_nanos() as u64).max(1);
+            let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
             let _ = self.started.compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 
     /// Handles that joined, in all.
-    pub fn handles(&self) -> u32 {
+    pub(crate) fn handles(&self) -> u32 {
         self.handles.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
     }
 
     /// How long ago the first handle joined, if one has.
-    pub fn age(&self) -> Option<std::time::Duration> {
+    pub(crate) fn age(&self) -> Option<std::time::Duration> {
         match self.started.load(Ordering::Acquire) {
             0 => None,
             t => Some(self.epoch.elapsed().saturating_sub(std::time::Duration::from_nanos(t))),
@@ -180,20 +181,20 @@ impl Transaction {
     }
 
     /// Whether the transaction holds no change.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.nbuffers.load(Ordering::Acquire) == 0 && self.nrevoked.load(Ordering::Acquire) == 0
     }
 
     /// Takes every buffer out of the transaction as the lists hold them: one swap a list
     /// (the commit does this once no handle is open, and sorts them after the next
     /// transaction has started; see [`BufferSets::into_sorted`]).
-    pub fn take_buffer_sets(&self) -> BufferSets {
+    pub(crate) fn take_buffer_sets(&self) -> BufferSets {
         BufferSets(self.joined.iter().map(|l| std::mem::take(&mut *l.0.lock())).collect())
     }
 
     /// Takes the buffers the commit completes from atomics out of their list (they stay
     /// among the buffers).
-    pub fn take_fills(&self) -> Vec<Arc<Buffer>> {
+    pub(crate) fn take_fills(&self) -> Vec<Arc<Buffer>> {
         std::mem::take(&mut *self.fills.lock())
     }
 
@@ -242,7 +243,7 @@ impl Transaction {
 
     /// Takes the revoked blocks out of the transaction, in block order (the commit does this
     /// once no handle is open).
-    pub fn take_revoked(&self) -> Vec<u64> {
+    pub(crate) fn take_revoked(&self) -> Vec<u64> {
         let mut v: Vec<u64> =
             self.revoked.iter().flat_map(|s| std::mem::take(&mut *s.lock()).into_keys()).collect();
         self.nrevoked.store(0, Ordering::Release);
@@ -270,14 +271,14 @@ impl<'j> Handle<'j> {
     }
 
     /// The transaction id this handle's changes will commit in.
-    pub fn tid(&self) -> u32 {
+    pub(crate) fn tid(&self) -> u32 {
         self.txn.tid
     }
 
     /// Puts a buffer into this handle's transaction without writing it: its contents are
     /// produced when the commit freezes it (the superblock and descriptor blocks, whose
     /// counts live in atomics).
-    pub fn join(&self, buf: &Arc<Buffer>) -> Result<()> {
+    pub(crate) fn join(&self, buf: &Arc<Buffer>) -> Result<()> {
         self.journal.check_aborted()?;
         self.add(buf)
     }
@@ -300,7 +301,7 @@ impl<'j> Handle<'j> {
     /// Write access to a metadata buffer: the buffer joins this handle's transaction (the
     /// kernel's `get_write_access` + `dirty_metadata`), then its contents are locked for
     /// writing.
-    pub fn write<'a>(&self, buf: &'a Arc<Buffer>) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
+    pub(crate) fn write<'a>(&self, buf: &'a Arc<Buffer>) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
         let _t = self.journal.stats.time(Op::GetWriteAccess);
         self.journal.check_aborted()?;
         self.add(buf)?;
@@ -315,12 +316,12 @@ impl<'j> Handle<'j> {
     /// `buf` is the block's cached buffer, if there is one (a buffer in the transaction is
     /// always cached: the transaction holds it): a later write in this transaction must put
     /// it in again, which cancels the revoke.
-    pub fn revoke(&self, blk: u64, buf: Option<&Arc<Buffer>>) {
+    pub(crate) fn revoke(&self, blk: u64, buf: Option<&Arc<Buffer>>) {
         self.txn.revoke(blk, buf);
     }
 
     /// Ends the handle (also done on drop).
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.finish();
     }
 

@@ -20,7 +20,7 @@ pub(super) struct Blocked {
 
 impl Blocked {
     /// Records that waiter `id` of owner `me` waits for `blocker`, unless that closes a cycle.
-    pub fn block(&self, me: u64, id: u64, blocker: LockOwner) -> Result<()> {
+    pub(super) fn block(&self, me: u64, id: u64, blocker: LockOwner) -> Result<()> {
         let mut map = self.map.lock();
         let mut cur = blocker;
         for _ in 0..=MAX_WALK {
@@ -43,7 +43,7 @@ impl Blocked {
     }
 
     /// Forgets waiter `id` of owner `me` (woken, cancelled or failed).
-    pub fn unblock(&self, me: u64, id: u64) {
+    pub(super) fn unblock(&self, me: u64, id: u64) {
         let mut map = self.map.lock();
         if let Some(v) = map.get_mut(&me) {
             v.retain(|(w, _)| *w != id);
@@ -56,7 +56,7 @@ impl Blocked {
 
 #[cfg(test)]
 impl Blocked {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.map.lock().is_empty()
     }
 }

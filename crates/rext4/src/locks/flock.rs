@@ -10,16 +10,16 @@ pub(super) struct FlockLocks {
 }
 
 impl FlockLocks {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.locks.is_empty()
     }
 
-    pub fn all(&self) -> Vec<(u64, FlockOp)> {
+    pub(super) fn all(&self) -> Vec<(u64, FlockOp)> {
         self.locks.iter().map(|&(f, ex)| (f, if ex { FlockOp::Exclusive } else { FlockOp::Shared })).collect()
     }
 
     /// Whether `op` by `file` conflicts with another file's lock.
-    pub fn conflicts(&self, file: u64, op: FlockOp) -> bool {
+    pub(super) fn conflicts(&self, file: u64, op: FlockOp) -> bool {
         let ex = op == FlockOp::Exclusive;
         self.locks.iter().any(|&(f, held_ex)| f != file && (ex || held_ex))
     }
@@ -27,7 +27,7 @@ impl FlockLocks {
     /// Before `op` by `file`: drops `file`'s lock unless it already is what `op` asks for
     /// (then the request has nothing left to do but succeed: the caller's insert is a no-op).
     /// Returns whether a lock was dropped.
-    pub fn remove_for_convert(&mut self, file: u64, op: FlockOp) -> bool {
+    pub(super) fn remove_for_convert(&mut self, file: u64, op: FlockOp) -> bool {
         let Some(i) = self.locks.iter().position(|&(f, _)| f == file) else { return false };
         let same = match op {
             FlockOp::Shared => !self.locks[i].1,
@@ -42,7 +42,7 @@ impl FlockLocks {
     }
 
     /// Records `file`'s lock (`op` is shared or exclusive; the caller checked conflicts).
-    pub fn insert(&mut self, file: u64, op: FlockOp) {
+    pub(super) fn insert(&mut self, file: u64, op: FlockOp) {
         let ex = op == FlockOp::Exclusive;
         match self.locks.iter_mut().find(|(f, _)| *f == file) {
             Some(l) => l.1 = ex,
@@ -51,7 +51,7 @@ impl FlockLocks {
     }
 
     /// Drops `file`'s lock; whether it had one.
-    pub fn remove(&mut self, file: u64) -> bool {
+    pub(super) fn remove(&mut self, file: u64) -> bool {
         let before = self.locks.len();
         self.locks.retain(|&(f, _)| f != file);
         self.locks.len() != before

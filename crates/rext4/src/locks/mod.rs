@@ -32,6 +32,7 @@ mod posix;
 mod wait;
 
 #[cfg(test)]
+#[allow(clippy::cast_possible_truncation)] // model offsets are small constants
 mod tests;
 
 use crate::error::{Error, Result};
@@ -183,7 +184,7 @@ impl FileLocks {
     }
 
     /// Drops inode `ino`'s lock state if it holds nothing (its last open file was closed).
-    pub fn forget_idle(&self, ino: u32) {
+    pub(crate) fn forget_idle(&self, ino: u32) {
         let map = self.contexts.pin();
         let Some(ctx) = map.get(&ino).cloned() else { return };
         drop(map);
@@ -196,7 +197,7 @@ impl FileLocks {
 
     /// The first lock of another owner that conflicts with `req` (`F_GETLK`); `None` if
     /// `req` could be taken now. An `Unlock` request never conflicts.
-    pub fn getlk(&self, ino: u32, req: &FileLock) -> Option<FileLock> {
+    pub(crate) fn getlk(&self, ino: u32, req: &FileLock) -> Option<FileLock> {
         if req.kind == LockType::Unlock {
             return None;
         }
@@ -204,13 +205,13 @@ impl FileLocks {
     }
 
     /// Takes, changes or releases a byte-range lock (`F_SETLK`/`F_SETLKW`).
-    pub fn setlk(&self, ino: u32, req: &FileLock, wait: Wait<'_>) -> Result<()> {
+    pub(crate) fn setlk(&self, ino: u32, req: &FileLock, wait: Wait<'_>) -> Result<()> {
         self.request(ino, wait::Request::Posix(*req), wait)
     }
 
     /// Takes, converts or releases `file`'s `flock` lock. As in the kernel, a conversion
     /// drops the old lock first, so a conversion that fails has lost it.
-    pub fn flock(&self, ino: u32, file: u64, op: FlockOp, wait: Wait<'_>) -> Result<()> {
+    pub(crate) fn flock(&self, ino: u32, file: u64, op: FlockOp, wait: Wait<'_>) -> Result<()> {
         self.request(ino, wait::Request::Flock { file, op }, wait)
     }
 
@@ -351,7 +352,7 @@ impl FileLocks {
 
     /// Drops every byte-range lock `owner` holds on `ino` (a POSIX owner closing any file of
     /// the inode, or an open file's last close for its OFD locks).
-    pub fn release_owner(&self, ino: u32, owner: LockOwner) {
+    pub(crate) fn release_owner(&self, ino: u32, owner: LockOwner) {
         self.with_state(ino, false, |st| {
             let freed = st.posix.remove_owner(owner);
             self.wake_waiters(st, &freed, false);
@@ -359,7 +360,7 @@ impl FileLocks {
     }
 
     /// Drops `file`'s flock lock on `ino` (its last close).
-    pub fn release_flock(&self, ino: u32, file: u64) {
+    pub(crate) fn release_flock(&self, ino: u32, file: u64) {
         self.with_state(ino, false, |st| {
             if st.flock.remove(file) {
                 self.wake_waiters(st, &[], true);
@@ -368,7 +369,7 @@ impl FileLocks {
     }
 
     /// Forgets every lock and fails every waiter of `ino` (the inode was freed).
-    pub fn drop_inode(&self, ino: u32) {
+    pub(crate) fn drop_inode(&self, ino: u32) {
         self.with_state(ino, false, |st| {
             st.posix = posix::PosixLocks::default();
             st.flock = flock::FlockLocks::default();
@@ -382,7 +383,7 @@ impl FileLocks {
 
     /// The locks held on `ino`, POSIX and OFD first, then flock ones as whole-file locks
     /// owned by `LockOwner::Ofd(file)` (for `/proc/locks`-like listings and tests).
-    pub fn list(&self, ino: u32) -> (Vec<FileLock>, Vec<(u64, FlockOp)>) {
+    pub(crate) fn list(&self, ino: u32) -> (Vec<FileLock>, Vec<(u64, FlockOp)>) {
         self.with_state(ino, false, |st| (st.posix.all().to_vec(), st.flock.all())).unwrap_or_default()
     }
 

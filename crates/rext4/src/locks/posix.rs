@@ -12,12 +12,12 @@ pub(super) struct Range {
 }
 
 impl Range {
-    pub fn overlaps(&self, o: &Range) -> bool {
+    pub(super) fn overlaps(&self, o: &Range) -> bool {
         self.start <= o.end && o.start <= self.end
     }
 
     /// Overlapping or touching (`end + 1 == start`, without overflow).
-    pub fn touches(&self, o: &Range) -> bool {
+    pub(super) fn touches(&self, o: &Range) -> bool {
         self.overlaps(o)
             || self.end.checked_add(1) == Some(o.start)
             || o.end.checked_add(1) == Some(self.start)
@@ -39,23 +39,23 @@ fn conflicts(held: &FileLock, req: &FileLock) -> bool {
 }
 
 impl PosixLocks {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.locks.is_empty()
     }
 
-    pub fn all(&self) -> &[FileLock] {
+    pub(super) fn all(&self) -> &[FileLock] {
         &self.locks
     }
 
     /// The first lock of another owner that `req` (a read or write request) conflicts with.
-    pub fn conflict(&self, req: &FileLock) -> Option<&FileLock> {
+    pub(super) fn conflict(&self, req: &FileLock) -> Option<&FileLock> {
         self.locks.iter().find(|h| conflicts(h, req))
     }
 
     /// Applies `req` for its owner (the caller checked for conflicts): merges, splits or
     /// removes that owner's locks. Returns the ranges others may now take: what was unlocked,
     /// or downgraded from write to read.
-    pub fn apply(&mut self, req: &FileLock) -> Vec<Range> {
+    pub(super) fn apply(&mut self, req: &FileLock) -> Vec<Range> {
         let mut freed = Vec::new();
         let mut new = req.range();
         // The kernel's list keeps an owner's locks together, by start, where its first lock
@@ -111,7 +111,7 @@ impl PosixLocks {
     }
 
     /// Removes every lock of `owner`; returns their ranges.
-    pub fn remove_owner(&mut self, owner: LockOwner) -> Vec<Range> {
+    pub(super) fn remove_owner(&mut self, owner: LockOwner) -> Vec<Range> {
         let mut freed = Vec::new();
         self.locks.retain(|l| {
             if l.owner == owner {

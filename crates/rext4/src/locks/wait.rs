@@ -15,7 +15,7 @@ pub(super) enum Request {
 
 impl Request {
     /// An unlock: it never waits and needs no lock state to exist.
-    pub fn is_release(&self) -> bool {
+    pub(super) fn is_release(&self) -> bool {
         matches!(
             self,
             Request::Posix(FileLock { kind: LockType::Unlock, .. })
@@ -24,7 +24,7 @@ impl Request {
     }
 
     /// Whether both could not be held at once (two requests woken by one release).
-    pub fn conflicts(&self, o: &Request) -> bool {
+    pub(super) fn conflicts(&self, o: &Request) -> bool {
         match (self, o) {
             (Request::Posix(a), Request::Posix(b)) => {
                 a.owner != b.owner
@@ -59,7 +59,7 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
-    pub fn new(id: u64, req: Request) -> Waiter {
+    pub(super) fn new(id: u64, req: Request) -> Waiter {
         Waiter { id, req, outcome: Mutex::new(None), cv: Condvar::new() }
     }
 
@@ -72,16 +72,16 @@ impl Waiter {
     }
 
     /// Its range was freed (by the releaser, which removed it from the waiters).
-    pub fn wake(&self) {
+    pub(super) fn wake(&self) {
         self.finish(Outcome::Woken);
     }
 
-    pub fn fail(&self, e: Error) {
+    pub(super) fn fail(&self, e: Error) {
         self.finish(Outcome::Failed(e));
     }
 
     /// Sleeps until woken, failed or cancelled.
-    pub fn sleep(self: &Arc<Self>, cancel: Option<&Cancel>) -> Outcome {
+    pub(super) fn sleep(self: &Arc<Self>, cancel: Option<&Cancel>) -> Outcome {
         if let Some(c) = cancel {
             c.attach(self);
         }

@@ -45,7 +45,7 @@ impl SystemZones {
         let mut runs = Vec::with_capacity(sbi.group_count as usize * 4);
         for g in 0..sbi.group_count {
             let first = sbi.group_first_block(g);
-            let base = base_meta(g).min(sbi.blocks_in_group(g));
+            let base = base_meta(g).min(u64::from(sbi.blocks_in_group(g)));
             if base > 0 {
                 runs.push((first, first + base, 0));
             }

@@ -53,6 +53,10 @@ impl Ext {
         u64::from(if unwritten { UNINIT_MAX_LEN } else { INIT_MAX_LEN })
     }
 
+    // Cannot truncate: every extent is checked at its way in (parsed from a node, or given
+    // to `ext_remap`) to end by LBLK_END (2^32), and `insert` splits runs longer than
+    // `max_len` (below 2^16).
+    #[allow(clippy::cast_possible_truncation)]
     fn to_disk(self) -> [u8; ENTRY_SIZE] {
         let mut e = Extent::new_zeroed();
         e.ee_block.set(self.lblk as u32);
@@ -136,6 +140,10 @@ pub(crate) fn init_root(raw: &mut [u8]) {
 }
 
 /// Writes a node: header and entries, the rest of the entry area zeroed.
+// Cannot truncate: `max` is a node's capacity (eh_max as read, or what a block holds: at most
+// 5460 entries of 12 bytes), `entries` at most that, and index keys are extents' first
+// blocks (below 2^32, see `Ext::to_disk`).
+#[allow(clippy::cast_possible_truncation)]
 fn encode(node: &mut [u8], depth: u16, max: usize, entries: &Entries) {
     let h = ExtentHeader {
         eh_magic: EXTENT_MAGIC.into(),
@@ -497,11 +505,7 @@ impl FsInner {
         delta: i64,
     ) -> Result<()> {
         let moved = |k: u64| -> Result<u64> {
-            let v = k as i64 + delta;
-            if v < 0 || v as u64 >= LBLK_END {
-                return Err(Error::FileTooBig);
-            }
-            Ok(v as u64)
+            k.checked_add_signed(delta).filter(|&v| v < LBLK_END).ok_or(Error::FileTooBig)
         };
         let (depth, max, mut entries) = self.ext_parse(inode, None, &raw[I_BLOCK])?;
         let mut children = Vec::new();

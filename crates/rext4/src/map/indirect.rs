@@ -5,6 +5,7 @@ use crate::error::{corrupt, CorruptKind, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::map::Mapping;
+use crate::num::usize_from;
 use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
 use rext4_format::PhysBlock;
 
@@ -15,7 +16,7 @@ impl FsInner {
         let ptrs = u64::from(self.sbi.block_size / 4);
         let mut l = u64::from(lblk);
         if l < NDIR_BLOCKS as u64 {
-            let p = u64::from(disk.i_block[l as usize].get());
+            let p = u64::from(disk.i_block[usize_from(l)].get());
             if p == 0 {
                 return Ok(Mapping::Hole { len: 1 });
             }
@@ -23,7 +24,7 @@ impl FsInner {
             // Count following direct pointers that continue the run.
             let mut len = 1;
             while l + len < NDIR_BLOCKS as u64
-                && u64::from(disk.i_block[(l + len) as usize].get()) == p + len
+                && u64::from(disk.i_block[usize_from(l + len)].get()) == p + len
                 && p + len < self.sbi.blocks_count
             {
                 len += 1;
@@ -56,7 +57,7 @@ impl FsInner {
             let buf = self.bread_owned(inode.ino, blk)?;
             let data = buf.data();
             covered /= ptrs;
-            let idx = (l / covered) as usize;
+            let idx = usize_from(l / covered);
             let read = |i: usize| {
                 u64::from(u32::from_le_bytes([
                     data[4 * i],
@@ -73,8 +74,8 @@ impl FsInner {
                 }
                 self.check_range(inode.ino, next, 1)?;
                 let mut len = 1u64;
-                while idx + (len as usize) < ptrs as usize
-                    && read(idx + len as usize) == next + len
+                while idx + usize_from(len) < usize_from(ptrs)
+                    && read(idx + usize_from(len)) == next + len
                     && next + len < self.sbi.blocks_count
                 {
                     len += 1;

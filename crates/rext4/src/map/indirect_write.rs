@@ -2,11 +2,13 @@
 //! `ext4_ind_map_blocks` allocating, `ext4_ind_truncate`). Work on a record the caller holds
 //! for writing; indirect blocks go through the journal like any metadata.
 
+use crate::alloc::balloc::BLOCK_MAP_END;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::write::{raw_add_blocks, raw_sub_blocks};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
+use crate::num::usize_from;
 use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
 
 const I_BLOCK: usize = 0x28;
@@ -15,8 +17,8 @@ fn word(b: &[u8], i: usize) -> u64 {
     u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
 }
 
-fn set_word(b: &mut [u8], i: usize, v: u64) {
-    b[4 * i..4 * i + 4].copy_from_slice(&(v as u32).to_le_bytes());
+fn set_word(b: &mut [u8], i: usize, v: u32) {
+    b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 impl FsInner {
@@ -25,7 +27,7 @@ impl FsInner {
     pub(super) fn ind_path(&self, lblk: u64) -> Option<(usize, Vec<usize>)> {
         let ptrs = u64::from(self.sbi.block_size / 4);
         if lblk < NDIR_BLOCKS as u64 {
-            return Some((lblk as usize, Vec::new()));
+            return Some((usize_from(lblk), Vec::new()));
         }
         let mut l = lblk - NDIR_BLOCKS as u64;
         let mut span = ptrs;
@@ -35,7 +37,7 @@ impl FsInner {
                 let mut covered = span;
                 for _ in 0..levels {
                     covered /= ptrs;
-                    offs.push((l / covered) as usize);
+                    offs.push(usize_from(l / covered));
                     l %= covered;
                 }
                 return Some((slot, offs));
@@ -77,22 +79,27 @@ impl FsInner {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
         let sectors = u64::from(self.sbi.block_size / 512);
         let mut goal = goal;
-        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64| -> Result<u64> {
-            let (b, _) = self.alloc_blocks(h, *goal, 1, false)?;
+        // Block maps hold 32-bit block numbers: allocate below 2^32 (a 64bit filesystem may
+        // be larger), so that the number stored is the block allocated.
+        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64| -> Result<(u64, u32)> {
+            let (b, _) = self.alloc_blocks_below(h, *goal, 1, false, BLOCK_MAP_END)?;
             raw_add_blocks(raw, sectors);
             *goal = b + 1;
-            Ok(b)
+            // Cannot fail for a block allocated so; refused rather than stored wrapped.
+            let b32 = u32::try_from(b).map_err(|_| Error::FileTooBig)?;
+            Ok((b, b32))
         };
         if offs.is_empty() {
-            let b = new_block(h, raw, &mut goal)?;
-            set_word(&mut raw[I_BLOCK..], slot, b);
+            let (b, b32) = new_block(h, raw, &mut goal)?;
+            set_word(&mut raw[I_BLOCK..], slot, b32);
             return Ok(b);
         }
         let mut parent = word(&raw[I_BLOCK..], slot);
         if parent == 0 {
-            parent = new_block(h, raw, &mut goal)?;
+            let (b, b32) = new_block(h, raw, &mut goal)?;
+            parent = b;
             self.zero_meta_block(h, parent)?;
-            set_word(&mut raw[I_BLOCK..], slot, parent);
+            set_word(&mut raw[I_BLOCK..], slot, b32);
         }
         for (depth, &o) in offs.iter().enumerate() {
             let buf = self.bread_owned(inode.ino, parent)?;
@@ -101,11 +108,11 @@ impl FsInner {
                 parent = cur;
                 continue;
             }
-            let b = new_block(h, raw, &mut goal)?;
+            let (b, b32) = new_block(h, raw, &mut goal)?;
             if depth + 1 < offs.len() {
                 self.zero_meta_block(h, b)?;
             }
-            set_word(&mut h.write(&buf)?, o, b);
+            set_word(&mut h.write(&buf)?, o, b32);
             parent = b;
         }
         Ok(parent)
@@ -125,7 +132,7 @@ impl FsInner {
         self.ind_truncate_check(h, inode, raw, from)?;
         let sectors = u64::from(self.sbi.block_size / 512);
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;
@@ -160,7 +167,7 @@ impl FsInner {
     /// outside its metadata and in use, every indirect block on the way readable.
     fn ind_truncate_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64) -> Result<()> {
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in (from.min(NDIR_BLOCKS as u64) as usize)..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;

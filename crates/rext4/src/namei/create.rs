@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
-const LINK_MAX: u16 = 65000;
+pub(super) const LINK_MAX: u16 = 65000;
 
 /// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
 /// directory blocks (an htree insertion may split a leaf and index nodes on three levels),
@@ -64,7 +64,8 @@ impl FsInner {
         r.set_generation(generation);
         if size > fi::GOOD_OLD_INODE_SIZE {
             let want = self.sbi.sb.s_want_extra_isize.get().max(32);
-            r.set_extra_isize(usize::from(want).min(size - fi::GOOD_OLD_INODE_SIZE) as u16 & !3);
+            let room = u16::try_from(size - fi::GOOD_OLD_INODE_SIZE).unwrap_or(u16::MAX);
+            r.set_extra_isize(want.min(room) & !3);
         }
         raw_init_times(&mut raw, now());
         if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
@@ -312,7 +313,8 @@ impl FsInner {
         r.i_block_mut().fill(0);
         let extents = r.flags() & EXTENTS_FL != 0;
         r.set_time(TimeField::Ctime, t);
-        r.set_dtime(t.sec as u32);
+        // i_dtime holds the low 32 bits of the seconds, as the kernel stores it.
+        r.set_dtime(rext4_format::split::lo32(t.sec.cast_unsigned()));
         if extents {
             crate::map::extents_write::init_root(raw);
         }

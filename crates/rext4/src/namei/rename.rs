@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::write::{now, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
 use crate::inode::Inode;
+use crate::namei::create::LINK_MAX;
 use rext4_format::dirent::{FT_CHRDEV, FT_DIR};
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
@@ -49,8 +50,14 @@ impl FsInner {
         let is_dir = inode.is_dir();
         let mut raw = inode.raw_mut();
         let links = raw_links(&raw);
-        // A directory at the dir_nlink limit (1 = "many") stays there.
-        let next = if is_dir && links == 1 { 1 } else { (i32::from(links) + delta).max(0) as u16 };
+        let next = i32::from(links) + delta;
+        // dir_nlink: a directory at the limit (1 = "many") stays there, and one reaching it
+        // goes there, as in mkdir (an image's count may be anything up to 65535).
+        let next = if is_dir && (links == 1 || next >= i32::from(LINK_MAX)) {
+            1
+        } else {
+            u16::try_from(next.max(0)).unwrap_or(u16::MAX)
+        };
         raw_set_links(&mut raw, next);
         raw_touch_c(&mut raw, now());
         self.mark_inode_dirty(h, inode, &mut raw)
@@ -322,5 +329,26 @@ impl Fs {
         self.inner.op(crate::fs::stats::Op::Rename, || {
             self.inner.rename(old_parent, old_name, new_parent, new_name, flags, (uid, gid))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::inode::write::{raw_links, raw_set_links};
+    use crate::test_image::{mkfs_image, open_mem};
+
+    /// A directory moved into a parent whose link count is already the most the field holds
+    /// (a damaged or foreign image) leaves the parent at 1 ("many"), not wrapped to 0.
+    #[test]
+    fn moving_a_directory_into_a_full_parent_keeps_its_count_nonzero() {
+        let (fs, _dev) = open_mem(mkfs_image(None, &[], "16M"));
+        let root = fs.root();
+        let a = fs.mkdir(root, b"a", 0o755, 0, 0).unwrap().ino;
+        let b = fs.mkdir(root, b"b", 0o755, 0, 0).unwrap().ino;
+        fs.mkdir(a, b"c", 0o755, 0, 0).unwrap();
+        let parent = fs.inner.iget(b).unwrap();
+        raw_set_links(&mut parent.raw_mut(), u16::MAX);
+        fs.rename(a, b"c", b, b"c", 0).unwrap();
+        assert_eq!(raw_links(&parent.raw()), 1);
     }
 }

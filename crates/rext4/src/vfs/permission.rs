@@ -266,7 +266,7 @@ impl Fs {
 /// The mode a write by `c` leaves on a file with attributes `a` (`file_remove_privs`): a
 /// writer without `CAP_FSETID` clears set-user-ID, and set-group-ID where group execution
 /// makes it one. `None` when nothing changes.
-pub fn mode_after_write(c: &Creds, a: &Attr) -> Option<u16> {
+pub(crate) fn mode_after_write(c: &Creds, a: &Attr) -> Option<u16> {
     if c.has(Caps::FSETID) || a.kind != FileType::RegularFile {
         return None;
     }

@@ -29,11 +29,11 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    pub fn name<'a>(&self, base: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn name<'a>(&self, base: &'a [u8]) -> &'a [u8] {
         &base[self.at + ENTRY_HEADER_SIZE..self.at + ENTRY_HEADER_SIZE + self.name_len]
     }
     /// The value bytes of an entry whose value is in the area (checked by [`entries`]).
-    pub fn value<'a>(&self, base: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn value<'a>(&self, base: &'a [u8]) -> &'a [u8] {
         if self.value_size == 0 || self.value_inum != 0 {
             return &[];
         }
@@ -59,6 +59,8 @@ fn u16_at(b: &[u8], o: usize) -> usize {
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
+// Cannot truncate: the values are offsets inside an area, itself at most a 64 KiB block.
+#[allow(clippy::cast_possible_truncation)]
 fn put_u16(b: &mut [u8], o: usize, v: usize) {
     b[o..o + 2].copy_from_slice(&(v as u16).to_le_bytes());
 }
@@ -175,9 +177,9 @@ pub(crate) fn set_entry(
 ) -> Result<(), AreaError> {
     let (ents, last) = entries(base, first).map_err(AreaError::Corrupt)?;
     let here = pos.found.then(|| entry_at(base, pos.here));
-    if name.len() > 255 {
+    let Ok(name_len) = u8::try_from(name.len()) else {
         return Err(AreaError::Corrupt("bad name length"));
-    }
+    };
     let bytes = match value {
         Some(NewValue::Bytes(v)) => Some(v),
         Some(NewValue::Inode { .. }) => Some(&[][..]),
@@ -190,7 +192,8 @@ pub(crate) fn set_entry(
     if new_size != 0 && new_size == old_size {
         // Same padded size: the value is overwritten where it is.
         let (v, e) = (bytes.unwrap_or_default(), here.ok_or(AreaError::Corrupt("no entry"))?);
-        put_u32(base, at + 8, v.len() as u32);
+        // As long as the value it replaces in the area: a u32.
+        put_u32(base, at + 8, u32::try_from(v.len()).map_err(|_| AreaError::NoSpace)?);
         base[e.value_offs..e.value_offs + v.len()].copy_from_slice(v);
         base[e.value_offs + v.len()..e.value_offs + new_size].fill(0);
     } else {
@@ -233,7 +236,7 @@ pub(crate) fn set_entry(
             let size = entry_size(name.len());
             base.copy_within(at..last + 4, at + size);
             base[at..at + size].fill(0);
-            base[at] = name.len() as u8;
+            base[at] = name_len;
             base[at + 1] = index;
             base[at + ENTRY_HEADER_SIZE..at + ENTRY_HEADER_SIZE + name.len()].copy_from_slice(name);
         } else {
@@ -246,7 +249,8 @@ pub(crate) fn set_entry(
                 base[off + v.len()..off + new_size].fill(0);
                 put_u16(base, at + 2, off);
             }
-            put_u32(base, at + 8, v.len() as u32);
+            // It fitted in the area: a u32.
+            put_u32(base, at + 8, u32::try_from(v.len()).map_err(|_| AreaError::NoSpace)?);
         }
     }
 

@@ -80,7 +80,7 @@ fn raw_set_ea_refs(raw: &mut [u8], refs: u64) {
     // word written as for any time), the low half in `i_version_lo`.
     let mut r = rec(raw);
     r.set_time(TimeField::Ctime, Timestamp { sec: (refs >> 32) as i64, nsec: 0 });
-    r.set_version_lo(refs as u32);
+    r.set_version_lo(rext4_format::split::lo32(refs));
 }
 
 impl FsInner {

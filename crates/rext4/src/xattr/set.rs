@@ -317,9 +317,11 @@ impl FsInner {
         if self.sbi.ea_inode && fx::value_size(value.len()) > self.ea_large_value() {
             ea = Some(self.ea_inode_new(h, ino, raw, value)?);
         }
+        // At most VALUE_MAX (checked by the callers).
+        let size = u32::try_from(value.len()).map_err(|_| Error::TooBig)?;
         loop {
             let nv = match ea {
-                Some((vino, hash)) => NewValue::Inode { ino: vino, size: value.len() as u32, hash },
+                Some((vino, hash)) => NewValue::Inode { ino: vino, size, hash },
                 None => NewValue::Bytes(value),
             };
             let done = match self.ibody_set(ino, raw, is, index, name, Some(nv)) {
@@ -707,7 +709,7 @@ impl FsInner {
         } else {
             512
         };
-        let v = (r.blocks() as i64).saturating_add(bytes / unit).max(0) as u64;
+        let v = u64::try_from((r.blocks() as i64).saturating_add(bytes / unit)).unwrap_or(0);
         r.set_blocks(v);
     }
 

@@ -6,6 +6,10 @@
 //! loop mounts (skipped with a message where it cannot mount, a failure under
 //! `REXT4_REQUIRE_MOUNT=1`), `debugfs` / `dumpe2fs`, and the source trees images are made from.
 
+// Tests build fixtures from small known values and share helpers between their modules:
+// the cast and visibility lints are for the code that reads images.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
+
 mod corruption;
 mod corruption_write;
 mod crash;
