@@ -23,6 +23,13 @@ fn errno<T: std::fmt::Debug>(r: crate::Result<T>) -> i32 {
     r.expect_err("an error").errno()
 }
 
+/// Files and options move between threads, as std's do.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<crate::File>();
+    shared::<crate::OpenOptions>();
+};
+
 fn perm(mode: u32) -> std::fs::Permissions {
     std::fs::Permissions::from_mode(mode)
 }
@@ -470,6 +477,12 @@ fn a_user_meets_the_kernels_permission_checks() {
     assert_eq!(errno(bob.remove_file("/home/alice/notes")), libc::EACCES);
     assert_eq!(errno(bob.create_dir_all("/home/alice/bob")), libc::EACCES);
     assert_eq!(errno(bob.open_options().write(true).open("/home/alice/notes")), libc::EACCES);
+    // fchmod checks the credentials the file was opened with.
+    alice.write_file("/home/alice/shared", b"s").unwrap();
+    let f = bob.open_file("/home/alice/shared").unwrap();
+    assert_eq!(errno(f.set_permissions(perm(0o666))), libc::EPERM);
+    alice.open_file("/home/alice/shared").unwrap().set_permissions(perm(0o640)).unwrap();
+    assert_eq!(f.metadata().unwrap().perm(), 0o640);
     // The sticky /home: Bob may not remove or rename Alice's directory.
     bob.create_dir("/home/bob").unwrap();
     assert_eq!(errno(bob.remove_dir_all("/home/alice")), libc::EACCES);
