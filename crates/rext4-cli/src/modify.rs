@@ -4,6 +4,8 @@
 use crate::imagepath::ImagePath;
 use crate::CliResult;
 use rext4::{Fs, Options, SetAttr, TimeSet, Timestamp};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 fn open_rw(p: &ImagePath) -> CliResult<Fs> {
     Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
@@ -72,12 +74,6 @@ fn split(path: &str) -> CliResult<(&str, &str)> {
     }
 }
 
-fn parent_of(fs: &Fs, p: &ImagePath, path: &str) -> CliResult<(rext4::InodeNo, Vec<u8>)> {
-    let (parent, name) = split(path)?;
-    let dir = fs.resolve(parent, true).map_err(|e| p.err(e))?;
-    Ok((dir, name.as_bytes().to_vec()))
-}
-
 fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliResult {
     let p = ImagePath::parse(target)?;
     let fs = open_rw(&p)?;
@@ -90,31 +86,8 @@ fn with_rw(target: &str, f: impl FnOnce(&Fs, &ImagePath) -> CliResult) -> CliRes
 /// `rext4 mkdir [-p] IMAGE:/path`.
 pub(crate) fn mkdir(target: &str, parents: bool) -> CliResult {
     with_rw(target, |fs, p| {
-        let comps: Vec<&str> = p.path.split('/').filter(|c| !c.is_empty()).collect();
-        let cannot = |e: &dyn std::fmt::Display| {
-            format!("cannot create directory '{}:{}': {e}", p.image.display(), p.path)
-        };
-        if comps.is_empty() {
-            return Err(cannot(&"file exists"));
-        }
-        let mut dir = fs.root();
-        for (i, c) in comps.iter().enumerate() {
-            let last = i + 1 == comps.len();
-            match fs.lookup(dir, c.as_bytes()) {
-                Ok(a) if !last || parents => {
-                    if a.kind != rext4::FileType::Directory {
-                        return Err(p.err("not a directory"));
-                    }
-                    dir = a.ino;
-                }
-                Ok(_) => return Err(cannot(&"file exists")),
-                Err(e) if e.errno() == 2 && (last || parents) => {
-                    dir = fs.mkdir(dir, c.as_bytes(), 0o755, 0, 0).map_err(|e| cannot(&e))?.ino;
-                }
-                Err(e) => return Err(p.err(e)),
-            }
-        }
-        Ok(())
+        let r = if parents { fs.create_dir_all(&p.path) } else { fs.create_dir(&p.path) };
+        r.map_err(|e| format!("cannot create directory '{}:{}': {e}", p.image.display(), p.path))
     })
 }
 
@@ -134,68 +107,37 @@ pub(crate) fn rm(target: &str, recursive: bool) -> CliResult {
             format!("cannot remove '{target}': is a directory")
         });
     }
-    with_rw(target, |fs, p| {
-        let (dir, name) = parent_of(fs, p, &p.path)?;
-        let a = fs.lookup(dir, &name).map_err(|e| p.err(e))?;
-        if a.kind != rext4::FileType::Directory {
-            return fs.unlink(dir, &name).map_err(|e| p.err(e));
-        }
-        if !recursive {
-            return Err(p.err("is a directory (use -r)"));
-        }
-        remove_tree(fs, p, dir, &name, a.ino)
+    with_rw(target, |fs, p| match fs.remove_file(&p.path) {
+        Err(rext4::Error::IsDir) if !recursive => Err(p.err("is a directory (use -r)")),
+        Err(rext4::Error::IsDir) => remove_tree(fs, p),
+        r => r.map_err(|e| p.err(e)),
     })
 }
 
-/// Removes directory `ino` (named `name` in `parent`) and everything below it, depth first
-/// with an explicit stack. A directory met twice (a crafted image's directory hard link, or
-/// a cycle back to an ancestor) and names no directory may hold are reported and left, so
-/// the walk ends; the directories holding them then cannot be removed.
-fn remove_tree(
-    fs: &Fs,
-    p: &ImagePath,
-    parent: rext4::InodeNo,
-    name: &[u8],
-    ino: rext4::InodeNo,
-) -> CliResult {
-    let top = p.path.trim_end_matches('/').to_string();
-    let mut seen = std::collections::HashSet::from([ino]);
-    let mut stack = vec![(parent, name.to_vec(), ino, top, false)];
-    while let Some((par, n, dir, path, emptied)) = stack.pop() {
-        if emptied {
-            fs.rmdir(par, &n).map_err(|e| format!("{}:{path}: {e}", p.image.display()))?;
-            continue;
-        }
-        stack.push((par, n, dir, path.clone(), true));
-        for e in p.children(fs, dir)? {
-            let child = format!("{path}/{}", crate::fmt::name(&e.name));
-            if let Some(why) = crate::fmt::bad_name(&e.name) {
+/// Removes the directory at `p` and everything below it. A directory met twice (a crafted
+/// image's directory hard link, or a cycle back to an ancestor) and names no directory may
+/// hold are reported and left, so the walk ends; the directories holding them then cannot be
+/// removed.
+fn remove_tree(fs: &Fs, p: &ImagePath) -> CliResult {
+    fs.remove_dir_all_with(&p.path, |left| {
+        let name = crate::fmt::name(&left.entry.name);
+        match left.why {
+            rext4::Unremovable::DirectoryLink => {
+                // The part below p.path holds names from the image: shown escaped.
+                let below = left.dir_path.strip_prefix(&p.path).into_iter().flat_map(Path::iter);
+                let below: String = below.map(|c| format!("/{}", crate::fmt::name(c.as_bytes()))).collect();
                 eprintln!(
-                    "rext4: warning: directory inode {dir}: {why}: '{}'; left",
-                    crate::fmt::name(&e.name)
+                    "rext4: directory cycle at {}:{}{below}/{name} (inode {}); left",
+                    p.image.display(),
+                    p.path.trim_end_matches('/'),
+                    left.entry.ino
                 );
-                continue;
             }
-            let kind = match e.kind {
-                Some(k) => k,
-                None => fs.getattr(e.ino).map_err(|err| p.err(err))?.kind,
-            };
-            if kind == rext4::FileType::Directory {
-                if !seen.insert(e.ino) {
-                    eprintln!(
-                        "rext4: directory cycle at {}:{child} (inode {}); left",
-                        p.image.display(),
-                        e.ino
-                    );
-                    continue;
-                }
-                stack.push((dir, e.name, e.ino, child, false));
-            } else {
-                fs.unlink(dir, &e.name).map_err(|err| format!("{}:{child}: {err}", p.image.display()))?;
-            }
+            why => eprintln!("rext4: warning: directory inode {}: {why}: '{name}'; left", left.dir),
         }
-    }
-    Ok(())
+        Ok(())
+    })
+    .map_err(|e| p.err(e))
 }
 
 /// `rext4 mv IMAGE:/from IMAGE:/to` (within one image; into `to` if it is a directory).
@@ -205,12 +147,14 @@ pub(crate) fn mv(from: &str, to: &str) -> CliResult {
         if dest.image != p.image {
             return Err("mv works within one image".into());
         }
-        let (odir, oname) = parent_of(fs, p, &p.path)?;
-        let (ndir, nname) = match fs.metadata(&dest.path) {
-            Ok(a) if a.kind == rext4::FileType::Directory => (a.ino, oname.clone()),
-            _ => parent_of(fs, &dest, &dest.path)?,
+        let (_, name) = split(&p.path)?;
+        let to = match fs.metadata(&dest.path) {
+            Ok(a) if a.kind == rext4::FileType::Directory => {
+                format!("{}/{name}", dest.path.trim_end_matches('/'))
+            }
+            _ => dest.path.clone(),
         };
-        fs.rename(odir, &oname, ndir, &nname, 0).map_err(|e| p.err(e))
+        fs.rename_path(&p.path, to).map_err(|e| p.err(e))
     })
 }
 
@@ -218,14 +162,13 @@ pub(crate) fn mv(from: &str, to: &str) -> CliResult {
 /// symbolic link holding TARGET as written.
 pub(crate) fn ln(target: &str, link: &str, symbolic: bool) -> CliResult {
     with_rw(link, |fs, p| {
-        let (dir, name) = parent_of(fs, p, &p.path)?;
-        if symbolic {
-            fs.symlink(dir, &name, target.as_bytes(), 0, 0).map(|_| ()).map_err(|e| p.err(e))
+        let r = if symbolic {
+            fs.create_symlink(target, &p.path)
         } else {
             let t = ImagePath::parse(target).map(|t| t.path).unwrap_or_else(|_| target.to_string());
-            let ino = fs.resolve(&t, false).map_err(|e| p.err(e))?;
-            fs.link(ino, dir, &name).map(|_| ()).map_err(|e| p.err(e))
-        }
+            fs.hard_link(t, &p.path)
+        };
+        r.map_err(|e| p.err(e))
     })
 }
 
@@ -254,24 +197,18 @@ pub(crate) fn truncate(size: &str, target: &str) -> CliResult {
     let p = ImagePath::parse(target)?;
     let fs = open_rw(&p)?;
     let r = (|| {
-        let ino = match fs.resolve(&p.path, true) {
-            Ok(ino) => ino,
-            Err(rext4::Error::NotFound) => {
-                let trimmed = p.path.trim_end_matches('/');
-                let (dir, leaf) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
-                let parent = fs.resolve(if dir.is_empty() { "/" } else { dir }, true)?;
-                let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-                fs.create(parent, leaf.as_bytes(), 0o644, uid, gid)?.ino
-            }
-            Err(e) => return Err(e),
-        };
-        let cur = fs.getattr(ino)?.size;
+        // A new file is the invoking user's, as the kernel would make it; every capability
+        // keeps the image's permission bits from standing in the way, as before.
+        let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let me = fs.as_user(rext4::Creds::user(uid, gid, &[]).with_caps(rext4::Caps::all()));
+        let f = me.open_options().write(true).create(true).open(&p.path)?;
+        let cur = f.metadata()?.size;
         let new = match rel {
             1 => cur.checked_add(n).ok_or(rext4::Error::FileTooBig)?,
             -1 => cur.saturating_sub(n),
             _ => n,
         };
-        fs.setattr(ino, &SetAttr { size: Some(new), ..SetAttr::default() }).map(|_| ())
+        f.set_len(new)
     })();
     let closed = fs.unmount();
     r.map_err(|e| p.err(e))?;

@@ -13,7 +13,25 @@
 //!
 //! Two APIs sit over one [`Fs`]: an inode-level one ([`Fs::lookup`], [`Fs::getattr`],
 //! [`Fs::readdir`], [`Fs::read`], ...) for FUSE and other VFS-like callers, and a path-level one
-//! shaped like `std::fs` ([`Fs::metadata`], [`Fs::read_dir`], [`Fs::open_file`], ...).
+//! shaped like `std::fs` ([`Fs::metadata`], [`Fs::read_dir`], [`Fs::open_file`],
+//! [`Fs::open_options`], [`Fs::write_file`], [`Fs::create_dir_all`], [`Fs::remove_dir_all`],
+//! ...). The inode-level calls make no permission checks; the path-level ones that change
+//! anything or open a file make the kernel's, as root on [`Fs`] and as the caller on a
+//! [`UserFs`] ([`Fs::as_user`]).
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let fs = rext4::Fs::open_rw("disk.img")?;
+//! fs.create_dir_all("/srv/www")?;
+//! fs.write_file("/srv/www/index.html", b"<p>hello</p>\n")?;
+//! let mut log = fs.open_options().append(true).create(true).open("/srv/www/log")?;
+//! log.write_all(b"started\n")?;
+//! let alice = fs.as_user(rext4::Creds::user(1000, 1000, &[]));
+//! assert!(alice.remove_dir_all("/srv").is_err()); // EACCES: root's directory
+//! drop(log);
+//! fs.unmount()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Locking
 //! There is no filesystem-wide lock on any operation. The full lock order is in
@@ -58,7 +76,9 @@ pub use jbd2::replay::recover_image;
 pub use jbd2::{CommitStats, CommitSummary};
 pub use locks::{Cancel, FileLock, FlockOp, LockOwner, LockType, Wait};
 pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
-pub use path::{File, ReadDir};
+pub use path::file::{File, OpenOptions};
+pub use path::ops::{Leftover, Unremovable};
+pub use path::ReadDir;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};
 pub use vfs::creds::{Caps, Creds};

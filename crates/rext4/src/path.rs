@@ -1,21 +1,32 @@
 //! The path-level API, shaped like `std::fs`: resolve paths (following symbolic links the way
-//! the kernel does, ELOOP after 40), read directories, open files for `Read + Seek`.
+//! the kernel does, ELOOP after 40), read directories, open files, and change the namespace.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `path.rs` | resolution, `metadata`, `read_dir`, `read_link` |
+//! | `path/file.rs` | [`File`] and [`OpenOptions`]: open files over the VFS's [`crate::OpenFile`] |
+//! | `path/ops.rs` | the `std::fs`-like helpers (`write_file`, `create_dir_all`, `remove_dir_all`, ...) on [`crate::UserFs`], and on [`Fs`] as root |
 
 use crate::attr::{Attr, DirEntry, FileType};
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use rext4_format::InodeNo;
 use std::collections::VecDeque;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub(crate) mod file;
+pub(crate) mod ops;
+#[cfg(test)]
+mod tests;
+
 /// Most symbolic links followed while resolving one path (the kernel's `MAXSYMLINKS`).
-const MAX_SYMLINKS: u32 = 40;
+pub(crate) const MAX_SYMLINKS: u32 = 40;
 
 impl Fs {
     /// Resolves `path` (absolute, or relative to the root) to an inode; a final symbolic link
-    /// is followed if `follow` is set. A trailing `/` requires a directory.
+    /// is followed if `follow` is set. A trailing `/` requires a directory; an empty path is
+    /// `ENOENT`.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> Result<InodeNo> {
         self.resolve_as(None, path.as_ref(), follow)
     }
@@ -29,17 +40,22 @@ impl Fs {
     ) -> Result<InodeNo> {
         self.inner.noting(crate::fs::stats::Op::Lookup, || {
             let bytes = path.as_os_str().as_bytes();
+            if bytes.is_empty() {
+                // As every path call in the kernel answers for "".
+                return Err(Error::NotFound);
+            }
             let must_be_dir = bytes.ends_with(b"/") && bytes.iter().any(|&b| b != b'/');
             let mut queue: VecDeque<Vec<u8>> = components(bytes);
             let root = self.inner.iget_live(self.root())?;
             let mut cur = root.clone();
             let mut links = 0u32;
             while let Some(c) = queue.pop_front() {
-                if c == b"." {
-                    continue;
-                }
+                // Before `.` is skipped: `file/.` is ENOTDIR, as in the kernel.
                 if !cur.is_dir() {
                     return Err(Error::NotDir);
+                }
+                if c == b"." {
+                    continue;
                 }
                 if c.len() > 255 {
                     return Err(Error::NameTooLong);
@@ -94,26 +110,11 @@ impl Fs {
         if self.getattr(ino)?.kind != FileType::Directory {
             return Err(Error::NotDir);
         }
-        Ok(ReadDir { fs: self.clone(), ino, pos: 0, buf: VecDeque::new(), done: false })
-    }
-
-    /// Opens the file at `path` for reading.
-    pub fn open_file(&self, path: impl AsRef<Path>) -> Result<File> {
-        let ino = self.resolve(path, true)?;
-        self.getattr(ino)?;
-        Ok(File { fs: self.clone(), ino, pos: 0 })
-    }
-
-    /// The whole content of the file at `path`.
-    pub fn read_file(&self, path: impl AsRef<Path>) -> Result<Vec<u8>> {
-        let mut f = self.open_file(path)?;
-        let mut v = Vec::new();
-        io::Read::read_to_end(&mut f, &mut v).map_err(Error::Io)?;
-        Ok(v)
+        Ok(ReadDir::new(self, ino))
     }
 }
 
-fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
+pub(crate) fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
     path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect()
 }
 
@@ -124,6 +125,18 @@ pub struct ReadDir {
     pos: u64,
     buf: VecDeque<DirEntry>,
     done: bool,
+}
+
+impl std::fmt::Debug for ReadDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadDir").field("ino", &self.ino).field("pos", &self.pos).finish()
+    }
+}
+
+impl ReadDir {
+    pub(crate) fn new(fs: &Fs, ino: InodeNo) -> ReadDir {
+        ReadDir { fs: fs.clone(), ino, pos: 0, buf: VecDeque::new(), done: false }
+    }
 }
 
 impl Iterator for ReadDir {
@@ -151,52 +164,5 @@ impl Iterator for ReadDir {
             }
         }
         self.buf.pop_front().map(Ok)
-    }
-}
-
-/// An open file: `Read + Seek`, and positional reads.
-pub struct File {
-    fs: Fs,
-    ino: InodeNo,
-    pos: u64,
-}
-
-impl File {
-    /// The file's inode number.
-    pub fn ino(&self) -> InodeNo {
-        self.ino
-    }
-    /// Current attributes.
-    pub fn metadata(&self) -> Result<Attr> {
-        self.fs.getattr(self.ino)
-    }
-    /// Reads at `offset` without moving the position.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.fs.read(self.ino, offset, buf)
-    }
-}
-
-impl io::Read for File {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.fs.read(self.ino, self.pos, buf)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl io::Seek for File {
-    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
-        let base = match to {
-            io::SeekFrom::Start(p) => {
-                self.pos = p;
-                return Ok(p);
-            }
-            io::SeekFrom::Current(d) => (self.pos, d),
-            io::SeekFrom::End(d) => (self.metadata()?.size, d),
-        };
-        let p =
-            base.0.checked_add_signed(base.1).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        self.pos = p;
-        Ok(p)
     }
 }

@@ -285,12 +285,17 @@ impl UserFs {
     }
 
     /// Opens `path`: resolves it (following a final symbolic link unless `NOFOLLOW`, which
-    /// then fails with `ELOOP`), creating a regular file of `mode` with `CREATE`.
+    /// then fails with `ELOOP`), creating a regular file of `mode` with `CREATE` (`EISDIR`
+    /// for a path ending in `/`, as the kernel answers).
     pub fn open(&self, path: impl AsRef<Path>, flags: OpenFlags, mode: u16) -> Result<OpenFile> {
         let path = path.as_ref();
         if !flags.contains(OpenFlags::CREATE) {
             let ino = self.resolve(path, !flags.contains(OpenFlags::NOFOLLOW))?;
             return self.open_inode(ino, flags);
+        }
+        // O_CREAT names a file; a trailing `/` can only name a directory.
+        if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            return Err(Error::IsDir);
         }
         let (dir, name) = self.parent_of(path)?;
         // A final symbolic link is followed to what it names (O_CREAT without O_EXCL).
@@ -320,7 +325,7 @@ impl UserFs {
         if name == b"." || name == b".." {
             return Err(Error::InvalidInput("path ends in . or .."));
         }
-        let d = self.resolve(std::ffi::OsStr::from_bytes(dir), true)?;
+        let d = self.resolve(std::ffi::OsStr::from_bytes(if dir.is_empty() { b"/" } else { dir }), true)?;
         Ok((d, name.to_vec()))
     }
 }
