@@ -39,7 +39,7 @@ impl Adapter {
         if !self.acls_on() {
             return Ok(InheritedAcl::none(mode & !umask));
         }
-        self.fs().acl_for_new_inode(parent, mode, umask, is_dir).map_err(|e| self.err("create", e))
+        self.fs().acl_for_new_inode(parent, mode, umask, is_dir).map_err(|e| self.err(e))
     }
 
     /// Stores the inherited ACLs on `made`, the inode just created as `name` in `parent`, and
@@ -59,10 +59,10 @@ impl Adapter {
         }
         let ino = made.ino;
         let e = match self.fs().set_inherited_acl(ino, acl) {
-            Ok(()) => return self.fs().getattr(ino).map_err(|e| self.err("create", e)),
+            Ok(()) => return self.fs().getattr(ino).map_err(|e| self.err(e)),
             Err(e) => e,
         };
-        let errno = self.err("create (ACL)", e);
+        let errno = self.err_in("create (ACL)", e);
         let undo = if is_dir { self.fs().rmdir(parent, name) } else { self.fs().unlink(parent, name) };
         if let Err(u) = undo {
             crate::log(&format!("removing inode {ino} after its ACL failed: {u}"));

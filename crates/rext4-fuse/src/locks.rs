@@ -166,7 +166,7 @@ impl Adapter {
         reply: ReplyLock,
     ) {
         let r = request(ino, owner, start, end, typ, pid)
-            .and_then(|(ino, l)| self.fs().getlk(ino, &l).map_err(|e| self.err("getlk", e)));
+            .and_then(|(ino, l)| self.fs().getlk(ino, &l).map_err(|e| self.err(e)));
         match r {
             Ok(Some(c)) => {
                 let typ = if c.kind == LockType::Read { libc::F_RDLCK } else { libc::F_WRLCK };
@@ -202,7 +202,7 @@ impl Adapter {
             Err(rext4::Error::WouldBlock) if sleep => {
                 self.wait_in_thread(unique, "setlkw", reply, move |fs, w| fs.setlk(ino, &l, w))
             }
-            Err(e) => reply.error(self.err("setlk", e)),
+            Err(e) => reply.error(self.err(e)),
         }
     }
 
@@ -227,7 +227,7 @@ impl Adapter {
             Err(rext4::Error::WouldBlock) if sleep => {
                 self.wait_in_thread(unique, "flock", reply, move |fs, w| fs.flock(ino, owner, op, w))
             }
-            Err(e) => reply.error(self.err("flock", e)),
+            Err(e) => reply.error(self.err(e)),
         }
     }
 

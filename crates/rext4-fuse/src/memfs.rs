@@ -8,7 +8,7 @@
 //! Names, not semantics: no permission checks of its own (the kernel's `default_permissions`
 //! does them), no lookup counts (nodes go when their last name does), no rename or links.
 
-use crate::adapter::{negotiate, reply_empty, TTL};
+use crate::adapter::{reply_empty, TTL};
 use crate::options::MountOptions;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
@@ -197,7 +197,7 @@ fn entry(r: R<FileAttr>, reply: ReplyEntry) {
 
 impl Filesystem for MemFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        negotiate(config, false);
+        crate::init::negotiate(config, false);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ impl Adapter {
     /// With `sync` or `dirsync`, commits the change `r` made to directory `dir`.
     pub(crate) fn dir_synced<T>(&self, dir: InodeNo, r: R<T>) -> R<T> {
         if r.is_ok() && self.shared.opts.dir_sync() {
-            self.fs().fsync(dir).map_err(|e| self.err("dirsync", e))?;
+            self.fs().fsync(dir).map_err(|e| self.err_in("dirsync", e))?;
         }
         r
     }
@@ -19,7 +19,7 @@ impl Adapter {
     /// `ext4_setattr`).
     pub(crate) fn synced<T>(&self, ino: InodeNo, r: R<T>) -> R<T> {
         if r.is_ok() && self.shared.opts.sync {
-            self.fs().fsync(ino).map_err(|e| self.err("sync", e))?;
+            self.fs().fsync(ino).map_err(|e| self.err_in("sync", e))?;
         }
         r
     }

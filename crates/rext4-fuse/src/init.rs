@@ -1,0 +1,28 @@
+//! What the daemon asks of the kernel when the connection starts.
+
+use crate::adapter::MAX_IO;
+use fuser::{InitFlags, KernelConfig};
+use std::time::Duration;
+
+/// The connection's settings, asked of the kernel at `init` (memfs.rs asks the same).
+pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool) {
+    let mut want = InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_MAX_PAGES;
+    if writeback_cache {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    // Each flag the kernel lacks is simply not used.
+    let _ = config.add_capabilities(want & config.capabilities());
+    if writeback_cache && !config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+        crate::log("writeback_cache: not supported by this kernel, writing through");
+    }
+    let _ = config.set_max_write(MAX_IO);
+    let _ = config.set_max_readahead(MAX_IO).or_else(|max| config.set_max_readahead(max));
+    let _ = config.set_max_background(64);
+    let _ = config.set_time_granularity(Duration::from_nanos(1));
+}
