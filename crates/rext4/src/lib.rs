@@ -62,7 +62,7 @@ mod vfs;
 mod xattr;
 
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
-pub use data::write::{
+pub use data::fallocate::{
     FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,
 };

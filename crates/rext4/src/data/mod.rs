@@ -5,7 +5,8 @@
 //! | module | owns |
 //! |---|---|
 //! | `read` | data reads; holes and unwritten extents as zeros |
-//! | `write` | writes, fallocate (punch, zero, collapse, insert), SEEK_DATA/SEEK_HOLE |
+//! | `write` | writes, truncation of the block map, SEEK_DATA/SEEK_HOLE |
+//! | `fallocate` | fallocate in every mode: preallocate, punch, zero, collapse, insert |
 //! | `truncate` | freeing all of an inode's blocks (deletion) |
 //! | `inline`, `inline_bytes`, `inline_write` | inline data: reading, the bytes' layout, changes |
 //! | `symlink` | link targets (fast, slow, inline) |
@@ -14,6 +15,7 @@
 //! inode `op_lock` -> journal handle -> inode `data_sem` (write while the map changes) ->
 //! inode record -> buffers. Readers take `data_sem` shared; see docs/locking.md.
 
+pub(crate) mod fallocate;
 pub(crate) mod inline;
 pub(crate) mod inline_bytes;
 pub(crate) mod inline_write;
