@@ -11,11 +11,17 @@
 use crate::alloc::bitmap;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
+use crate::inode::write::{now, raw_init_times, raw_set_flags, rec};
+use crate::inode::{Inode, RawRecord};
 use crate::jbd2::transaction::Handle;
+use rext4_format::checksum::inode_csum_seed;
+use rext4_format::features::Incompat;
 use rext4_format::group_desc::BG_INODE_UNINIT;
+use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 thread_local! {
     /// This thread's last inode generation number (0 until its first). Each thread steps a
@@ -297,6 +303,56 @@ impl FsInner {
     /// A fresh generation number for a new inode.
     pub(crate) fn new_generation(&self) -> u32 {
         next_generation()
+    }
+}
+
+/// Making a new inode (`__ext4_new_inode`): its number, then its record in memory.
+impl FsInner {
+    /// A new inode's record: type and permissions, owner, times, extent root.
+    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> RawRecord {
+        let size = self.sbi.inode_size;
+        let mut raw = RawRecord::zeroed(size);
+        let mut r = rec(&mut raw);
+        r.set_mode(mode);
+        r.set_uid(uid);
+        r.set_gid(gid);
+        r.set_links_count(links);
+        r.set_generation(generation);
+        if size > fi::GOOD_OLD_INODE_SIZE {
+            let want = self.sbi.sb.s_want_extra_isize.get().max(32);
+            let room = u16::try_from(size - fi::GOOD_OLD_INODE_SIZE).unwrap_or(u16::MAX);
+            r.set_extra_isize(want.min(room) & !3);
+        }
+        raw_init_times(&mut raw, now());
+        if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
+            raw_set_flags(&mut raw, EXTENTS_FL);
+            crate::map::extents_write::init_root(&mut raw);
+        }
+        raw
+    }
+
+    /// Allocates a new inode near `parent` (next to its last new child when `goal` is the
+    /// directory's `child_goal`) and makes its record in memory; the caller writes it
+    /// (`mark_inode_dirty`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_inode(
+        &self,
+        h: &Handle,
+        parent: InodeNo,
+        goal: Option<&AtomicU32>,
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        links: u16,
+    ) -> Result<Arc<Inode>> {
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let ino = self.alloc_inode(h, parent, is_dir, goal)?;
+        let generation = self.new_generation();
+        let raw = self.new_record(mode, uid, gid, links, generation);
+        let inode =
+            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+        self.icache.insert(u64::from(ino.0), inode.clone());
+        Ok(inode)
     }
 }
 

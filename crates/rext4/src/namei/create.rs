@@ -10,18 +10,15 @@ use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::write::{
-    now, raw_flags, raw_init_times, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm, rec,
+    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm, rec,
 };
-use crate::inode::{Inode, RawRecord};
+use crate::inode::Inode;
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
-use rext4_format::checksum::inode_csum_seed;
 use rext4_format::dirent::FT_DIR;
-use rext4_format::features::Incompat;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::inode_record::TimeField;
 use rext4_format::InodeNo;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
@@ -52,53 +49,6 @@ pub(super) fn make_special(raw: &mut [u8], flags: u32, rdev: (u32, u32)) {
 }
 
 impl FsInner {
-    /// A new inode's record: type and permissions, owner, times, extent root.
-    fn new_record(&self, mode: u16, uid: u32, gid: u32, links: u16, generation: u32) -> RawRecord {
-        let size = self.sbi.inode_size;
-        let mut raw = RawRecord::zeroed(size);
-        let mut r = rec(&mut raw);
-        r.set_mode(mode);
-        r.set_uid(uid);
-        r.set_gid(gid);
-        r.set_links_count(links);
-        r.set_generation(generation);
-        if size > fi::GOOD_OLD_INODE_SIZE {
-            let want = self.sbi.sb.s_want_extra_isize.get().max(32);
-            let room = u16::try_from(size - fi::GOOD_OLD_INODE_SIZE).unwrap_or(u16::MAX);
-            r.set_extra_isize(want.min(room) & !3);
-        }
-        raw_init_times(&mut raw, now());
-        if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
-            raw_set_flags(&mut raw, EXTENTS_FL);
-            crate::map::extents_write::init_root(&mut raw);
-        }
-        raw
-    }
-
-    /// Allocates a new inode near `parent` (next to its last new child when `goal` is the
-    /// directory's `child_goal`) and makes its record in memory; the caller writes it
-    /// (`mark_inode_dirty`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new_inode(
-        &self,
-        h: &Handle,
-        parent: InodeNo,
-        goal: Option<&AtomicU32>,
-        mode: u16,
-        uid: u32,
-        gid: u32,
-        links: u16,
-    ) -> Result<Arc<Inode>> {
-        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        let ino = self.alloc_inode(h, parent, is_dir, goal)?;
-        let generation = self.new_generation();
-        let raw = self.new_record(mode, uid, gid, links, generation);
-        let inode =
-            Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
-        self.icache.insert(u64::from(ino.0), inode.clone());
-        Ok(inode)
-    }
-
     /// The journal and the directory for an operation on `name` in `parent`, after the
     /// checks every name operation makes first.
     pub(super) fn name_op_target(&self, parent: InodeNo, name: &[u8]) -> Result<(Arc<Journal>, Arc<Inode>)> {
