@@ -93,21 +93,9 @@ fn escape(b: &[u8], slash: bool) -> String {
     s
 }
 
-/// Why a directory entry's name cannot be a name on the host: it holds `/` or NUL, is
-/// empty, or is `.` or `..` (the real dot entries never reach this check).
-pub(crate) fn bad_name(b: &[u8]) -> Option<&'static str> {
-    if b.is_empty() {
-        Some("empty name")
-    } else if b == b"." || b == b".." {
-        Some("a second dot entry")
-    } else if b.contains(&b'/') {
-        Some("name holds '/'")
-    } else if b.contains(&0) {
-        Some("name holds NUL")
-    } else {
-        None
-    }
-}
+/// Why a directory entry's name cannot be a name on the host (the engine's rule: it holds `/`
+/// or NUL, is empty, or is a second `.` or `..`).
+pub(crate) use rext4::bad_name;
 
 #[cfg(test)]
 mod tests {

@@ -50,20 +50,7 @@ impl ImagePath {
     /// the first entry of each dot name is the real one: a crafted image may hold more, and
     /// those are returned for the caller to judge.
     pub(crate) fn children(&self, fs: &Fs, dir: rext4::InodeNo) -> CliResult<Vec<rext4::DirEntry>> {
-        let mut entries = Vec::new();
-        let (mut dot, mut dotdot) = (false, false);
-        fs.readdir(dir, 0, |e| {
-            if e.name == b"." && !dot {
-                dot = true;
-            } else if e.name == b".." && !dotdot {
-                dotdot = true;
-            } else {
-                entries.push(e);
-            }
-            true
-        })
-        .map_err(|e| self.err(e))?;
-        Ok(entries)
+        fs.children(dir).map_err(|e| self.err(e))
     }
 
     /// Formats an error about this path.

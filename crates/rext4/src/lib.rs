@@ -77,7 +77,7 @@ pub use jbd2::{CommitStats, CommitSummary};
 pub use locks::{Cancel, FileLock, FlockOp, LockOwner, LockType, Wait};
 pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::file::{File, OpenOptions};
-pub use path::ops::{Leftover, Unremovable};
+pub use path::ops::{bad_name, Leftover, Unremovable};
 pub use path::ReadDir;
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};

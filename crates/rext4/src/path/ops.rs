@@ -67,8 +67,9 @@ fn split(path: &Path) -> Result<Split<'_>> {
 }
 
 /// Why an entry's name cannot be a name in a directory: empty, a second dot entry, or holding
-/// `/` or NUL (the real `.` and `..` never reach this check).
-fn bad_name(b: &[u8]) -> Option<&'static str> {
+/// `/` or NUL (the real `.` and `..` never reach this check). Names come from the image: a
+/// caller that makes paths or host files of them checks each first.
+pub fn bad_name(b: &[u8]) -> Option<&'static str> {
     if b.is_empty() {
         Some("empty name")
     } else if b == b"." || b == b".." {
@@ -355,19 +356,7 @@ impl UserFs {
     /// hold more, which are returned for the caller to judge). Listing needs read permission.
     fn children(&self, dir: InodeNo) -> Result<Vec<DirEntry>> {
         self.fs().permission(self.creds(), &self.fs().getattr(dir)?, Access::READ)?;
-        let (mut dot, mut dotdot) = (false, false);
-        let mut v = Vec::new();
-        self.fs().readdir(dir, 0, |e| {
-            if e.name == b"." && !dot {
-                dot = true;
-            } else if e.name == b".." && !dotdot {
-                dotdot = true;
-            } else {
-                v.push(e);
-            }
-            true
-        })?;
-        Ok(v)
+        self.fs().children(dir)
     }
 
     /// Renames `from` to `to` (`rename(2)`), replacing a file at `to`, or an empty directory
@@ -502,6 +491,25 @@ impl UserFs {
 /// The helpers as root. Each is [`UserFs`]'s of the same name, called by [`Creds::root`]:
 /// the checks root still meets apply (`EROFS`, immutable and append-only inodes).
 impl Fs {
+    /// The entries of directory `dir` but its own `.` and `..`: the first entry of each dot
+    /// name is the real one; a crafted image may hold more, and those are returned for the
+    /// caller to judge ([`bad_name`]).
+    pub fn children(&self, dir: InodeNo) -> Result<Vec<DirEntry>> {
+        let (mut dot, mut dotdot) = (false, false);
+        let mut v = Vec::new();
+        self.readdir(dir, 0, |e| {
+            if e.name == b"." && !dot {
+                dot = true;
+            } else if e.name == b".." && !dotdot {
+                dotdot = true;
+            } else {
+                v.push(e);
+            }
+            true
+        })?;
+        Ok(v)
+    }
+
     fn root_user(&self) -> UserFs {
         self.as_user(Creds::root())
     }
