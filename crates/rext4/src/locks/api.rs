@@ -21,8 +21,12 @@ impl Fs {
     pub fn getlk(&self, ino: InodeNo, req: &FileLock) -> Result<Option<FileLock>> {
         self.inner.op(Op::Getlk, || {
             self.lockable(ino)?;
-            check_range(req)?;
-            Ok(self.inner.locks.getlk(ino.0, req))
+            let req = check_range(req)?;
+            if req.kind == crate::LockType::Unlock && matches!(req.owner, LockOwner::Posix(_)) {
+                // `F_GETLK` of `F_UNLCK` is EINVAL in the kernel.
+                return Err(Error::InvalidInput("F_GETLK of an unlock"));
+            }
+            Ok(self.inner.locks.getlk(ino.0, &req))
         })
     }
 
@@ -33,8 +37,8 @@ impl Fs {
     pub fn setlk(&self, ino: InodeNo, req: &FileLock, wait: Wait<'_>) -> Result<()> {
         self.inner.op(Op::Setlk, || {
             self.lockable(ino)?;
-            check_range(req)?;
-            self.inner.locks.setlk(ino.0, req, wait)
+            let req = check_range(req)?;
+            self.inner.locks.setlk(ino.0, &req, wait)
         })
     }
 
@@ -65,9 +69,16 @@ impl Fs {
     }
 }
 
-fn check_range(req: &FileLock) -> Result<()> {
+/// The request as the kernel takes it: offsets stop at `i64::MAX` (a start past it is
+/// `EINVAL`; a range reaching it runs to the end of the file, however it grows).
+fn check_range(req: &FileLock) -> Result<FileLock> {
+    const OFFSET_MAX: u64 = i64::MAX.cast_unsigned();
     if req.start > req.end {
         return Err(Error::InvalidInput("lock range ends before it starts"));
     }
-    Ok(())
+    if req.start > OFFSET_MAX {
+        return Err(Error::InvalidInput("lock start past the largest offset"));
+    }
+    let end = if req.end >= OFFSET_MAX { u64::MAX } else { req.end };
+    Ok(FileLock { end, ..*req })
 }

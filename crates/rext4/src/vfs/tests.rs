@@ -238,3 +238,20 @@ fn path_opens_create_follow_and_refuse_as_open_does() {
         Err(Error::NotFound)
     ));
 }
+
+#[test]
+fn lock_offsets_stop_where_the_kernels_do() {
+    let (fs, _dev) = fresh();
+    let a = fs.as_user(root()).create(fs.root(), b"f", 0o644).unwrap();
+    let max = i64::MAX.cast_unsigned();
+    let owner = crate::LockOwner::Posix(1);
+    // A range reaching the largest offset runs to the end of the file.
+    fs.setlk(a.ino, &FileLock::new(LockType::Write, 10, max, owner), Wait::No).unwrap();
+    assert_eq!(fs.file_locks(a.ino).0[0].end, u64::MAX);
+    // A start past it, and F_GETLK of an unlock, are EINVAL.
+    let past = FileLock::new(LockType::Read, max + 1, u64::MAX, crate::LockOwner::Posix(2));
+    assert!(matches!(fs.setlk(a.ino, &past, Wait::No), Err(Error::InvalidInput(_))));
+    let unlock = FileLock::new(LockType::Unlock, 0, 5, crate::LockOwner::Posix(2));
+    assert!(matches!(fs.getlk(a.ino, &unlock), Err(Error::InvalidInput(_))));
+    fs.release_posix_locks(a.ino, 1);
+}
