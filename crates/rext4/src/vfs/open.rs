@@ -186,8 +186,12 @@ impl OpenFile {
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<(u64, usize)> {
         self.need(OpenFlags::WRITE)?;
         let fs = &self.d.fs;
-        if let Some(mode) = mode_after_write(&self.d.creds, &self.metadata()?) {
-            fs.setattr(self.d.ino, &SetAttr { mode: Some(mode), ..SetAttr::default() })?;
+        // Only a writer without CAP_FSETID can lose the set-ID bits: the others skip reading
+        // the attributes on every write.
+        if !self.d.creds.has(super::creds::Caps::FSETID) {
+            if let Some(mode) = mode_after_write(&self.d.creds, &self.metadata()?) {
+                fs.setattr(self.d.ino, &SetAttr { mode: Some(mode), ..SetAttr::default() })?;
+            }
         }
         let at = (!self.d.flags.contains(OpenFlags::APPEND)).then_some(offset);
         let r = fs.inner.op(crate::fs::stats::Op::Write, || fs.inner.write_at(self.d.ino, at, data))?;

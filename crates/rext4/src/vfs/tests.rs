@@ -41,7 +41,7 @@ fn setgid_directories_give_their_group_and_bit_to_what_is_made_in_them() {
 
 #[test]
 fn permission_bits_acls_and_capabilities_decide_access() {
-    let (fs, _dev) = fresh();
+    let (fs, dev) = fresh();
     let r = fs.as_user(root());
     let f = r.create(fs.root(), b"f", 0o640).unwrap();
     r.setattr(f.ino, &SetAttr { uid: Some(1000), gid: Some(100), ..SetAttr::default() }).unwrap();
@@ -82,6 +82,9 @@ fn permission_bits_acls_and_capabilities_decide_access() {
     assert!(matches!(other.resolve("/private/secret", true), Err(Error::AccessDenied)));
     assert!(matches!(other.lookup(private.ino, b"secret"), Err(Error::AccessDenied)));
     r.resolve("/private/secret", true).unwrap();
+    drop(rd);
+    fs.sync().unwrap();
+    fsck_clean(&dev.snapshot());
 }
 
 #[test]
@@ -220,7 +223,7 @@ fn appenders_never_overwrite_each_other_and_truncate_needs_write() {
 
 #[test]
 fn path_opens_create_follow_and_refuse_as_open_does() {
-    let (fs, _dev) = fresh();
+    let (fs, dev) = fresh();
     let r = fs.as_user(root());
     let f = r.open("/new", OpenFlags::WRITE | OpenFlags::CREATE, 0o600).unwrap();
     f.write(b"x").unwrap();
@@ -237,11 +240,14 @@ fn path_opens_create_follow_and_refuse_as_open_does() {
         r.open("/missing/x", OpenFlags::WRITE | OpenFlags::CREATE, 0o600),
         Err(Error::NotFound)
     ));
+    drop((f, via));
+    fs.sync().unwrap();
+    fsck_clean(&dev.snapshot());
 }
 
 #[test]
 fn lock_offsets_stop_where_the_kernels_do() {
-    let (fs, _dev) = fresh();
+    let (fs, dev) = fresh();
     let a = fs.as_user(root()).create(fs.root(), b"f", 0o644).unwrap();
     let max = i64::MAX.cast_unsigned();
     let owner = crate::LockOwner::Posix(1);
@@ -254,4 +260,6 @@ fn lock_offsets_stop_where_the_kernels_do() {
     let unlock = FileLock::new(LockType::Unlock, 0, 5, crate::LockOwner::Posix(2));
     assert!(matches!(fs.getlk(a.ino, &unlock), Err(Error::InvalidInput(_))));
     fs.release_posix_locks(a.ino, 1);
+    fs.sync().unwrap();
+    fsck_clean(&dev.snapshot());
 }
