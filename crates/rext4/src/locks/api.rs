@@ -17,7 +17,9 @@ impl Fs {
     }
 
     /// The first lock that would block `req` (`F_GETLK` / `F_OFD_GETLK`), or `None` if it
-    /// could be taken now.
+    /// could be taken now. An unlock request asks an OFD owner about its own locks: the first
+    /// of them in the range (`F_OFD_GETLK` with `F_UNLCK`); a POSIX owner may not ask it
+    /// (`EINVAL`, as `F_GETLK` answers).
     pub fn getlk(&self, ino: InodeNo, req: &FileLock) -> Result<Option<FileLock>> {
         self.inner.op(Op::Getlk, || {
             self.lockable(ino)?;
@@ -66,6 +68,11 @@ impl Fs {
     /// The byte-range and flock locks held on `ino` (as `/proc/locks` lists them).
     pub fn file_locks(&self, ino: InodeNo) -> (Vec<FileLock>, Vec<(u64, FlockOp)>) {
         self.inner.locks.list(ino.0)
+    }
+
+    /// How many lock requests wait on `ino` (the blocked entries `/proc/locks` lists).
+    pub fn lock_waiters(&self, ino: InodeNo) -> usize {
+        self.inner.locks.waiting(ino.0)
     }
 }
 

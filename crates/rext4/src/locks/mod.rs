@@ -84,12 +84,20 @@ impl FileLock {
         FileLock { kind, start, end, owner, pid: 0 }
     }
 
-    /// The range as `fcntl` describes it: `len` bytes from `start`, 0 meaning to the end.
-    /// `EINVAL` for a range past the largest offset.
+    /// The range as `fcntl` describes it: `len` bytes from `start`, 0 meaning to the end of
+    /// the file. As the kernel checks it: `EINVAL` for a start past the largest offset
+    /// (`i64::MAX`), `EOVERFLOW` for a range that would end past it.
     pub fn from_len(kind: LockType, start: u64, len: u64, owner: LockOwner) -> Result<FileLock> {
+        const OFFSET_MAX: u64 = i64::MAX.cast_unsigned();
+        if start > OFFSET_MAX {
+            return Err(Error::InvalidInput("lock start past the largest offset"));
+        }
         let end = match len {
             0 => u64::MAX,
-            n => start.checked_add(n - 1).ok_or(Error::InvalidInput("lock range overflows"))?,
+            n if n - 1 > OFFSET_MAX - start => {
+                return Err(Error::Io(std::io::Error::from_raw_os_error(libc::EOVERFLOW)));
+            }
+            n => start + (n - 1),
         };
         Ok(FileLock::new(kind, start, end, owner))
     }
@@ -124,12 +132,43 @@ struct LockContext {
     state: Mutex<State>,
 }
 
+/// Where a blocked byte-range request waits, as in the kernel's tree of waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parent {
+    /// Under a held lock (by its identity).
+    Lock(u64),
+    /// Under an earlier request (by its waiter id), waiting or woken.
+    Waiter(u64),
+}
+
+/// A blocked request.
+struct Queued {
+    w: Arc<wait::Waiter>,
+    /// Where a byte-range request waits; `None` for a flock request.
+    parent: Option<Parent>,
+    /// Whether the wait is on the blocked hash: what it waits under is a POSIX lock or request.
+    hashed: bool,
+    /// The owner at the root of its wait, as the hash has it.
+    root: LockOwner,
+}
+
+/// A byte-range request woken to look again that has not yet.
+#[derive(Clone, Copy)]
+struct Woken {
+    id: u64,
+    req: FileLock,
+}
+
 #[derive(Default)]
 struct State {
     posix: posix::PosixLocks,
     flock: flock::FlockLocks,
-    /// Blocked requests, oldest first.
-    waiters: Vec<Arc<wait::Waiter>>,
+    /// Blocked requests in the order they (last) started waiting: also the order of the
+    /// kernel's lists of requests under one lock. A request waiting under another comes after
+    /// it.
+    waiters: Vec<Queued>,
+    /// Woken byte-range requests: what waits under them waits for them to look again.
+    woken: Vec<Woken>,
     /// Set when the context left the map (it was empty): a thread that fetched it before then
     /// must fetch again.
     dead: bool,
@@ -137,8 +176,47 @@ struct State {
 
 impl State {
     fn is_empty(&self) -> bool {
-        self.posix.is_empty() && self.flock.is_empty() && self.waiters.is_empty()
+        self.posix.is_empty() && self.flock.is_empty() && self.waiters.is_empty() && self.woken.is_empty()
     }
+
+    fn position(&self, id: u64) -> Option<usize> {
+        self.waiters.iter().position(|q| q.w.id == id)
+    }
+
+    /// Ids of the requests waiting directly under `p`, in order.
+    fn children(&self, p: Parent) -> Vec<u64> {
+        self.waiters.iter().filter(|q| q.parent == Some(p)).map(|q| q.w.id).collect()
+    }
+
+    /// The requests at `pos` and under it, taken out of the queue in order.
+    fn take_subtree(&mut self, pos: usize) -> Vec<Queued> {
+        let mut ids = vec![self.waiters[pos].w.id];
+        let mut out = vec![self.waiters.remove(pos)];
+        // Whatever waits under a request comes after it in the queue.
+        let mut i = pos;
+        while i < self.waiters.len() {
+            match self.waiters[i].parent {
+                Some(Parent::Waiter(p)) if ids.contains(&p) => {
+                    ids.push(self.waiters[i].w.id);
+                    out.push(self.waiters.remove(i));
+                }
+                _ => i += 1,
+            }
+        }
+        out
+    }
+}
+
+fn posix_req(q: &Queued) -> Option<FileLock> {
+    match q.w.req {
+        wait::Request::Posix(r) => Some(r),
+        wait::Request::Flock { .. } => None,
+    }
+}
+
+/// A POSIX record-lock owner: the only kind deadlock detection runs for.
+fn is_posix(o: LockOwner) -> bool {
+    matches!(o, LockOwner::Posix(_))
 }
 
 /// Every inode's locks and the blocked-owner hash of one filesystem.
@@ -146,7 +224,7 @@ pub(crate) struct FileLocks {
     /// Inode number -> its lock state, present while it has a lock or a waiter. [read without
     /// locks; an entry leaves only with its `dead` flag set under its own mutex]
     contexts: papaya::HashMap<u32, Arc<LockContext>>,
-    /// POSIX owners that are waiting. [own mutex; taken inside a context's]
+    /// Owners that are waiting. [own mutex; taken inside a context's]
     blocked: blocked::Blocked,
     /// Identity of the next waiter. [atomic]
     next_waiter: AtomicU64,
@@ -196,12 +274,17 @@ impl FileLocks {
     }
 
     /// The first lock of another owner that conflicts with `req` (`F_GETLK`); `None` if
-    /// `req` could be taken now. An `Unlock` request never conflicts.
+    /// `req` could be taken now. For an unlock request (`F_OFD_GETLK` with `F_UNLCK`), the
+    /// first of the owner's own locks in the range.
     pub(crate) fn getlk(&self, ino: u32, req: &FileLock) -> Option<FileLock> {
-        if req.kind == LockType::Unlock {
-            return None;
-        }
-        self.with_state(ino, false, |st| st.posix.conflict(req).copied()).flatten()
+        self.with_state(ino, false, |st| {
+            if req.kind == LockType::Unlock {
+                st.posix.own_overlap(req).copied()
+            } else {
+                st.posix.conflict(req).map(|h| h.lock)
+            }
+        })
+        .flatten()
     }
 
     /// Takes, changes or releases a byte-range lock (`F_SETLK`/`F_SETLKW`).
@@ -221,141 +304,327 @@ impl FileLocks {
             Wait::Until(c) => Some(c),
             _ => None,
         };
+        // The waiter this request was, when it was woken to look again.
+        let mut prev: Option<u64> = None;
         loop {
-            let waiter = self.with_state(ino, create, |st| -> Result<Option<Arc<wait::Waiter>>> {
-                let blocker = match self.try_apply(st, &req) {
-                    Ok(()) => return Ok(None),
-                    Err(b) => b,
+            let waiter = self.with_state(ino, create, |st| {
+                let r = match req {
+                    wait::Request::Posix(r) => self.posix_request(st, &r, wait, prev),
+                    wait::Request::Flock { file, op } => self.flock_request(st, file, op, wait),
                 };
-                if let Wait::No = wait {
-                    return Err(Error::WouldBlock);
-                }
-                let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-                let w = Arc::new(wait::Waiter::new(id, req));
-                if let (wait::Request::Posix(r), Some(b)) = (&req, blocker) {
-                    if let LockOwner::Posix(me) = r.owner {
-                        self.blocked.block(me, id, b)?;
-                    }
-                }
-                st.waiters.push(w.clone());
-                Ok(Some(w))
+                self.sync_roots(st);
+                r
             });
             let Some(w) = waiter.transpose()?.flatten() else { return Ok(()) };
             match w.sleep(cancel) {
-                // Its range was freed: try again (someone may have taken it meanwhile).
-                wait::Outcome::Woken => continue,
+                // What it waited under changed: look again (someone may have taken it
+                // meanwhile).
+                wait::Outcome::Woken => prev = Some(w.id),
                 wait::Outcome::Failed(e) => return Err(e),
                 wait::Outcome::Cancelled => {
-                    // Leave no trace; a wake that raced the cancel is passed on, so the
-                    // range it freed is not left with sleepers that could take it.
-                    self.with_state(ino, false, |st| {
-                        let was_waiting = st.waiters.iter().any(|x| Arc::ptr_eq(x, &w));
-                        st.waiters.retain(|x| !Arc::ptr_eq(x, &w));
-                        self.unblock(&w);
-                        if !was_waiting {
-                            let freed = match &w.req {
-                                wait::Request::Posix(r) => vec![r.range()],
-                                wait::Request::Flock { .. } => Vec::new(),
-                            };
-                            self.wake_waiters(st, &freed, matches!(w.req, wait::Request::Flock { .. }));
-                        }
-                    });
+                    self.with_state(ino, false, |st| self.cancelled(st, &w));
                     return Err(Error::Interrupted);
                 }
             }
         }
     }
 
-    /// Applies `req` if nothing conflicts, then wakes whom it freed; otherwise the owner of
-    /// a conflicting lock (POSIX requests) or `None` (flock).
-    fn try_apply(&self, st: &mut State, req: &wait::Request) -> std::result::Result<(), Option<LockOwner>> {
-        match req {
-            wait::Request::Posix(r) => {
-                if let Some(c) = st.posix.conflict(r) {
-                    return Err(Some(c.owner));
-                }
-                let freed = st.posix.apply(r);
-                self.wake_waiters(st, &freed, false);
-            }
-            wait::Request::Flock { file, op } => {
-                // A conversion first drops the old lock and lets others in.
-                if st.flock.remove_for_convert(*file, *op) {
-                    self.wake_waiters(st, &[], true);
-                }
-                if *op != FlockOp::Unlock {
-                    if st.flock.conflicts(*file, *op) {
-                        return Err(None);
-                    }
-                    st.flock.insert(*file, *op);
-                }
-            }
+    /// A byte-range request, new or looking again after waiter `prev` was woken: applied at
+    /// once, refused, or queued (then returned).
+    fn posix_request(
+        &self,
+        st: &mut State,
+        r: &FileLock,
+        wait: Wait<'_>,
+        prev: Option<u64>,
+    ) -> Result<Option<Arc<wait::Waiter>>> {
+        if let Some(p) = prev {
+            st.woken.retain(|x| x.id != p);
         }
-        Ok(())
+        let Some(blocker) = st.posix.conflict(r).copied() else {
+            let applied = st.posix.apply(r);
+            let mut again = self.detach_under_locks(st, &applied.woken);
+            if let Some(p) = prev {
+                match applied.became {
+                    // What waited under the request moves under the lock it became (the
+                    // kernel's `locks_move_blocks`)...
+                    Some(l) => {
+                        for q in st.waiters.iter_mut().filter(|q| q.parent == Some(Parent::Waiter(p))) {
+                            q.parent = Some(Parent::Lock(l));
+                        }
+                    }
+                    // ... or, when it merged into a lock the owner had, looks again.
+                    None => again.extend(st.children(Parent::Waiter(p))),
+                }
+            }
+            self.look_again(st, again);
+            return Ok(None);
+        };
+        if let Wait::No = wait {
+            return Err(Error::WouldBlock);
+        }
+        if is_posix(r.owner) && self.blocked.deadlock(r.owner, blocker.lock.owner) {
+            if let Some(p) = prev {
+                let again = st.children(Parent::Waiter(p));
+                self.look_again(st, again);
+            }
+            return Err(Error::Deadlock);
+        }
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let w = Arc::new(wait::Waiter::new(id, wait::Request::Posix(*r)));
+        self.queue_under(
+            st,
+            Queued { w: w.clone(), parent: None, hashed: false, root: blocker.lock.owner },
+            blocker,
+        );
+        if let Some(p) = prev {
+            // What waited under the woken request waits under its new wait, in order.
+            let mut i = 0;
+            let mut moved = Vec::new();
+            while i < st.waiters.len() {
+                if st.waiters[i].parent == Some(Parent::Waiter(p)) {
+                    let mut sub = st.take_subtree(i);
+                    sub[0].parent = Some(Parent::Waiter(id));
+                    moved.extend(sub);
+                } else {
+                    i += 1;
+                }
+            }
+            st.waiters.extend(moved);
+        }
+        Ok(Some(w))
     }
 
-    /// Wakes, oldest first, the waiters that `freed` (byte ranges) or a flock release
-    /// (`flock_freed`) unblocked: those whose request no longer conflicts with the locks held
-    /// nor with a request woken before it. The woken retry; the rest sleep on, their waits
-    /// recorded anew against whoever holds their range now.
-    fn wake_waiters(&self, st: &mut State, freed: &[Range], flock_freed: bool) {
-        if st.waiters.is_empty() || (freed.is_empty() && !flock_freed) {
-            return;
+    /// A `flock` call, as `flock_lock_inode` makes it: the file's old lock goes first (unless
+    /// it is what is asked for), then the request is taken, refused or queued, all in one
+    /// step; only then do the waiters the old lock held back look again.
+    fn flock_request(
+        &self,
+        st: &mut State,
+        file: u64,
+        op: FlockOp,
+        wait: Wait<'_>,
+    ) -> Result<Option<Arc<wait::Waiter>>> {
+        let dropped = st.flock.remove_for_convert(file, op);
+        let r = if op == FlockOp::Unlock {
+            Ok(None)
+        } else if !st.flock.conflicts(file, op) {
+            st.flock.insert(file, op);
+            Ok(None)
+        } else if let Wait::No = wait {
+            Err(Error::WouldBlock)
+        } else {
+            let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+            let w = Arc::new(wait::Waiter::new(id, wait::Request::Flock { file, op }));
+            let root = LockOwner::Ofd(file);
+            st.waiters.push(Queued { w: w.clone(), parent: None, hashed: false, root });
+            Ok(Some(w))
+        };
+        if dropped {
+            Self::wake_flock(st);
         }
+        r
+    }
+
+    /// Queues byte-range request `q` under held lock `blocker`, or under the first request
+    /// waiting there that it conflicts with, and so on down (`__locks_insert_block`).
+    fn queue_under(&self, st: &mut State, mut q: Queued, blocker: posix::Held) {
+        let Some(r) = posix_req(&q) else { return };
+        let mut parent = Parent::Lock(blocker.id);
+        let mut parent_owner = blocker.lock.owner;
+        // One pass suffices: a request's own waiters come after it.
+        for o in &st.waiters {
+            if o.parent != Some(parent) {
+                continue;
+            }
+            if let Some(or) = posix_req(o) {
+                if posix::conflicts(&or, &r) {
+                    parent = Parent::Waiter(o.w.id);
+                    parent_owner = or.owner;
+                }
+            }
+        }
+        self.set_parent(&mut q, parent, parent_owner);
+        st.waiters.push(q);
+    }
+
+    /// Hangs `q` under `parent` (owned by `parent_owner`): on the hash only if that is a
+    /// POSIX lock or request, as the kernel hashes a wait by what it waits under.
+    fn set_parent(&self, q: &mut Queued, parent: Parent, parent_owner: LockOwner) {
+        let Some(r) = posix_req(q) else { return };
+        q.parent = Some(parent);
+        let hashed = is_posix(parent_owner);
+        if hashed != q.hashed {
+            if hashed {
+                self.blocked.block(r.owner, q.w.id, q.root);
+            } else {
+                self.blocked.unblock(r.owner, q.w.id);
+            }
+            q.hashed = hashed;
+        }
+    }
+
+    /// The requests waiting directly under locks `ids` (removed, replaced or shrunk): they
+    /// look again.
+    fn detach_under_locks(&self, st: &State, ids: &[u64]) -> Vec<u64> {
+        if st.waiters.is_empty() {
+            return Vec::new();
+        }
+        ids.iter().flat_map(|&l| st.children(Parent::Lock(l))).collect()
+    }
+
+    /// Requests whose wait changed look again, first first, without leaving their queue
+    /// unless they must: one whose range is free now is woken to take it itself (what waits
+    /// under it stays there until it has); one that would wait again moves, with what waits
+    /// under it, under whatever holds its range now, and fails if that is a deadlock; one
+    /// free but for a request woken before it waits under that one.
+    ///
+    /// Only the requests a change frees are woken: the rest are moved where the kernel's
+    /// woken requests would queue themselves again, without a thread switch each.
+    fn look_again(&self, st: &mut State, ids: Vec<u64>) {
+        let mut queue: std::collections::VecDeque<u64> = ids.into();
+        while let Some(id) = queue.pop_front() {
+            let Some(pos) = st.position(id) else { continue };
+            let Some(r) = posix_req(&st.waiters[pos]) else { continue };
+            if let Some(blocker) = st.posix.conflict(&r).copied() {
+                if is_posix(r.owner) && self.blocked.deadlock(r.owner, blocker.lock.owner) {
+                    let q = st.waiters.remove(pos);
+                    if q.hashed {
+                        self.blocked.unblock(r.owner, id);
+                    }
+                    queue.extend(st.children(Parent::Waiter(id)));
+                    q.w.fail(Error::Deadlock);
+                    continue;
+                }
+                let mut sub = st.take_subtree(pos);
+                let head = sub.remove(0);
+                // The requests right under it would look again in the kernel: check them.
+                let direct: Vec<u64> =
+                    sub.iter().filter(|q| q.parent == Some(Parent::Waiter(id))).map(|q| q.w.id).collect();
+                self.queue_under(st, head, blocker);
+                st.waiters.extend(sub);
+                for c in direct {
+                    let Some(cp) = st.position(c) else { continue };
+                    let Some(cr) = posix_req(&st.waiters[cp]) else { continue };
+                    let Some(cb) = st.posix.conflict(&cr).copied() else { continue };
+                    if is_posix(cr.owner) && self.blocked.deadlock(cr.owner, cb.lock.owner) {
+                        let q = st.waiters.remove(cp);
+                        if q.hashed {
+                            self.blocked.unblock(cr.owner, c);
+                        }
+                        queue.extend(st.children(Parent::Waiter(c)));
+                        q.w.fail(Error::Deadlock);
+                    }
+                }
+            } else if let Some(wk) = st.woken.iter().find(|x| posix::conflicts(&x.req, &r)).copied() {
+                let mut q = st.waiters.remove(pos);
+                self.set_parent(&mut q, Parent::Waiter(wk.id), wk.req.owner);
+                // A woken request is not in the queue, so this one may stay where it was.
+                st.waiters.insert(pos, q);
+            } else {
+                let q = st.waiters.remove(pos);
+                if q.hashed {
+                    self.blocked.unblock(r.owner, id);
+                }
+                st.woken.push(Woken { id, req: r });
+                q.w.wake();
+            }
+        }
+    }
+
+    /// Wakes, oldest first, the flock requests a release unblocked: those that no longer
+    /// conflict with the locks held nor with a request woken before them. The woken retry.
+    fn wake_flock(st: &mut State) {
         let mut woken: Vec<wait::Request> = Vec::new();
         let mut i = 0;
         while i < st.waiters.len() {
-            let w = st.waiters[i].clone();
-            let candidate = match &w.req {
-                wait::Request::Posix(r) => freed.iter().any(|f| f.overlaps(&r.range())),
-                wait::Request::Flock { .. } => flock_freed,
-            };
-            if !candidate {
-                i += 1;
-                continue;
-            }
-            let free = match &w.req {
-                wait::Request::Posix(r) => match st.posix.conflict(r) {
-                    None => true,
-                    // Still held, perhaps by someone else now: the wait is recorded anew,
-                    // and fails if that closes a cycle (as the kernel's woken waiter finds
-                    // on its retry).
-                    Some(c) => {
-                        if let LockOwner::Posix(me) = r.owner {
-                            if let Err(e) = self.blocked.block(me, w.id, c.owner) {
-                                st.waiters.remove(i);
-                                self.unblock(&w);
-                                w.fail(e);
-                                continue;
-                            }
-                        }
-                        false
-                    }
-                },
-                wait::Request::Flock { file, op } => !st.flock.conflicts(*file, *op),
-            };
-            if free && !woken.iter().any(|x| x.conflicts(&w.req)) {
-                st.waiters.remove(i);
-                self.unblock(&w);
-                woken.push(w.req);
-                w.wake();
-                continue;
+            let w = &st.waiters[i].w;
+            if let wait::Request::Flock { file, op } = w.req {
+                if !st.flock.conflicts(file, op) && !woken.iter().any(|x| x.conflicts(&w.req)) {
+                    woken.push(w.req);
+                    st.waiters.remove(i).w.wake();
+                    continue;
+                }
             }
             i += 1;
         }
     }
 
-    fn unblock(&self, w: &wait::Waiter) {
-        if let wait::Request::Posix(FileLock { owner: LockOwner::Posix(me), .. }) = w.req {
-            self.blocked.unblock(me, w.id);
+    /// Brings the hash's roots of this inode's waits up to date: the owner of the held lock
+    /// each waits under, through the requests it waits under, or of the woken request at the
+    /// top of its queue.
+    fn sync_roots(&self, st: &mut State) {
+        if st.waiters.is_empty() {
+            return;
         }
+        let mut changed = Vec::new();
+        for i in 0..st.waiters.len() {
+            let Some(r) = posix_req(&st.waiters[i]) else { continue };
+            let root = match st.waiters[i].parent {
+                None => continue,
+                Some(Parent::Lock(l)) => st.posix.owner_of(l),
+                // A waiting parent comes earlier in the queue, its root already brought up
+                // to date; a woken one is the root.
+                Some(Parent::Waiter(p)) => match st.waiters[..i].iter().find(|x| x.w.id == p) {
+                    Some(x) => Some(x.root),
+                    None => st.woken.iter().find(|x| x.id == p).map(|x| x.req.owner),
+                },
+            };
+            let q = &mut st.waiters[i];
+            if let Some(root) = root {
+                if root != q.root {
+                    q.root = root;
+                    if q.hashed {
+                        changed.push((r.owner, q.w.id, root));
+                    }
+                }
+            }
+        }
+        if !changed.is_empty() {
+            self.blocked.set_roots(&changed);
+        }
+    }
+
+    /// A cancelled wait leaves no trace: the request leaves the queue (or the woken), and
+    /// what waited under it looks again; a flock wake that raced the cancel is passed on.
+    fn cancelled(&self, st: &mut State, w: &Arc<wait::Waiter>) {
+        let queued = st.position(w.id).map(|i| st.waiters.remove(i));
+        let was_woken = st.woken.iter().any(|x| x.id == w.id);
+        st.woken.retain(|x| x.id != w.id);
+        match w.req {
+            wait::Request::Posix(r) => {
+                if let Some(q) = &queued {
+                    if q.hashed {
+                        self.blocked.unblock(r.owner, w.id);
+                    }
+                }
+                if queued.is_some() || was_woken {
+                    let again = st.children(Parent::Waiter(w.id));
+                    self.look_again(st, again);
+                }
+            }
+            wait::Request::Flock { .. } => {
+                if queued.is_none() {
+                    Self::wake_flock(st);
+                }
+            }
+        }
+        self.sync_roots(st);
+    }
+
+    /// How many requests wait on `ino` (the blocked entries of `/proc/locks`).
+    pub(crate) fn waiting(&self, ino: u32) -> usize {
+        self.with_state(ino, false, |st| st.waiters.len()).unwrap_or(0)
     }
 
     /// Drops every byte-range lock `owner` holds on `ino` (a POSIX owner closing any file of
     /// the inode, or an open file's last close for its OFD locks).
     pub(crate) fn release_owner(&self, ino: u32, owner: LockOwner) {
         self.with_state(ino, false, |st| {
-            let freed = st.posix.remove_owner(owner);
-            self.wake_waiters(st, &freed, false);
+            let applied = st.posix.remove_owner(owner);
+            let again = self.detach_under_locks(st, &applied.woken);
+            self.look_again(st, again);
+            self.sync_roots(st);
         });
     }
 
@@ -363,7 +632,7 @@ impl FileLocks {
     pub(crate) fn release_flock(&self, ino: u32, file: u64) {
         self.with_state(ino, false, |st| {
             if st.flock.remove(file) {
-                self.wake_waiters(st, &[], true);
+                Self::wake_flock(st);
             }
         });
     }
@@ -373,9 +642,12 @@ impl FileLocks {
         self.with_state(ino, false, |st| {
             st.posix = posix::PosixLocks::default();
             st.flock = flock::FlockLocks::default();
-            for w in std::mem::take(&mut st.waiters) {
-                self.unblock(&w);
-                w.fail(Error::Stale);
+            st.woken.clear();
+            for q in std::mem::take(&mut st.waiters) {
+                if let (Some(r), true) = (posix_req(&q), q.hashed) {
+                    self.blocked.unblock(r.owner, q.w.id);
+                }
+                q.w.fail(Error::Stale);
             }
         });
         self.forget_idle(ino);
@@ -384,7 +656,7 @@ impl FileLocks {
     /// The locks held on `ino`, POSIX and OFD first, then flock ones as whole-file locks
     /// owned by `LockOwner::Ofd(file)` (for `/proc/locks`-like listings and tests).
     pub(crate) fn list(&self, ino: u32) -> (Vec<FileLock>, Vec<(u64, FlockOp)>) {
-        self.with_state(ino, false, |st| (st.posix.all().to_vec(), st.flock.all())).unwrap_or_default()
+        self.with_state(ino, false, |st| (st.posix.all(), st.flock.all())).unwrap_or_default()
     }
 
     /// Inodes with lock state, once idle ones are forgotten (tests: nothing is left behind).

@@ -158,10 +158,18 @@ proptest! {
                         prop_assert!(matches!(e, Error::WouldBlock));
                     }
                 }
+                Step::Get(r) if r.kind == LockType::Unlock => {
+                    // F_OFD_GETLK with F_UNLCK: the first of the owner's own locks in range.
+                    let got = l.getlk(INO, r);
+                    let want = m.bytes.get(&r.owner).is_some_and(|b| span(r.start, r.end).any(|i| b[i].is_some()));
+                    prop_assert_eq!(got.is_some(), want);
+                    if let Some(c) = got {
+                        prop_assert!(c.owner == r.owner && c.range().overlaps(&r.range()));
+                    }
+                }
                 Step::Get(r) => {
                     let got = l.getlk(INO, r);
-                    let want = r.kind != LockType::Unlock && m.conflict(r);
-                    prop_assert_eq!(got.is_some(), want);
+                    prop_assert_eq!(got.is_some(), m.conflict(r));
                     if let Some(c) = got {
                         // What is reported really conflicts with the request.
                         prop_assert!(c.owner != r.owner && c.range().overlaps(&r.range()));
@@ -389,4 +397,157 @@ fn many_owners_hammering_one_range_lose_no_wakeup() {
     }
     assert_eq!(l.live_contexts(INO), 0);
     assert!(l.blocked.is_empty());
+}
+
+/// Starts a waiting `setlk` on a thread of its own.
+fn wait_for(
+    l: &Arc<FileLocks>,
+    req: FileLock,
+    cancel: Option<&Cancel>,
+) -> std::thread::JoinHandle<Result<()>> {
+    let (l, cancel) = (l.clone(), cancel.cloned());
+    std::thread::spawn(move || match &cancel {
+        Some(c) => l.setlk(INO, &req, Wait::Until(c)),
+        None => l.setlk(INO, &req, Wait::Forever),
+    })
+}
+
+#[test]
+fn an_ofd_owner_waiting_on_a_posix_lock_is_followed_and_not_the_other_way() {
+    // The kernel puts a wait on its hash by what it waits under: an OFD owner waiting on a
+    // POSIX lock is followed, so the POSIX owner closing the cycle gets EDEADLK.
+    let l = Arc::new(FileLocks::default());
+    let (a, d) = (LockOwner::Posix(1), LockOwner::Ofd(2));
+    l.setlk(INO, &lk(LockType::Write, 0, 0, a), Wait::No).unwrap();
+    l.setlk(INO, &lk(LockType::Write, 1, 1, d), Wait::No).unwrap();
+    let td = wait_for(&l, lk(LockType::Write, 0, 0, d), None);
+    wait_until("d to wait", || waiters(&l) == 1);
+    let r = l.setlk(INO, &lk(LockType::Write, 1, 1, a), Wait::Forever);
+    assert!(matches!(r, Err(Error::Deadlock)), "{r:?}");
+    l.release_owner(INO, a);
+    td.join().unwrap().unwrap();
+    l.release_owner(INO, d);
+    // The other way round, a POSIX owner waiting on an OFD lock is not followed (and an OFD
+    // request is never checked): both wait.
+    l.setlk(INO, &lk(LockType::Write, 0, 0, a), Wait::No).unwrap();
+    l.setlk(INO, &lk(LockType::Write, 1, 1, d), Wait::No).unwrap();
+    let ta = wait_for(&l, lk(LockType::Write, 1, 1, a), None);
+    wait_until("a to wait", || waiters(&l) == 1);
+    let cancel = Cancel::new();
+    let td = wait_for(&l, lk(LockType::Write, 0, 0, d), Some(&cancel));
+    wait_until("d to wait", || waiters(&l) == 2);
+    cancel.cancel();
+    assert!(matches!(td.join().unwrap(), Err(Error::Interrupted)));
+    l.release_owner(INO, d);
+    ta.join().unwrap().unwrap();
+    l.release_owner(INO, a);
+    assert_eq!(l.live_contexts(INO), 0);
+    assert!(l.blocked.is_empty());
+}
+
+#[test]
+fn a_posix_wait_queued_beneath_an_ofd_wait_is_not_followed() {
+    // b's request conflicts with d's, which already waits on a's lock: b waits beneath d,
+    // an OFD request, so (as in the kernel) b's wait is not on the hash and a waiting for b
+    // is let through although it closes a cycle.
+    let l = Arc::new(FileLocks::default());
+    let (a, d, b) = (LockOwner::Posix(1), LockOwner::Ofd(2), LockOwner::Posix(3));
+    l.setlk(INO, &lk(LockType::Write, 0, 0, a), Wait::No).unwrap();
+    l.setlk(INO, &lk(LockType::Write, 5, 5, b), Wait::No).unwrap();
+    let td = wait_for(&l, lk(LockType::Write, 0, 0, d), None);
+    wait_until("d to wait", || waiters(&l) == 1);
+    let tb = wait_for(&l, lk(LockType::Write, 0, 0, b), None);
+    wait_until("b to wait", || waiters(&l) == 2);
+    let cancel = Cancel::new();
+    let ta = wait_for(&l, lk(LockType::Write, 5, 5, a), Some(&cancel));
+    wait_until("a to wait", || waiters(&l) == 3);
+    cancel.cancel();
+    assert!(matches!(ta.join().unwrap(), Err(Error::Interrupted)));
+    // a leaves: d (right under a's lock) is granted; b moves under d's new lock, and gets
+    // byte 0 when d leaves.
+    l.release_owner(INO, a);
+    td.join().unwrap().unwrap();
+    assert_eq!(waiters(&l), 1);
+    l.release_owner(INO, d);
+    tb.join().unwrap().unwrap();
+    assert_eq!(l.list(INO).0, vec![lk(LockType::Write, 0, 0, b), lk(LockType::Write, 5, 5, b)]);
+    l.release_owner(INO, b);
+    assert_eq!(l.live_contexts(INO), 0);
+    assert!(l.blocked.is_empty());
+}
+
+#[test]
+fn the_deadlock_walk_follows_eleven_waits() {
+    // Owner i holds byte i and waits for byte i + 1, the last for byte 0; owner 0 closing
+    // the cycle is refused when the cycle is at most 11 waits long, as in the kernel.
+    for (hops, found) in [(11u64, true), (12, false)] {
+        let l = Arc::new(FileLocks::default());
+        let n = hops + 1;
+        for i in 0..n {
+            l.setlk(INO, &lk(LockType::Write, i, i, LockOwner::Posix(i)), Wait::No).unwrap();
+        }
+        let mut ts = Vec::new();
+        for i in (1..n).rev() {
+            let next = (i + 1) % n;
+            ts.push((i, wait_for(&l, lk(LockType::Write, next, next, LockOwner::Posix(i)), None)));
+            wait_until("the chain to form", || waiters(&l) == (n - i) as usize);
+        }
+        let cancel = Cancel::new();
+        let t0 = wait_for(&l, lk(LockType::Write, 1, 1, LockOwner::Posix(0)), Some(&cancel));
+        if found {
+            assert!(matches!(t0.join().unwrap(), Err(Error::Deadlock)), "{hops} waits");
+        } else {
+            wait_until("0 to wait", || waiters(&l) == n as usize);
+            cancel.cancel();
+            assert!(matches!(t0.join().unwrap(), Err(Error::Interrupted)), "{hops} waits");
+        }
+        // Unwind: each owner leaving grants the one waiting for it.
+        l.release_owner(INO, LockOwner::Posix(0));
+        for (i, t) in ts {
+            t.join().unwrap().unwrap();
+            l.release_owner(INO, LockOwner::Posix(i));
+        }
+        assert_eq!(l.live_contexts(INO), 0);
+        assert!(l.blocked.is_empty());
+    }
+}
+
+#[test]
+fn a_flock_conversion_is_done_before_the_waiters_it_frees_look_again() {
+    // 1 holds LOCK_SH and 2 waits for LOCK_EX. 1's LOCK_EX|LOCK_NB drops its shared lock
+    // and takes the exclusive one in the same step, as flock_lock_inode does; 2 looks again
+    // only then, and waits on.
+    let l = Arc::new(FileLocks::default());
+    l.flock(INO, 1, FlockOp::Shared, Wait::No).unwrap();
+    let t = {
+        let l = l.clone();
+        std::thread::spawn(move || l.flock(INO, 2, FlockOp::Exclusive, Wait::Forever))
+    };
+    wait_until("2 to wait", || waiters(&l) == 1);
+    l.flock(INO, 1, FlockOp::Exclusive, Wait::No).unwrap();
+    assert_eq!(l.list(INO).1, vec![(1, FlockOp::Exclusive)]);
+    assert_eq!(waiters(&l), 1);
+    l.flock(INO, 1, FlockOp::Unlock, Wait::No).unwrap();
+    t.join().unwrap().unwrap();
+    assert_eq!(l.list(INO).1, vec![(2, FlockOp::Exclusive)]);
+    l.release_flock(INO, 2);
+    assert_eq!(l.live_contexts(INO), 0);
+}
+
+#[test]
+fn getlk_of_an_unlock_asks_an_ofd_owner_about_its_own_locks() {
+    // F_OFD_GETLK with F_UNLCK reports the first of the description's own locks in the
+    // range; F_GETLK with F_UNLCK is EINVAL.
+    let l = FileLocks::default();
+    let (d, p) = (LockOwner::Ofd(1), LockOwner::Posix(2));
+    l.setlk(INO, &lk(LockType::Write, 10, 19, p), Wait::No).unwrap();
+    l.setlk(INO, &lk(LockType::Read, 0, 4, d), Wait::No).unwrap();
+    l.setlk(INO, &lk(LockType::Write, 6, 7, d), Wait::No).unwrap();
+    assert_eq!(l.getlk(INO, &lk(LockType::Unlock, 3, 20, d)), Some(lk(LockType::Read, 0, 4, d)));
+    assert_eq!(l.getlk(INO, &lk(LockType::Unlock, 5, 20, d)), Some(lk(LockType::Write, 6, 7, d)));
+    assert_eq!(l.getlk(INO, &lk(LockType::Unlock, 8, 9, d)), None);
+    let (fs, _dev) = crate::test_image::open_mem(crate::test_image::mkfs_image(None, &[], "8M"));
+    let r = fs.getlk(fs.root(), &lk(LockType::Unlock, 0, u64::MAX, p));
+    assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
+    assert_eq!(fs.getlk(fs.root(), &lk(LockType::Unlock, 0, u64::MAX, d)).unwrap(), None);
 }
