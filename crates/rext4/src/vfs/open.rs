@@ -5,6 +5,7 @@
 
 use super::creds::Creds;
 use super::permission::{mode_after_write, Access};
+use rext4_format::inode::{APPEND_FL, IMMUTABLE_FL};
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -233,10 +234,17 @@ impl OpenFile {
 
     /// `ftruncate(2)`: `EINVAL` unless open for writing.
     pub fn set_len(&self, size: u64) -> Result<()> {
+        // `ftruncate(2)`: EINVAL without write access, EPERM on an append-only or immutable
+        // file; a caller without CAP_FSETID clears the set-ID bits, as a write does.
         if !self.d.flags.writes() {
             return Err(Error::InvalidInput("not open for writing"));
         }
-        self.d.fs.setattr(self.d.ino, &SetAttr { size: Some(size), ..SetAttr::default() })?;
+        let a = self.metadata()?;
+        if a.flags & (APPEND_FL | IMMUTABLE_FL) != 0 {
+            return Err(Error::NotPermitted);
+        }
+        let mode = mode_after_write(&self.d.creds, &a);
+        self.d.fs.setattr(self.d.ino, &SetAttr { size: Some(size), mode, ..SetAttr::default() })?;
         Ok(())
     }
 

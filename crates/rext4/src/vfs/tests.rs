@@ -222,6 +222,39 @@ fn appenders_never_overwrite_each_other_and_truncate_needs_write() {
 }
 
 #[test]
+fn set_len_refuses_append_only_files_and_clears_set_id_bits_as_ftruncate_does() {
+    use rext4_format::inode::APPEND_FL;
+    let (fs, dev) = fresh();
+    let r = fs.as_user(root());
+    let alice = fs.as_user(Creds::user(1000, 1000, &[]));
+    let home = r.mkdir(fs.root(), b"home", 0o777).unwrap();
+    let f = alice.create(home.ino, b"prog", 0o6775).unwrap();
+    let w = alice.open_inode(f.ino, OpenFlags::WRITE).unwrap();
+    w.write(b"#!/bin/sh\n").unwrap();
+    // The write cleared them already; set them again, as chmod would.
+    alice.setattr(f.ino, &SetAttr { mode: Some(0o6775), ..SetAttr::default() }).unwrap();
+    w.set_len(4).unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.perm()), (4, 0o775));
+    // Root (CAP_FSETID) keeps them.
+    r.setattr(f.ino, &SetAttr { mode: Some(0o6775), ..SetAttr::default() }).unwrap();
+    r.open_inode(f.ino, OpenFlags::WRITE).unwrap().set_len(2).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().perm(), 0o6775);
+    // An append-only file may only grow by appending: ftruncate is EPERM.
+    let flags = fs.getattr(f.ino).unwrap().flags;
+    r.set_flags(f.ino, flags | APPEND_FL).unwrap();
+    let ap = r.open_inode(f.ino, OpenFlags::WRITE | OpenFlags::APPEND).unwrap();
+    assert!(matches!(ap.set_len(0), Err(Error::NotPermitted)));
+    assert_eq!(fs.getattr(f.ino).unwrap().size, 2);
+    r.set_flags(f.ino, flags).unwrap();
+    // O_CREAT of a path ending in a directory's own entry is EISDIR.
+    assert!(matches!(r.open("/.", OpenFlags::WRITE | OpenFlags::CREATE, 0o600), Err(Error::IsDir)));
+    drop((w, ap));
+    fs.sync().unwrap();
+    fsck_clean(&dev.snapshot());
+}
+
+#[test]
 fn path_opens_create_follow_and_refuse_as_open_does() {
     let (fs, dev) = fresh();
     let r = fs.as_user(root());

@@ -310,7 +310,8 @@ impl UserFs {
     }
 
     /// The directory holding `path`'s last component, and that component. `EEXIST` for
-    /// the root (it has no parent entry to make), `EINVAL` for `.`/`..` last.
+    /// the root (it has no parent entry to make), `EISDIR` for `.`/`..` last (what
+    /// `open(O_CREAT)` answers there).
     pub fn parent_of(&self, path: &Path) -> Result<(InodeNo, Vec<u8>)> {
         use std::os::unix::ffi::OsStrExt;
         let bytes = path.as_os_str().as_bytes();
@@ -323,7 +324,9 @@ impl UserFs {
             return Err(Error::Exists);
         }
         if name == b"." || name == b".." {
-            return Err(Error::InvalidInput("path ends in . or .."));
+            // What mkdir, unlink and rename answer for a last component that is a directory
+            // of its own.
+            return Err(Error::IsDir);
         }
         let d = self.resolve(std::ffi::OsStr::from_bytes(if dir.is_empty() { b"/" } else { dir }), true)?;
         Ok((d, name.to_vec()))
