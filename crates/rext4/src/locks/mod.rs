@@ -169,6 +169,8 @@ struct State {
     waiters: Vec<Queued>,
     /// Woken byte-range requests: what waits under them waits for them to look again.
     woken: Vec<Woken>,
+    /// The waiters' tree changed since the hash's roots were last brought up to date.
+    moved: bool,
     /// Set when the context left the map (it was empty): a thread that fetched it before then
     /// must fetch again.
     dead: bool,
@@ -190,17 +192,20 @@ impl State {
 
     /// The requests at `pos` and under it, taken out of the queue in order.
     fn take_subtree(&mut self, pos: usize) -> Vec<Queued> {
-        let mut ids = vec![self.waiters[pos].w.id];
-        let mut out = vec![self.waiters.remove(pos)];
-        // Whatever waits under a request comes after it in the queue.
-        let mut i = pos;
-        while i < self.waiters.len() {
-            match self.waiters[i].parent {
-                Some(Parent::Waiter(p)) if ids.contains(&p) => {
-                    ids.push(self.waiters[i].w.id);
-                    out.push(self.waiters.remove(i));
-                }
-                _ => i += 1,
+        let mut ids = std::collections::HashSet::from([self.waiters[pos].w.id]);
+        // Whatever waits under a request comes after it in the queue: one pass finds it all.
+        let rest = self.waiters.split_off(pos);
+        let mut out = Vec::new();
+        for q in rest {
+            let under = match q.parent {
+                Some(Parent::Waiter(p)) => ids.contains(&p),
+                _ => false,
+            };
+            if out.is_empty() || under {
+                ids.insert(q.w.id);
+                out.push(q);
+            } else {
+                self.waiters.push(q);
             }
         }
         out
@@ -340,6 +345,7 @@ impl FileLocks {
     ) -> Result<Option<Arc<wait::Waiter>>> {
         if let Some(p) = prev {
             st.woken.retain(|x| x.id != p);
+            st.moved = true;
         }
         let Some(blocker) = st.posix.conflict(r).copied() else {
             let applied = st.posix.apply(r);
@@ -446,6 +452,7 @@ impl FileLocks {
         }
         self.set_parent(&mut q, parent, parent_owner);
         st.waiters.push(q);
+        st.moved = true;
     }
 
     /// Hangs `q` under `parent` (owned by `parent_owner`): on the hash only if that is a
@@ -482,6 +489,10 @@ impl FileLocks {
     /// Only the requests a change frees are woken: the rest are moved where the kernel's
     /// woken requests would queue themselves again, without a thread switch each.
     fn look_again(&self, st: &mut State, ids: Vec<u64>) {
+        if ids.is_empty() {
+            return;
+        }
+        st.moved = true;
         let mut queue: std::collections::VecDeque<u64> = ids.into();
         while let Some(id) = queue.pop_front() {
             let Some(pos) = st.position(id) else { continue };
@@ -554,23 +565,24 @@ impl FileLocks {
     /// each waits under, through the requests it waits under, or of the woken request at the
     /// top of its queue.
     fn sync_roots(&self, st: &mut State) {
-        if st.waiters.is_empty() {
+        if !std::mem::take(&mut st.moved) || st.waiters.is_empty() {
             return;
         }
         let mut changed = Vec::new();
-        for i in 0..st.waiters.len() {
-            let Some(r) = posix_req(&st.waiters[i]) else { continue };
-            let root = match st.waiters[i].parent {
+        // Roots of the requests seen so far: a waiting parent comes earlier in the queue,
+        // most often just before.
+        let mut roots: Vec<(u64, LockOwner)> = Vec::with_capacity(st.waiters.len());
+        for q in &mut st.waiters {
+            let Some(r) = posix_req(q) else { continue };
+            let root = match q.parent {
                 None => continue,
                 Some(Parent::Lock(l)) => st.posix.owner_of(l),
-                // A waiting parent comes earlier in the queue, its root already brought up
-                // to date; a woken one is the root.
-                Some(Parent::Waiter(p)) => match st.waiters[..i].iter().find(|x| x.w.id == p) {
-                    Some(x) => Some(x.root),
-                    None => st.woken.iter().find(|x| x.id == p).map(|x| x.req.owner),
-                },
+                // A woken parent is the root.
+                Some(Parent::Waiter(p)) => {
+                    let seen = roots.iter().rev().find(|x| x.0 == p).map(|x| x.1);
+                    seen.or_else(|| st.woken.iter().find(|x| x.id == p).map(|x| x.req.owner))
+                }
             };
-            let q = &mut st.waiters[i];
             if let Some(root) = root {
                 if root != q.root {
                     q.root = root;
@@ -579,6 +591,7 @@ impl FileLocks {
                     }
                 }
             }
+            roots.push((q.w.id, q.root));
         }
         if !changed.is_empty() {
             self.blocked.set_roots(&changed);
@@ -588,6 +601,7 @@ impl FileLocks {
     /// A cancelled wait leaves no trace: the request leaves the queue (or the woken), and
     /// what waited under it looks again; a flock wake that raced the cancel is passed on.
     fn cancelled(&self, st: &mut State, w: &Arc<wait::Waiter>) {
+        st.moved = true;
         let queued = st.position(w.id).map(|i| st.waiters.remove(i));
         let was_woken = st.woken.iter().any(|x| x.id == w.id);
         st.woken.retain(|x| x.id != w.id);

@@ -5,13 +5,13 @@
 
 use super::creds::Creds;
 use super::permission::{mode_after_write, Access};
-use rext4_format::inode::{APPEND_FL, IMMUTABLE_FL};
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
 use crate::inode::write::SetAttr;
 use crate::locks::{FileLock, FlockOp, LockOwner, Wait};
 use crate::sync::Mutex;
+use rext4_format::inode::{APPEND_FL, IMMUTABLE_FL};
 use rext4_format::InodeNo;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
