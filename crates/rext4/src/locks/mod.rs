@@ -6,29 +6,37 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `posix.rs` | byte-range locks of one inode: conflicts, splitting and merging |
+//! | `posix.rs` | byte-range locks of one inode: conflicts, splitting and merging, identities |
 //! | `flock.rs` | whole-file `flock` locks of one inode |
-//! | `blocked.rs` | which POSIX owner waits for which (deadlock detection) |
+//! | `queue.rs` | the tree of blocked byte-range requests: who waits under what, who looks again |
+//! | `blocked.rs` | which owner waits for which (deadlock detection) |
 //! | `wait.rs` | a blocked request: how it sleeps, is woken and is cancelled |
 //!
-//! A release **wakes only whom it unblocks**: whoever frees a range walks that inode's
-//! waiters in arrival order and wakes each whose request no longer conflicts with what is
-//! held or with a request woken before it; a waiter whose range stays held sleeps on (no
-//! herd). The woken retry rather than being handed the lock, as in the kernel: a thread
-//! that unlocks and locks again in a loop keeps its time slice instead of trading places
-//! with a sleeper on every lock (a convoy that costs a context switch per lock).
+//! Blocked byte-range requests form the kernel's tree: each waits under a held lock or an
+//! earlier request it conflicts with, and looks again exactly when that lock is removed,
+//! replaced or shrunk, or that request stops waiting. What deadlock detection follows, and so
+//! which waits get `EDEADLK`, is the kernel's (`blocked.rs`); a test compares both call by
+//! call (`tests/locks_kernel/`).
+//!
+//! A change **wakes only whom it frees**: of the requests that look again, those whose range
+//! is free now and that no request woken before them wants are woken; the others stay asleep,
+//! moved where their retry would queue them. The woken retry rather than being handed the
+//! lock, as in the kernel: a thread that unlocks and locks again in a loop keeps its time
+//! slice instead of trading places with a sleeper on every lock (a convoy that costs a
+//! context switch per lock).
 //!
 //! # Locking
 //! `FileLocks::contexts` is a concurrent map read without locks. Each inode's
 //! `LockContext::state` mutex guards its locks and waiters. A request that must block takes
-//! `Blocked::map` (one mutex for the filesystem, taken only to block or unblock a POSIX
-//! request) while holding its inode's state mutex, never the other way round. A waiter's own
+//! `Blocked::map` (one mutex for the filesystem, taken only while requests wait) while
+//! holding its inode's state mutex, never the other way round. A waiter's own
 //! mutex is innermost. None of these is held across I/O or an engine lock.
 
 mod api;
 mod blocked;
 mod flock;
 mod posix;
+mod queue;
 mod wait;
 
 #[cfg(test)]
@@ -38,6 +46,7 @@ mod tests;
 use crate::error::{Error, Result};
 use crate::sync::Mutex;
 use posix::Range;
+use queue::{Parent, Queued, Woken};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 pub use wait::Cancel;
@@ -132,33 +141,6 @@ struct LockContext {
     state: Mutex<State>,
 }
 
-/// Where a blocked byte-range request waits, as in the kernel's tree of waiters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Parent {
-    /// Under a held lock (by its identity).
-    Lock(u64),
-    /// Under an earlier request (by its waiter id), waiting or woken.
-    Waiter(u64),
-}
-
-/// A blocked request.
-struct Queued {
-    w: Arc<wait::Waiter>,
-    /// Where a byte-range request waits; `None` for a flock request.
-    parent: Option<Parent>,
-    /// Whether the wait is on the blocked hash: what it waits under is a POSIX lock or request.
-    hashed: bool,
-    /// The owner at the root of its wait, as the hash has it.
-    root: LockOwner,
-}
-
-/// A byte-range request woken to look again that has not yet.
-#[derive(Clone, Copy)]
-struct Woken {
-    id: u64,
-    req: FileLock,
-}
-
 #[derive(Default)]
 struct State {
     posix: posix::PosixLocks,
@@ -183,32 +165,6 @@ impl State {
 
     fn position(&self, id: u64) -> Option<usize> {
         self.waiters.iter().position(|q| q.w.id == id)
-    }
-
-    /// Ids of the requests waiting directly under `p`, in order.
-    fn children(&self, p: Parent) -> Vec<u64> {
-        self.waiters.iter().filter(|q| q.parent == Some(p)).map(|q| q.w.id).collect()
-    }
-
-    /// The requests at `pos` and under it, taken out of the queue in order.
-    fn take_subtree(&mut self, pos: usize) -> Vec<Queued> {
-        let mut ids = std::collections::HashSet::from([self.waiters[pos].w.id]);
-        // Whatever waits under a request comes after it in the queue: one pass finds it all.
-        let rest = self.waiters.split_off(pos);
-        let mut out = Vec::new();
-        for q in rest {
-            let under = match q.parent {
-                Some(Parent::Waiter(p)) => ids.contains(&p),
-                _ => false,
-            };
-            if out.is_empty() || under {
-                ids.insert(q.w.id);
-                out.push(q);
-            } else {
-                self.waiters.push(q);
-            }
-        }
-        out
     }
 }
 
@@ -432,117 +388,6 @@ impl FileLocks {
         r
     }
 
-    /// Queues byte-range request `q` under held lock `blocker`, or under the first request
-    /// waiting there that it conflicts with, and so on down (`__locks_insert_block`).
-    fn queue_under(&self, st: &mut State, mut q: Queued, blocker: posix::Held) {
-        let Some(r) = posix_req(&q) else { return };
-        let mut parent = Parent::Lock(blocker.id);
-        let mut parent_owner = blocker.lock.owner;
-        // One pass suffices: a request's own waiters come after it.
-        for o in &st.waiters {
-            if o.parent != Some(parent) {
-                continue;
-            }
-            if let Some(or) = posix_req(o) {
-                if posix::conflicts(&or, &r) {
-                    parent = Parent::Waiter(o.w.id);
-                    parent_owner = or.owner;
-                }
-            }
-        }
-        self.set_parent(&mut q, parent, parent_owner);
-        st.waiters.push(q);
-        st.moved = true;
-    }
-
-    /// Hangs `q` under `parent` (owned by `parent_owner`): on the hash only if that is a
-    /// POSIX lock or request, as the kernel hashes a wait by what it waits under.
-    fn set_parent(&self, q: &mut Queued, parent: Parent, parent_owner: LockOwner) {
-        let Some(r) = posix_req(q) else { return };
-        q.parent = Some(parent);
-        let hashed = is_posix(parent_owner);
-        if hashed != q.hashed {
-            if hashed {
-                self.blocked.block(r.owner, q.w.id, q.root);
-            } else {
-                self.blocked.unblock(r.owner, q.w.id);
-            }
-            q.hashed = hashed;
-        }
-    }
-
-    /// The requests waiting directly under locks `ids` (removed, replaced or shrunk): they
-    /// look again.
-    fn detach_under_locks(&self, st: &State, ids: &[u64]) -> Vec<u64> {
-        if st.waiters.is_empty() {
-            return Vec::new();
-        }
-        ids.iter().flat_map(|&l| st.children(Parent::Lock(l))).collect()
-    }
-
-    /// Requests whose wait changed look again, first first, without leaving their queue
-    /// unless they must: one whose range is free now is woken to take it itself (what waits
-    /// under it stays there until it has); one that would wait again moves, with what waits
-    /// under it, under whatever holds its range now, and fails if that is a deadlock; one
-    /// free but for a request woken before it waits under that one.
-    ///
-    /// Only the requests a change frees are woken: the rest are moved where the kernel's
-    /// woken requests would queue themselves again, without a thread switch each.
-    fn look_again(&self, st: &mut State, ids: Vec<u64>) {
-        if ids.is_empty() {
-            return;
-        }
-        st.moved = true;
-        let mut queue: std::collections::VecDeque<u64> = ids.into();
-        while let Some(id) = queue.pop_front() {
-            let Some(pos) = st.position(id) else { continue };
-            let Some(r) = posix_req(&st.waiters[pos]) else { continue };
-            if let Some(blocker) = st.posix.conflict(&r).copied() {
-                if is_posix(r.owner) && self.blocked.deadlock(r.owner, blocker.lock.owner) {
-                    let q = st.waiters.remove(pos);
-                    if q.hashed {
-                        self.blocked.unblock(r.owner, id);
-                    }
-                    queue.extend(st.children(Parent::Waiter(id)));
-                    q.w.fail(Error::Deadlock);
-                    continue;
-                }
-                let mut sub = st.take_subtree(pos);
-                let head = sub.remove(0);
-                // The requests right under it would look again in the kernel: check them.
-                let direct: Vec<u64> =
-                    sub.iter().filter(|q| q.parent == Some(Parent::Waiter(id))).map(|q| q.w.id).collect();
-                self.queue_under(st, head, blocker);
-                st.waiters.extend(sub);
-                for c in direct {
-                    let Some(cp) = st.position(c) else { continue };
-                    let Some(cr) = posix_req(&st.waiters[cp]) else { continue };
-                    let Some(cb) = st.posix.conflict(&cr).copied() else { continue };
-                    if is_posix(cr.owner) && self.blocked.deadlock(cr.owner, cb.lock.owner) {
-                        let q = st.waiters.remove(cp);
-                        if q.hashed {
-                            self.blocked.unblock(cr.owner, c);
-                        }
-                        queue.extend(st.children(Parent::Waiter(c)));
-                        q.w.fail(Error::Deadlock);
-                    }
-                }
-            } else if let Some(wk) = st.woken.iter().find(|x| posix::conflicts(&x.req, &r)).copied() {
-                let mut q = st.waiters.remove(pos);
-                self.set_parent(&mut q, Parent::Waiter(wk.id), wk.req.owner);
-                // A woken request is not in the queue, so this one may stay where it was.
-                st.waiters.insert(pos, q);
-            } else {
-                let q = st.waiters.remove(pos);
-                if q.hashed {
-                    self.blocked.unblock(r.owner, id);
-                }
-                st.woken.push(Woken { id, req: r });
-                q.w.wake();
-            }
-        }
-    }
-
     /// Wakes, oldest first, the flock requests a release unblocked: those that no longer
     /// conflict with the locks held nor with a request woken before them. The woken retry.
     fn wake_flock(st: &mut State) {
@@ -558,43 +403,6 @@ impl FileLocks {
                 }
             }
             i += 1;
-        }
-    }
-
-    /// Brings the hash's roots of this inode's waits up to date: the owner of the held lock
-    /// each waits under, through the requests it waits under, or of the woken request at the
-    /// top of its queue.
-    fn sync_roots(&self, st: &mut State) {
-        if !std::mem::take(&mut st.moved) || st.waiters.is_empty() {
-            return;
-        }
-        let mut changed = Vec::new();
-        // Roots of the requests seen so far: a waiting parent comes earlier in the queue,
-        // most often just before.
-        let mut roots: Vec<(u64, LockOwner)> = Vec::with_capacity(st.waiters.len());
-        for q in &mut st.waiters {
-            let Some(r) = posix_req(q) else { continue };
-            let root = match q.parent {
-                None => continue,
-                Some(Parent::Lock(l)) => st.posix.owner_of(l),
-                // A woken parent is the root.
-                Some(Parent::Waiter(p)) => {
-                    let seen = roots.iter().rev().find(|x| x.0 == p).map(|x| x.1);
-                    seen.or_else(|| st.woken.iter().find(|x| x.id == p).map(|x| x.req.owner))
-                }
-            };
-            if let Some(root) = root {
-                if root != q.root {
-                    q.root = root;
-                    if q.hashed {
-                        changed.push((r.owner, q.w.id, root));
-                    }
-                }
-            }
-            roots.push((q.w.id, q.root));
-        }
-        if !changed.is_empty() {
-            self.blocked.set_roots(&changed);
         }
     }
 
