@@ -17,6 +17,7 @@
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 #![forbid(unsafe_code)]
 
+mod app;
 mod creat_clo;
 mod journal;
 mod lockperf;
@@ -54,7 +55,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
              through FUSE, kernel ext4, fuse2fs and tmpfs"
 )]
 pub struct BenchArgs {
-    /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio (default:
+    /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, app (default:
     /// all of them); also walk, journal, orphan (orphan file against list, in process and the
     /// kernel) and fuse (mdtest on fuse, kernel and fuse2fs).
     workloads: Vec<String>,
@@ -153,6 +154,9 @@ pub struct Sizes {
     /// seqio: total MiB, small files per worker.
     pub seq_mib: u64,
     pub small_files: usize,
+    /// app: files in the generated source tree, transactions of the fsync loop.
+    pub app_files: usize,
+    pub app_txns: usize,
 }
 
 impl Sizes {
@@ -168,6 +172,8 @@ impl Sizes {
                 pg_secs: 0.3,
                 seq_mib: 4,
                 small_files: 5,
+                app_files: 60,
+                app_txns: 20,
             }
         } else if a.quick {
             Sizes {
@@ -180,6 +186,8 @@ impl Sizes {
                 pg_secs: 1.0,
                 seq_mib: 256,
                 small_files: 100,
+                app_files: 1000,
+                app_txns: 300,
             }
         } else {
             Sizes {
@@ -192,6 +200,8 @@ impl Sizes {
                 pg_secs: 5.0,
                 seq_mib: 1024,
                 small_files: 500,
+                app_files: 5000,
+                app_txns: 2000,
             }
         };
         if let Some(f) = a.files {
@@ -214,13 +224,14 @@ struct Workload {
     run: fn(&dyn Target, usize, &Sizes) -> CliResult<Out>,
 }
 
-const SUITE: [Workload; 6] = [
+const SUITE: [Workload; 7] = [
     Workload { name: "mdtest", image: mdtest::image, run: mdtest::run },
     Workload { name: "creat_clo", image: creat_clo::image, run: creat_clo::run },
     Workload { name: "stress_orphan", image: stress_orphan::image, run: stress_orphan::run },
     Workload { name: "lockperf", image: lockperf::image, run: lockperf::run },
     Workload { name: "pgioperf", image: pgioperf::image, run: pgioperf::run },
     Workload { name: "seqio", image: seqio::image, run: seqio::run },
+    Workload { name: "app", image: app::image, run: app::run },
 ];
 
 /// Whether `parallel` binds its workers to CPUs (cleared by `--no-pin`). [set before any
@@ -540,8 +551,18 @@ fn print_header(r: &Results, sz: &Sizes, kinds: &[Kind], mkfs: Option<&str>) {
         println!("  {:<8} {}", k.name(), k.describe());
     }
     println!(
-        "sizes: mdtest {} files/worker; creat_clo {} loops/worker; stress_orphan {} bytes x {}; lockperf {} locks/worker; pgioperf {} MiB, {} s; seqio {} MiB, {} small files/worker",
-        sz.files, sz.creat, sz.trunc_bytes, sz.trunc_rounds, sz.lock_iters, sz.pg_mib, sz.pg_secs, sz.seq_mib, sz.small_files
+        "sizes: mdtest {} files/worker; creat_clo {} loops/worker; stress_orphan {} bytes x {}; lockperf {} locks/worker; pgioperf {} MiB, {} s; seqio {} MiB, {} small files/worker; app {} files, {} transactions",
+        sz.files,
+        sz.creat,
+        sz.trunc_bytes,
+        sz.trunc_rounds,
+        sz.lock_iters,
+        sz.pg_mib,
+        sz.pg_secs,
+        sz.seq_mib,
+        sz.small_files,
+        sz.app_files,
+        sz.app_txns
     );
     println!(
         "images: mkfs.ext4 -N INODES {}IMAGE SIZE, the same for every target",

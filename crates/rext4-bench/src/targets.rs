@@ -121,6 +121,10 @@ pub(crate) trait Target: Sync {
     fn create(&self, dir: &Node, name: &str) -> CliResult<Node>;
     /// `open(O_RDWR)` of an existing file.
     fn open(&self, dir: &Node, name: &str) -> CliResult<Node>;
+    /// `open(O_DIRECTORY)` of an existing directory.
+    fn open_dir(&self, dir: &Node, name: &str) -> CliResult<Node>;
+    /// The names in a directory (`getdents`), without `.` and `..`.
+    fn readdir(&self, dir: &Node) -> CliResult<Vec<String>>;
     fn close(&self, f: Node) -> CliResult;
     /// `fstatat` (no symlink following); returns the size.
     fn stat(&self, dir: &Node, name: &str) -> CliResult<u64>;
@@ -229,6 +233,17 @@ impl Target for InProc {
     }
     fn open(&self, dir: &Node, name: &str) -> CliResult<Node> {
         self.held(self.fs.lookup(ino(dir)?, name.as_bytes()).map_err(e)?.ino)
+    }
+    fn open_dir(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        let a = self.fs.lookup(ino(dir)?, name.as_bytes()).map_err(e)?;
+        if a.kind != rext4::FileType::Directory {
+            return Err(format!("open {name}: not a directory"));
+        }
+        self.held(a.ino)
+    }
+    fn readdir(&self, dir: &Node) -> CliResult<Vec<String>> {
+        let names = self.fs.children(ino(dir)?).map_err(e)?;
+        Ok(names.into_iter().map(|d| String::from_utf8_lossy(&d.name).into_owned()).collect())
     }
     fn close(&self, f: Node) -> CliResult {
         if let Node::Open(i, id) = f {
@@ -351,6 +366,26 @@ impl Target for Mounted {
         let f = nix::fcntl::openat(fd(dir)?, name, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
             .map_err(|x| errno("open", name, x))?;
         Ok(Node::Fd(File::from(f)))
+    }
+    fn open_dir(&self, dir: &Node, name: &str) -> CliResult<Node> {
+        let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        let f =
+            nix::fcntl::openat(fd(dir)?, name, flags, Mode::empty()).map_err(|x| errno("open", name, x))?;
+        Ok(Node::Fd(File::from(f)))
+    }
+    fn readdir(&self, dir: &Node) -> CliResult<Vec<String>> {
+        let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        let mut d = nix::dir::Dir::openat(fd(dir)?, ".", flags, Mode::empty())
+            .map_err(|x| errno("opendir", ".", x))?;
+        let mut names = Vec::new();
+        for ent in d.iter() {
+            let ent = ent.map_err(|x| errno("readdir", ".", x))?;
+            let n = ent.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(String::from_utf8_lossy(n).into_owned());
+            }
+        }
+        Ok(names)
     }
     fn close(&self, f: Node) -> CliResult {
         drop(f);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SUITE: [&str; 6] = ["mdtest", "creat_clo", "stress_orphan", "lockperf", "pgioperf", "seqio"];
+const SUITE: [&str; 7] = ["mdtest", "creat_clo", "stress_orphan", "lockperf", "pgioperf", "seqio", "app"];
 
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rext4-bench"))
