@@ -126,8 +126,9 @@ impl FsInner {
         self.clear_inline_record(inode.ino, &mut raw)?;
         if !data.is_empty() {
             let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
-            self.write_runs(&f.runs, 0, &data)?;
+            self.write_runs(inode, &f.runs, 0, &data)?;
         }
+        inode.invalidate_pages();
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
         h.stop();
@@ -176,6 +177,7 @@ impl FsInner {
                 let n = (b - pos).min(bs);
                 let phys = e.pblk * bs + (pos - e.lblk * bs);
                 self.dev.write_at(&ZEROS[..usize_from(n)], phys)?;
+                self.pages_written(inode, pos, &ZEROS[..usize_from(n)]);
                 pos += n;
             }
         }
@@ -282,7 +284,7 @@ impl FsInner {
 
     /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
     /// zeroing the uncovered parts of freshly mapped blocks.
-    pub(crate) fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write_runs(&self, inode: &Inode, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
         for r in runs {
@@ -302,10 +304,32 @@ impl FsInner {
                 }
             }
             if a < b {
-                self.dev.write_at(&data[usize_from(a - offset)..usize_from(b - offset)], phys(a))?;
+                let bytes = &data[usize_from(a - offset)..usize_from(b - offset)];
+                self.dev.write_at(bytes, phys(a))?;
+                self.pages_written(inode, a, bytes);
             }
         }
         Ok(())
+    }
+
+    /// Tells the page cache that the file's bytes from `pos` are now `bytes` on the device
+    /// (write-through: cached pages take them, loads in flight are not cached).
+    pub(crate) fn pages_written(&self, inode: &Inode, pos: u64, bytes: &[u8]) {
+        if !self.pcache.enabled() {
+            return;
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let gen = inode.pages_gen.load(std::sync::atomic::Ordering::Acquire);
+        let mut at = pos;
+        let end = pos + bytes.len() as u64;
+        while at < end {
+            let Ok(lblk) = u32::try_from(at / bs) else { break };
+            let from = at % bs;
+            let n = (end - at).min(bs - from);
+            let src = &bytes[usize_from(at - pos)..usize_from(at - pos + n)];
+            self.pcache.written(inode.ino.0, lblk, gen, usize_from(from), src);
+            at += n;
+        }
     }
 
     /// Overwrites `data` in place when every block it covers is mapped and written and the
@@ -343,7 +367,7 @@ impl FsInner {
             }
             let runs: Vec<Run> =
                 runs.iter().map(|e| Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }).collect();
-            self.write_runs(&runs, offset, data)?;
+            self.write_runs(inode, &runs, offset, data)?;
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the
         // kernel's coarse clock makes them; otherwise only fsync needs to know.
@@ -432,7 +456,7 @@ impl FsInner {
                 Err(Error::NoSpace) if lblk * bs > offset => break,
                 Err(e) => return Err(e),
             };
-            self.write_runs(&runs, offset, data)?;
+            self.write_runs(&inode, &runs, offset, data)?;
             let written_end = (reached * bs).min(end);
             if written_end > size {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
@@ -497,6 +521,8 @@ impl FsInner {
                 self.ind_truncate(&hd, inode, &mut raw, start)?;
                 start
             };
+            // Freed blocks read as zeros (or nothing) now; their pages go.
+            inode.invalidate_pages();
             self.mark_inode_dirty(&hd, inode, &mut raw)?;
             drop(raw);
             hd.stop();
@@ -536,6 +562,7 @@ impl FsInner {
             }
             crate::inode::write::raw_set_size(&mut raw, new_size);
             raw_touch_cm(&mut raw, now());
+            inode.invalidate_pages();
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             (new_size < old, old)
         };
