@@ -206,7 +206,8 @@ mod tests {
     #[test]
     fn generations_are_unique_across_threads() {
         let mut all: Vec<u64> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..4).map(|_| s.spawn(|| (0..1000).map(|_| next_gen()).collect::<Vec<_>>())).collect();
+            let hs: Vec<_> =
+                (0..4).map(|_| s.spawn(|| (0..1000).map(|_| next_gen()).collect::<Vec<_>>())).collect();
             hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
         });
         let n = all.len();

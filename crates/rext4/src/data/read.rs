@@ -76,7 +76,8 @@ impl FsInner {
             // when this miss follows the last one.
             let want_end = (offset + total as u64 - 1) / bs;
             let sequential = inode.ra_next.load(Relaxed) == lblk;
-            let mut end = if sequential { want_end.max(u64::from(lblk) + READAHEAD_BLOCKS) } else { want_end };
+            let mut end =
+                if sequential { want_end.max(u64::from(lblk) + READAHEAD_BLOCKS) } else { want_end };
             end = end.min(last_blk).min(u64::from(lblk) + MAX_RUN_BLOCKS - 1);
             let (len, pblk) = match self.map_block(inode, lblk)? {
                 Mapping::Hole { len } => (len, None),
