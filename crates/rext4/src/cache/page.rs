@@ -154,14 +154,22 @@ impl PageCache {
     }
 
     /// Records that bytes `from..` of block `lblk` of `ino` are now `bytes` on the device (the
-    /// write is done): a current page takes them, a stale one goes, and loads in flight under
-    /// the key will not be cached.
+    /// write is done): a current page takes them, a stale one goes, a whole block written
+    /// becomes a page (as the kernel's writes leave their pages cached), and loads in flight
+    /// under the key will not be cached.
     pub(crate) fn written(&self, ino: u32, lblk: u32, gen: u64, from: usize, bytes: &[u8]) {
         let key = key(ino, lblk);
         let mut s = self.map.shard(key).lock();
         Self::overtake(&mut s, key);
         let guard = self.map.map.guard();
-        let Some(old) = self.map.map.get(&key, &guard) else { return };
+        let Some(old) = self.map.map.get(&key, &guard) else {
+            if from == 0 && bytes.len() == self.block_size {
+                drop(guard);
+                let page = Arc::new(Page { mark: CacheMark::new(), gen, data: bytes.into() });
+                self.map.put(&mut s, key, page);
+            }
+            return;
+        };
         let fits = from.checked_add(bytes.len()).is_some_and(|e| e <= self.block_size);
         if old.gen != gen || !fits {
             drop(guard);
@@ -233,6 +241,11 @@ mod tests {
         c.written(5, 3, 8, 0, &[2]);
         assert!(c.get(5, 3, 7).is_none() && c.get(5, 3, 8).is_none());
         assert_eq!(c.len(), 0);
+        // A whole block written is cached; a part of one is not.
+        c.written(5, 9, 8, 0, &[3; 16]);
+        assert_eq!(c.get(5, 9, 8).unwrap().data(), &[3; 16]);
+        c.written(5, 10, 8, 0, &[3; 15]);
+        assert!(c.get(5, 10, 8).is_none());
     }
 
     /// A load that began before a write under its key ended is not cached: it may have read

@@ -132,8 +132,10 @@ fn budget_from<'a>(meminfo: &str, limits: impl Iterator<Item = &'a str>) -> usiz
 impl Default for Options {
     /// Read-only, commits every 5 s, and caches that may take an eighth of the machine's memory
     /// (or of the cgroup's limit): half for metadata blocks, three eighths for inodes, an eighth
-    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. Caches only grow as
-    /// files are used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes and 2.9M names.
+    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. The page cache may
+    /// take as much again (the whole eighth, at least 64 MiB). Caches only grow as files are
+    /// used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes, 2.9M names and 3 GiB of
+    /// file data.
     fn default() -> Self {
         let budget = cache_budget();
         Options {
