@@ -155,15 +155,15 @@ impl PageCache {
 
     /// Records that bytes `from..` of block `lblk` of `ino` are now `bytes` on the device (the
     /// write is done): a current page takes them, a stale one goes, a whole block written
-    /// becomes a page (as the kernel's writes leave their pages cached), and loads in flight
-    /// under the key will not be cached.
-    pub(crate) fn written(&self, ino: u32, lblk: u32, gen: u64, from: usize, bytes: &[u8]) {
+    /// becomes a page if `fill` (as the kernel's writes leave their pages cached), and loads
+    /// in flight under the key will not be cached.
+    pub(crate) fn written(&self, ino: u32, lblk: u32, gen: u64, from: usize, bytes: &[u8], fill: bool) {
         let key = key(ino, lblk);
         let mut s = self.map.shard(key).lock();
         Self::overtake(&mut s, key);
         let guard = self.map.map.guard();
         let Some(old) = self.map.map.get(&key, &guard) else {
-            if from == 0 && bytes.len() == self.block_size {
+            if fill && from == 0 && bytes.len() == self.block_size {
                 drop(guard);
                 let page = Arc::new(Page { mark: CacheMark::new(), gen, data: bytes.into() });
                 self.map.put(&mut s, key, page);
@@ -233,19 +233,21 @@ mod tests {
         assert_eq!(c.get(5, 3, 7).unwrap().data(), &[1u8; 16]);
         assert!(c.get(5, 3, 8).is_none(), "another generation sees nothing");
         assert!(c.get(5, 4, 7).is_none() && c.get(6, 3, 7).is_none());
-        c.written(5, 3, 7, 4, &[9, 9]);
+        c.written(5, 3, 7, 4, &[9, 9], true);
         let mut want = [1u8; 16];
         want[4..6].copy_from_slice(&[9, 9]);
         assert_eq!(c.get(5, 3, 7).unwrap().data(), &want);
         // A write in a newer generation drops the old page.
-        c.written(5, 3, 8, 0, &[2]);
+        c.written(5, 3, 8, 0, &[2], true);
         assert!(c.get(5, 3, 7).is_none() && c.get(5, 3, 8).is_none());
         assert_eq!(c.len(), 0);
         // A whole block written is cached; a part of one is not.
-        c.written(5, 9, 8, 0, &[3; 16]);
+        c.written(5, 9, 8, 0, &[3; 16], true);
         assert_eq!(c.get(5, 9, 8).unwrap().data(), &[3; 16]);
-        c.written(5, 10, 8, 0, &[3; 15]);
+        c.written(5, 10, 8, 0, &[3; 15], true);
         assert!(c.get(5, 10, 8).is_none());
+        c.written(5, 11, 8, 0, &[3; 16], false);
+        assert!(c.get(5, 11, 8).is_none(), "not filled when not asked");
     }
 
     /// A load that began before a write under its key ended is not cached: it may have read

@@ -30,6 +30,9 @@ const COARSE_TICK_NS: i128 = 4_000_000;
 /// Zeros for the parts of blocks a write or truncate must clear (the largest block size).
 static ZEROS: [u8; 65536] = [0; 65536];
 
+/// Writes shorter than this leave their whole blocks in the page cache.
+const FILL_WRITE: usize = 64 << 10;
+
 /// Blocks one write handle covers at most.
 pub(super) const CHUNK_BLOCKS: u64 = 2048;
 /// Allocations (or conversions) one handle makes at most, which bounds its buffers.
@@ -313,7 +316,10 @@ impl FsInner {
     }
 
     /// Tells the page cache that the file's bytes from `pos` are now `bytes` on the device
-    /// (write-through: cached pages take them, loads in flight are not cached).
+    /// (write-through: cached pages take them, loads in flight are not cached). Whole blocks
+    /// of writes shorter than `FILL_WRITE` become pages too; a stream of large writes would
+    /// pay an allocation and a copy per block for pages it rarely reads again (seqio wrote at
+    /// half its speed), and its readers read large pieces straight from the device anyway.
     pub(crate) fn pages_written(&self, inode: &Inode, pos: u64, bytes: &[u8]) {
         if !self.pcache.enabled() {
             return;
@@ -327,7 +333,7 @@ impl FsInner {
             let from = at % bs;
             let n = (end - at).min(bs - from);
             let src = &bytes[usize_from(at - pos)..usize_from(at - pos + n)];
-            self.pcache.written(inode.ino.0, lblk, gen, usize_from(from), src);
+            self.pcache.written(inode.ino.0, lblk, gen, usize_from(from), src, bytes.len() < FILL_WRITE);
             at += n;
         }
     }
