@@ -257,7 +257,7 @@ mod tests {
         let c = PageCache::new(1 << 20, 16);
         let early = c.begin_load(1, 0);
         let other = c.begin_load(1, 1);
-        c.written(1, 0, 3, 0, &[5; 16]);
+        c.written(1, 0, 3, 0, &[5; 16], false);
         c.end_load(early, 3, &[0; 16]);
         assert!(c.get(1, 0, 3).is_none(), "stale load dropped");
         c.end_load(other, 3, &[4; 16]);

@@ -78,7 +78,7 @@ impl FsInner {
             let sequential = inode.ra_next.load(Relaxed) == lblk;
             let mut end =
                 if sequential { want_end.max(u64::from(lblk) + READAHEAD_BLOCKS) } else { want_end };
-            end = end.min(last_blk).min(u64::from(lblk) + MAX_RUN_BLOCKS - 1);
+            end = end.min(last_blk).min(u64::from(lblk) + MAX_RUN_BLOCKS - 1).min(u64::from(u32::MAX));
             let (len, pblk) = match self.map_block(inode, lblk)? {
                 Mapping::Hole { len } => (len, None),
                 Mapping::Mapped { len, unwritten: true, .. } => (len, None),
@@ -87,7 +87,9 @@ impl FsInner {
             let n_blocks = (end - u64::from(lblk) + 1).min(len.max(1));
             // Cannot overflow: at most MAX_RUN_BLOCKS.
             let nb = usize_from(n_blocks);
-            let loads: Vec<_> = (0..nb).map(|i| self.pcache.begin_load(ino, lblk + i as u32)).collect();
+            // Cannot fail: `end` is at most u32::MAX.
+            let run_end = u32::try_from(u64::from(lblk) + n_blocks - 1).unwrap_or(u32::MAX);
+            let loads: Vec<_> = (lblk..=run_end).map(|b| self.pcache.begin_load(ino, b)).collect();
             let mut run = vec![0u8; nb * bsz];
             let res = match pblk {
                 None => Ok(()),
@@ -108,7 +110,7 @@ impl FsInner {
             if sequential {
                 stats.readahead.fetch_add(1, Relaxed);
             }
-            inode.ra_next.store(lblk.saturating_add(u32::try_from(nb).unwrap_or(u32::MAX)), Relaxed);
+            inode.ra_next.store(run_end.saturating_add(1), Relaxed);
         }
         Ok(total)
     }
