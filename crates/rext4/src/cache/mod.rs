@@ -1,5 +1,6 @@
 //! Caches: the sharded lock-free map every cache is built on (this file), metadata buffers
-//! (`buffer`), names (`dcache`) and xattr-block and EA-inode sharing (`mbcache`).
+//! (`buffer`), names (`dcache`), xattr-block and EA-inode sharing (`mbcache`) and file data
+//! (`page`).
 //!
 //! ## This module
 //! A bounded map from `u64` keys to shared entries, read without locks, so that threads
@@ -46,6 +47,7 @@
 pub(crate) mod buffer;
 pub(crate) mod dcache;
 pub(crate) mod mbcache;
+pub(crate) mod page;
 
 use crate::error::Result;
 use crate::sync::{Mutex, MutexGuard};

@@ -150,6 +150,10 @@ impl FsInner {
                     for e in &written {
                         self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))?;
                     }
+                    if !written.is_empty() {
+                        // Written blocks now read as zeros: their pages go.
+                        inode.invalidate_pages();
+                    }
                     let conv_end = if written.len() == OPS_PER_HANDLE {
                         written.last().map_or(upto, |e| e.lblk + e.len)
                     } else {
@@ -261,6 +265,8 @@ impl FsInner {
             self.ext_shift(&h, inode, &mut raw, lo + n, -(n as i64))?;
             crate::inode::write::raw_set_size(&mut raw, size - len);
         }
+        // Every block from `lo` on moved.
+        inode.invalidate_pages();
         raw_touch_cm(&mut raw, now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);

@@ -1,11 +1,26 @@
-//! Reading file data (the read side of the kernel's `file.c` / `readpage`): through the block
-//! map straight from the device, holes and unwritten extents as zeros.
+//! Reading file data (the read side of the kernel's `file.c`, `filemap.c`, `readpage` and
+//! `readahead.c`): small reads of regular files through the page cache (cache/page.rs), with
+//! readahead when a miss follows the last one; large reads, and everything that is not a
+//! regular file's data, through the block map straight from the device (which always holds
+//! what the pages hold: the cache is write-through, docs/pagecache.md). Holes and unwritten
+//! extents read as zeros.
 
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::map::Mapping;
+use crate::num::usize_from;
 use rext4_format::inode::{ENCRYPT_FL, S_IFDIR, S_IFLNK, S_IFREG};
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+/// Reads at least this long go straight to the device, without the page cache: a stream
+/// gains nothing from copies of its blocks (and the device holds what the pages hold).
+const DIRECT_READ: usize = 64 << 10;
+/// Blocks a sequential miss reads ahead of itself (128 KiB of 4 KiB blocks, the kernel's
+/// default `read_ahead_kb`).
+const READAHEAD_BLOCKS: u64 = 32;
+/// Most blocks one miss reads.
+const MAX_RUN_BLOCKS: u64 = 64;
 
 impl FsInner {
     /// `read(2)` on a regular file.
@@ -20,7 +35,84 @@ impl FsInner {
         }
         // Writers change the map under this lock exclusively (and fill new blocks first).
         let _d = inode.data_sem.read();
-        self.read_data(inode, offset, buf)
+        if buf.len() >= DIRECT_READ || !self.pcache.enabled() || self.has_inline_data(inode) {
+            if buf.len() >= DIRECT_READ {
+                self.pcache.stats.direct.fetch_add(1, Relaxed);
+            }
+            return self.read_data(inode, offset, buf);
+        }
+        self.read_cached(inode, offset, buf)
+    }
+
+    /// A read through the page cache: copies from the pages it finds; a miss reads the run of
+    /// blocks from there to the end of the request (and further when it follows the last miss:
+    /// readahead) in one device read and caches it. The caller holds `data_sem` shared.
+    fn read_cached(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = inode.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let total = buf.len().min(usize::try_from(size - offset).unwrap_or(usize::MAX));
+        let bs = u64::from(self.sbi.block_size);
+        let bsz = usize_from(bs);
+        let gen = inode.pages_gen.load(Acquire);
+        let ino = inode.ino.0;
+        let last_blk = (size - 1) / bs;
+        let mut done = 0usize;
+        while done < total {
+            let pos = offset + done as u64;
+            let in_block = usize_from(pos % bs);
+            let Ok(lblk) = u32::try_from(pos / bs) else {
+                buf[done..total].fill(0);
+                break;
+            };
+            if let Some(p) = self.pcache.get(ino, lblk, gen) {
+                let n = (total - done).min(bsz - in_block);
+                buf[done..done + n].copy_from_slice(&p.data()[in_block..in_block + n]);
+                done += n;
+                continue;
+            }
+            // A miss: the blocks up to the end of the request, or a readahead window past it
+            // when this miss follows the last one.
+            let want_end = (offset + total as u64 - 1) / bs;
+            let sequential = inode.ra_next.load(Relaxed) == lblk;
+            let mut end =
+                if sequential { want_end.max(u64::from(lblk) + READAHEAD_BLOCKS) } else { want_end };
+            end = end.min(last_blk).min(u64::from(lblk) + MAX_RUN_BLOCKS - 1).min(u64::from(u32::MAX));
+            let (len, pblk) = match self.map_block(inode, lblk)? {
+                Mapping::Hole { len } => (len, None),
+                Mapping::Mapped { len, unwritten: true, .. } => (len, None),
+                Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
+            };
+            let n_blocks = (end - u64::from(lblk) + 1).min(len.max(1));
+            // Cannot overflow: at most MAX_RUN_BLOCKS.
+            let nb = usize_from(n_blocks);
+            // Cannot fail: `end` is at most u32::MAX.
+            let run_end = u32::try_from(u64::from(lblk) + n_blocks - 1).unwrap_or(u32::MAX);
+            let loads: Vec<_> = (lblk..=run_end).map(|b| self.pcache.begin_load(ino, b)).collect();
+            let mut run = vec![0u8; nb * bsz];
+            let res = match pblk {
+                None => Ok(()),
+                Some(p) => self.dev.read_at(&mut run, p * bs).map_err(Error::from),
+            };
+            for (i, l) in loads.into_iter().enumerate() {
+                // After an error: unregistered, nothing cached.
+                let data = if res.is_ok() { &run[i * bsz..(i + 1) * bsz] } else { &[][..] };
+                self.pcache.end_load(l, gen, data);
+            }
+            res?;
+            let avail = nb * bsz - in_block;
+            let n = (total - done).min(avail);
+            buf[done..done + n].copy_from_slice(&run[in_block..in_block + n]);
+            done += n;
+            let stats = &self.pcache.stats;
+            stats.misses.fetch_add(1, Relaxed);
+            if sequential {
+                stats.readahead.fetch_add(1, Relaxed);
+            }
+            inode.ra_next.store(run_end.saturating_add(1), Relaxed);
+        }
+        Ok(total)
     }
 
     /// Reads the data of any block- or extent-mapped or inline inode, up to its size.

@@ -30,6 +30,9 @@ const COARSE_TICK_NS: i128 = 4_000_000;
 /// Zeros for the parts of blocks a write or truncate must clear (the largest block size).
 static ZEROS: [u8; 65536] = [0; 65536];
 
+/// Writes shorter than this leave their whole blocks in the page cache.
+const FILL_WRITE: usize = 64 << 10;
+
 /// Blocks one write handle covers at most.
 pub(super) const CHUNK_BLOCKS: u64 = 2048;
 /// Allocations (or conversions) one handle makes at most, which bounds its buffers.
@@ -126,8 +129,9 @@ impl FsInner {
         self.clear_inline_record(inode.ino, &mut raw)?;
         if !data.is_empty() {
             let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
-            self.write_runs(&f.runs, 0, &data)?;
+            self.write_runs(inode, &f.runs, 0, &data)?;
         }
+        inode.invalidate_pages();
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
         h.stop();
@@ -176,6 +180,7 @@ impl FsInner {
                 let n = (b - pos).min(bs);
                 let phys = e.pblk * bs + (pos - e.lblk * bs);
                 self.dev.write_at(&ZEROS[..usize_from(n)], phys)?;
+                self.pages_written(inode, pos, &ZEROS[..usize_from(n)]);
                 pos += n;
             }
         }
@@ -282,7 +287,7 @@ impl FsInner {
 
     /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
     /// zeroing the uncovered parts of freshly mapped blocks.
-    pub(crate) fn write_runs(&self, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write_runs(&self, inode: &Inode, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
         for r in runs {
@@ -302,10 +307,35 @@ impl FsInner {
                 }
             }
             if a < b {
-                self.dev.write_at(&data[usize_from(a - offset)..usize_from(b - offset)], phys(a))?;
+                let bytes = &data[usize_from(a - offset)..usize_from(b - offset)];
+                self.dev.write_at(bytes, phys(a))?;
+                self.pages_written(inode, a, bytes);
             }
         }
         Ok(())
+    }
+
+    /// Tells the page cache that the file's bytes from `pos` are now `bytes` on the device
+    /// (write-through: cached pages take them, loads in flight are not cached). Whole blocks
+    /// of writes shorter than `FILL_WRITE` become pages too; a stream of large writes would
+    /// pay an allocation and a copy per block for pages it rarely reads again (seqio wrote at
+    /// half its speed), and its readers read large pieces straight from the device anyway.
+    pub(crate) fn pages_written(&self, inode: &Inode, pos: u64, bytes: &[u8]) {
+        if !self.pcache.enabled() {
+            return;
+        }
+        let bs = u64::from(self.sbi.block_size);
+        let gen = inode.pages_gen.load(std::sync::atomic::Ordering::Acquire);
+        let mut at = pos;
+        let end = pos + bytes.len() as u64;
+        while at < end {
+            let Ok(lblk) = u32::try_from(at / bs) else { break };
+            let from = at % bs;
+            let n = (end - at).min(bs - from);
+            let src = &bytes[usize_from(at - pos)..usize_from(at - pos + n)];
+            self.pcache.written(inode.ino.0, lblk, gen, usize_from(from), src, bytes.len() < FILL_WRITE);
+            at += n;
+        }
     }
 
     /// Overwrites `data` in place when every block it covers is mapped and written and the
@@ -343,7 +373,7 @@ impl FsInner {
             }
             let runs: Vec<Run> =
                 runs.iter().map(|e| Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }).collect();
-            self.write_runs(&runs, offset, data)?;
+            self.write_runs(inode, &runs, offset, data)?;
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the
         // kernel's coarse clock makes them; otherwise only fsync needs to know.
@@ -432,7 +462,7 @@ impl FsInner {
                 Err(Error::NoSpace) if lblk * bs > offset => break,
                 Err(e) => return Err(e),
             };
-            self.write_runs(&runs, offset, data)?;
+            self.write_runs(&inode, &runs, offset, data)?;
             let written_end = (reached * bs).min(end);
             if written_end > size {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
@@ -497,6 +527,8 @@ impl FsInner {
                 self.ind_truncate(&hd, inode, &mut raw, start)?;
                 start
             };
+            // Freed blocks read as zeros (or nothing) now; their pages go.
+            inode.invalidate_pages();
             self.mark_inode_dirty(&hd, inode, &mut raw)?;
             drop(raw);
             hd.stop();
@@ -536,6 +568,7 @@ impl FsInner {
             }
             crate::inode::write::raw_set_size(&mut raw, new_size);
             raw_touch_cm(&mut raw, now());
+            inode.invalidate_pages();
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             (new_size < old, old)
         };

@@ -39,6 +39,9 @@ use std::sync::Arc;
 pub struct Options {
     /// Bytes of metadata blocks to cache (default: see [`Options::default`]).
     pub cache_bytes: usize,
+    /// Bytes of file data to cache (default: see [`Options::default`]; 0 keeps none, and
+    /// every read goes to the device).
+    pub page_cache_bytes: usize,
     /// Inodes to cache (default: see [`Options::default`]; about 430 bytes each when cached).
     pub inode_cache: usize,
     /// Name lookups to cache (default: see [`Options::default`]; about 110 bytes each).
@@ -129,12 +132,15 @@ fn budget_from<'a>(meminfo: &str, limits: impl Iterator<Item = &'a str>) -> usiz
 impl Default for Options {
     /// Read-only, commits every 5 s, and caches that may take an eighth of the machine's memory
     /// (or of the cgroup's limit): half for metadata blocks, three eighths for inodes, an eighth
-    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. Caches only grow as
-    /// files are used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes and 2.9M names.
+    /// for names; at least 64 MiB of blocks and 262,144 inodes and names. The page cache may
+    /// take as much again (the whole eighth, at least 64 MiB). Caches only grow as files are
+    /// used: on a 24 GiB machine, 1.5 GiB of blocks, 2.2M inodes, 2.9M names and 3 GiB of
+    /// file data.
     fn default() -> Self {
         let budget = cache_budget();
         Options {
             cache_bytes: (budget / 2).max(MIN_CACHE_BYTES),
+            page_cache_bytes: budget.max(MIN_CACHE_BYTES),
             inode_cache: (budget / 8 * 3 / INODE_COST).max(MIN_CACHED),
             name_cache: (budget / 8 / NAME_COST).max(MIN_CACHED),
             writable: false,
@@ -144,6 +150,21 @@ impl Default for Options {
             grpid: false,
         }
     }
+}
+
+/// What the page cache holds and how reads used it ([`Fs::page_cache_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCacheStats {
+    /// Pages cached (one filesystem block each), current or left by an invalidation.
+    pub pages: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Reads that missed and read a run of blocks from the device.
+    pub misses: u64,
+    /// Misses that followed the last one and read ahead.
+    pub readahead: u64,
+    /// Reads large enough to go straight to the device.
+    pub direct_reads: u64,
 }
 
 /// Shared state behind every [`Fs`] handle.
@@ -163,6 +184,8 @@ pub(crate) struct FsInner {
     pub sb_buf: Arc<Buffer>,
     /// Inodes. [sharded, see cache/mod.rs]
     pub icache: ShardedCache<Inode>,
+    /// File data. [sharded, see cache/page.rs]
+    pub pcache: crate::cache::page::PageCache,
     /// Name lookups. [sharded, see cache/dcache.rs]
     pub dcache: crate::cache::dcache::Dcache,
     /// Xattr blocks by hash, for sharing. [sharded, see cache/mbcache.rs]
@@ -341,11 +364,26 @@ impl Fs {
     pub fn drop_caches(&self) {
         self.inner.bcache.shrink();
         self.inner.icache.shrink();
+        self.inner.pcache.shrink();
     }
 
     /// Numbers of cached metadata blocks and inodes.
     pub fn cache_counts(&self) -> (usize, usize) {
         (self.inner.bcache.len(), self.inner.icache.len())
+    }
+
+    /// The page cache's figures: pages held and how reads used it.
+    pub fn page_cache_stats(&self) -> PageCacheStats {
+        let p = &self.inner.pcache;
+        let pages = p.len();
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        PageCacheStats {
+            pages,
+            bytes: pages as u64 * u64::from(self.inner.sbi.block_size),
+            misses: get(&p.stats.misses),
+            readahead: get(&p.stats.readahead),
+            direct_reads: get(&p.stats.direct),
+        }
     }
 }
 
@@ -369,6 +407,7 @@ impl FsInner {
             free_inodes: crate::alloc::counter::ShardedCounter::new(free_inodes as i64),
             dirs: crate::alloc::counter::ShardedCounter::new(dirs as i64),
         });
+        let pcache = crate::cache::page::PageCache::new(opts.page_cache_bytes, sbi.block_size as usize);
         Ok(FsInner {
             dev,
             sbi,
@@ -377,6 +416,7 @@ impl FsInner {
             bcache,
             sb_buf,
             icache: ShardedCache::new(opts.inode_cache, 512),
+            pcache,
             dcache: crate::cache::dcache::Dcache::new(opts.name_cache),
             xattr_cache: crate::cache::mbcache::MbCache::new(4096),
             ea_inode_cache: crate::cache::mbcache::MbCache::new(4096),

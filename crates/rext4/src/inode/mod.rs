@@ -94,6 +94,12 @@ pub(crate) struct Inode {
     /// none yet), where the next is sought first (see `FsInner::alloc_inode`). A hint, read
     /// and moved by creates, which this directory's `op_lock` serialises. [atomic]
     pub child_goal: AtomicU32,
+    /// Generation of this file's pages in the page cache (see cache/page.rs): moved on, under
+    /// `data_sem` held exclusive, when the map changes in a way no write describes. [atomic]
+    pub pages_gen: std::sync::atomic::AtomicU64,
+    /// The block after the last one a read missed in the page cache: a miss there is
+    /// sequential and reads ahead. [atomic; a hint]
+    pub ra_next: AtomicU32,
 }
 
 impl Cached for Inode {
@@ -144,7 +150,15 @@ impl Inode {
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(ORPHAN_NONE),
             child_goal: AtomicU32::new(0),
+            pages_gen: std::sync::atomic::AtomicU64::new(crate::cache::page::next_gen()),
+            ra_next: AtomicU32::new(u32::MAX),
         }
+    }
+
+    /// Drops every cached page of this file (the caller holds `data_sem` exclusive and has
+    /// changed the map).
+    pub(crate) fn invalidate_pages(&self) {
+        self.pages_gen.store(crate::cache::page::next_gen(), Ordering::Release);
     }
 
     /// A decoded copy of the base and extra fields.

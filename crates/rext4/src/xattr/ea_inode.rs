@@ -186,7 +186,7 @@ impl FsInner {
         let mut lblk = 0;
         while lblk < blocks {
             let filled = self.fill_map(h, inode, &mut raw, lblk, blocks, false)?;
-            self.write_runs(&filled.runs, 0, value)?;
+            self.write_runs(inode, &filled.runs, 0, value)?;
             if filled.reached <= lblk {
                 return Err(Error::NoSpace);
             }

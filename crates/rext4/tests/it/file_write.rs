@@ -36,6 +36,30 @@ fn read_all(fs: &Fs, ino: InodeNo) -> Vec<u8> {
     buf
 }
 
+/// Reads the whole file in pieces of `piece` bytes (small enough to go through the page cache).
+fn read_pieces(fs: &Fs, ino: InodeNo, piece: usize) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    let mut done = 0;
+    while done < size {
+        let end = (done + piece).min(size);
+        let n = fs.read(ino, done as u64, &mut buf[done..end]).unwrap();
+        assert!(n > 0, "short read at {done} of {size}");
+        done += n;
+    }
+    buf
+}
+
+/// Checks the file against `model` through the page cache (pieces of odd sizes, so that
+/// reads start and end inside blocks) and straight from the device (one large read).
+fn check_both(fs: &Fs, ino: InodeNo, model: &[u8], what: &str) {
+    let cached = read_pieces(fs, ino, 3000);
+    assert!(cached == model, "{what}: cached reads differ (len {} vs {})", cached.len(), model.len());
+    let mut whole = vec![0u8; model.len() + 70_000];
+    let n = fs.read(ino, 0, &mut whole).unwrap();
+    assert!(whole[..n] == *model, "{what}: direct read differs (len {n} vs {})", model.len());
+}
+
 fn truncate(fs: &Fs, ino: InodeNo, size: u64) -> rext4::Result<()> {
     fs.setattr(ino, &SetAttr { size: Some(size), ..SetAttr::default() }).map(|_| ())
 }
@@ -160,13 +184,19 @@ fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
 }
 
 fn run_model(img: &Path, ops: &[Op], bs: u64) {
-    let fs = rw(img);
+    run_model_with(img, ops, bs, Options { writable: true, ..Options::default() });
+}
+
+/// Applies `ops`, reading the file back after each one both through the page cache and
+/// straight from the device (so every operation meets pages cached by the reads before it),
+/// then checks the image with e2fsck and the kernel.
+fn run_model_with(img: &Path, ops: &[Op], bs: u64, opts: Options) {
+    let fs = Fs::open_with(img, opts).unwrap();
     let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let mut model = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         apply(&fs, ino, &mut model, op, bs);
-        let got = read_all(&fs, ino);
-        assert!(got == model, "after op {i} {op:?}: contents differ (len {} vs {})", got.len(), model.len());
+        check_both(&fs, ino, &model, &format!("after op {i} {op:?}"));
     }
     fs.unmount().unwrap();
     drop(fs);
@@ -174,6 +204,7 @@ fn run_model(img: &Path, ops: &[Op], bs: u64) {
     let fs = Fs::open(img).unwrap();
     let ino = fs.resolve("/f", false).unwrap();
     assert!(read_all(&fs, ino) == model, "contents differ after reopening");
+    check_both(&fs, ino, &model, "after reopening");
     kernel_reads(img, &[("f".into(), model)]);
 }
 
@@ -203,6 +234,15 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let img = mkfs(dir.path(), "m", &["-O", "inline_data", "-I", "256"], "64M");
         run_model(&img, &ops, 4096);
+    }
+
+    /// A page cache of 64 KiB: pages are evicted and loaded again between operations.
+    #[test]
+    fn model_4k_extents_small_page_cache(ops in proptest::collection::vec(op(true), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &[], "256M");
+        let opts = Options { writable: true, page_cache_bytes: 64 << 10, ..Options::default() };
+        run_model_with(&img, &ops, 4096, opts);
     }
 
     #[test]
