@@ -43,6 +43,20 @@ pub fn extent_depth(img: &Path, path: &str) -> u32 {
         .unwrap_or_else(|| panic!("no extent listing for {path}:\n{text}"))
 }
 
+/// Extents of the file at `path` in `img` (leaf entries of `debugfs ex`).
+pub fn extent_count(img: &Path, path: &str) -> usize {
+    let o = run(Command::new(tool("debugfs")).arg("-R").arg(format!("ex {path}")).arg(img));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    // Data lines start with "level/ max"; leaves have level == max.
+    text.lines()
+        .filter(|l| {
+            let Some((lv, rest)) = l.trim_start().split_once('/') else { return false };
+            let max = rest.split_whitespace().next().and_then(|m| m.parse::<u32>().ok());
+            lv.trim().parse::<u32>().ok().is_some_and(|lv| Some(lv) == max)
+        })
+        .count()
+}
+
 /// The value of `key` in `dumpe2fs -h`'s listing of `img` ("" if it has no such line).
 pub fn sb_field(img: &Path, key: &str) -> String {
     let out = run(Command::new(tool("dumpe2fs")).arg("-h").arg(img));

@@ -132,6 +132,17 @@ impl FsInner {
             sbi.first_data_block
         };
         let goal_group = self.block_group(goal);
+        match self.search_groups(h, goal, goal_group, want, n) {
+            // The only free blocks left may be set aside for files' appends: give those back.
+            Err(Error::NoSpace) if self.discard_all_preallocs() => {
+                self.search_groups(h, goal, goal_group, want, n)
+            }
+            r => r,
+        }
+    }
+
+    fn search_groups(&self, h: &Handle, goal: u64, goal_group: u32, want: u32, n: u32) -> Result<(u64, u32)> {
+        let sbi = &self.sbi;
         // First pass: a group with room for the whole run; second: any free block.
         for full in [true, false] {
             for k in 0..n {
@@ -172,7 +183,7 @@ impl FsInner {
         // Look without the group lock first.
         let found = {
             let map = buf.data();
-            let busy = self.busy_ranges(g);
+            let busy = self.avoid_ranges(g);
             search(&with_busy(&map, &busy))
         };
         let Some(mut found) = found else { return Ok(None) };
@@ -180,7 +191,7 @@ impl FsInner {
         // Under the lock: take what we found if it is still free; if another thread won it,
         // search once more with the lock held. Frees push their busy ranges under this lock,
         // so the list read here is complete.
-        let busy = self.busy_ranges(g);
+        let busy = self.avoid_ranges(g);
         {
             let view = with_busy(&map, &busy);
             if (found.0..found.0 + found.1).any(|i| bitmap::test(&view, i)) {
@@ -231,6 +242,70 @@ impl FsInner {
             busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, committed));
         }
         busy.iter().map(|&(off, len, _)| (off as usize, len as usize)).collect()
+    }
+
+    /// What an allocation in group `g` must skip: its busy ranges and the blocks set aside for
+    /// files' appends.
+    fn avoid_ranges(&self, g: u32) -> Vec<(usize, usize)> {
+        let mut v = self.busy_ranges(g);
+        let pa = self.groups.state[g as usize].prealloc.lock();
+        v.extend(pa.iter().map(|&(off, len)| (off as usize, len as usize)));
+        v
+    }
+
+    /// Sets aside `len` blocks from `start`, taken in this handle by an allocation, for a
+    /// file's next appends: they go back to free in the bitmap and the counts, and on the
+    /// group's list of reserved ranges. Returns the reserve's epoch.
+    pub(crate) fn reserve(&self, h: &Handle, start: u64, len: u32) -> Result<u64> {
+        let (g, off) = self.sbi.block_group_offset(start);
+        let buf = self.block_bitmap(h, g)?;
+        let mut map = h.write(&buf)?;
+        let st = &self.groups.state[g as usize];
+        let epoch = {
+            // On the list before the bits clear, under the bitmap lock: no allocation sees
+            // them free in between.
+            let mut pa = st.prealloc.lock();
+            pa.push((off, len));
+            self.pa_blocks.fetch_add(u64::from(len), Ordering::AcqRel);
+            self.pa_epoch.load(Ordering::Acquire)
+        };
+        bitmap::clear_range(&mut map, off as usize, (off + len) as usize);
+        st.free_blocks.fetch_add(len, Ordering::AcqRel);
+        drop(map);
+        self.counters.free_blocks.add(i64::from(len));
+        self.touch_group_desc(h, g)?;
+        Ok(epoch)
+    }
+
+    /// Takes the first `n` blocks of the reserve starting at `start` for its file. False when
+    /// the reserve is gone (all were given back) or its blocks are not free: the caller
+    /// allocates anew.
+    pub(crate) fn take_reserved(&self, h: &Handle, start: u64, n: u32) -> Result<bool> {
+        let (g, off) = self.sbi.block_group_offset(start);
+        let buf = self.block_bitmap(h, g)?;
+        let mut map = h.write(&buf)?;
+        let st = &self.groups.state[g as usize];
+        {
+            let mut pa = st.prealloc.lock();
+            let Some(i) = pa.iter().position(|&(o, l)| o == off && l >= n) else { return Ok(false) };
+            let range = off as usize..(off + n) as usize;
+            if range.clone().any(|b| bitmap::test(&map, b)) || !self.zones.clear_of(None, start, u64::from(n))
+            {
+                return Ok(false);
+            }
+            if pa[i].1 == n {
+                pa.swap_remove(i);
+            } else {
+                pa[i] = (off + n, pa[i].1 - n);
+            }
+            self.pa_blocks.fetch_sub(u64::from(n), Ordering::AcqRel);
+        }
+        bitmap::set_range(&mut map, off as usize, (off + n) as usize);
+        st.free_blocks.fetch_sub(n, Ordering::AcqRel);
+        drop(map);
+        self.counters.free_blocks.add(-i64::from(n));
+        self.touch_group_desc(h, g)?;
+        Ok(true)
     }
 
     /// Whether any freed block waits for its transaction to commit before it can be reused

@@ -20,6 +20,13 @@ pub(super) fn set_range(map: &mut [u8], from: usize, to: usize) {
     }
 }
 
+/// Clears bits `from..to`.
+pub(super) fn clear_range(map: &mut [u8], from: usize, to: usize) {
+    for i in from..to {
+        clear(map, i);
+    }
+}
+
 /// The first clear bit in `start..end`, if any; aligned 64-bit words of set bits are skipped
 /// at once (a nearly full inode bitmap is scanned on every allocation).
 pub(super) fn find_zero(map: &[u8], start: usize, end: usize) -> Option<usize> {

@@ -30,6 +30,10 @@ pub(crate) struct GroupState {
     /// pointing at a new owner's data (mballoc's busy extents). Pushed under the group's
     /// bitmap lock. [own lock]
     pub busy: crate::sync::Mutex<Vec<(u32, u32, u32)>>,
+    /// Free blocks set aside for a file's next appends, as (offset in group, length): skipped
+    /// by every other allocation (alloc/prealloc.rs). Pushed under the group's bitmap lock.
+    /// [own lock]
+    pub prealloc: crate::sync::Mutex<Vec<(u32, u32)>>,
 }
 
 /// Every group's descriptor, as read at open, and its live counts.
@@ -83,6 +87,7 @@ impl Groups {
                 flags: AtomicU32::new(u32::from(d.flags())),
                 itable_unused: AtomicU32::new(d.itable_unused(ds)),
                 busy: crate::sync::Mutex::new(Vec::new()),
+                prealloc: crate::sync::Mutex::new(Vec::new()),
             })
             .collect();
         let desc_blocks = (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), first_group(i))).collect();

@@ -11,6 +11,7 @@
 //! | `ialloc` | inode allocation and freeing (`__ext4_new_inode`, `ext4_free_inode`) |
 //! | `balloc` | block allocation and freeing, BLOCK_UNINIT groups, busy extents |
 //! | `counter` | sharded counters for the filesystem-wide free counts |
+//! | `prealloc` | per-inode reserves of blocks for files that grow by appends |
 //!
 //! # Locking
 //! journal handle -> a group's bitmap `Buffer::data` (write: the group's allocation lock) ->
@@ -21,6 +22,7 @@ pub(crate) mod bitmap;
 pub(crate) mod counter;
 pub(crate) mod group;
 pub(crate) mod ialloc;
+pub(crate) mod prealloc;
 #[cfg(test)]
 // Fixtures are built from small known values; a narrowing cast there is the clearest form.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

@@ -237,7 +237,10 @@ impl FsInner {
                     };
                     let step = if extents {
                         let want = u32::try_from(hole_end - cur).unwrap_or(u32::MAX);
-                        let got = match self.alloc_blocks(h, goal, want, false) {
+                        // Nothing mapped past the hole: the file grows here, and a reserve
+                        // keeps its next appends in the same run.
+                        let appending = next.is_none();
+                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending) {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {

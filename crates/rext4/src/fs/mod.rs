@@ -186,6 +186,10 @@ pub(crate) struct FsInner {
     pub icache: ShardedCache<Inode>,
     /// File data. [sharded, see cache/page.rs]
     pub pcache: crate::cache::page::PageCache,
+    /// Blocks set aside for files' appends, all groups together, and the count of discards of
+    /// them all (alloc/prealloc.rs). [atomics]
+    pub pa_blocks: std::sync::atomic::AtomicU64,
+    pub pa_epoch: std::sync::atomic::AtomicU64,
     /// Name lookups. [sharded, see cache/dcache.rs]
     pub dcache: crate::cache::dcache::Dcache,
     /// Xattr blocks by hash, for sharing. [sharded, see cache/mbcache.rs]
@@ -417,6 +421,8 @@ impl FsInner {
             sb_buf,
             icache: ShardedCache::new(opts.inode_cache, 512),
             pcache,
+            pa_blocks: std::sync::atomic::AtomicU64::new(0),
+            pa_epoch: std::sync::atomic::AtomicU64::new(0),
             dcache: crate::cache::dcache::Dcache::new(opts.name_cache),
             xattr_cache: crate::cache::mbcache::MbCache::new(4096),
             ea_inode_cache: crate::cache::mbcache::MbCache::new(4096),

@@ -100,6 +100,9 @@ pub(crate) struct Inode {
     /// The block after the last one a read missed in the page cache: a miss there is
     /// sequential and reads ahead. [atomic; a hint]
     pub ra_next: AtomicU32,
+    /// Blocks set aside for this file's next appends (alloc/prealloc.rs); only while it is
+    /// held open. [own mutex; taken before a group's bitmap lock]
+    pub prealloc: crate::sync::Mutex<Option<crate::alloc::prealloc::Prealloc>>,
 }
 
 impl Cached for Inode {
@@ -113,6 +116,10 @@ impl Cached for Inode {
     fn evict(&self) -> Evict {
         let s = self.refs.load(Ordering::Acquire);
         if s & REF_UNLINKED != 0 && s & REF_DEAD == 0 || self.orphan.load(Ordering::Acquire) != ORPHAN_NONE {
+            return Evict::Keep;
+        }
+        // A reserve of blocks is known only here: kept until its file is released.
+        if self.prealloc.try_lock().is_none_or(|p| p.is_some()) {
             return Evict::Keep;
         }
         let holds = s & REF_COUNT;
@@ -152,7 +159,13 @@ impl Inode {
             child_goal: AtomicU32::new(0),
             pages_gen: std::sync::atomic::AtomicU64::new(crate::cache::page::next_gen()),
             ra_next: AtomicU32::new(u32::MAX),
+            prealloc: crate::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether someone holds the inode open.
+    pub(crate) fn is_held(&self) -> bool {
+        self.refs.load(Ordering::Acquire) & REF_COUNT != 0
     }
 
     /// Drops every cached page of this file (the caller holds `data_sem` exclusive and has

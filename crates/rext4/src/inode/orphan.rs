@@ -729,9 +729,13 @@ impl Fs {
                 let last_of_orphan = count == 1 && s & REF_UNLINKED != 0;
                 let new = if last_of_orphan { REF_DEAD } else { s - 1 };
                 match inode.refs.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) if last_of_orphan => return self.inner.evict(&inode),
+                    Ok(_) if last_of_orphan => {
+                        self.inner.discard_prealloc(&inode);
+                        return self.inner.evict(&inode);
+                    }
                     Ok(_) => {
                         if count == 1 {
+                            self.inner.discard_prealloc(&inode);
                             // Closed by everyone: lock state that holds nothing goes.
                             self.inner.locks.forget_idle(ino.0);
                         }

@@ -22,6 +22,7 @@ mod namespace;
 mod namespace_model;
 mod orphan;
 mod page_cache;
+mod prealloc;
 mod read_variants;
 mod recovery;
 mod stats;
