@@ -52,6 +52,7 @@ mod inode;
 mod jbd2;
 mod locks;
 mod map;
+mod mkfs;
 mod namei;
 mod num;
 mod path;
@@ -69,6 +70,7 @@ pub use data::fallocate::{
 pub use error::{Corrupt, Error, Result};
 pub use fs::stats::{LockStat, OpStat, StatsReport};
 pub use fs::{ErrorBehavior, Fs, Options};
+pub use mkfs::{FormatOptions, FormatReport, FsType};
 pub use inode::flags::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use inode::write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;
