@@ -11,5 +11,6 @@ mod cli;
 mod first_steps;
 mod hostile;
 mod image_lock;
+mod mkfs;
 mod mount;
 mod readme;

@@ -44,7 +44,7 @@ impl Builder {
 
     /// Maps `runs` of (first physical block, length), logically contiguous from block 0, into
     /// `ino`'s extent tree: in the inode for up to four extents, else through one leaf block
-    /// allocated after the data (what `ext2fs_fallocate` does for a journal that long).
+    /// allocated from just before the data (as `ext2fs_fallocate` does for a journal that long).
     pub(crate) fn set_extents(&mut self, ino: u32, runs: &[(u64, u64)]) -> Result<()> {
         let mut extents = Vec::new();
         let mut lblk = 0u64;
@@ -83,8 +83,9 @@ impl Builder {
             if extents.len() > max {
                 return Err(Error::InvalidInput("journal too fragmented"));
             }
-            let last = runs.last().map_or(0, |&(s, l)| s + l);
-            let leaf = self.l.alloc_block(last)?;
+            // As the split of the inode's root places it: from the block before the data.
+            let goal = runs.first().map_or(0, |&(s, _)| s.saturating_sub(1));
+            let leaf = self.l.alloc_block(goal)?;
             let mut block = vec![0u8; bs];
             block[..12].copy_from_slice(header(extents.len(), max, 0).as_bytes());
             for (i, e) in extents.iter().enumerate() {

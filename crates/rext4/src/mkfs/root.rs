@@ -111,7 +111,10 @@ impl Builder {
         let mut goal = flex_start;
         for i in 0..nblocks {
             let b = self.l.new_block(goal)?;
-            let block = if i == 0 {
+            let block = if i == 0 && inline {
+                // Converted from inline data: the emptied inline space stays an entry.
+                self.dir_block(&[(LPF_INO, b"."), (ROOT_INO, b".."), (0, b"")])
+            } else if i == 0 {
                 self.dir_block(&[(LPF_INO, b"."), (ROOT_INO, b"..")])
             } else {
                 self.dir_block(&[])
@@ -130,7 +133,12 @@ impl Builder {
         }
         self.new_record(LPF_INO, S_IFDIR | 0o700, 2);
         self.map_dir(LPF_INO, &blks)?;
-        {
+        if inline {
+            // The in-inode xattr area that held `system.data` keeps its header.
+            let raw = self.inodes.get_mut(&LPF_INO).map(|r| &mut r[160..164]);
+            if let Some(h) = raw {
+                h.copy_from_slice(&0xEA02_0000u32.to_le_bytes());
+            }
             let mut r = self.record(LPF_INO);
             r.set_flags(r.flags() & !INLINE_DATA_FL);
         }
