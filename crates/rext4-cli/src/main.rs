@@ -9,6 +9,7 @@ mod fmt;
 mod imagepath;
 mod inspect;
 mod mkfs_cmd;
+mod mkfs_from;
 mod modify;
 mod mount_cmd;
 mod mount_helper;

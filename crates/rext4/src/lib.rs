@@ -43,6 +43,7 @@
 mod alloc;
 mod attr;
 mod cache;
+pub mod clock;
 mod data;
 pub mod dev;
 mod dir;

@@ -12,5 +12,6 @@ mod first_steps;
 mod hostile;
 mod image_lock;
 mod mkfs;
+mod mkfs_from;
 mod mount;
 mod readme;

@@ -104,6 +104,8 @@ pub struct FormatReport {
     pub inodes_count: u32,
     pub group_count: u32,
     pub journal_blocks: u32,
+    /// Where the journal lies: runs of (first block, blocks).
+    pub journal_extents: Vec<(u64, u64)>,
 }
 
 /// A filesystem being formatted: the layout, the records of the inodes made, and the blocks
@@ -232,6 +234,7 @@ impl Fs {
             inodes_count: geo.inodes_count(),
             group_count: geo.group_count,
             journal_blocks,
+            journal_extents: b.zero_ranges.clone(),
         })
     }
 }

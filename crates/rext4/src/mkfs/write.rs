@@ -201,17 +201,14 @@ impl Builder {
                 backup.s_state.set(backup.s_state.get() & !STATE_VALID);
                 backup.update_checksum();
                 dev.write_at(backup.as_bytes(), sb_blk * bs)?;
-                written += 1024;
             }
             if old != 0 {
                 dev.write_at(&table[..usize_from(old_desc_blocks * bs)], old * bs)?;
-                written += old_desc_blocks * bs;
             }
             if new != 0 {
                 let mb = u64::from(gi) / per;
                 let from = usize_from(mb * bs);
                 dev.write_at(&table[from..from + usize_from(bs)], new * bs)?;
-                written += bs;
             }
         }
         self.sb.s_block_group_nr.set(0);
