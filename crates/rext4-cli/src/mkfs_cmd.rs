@@ -176,7 +176,14 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                 let bytes = parse_size(v, Some(1))?;
                 o.orphan_file_blocks = Some(u32::try_from(bytes).map_err(|_| "orphan file too large")?);
             }
-            ("lazy_itable_init" | "lazy_journal_init" | "discard" | "nodiscard" | "assume_storage_prezeroed", _) => {}
+            (
+                "lazy_itable_init"
+                | "lazy_journal_init"
+                | "discard"
+                | "nodiscard"
+                | "assume_storage_prezeroed",
+                _,
+            ) => {}
             _ => return Err(format!("unsupported extended option: {e}")),
         }
     }
@@ -319,7 +326,11 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
             r.block_size,
             r.inodes_count,
             r.group_count,
-            if r.journal_blocks > 0 { format!(", journal of {} blocks", r.journal_blocks) } else { String::new() }
+            if r.journal_blocks > 0 {
+                format!(", journal of {} blocks", r.journal_blocks)
+            } else {
+                String::new()
+            }
         );
     }
     let _ = a.force;

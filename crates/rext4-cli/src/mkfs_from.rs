@@ -54,14 +54,16 @@ pub(crate) fn parse_manifest(text: &str) -> CliResult<BTreeMap<Vec<u8>, Override
         let mut pos = 0;
         for w in words {
             let num = |v: &str| v.parse::<u32>().map_err(|_| bad("bad number"));
-            let mode = |v: &str| u16::from_str_radix(v, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| bad("bad mode"));
+            let mode = |v: &str| {
+                u16::from_str_radix(v, 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| bad("bad mode"))
+            };
             match w.split_once('=') {
                 Some(("uid", v)) => o.uid = Some(num(v)?),
                 Some(("gid", v)) => o.gid = Some(num(v)?),
                 Some(("mode", v)) => o.mode = Some(mode(v)?),
                 Some(("mtime", v)) => o.mtime = Some(v.parse().map_err(|_| bad("bad time"))?),
                 Some((k, v)) if k.starts_with("xattr.") => {
-                    o.xattrs.push((k["xattr.".len()..].as_bytes().to_vec(), v.as_bytes().to_vec()))
+                    o.xattrs.push((k.as_bytes()["xattr.".len()..].to_vec(), v.as_bytes().to_vec()))
                 }
                 Some(_) => return Err(bad("unknown field")),
                 None => {
@@ -126,7 +128,8 @@ pub(crate) fn fill(fs: &Fs, src: &Path, policy: &Policy, bar: &indicatif::Progre
         return Err(format!("{}: not a directory", src.display()));
     }
     let root = fs.resolve("/", true).map_err(|e| e.to_string())?;
-    let mut cx = Ctx { fs, policy, links: HashMap::new(), filled: Filled::default(), bar, buf: vec![0; CHUNK] };
+    let mut cx =
+        Ctx { fs, policy, links: HashMap::new(), filled: Filled::default(), bar, buf: vec![0; CHUNK] };
     dir(&mut cx, src, root, b"/")?;
     // The root takes the source directory's owner, mode and times.
     attrs(&mut cx, src, &meta, root, b"/")?;
@@ -196,7 +199,8 @@ fn one(cx: &mut Ctx<'_>, hp: &Path, parent: InodeNo, name: &[u8], path: &[u8]) -
         } else {
             S_IFBLK
         };
-        let part = |n: u64| u32::try_from(n).map_err(|_| format!("{}: device number too large", hp.display()));
+        let part =
+            |n: u64| u32::try_from(n).map_err(|_| format!("{}: device number too large", hp.display()));
         let rdev = m.rdev();
         let dev = (part(nix::sys::stat::major(rdev))?, part(nix::sys::stat::minor(rdev))?);
         fs.mknod(parent, name, kind | perm, dev, uid, gid).map_err(&e)?.ino
@@ -235,7 +239,8 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
     }
     xattrs.sort();
     for (n, v) in &xattrs {
-        fs.setxattr(ino, n, v, 0).map_err(|err| format!("{}: xattr {}: {err}", hp.display(), String::from_utf8_lossy(n)))?;
+        fs.setxattr(ino, n, v, 0)
+            .map_err(|err| format!("{}: xattr {}: {err}", hp.display(), String::from_utf8_lossy(n)))?;
     }
     let mtime = match o.and_then(|o| o.mtime) {
         Some(t) => cx.policy.time(t, 0),
@@ -267,9 +272,10 @@ fn copy_data(cx: &mut Ctx<'_>, host: &Path, ino: InodeNo, len: u64) -> CliResult
             Err(nix::errno::Errno::ENXIO) => break,
             Err(_) => pos,
         };
-        let hole = nix::unistd::lseek(&f, i64::try_from(data).unwrap_or(i64::MAX), nix::unistd::Whence::SeekHole)
-            .map_or(len, |h| u64::try_from(h).unwrap_or(len))
-            .min(len);
+        let hole =
+            nix::unistd::lseek(&f, i64::try_from(data).unwrap_or(i64::MAX), nix::unistd::Whence::SeekHole)
+                .map_or(len, |h| u64::try_from(h).unwrap_or(len))
+                .min(len);
         let mut at = data;
         while at < hole {
             let want = usize::try_from(hole - at).map_or(CHUNK, |n| n.min(CHUNK));

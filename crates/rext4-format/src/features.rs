@@ -153,9 +153,11 @@ pub fn feature_by_name(name: &str) -> Option<(FeatureKind, u32)> {
         "snapshot_bitmap" | "exclude_bitmap" => "snapshot_bitmap",
         n => n,
     };
-    for (kind, table) in
-        [(FeatureKind::Compat, COMPAT_NAMES), (FeatureKind::Incompat, INCOMPAT_NAMES), (FeatureKind::RoCompat, RO_COMPAT_NAMES)]
-    {
+    for (kind, table) in [
+        (FeatureKind::Compat, COMPAT_NAMES),
+        (FeatureKind::Incompat, INCOMPAT_NAMES),
+        (FeatureKind::RoCompat, RO_COMPAT_NAMES),
+    ] {
         if let Some((bit, _)) = table.iter().find(|(_, n)| *n == name) {
             return Some((kind, *bit));
         }

@@ -71,13 +71,13 @@ pub use data::fallocate::{
 pub use error::{Corrupt, Error, Result};
 pub use fs::stats::{LockStat, OpStat, StatsReport};
 pub use fs::{ErrorBehavior, Fs, Options};
-pub use mkfs::{FormatOptions, FormatReport, FsType};
 pub use inode::flags::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use inode::write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;
 pub use jbd2::replay::recover_image;
 pub use jbd2::{CommitStats, CommitSummary};
 pub use locks::{Cancel, FileLock, FlockOp, LockOwner, LockType, Wait};
+pub use mkfs::{FormatOptions, FormatReport, FsType};
 pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::file::{File, OpenOptions};
 pub use path::ops::{bad_name, Leftover, Unremovable};

@@ -50,7 +50,12 @@ pub(crate) fn rext4(args: &[&str]) -> Output {
 }
 
 pub(crate) fn ok(o: &Output) {
-    assert!(o.status.success(), "rext4 failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "rext4 failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// `dumpe2fs` output without what cannot agree: the lifetime-writes count (each tool counts

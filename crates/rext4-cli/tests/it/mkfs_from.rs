@@ -46,7 +46,10 @@ fn the_kernel_sees_the_source_tree() {
         e2fsck_clean(&img);
         let m = KernelMount::ro(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
         let k = walk_kernel(m.path());
-        report.add(format!("{name}: kernel vs source"), diff_source(&src.walk, &k, SourceCmp { mtime_ns: true }));
+        report.add(
+            format!("{name}: kernel vs source"),
+            diff_source(&src.walk, &k, SourceCmp { mtime_ns: true }),
+        );
         m.unmount().expect("umount");
         std::fs::remove_file(&img).ok();
     }
@@ -81,7 +84,8 @@ fn sha256(p: &Path) -> String {
 fn same_input_same_bytes_across_clock_zone_umask_and_order() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut sums = Vec::new();
-    for (i, (tz, umask, reversed)) in [("UTC", "022", false), ("Asia/Tokyo", "077", true)].iter().enumerate() {
+    for (i, (tz, umask, reversed)) in [("UTC", "022", false), ("Asia/Tokyo", "077", true)].iter().enumerate()
+    {
         let src = dir.path().join(format!("src{i}"));
         small_tree(&src, *reversed);
         // Different modification times on each run: clamped to the epoch below.
@@ -161,7 +165,10 @@ fn manifest_all_root_and_uid_offset_decide_owners() {
     assert_eq!((shadow.uid(), shadow.gid(), shadow.mode() & 0o7777), (0, 42, 0o640));
     let bin = meta("bin");
     assert_eq!((bin.uid(), bin.gid(), bin.mode() & 0o7777, bin.mtime()), (7, 100_000, 0o4755, 1_234_567_890));
-    assert_eq!(xattr::get(m.path().join("bin"), "user.origin").expect("xattr").as_deref(), Some(&b"manifest"[..]));
+    assert_eq!(
+        xattr::get(m.path().join("bin"), "user.origin").expect("xattr").as_deref(),
+        Some(&b"manifest"[..])
+    );
     let plain = meta("plain");
     assert_eq!((plain.uid(), plain.gid()), (100_000, 100_000));
     m.unmount().expect("umount");

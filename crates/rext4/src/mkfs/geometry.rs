@@ -80,7 +80,7 @@ impl Geometry {
             if a == b {
                 return true;
             }
-            if a % b != 0 {
+            if !a.is_multiple_of(b) {
                 return false;
             }
             a /= b;
@@ -126,10 +126,20 @@ impl Geometry {
 
 /// `calc_reserved_gdt_blocks`: enough descriptor blocks to grow to 1024 times the size or to
 /// 2^32 blocks, at most one block of pointers.
-fn reserved_gdt_blocks(blocks: u64, first_data_block: u64, bpg: u32, per_block: u32, desc_blocks: u32, apb: u32) -> u32 {
-    let max_blocks: u64 = if blocks < u64::from(u32::MAX) / 1024 { blocks * 1024 } else { u64::from(u32::MAX) };
+fn reserved_gdt_blocks(
+    blocks: u64,
+    first_data_block: u64,
+    bpg: u32,
+    per_block: u32,
+    desc_blocks: u32,
+    apb: u32,
+) -> u32 {
+    let max_blocks: u64 =
+        if blocks < u64::from(u32::MAX) / 1024 { blocks * 1024 } else { u64::from(u32::MAX) };
     let rsv_groups = (max_blocks - first_data_block).div_ceil(u64::from(bpg));
-    let rsv = u32::try_from(rsv_groups.div_ceil(u64::from(per_block))).unwrap_or(u32::MAX).wrapping_sub(desc_blocks);
+    let rsv = u32::try_from(rsv_groups.div_ceil(u64::from(per_block)))
+        .unwrap_or(u32::MAX)
+        .wrapping_sub(desc_blocks);
     rsv.min(apb)
 }
 

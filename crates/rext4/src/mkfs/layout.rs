@@ -46,7 +46,8 @@ impl Layout {
     /// and counted; every group's inode table and bitmaps counted as used unless flex_bg
     /// places them later.
     pub(crate) fn new(geo: Geometry) -> Result<Layout> {
-        let words = usize::try_from(geo.blocks_count.div_ceil(64)).map_err(|_| Error::InvalidInput("too many blocks"))?;
+        let words = usize::try_from(geo.blocks_count.div_ceil(64))
+            .map_err(|_| Error::InvalidInput("too many blocks"))?;
         let mut l = Layout {
             used: vec![0; words],
             inode_used: vec![0; usize_from(u64::from(geo.inodes_count()).div_ceil(64))],
@@ -153,7 +154,7 @@ impl Layout {
         let finish = if finish == 0 { start } else { finish };
         let num = num.max(1);
         loop {
-            if b + num - 1 >= count {
+            if b + num > count {
                 if finish > start {
                     return None;
                 }
@@ -222,7 +223,9 @@ impl Layout {
     /// `ext2fs_new_inode` for a child of the root: the first free inode from the first
     /// non-reserved one.
     pub(crate) fn new_inode(&self) -> Result<u32> {
-        (11..=self.geo.inodes_count()).find(|&i| !test(&self.inode_used, u64::from(i - 1))).ok_or(Error::NoSpace)
+        (11..=self.geo.inodes_count())
+            .find(|&i| !test(&self.inode_used, u64::from(i - 1)))
+            .ok_or(Error::NoSpace)
     }
 
     /// Takes `n` blocks from `b` out of the counts of the groups they lie in (flex_bg tables).
@@ -266,7 +269,8 @@ impl Layout {
     pub(crate) fn allocate_group_table(&mut self, g: u32) -> Result<()> {
         let mut group_blk = self.geo.group_first_block(g);
         let mut last_blk = self.geo.group_last_block(g);
-        let flex = self.geo.features.has_i(rext4_format::features::Incompat::FLEX_BG) && self.geo.log_groups_per_flex != 0;
+        let flex = self.geo.features.has_i(rext4_format::features::Incompat::FLEX_BG)
+            && self.geo.log_groups_per_flex != 0;
         let flexbg_size = if flex { 1u32 << self.geo.log_groups_per_flex } else { 0 };
         let (mut last_grp, mut rem) = (0, 0);
         if flex {
@@ -279,7 +283,7 @@ impl Layout {
         if flex {
             let mut prev = 0;
             table_offset = u64::from(flexbg_size);
-            if g % flexbg_size != 0 {
+            if !g.is_multiple_of(flexbg_size) {
                 prev = self.groups[usize_from(u64::from(g - 1))].block_bitmap + 1;
             } else if last_grp == self.geo.group_count - 1 {
                 // The last flex group keeps its tables together.
@@ -301,7 +305,7 @@ impl Layout {
         self.group(g).block_bitmap = bb;
         if flex {
             self.take_range(bb, 1);
-            let prev = if g % flexbg_size != 0 {
+            let prev = if !g.is_multiple_of(flexbg_size) {
                 self.groups[usize_from(u64::from(g - 1))].inode_bitmap + 1
             } else {
                 bb + table_offset
@@ -317,7 +321,7 @@ impl Layout {
         self.group(g).inode_bitmap = ib;
         if flex {
             self.take_range(ib, 1);
-            let prev = if g % flexbg_size != 0 {
+            let prev = if !g.is_multiple_of(flexbg_size) {
                 self.groups[usize_from(u64::from(g - 1))].inode_table + itb
             } else {
                 ib + table_offset

@@ -192,7 +192,12 @@ impl Fs {
         };
         b.sb.s_uuid = uuid;
         for i in 0..4 {
-            let w = u32::from_le_bytes([hash_seed[4 * i], hash_seed[4 * i + 1], hash_seed[4 * i + 2], hash_seed[4 * i + 3]]);
+            let w = u32::from_le_bytes([
+                hash_seed[4 * i],
+                hash_seed[4 * i + 1],
+                hash_seed[4 * i + 2],
+                hash_seed[4 * i + 3],
+            ]);
             b.sb.s_hash_seed[i].set(w);
         }
         if let Some(label) = &opts.label {
@@ -221,7 +226,9 @@ impl Fs {
         }
         overhead += b.l.geo.first_data_block;
         if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
-            let n = opts.orphan_file_blocks.unwrap_or_else(|| params::default_orphan_file_blocks(b.l.geo.blocks_count));
+            let n = opts
+                .orphan_file_blocks
+                .unwrap_or_else(|| params::default_orphan_file_blocks(b.l.geo.blocks_count));
             b.make_orphan_file(n)?;
         }
         b.fill_superblock(&p, overhead);

@@ -72,8 +72,8 @@ impl Features {
 
 /// `base_features` of `mke2fs.conf`'s `[defaults]`.
 const BASE_FEATURES: &str = "sparse_super,large_file,filetype,resize_inode,dir_index,ext_attr";
-/// e2fsprogs 1.47's `ext4` type (upstream; Debian's lacks the last two names... and
-/// `metadata_csum_seed`).
+/// e2fsprogs 1.47's `ext4` type as upstream ships it (some distributions leave out
+/// `metadata_csum_seed` and `orphan_file`).
 const EXT4_FEATURES: &str =
     "has_journal,extent,huge_file,flex_bg,metadata_csum,metadata_csum_seed,64bit,dir_nlink,extra_isize,orphan_file";
 
@@ -154,7 +154,12 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         }
     }
     let profile = |f: fn(&TypeProfile) -> Option<i64>, def: i64| {
-        types.iter().filter_map(|t| PROFILES.iter().find(|p| p.name == *t)).filter_map(f).last().unwrap_or(def)
+        types
+            .iter()
+            .filter_map(|t| PROFILES.iter().find(|p| p.name == *t))
+            .filter_map(f)
+            .next_back()
+            .unwrap_or(def)
     };
 
     // Features: the base set, each type's, then the caller's edits. orphan_file and
@@ -229,13 +234,25 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         | Incompat::DIRDATA.bits()
         | Incompat::ENCRYPT.bits()
         | Incompat::CASEFOLD.bits();
-    if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) || features.has_r(RoCompat::QUOTA) {
+    if features.incompat & unsupported != 0
+        || features.has_r(RoCompat::BIGALLOC)
+        || features.has_r(RoCompat::QUOTA)
+    {
         return Err(Error::Incompatible(
             "mkfs does not make bigalloc, quota, mmp, encrypt, casefold or journal_dev filesystems".into(),
         ));
     }
-    let known_c = Compat::all().bits() & !(Compat::FAST_COMMIT.bits() | Compat::LAZY_BG.bits() | Compat::EXCLUDE_BITMAP.bits() | Compat::DIR_PREALLOC.bits() | Compat::IMAGIC_INODES.bits() | Compat::SPARSE_SUPER2.bits());
-    if features.compat & !known_c != 0 || features.incompat & !Incompat::all().bits() != 0 || features.ro_compat & !RoCompat::all().bits() != 0 {
+    let known_c = Compat::all().bits()
+        & !(Compat::FAST_COMMIT.bits()
+            | Compat::LAZY_BG.bits()
+            | Compat::EXCLUDE_BITMAP.bits()
+            | Compat::DIR_PREALLOC.bits()
+            | Compat::IMAGIC_INODES.bits()
+            | Compat::SPARSE_SUPER2.bits());
+    if features.compat & !known_c != 0
+        || features.incompat & !Incompat::all().bits() != 0
+        || features.ro_compat & !RoCompat::all().bits() != 0
+    {
         return Err(Error::Incompatible("mkfs does not make that feature".into()));
     }
 

@@ -36,8 +36,13 @@ impl Builder {
         let geo = &self.l.geo;
         let sb_blk = geo.first_data_block.max(u64::from(geo.block_size == 1024));
         let apb = geo.addr_per_block();
-        let goal = sb_blk + u64::from(geo.desc_blocks) + u64::from(geo.reserved_gdt_blocks) + 2 + u64::from(geo.inode_blocks_per_group);
-        let (desc_blocks, rsv, bpg) = (geo.desc_blocks, geo.reserved_gdt_blocks, u64::from(geo.blocks_per_group));
+        let goal = sb_blk
+            + u64::from(geo.desc_blocks)
+            + u64::from(geo.reserved_gdt_blocks)
+            + 2
+            + u64::from(geo.inode_blocks_per_group);
+        let (desc_blocks, rsv, bpg) =
+            (geo.desc_blocks, geo.reserved_gdt_blocks, u64::from(geo.blocks_per_group));
         let bs = usize_from(u64::from(geo.block_size));
         let dind = self.l.alloc_block(goal)?;
         let mut dind_buf = vec![0u32; usize_from(u64::from(apb))];
