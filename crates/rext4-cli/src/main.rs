@@ -8,6 +8,8 @@ mod export_safe;
 mod fmt;
 mod imagepath;
 mod inspect;
+mod mkfs_cmd;
+mod mkfs_from;
 mod modify;
 mod mount_cmd;
 mod mount_helper;
@@ -48,6 +50,9 @@ enum Cmd {
         #[arg(long, default_value_t = 20000)]
         files: usize,
     },
+    /// Make a filesystem: `rext4 mkfs [-t ext4] [-b BS] [-O FEATURES] ... IMAGE [SIZE]`, with
+    /// mke2fs's options and e2fsprogs 1.47's defaults.
+    Mkfs(Box<mkfs_cmd::MkfsArgs>),
     /// Print the superblock summary (like `dumpe2fs -h`).
     Info { image: PathBuf },
     /// List a directory: `rext4 ls [-l] IMAGE:/dir`.
@@ -197,6 +202,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Demo { keep, files } => demo::run(keep, files),
+        Cmd::Mkfs(a) => mkfs_cmd::run(&a),
         Cmd::Info { image } => inspect::info(&image),
         Cmd::Ls { long, all, target } => inspect::ls(&target, long, all),
         Cmd::Cat { target } => inspect::cat(&target),

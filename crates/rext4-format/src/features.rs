@@ -143,6 +143,36 @@ pub fn feature_names(kind: FeatureKind, word: u32) -> Vec<String> {
     (0..32).map(|i| 1u32 << i).filter(|b| word & b != 0).map(|b| feature_name(kind, b)).collect()
 }
 
+/// The feature bit e2fsprogs calls `name` (`e2p_string2feature`): the names above, the old
+/// spellings `extents`, `gdt_csum` and `metadata_csum_seed`'s, and `FEATURE_C12`-style names.
+pub fn feature_by_name(name: &str) -> Option<(FeatureKind, u32)> {
+    let name = name.to_ascii_lowercase();
+    let name = match name.as_str() {
+        "extents" => "extent",
+        "gdt_csum" => "uninit_bg",
+        "snapshot_bitmap" | "exclude_bitmap" => "snapshot_bitmap",
+        n => n,
+    };
+    for (kind, table) in [
+        (FeatureKind::Compat, COMPAT_NAMES),
+        (FeatureKind::Incompat, INCOMPAT_NAMES),
+        (FeatureKind::RoCompat, RO_COMPAT_NAMES),
+    ] {
+        if let Some((bit, _)) = table.iter().find(|(_, n)| *n == name) {
+            return Some((kind, *bit));
+        }
+    }
+    let rest = name.strip_prefix("feature_")?;
+    let kind = match rest.as_bytes().first()? {
+        b'c' => FeatureKind::Compat,
+        b'i' => FeatureKind::Incompat,
+        b'r' => FeatureKind::RoCompat,
+        _ => return None,
+    };
+    let n: u32 = rest[1..].parse().ok()?;
+    (n < 32).then(|| (kind, 1u32 << n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +185,15 @@ mod tests {
             feature_names(FeatureKind::Incompat, 0x2 | 0x40 | 0x80),
             vec!["filetype", "extent", "64bit"]
         );
+    }
+
+    #[test]
+    fn names_map_back_to_bits() {
+        assert_eq!(feature_by_name("metadata_csum"), Some((FeatureKind::RoCompat, 0x400)));
+        assert_eq!(feature_by_name("extents"), Some((FeatureKind::Incompat, 0x40)));
+        assert_eq!(feature_by_name("FEATURE_I31"), Some((FeatureKind::Incompat, 1 << 31)));
+        assert_eq!(feature_by_name("orphan_file"), Some((FeatureKind::Compat, 0x1000)));
+        assert_eq!(feature_by_name("no_such"), None);
+        assert_eq!(feature_by_name("feature_c32"), None);
     }
 }

@@ -11,5 +11,7 @@ mod cli;
 mod first_steps;
 mod hostile;
 mod image_lock;
+mod mkfs;
+mod mkfs_from;
 mod mount;
 mod readme;

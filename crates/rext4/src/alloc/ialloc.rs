@@ -47,6 +47,10 @@ fn next_generation() -> u32 {
 /// Where a thread's sequence starts: the clock's nanoseconds, spread by the thread's order.
 fn sequence_start() -> u32 {
     static THREADS: AtomicU32 = AtomicU32::new(0);
+    if crate::clock::fixed_time().is_some() {
+        // Reproducible: the same sequence on every run (one per thread, in start order).
+        return THREADS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x85EB_CA6B) | 1;
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

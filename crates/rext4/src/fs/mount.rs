@@ -13,11 +13,10 @@ use rext4_format::superblock::{
 };
 use rext4_format::InodeNo;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use zerocopy::IntoBytes;
 
-pub(super) fn now_secs() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+pub(crate) fn now_secs() -> i64 {
+    crate::clock::now().0
 }
 
 /// `s_free_inodes_count` from the counters: at most `s_inodes_count` (each group's count is

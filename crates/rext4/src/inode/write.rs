@@ -15,7 +15,6 @@ use rext4_format::inode_record::{InodeRecord, TimeField};
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A time to set: the current time, or a given one (`utimensat`'s `UTIME_NOW` or a value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,8 +38,8 @@ pub struct SetAttr {
 }
 
 pub(crate) fn now() -> Timestamp {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    let (sec, nsec) = crate::clock::now();
+    Timestamp { sec, nsec }
 }
 
 /// Record `raw` for typed field writes.

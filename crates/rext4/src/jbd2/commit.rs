@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use rext4_format::jbd2::{CommitHeader, DescriptorBuilder, RevokeBuilder};
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 impl Journal {
     /// Commits `t`: called by whoever set `committing` (the commit thread or a waiter).
@@ -147,8 +147,8 @@ impl Journal {
     /// commit block, and the commit block before the commit counts as done.
     fn write_commit_block(&self, log: &mut Log, tid: u32, shape: &LogShape) -> Result<()> {
         self.dev.flush()?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let commit = CommitHeader::new(tid, now.as_secs(), now.subsec_nanos()).to_block(&shape.params);
+        let (sec, nsec) = crate::clock::now();
+        let commit = CommitHeader::new(tid, sec.cast_unsigned(), nsec).to_block(&shape.params);
         self.log_write(log, &[&commit])?;
         Ok(self.dev.flush()?)
     }

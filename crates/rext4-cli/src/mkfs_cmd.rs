@@ -1,0 +1,387 @@
+//! `rext4 mkfs IMAGE [SIZE]`: make an ext2/3/4 filesystem with mke2fs's options and
+//! defaults, optionally filled from a directory (`--from`), reproducibly under
+//! `SOURCE_DATE_EPOCH`.
+
+use crate::CliResult;
+use rext4::{FormatOptions, FsType};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub(crate) struct MkfsArgs {
+    /// Filesystem type: ext2, ext3 or ext4 (default).
+    #[arg(short = 't', default_value = "ext4")]
+    fs_type: String,
+    /// Usage types from mke2fs.conf: small, floppy, news, largefile, largefile4, big, huge.
+    #[arg(short = 'T')]
+    usage: Option<String>,
+    /// Block size in bytes.
+    #[arg(short = 'b')]
+    block_size: Option<u32>,
+    /// Inode size in bytes.
+    #[arg(short = 'I')]
+    inode_size: Option<u16>,
+    /// Bytes per inode.
+    #[arg(short = 'i')]
+    inode_ratio: Option<String>,
+    /// Number of inodes.
+    #[arg(short = 'N')]
+    inodes: Option<u32>,
+    /// Features: `name` to add, `^name` to remove (repeatable, comma-separated).
+    #[arg(short = 'O', action = clap::ArgAction::Append)]
+    features: Vec<String>,
+    /// Journal options: `size=MiB`.
+    #[arg(short = 'J')]
+    journal: Option<String>,
+    /// Volume label.
+    #[arg(short = 'L')]
+    label: Option<String>,
+    /// Filesystem UUID (or `random`, `time`, `clear`).
+    #[arg(short = 'U')]
+    uuid: Option<String>,
+    /// Extended options: hash_seed=UUID, root_owner[=UID:GID], orphan_file_size=SIZE,
+    /// lazy_itable_init, lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
+    #[arg(short = 'E', action = clap::ArgAction::Append)]
+    extended: Vec<String>,
+    /// Percent of blocks reserved for root.
+    #[arg(short = 'm')]
+    reserved: Option<f64>,
+    /// Groups per flex group.
+    #[arg(short = 'G')]
+    flex_bg_size: Option<u32>,
+    /// Quiet.
+    #[arg(short = 'q')]
+    quiet: bool,
+    /// Accepted for mke2fs compatibility: rext4 mkfs never asks.
+    #[arg(short = 'F', action = clap::ArgAction::Count)]
+    force: u8,
+    /// Fill the filesystem with this directory tree.
+    #[arg(long = "from", value_name = "DIR")]
+    from: Option<PathBuf>,
+    /// Same input, same image, byte for byte: UUIDs, hash seed and every time derived from
+    /// SOURCE_DATE_EPOCH (or the tree's newest time), times clamped to it. On by default
+    /// when SOURCE_DATE_EPOCH is set.
+    #[arg(long)]
+    reproducible: bool,
+    /// Owners, modes, times and xattrs by path: `PATH UID GID MODE` or `PATH uid=.. gid=..
+    /// mode=.. mtime=.. xattr.NAME=VALUE`.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<PathBuf>,
+    /// Every file owned by root (0:0).
+    #[arg(long)]
+    all_root: bool,
+    /// Added to every owner's user ID.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    uid_offset: i64,
+    /// Added to every owner's group ID.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    gid_offset: i64,
+    /// The image file or block device.
+    image: PathBuf,
+    /// Size: a number with a K, M, G or T suffix (bytes with B); a bare number is KiB, or
+    /// blocks with -b, as mke2fs reads it.
+    size: Option<String>,
+}
+
+/// A size as mke2fs's `parse_num_blocks2` reads it, in bytes: suffixes K, M, G, T (powers
+/// of 1024), `s` for 512-byte sectors; a bare number is KiB, or blocks of `block_size`.
+pub(crate) fn parse_size(s: &str, block_size: Option<u32>) -> CliResult<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("invalid size: {s}"))?;
+    let suffix = suffix.trim_end_matches(['i', 'I', 'b', 'B']);
+    let mult: u64 = match suffix.to_ascii_lowercase().as_str() {
+        "" if s.ends_with(['b', 'B']) && !s.ends_with("iB") => 1,
+        "" => block_size.map_or(1024, u64::from),
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        "s" => 512,
+        _ => return Err(format!("invalid size suffix: {s}")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("size too large: {s}"))
+}
+
+/// A UUID in its text form.
+pub(crate) fn parse_uuid(s: &str) -> CliResult<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || s.len() != 36 {
+        return Err(format!("invalid UUID: {s}"));
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| format!("invalid UUID: {s}"))?;
+    }
+    Ok(out)
+}
+
+/// The mke2fs options as [`FormatOptions`].
+fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
+    let mut o = FormatOptions {
+        fs_type: match a.fs_type.as_str() {
+            "ext2" => FsType::Ext2,
+            "ext3" => FsType::Ext3,
+            "ext4" => FsType::Ext4,
+            t => return Err(format!("unsupported filesystem type: {t}")),
+        },
+        usage_types: a.usage.clone(),
+        block_size: a.block_size,
+        inode_size: a.inode_size,
+        inodes: a.inodes,
+        features: a.features.join(","),
+        label: a.label.clone(),
+        reserved_ratio: a.reserved,
+        flex_bg_size: a.flex_bg_size,
+        ..FormatOptions::default()
+    };
+    if let Some(r) = &a.inode_ratio {
+        o.inode_ratio = Some(u32::try_from(parse_size(r, Some(1))?).map_err(|_| "inode ratio too large")?);
+    }
+    if let Some(l) = &a.label {
+        if l.len() > 16 {
+            return Err(format!("volume label too long: {l}"));
+        }
+    }
+    if let Some(j) = &a.journal {
+        for opt in j.split(',') {
+            match opt.split_once('=') {
+                Some(("size", v)) => {
+                    o.journal_size_mib = Some(v.parse().map_err(|_| format!("invalid journal size: {v}"))?)
+                }
+                _ => return Err(format!("unsupported journal option: {opt}")),
+            }
+        }
+    }
+    match a.uuid.as_deref() {
+        None | Some("random") | Some("time") => {}
+        Some("clear") | Some("null") => o.uuid = Some([0; 16]),
+        Some(u) => o.uuid = Some(parse_uuid(u)?),
+    }
+    for e in a.extended.iter().flat_map(|e| e.split(',')).filter(|e| !e.is_empty()) {
+        let (k, v) = e.split_once('=').map_or((e, None), |(k, v)| (k, Some(v)));
+        match (k, v) {
+            ("hash_seed", Some(v)) => o.hash_seed = Some(parse_uuid(v)?),
+            ("root_owner", None) => {
+                o.root_owner = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw())
+            }
+            ("root_owner", Some(v)) => {
+                let (u, g) = v.split_once(':').ok_or_else(|| format!("invalid root_owner: {v}"))?;
+                o.root_owner = (
+                    u.parse().map_err(|_| format!("invalid root_owner: {v}"))?,
+                    g.parse().map_err(|_| format!("invalid root_owner: {v}"))?,
+                );
+            }
+            ("orphan_file_size", Some(v)) => {
+                let bytes = parse_size(v, Some(1))?;
+                o.orphan_file_blocks = Some(u32::try_from(bytes).map_err(|_| "orphan file too large")?);
+            }
+            (
+                "lazy_itable_init"
+                | "lazy_journal_init"
+                | "discard"
+                | "nodiscard"
+                | "assume_storage_prezeroed",
+                _,
+            ) => {}
+            _ => return Err(format!("unsupported extended option: {e}")),
+        }
+    }
+    Ok(o)
+}
+
+/// Opens (creating or sizing) the image; returns it and whether it reads as zeroes.
+pub(crate) fn prepare_image(path: &Path, size: Option<u64>) -> CliResult<(rext4::dev::FileDevice, bool)> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path);
+    let is_blockdev = meta.as_ref().is_ok_and(|m| m.file_type().is_block_device());
+    let mut zeroed = false;
+    if !is_blockdev {
+        let len = match (size, &meta) {
+            (Some(s), _) => s,
+            (None, Ok(m)) if m.len() > 0 => m.len(),
+            _ => return Err(format!("{}: give a size for a new image", path.display())),
+        };
+        // A fresh file of the size: every block reads as zero, as after mke2fs's discard.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        f.set_len(len).map_err(|e| format!("{}: {e}", path.display()))?;
+        zeroed = true;
+    }
+    let dev = rext4::dev::FileDevice::open(path, true).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((dev, zeroed))
+}
+
+/// 16 bytes derived from `parts` (crc32c chained four ways): what a reproducible image uses
+/// for its UUID and hash seed, so they differ between inputs yet repeat for the same one.
+fn derive16(parts: &[&[u8]]) -> [u8; 16] {
+    use rext4::format::checksum::crc32c;
+    let mut out = [0u8; 16];
+    for i in 0..4u32 {
+        let mut c = crc32c(0x5EED_0000 ^ i.wrapping_mul(0x9E37_79B9), b"rext4 mkfs");
+        for p in parts {
+            c = crc32c(c, &(p.len() as u64).to_le_bytes());
+            c = crc32c(c, p);
+        }
+        let i = i as usize;
+        out[4 * i..4 * i + 4].copy_from_slice(&c.to_le_bytes());
+    }
+    out[6] = (out[6] & 0x0F) | 0x40;
+    out[8] = (out[8] & 0x3F) | 0x80;
+    out
+}
+
+/// The time a reproducible build stamps: SOURCE_DATE_EPOCH, else the newest modification in
+/// the source tree.
+fn build_epoch(a: &MkfsArgs) -> CliResult<Option<i64>> {
+    if let Some(t) = rext4::clock::fixed_time() {
+        return Ok(Some(t));
+    }
+    if !a.reproducible {
+        return Ok(None);
+    }
+    let Some(src) = &a.from else { return Ok(Some(0)) };
+    let mut newest = 0i64;
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        let m = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        newest = newest.max(std::os::unix::fs::MetadataExt::mtime(&m));
+        if m.is_dir() {
+            for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+                stack.push(e.map_err(|e| e.to_string())?.path());
+            }
+        }
+    }
+    Ok(Some(newest))
+}
+
+pub(crate) fn run(a: &MkfsArgs) -> CliResult {
+    let mut o = options(a)?;
+    let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
+    o.size = size;
+    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
+        o.time = t.trim().parse().ok();
+    }
+    let epoch = build_epoch(a)?;
+    if let Some(t) = epoch {
+        rext4::clock::set_fixed_time(Some(t));
+        o.time = Some(t);
+        let key = [
+            &t.to_le_bytes()[..],
+            a.label.as_deref().unwrap_or("").as_bytes(),
+            &size.unwrap_or(0).to_le_bytes(),
+            o.features.as_bytes(),
+            a.fs_type.as_bytes(),
+        ];
+        if o.uuid.is_none() {
+            o.uuid = Some(derive16(&[&key[..], &[b"uuid"]].concat()));
+        }
+        if o.hash_seed.is_none() {
+            o.hash_seed = Some(derive16(&[&key[..], &[b"hash_seed"]].concat()));
+        }
+    }
+    let manifest = match &a.manifest {
+        Some(p) => crate::mkfs_from::parse_manifest(
+            &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )?,
+        None => Default::default(),
+    };
+    let policy = crate::mkfs_from::Policy {
+        all_root: a.all_root,
+        uid_offset: a.uid_offset,
+        gid_offset: a.gid_offset,
+        clamp: epoch,
+        manifest,
+    };
+    let (dev, zeroed) = prepare_image(&a.image, size)?;
+    o.device_zeroed = zeroed;
+    let r = rext4::Fs::format(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    drop(dev);
+    if let Some(src) = &a.from {
+        let (bytes, _, _) = crate::mkfs_from::measure(src)?;
+        let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(bytes)
+        };
+        let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
+        let filled = crate::mkfs_from::fill(&fs, src, &policy, &bar);
+        bar.finish_and_clear();
+        let closed = fs.unmount();
+        filled?;
+        closed.map_err(|e| format!("{}: {e}", a.image.display()))?;
+    }
+    if let Some(t) = epoch {
+        seal(&a.image, &r, t)?;
+    }
+    if !a.quiet {
+        println!(
+            "{}: {} blocks of {} bytes, {} inodes, {} groups{}",
+            a.image.display(),
+            r.blocks_count,
+            r.block_size,
+            r.inodes_count,
+            r.group_count,
+            if r.journal_blocks > 0 {
+                format!(", journal of {} blocks", r.journal_blocks)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let _ = a.force;
+    Ok(())
+}
+
+/// Makes a filled image independent of when and how fast it was filled: the journal log
+/// (whose commits fell where the clock put them) emptied and restarted at sequence 1, and
+/// the superblock's mount bookkeeping reset.
+fn seal(image: &Path, r: &rext4::FormatReport, t: i64) -> CliResult {
+    use rext4::format::jbd2::superblock::JournalSuperblock;
+    use rext4::format::superblock::{split_time, Superblock, STATE_VALID};
+    use std::os::unix::fs::FileExt;
+    let err = |e: std::io::Error| format!("{}: {e}", image.display());
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(image).map_err(err)?;
+    let bs = u64::from(r.block_size);
+    if let Some(&(first, _)) = r.journal_extents.first() {
+        let mut jb = vec![0u8; 1024];
+        f.read_exact_at(&mut jb, first * bs).map_err(err)?;
+        let zeros = vec![0u8; 1 << 20];
+        for &(s, l) in &r.journal_extents {
+            let (mut at, end) = (s * bs, (s + l) * bs);
+            while at < end {
+                let n = usize::try_from((end - at).min(zeros.len() as u64)).unwrap_or(zeros.len());
+                f.write_all_at(&zeros[..n], at).map_err(err)?;
+                at += n as u64;
+            }
+        }
+        if let Some(mut jsb) = JournalSuperblock::parse(&jb) {
+            jsb.set_sequence(1);
+            jsb.set_start(0);
+            jsb.update_checksum();
+            f.write_all_at(zerocopy::IntoBytes::as_bytes(&jsb), first * bs).map_err(err)?;
+        }
+    }
+    let mut sbb = vec![0u8; 1024];
+    f.read_exact_at(&mut sbb, 1024).map_err(err)?;
+    let mut sb = Superblock::parse(&sbb).ok_or_else(|| format!("{}: no superblock", image.display()))?;
+    let (lo, hi) = split_time(t);
+    sb.s_mnt_count.set(0);
+    sb.s_mtime.set(lo);
+    sb.s_mtime_hi = hi;
+    sb.s_wtime.set(lo);
+    sb.s_wtime_hi = hi;
+    sb.s_lastcheck.set(lo);
+    sb.s_lastcheck_hi = hi;
+    sb.s_kbytes_written.set(0);
+    sb.s_last_mounted = [0; 64];
+    sb.s_state.set(sb.s_state.get() | STATE_VALID);
+    sb.update_checksum();
+    f.write_all_at(zerocopy::IntoBytes::as_bytes(&sb), 1024).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    Ok(())
+}

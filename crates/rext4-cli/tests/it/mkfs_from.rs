@@ -1,0 +1,175 @@
+//! `rext4 mkfs --from DIR`: the kernel sees the source tree; the same input gives the same
+//! bytes whatever the clock, time zone, umask or order the tree was made in; manifests,
+//! `--all-root` and `--uid-offset` decide owners without root.
+
+use crate::mkfs::{ok, rext4};
+use rext4_testkit::{
+    diff_source, e2fsck_clean, source_tree, walk_kernel, KernelMount, Report, SourceCmp, SourceTree, TreeSpec,
+};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+static TREE: OnceLock<SourceTree> = OnceLock::new();
+static TREE_1K: OnceLock<SourceTree> = OnceLock::new();
+
+fn tree() -> &'static SourceTree {
+    source_tree(&TREE, "mkfs-from", TreeSpec::medium())
+}
+
+/// With xattrs that fit a 1 KiB block.
+fn tree_1k() -> &'static SourceTree {
+    source_tree(&TREE_1K, "mkfs-from-1k", TreeSpec::medium().small_blocks())
+}
+
+#[test]
+fn the_kernel_sees_the_source_tree() {
+    rext4_testkit::require_kernel!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut report = Report::default();
+    for (name, args) in [
+        ("ext4", &["-t", "ext4"][..]),
+        ("ext4_1k", &["-t", "ext4", "-b", "1024"]),
+        ("inline_data", &["-t", "ext4", "-O", "inline_data"]),
+        ("no_csum", &["-t", "ext4", "-O", "^metadata_csum"]),
+        ("ext3", &["-t", "ext3"]),
+    ] {
+        let src = if args.contains(&"1024") { tree_1k() } else { tree() };
+        let img = dir.path().join(format!("{name}.img"));
+        let mut a = vec!["mkfs", "-q", "--from", src.dir.to_str().expect("utf-8 path")];
+        a.extend_from_slice(args);
+        a.push(img.to_str().expect("utf-8 path"));
+        // Below 512 MiB mke2fs (and so rext4 mkfs) picks 1 KiB blocks.
+        a.push(if args.contains(&"1024") { "256M" } else { "600M" });
+        ok(&rext4(&a));
+        e2fsck_clean(&img);
+        let m = KernelMount::ro(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let k = walk_kernel(m.path());
+        report.add(
+            format!("{name}: kernel vs source"),
+            diff_source(&src.walk, &k, SourceCmp { mtime_ns: true }),
+        );
+        m.unmount().expect("umount");
+        std::fs::remove_file(&img).ok();
+    }
+    report.finish();
+}
+
+/// Makes a small tree at `root`, its directories created in `order` (the on-disk order of
+/// directory entries in the source then differs).
+fn small_tree(root: &Path, reversed: bool) {
+    let mut names: Vec<String> = (0..40).map(|i| format!("d{i:02}")).collect();
+    if reversed {
+        names.reverse();
+    }
+    for n in &names {
+        let d = root.join(n);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        for j in 0..5 {
+            std::fs::write(d.join(format!("f{j}")), format!("{n}/{j}\n").repeat(j * 300)).expect("write");
+        }
+        std::os::unix::fs::symlink("f1", d.join("link")).expect("symlink");
+        std::fs::hard_link(d.join("f2"), d.join("hard")).expect("link");
+    }
+    xattr::set(root.join("d01/f1"), "user.note", b"v").expect("xattr");
+}
+
+fn sha256(p: &Path) -> String {
+    let o = Command::new("sha256sum").arg(p).output().expect("sha256sum");
+    String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap_or("").to_string()
+}
+
+#[test]
+fn same_input_same_bytes_across_clock_zone_umask_and_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sums = Vec::new();
+    for (i, (tz, umask, reversed)) in [("UTC", "022", false), ("Asia/Tokyo", "077", true)].iter().enumerate()
+    {
+        let src = dir.path().join(format!("src{i}"));
+        small_tree(&src, *reversed);
+        // Different modification times on each run: clamped to the epoch below.
+        let img = dir.path().join(format!("r{i}.img"));
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask {umask}; chmod -R u+rwX,go+rX {s}; exec \"$0\" mkfs -q --from {s} {img} 64M",
+                s = src.display(),
+                img = img.display()
+            ))
+            .arg(env!("CARGO_BIN_EXE_rext4"))
+            .env("TZ", tz)
+            .env("SOURCE_DATE_EPOCH", "1600000000")
+            .output()
+            .expect("run rext4 mkfs");
+        ok(&o);
+        e2fsck_clean(&img);
+        sums.push(sha256(&img));
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    assert_eq!(sums[0], sums[1], "two reproducible builds differ");
+
+    // An edit under the same SOURCE_DATE_EPOCH keeps the image reproducible.
+    let mut edited = Vec::new();
+    for i in 0..2 {
+        let img = dir.path().join(format!("r{i}.img"));
+        let target = format!("{}:/new", img.display());
+        let o = Command::new(env!("CARGO_BIN_EXE_rext4"))
+            .args(["mkdir", &target])
+            .env("SOURCE_DATE_EPOCH", "1600000000")
+            .output()
+            .expect("rext4 mkdir");
+        ok(&o);
+        edited.push(sha256(&img));
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    assert_eq!(edited[0], edited[1], "the same edit made the images differ");
+    assert_ne!(edited[0], sums[0]);
+}
+
+#[test]
+fn manifest_all_root_and_uid_offset_decide_owners() {
+    rext4_testkit::require_kernel!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("etc")).expect("mkdir");
+    std::fs::write(src.join("etc/shadow"), b"secret\n").expect("write");
+    std::fs::write(src.join("bin"), b"#!/bin/sh\n").expect("write");
+    std::fs::write(src.join("plain"), b"x").expect("write");
+    let manifest = dir.path().join("manifest");
+    std::fs::write(
+        &manifest,
+        "# path uid gid mode\n/etc/shadow 0 42 0640\nbin uid=7 mode=4755 mtime=1234567890 xattr.user.origin=manifest\n",
+    )
+    .expect("write manifest");
+    let img = dir.path().join("m.img");
+    ok(&rext4(&[
+        "mkfs",
+        "-q",
+        "--from",
+        src.to_str().expect("utf-8"),
+        "--uid-offset",
+        "100000",
+        "--gid-offset",
+        "100000",
+        "--all-root",
+        "--manifest",
+        manifest.to_str().expect("utf-8"),
+        img.to_str().expect("utf-8"),
+        "32M",
+    ]));
+    e2fsck_clean(&img);
+    let m = KernelMount::ro(&img).expect("mount");
+    let meta = |p: &str| std::fs::symlink_metadata(m.path().join(p)).expect("stat");
+    let shadow = meta("etc/shadow");
+    assert_eq!((shadow.uid(), shadow.gid(), shadow.mode() & 0o7777), (0, 42, 0o640));
+    let bin = meta("bin");
+    assert_eq!((bin.uid(), bin.gid(), bin.mode() & 0o7777, bin.mtime()), (7, 100_000, 0o4755, 1_234_567_890));
+    assert_eq!(
+        xattr::get(m.path().join("bin"), "user.origin").expect("xattr").as_deref(),
+        Some(&b"manifest"[..])
+    );
+    let plain = meta("plain");
+    assert_eq!((plain.uid(), plain.gid()), (100_000, 100_000));
+    m.unmount().expect("umount");
+}

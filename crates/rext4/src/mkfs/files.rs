@@ -1,0 +1,176 @@
+//! The formatter's files: inode records as `ext2fs_write_new_inode` fills them, and block
+//! mapping for the few files `mke2fs` makes (extents in the inode, or block maps with their
+//! indirect blocks allocated in file order).
+
+use super::Builder;
+use crate::error::{Error, Result};
+use crate::num::usize_from;
+use rext4_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC, INIT_MAX_LEN};
+use rext4_format::inode::{Timestamp, EXTENTS_FL};
+use rext4_format::inode_record::{InodeRecord, TimeField};
+use rext4_format::split::{hi16_of_48, lo32};
+use zerocopy::IntoBytes;
+
+impl Builder {
+    /// A new record for `ino`: `mode`, one link, every time `now` (and `i_crtime` with an
+    /// extra area), `i_extra_isize` as `ext2fs_write_new_inode` sets it.
+    pub(crate) fn new_record(&mut self, ino: u32, mode: u16, links: u16) -> &mut Vec<u8> {
+        let isz = usize::from(self.l.geo.inode_size);
+        let mut raw = vec![0u8; isz];
+        let t = Timestamp { sec: self.now, nsec: 0 };
+        {
+            // Cannot fail: inode sizes are at least 128 bytes (checked in params).
+            let mut r = InodeRecord::new(&mut raw[..]).expect("inode record of 128 bytes or more");
+            if isz > 128 {
+                r.set_extra_isize(32);
+            }
+            r.set_mode(mode);
+            r.set_links_count(links);
+            for f in [TimeField::Atime, TimeField::Ctime, TimeField::Mtime, TimeField::Crtime] {
+                r.set_time(f, t);
+            }
+        }
+        self.inodes.insert(ino, raw);
+        // Cannot fail: inserted just above.
+        self.inodes.get_mut(&ino).expect("record just inserted")
+    }
+
+    pub(crate) fn record(&mut self, ino: u32) -> InodeRecord<&mut [u8]> {
+        let isz = usize::from(self.l.geo.inode_size);
+        let raw = self.inodes.entry(ino).or_insert_with(|| vec![0u8; isz]);
+        // Cannot fail: as in `new_record`.
+        InodeRecord::new(&mut raw[..]).expect("inode record of 128 bytes or more")
+    }
+
+    /// Maps `runs` of (first physical block, length), logically contiguous from block 0, into
+    /// `ino`'s extent tree: in the inode for up to four extents, else through one leaf block
+    /// allocated from just before the data (as `ext2fs_fallocate` does for a journal that long).
+    pub(crate) fn set_extents(&mut self, ino: u32, runs: &[(u64, u64)]) -> Result<()> {
+        let mut extents = Vec::new();
+        let mut lblk = 0u64;
+        for &(start, len) in runs {
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(u64::from(INIT_MAX_LEN));
+                let mut e = Extent {
+                    ee_block: u32::try_from(lblk).map_err(|_| Error::FileTooBig)?.into(),
+                    ee_len: u16::try_from(n).unwrap_or(INIT_MAX_LEN).into(),
+                    ee_start_hi: hi16_of_48(start + done).into(),
+                    ee_start_lo: lo32(start + done).into(),
+                };
+                e.set_start(start + done);
+                extents.push(e);
+                done += n;
+                lblk += n;
+            }
+        }
+        let header = |entries: usize, max: usize, depth: u16| ExtentHeader {
+            eh_magic: EXTENT_MAGIC.into(),
+            eh_entries: u16::try_from(entries).unwrap_or(0).into(),
+            eh_max: u16::try_from(max).unwrap_or(0).into(),
+            eh_depth: depth.into(),
+            eh_generation: 0.into(),
+        };
+        let mut iblock = [0u8; 60];
+        if extents.len() <= 4 {
+            iblock[..12].copy_from_slice(header(extents.len(), 4, 0).as_bytes());
+            for (i, e) in extents.iter().enumerate() {
+                iblock[12 + 12 * i..24 + 12 * i].copy_from_slice(e.as_bytes());
+            }
+        } else {
+            let bs = usize_from(u64::from(self.l.geo.block_size));
+            let max = (bs - 12) / 12;
+            if extents.len() > max {
+                return Err(Error::InvalidInput("journal too fragmented"));
+            }
+            // As the split of the inode's root places it: from the block before the data.
+            let goal = runs.first().map_or(0, |&(s, _)| s.saturating_sub(1));
+            let leaf = self.l.alloc_block(goal)?;
+            let mut block = vec![0u8; bs];
+            block[..12].copy_from_slice(header(extents.len(), max, 0).as_bytes());
+            for (i, e) in extents.iter().enumerate() {
+                block[12 + 12 * i..24 + 12 * i].copy_from_slice(e.as_bytes());
+            }
+            self.extent_blocks.push((ino, leaf, block));
+            iblock[..12].copy_from_slice(header(1, 4, 1).as_bytes());
+            iblock[12..16].copy_from_slice(&0u32.to_le_bytes());
+            iblock[16..20].copy_from_slice(&lo32(leaf).to_le_bytes());
+            iblock[20..22].copy_from_slice(&hi16_of_48(leaf).to_le_bytes());
+        }
+        let mut r = self.record(ino);
+        r.set_flags(r.flags() | EXTENTS_FL);
+        r.i_block_mut().copy_from_slice(&iblock);
+        Ok(())
+    }
+
+    /// Allocates `n` data blocks for a block-mapped file, each indirect block just before the
+    /// first block it maps, from `goal` on; fills `i_block` and returns every block it took
+    /// (data and indirect), for `i_blocks`.
+    pub(crate) fn map_blocks_indirect(&mut self, ino: u32, goal: u64, n: u64) -> Result<(Vec<u64>, u64)> {
+        let apb = u64::from(self.l.geo.addr_per_block());
+        let mut iblock = [0u32; 15];
+        let mut data = Vec::with_capacity(usize_from(n));
+        let mut taken = 0u64;
+        // Indirect blocks being filled: (block, pointers).
+        let mut ind: Option<(u64, Vec<u32>)> = None;
+        let mut dind: Option<(u64, Vec<u32>)> = None;
+        let mut pending: Vec<(u64, Vec<u32>)> = Vec::new();
+        let mut next = goal;
+        let alloc = |l: &mut super::layout::Layout, next: &mut u64| -> Result<u64> {
+            let b = l.alloc_block(*next)?;
+            *next = b + 1;
+            Ok(b)
+        };
+        for i in 0..n {
+            if i == 12 {
+                let b = alloc(&mut self.l, &mut next)?;
+                taken += 1;
+                iblock[12] = lo32(b);
+                ind = Some((b, Vec::new()));
+            } else if i >= 12 + apb && (i - 12 - apb) % apb == 0 {
+                if (i - 12 - apb) / apb >= apb {
+                    return Err(Error::FileTooBig);
+                }
+                if let Some(full) = ind.take() {
+                    pending.push(full);
+                }
+                if dind.is_none() {
+                    let b = alloc(&mut self.l, &mut next)?;
+                    taken += 1;
+                    iblock[13] = lo32(b);
+                    dind = Some((b, Vec::new()));
+                }
+                let b = alloc(&mut self.l, &mut next)?;
+                taken += 1;
+                if let Some((_, ptrs)) = dind.as_mut() {
+                    ptrs.push(lo32(b));
+                }
+                ind = Some((b, Vec::new()));
+            }
+            let b = alloc(&mut self.l, &mut next)?;
+            taken += 1;
+            data.push(b);
+            if i < 12 {
+                iblock[usize_from(i)] = lo32(b);
+            } else if let Some((_, ptrs)) = ind.as_mut() {
+                ptrs.push(lo32(b));
+            }
+        }
+        pending.extend(ind);
+        pending.extend(dind);
+        let bs = usize_from(u64::from(self.l.geo.block_size));
+        for (blk, ptrs) in pending {
+            let mut block = vec![0u8; bs];
+            for (j, p) in ptrs.iter().enumerate() {
+                block[4 * j..4 * j + 4].copy_from_slice(&p.to_le_bytes());
+            }
+            self.blocks.push((blk, block));
+        }
+        let mut r = self.record(ino);
+        let ib = r.i_block_mut();
+        for (j, p) in iblock.iter().enumerate() {
+            ib[4 * j..4 * j + 4].copy_from_slice(&p.to_le_bytes());
+        }
+        Ok((data, taken))
+    }
+}

@@ -1,0 +1,306 @@
+//! Making a filesystem (`mke2fs`): [`Fs::format`] lays out an empty ext2, ext3 or ext4 as
+//! e2fsprogs 1.47 does for the same arguments — same geometry, same feature defaults, same
+//! placement of every table and special inode — so `dumpe2fs` shows the same filesystem.
+//!
+//! | module | owns (and the e2fsprogs code it follows) |
+//! |---|---|
+//! | this file | [`FormatOptions`], [`Fs::format`], the order of the steps (`mke2fs.c` `main`) |
+//! | `params` | types, features, block and inode sizes from the options (`PRS`, `mke2fs.conf`) |
+//! | `geometry` | groups, inodes per group, reserved GDT blocks (`initialize.c`) |
+//! | `layout` | the block bitmap, group counts, table placement (`alloc_sb.c`, `alloc_tables.c`) |
+//! | `files` | inode records, extent and block maps of the special files |
+//! | `root` | root directory, lost+found, reserved and bad-block inodes |
+//! | `resize` | the resize inode (`res_gdt.c`) |
+//! | `journal` | the journal inode and jbd2 superblock (`mkjournal.c`) |
+//! | `orphan_file` | the orphan file (`orphan.c`) |
+//! | `write` | superblocks, descriptors, bitmaps, inode tables, checksums (`closefs.c`) |
+//!
+//! # Locking
+//! None: formatting is single-threaded, over a device nothing else has open.
+
+mod files;
+mod geometry;
+mod journal;
+mod layout;
+mod orphan_file;
+pub(crate) mod params;
+mod resize;
+mod root;
+mod write;
+
+use crate::dev::BlockDevice;
+use crate::error::{Error, Result};
+use crate::fs::Fs;
+use layout::Layout;
+use rext4_format::features::{Compat, Incompat, RoCompat};
+use rext4_format::superblock::Superblock;
+use std::collections::BTreeMap;
+use zerocopy::FromZeros;
+
+/// Which kind of filesystem `mke2fs -t` makes; it decides the default features.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FsType {
+    /// sparse_super, large_file, filetype, resize_inode, dir_index, ext_attr.
+    Ext2,
+    /// ext2's features and a journal.
+    Ext3,
+    /// ext3's and e2fsprogs 1.47's ext4 set: extent, huge_file, flex_bg, metadata_csum,
+    /// metadata_csum_seed, 64bit, dir_nlink, extra_isize, orphan_file.
+    #[default]
+    Ext4,
+}
+
+/// How to make a filesystem: `mke2fs`'s options, with its defaults where `None`.
+#[derive(Clone, Debug, Default)]
+pub struct FormatOptions {
+    /// `-t`.
+    pub fs_type: FsType,
+    /// `-T`: usage types from `mke2fs.conf` (`news`, `largefile`, `small`, ...); by default
+    /// the size decides (`floppy` below 3 MiB, `small` below 512 MiB, ...).
+    pub usage_types: Option<String>,
+    /// Bytes of the device to use; the whole device by default.
+    pub size: Option<u64>,
+    /// `-b`.
+    pub block_size: Option<u32>,
+    /// `-I`.
+    pub inode_size: Option<u16>,
+    /// `-i`: bytes per inode.
+    pub inode_ratio: Option<u32>,
+    /// `-N`: at least this many inodes.
+    pub inodes: Option<u32>,
+    /// `-O`: feature edits applied to the type's defaults, e.g. `"inline_data,^metadata_csum"`.
+    pub features: String,
+    /// `-J size=`: journal size in MiB.
+    pub journal_size_mib: Option<u32>,
+    /// Journal size in blocks (overrides `journal_size_mib`).
+    pub journal_blocks: Option<u32>,
+    /// `-L`.
+    pub label: Option<String>,
+    /// `-U`.
+    pub uuid: Option<[u8; 16]>,
+    /// `-E hash_seed=`.
+    pub hash_seed: Option<[u8; 16]>,
+    /// `-E root_owner=`: the root directory's owner (0:0 by default, as mke2fs).
+    pub root_owner: (u32, u32),
+    /// `-m`: percent of blocks reserved for root (5 by default).
+    pub reserved_ratio: Option<f64>,
+    /// `-G`.
+    pub flex_bg_size: Option<u32>,
+    /// `-E orphan_file_size=` in blocks.
+    pub orphan_file_blocks: Option<u32>,
+    /// Every timestamp the filesystem starts with (`E2FSPROGS_FAKE_TIME`); now by default.
+    pub time: Option<i64>,
+    /// The device reads as zeroes already (a new or truncated image file): inode tables and
+    /// the journal need not be written.
+    pub device_zeroed: bool,
+}
+
+/// What [`Fs::format`] made.
+#[derive(Clone, Debug)]
+pub struct FormatReport {
+    pub uuid: [u8; 16],
+    pub block_size: u32,
+    pub blocks_count: u64,
+    pub inodes_count: u32,
+    pub group_count: u32,
+    pub journal_blocks: u32,
+    /// Where the journal lies: runs of (first block, blocks).
+    pub journal_extents: Vec<(u64, u64)>,
+}
+
+/// A filesystem being formatted: the layout, the records of the inodes made, and the blocks
+/// to write.
+pub(crate) struct Builder {
+    pub(crate) l: Layout,
+    pub(crate) sb: Superblock,
+    pub(crate) now: i64,
+    pub(crate) inodes: BTreeMap<u32, Vec<u8>>,
+    /// Blocks to write as they are.
+    pub(crate) blocks: Vec<(u64, Vec<u8>)>,
+    /// Directory leaf blocks by block number: (owner, bytes); their tails are checksummed at
+    /// write time.
+    pub(crate) dir_blocks: BTreeMap<u64, (u32, Vec<u8>)>,
+    /// Extent leaf blocks: (owner, block, bytes).
+    pub(crate) extent_blocks: Vec<(u32, u64, Vec<u8>)>,
+    /// Orphan file blocks: (owner, block).
+    pub(crate) orphan_blocks: Vec<(u32, u64)>,
+    /// Block ranges to zero unless the device is zeroed already.
+    pub(crate) zero_ranges: Vec<(u64, u64)>,
+}
+
+/// 16 random bytes from the kernel (UUIDs and hash seeds, as `uuid_generate`).
+fn random16() -> Result<[u8; 16]> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// A random (version 4) UUID.
+fn random_uuid() -> Result<[u8; 16]> {
+    let mut u = random16()?;
+    u[6] = (u[6] & 0x0F) | 0x40;
+    u[8] = (u[8] & 0x3F) | 0x80;
+    Ok(u)
+}
+
+impl Fs {
+    /// Makes an empty filesystem on `dev` as `mke2fs` would with the same options: the same
+    /// geometry, features and placement, a journal, lost+found, the resize inode and the
+    /// orphan file as e2fsprogs 1.47 makes them. Open it with [`Fs::from_device`] afterwards.
+    pub fn format(dev: &dyn BlockDevice, opts: &FormatOptions) -> Result<FormatReport> {
+        let mut p = params::resolve(opts, dev.size())?;
+        let geo = geometry::compute(&p)?;
+        p.features = geo.features;
+        let has_journal = geo.features.has_c(Compat::HAS_JOURNAL);
+        if has_journal {
+            let blocks = match (opts.journal_blocks, opts.journal_size_mib) {
+                (Some(b), _) => Some(b),
+                (None, Some(mib)) => Some(mib * 1024 / (geo.block_size / 1024)),
+                (None, None) => params::default_journal_blocks(geo.blocks_count),
+            };
+            p.journal_blocks = blocks.unwrap_or(0);
+            if opts.journal_blocks.is_some() || opts.journal_size_mib.is_some() {
+                let total = u64::from(p.journal_blocks);
+                if !(1024..=10_240_000).contains(&total) {
+                    return Err(Error::InvalidInput("journal size must be 1024 to 10,240,000 blocks"));
+                }
+            }
+        }
+        let now = match opts.time {
+            Some(t) => t,
+            None => crate::fs::mount::now_secs(),
+        };
+        let uuid = match opts.uuid {
+            Some(u) => u,
+            None => random_uuid()?,
+        };
+        let hash_seed = match opts.hash_seed {
+            Some(h) => h,
+            None => random_uuid()?,
+        };
+        let mut b = Builder {
+            l: Layout::new(geo)?,
+            sb: Superblock::new_zeroed(),
+            now,
+            inodes: BTreeMap::new(),
+            blocks: Vec::new(),
+            dir_blocks: BTreeMap::new(),
+            extent_blocks: Vec::new(),
+            orphan_blocks: Vec::new(),
+            zero_ranges: Vec::new(),
+        };
+        b.sb.s_uuid = uuid;
+        for i in 0..4 {
+            let w = u32::from_le_bytes([
+                hash_seed[4 * i],
+                hash_seed[4 * i + 1],
+                hash_seed[4 * i + 2],
+                hash_seed[4 * i + 3],
+            ]);
+            b.sb.s_hash_seed[i].set(w);
+        }
+        if let Some(label) = &opts.label {
+            let n = label.len().min(16);
+            b.sb.s_volume_name[..n].copy_from_slice(&label.as_bytes()[..n]);
+        }
+        for g in 0..b.l.geo.group_count {
+            b.l.allocate_group_table(g)?;
+        }
+        let mut overhead = b.l.count_used();
+        b.make_root_and_lpf(opts.root_owner)?;
+        if b.l.geo.features.has_c(Compat::RESIZE_INODE) {
+            b.make_resize_inode()?;
+        }
+        let mut journal_blocks = 0;
+        if has_journal {
+            if p.journal_blocks == 0 {
+                // Too small for a journal: mke2fs drops the feature (and the orphan file).
+                b.l.geo.features.clear_c(Compat::HAS_JOURNAL);
+                b.l.geo.features.clear_c(Compat::ORPHAN_FILE);
+            } else {
+                overhead += u64::from(p.journal_blocks);
+                b.make_journal(p.journal_blocks)?;
+                journal_blocks = p.journal_blocks;
+            }
+        }
+        overhead += b.l.geo.first_data_block;
+        if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
+            let n = opts
+                .orphan_file_blocks
+                .unwrap_or_else(|| params::default_orphan_file_blocks(b.l.geo.blocks_count));
+            b.make_orphan_file(n)?;
+        }
+        b.fill_superblock(&p, overhead);
+        b.write(dev, opts.device_zeroed)?;
+        let geo = &b.l.geo;
+        Ok(FormatReport {
+            uuid,
+            block_size: geo.block_size,
+            blocks_count: geo.blocks_count,
+            inodes_count: geo.inodes_count(),
+            group_count: geo.group_count,
+            journal_blocks,
+            journal_extents: b.zero_ranges.clone(),
+        })
+    }
+}
+
+impl Builder {
+    /// Every superblock field `mke2fs` sets, but the free counts and checksums (`write`).
+    fn fill_superblock(&mut self, p: &params::Params, overhead: u64) {
+        let geo = self.l.geo.clone();
+        let sb = &mut self.sb;
+        let f = geo.features;
+        sb.s_feature_compat.set(f.compat);
+        sb.s_feature_incompat.set(f.incompat);
+        sb.s_feature_ro_compat.set(f.ro_compat);
+        sb.s_inodes_count.set(geo.inodes_count());
+        sb.set_blocks_count(geo.blocks_count);
+        sb.s_r_blocks_count_lo.set(rext4_format::split::lo32(geo.r_blocks_count));
+        if f.has_i(Incompat::BIT64) {
+            sb.s_r_blocks_count_hi.set(rext4_format::split::hi32(geo.r_blocks_count));
+        }
+        sb.s_first_data_block.set(rext4_format::split::lo32(geo.first_data_block));
+        let log = geo.block_size.trailing_zeros() - 10;
+        sb.s_log_block_size.set(log);
+        sb.s_log_cluster_size.set(log);
+        sb.s_blocks_per_group.set(geo.blocks_per_group);
+        sb.s_clusters_per_group.set(geo.blocks_per_group);
+        sb.s_inodes_per_group.set(geo.inodes_per_group);
+        sb.s_max_mnt_count.set(0xFFFF);
+        sb.s_magic.set(rext4_format::superblock::EXT4_MAGIC);
+        sb.s_state.set(rext4_format::superblock::STATE_VALID);
+        sb.s_errors.set(rext4_format::superblock::ERRORS_CONTINUE);
+        sb.s_rev_level.set(1);
+        sb.s_first_ino.set(11);
+        sb.s_inode_size.set(geo.inode_size);
+        sb.s_reserved_gdt_blocks.set(u16::try_from(geo.reserved_gdt_blocks).unwrap_or(0));
+        sb.s_def_hash_version = 1; // half_md4
+        sb.s_desc_size.set(geo.desc_size_field);
+        // acl, user_xattr
+        sb.s_default_mount_opts.set(0x000C);
+        let (lo, hi) = rext4_format::superblock::split_time(self.now);
+        sb.s_mkfs_time.set(lo);
+        sb.s_mkfs_time_hi = hi;
+        sb.s_lastcheck.set(lo);
+        sb.s_lastcheck_hi = hi;
+        sb.s_wtime.set(lo);
+        sb.s_wtime_hi = hi;
+        if geo.inode_size >= 160 {
+            sb.s_min_extra_isize.set(32);
+            sb.s_want_extra_isize.set(32);
+        }
+        // Signed, as on x86 (where mke2fs's `char` is signed): fixed, so the image does not
+        // depend on the machine that made it.
+        sb.s_flags.set(rext4_format::superblock::FLAGS_SIGNED_HASH);
+        sb.s_log_groups_per_flex = p.log_groups_per_flex;
+        if f.has_r(RoCompat::METADATA_CSUM) {
+            sb.s_checksum_type = rext4_format::superblock::CHECKSUM_TYPE_CRC32C;
+        }
+        if f.has_i(Incompat::CSUM_SEED) {
+            sb.s_checksum_seed.set(rext4_format::checksum::csum_seed_from_uuid(&sb.s_uuid));
+        }
+        sb.s_overhead_clusters.set(u32::try_from(overhead).unwrap_or(0));
+    }
+}

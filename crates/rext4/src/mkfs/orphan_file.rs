@@ -1,0 +1,48 @@
+//! The orphan file (`ext2fs_create_orphan_file`): the first free inode after lost+found, its
+//! blocks from the first free block on, each an empty slot array with the magic tail.
+
+use super::Builder;
+use crate::error::Result;
+use crate::num::usize_from;
+use rext4_format::features::Incompat;
+use rext4_format::inode::S_IFREG;
+
+impl Builder {
+    pub(crate) fn make_orphan_file(&mut self, blocks: u32) -> Result<()> {
+        let ino = self.l.new_inode()?;
+        self.l.inode_alloc_stats(ino, false);
+        let bs = u64::from(self.l.geo.block_size);
+        let n = u64::from(blocks);
+        self.new_record(ino, S_IFREG | 0o600, 1);
+        let (data, taken) = if self.l.geo.features.has_i(Incompat::EXTENTS) {
+            let mut blks = Vec::with_capacity(usize_from(n));
+            let mut last = 0;
+            for _ in 0..n {
+                let b = self.l.alloc_block(last)?;
+                blks.push(b);
+                last = b;
+            }
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for &b in &blks {
+                match runs.last_mut() {
+                    Some((s, l)) if *s + *l == b => *l += 1,
+                    _ => runs.push((b, 1)),
+                }
+            }
+            let before = self.extent_blocks.len();
+            self.set_extents(ino, &runs)?;
+            let extra = (self.extent_blocks.len() - before) as u64;
+            (blks, n + extra)
+        } else {
+            self.map_blocks_indirect(ino, 0, n)?
+        };
+        for b in data {
+            self.orphan_blocks.push((ino, b));
+        }
+        let mut r = self.record(ino);
+        r.set_size(n * bs);
+        r.set_blocks(taken * bs / 512);
+        self.sb.s_orphan_file_inum.set(ino);
+        Ok(())
+    }
+}
