@@ -200,6 +200,10 @@ fn main() -> ExitCode {
         return code;
     }
     let cli = Cli::parse();
+    // Reproducible builds: every time the command stamps is SOURCE_DATE_EPOCH.
+    if let Some(t) = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()) {
+        rext4::clock::set_fixed_time(Some(t));
+    }
     let r = match cli.cmd {
         Cmd::Demo { keep, files } => demo::run(keep, files),
         Cmd::Mkfs(a) => mkfs_cmd::run(&a),

@@ -1,35 +1,26 @@
-//! The time the filesystem stamps: the wall clock, or one fixed instant when the process runs
-//! under `SOURCE_DATE_EPOCH` (reproducible builds: an image edited twice the same way comes
-//! out byte for byte the same) or a caller pins it with [`set_fixed_time`].
+//! The time the filesystem stamps: the wall clock, or one fixed instant a caller pins with
+//! [`set_fixed_time`] (reproducible builds: an image edited twice the same way comes out byte
+//! for byte the same; the `rext4` command pins `SOURCE_DATE_EPOCH`). The library reads no
+//! environment variable: a program embedding it decides.
 //!
 //! Under a fixed time, inode generation numbers follow a fixed sequence too.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A time set by [`set_fixed_time`]; `i64::MIN` for none.
 static FIXED: AtomicI64 = AtomicI64::new(i64::MIN);
 
-/// `SOURCE_DATE_EPOCH` as read once from the environment.
-fn from_env() -> Option<i64> {
-    static ENV: OnceLock<Option<i64>> = OnceLock::new();
-    *ENV.get_or_init(|| std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()))
-}
-
 /// Pins every timestamp this process's filesystems write to `t` seconds since the epoch
-/// (`None`: back to `SOURCE_DATE_EPOCH` or the wall clock).
+/// (`None`: back to the wall clock).
 pub fn set_fixed_time(t: Option<i64>) {
     FIXED.store(t.unwrap_or(i64::MIN), Ordering::Relaxed);
 }
 
-/// The fixed time in force, if any: [`set_fixed_time`]'s, else `SOURCE_DATE_EPOCH`.
+/// The fixed time in force, if any.
 pub fn fixed_time() -> Option<i64> {
     let t = FIXED.load(Ordering::Relaxed);
-    if t != i64::MIN {
-        return Some(t);
-    }
-    from_env()
+    (t != i64::MIN).then_some(t)
 }
 
 /// Now, as (seconds, nanoseconds): the fixed time with no nanoseconds, else the clock.
