@@ -10,6 +10,7 @@ mod imagepath;
 mod inspect;
 mod mkfs_cmd;
 mod mkfs_from;
+mod mkfs_tar;
 mod modify;
 mod mount_cmd;
 mod mount_helper;

@@ -54,8 +54,9 @@ pub(crate) struct MkfsArgs {
     /// Accepted for mke2fs compatibility: rext4 mkfs never asks.
     #[arg(short = 'F', action = clap::ArgAction::Count)]
     force: u8,
-    /// Fill the filesystem with this directory tree.
-    #[arg(long = "from", value_name = "DIR")]
+    /// Fill the filesystem with this directory tree, or this tar archive (plain, gzip or
+    /// zstd).
+    #[arg(long = "from", value_name = "DIR|ARCHIVE")]
     from: Option<PathBuf>,
     /// Same input, same image, byte for byte: UUIDs, hash seed and every time derived from
     /// SOURCE_DATE_EPOCH (or the tree's newest time), times clamped to it. On by default
@@ -245,6 +246,9 @@ fn build_epoch(a: &MkfsArgs) -> CliResult<Option<i64>> {
         return Ok(None);
     }
     let Some(src) = &a.from else { return Ok(Some(0)) };
+    if crate::mkfs_tar::is_archive(src) {
+        return Ok(Some(crate::mkfs_tar::measure(src)?.2));
+    }
     let mut newest = 0i64;
     let mut stack = vec![src.clone()];
     while let Some(d) = stack.pop() {
@@ -302,14 +306,20 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     let r = rext4::Fs::format(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
     drop(dev);
     if let Some(src) = &a.from {
-        let (bytes, _, _) = crate::mkfs_from::measure(src)?;
+        let archive = crate::mkfs_tar::is_archive(src);
+        let bytes =
+            if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
         let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             indicatif::ProgressBar::hidden()
         } else {
             indicatif::ProgressBar::new(bytes)
         };
         let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
-        let filled = crate::mkfs_from::fill(&fs, src, &policy, &bar);
+        let filled = if archive {
+            crate::mkfs_tar::fill(&fs, src, &policy, &bar)
+        } else {
+            crate::mkfs_from::fill(&fs, src, &policy, &bar)
+        };
         bar.finish_and_clear();
         let closed = fs.unmount();
         filled?;

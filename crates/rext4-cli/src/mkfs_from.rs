@@ -17,11 +17,11 @@ const CHUNK: usize = 1 << 20;
 /// What a manifest line says about one path; `None` keeps the source's.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Override {
-    uid: Option<u32>,
-    gid: Option<u32>,
-    mode: Option<u16>,
-    mtime: Option<i64>,
-    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) uid: Option<u32>,
+    pub(crate) gid: Option<u32>,
+    pub(crate) mode: Option<u16>,
+    pub(crate) mtime: Option<i64>,
+    pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// How owners, modes and times are decided.
@@ -85,8 +85,13 @@ pub(crate) fn parse_manifest(text: &str) -> CliResult<BTreeMap<Vec<u8>, Override
 
 impl Policy {
     fn owner(&self, m: &Metadata, o: Option<&Override>) -> (u32, u32) {
+        self.owner_of(m.uid(), m.gid(), o)
+    }
+
+    /// The owner of an entry the source says `uid`:`gid` own.
+    pub(crate) fn owner_of(&self, uid: u32, gid: u32, o: Option<&Override>) -> (u32, u32) {
         let shift = |id: u32, off: i64| u32::try_from(i64::from(id) + off).unwrap_or(id);
-        let (mut uid, mut gid) = if self.all_root { (0, 0) } else { (m.uid(), m.gid()) };
+        let (mut uid, mut gid) = if self.all_root { (0, 0) } else { (uid, gid) };
         uid = shift(uid, self.uid_offset);
         gid = shift(gid, self.gid_offset);
         if let Some(o) = o {
@@ -96,7 +101,7 @@ impl Policy {
         (uid, gid)
     }
 
-    fn time(&self, sec: i64, nsec: i64) -> Timestamp {
+    pub(crate) fn time(&self, sec: i64, nsec: i64) -> Timestamp {
         let t = Timestamp { sec, nsec: u32::try_from(nsec).unwrap_or(0) };
         match self.clamp {
             Some(c) if t.sec >= c => Timestamp { sec: c, nsec: 0 },
@@ -110,6 +115,11 @@ impl Policy {
 pub(crate) struct Filled {
     pub(crate) files: u64,
     pub(crate) bytes: u64,
+}
+
+/// The engine's root directory.
+pub(crate) fn root(fs: &Fs) -> CliResult<InodeNo> {
+    fs.resolve("/", true).map_err(|e| e.to_string())
 }
 
 struct Ctx<'a> {

@@ -173,3 +173,71 @@ fn manifest_all_root_and_uid_offset_decide_owners() {
     assert_eq!((plain.uid(), plain.gid()), (100_000, 100_000));
     m.unmount().expect("umount");
 }
+
+#[test]
+fn the_kernel_sees_an_archives_tree() {
+    // The source tree archived by GNU tar in pax format (nanosecond times, xattrs, hard links,
+    // devices), plain, gzip'ed and zstd'ed: each image holds the tree as the directory made it.
+    rext4_testkit::require_kernel!();
+    let zstd = rext4_testkit::find_tool("zstd").is_some();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = tree();
+    // tar archives no sockets.
+    let mut want = src.walk.clone();
+    want.recs.retain(|_, r| r.kind != rext4_testkit::Kind::Socket);
+    let mut report = Report::default();
+    for (name, flag) in [("tar", None), ("tar.gz", Some("--gzip")), ("tar.zst", Some("--zstd"))] {
+        if flag == Some("--zstd") && !zstd {
+            eprintln!("SKIP tar.zst: no zstd here");
+            continue;
+        }
+        let ar = dir.path().join(format!("tree.{name}"));
+        let mut tar = Command::new("tar");
+        tar.args(["--format=posix", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-cf"]).arg(&ar);
+        if let Some(f) = flag {
+            tar.arg(f);
+        }
+        let o = tar.arg("-C").arg(&src.dir).arg(".").output().expect("tar");
+        assert!(o.status.success(), "tar: {}", String::from_utf8_lossy(&o.stderr));
+        let img = dir.path().join(format!("{name}.img"));
+        ok(&rext4(&[
+            "mkfs",
+            "-q",
+            "--from",
+            ar.to_str().expect("utf-8"),
+            img.to_str().expect("utf-8"),
+            "600M",
+        ]));
+        e2fsck_clean(&img);
+        let m = KernelMount::ro(&img).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let k = walk_kernel(m.path());
+        report.add(format!("{name}: kernel vs source"), diff_source(&want, &k, SourceCmp { mtime_ns: true }));
+        m.unmount().expect("umount");
+        std::fs::remove_file(&img).ok();
+    }
+    // An archive naming a path outside the root is refused.
+    let evil = dir.path().join("evil.tar");
+    {
+        let mut b = Vec::new();
+        let mut h = [0u8; 512];
+        h[..9].copy_from_slice(b"../escape");
+        h[100..107].copy_from_slice(b"0000644");
+        h[124..135].copy_from_slice(b"00000000000");
+        h[136..147].copy_from_slice(b"00000000000");
+        h[156] = b'0';
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&x| u32::from(x)).sum();
+        h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        b.extend_from_slice(&h);
+        b.extend_from_slice(&[0u8; 1024]);
+        std::fs::write(&evil, b).expect("write");
+    }
+    let img = dir.path().join("evil.img");
+    let out =
+        rext4(&["mkfs", "-q", "--from", evil.to_str().expect("utf-8"), img.to_str().expect("utf-8"), "64M"]);
+    assert!(!out.status.success(), "an archive with ../ was accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".."), "{}", String::from_utf8_lossy(&out.stderr));
+    report.finish();
+}
