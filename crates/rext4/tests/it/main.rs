@@ -21,6 +21,7 @@ mod kernel_written;
 mod namespace;
 mod namespace_model;
 mod orphan;
+mod partition;
 mod read_variants;
 mod recovery;
 mod stats;
