@@ -20,6 +20,7 @@ mod journal;
 mod kernel_written;
 mod namespace;
 mod namespace_model;
+mod nbd;
 mod orphan;
 mod partition;
 mod read_variants;
