@@ -12,4 +12,5 @@ mod first_steps;
 mod hostile;
 mod image_lock;
 mod mount;
+mod nbd;
 mod readme;
