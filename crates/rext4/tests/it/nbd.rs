@@ -197,7 +197,7 @@ fn failing_writes_abort_the_journal_and_nothing_is_lost() {
     }
     let e = failed.expect("a failing server must fail sync");
     assert_eq!(e.errno(), libc::EIO, "{e}");
-    let after = fs.write_file("/kept/after", b"x").err().expect("the journal aborted");
+    let after = fs.write_file("/kept/after", b"x").expect_err("the journal aborted");
     assert!(matches!(after.errno(), libc::EROFS | libc::EIO), "{after}");
     drop(fs);
     std::fs::remove_file(&trigger).unwrap();
@@ -240,7 +240,7 @@ fn a_dropped_connection_fails_writes_and_recovers_through_the_server() {
     fs.write_file("/d/unsynced", vec![8u8; 100_000]).unwrap();
     // The server dies with the filesystem open: the next commit fails, nothing hangs.
     srv.stop();
-    let e = fs.sync().err().expect("sync without a server");
+    let e = fs.sync().expect_err("sync without a server");
     assert_eq!(e.errno(), libc::EIO, "{e}");
     drop(fs);
     // A new server on the same file: recovery replays what was committed.

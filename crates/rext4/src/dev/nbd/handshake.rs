@@ -201,7 +201,7 @@ mod tests {
         v.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
         v.extend_from_slice(&OPT_GO.to_be_bytes());
         v.extend_from_slice(&kind.to_be_bytes());
-        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        v.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
         v.extend_from_slice(body);
     }
 
