@@ -89,6 +89,13 @@ impl Stream {
             Stream::Unix(s) => s.set_read_timeout(t),
         }
     }
+    /// A server that stops reading must not hold a sender (and the send lock) for ever.
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
     fn shutdown(&self) {
         // Already closed is fine: the point is to wake the reader.
         let _ = match self {
@@ -166,6 +173,7 @@ impl Conn {
         // Replies may be long in coming while the connection is idle; waiting requests time
         // out on their own.
         s.set_read_timeout(None)?;
+        s.set_write_timeout(Some(cfg.timeout))?;
         let shared = Arc::new(Shared { pending: Mutex::new(HashMap::new()), alive: AtomicBool::new(true) });
         let rx = s.try_clone()?;
         let sh = shared.clone();
