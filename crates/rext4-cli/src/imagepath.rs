@@ -11,11 +11,15 @@ pub(crate) struct ImagePath {
 }
 
 impl ImagePath {
-    /// Splits at the first `:` that is followed by `/` or ends the argument.
+    /// Splits at the first `:` that is followed by `/` or ends the argument (after the
+    /// scheme of an NBD address: `nbd://host/export:/path`).
     pub(crate) fn parse(arg: &str) -> CliResult<Self> {
+        let skip =
+            if rext4::dev::address::is_nbd_uri(arg) { arg.find("://").map_or(0, |i| i + 3) } else { 0 };
         let at = arg
             .match_indices(':')
             .map(|(i, _)| i)
+            .filter(|&i| i >= skip)
             .find(|&i| arg[i + 1..].is_empty() || arg[i + 1..].starts_with('/'))
             .ok_or_else(|| format!("{arg}: expected IMAGE:/path"))?;
         let path = if arg[at + 1..].is_empty() { "/".to_string() } else { arg[at + 1..].to_string() };
@@ -24,7 +28,8 @@ impl ImagePath {
 
     /// As [`ImagePath::parse`], and for commands that only read: an argument without
     /// `:/path` that names an existing file or block device is that image's root, so
-    /// `rext4 ls disk.img` lists it.
+    /// `rext4 ls disk.img` lists it; so does an NBD address or a partition
+    /// (`disk.img@2`).
     pub(crate) fn parse_read(arg: &str) -> CliResult<Self> {
         Self::parse(arg).or_else(|e| {
             let is_image = std::fs::metadata(arg)
@@ -32,7 +37,10 @@ impl ImagePath {
                     use std::os::unix::fs::FileTypeExt;
                     m.is_file() || m.file_type().is_block_device()
                 })
-                .unwrap_or(false);
+                .unwrap_or(false)
+                || rext4::dev::Address::parse(std::path::Path::new(arg)).is_ok_and(|a| {
+                    a.partition.is_some() || matches!(a.target, rext4::dev::address::Target::Nbd(_))
+                });
             if is_image {
                 Ok(ImagePath { image: PathBuf::from(arg), path: "/".into() })
             } else {
@@ -73,5 +81,11 @@ mod tests {
         assert_eq!(p.path, "/x");
         assert_eq!(ImagePath::parse("disk.img:").unwrap().path, "/");
         assert!(ImagePath::parse("disk.img").is_err());
+        let p = ImagePath::parse("nbd://localhost:10810/exp@2:/etc").unwrap();
+        assert_eq!((p.image, p.path.as_str()), (PathBuf::from("nbd://localhost:10810/exp@2"), "/etc"));
+        let p = ImagePath::parse("nbd+unix:///e?socket=/tmp/s.sock:/a").unwrap();
+        assert_eq!((p.image, p.path.as_str()), (PathBuf::from("nbd+unix:///e?socket=/tmp/s.sock"), "/a"));
+        assert!(ImagePath::parse("nbd://localhost/exp").is_err());
+        assert_eq!(ImagePath::parse_read("nbd://localhost/exp").unwrap().path, "/");
     }
 }

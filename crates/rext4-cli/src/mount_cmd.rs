@@ -34,7 +34,7 @@ pub(crate) fn run(
         opts.add(o)?;
     }
     opts.validate()?;
-    let image = image.canonicalize().map_err(|e| format!("{}: {e}", image.display()))?;
+    let image = absolute_address(image)?;
     rext4_fuse::check_mountpoint(mountpoint)?;
     let mountpoint = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
     if opts.fsname.is_none() {
@@ -49,6 +49,21 @@ pub(crate) fn run(
         serve(&image, &mountpoint, &opts, child)
     } else {
         daemonize(&image, &mountpoint, options)
+    }
+}
+
+/// The image's address made absolute (the daemon runs in `/`): a file's path, and the disk
+/// of a partition (`disk.img@2`), canonicalized; an NBD address as given.
+fn absolute_address(image: &Path) -> CliResult<std::path::PathBuf> {
+    let canon = |p: &Path| p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
+    match rext4::dev::Address::parse(image).map_err(|e| format!("{}: {e}", image.display()))? {
+        rext4::dev::Address { target: rext4::dev::address::Target::File(f), partition: Some(_) } => {
+            let s = image.to_string_lossy();
+            let suffix = &s[f.to_string_lossy().len()..];
+            Ok(std::path::PathBuf::from(format!("{}{suffix}", canon(&f)?.display())))
+        }
+        rext4::dev::Address { target: rext4::dev::address::Target::Nbd(_), .. } => Ok(image.to_path_buf()),
+        _ => canon(image),
     }
 }
 

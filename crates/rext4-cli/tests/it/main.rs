@@ -14,4 +14,5 @@ mod image_lock;
 mod mkfs;
 mod mkfs_from;
 mod mount;
+mod nbd;
 mod readme;

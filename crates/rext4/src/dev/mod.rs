@@ -7,6 +7,9 @@
 //! | `overlay` | `OverlayDevice`: blocks replaced from memory |
 //! | `crash` | `CrashDevice`: records writes and flushes, rebuilds the image at any point |
 //! | `image_lock` | one writer per image: the writer's `flock`, kernel mounts refused |
+//! | `partition` | `PartitionDevice`: one partition of a GPT or MBR disk |
+//! | `nbd` | `NbdDevice`: an export of an NBD server (TCP or Unix socket) |
+//! | `address` | image addresses: `disk.img@2`, `nbd://host/export`, `nbd+unix:///export?socket=` |
 //!
 //! ## This module
 //! Block devices: where the bytes of an image live.
@@ -14,9 +17,12 @@
 //! Every access is positional (`pread`/`pwrite` style), so a device shared by many threads needs
 //! no lock of its own.
 
+pub mod address;
 pub(crate) mod crash;
 pub(crate) mod image_lock;
+pub mod nbd;
 pub(crate) mod overlay;
+pub mod partition;
 
 pub use crate::dev::crash::{apply as apply_ops, CrashDevice, Op};
 use crate::dev::image_lock::ImageLock;
@@ -26,7 +32,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+pub use crate::dev::address::{open, Address};
+pub use crate::dev::nbd::{NbdConfig, NbdDevice, NbdServer};
 pub use crate::dev::overlay::OverlayDevice;
+pub use crate::dev::partition::{PartitionDevice, Selector};
 
 /// Byte-addressed storage under a filesystem.
 pub trait BlockDevice: Send + Sync {

@@ -25,7 +25,7 @@ use crate::alloc::group::Groups;
 use crate::attr::{Attr, DirEntry, StatFs};
 use crate::cache::buffer::{Buffer, BufferCache};
 use crate::cache::ShardedCache;
-use crate::dev::{BlockDevice, FileDevice};
+use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::inode::Inode;
@@ -241,10 +241,12 @@ impl Fs {
         Self::open_with(path, Options { writable: true, ..Options::default() })
     }
 
-    /// Opens the image or block device at `path` as `opts` say.
+    /// Opens the image or block device at `path` as `opts` say. `path` may also be an
+    /// address (see [`crate::dev::address`]): a partition (`disk.img@2`) or an NBD export
+    /// (`nbd://host/export`, `nbd+unix:///export?socket=PATH`).
     pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Fs> {
-        let dev = FileDevice::open(path.as_ref(), opts.writable)?;
-        Self::from_device(Arc::new(dev), opts)
+        let dev = crate::dev::open(path.as_ref(), opts.writable)?;
+        Self::from_device(dev, opts)
     }
 
     /// Opens a filesystem on any block device.

@@ -5,7 +5,7 @@
 //! [`recover_image`].
 
 use crate::dev::overlay::OverlayDevice;
-use crate::dev::{BlockDevice, FileDevice};
+use crate::dev::BlockDevice;
 use crate::error::{corrupt, Corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::fs::{FsInner, Options};
@@ -37,7 +37,7 @@ const ERR_RANGE: core::ops::Range<usize> = 0x194..0x200;
 /// anything is written. Orphans are not processed: the kernel does that at mount, e2fsck
 /// when checking.
 pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
-    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path.as_ref(), true)?);
+    let dev = crate::dev::open(path.as_ref(), true)?;
     let sbi = SbInfo::load(&*dev)?;
     if !sbi.needs_recovery() {
         return Ok(RecoveryReport::default());
