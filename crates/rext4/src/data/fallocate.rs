@@ -57,12 +57,14 @@ impl FsInner {
             let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
         }
-        if inode.flags() & EXTENTS_FL == 0 {
-            // As the kernel: only extent-mapped files have unwritten extents.
+        let extents = inode.flags() & EXTENTS_FL != 0;
+        if !extents && mode != FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
+            // As the kernel: only extent-mapped files have unwritten extents (and shifts);
+            // a hole is punched in either kind (`ext4_ind_remove_space`).
             return Err(Error::NotSupported("fallocate on a block-mapped file".into()));
         }
         let end = offset.checked_add(len).ok_or(Error::FileTooBig)?;
-        if end > self.max_file_size(true) {
+        if end > self.max_file_size(extents) {
             return Err(Error::FileTooBig);
         }
         let keep = mode & FALLOC_FL_KEEP_SIZE != 0;

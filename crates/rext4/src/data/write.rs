@@ -523,11 +523,14 @@ impl FsInner {
                 };
                 start.max(lo)
             } else {
-                // Block maps only shrink at the end (no fallocate on them); bounded steps
-                // keep each handle's bitmaps and indirect blocks few.
-                let top = hi.min(raw_size(&raw).div_ceil(u64::from(self.sbi.block_size)).max(lo));
+                // From the end backwards in bounded steps, which keep each handle's bitmaps
+                // and indirect blocks few. A range that reaches the end of the file frees
+                // whatever is mapped past it too, as a truncate must.
+                let end = raw_size(&raw).div_ceil(u64::from(self.sbi.block_size));
+                let top = hi.min(end.max(lo));
                 let start = top.saturating_sub(IND_FREE_STEP).max(lo);
-                self.ind_truncate(&hd, inode, &mut raw, start)?;
+                let to = if hi >= end { u64::MAX } else { top };
+                self.ind_remove(&hd, inode, &mut raw, start, to)?;
                 start
             };
             // Freed blocks read as zeros (or nothing) now; their pages go.

@@ -124,15 +124,22 @@ impl FsInner {
         Ok(())
     }
 
-    /// Frees every block at or past logical block `from` of the block map in `raw` (data and
-    /// the indirect blocks left empty), clearing pointers to them.
-    /// Checks everything first (see [`FsInner::ind_truncate_check`]), so that damage found
+    /// Frees every block of logical blocks `from..to` of the block map in `raw` (data, and the
+    /// indirect blocks left empty: the kernel's `ext4_ind_remove_space`), clearing pointers to
+    /// them. Checks everything first (see [`FsInner::ind_remove_check`]), so that damage found
     /// half way never leaves blocks freed that the record still names.
-    pub(crate) fn ind_truncate(&self, h: &Handle, inode: &Inode, raw: &mut [u8], from: u64) -> Result<()> {
-        self.ind_truncate_check(h, inode, raw, from)?;
+    pub(crate) fn ind_remove(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        from: u64,
+        to: u64,
+    ) -> Result<()> {
+        self.ind_remove_check(h, inode, raw, from, to)?;
         let sectors = u64::from(self.sbi.block_size / 512);
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..usize_from(to.min(NDIR_BLOCKS as u64)) {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;
@@ -146,9 +153,9 @@ impl FsInner {
         let mut span = ptrs;
         for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
             let p = word(&raw[I_BLOCK..], slot);
-            if p != 0 && from < first + span {
-                let keep_from = from.saturating_sub(first);
-                let (emptied, freed) = self.ind_prune(h, inode, p, levels, span, keep_from)?;
+            if p != 0 && from < first + span && to > first {
+                let range = (from.saturating_sub(first), to.saturating_sub(first));
+                let (emptied, freed) = self.ind_prune(h, inode, p, levels, span, range)?;
                 raw_sub_blocks(raw, freed * sectors);
                 if emptied {
                     self.free_blocks(h, p, 1, true)?;
@@ -162,12 +169,12 @@ impl FsInner {
         Ok(())
     }
 
-    /// What [`FsInner::ind_truncate`] would find wrong, found without changing anything: every
-    /// block it may free (data and indirect blocks at or past `from`) inside the filesystem,
+    /// What [`FsInner::ind_remove`] would find wrong, found without changing anything: every
+    /// block it may free (data and indirect blocks mapping `from..to`) inside the filesystem,
     /// outside its metadata and in use, every indirect block on the way readable.
-    fn ind_truncate_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64) -> Result<()> {
+    fn ind_remove_check(&self, h: &Handle, inode: &Inode, raw: &[u8], from: u64, to: u64) -> Result<()> {
         let ptrs = (self.sbi.block_size / 4) as u64;
-        for i in usize_from(from.min(NDIR_BLOCKS as u64))..NDIR_BLOCKS {
+        for i in usize_from(from.min(NDIR_BLOCKS as u64))..usize_from(to.min(NDIR_BLOCKS as u64)) {
             let p = word(&raw[I_BLOCK..], i);
             if p != 0 {
                 self.check_range(inode.ino, p, 1)?;
@@ -176,40 +183,40 @@ impl FsInner {
         }
         let mut first = NDIR_BLOCKS as u64;
         let mut span = ptrs;
-        // (block, levels below it, blocks it covers, first covered block to free)
+        // (block, levels below it, blocks it covers, covered blocks to free, relative)
         let mut stack = Vec::new();
         for (slot, levels) in [(IND_BLOCK, 1u32), (DIND_BLOCK, 2), (TIND_BLOCK, 3)] {
             let p = word(&raw[I_BLOCK..], slot);
-            if p != 0 && from < first + span {
-                stack.push((p, levels, span, from.saturating_sub(first)));
+            if p != 0 && from < first + span && to > first {
+                stack.push((p, levels, span, from.saturating_sub(first), to.saturating_sub(first)));
             }
             first += span;
             span = span.saturating_mul(ptrs);
         }
         // Depth strictly decreases down the stack, so the walk ends.
-        while let Some((blk, levels, span, from)) = stack.pop() {
+        while let Some((blk, levels, span, from, to)) = stack.pop() {
             self.check_blocks_in_use(h, blk, 1)?;
             let buf = self.bread_owned(inode.ino, blk)?;
             let per = span / ptrs;
             let d = buf.data();
             for i in 0..ptrs as usize {
                 let (p, start) = (word(&d, i), i as u64 * per);
-                if p == 0 || start + per <= from {
+                if p == 0 || start + per <= from || start >= to {
                     continue;
                 }
                 self.check_range(inode.ino, p, 1)?;
                 if levels == 1 {
                     self.check_blocks_in_use(h, p, 1)?;
                 } else {
-                    stack.push((p, levels - 1, per, from.saturating_sub(start)));
+                    stack.push((p, levels - 1, per, from.saturating_sub(start), to.saturating_sub(start)));
                 }
             }
         }
         Ok(())
     }
 
-    /// Frees what indirect block `blk` (covering `span` blocks, `levels` deep) maps at or past
-    /// `from` (relative to its start). Returns whether it is now empty (freeing it is the
+    /// Frees what indirect block `blk` (covering `span` blocks, `levels` deep) maps in
+    /// `from..to` (relative to its start). Returns whether it is now empty (freeing it is the
     /// caller's job) and how many blocks below it were freed.
     fn ind_prune(
         &self,
@@ -218,7 +225,7 @@ impl FsInner {
         blk: u64,
         levels: u32,
         span: u64,
-        from: u64,
+        (from, to): (u64, u64),
     ) -> Result<(bool, u64)> {
         let ptrs = (self.sbi.block_size / 4) as usize;
         let per = span / ptrs as u64;
@@ -232,7 +239,7 @@ impl FsInner {
         let mut gone = vec![false; ptrs];
         for (i, &p) in entries.iter().enumerate() {
             let start = i as u64 * per;
-            if p == 0 || start + per <= from {
+            if p == 0 || start + per <= from || start >= to {
                 continue;
             }
             self.check_range(inode.ino, p, 1)?;
@@ -242,8 +249,8 @@ impl FsInner {
                 cleared.push(i);
                 gone[i] = true;
             } else {
-                let (emptied, below) =
-                    self.ind_prune(h, inode, p, levels - 1, per, from.saturating_sub(start))?;
+                let range = (from.saturating_sub(start), to.saturating_sub(start));
+                let (emptied, below) = self.ind_prune(h, inode, p, levels - 1, per, range)?;
                 freed += below;
                 if emptied {
                     self.free_blocks(h, p, 1, true)?;

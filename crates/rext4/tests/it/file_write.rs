@@ -97,7 +97,13 @@ fn op(extents: bool) -> impl Strategy<Value = Op> {
         2 => offset().prop_map(Op::Truncate),
     ];
     if !extents {
-        return basic.boxed();
+        // Block maps punch holes too (and nothing else of fallocate).
+        return prop_oneof![
+            8 => basic,
+            2 => (offset(), 1u64..100_000).prop_map(|(off, len)| Op::Punch { off, len }),
+            1 => (0u64..(80 << 20), 1u64..(8 << 20)).prop_map(|(off, len)| Op::Punch { off, len }),
+        ]
+        .boxed();
     }
     prop_oneof![
         8 => basic,
