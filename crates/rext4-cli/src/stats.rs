@@ -45,6 +45,17 @@ fn write_tables(s: &mut String, r: &StatsReport) -> std::fmt::Result {
         )?;
     }
     writeln!(s)?;
+    let p = &r.page_cache;
+    writeln!(
+        s,
+        "page cache: {} pages ({:.1} MiB); {} misses, {} of them reading ahead; {} reads past it; {} blocks set aside for appends",
+        p.pages,
+        p.bytes as f64 / (1 << 20) as f64,
+        p.misses,
+        p.readahead,
+        p.direct_reads,
+        r.reserved_blocks
+    )?;
     match &r.commits {
         Some(c) if c.commits > 0 => {
             let top: Vec<String> = c.top5_us.iter().map(|t| format!("{:.6}s", *t as f64 / 1e6)).collect();
@@ -117,6 +128,13 @@ pub fn json(r: &StatsReport) -> String {
         }
         None => s.push_str("null"),
     }
+    let p = &r.page_cache;
+    let _ = write!(
+        s,
+        ",\n  \"page_cache\": {{\"pages\": {}, \"bytes\": {}, \"misses\": {}, \"readahead\": {}, \"direct_reads\": {}}}",
+        p.pages, p.bytes, p.misses, p.readahead, p.direct_reads
+    );
+    let _ = write!(s, ",\n  \"reserved_blocks\": {}", r.reserved_blocks);
     let _ = write!(s, ",\n  \"every\": {}\n}}", r.every);
     s
 }
@@ -152,7 +170,7 @@ fn number(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rext4::{CommitSummary, LockStat, OpStat};
+    use rext4::{CommitSummary, LockStat, OpStat, PageCacheStats};
 
     fn report() -> StatsReport {
         StatsReport {
@@ -172,6 +190,8 @@ mod tests {
                 checkpoint_blocks: 3,
             }),
             every: 16,
+            page_cache: PageCacheStats { pages: 4, bytes: 16384, misses: 3, readahead: 1, direct_reads: 2 },
+            reserved_blocks: 12,
         }
     }
 
@@ -196,10 +216,17 @@ mod tests {
             assert_eq!(c[k], want, "{k}");
         }
         assert_eq!(v["every"], 16);
+        let p = &v["page_cache"];
+        for (k, want) in
+            [("pages", 4), ("bytes", 16384), ("misses", 3), ("readahead", 1), ("direct_reads", 2)]
+        {
+            assert_eq!(p[k], want, "{k}");
+        }
+        assert_eq!(v["reserved_blocks"], 12);
         let ro = StatsReport { commits: None, ..report() };
         let v: serde_json::Value = serde_json::from_str(&json(&ro)).unwrap();
         assert!(v["commits"].is_null());
-        let empty = StatsReport { ops: vec![], locks: vec![], commits: None, every: 1 };
+        let empty = StatsReport { ops: vec![], locks: vec![], commits: None, every: 1, ..report() };
         assert!(serde_json::from_str::<serde_json::Value>(&json(&empty)).is_ok());
     }
 
@@ -212,6 +239,7 @@ mod tests {
             t.contains("journal commits: 2,") && t.contains("journal blocks: 5 logged for 7 handles"),
             "{t}"
         );
+        assert!(t.contains("page cache: 4 pages") && t.contains("12 blocks set aside"), "{t}");
         let ro = tables(&StatsReport { commits: None, ..report() });
         assert!(ro.ends_with("journal commits: none (read-only)\n"), "{ro}");
     }

@@ -343,7 +343,14 @@ impl Stats {
                 }
             })
             .collect();
-        StatsReport { ops, locks, commits: None, every: self.every() }
+        StatsReport {
+            ops,
+            locks,
+            commits: None,
+            every: self.every(),
+            page_cache: crate::PageCacheStats::default(),
+            reserved_blocks: 0,
+        }
     }
 
     /// Sets every figure back to zero (figures added meanwhile may survive).
@@ -395,6 +402,10 @@ pub struct StatsReport {
     /// Operation counts and times are estimated from one top-level operation in this many
     /// (1: exact); see [`Fs::set_stats_every`](crate::Fs::set_stats_every).
     pub every: u32,
+    /// What the page cache holds and how reads used it.
+    pub page_cache: crate::PageCacheStats,
+    /// Free blocks set aside for files' next appends (alloc/prealloc.rs).
+    pub reserved_blocks: u64,
 }
 
 impl crate::Fs {
@@ -403,6 +414,8 @@ impl crate::Fs {
     pub fn stats(&self) -> StatsReport {
         let mut r = self.inner.stats.report();
         r.commits = self.commit_stats().map(|c| c.summary());
+        r.page_cache = self.page_cache_stats();
+        r.reserved_blocks = self.inner.pa_blocks.load(Ordering::Relaxed);
         r
     }
 

@@ -48,6 +48,7 @@ fn files_appended_side_by_side_keep_their_blocks_together() {
     let free_before = fs.statfs().unwrap().blocks_free;
     append_side_by_side(&fs);
     // Closed: nothing stays set aside, every block not in a file is free.
+    assert_eq!(fs.stats().reserved_blocks, 0);
     let used = (FILES * APPENDS) as u64;
     let free_after = fs.statfs().unwrap().blocks_free;
     assert!(
@@ -113,6 +114,7 @@ fn reserved_blocks_are_given_back_when_nothing_else_is_free() {
             a.ino
         })
         .collect();
+    assert!(fs.stats().reserved_blocks > 0, "held files that grew keep reserves");
     // A file that needs nearly every free block: the reserves must make way.
     let free = fs.statfs().unwrap().blocks_avail;
     let big = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap();
