@@ -37,7 +37,7 @@ fn read_all(fs: &Fs, ino: InodeNo) -> Vec<u8> {
 }
 
 /// Reads the whole file in pieces of `piece` bytes (small enough to go through the page cache).
-fn read_pieces(fs: &Fs, ino: InodeNo, piece: usize) -> Vec<u8> {
+pub(crate) fn read_pieces(fs: &Fs, ino: InodeNo, piece: usize) -> Vec<u8> {
     let size = fs.getattr(ino).unwrap().size as usize;
     let mut buf = vec![0u8; size];
     let mut done = 0;

@@ -2,7 +2,8 @@
 //! write, racing readers never leave a stale page behind, readahead and the memory bound hold,
 //! and a reused inode number never shows the old file's pages.
 
-use rext4::{Fs, InodeNo, Options, SetAttr};
+use crate::file_write::read_pieces;
+use rext4::{Fs, Options, SetAttr};
 use rext4_testkit::{e2fsck_clean, Image, Rng};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,20 +18,6 @@ fn mkfs(dir: &Path, args: &[&str]) -> PathBuf {
 
 fn open(img: &Path, page_cache_bytes: usize) -> Fs {
     Fs::open_with(img, Options { writable: true, page_cache_bytes, ..Options::default() }).unwrap()
-}
-
-/// The whole file in reads of `piece` bytes.
-fn read_pieces(fs: &Fs, ino: InodeNo, piece: usize) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().size as usize;
-    let mut buf = vec![0u8; size];
-    let mut done = 0;
-    while done < size {
-        let end = (done + piece).min(size);
-        let n = fs.read(ino, done as u64, &mut buf[done..end]).unwrap();
-        assert!(n > 0, "short read at {done}");
-        done += n;
-    }
-    buf
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
