@@ -57,6 +57,13 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// Tells the device the `len` bytes from `offset` hold nothing anyone will read (freed
+    /// blocks, the `discard` option): it may release their storage. Advisory: a device that
+    /// cannot does nothing.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Gives up a writable open's claim on the image once the filesystem on it is closed
     /// clean, so the next writer need not wait for the last handle to be dropped.
     fn release_claim(&self) {}
@@ -153,6 +160,19 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        // A hole in an image file (the kernel discards a block device's range for the same
+        // call); a filesystem or device that cannot punch holes keeps the bytes.
+        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        let mode = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        match nix::fcntl::fallocate(&self.file, mode, off, n) {
+            Ok(()) | Err(nix::Error::EOPNOTSUPP | nix::Error::ENOSYS) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
     fn release_claim(&self) {
         self.lock.lock().take();

@@ -96,6 +96,9 @@ impl Journal {
             self.dev.flush()?;
         }
         self.committed(t.tid, began.elapsed().saturating_sub(room_wait), nblocks, u64::from(t.handles()));
+        if let Some(after) = &self.freeze.committed {
+            after(t.tid);
+        }
         // Reclaim log space early, beside later commits: fsync never waits for home writes
         // unless the log fills up.
         if let Some((used, capacity)) = used {

@@ -263,4 +263,8 @@ impl BlockDevice for NbdDevice {
     fn size(&self) -> u64 {
         self.info.size
     }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.trim(offset, len)
+    }
 }
