@@ -55,6 +55,13 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Writes `buf` at `offset` and returns once it is durable (a journal's commit block,
+    /// after a flush of what it commits). A device with forced-unit-access writes (NBD's
+    /// FUA) saves the flush after it.
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Size in bytes.
     fn size(&self) -> u64;
     /// Tells the device the `len` bytes from `offset` hold nothing anyone will read (freed

@@ -142,6 +142,9 @@ impl BlockDevice for PartitionDevice {
         let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         self.base.discard(self.at(offset, n)?, len)
     }
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.base.write_durable(buf, self.at(offset, buf.len())?)
+    }
     fn flush(&self) -> io::Result<()> {
         self.base.flush()
     }

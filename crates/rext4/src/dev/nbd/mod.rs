@@ -267,4 +267,9 @@ impl BlockDevice for NbdDevice {
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.trim(offset, len)
     }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        // The inherent method (FUA where offered), which takes precedence in this path.
+        NbdDevice::write_durable(self, buf, offset)
+    }
 }
