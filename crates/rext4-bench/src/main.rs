@@ -414,7 +414,8 @@ fn run(a: BenchArgs) -> CliResult {
     let mut kinds: Vec<Kind> = match &targets {
         Some(t) => t.iter().map(|s| Kind::parse(s)).collect::<CliResult<_>>()?,
         // The FUSE ceiling holds names only: asked for by name (and by `fuse`).
-        None => Kind::ALL.into_iter().filter(|&k| k != Kind::FuseMem).collect(),
+        // Nor the NBD targets (`--targets inproc,nbd-unix,...`).
+        None => Kind::ALL.into_iter().filter(|&k| k != Kind::FuseMem && !k.is_nbd()).collect(),
     };
     kinds.sort();
     kinds.dedup();
@@ -580,6 +581,7 @@ impl Built {
     fn new(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Built> {
         Ok(match kind {
             Kind::InProc => Built::InProc(targets::inproc(work, spec)?),
+            k if k.is_nbd() => Built::InProc(targets::nbd(k, work, spec)?),
             _ => Built::Mounted(targets::mount(kind, work, spec)?),
         })
     }

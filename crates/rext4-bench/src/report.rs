@@ -204,8 +204,22 @@ impl Results {
             let kernel = targets.contains(&Kind::Kernel);
             let both_fuse = targets.contains(&Kind::Fuse) && targets.contains(&Kind::Fuse2fs);
             let ceiling = targets.contains(&Kind::Fuse) && targets.contains(&Kind::FuseMem);
+            // Over NBD: each NBD target against the local image file, and the default
+            // connections against one.
+            let nbd: Vec<Kind> = if targets.contains(&Kind::InProc) {
+                targets.iter().copied().filter(|k| k.is_nbd()).collect()
+            } else {
+                Vec::new()
+            };
+            let conns: Vec<(Kind, Kind)> = [(Kind::NbdUnix, Kind::NbdUnix1), (Kind::NbdTcp, Kind::NbdTcp1)]
+                .into_iter()
+                .filter(|(a, b)| targets.contains(a) && targets.contains(b))
+                .collect();
             let dir = if better == Better::Higher { "higher is better" } else { "lower is better" };
-            println!("{metric} ({unit}, {dir}); ratios are speed against kernel ext4 (>1 = faster)");
+            println!(
+                "{metric} ({unit}, {dir}); ratios are speed against {} (>1 = faster)",
+                if kernel || nbd.is_empty() { "kernel ext4" } else { "the named target" }
+            );
             let mut head = format!("{:>7}", "workers");
             for k in &targets {
                 write!(head, " {:>11}", k.name()).ok();
@@ -220,6 +234,12 @@ impl Results {
             }
             if ceiling {
                 write!(head, " {:>12}", "fuse/fmem").ok();
+            }
+            for k in &nbd {
+                write!(head, " {:>12}", format!("{}/inproc", short(*k))).ok();
+            }
+            for (a, b) in &conns {
+                write!(head, " {:>11}", format!("{}/{}", short(*a), short(*b))).ok();
             }
             println!("{head}");
             for w in self.workers_of(workload, &metric) {
@@ -245,6 +265,12 @@ impl Results {
                 }
                 if ceiling {
                     write!(line, " {:>12}", speed(val(Kind::Fuse), val(Kind::FuseMem))).ok();
+                }
+                for &k in &nbd {
+                    write!(line, " {:>12}", speed(val(k), val(Kind::InProc))).ok();
+                }
+                for &(a, b) in &conns {
+                    write!(line, " {:>11}", speed(val(a), val(b))).ok();
                 }
                 println!("{line}");
             }
@@ -417,6 +443,10 @@ impl Results {
 fn short(k: Kind) -> &'static str {
     match k {
         Kind::InProc => "inproc",
+        Kind::NbdUnix => "nbdU",
+        Kind::NbdUnix1 => "nbdU1",
+        Kind::NbdTcp => "nbdT",
+        Kind::NbdTcp1 => "nbdT1",
         Kind::Fuse => "fuse",
         Kind::Kernel => "kern",
         Kind::Fuse2fs => "f2fs",
@@ -428,6 +458,10 @@ fn short(k: Kind) -> &'static str {
 fn color(k: Kind) -> &'static str {
     match k {
         Kind::InProc => "#d62728",
+        Kind::NbdUnix => "#8c564b",
+        Kind::NbdUnix1 => "#c49c94",
+        Kind::NbdTcp => "#e377c2",
+        Kind::NbdTcp1 => "#f7b6d2",
         Kind::Fuse => "#ff7f0e",
         Kind::Kernel => "#1f77b4",
         Kind::Fuse2fs => "#7f7f7f",

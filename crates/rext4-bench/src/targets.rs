@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Kind {
     InProc,
+    NbdUnix,
+    NbdUnix1,
+    NbdTcp,
+    NbdTcp1,
     Fuse,
     Kernel,
     Fuse2fs,
@@ -35,8 +39,23 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 6] =
-        [Kind::InProc, Kind::Fuse, Kind::Kernel, Kind::Fuse2fs, Kind::Tmpfs, Kind::FuseMem];
+    pub(crate) const ALL: [Kind; 10] = [
+        Kind::InProc,
+        Kind::NbdUnix,
+        Kind::NbdUnix1,
+        Kind::NbdTcp,
+        Kind::NbdTcp1,
+        Kind::Fuse,
+        Kind::Kernel,
+        Kind::Fuse2fs,
+        Kind::Tmpfs,
+        Kind::FuseMem,
+    ];
+
+    /// The in-process engine over an NBD export of the image (nbdkit's file plugin).
+    pub(crate) fn is_nbd(self) -> bool {
+        matches!(self, Kind::NbdUnix | Kind::NbdUnix1 | Kind::NbdTcp | Kind::NbdTcp1)
+    }
 
     pub(crate) fn parse(s: &str) -> CliResult<Kind> {
         Ok(match s {
@@ -46,7 +65,15 @@ impl Kind {
             "fuse2fs" => Kind::Fuse2fs,
             "tmpfs" => Kind::Tmpfs,
             "fusemem" => Kind::FuseMem,
-            _ => return Err(format!("unknown target {s} (inproc, fuse, kernel, fuse2fs, tmpfs, fusemem)")),
+            "nbd-unix" => Kind::NbdUnix,
+            "nbd-unix-1" => Kind::NbdUnix1,
+            "nbd-tcp" => Kind::NbdTcp,
+            "nbd-tcp-1" => Kind::NbdTcp1,
+            _ => {
+                return Err(format!(
+                    "unknown target {s} (inproc, nbd-unix, nbd-unix-1, nbd-tcp, nbd-tcp-1, fuse, kernel, fuse2fs, tmpfs, fusemem)"
+                ))
+            }
         })
     }
 
@@ -54,6 +81,10 @@ impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::InProc => "inproc",
+            Kind::NbdUnix => "nbd-unix",
+            Kind::NbdUnix1 => "nbd-unix-1",
+            Kind::NbdTcp => "nbd-tcp",
+            Kind::NbdTcp1 => "nbd-tcp-1",
             Kind::Fuse => "fuse",
             Kind::Kernel => "kernel",
             Kind::Fuse2fs => "fuse2fs",
@@ -66,6 +97,14 @@ impl Kind {
     pub(crate) fn describe(self) -> &'static str {
         match self {
             Kind::InProc => "rext4 in process (library API)",
+            Kind::NbdUnix => {
+                "rext4 in process over NBD: nbdkit file plugin on a Unix socket, default connections (multi-conn)"
+            }
+            Kind::NbdUnix1 => "rext4 in process over NBD: nbdkit file plugin on a Unix socket, one connection",
+            Kind::NbdTcp => {
+                "rext4 in process over NBD: nbdkit file plugin on loopback TCP, default connections (multi-conn)"
+            }
+            Kind::NbdTcp1 => "rext4 in process over NBD: nbdkit file plugin on loopback TCP, one connection",
             Kind::Fuse => "rext4 mount (FUSE daemon)",
             Kind::Kernel => "kernel ext4 on a loop device over tmpfs",
             Kind::Fuse2fs => "fuse2fs (e2fsprogs FUSE driver)",
@@ -178,8 +217,12 @@ fn ino(n: &Node) -> CliResult<InodeNo> {
 
 /// rext4 through its library API, on an image file.
 pub(crate) struct InProc {
+    kind: Kind,
     fs: Fs,
     root: Node,
+    /// The NBD server the engine reads and writes through (NBD kinds); dropped after `fs`,
+    /// which is unmounted first.
+    server: Option<NbdServer>,
     /// Identity of the next open file description. [atomic]
     next_open: std::sync::atomic::AtomicU64,
 }
@@ -192,15 +235,25 @@ impl InProc {
     /// Opens `image` for writing, with `cache_mib` MiB of metadata cache (and inode and name
     /// caches to match) if given.
     pub(crate) fn open(image: &Path, cache_mib: Option<u64>) -> CliResult<InProc> {
+        Self::open_address(Kind::InProc, &image.to_string_lossy(), None, cache_mib)
+    }
+
+    /// Opens `address` (an image path or an NBD address served by `server`).
+    fn open_address(
+        kind: Kind,
+        address: &str,
+        server: Option<NbdServer>,
+        cache_mib: Option<u64>,
+    ) -> CliResult<InProc> {
         let mut o = Options { writable: true, ..Options::default() };
         if let Some(mib) = cache_mib.and_then(|m| usize::try_from(m).ok()) {
             o.cache_bytes = mib.saturating_mul(1 << 20);
             o.inode_cache = o.inode_cache.max(mib.saturating_mul(4096));
             o.name_cache = o.name_cache.max(mib.saturating_mul(4096));
         }
-        let fs = Fs::open_with(image, o).map_err(e)?;
+        let fs = Fs::open_with(Path::new(address), o).map_err(e)?;
         let root = Node::Ino(fs.root());
-        Ok(InProc { fs, root, next_open: std::sync::atomic::AtomicU64::new(1) })
+        Ok(InProc { kind, fs, root, server, next_open: std::sync::atomic::AtomicU64::new(1) })
     }
 
     /// An open file or directory: held, as the kernel holds an open file, until closed.
@@ -211,13 +264,20 @@ impl InProc {
 
     /// Commits everything and marks the image clean.
     pub(crate) fn unmount(self) -> CliResult {
-        self.fs.unmount().map_err(e)
+        let InProc { fs, server, .. } = self;
+        let r = fs.unmount().map_err(e);
+        // The device's connections close with the engine, before the server stops.
+        drop(fs);
+        if let Some(srv) = server {
+            srv.stop();
+        }
+        r
     }
 }
 
 impl Target for InProc {
     fn kind(&self) -> Kind {
-        Kind::InProc
+        self.kind
     }
     fn root(&self) -> &Node {
         &self.root
@@ -582,6 +642,7 @@ fn rext4_exe() -> Option<PathBuf> {
 pub(crate) fn unavailable(kind: Kind) -> Option<String> {
     match kind {
         Kind::InProc => None,
+        k if k.is_nbd() && !on_path("nbdkit") => Some("nbdkit is not installed".into()),
         Kind::Tmpfs => tmpfs_base().is_none().then(|| "no tmpfs directory (/dev/shm) to use".into()),
         Kind::Kernel if !is_root() => Some("kernel loop mounts need root".into()),
         Kind::Fuse2fs if !on_path("fuse2fs") => Some("fuse2fs is not installed".into()),
@@ -655,7 +716,9 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
     let dir = dir.canonicalize().map_err(|e| e.to_string())?;
     let img = work.join(format!("{name}.img"));
     let guard = match kind {
-        Kind::InProc => return Err("the in-process target is not mounted".into()),
+        Kind::InProc | Kind::NbdUnix | Kind::NbdUnix1 | Kind::NbdTcp | Kind::NbdTcp1 => {
+            return Err("the in-process targets are not mounted".into())
+        }
         Kind::Tmpfs => MountGuard::none(&dir),
         Kind::Kernel => {
             mkfs(&img, spec)?;
@@ -786,4 +849,101 @@ pub(crate) fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
 /// The path of a target's image in `work` (in-process and image-backed mounts).
 pub(crate) fn image_path(work: &Path, kind: Kind) -> PathBuf {
     work.join(format!("{}.img", kind.name()))
+}
+
+// ---------------------------------------------------------------------------------------
+// NBD.
+
+/// An `nbdkit file` server on the image of an NBD target; stopped (SIGTERM, then waited
+/// for) by [`NbdServer::stop`] or on drop.
+struct NbdServer {
+    child: Option<Child>,
+    /// The directory of its Unix socket (registered in [`ACTIVE`] under this name).
+    dir: PathBuf,
+}
+
+impl NbdServer {
+    /// Serves `img` as export `bench` over a Unix socket in `work` or on a free loopback
+    /// TCP port; returns the server and the engine's address of the export.
+    fn start(kind: Kind, work: &Path, img: &Path) -> CliResult<(NbdServer, String)> {
+        let dir = work.join(format!("nbd-{}", kind.name()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let one = matches!(kind, Kind::NbdUnix1 | Kind::NbdTcp1);
+        let mut cmd = Command::new("nbdkit");
+        // --exit-with-parent: the server goes with this process, however it ends.
+        cmd.args(["--foreground", "--exit-with-parent", "-e", "bench"]);
+        let (address, ready): (String, Box<dyn Fn() -> bool>) = match kind {
+            Kind::NbdUnix | Kind::NbdUnix1 => {
+                let sock = dir.join("nbd.sock");
+                cmd.arg("-U").arg(&sock);
+                let q = if one { "&connections=1" } else { "" };
+                let a = format!("nbd+unix:///bench?socket={}{q}", sock.display());
+                (a, Box::new(move || std::os::unix::net::UnixStream::connect(&sock).is_ok()))
+            }
+            _ => {
+                // A port free now; another program taking it before nbdkit does makes
+                // nbdkit exit, which is reported below.
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| format!("a free TCP port: {e}"))?
+                    .port();
+                cmd.args(["-i", "127.0.0.1", "-p", &port.to_string()]);
+                let q = if one { "?connections=1" } else { "" };
+                let a = format!("nbd://127.0.0.1:{port}/bench{q}");
+                (a, Box::new(move || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()))
+            }
+        };
+        cmd.arg("file").arg(img);
+        // Its messages go to a file: a pipe nobody reads would stop it at its next message.
+        let log_path = dir.join("nbdkit.log");
+        let log = File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        let child = cmd.spawn().map_err(|e| format!("nbdkit: {e}"))?;
+        register(Active { dir: dir.clone(), daemon: Some(child.id()) });
+        let mut srv = NbdServer { child: Some(child), dir };
+        let start = Instant::now();
+        while !ready() {
+            let child = srv.child.as_mut().ok_or("nbdkit is gone")?;
+            if let Ok(Some(st)) = child.try_wait() {
+                let why = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("nbdkit exited at start ({st}): {}", why.trim()));
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err("nbdkit did not listen within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok((srv, address))
+    }
+
+    /// Stops the server, once the engine has closed its connections. SIGKILL: this process
+    /// blocks SIGTERM for its signal thread and children inherit that mask, and the file
+    /// plugin holds nothing unwritten (every write was answered, and flushed at unmount).
+    fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        unregister(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// An NBD target: a fresh image (as [`inproc`] makes) served by nbdkit and opened in process
+/// through its address.
+pub(crate) fn nbd(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
+    let img = image_path(work, kind);
+    mkfs(&img, spec)?;
+    let (srv, address) = NbdServer::start(kind, work, &img)?;
+    InProc::open_address(kind, &address, Some(srv), spec.cache_mib)
 }

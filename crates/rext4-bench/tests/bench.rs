@@ -167,3 +167,54 @@ fn interrupted_run_leaves_no_mount_behind() {
         assert!(!work_dir_of(pid).exists(), "{target}: work directory left behind");
     }
 }
+
+/// mdtest and seqio on rext4 in process over NBD (nbdkit serving the image on a Unix socket
+/// and on loopback TCP, default connections and one) beside the local image file: figures
+/// for every target, the ratio columns, the images clean (the run fails otherwise), and no
+/// server, socket or image left behind.
+#[test]
+fn nbd_targets_run_beside_the_local_file() {
+    rext4_testkit::require_tool!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.json");
+    let targets = ["inproc", "nbd-unix", "nbd-unix-1", "nbd-tcp", "nbd-tcp-1"];
+    let child = bench()
+        .args(["mdtest", "seqio", "--tiny", "--workers", "1,2", "--no-stats", "--targets"])
+        .arg(targets.join(","))
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (status, out, err) = wait_with_output(child);
+    assert!(status.success(), "bench failed:\n{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let samples = v["samples"].as_array().unwrap();
+    for wl in ["mdtest", "seqio"] {
+        for target in targets {
+            for w in [1, 2] {
+                let mine: Vec<_> = samples
+                    .iter()
+                    .filter(|s| s["workload"] == wl && s["target"] == target && s["workers"] == w)
+                    .collect();
+                assert!(!mine.is_empty(), "{wl} on {target} with {w} workers: no samples\n{out}");
+                for s in mine {
+                    let x = s["value"].as_f64().unwrap();
+                    assert!(x.is_finite() && x > 0.0, "{wl} on {target}: {s}");
+                }
+            }
+        }
+    }
+    for col in ["nbdU/inproc", "nbdT1/inproc", "nbdU/nbdU1", "nbdT/nbdT1"] {
+        assert!(out.contains(col), "no {col} column:\n{out}");
+    }
+    assert!(!out.contains("skipped"), "{out}");
+    assert!(!work_dir_of(pid).exists(), "work directory left behind");
+    let servers =
+        std::process::Command::new("pgrep").args(["-f", &format!("rext4-bench-suite-{pid}/")]).output();
+    if let Ok(o) = servers {
+        assert!(o.stdout.is_empty(), "a server is left: {}", String::from_utf8_lossy(&o.stdout));
+    }
+}

@@ -45,6 +45,9 @@ pub struct MountOptions {
     /// New inodes take their directory's group (`grpid`, `bsdgroups`; the default is
     /// `nogrpid`: the creator's group unless the directory is set-group-ID).
     pub grpid: bool,
+    /// Freed blocks are discarded on the device after their commit (`discard`; default
+    /// `nodiscard`; see `rext4::Options::discard`).
+    pub discard: bool,
     /// Who answers `fcntl` and `flock` locks (`locks=kernel`, the default, or `locks=engine`).
     pub locks: LockMode,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
@@ -70,6 +73,7 @@ impl Default for MountOptions {
             sync: false,
             dirsync: false,
             grpid: false,
+            discard: false,
             locks: LockMode::Kernel,
             kernel_flags: Vec::new(),
         }
@@ -125,8 +129,6 @@ const IGNORED: &[&str] = &[
     "nouser_xattr",
     "barrier",
     "nobarrier",
-    "discard",
-    "nodiscard",
     "auto_da_alloc",
     "noauto_da_alloc",
     "init_itable",
@@ -291,6 +293,10 @@ impl MountOptions {
                         v => return Err(format!("locks={v}: expected kernel or engine")),
                     };
                 }
+                "discard" | "nodiscard" => {
+                    flag(val)?;
+                    self.discard = key == "discard";
+                }
                 "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
                     flag(val)?;
                     self.grpid = matches!(key, "grpid" | "bsdgroups");
@@ -345,6 +351,7 @@ impl MountOptions {
             writable: !self.read_only,
             norecovery: self.norecovery,
             errors: self.errors,
+            discard: self.discard,
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {
@@ -388,6 +395,11 @@ mod tests {
         .unwrap();
         assert_eq!(o.atime, Atime::Strict);
         assert!(o.nodiratime && o.sync && o.dirsync && o.acl && o.dir_sync());
+        // The last of `discard,nodiscard` wins, as for the kernel.
+        assert!(!o.discard && !o.engine_options().discard);
+        let o = MountOptions::parse("discard").unwrap();
+        assert!(o.discard && o.engine_options().discard);
+        assert!(MountOptions::parse("discard=1").is_err());
         let o = MountOptions::parse("noacl,async,noatime").unwrap();
         assert!(!o.acl && !o.sync && o.atime == Atime::NoAtime);
         let e = MountOptions::parse("data=journal").unwrap_err();

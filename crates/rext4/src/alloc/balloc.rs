@@ -238,8 +238,8 @@ impl FsInner {
             return Vec::new();
         }
         if let Some(j) = &self.journal {
-            let committed = j.committed_tid();
-            busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, committed));
+            let limit = self.groups.discard.release_limit(j.committed_tid());
+            busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, limit));
         }
         busy.iter().map(|&(off, len, _)| (off as usize, len as usize)).collect()
     }
@@ -338,6 +338,7 @@ impl FsInner {
                 freed += 1;
             }
             self.groups.state[g as usize].busy.lock().push((boff, freed, h.tid()));
+            self.groups.discard.freed(h.tid());
             drop(map);
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
             self.counters.free_blocks.add(i64::from(freed));

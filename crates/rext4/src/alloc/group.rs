@@ -47,6 +47,95 @@ pub(crate) struct Groups {
     /// allocation and free puts one in its transaction, and a lookup in the buffer cache would
     /// write the buffer's reference count, one line all allocating threads share. [immutable]
     desc_bufs: Vec<Arc<Buffer>>,
+    /// The `discard` option's progress. [atomics; see Discard]
+    pub discard: Discard,
+}
+
+/// Discarding freed blocks after their commit (`Options::discard`). While it is on, a busy
+/// range stays busy until it has been discarded, not merely committed: a block handed out
+/// again before its discard would lose its new owner's data to it.
+#[derive(Default)]
+pub(crate) struct Discard {
+    /// Set once at open, before any block is freed. [atomic]
+    on: std::sync::atomic::AtomicBool,
+    /// Every busy range of this transaction and older ones has been discarded. Only the
+    /// commit path stores it, in commit order. [atomic]
+    done_tid: AtomicU32,
+    /// The transaction of the latest free, so that a commit that freed nothing skips the
+    /// walk over the groups. [atomic]
+    freed_tid: AtomicU32,
+}
+
+impl Discard {
+    /// Turns discarding on; `committed` is the last transaction committed before the open.
+    pub(crate) fn enable(&self, committed: u32) {
+        self.done_tid.store(committed, Ordering::Release);
+        self.freed_tid.store(committed, Ordering::Release);
+        self.on.store(true, Ordering::Release);
+    }
+
+    /// The transaction up to which busy ranges may be released: the last discarded one with
+    /// discarding on, else the last committed.
+    pub(crate) fn release_limit(&self, committed: u32) -> u32 {
+        if self.on.load(Ordering::Acquire) {
+            self.done_tid.load(Ordering::Acquire)
+        } else {
+            committed
+        }
+    }
+
+    /// Notes a free in transaction `tid`.
+    pub(crate) fn freed(&self, tid: u32) {
+        if self.on.load(Ordering::Relaxed) {
+            self.freed_tid.store(tid, Ordering::Release);
+        }
+    }
+}
+
+impl Groups {
+    /// After transaction `tid` committed: discards the ranges freed by it (and by any older
+    /// transaction not yet discarded), merged per group, through `discard(first block,
+    /// blocks)`; then lets them be allocated again. Runs in the commit path, so commits
+    /// call it in order. Device errors are the caller's to ignore: a discard is advice.
+    pub(crate) fn discard_committed(&self, sbi: &SbInfo, tid: u32, mut discard: impl FnMut(u64, u64)) {
+        use crate::jbd2::journal::jbd2_after;
+        let d = &self.discard;
+        if !d.on.load(Ordering::Acquire) {
+            return;
+        }
+        let done = d.done_tid.load(Ordering::Acquire);
+        if jbd2_after(d.freed_tid.load(Ordering::Acquire), done) {
+            for (g, st) in (0u32..).zip(&self.state) {
+                let mut ranges: Vec<(u32, u32)> = st
+                    .busy
+                    .lock()
+                    .iter()
+                    .filter(|&&(_, _, t)| jbd2_after(t, done) && !jbd2_after(t, tid))
+                    .map(|&(off, len, _)| (off, len))
+                    .collect();
+                if ranges.is_empty() {
+                    continue;
+                }
+                ranges.sort_unstable();
+                let first = sbi.group_first_block(g);
+                let mut run: Option<(u32, u32)> = None;
+                for (off, len) in ranges {
+                    run = match run {
+                        Some((s, l)) if s + l >= off => Some((s, l.max(off + len - s))),
+                        Some((s, l)) => {
+                            discard(first + u64::from(s), u64::from(l));
+                            Some((off, len))
+                        }
+                        None => Some((off, len)),
+                    };
+                }
+                if let Some((s, l)) = run {
+                    discard(first + u64::from(s), u64::from(l));
+                }
+            }
+        }
+        d.done_tid.store(tid, Ordering::Release);
+    }
 }
 
 impl Groups {
@@ -91,7 +180,7 @@ impl Groups {
             })
             .collect();
         let desc_blocks = (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), first_group(i))).collect();
-        let groups = Groups { descs, state, desc_blocks, desc_bufs };
+        let groups = Groups { descs, state, desc_blocks, desc_bufs, discard: Discard::default() };
         for g in 0..sbi.group_count {
             groups.check(sbi, g)?;
         }

@@ -55,8 +55,22 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Writes `buf` at `offset` and returns once it is durable (a journal's commit block,
+    /// after a flush of what it commits). A device with forced-unit-access writes (NBD's
+    /// FUA) saves the flush after it.
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// Tells the device the `len` bytes from `offset` hold nothing anyone will read (freed
+    /// blocks, the `discard` option): it may release their storage. Advisory: a device that
+    /// cannot does nothing.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Gives up a writable open's claim on the image once the filesystem on it is closed
     /// clean, so the next writer need not wait for the last handle to be dropped.
     fn release_claim(&self) {}
@@ -153,6 +167,19 @@ impl BlockDevice for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        // A hole in an image file (the kernel discards a block device's range for the same
+        // call); a filesystem or device that cannot punch holes keeps the bytes.
+        let (Ok(off), Ok(n)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        let mode = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        match nix::fcntl::fallocate(&self.file, mode, off, n) {
+            Ok(()) | Err(nix::Error::EOPNOTSUPP | nix::Error::ENOSYS) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
     fn release_claim(&self) {
         self.lock.lock().take();

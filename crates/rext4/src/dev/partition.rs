@@ -138,6 +138,13 @@ impl BlockDevice for PartitionDevice {
         let n: usize = bufs.iter().map(|b| b.len()).sum();
         self.base.write_vectored_at(bufs, self.at(offset, n)?)
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        self.base.discard(self.at(offset, n)?, len)
+    }
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.base.write_durable(buf, self.at(offset, buf.len())?)
+    }
     fn flush(&self) -> io::Result<()> {
         self.base.flush()
     }

@@ -59,6 +59,11 @@ pub struct Options {
     /// New inodes take their directory's group, and set-group-ID directories pass nothing
     /// on (ext4's `grpid` / `bsdgroups` mount option; see [`crate::UserFs`]).
     pub grpid: bool,
+    /// Writable opens with a journal: data blocks freed by a transaction are discarded on the
+    /// device (a hole punched in an image file, `NBD_CMD_TRIM` on an NBD export) once that
+    /// transaction has committed, before they can be allocated again (the kernel's `discard`
+    /// mount option; default off, as there).
+    pub discard: bool,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -148,6 +153,7 @@ impl Default for Options {
             norecovery: false,
             errors: None,
             grpid: false,
+            discard: false,
         }
     }
 }

@@ -82,7 +82,21 @@ impl FsInner {
             }
             orphans.freeze_block(blk, data);
         });
-        let freeze = crate::jbd2::journal::FreezeHook { fills, fill };
+        // The `discard` option, with a journal (without one, freed blocks are not kept busy
+        // until a commit).
+        let committed: Option<Box<dyn Fn(u32) + Send + Sync>> = if opts.discard && has_log {
+            self.groups.discard.enable(first_tid.wrapping_sub(1));
+            let (groups, sbi, dev) = (self.groups.clone(), self.sbi.clone(), self.dev.clone());
+            Some(Box::new(move |tid| {
+                let bs = u64::from(sbi.block_size);
+                groups.discard_committed(&sbi, tid, |blk, n| {
+                    let _ = dev.discard(blk * bs, n * bs);
+                });
+            }))
+        } else {
+            None
+        };
+        let freeze = crate::jbd2::journal::FreezeHook { fills, fill, committed };
         let journal = Arc::new(Journal::new(
             self.dev.clone(),
             self.sbi.block_size as usize,

@@ -96,6 +96,9 @@ impl Journal {
             self.dev.flush()?;
         }
         self.committed(t.tid, began.elapsed().saturating_sub(room_wait), nblocks, u64::from(t.handles()));
+        if let Some(after) = &self.freeze.committed {
+            after(t.tid);
+        }
         // Reclaim log space early, beside later commits: fsync never waits for home writes
         // unless the log fills up.
         if let Some((used, capacity)) = used {
@@ -149,13 +152,20 @@ impl Journal {
         self.dev.flush()?;
         let (sec, nsec) = crate::clock::now();
         let commit = CommitHeader::new(tid, sec.cast_unsigned(), nsec).to_block(&shape.params);
-        self.log_write(log, &[&commit])?;
-        Ok(self.dev.flush()?)
+        // Durable when written: one forced-unit-access write where the device has them,
+        // else a write and a flush (the kernel's REQ_PREFLUSH | REQ_FUA commit block).
+        self.log_write_as(log, &[&commit], true)
     }
 
     /// Writes whole blocks at the log head and advances it, wrapping at the end; runs of log
     /// blocks that are contiguous on the device go out in one call.
     fn log_write(&self, log: &mut Log, blocks: &[&[u8]]) -> Result<()> {
+        self.log_write_as(log, blocks, false)
+    }
+
+    /// [`Self::log_write`], each run written durable (`BlockDevice::write_durable`) if
+    /// `durable`.
+    fn log_write_as(&self, log: &mut Log, blocks: &[&[u8]], durable: bool) -> Result<()> {
         // Cannot fail: only called while a journal is present.
         let g: &LogGeometry = log.geo.as_ref().unwrap();
         let mut rest = blocks;
@@ -170,7 +180,12 @@ impl Journal {
             {
                 n += 1;
             }
-            self.dev.write_vectored_at(&rest[..n as usize], dev_start * self.block_size as u64)?;
+            let at = dev_start * self.block_size as u64;
+            if durable {
+                self.dev.write_durable(&rest[..n as usize].concat(), at)?;
+            } else {
+                self.dev.write_vectored_at(&rest[..n as usize], at)?;
+            }
             rest = &rest[n as usize..];
             log.head += n;
             if log.head >= g.last {

@@ -148,6 +148,9 @@ pub(crate) struct FreezeHook {
     pub fills: Box<dyn Fn(u64) -> bool + Send + Sync>,
     /// Completes such a block before it is copied. [immutable]
     pub fill: FillFn,
+    /// Runs once a transaction's commit is durable, before its waiters wake (discarding
+    /// the blocks it freed). [immutable]
+    pub committed: Option<Box<dyn Fn(u32) + Send + Sync>>,
 }
 
 /// Completes the contents `data` of block `blk` for a commit.

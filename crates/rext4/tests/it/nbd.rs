@@ -252,3 +252,27 @@ fn a_dropped_connection_fails_writes_and_recovers_through_the_server() {
     drop(srv);
     e2fsck_clean(&img);
 }
+
+/// A commit block goes out as one FUA write after a flush of what it commits, where the
+/// server offers FUA (nbdkit's log filter records each request and its flags).
+#[test]
+fn commit_block_is_a_fua_write() {
+    require_tool!("nbdkit");
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    let log = dir.path().join("nbd.log");
+    Image::ext4("64M").build(&img);
+    let logfile = format!("logfile={}", log.display());
+    let mut srv = NbdServe::nbdkit(Listen::Unix, &["--filter=log", "file", img.to_str().unwrap(), &logfile]);
+    let fs = rw(&srv.uri("", ""));
+    fs.write_file("/f", vec![7u8; 10_000]).unwrap();
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    srv.terminate();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let fua = text.lines().filter(|l| l.contains("Write") && l.contains("fua=1")).count();
+    assert!(fua >= 1, "no FUA write in the server's log:\n{text}");
+    e2fsck_clean(&img);
+    assert_eq!(Fs::open(&img).unwrap().read_file("/f").unwrap(), vec![7u8; 10_000]);
+}

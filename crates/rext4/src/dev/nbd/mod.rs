@@ -263,4 +263,13 @@ impl BlockDevice for NbdDevice {
     fn size(&self) -> u64 {
         self.info.size
     }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.trim(offset, len)
+    }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        // The inherent method (FUA where offered), which takes precedence in this path.
+        NbdDevice::write_durable(self, buf, offset)
+    }
 }
