@@ -9,6 +9,7 @@ mod fmt;
 mod imagepath;
 mod inspect;
 mod mkfs_cmd;
+mod mkfs_fit;
 mod mkfs_from;
 mod mkfs_tar;
 mod modify;

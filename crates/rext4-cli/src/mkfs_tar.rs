@@ -23,7 +23,7 @@ pub(crate) fn is_archive(p: &Path) -> bool {
 }
 
 /// The archive's entries, decompressed as its first bytes say.
-fn open(p: &Path) -> CliResult<tar::Archive<Box<dyn Read>>> {
+pub(crate) fn open(p: &Path) -> CliResult<tar::Archive<Box<dyn Read>>> {
     let e = |err: std::io::Error| format!("{}: {err}", p.display());
     let mut f = std::fs::File::open(p).map_err(e)?;
     let mut magic = [0u8; 4];
@@ -376,7 +376,7 @@ fn copy_data<R: Read>(cx: &mut Ctx<'_>, e: &mut tar::Entry<'_, R>, ino: InodeNo)
     Ok(())
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..])? {
