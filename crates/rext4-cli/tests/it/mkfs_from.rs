@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 static TREE: OnceLock<SourceTree> = OnceLock::new();
 static TREE_1K: OnceLock<SourceTree> = OnceLock::new();
 
-fn tree() -> &'static SourceTree {
+pub(crate) fn tree() -> &'static SourceTree {
     source_tree(&TREE, "mkfs-from", TreeSpec::medium())
 }
 
@@ -58,7 +58,7 @@ fn the_kernel_sees_the_source_tree() {
 
 /// Makes a small tree at `root`, its directories created in `order` (the on-disk order of
 /// directory entries in the source then differs).
-fn small_tree(root: &Path, reversed: bool) {
+pub(crate) fn small_tree(root: &Path, reversed: bool) {
     let mut names: Vec<String> = (0..40).map(|i| format!("d{i:02}")).collect();
     if reversed {
         names.reverse();
