@@ -5,6 +5,7 @@ mod cp;
 mod cp_in;
 mod demo;
 mod export_safe;
+mod file_contexts;
 mod fmt;
 mod imagepath;
 mod inspect;

@@ -72,6 +72,10 @@ pub(crate) struct MkfsArgs {
     /// mode=.. mtime=.. xattr.NAME=VALUE`.
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
+    /// SELinux labels from a file_contexts file (`REGEX [TYPE] CONTEXT` lines), stored as
+    /// `security.selinux`.
+    #[arg(long, value_name = "FILE_CONTEXTS")]
+    selinux: Option<PathBuf>,
     /// Every file owned by root (0:0).
     #[arg(long)]
     all_root: bool,
@@ -291,6 +295,12 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         gid_offset: a.gid_offset,
         clamp: epoch,
         manifest,
+        selinux: match &a.selinux {
+            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::parse(
+                &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            )?)),
+            None => None,
+        },
     };
     let mut fit = None;
     if let Some(slack) = &a.size_to_fit {

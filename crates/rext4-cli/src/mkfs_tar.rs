@@ -322,6 +322,7 @@ fn attrs(cx: &Ctx<'_>, ino: InodeNo, path: &[u8], a: &Attrs, mode: bool) -> CliR
             xattrs.push((k.clone(), v.clone()));
         }
     }
+    cx.policy.label(fs, ino, path, &mut xattrs)?;
     xattrs.sort();
     let show = String::from_utf8_lossy(path);
     for (n, v) in &xattrs {
