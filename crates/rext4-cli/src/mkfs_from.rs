@@ -289,98 +289,42 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
     Ok(())
 }
 
-/// Files at least this large are read on a thread of their own while the engine writes
-/// (the two copies, source to memory and memory to image, then overlap); smaller ones are
-/// not worth a thread.
-const PIPELINE_MIN: u64 = 4 * CHUNK as u64;
-
 /// Copies a host file's data, skipping its holes (SEEK_DATA / SEEK_HOLE).
 fn copy_data(cx: &mut Ctx<'_>, host: &Path, ino: InodeNo, len: u64) -> CliResult {
+    use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(host).map_err(|e| format!("{}: {e}", host.display()))?;
     let e = |err: rext4::Error| format!("{}: {err}", host.display());
-    let io = |err: std::io::Error| format!("{}: {err}", host.display());
-    let (fs, bar) = (cx.fs, cx.bar);
-    let mut bytes = 0u64;
-    if len < PIPELINE_MIN {
-        let mut buf = std::mem::take(&mut cx.buf);
-        let r = read_data(&f, len, |at, want| {
-            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf[..want], at).map_err(io)?;
-            fs.write(ino, at, &buf[..n]).map_err(e)?;
-            bytes += n as u64;
-            bar.inc(n as u64);
-            Ok(n)
-        });
-        cx.buf = buf;
-        r?;
-    } else {
-        // In name order still: one reader, one writer, pieces in file order.
-        std::thread::scope(|s| -> CliResult {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<CliResult<(u64, Vec<u8>)>>(4);
-            let (back, spare) = std::sync::mpsc::channel::<Vec<u8>>();
-            let f = &f;
-            s.spawn(move || {
-                let r = read_data(f, len, |at, want| {
-                    let mut buf = spare.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
-                    buf.resize(want, 0);
-                    let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, at).map_err(io)?;
-                    buf.truncate(n);
-                    // A closed channel: the writer failed and says why.
-                    tx.send(Ok((at, buf))).map_err(|_| String::new())?;
-                    Ok(n)
-                });
-                if let Err(err) = r {
-                    let _ = tx.send(Err(err));
-                }
-            });
-            for piece in rx {
-                let (at, buf) = piece?;
-                fs.write(ino, at, &buf).map_err(e)?;
-                bytes += buf.len() as u64;
-                bar.inc(buf.len() as u64);
-                let _ = back.send(buf);
-            }
-            Ok(())
-        })?;
-    }
-    cx.filled.bytes += bytes;
-    if cx.fs.getattr(ino).map_err(e)?.size < len {
-        cx.fs.setattr(ino, &SetAttr { size: Some(len), ..SetAttr::default() }).map_err(e)?;
-    }
-    Ok(())
-}
-
-/// Walks the data of `f` (`len` bytes, holes skipped) in pieces of at most [`CHUNK`]:
-/// `piece(offset, length)` reads and stores one and says how much it got (0 at an early end).
-fn read_data(
-    f: &std::fs::File,
-    len: u64,
-    mut piece: impl FnMut(u64, usize) -> CliResult<usize>,
-) -> CliResult {
     let mut pos = 0u64;
     while pos < len {
         let off = i64::try_from(pos).unwrap_or(i64::MAX);
-        let data = match nix::unistd::lseek(f, off, nix::unistd::Whence::SeekData) {
+        let data = match nix::unistd::lseek(&f, off, nix::unistd::Whence::SeekData) {
             Ok(d) => u64::try_from(d).unwrap_or(pos),
             Err(nix::errno::Errno::ENXIO) => break,
             Err(_) => pos,
         };
         let hole =
-            nix::unistd::lseek(f, i64::try_from(data).unwrap_or(i64::MAX), nix::unistd::Whence::SeekHole)
+            nix::unistd::lseek(&f, i64::try_from(data).unwrap_or(i64::MAX), nix::unistd::Whence::SeekHole)
                 .map_or(len, |h| u64::try_from(h).unwrap_or(len))
                 .min(len);
         let mut at = data;
         while at < hole {
             let want = usize::try_from(hole - at).map_or(CHUNK, |n| n.min(CHUNK));
-            let n = piece(at, want)?;
+            let n = f.read_at(&mut cx.buf[..want], at).map_err(|err| format!("{}: {err}", host.display()))?;
             if n == 0 {
                 break;
             }
+            cx.fs.write(ino, at, &cx.buf[..n]).map_err(e)?;
             at += n as u64;
+            cx.filled.bytes += n as u64;
+            cx.bar.inc(n as u64);
         }
         if at <= pos {
             break;
         }
         pos = at;
+    }
+    if cx.fs.getattr(ino).map_err(e)?.size < len {
+        cx.fs.setattr(ino, &SetAttr { size: Some(len), ..SetAttr::default() }).map_err(e)?;
     }
     Ok(())
 }
