@@ -22,6 +22,7 @@ mod creat_clo;
 mod journal;
 mod lockperf;
 mod mdtest;
+mod mkfs;
 mod orphan;
 mod pgioperf;
 mod report;
@@ -56,7 +57,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 )]
 pub struct BenchArgs {
     /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, app (default:
-    /// all of them); also walk, journal, orphan (orphan file against list, in process and the
+    /// all of them); also mkfs (`rext4 mkfs --from` against `mkfs.ext4 -d`: --files small
+    /// files, then --mib MiB of large ones), walk, journal, orphan (orphan file against list, in process and the
     /// kernel) and fuse (mdtest on fuse, kernel and fuse2fs).
     workloads: Vec<String>,
     /// Targets, in any order: inproc, fuse, kernel, fuse2fs, tmpfs.
@@ -389,6 +391,7 @@ fn run(a: BenchArgs) -> CliResult {
     let mut targets = a.targets.clone();
     for n in &names {
         match n.as_str() {
+            "mkfs" => mkfs::run(a.files.unwrap_or(100_000), a.mib.unwrap_or(4096), a.rounds.max(1))?,
             "walk" => walk::run(a.image.clone(), a.files.unwrap_or(100_000), a.rounds.max(1))?,
             "journal" => journal::run(&a.workers, a.secs.unwrap_or(2.0), a.runs)?,
             "orphan" => orphan::run(&a.workers, a.secs.unwrap_or(1.0))?,

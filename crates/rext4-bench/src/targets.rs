@@ -630,7 +630,7 @@ pub(crate) fn set_rext4(p: Option<PathBuf>) {
 
 /// The `rext4` program serving the FUSE targets: `--rext4`, else the one beside this program
 /// (where cargo builds and installs both), else the one on PATH.
-fn rext4_exe() -> Option<PathBuf> {
+pub(crate) fn rext4_exe() -> Option<PathBuf> {
     if let Some(p) = REXT4.get() {
         return p.is_file().then(|| p.clone());
     }

@@ -58,6 +58,11 @@ pub(crate) struct MkfsArgs {
     /// zstd).
     #[arg(long = "from", value_name = "DIR|ARCHIVE")]
     from: Option<PathBuf>,
+    /// Make the smallest image that holds the --from tree, with this much room to spare: a
+    /// share of what the tree takes (`10%`) or a size (`64M`). The block size is 4 KiB and
+    /// no blocks are reserved for root unless -b and -m say otherwise.
+    #[arg(long, value_name = "SLACK", num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    size_to_fit: Option<String>,
     /// Same input, same image, byte for byte: UUIDs, hash seed and every time derived from
     /// SOURCE_DATE_EPOCH (or the tree's newest time), times clamped to it. On by default
     /// when SOURCE_DATE_EPOCH is set.
@@ -67,6 +72,10 @@ pub(crate) struct MkfsArgs {
     /// mode=.. mtime=.. xattr.NAME=VALUE`.
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
+    /// SELinux labels from a file_contexts file (`REGEX [TYPE] CONTEXT` lines), stored as
+    /// `security.selinux`.
+    #[arg(long, value_name = "FILE_CONTEXTS")]
+    selinux: Option<PathBuf>,
     /// Every file owned by root (0:0).
     #[arg(long)]
     all_root: bool,
@@ -265,8 +274,7 @@ fn build_epoch(a: &MkfsArgs) -> CliResult<Option<i64>> {
 
 pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     let mut o = options(a)?;
-    let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
-    o.size = size;
+    let mut size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
     if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
         o.time = t.trim().parse().ok();
     }
@@ -274,19 +282,6 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     if let Some(t) = epoch {
         rext4::clock::set_fixed_time(Some(t));
         o.time = Some(t);
-        let key = [
-            &t.to_le_bytes()[..],
-            a.label.as_deref().unwrap_or("").as_bytes(),
-            &size.unwrap_or(0).to_le_bytes(),
-            o.features.as_bytes(),
-            a.fs_type.as_bytes(),
-        ];
-        if o.uuid.is_none() {
-            o.uuid = Some(derive16(&[&key[..], &[b"uuid"]].concat()));
-        }
-        if o.hash_seed.is_none() {
-            o.hash_seed = Some(derive16(&[&key[..], &[b"hash_seed"]].concat()));
-        }
     }
     let manifest = match &a.manifest {
         Some(p) => crate::mkfs_from::parse_manifest(
@@ -300,31 +295,70 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         gid_offset: a.gid_offset,
         clamp: epoch,
         manifest,
+        selinux: match &a.selinux {
+            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::parse(
+                &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            )?)),
+            None => None,
+        },
     };
-    let (dev, zeroed) = prepare_image(&a.image, size)?;
-    o.device_zeroed = zeroed;
-    let r = rext4::Fs::format(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
-    drop(dev);
-    if let Some(src) = &a.from {
-        let archive = crate::mkfs_tar::is_archive(src);
-        let bytes =
-            if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
-        let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            indicatif::ProgressBar::hidden()
+    let mut fit = None;
+    if let Some(slack) = &a.size_to_fit {
+        let slack = crate::mkfs_fit::parse_slack(slack)?;
+        let Some(src) = &a.from else { return Err("--size-to-fit needs --from".into()) };
+        if size.is_some() {
+            return Err("give a size or --size-to-fit, not both".into());
+        }
+        o.block_size = Some(o.block_size.unwrap_or(4096));
+        o.reserved_ratio = Some(o.reserved_ratio.unwrap_or(0.0));
+        let shape = shape(&o)?;
+        let need = if crate::mkfs_tar::is_archive(src) {
+            crate::mkfs_fit::estimate_archive(src, shape)?
         } else {
-            indicatif::ProgressBar::new(bytes)
+            crate::mkfs_fit::estimate_dir(src, shape)?
         };
-        let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
-        let filled = if archive {
-            crate::mkfs_tar::fill(&fs, src, &policy, &bar)
-        } else {
-            crate::mkfs_from::fill(&fs, src, &policy, &bar)
-        };
-        bar.finish_and_clear();
-        let closed = fs.unmount();
-        filled?;
-        closed.map_err(|e| format!("{}: {e}", a.image.display()))?;
+        fit = Some(need.with_slack(slack, shape.block_size));
     }
+    // A fill that outgrows a fitted size starts over a little larger, a few times at most.
+    let mut attempts = 0;
+    let r = loop {
+        let mut o = o.clone();
+        if let Some(need) = fit {
+            // Enough inodes for the tree and the reserved ones, or more if -N says so.
+            let n = u32::try_from(need.inodes + 16).map_err(|_| "too many files")?;
+            o.inodes = Some(n.max(a.inodes.unwrap_or(0)));
+            size = Some(fit_size(&a.image, &o, need)?);
+        }
+        o.size = size;
+        if let Some(t) = epoch {
+            let key = [
+                &t.to_le_bytes()[..],
+                a.label.as_deref().unwrap_or("").as_bytes(),
+                &size.unwrap_or(0).to_le_bytes(),
+                o.features.as_bytes(),
+                a.fs_type.as_bytes(),
+            ];
+            if o.uuid.is_none() {
+                o.uuid = Some(derive16(&[&key[..], &[b"uuid"]].concat()));
+            }
+            if o.hash_seed.is_none() {
+                o.hash_seed = Some(derive16(&[&key[..], &[b"hash_seed"]].concat()));
+            }
+        }
+        let (dev, zeroed) = prepare_image(&a.image, size)?;
+        o.device_zeroed = zeroed;
+        let r = rext4::Fs::format(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+        drop(dev);
+        let Some(src) = &a.from else { break r };
+        match fill(a, src, &policy) {
+            Err(e) if fit.is_some() && attempts < 5 && e.contains(NO_SPACE) => {
+                attempts += 1;
+                fit = fit.map(crate::mkfs_fit::Need::grown);
+            }
+            Err(e) => return Err(e),
+            Ok(()) => break r,
+        }
+    };
     if let Some(t) = epoch {
         seal(&a.image, &r, t)?;
     }
@@ -345,6 +379,70 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     }
     let _ = a.force;
     Ok(())
+}
+
+/// How the engine says a fill ran out of room.
+const NO_SPACE: &str = "no space left on device";
+
+/// Copies the tree or archive at `src` into the formatted image.
+fn fill(a: &MkfsArgs, src: &Path, policy: &crate::mkfs_from::Policy) -> CliResult {
+    let archive = crate::mkfs_tar::is_archive(src);
+    let bytes = if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
+    let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(bytes)
+    };
+    let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    let filled = if archive {
+        crate::mkfs_tar::fill(&fs, src, policy, &bar)
+    } else {
+        crate::mkfs_from::fill(&fs, src, policy, &bar)
+    };
+    bar.finish_and_clear();
+    let closed = fs.unmount();
+    filled?;
+    closed.map_err(|e| format!("{}: {e}", a.image.display()))?;
+    Ok(())
+}
+
+/// How the tree will be stored under the format `o` asks for.
+fn shape(o: &FormatOptions) -> CliResult<crate::mkfs_fit::Shape> {
+    let f = &o.features;
+    let has = |name: &str| f.split(',').any(|x| x.trim() == name);
+    let not = |name: &str| f.split(',').any(|x| x.trim() == format!("^{name}"));
+    let ext4 = o.fs_type == FsType::Ext4;
+    Ok(crate::mkfs_fit::Shape {
+        block_size: u64::from(o.block_size.unwrap_or(4096)),
+        inode_size: u64::from(o.inode_size.unwrap_or(256)),
+        extents: (ext4 && !not("extent") && !not("extents")) || has("extent") || has("extents"),
+        metadata_csum: (ext4 && !not("metadata_csum")) || has("metadata_csum"),
+    })
+}
+
+/// The smallest size (bytes) whose fresh format leaves `need` free: formats the image at a
+/// first guess, then grows by what was missing until it fits.
+fn fit_size(image: &Path, o: &FormatOptions, need: crate::mkfs_fit::Need) -> CliResult<u64> {
+    let bs = u64::from(o.block_size.unwrap_or(4096));
+    let mut o = o.clone();
+    let mut blocks = need.blocks + 64;
+    let mut failed = 0;
+    for _ in 0..64 {
+        o.size = Some(blocks * bs);
+        let (dev, zeroed) = prepare_image(image, o.size)?;
+        o.device_zeroed = zeroed;
+        match rext4::Fs::format(&dev, &o) {
+            Ok(r) if r.free_blocks >= need.blocks => return Ok(blocks * bs),
+            Ok(r) => blocks += (need.blocks - r.free_blocks).max(16),
+            // Too small for its own metadata.
+            Err(_) if failed < 8 => {
+                failed += 1;
+                blocks += blocks / 2 + 64;
+            }
+            Err(e) => return Err(format!("{}: {e}", image.display())),
+        }
+    }
+    Err(format!("{}: no size fits the tree", image.display()))
 }
 
 /// Makes a filled image independent of when and how fast it was filled: the journal log

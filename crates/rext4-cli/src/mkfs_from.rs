@@ -34,6 +34,8 @@ pub(crate) struct Policy {
     pub(crate) clamp: Option<i64>,
     /// By path in the image (`/a/b`).
     pub(crate) manifest: BTreeMap<Vec<u8>, Override>,
+    /// SELinux labels by path (`--selinux`).
+    pub(crate) selinux: Option<std::sync::Arc<crate::file_contexts::FileContexts>>,
 }
 
 /// Parses a manifest: one path per line, then `UID GID MODE` (any may be `-`), and/or
@@ -84,6 +86,23 @@ pub(crate) fn parse_manifest(text: &str) -> CliResult<BTreeMap<Vec<u8>, Override
 }
 
 impl Policy {
+    /// Sets the SELinux label `--selinux` gives the inode `ino` at `path` in `xattrs`.
+    pub(crate) fn label(
+        &self,
+        fs: &Fs,
+        ino: InodeNo,
+        path: &[u8],
+        xattrs: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> CliResult {
+        let Some(fc) = &self.selinux else { return Ok(()) };
+        let kind = fs.getattr(ino).map_err(|e| format!("{}: {e}", String::from_utf8_lossy(path)))?.kind;
+        if let Some(v) = fc.label(path, kind) {
+            xattrs.retain(|(n, _)| n != b"security.selinux");
+            xattrs.push((b"security.selinux".to_vec(), v));
+        }
+        Ok(())
+    }
+
     fn owner(&self, m: &Metadata, o: Option<&Override>) -> (u32, u32) {
         self.owner_of(m.uid(), m.gid(), o)
     }
@@ -247,6 +266,7 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
             xattrs.push((k.clone(), v.clone()));
         }
     }
+    cx.policy.label(fs, ino, path, &mut xattrs)?;
     xattrs.sort();
     for (n, v) in &xattrs {
         fs.setxattr(ino, n, v, 0)

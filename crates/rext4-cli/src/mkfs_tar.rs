@@ -23,7 +23,7 @@ pub(crate) fn is_archive(p: &Path) -> bool {
 }
 
 /// The archive's entries, decompressed as its first bytes say.
-fn open(p: &Path) -> CliResult<tar::Archive<Box<dyn Read>>> {
+pub(crate) fn open(p: &Path) -> CliResult<tar::Archive<Box<dyn Read>>> {
     let e = |err: std::io::Error| format!("{}: {err}", p.display());
     let mut f = std::fs::File::open(p).map_err(e)?;
     let mut magic = [0u8; 4];
@@ -322,6 +322,7 @@ fn attrs(cx: &Ctx<'_>, ino: InodeNo, path: &[u8], a: &Attrs, mode: bool) -> CliR
             xattrs.push((k.clone(), v.clone()));
         }
     }
+    cx.policy.label(fs, ino, path, &mut xattrs)?;
     xattrs.sort();
     let show = String::from_utf8_lossy(path);
     for (n, v) in &xattrs {
@@ -376,7 +377,7 @@ fn copy_data<R: Read>(cx: &mut Ctx<'_>, e: &mut tar::Entry<'_, R>, ino: InodeNo)
     Ok(())
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..])? {

@@ -12,6 +12,7 @@ mod first_steps;
 mod hostile;
 mod image_lock;
 mod mkfs;
+mod mkfs_fit;
 mod mkfs_from;
 mod mount;
 mod nbd;

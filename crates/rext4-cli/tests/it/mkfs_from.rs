@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 static TREE: OnceLock<SourceTree> = OnceLock::new();
 static TREE_1K: OnceLock<SourceTree> = OnceLock::new();
 
-fn tree() -> &'static SourceTree {
+pub(crate) fn tree() -> &'static SourceTree {
     source_tree(&TREE, "mkfs-from", TreeSpec::medium())
 }
 
@@ -58,7 +58,7 @@ fn the_kernel_sees_the_source_tree() {
 
 /// Makes a small tree at `root`, its directories created in `order` (the on-disk order of
 /// directory entries in the source then differs).
-fn small_tree(root: &Path, reversed: bool) {
+pub(crate) fn small_tree(root: &Path, reversed: bool) {
     let mut names: Vec<String> = (0..40).map(|i| format!("d{i:02}")).collect();
     if reversed {
         names.reverse();
@@ -241,4 +241,95 @@ fn the_kernel_sees_an_archives_tree() {
     assert!(!out.status.success(), "an archive with ../ was accepted");
     assert!(String::from_utf8_lossy(&out.stderr).contains(".."), "{}", String::from_utf8_lossy(&out.stderr));
     report.finish();
+}
+
+/// The raw `security.selinux` of `path` in `img`, as debugfs reads it (empty when none).
+fn selinux_of(img: &Path, path: &str) -> Vec<u8> {
+    let o = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("ea_get -V {path} security.selinux"))
+        .arg(img)
+        .output()
+        .expect("debugfs");
+    let mut v = o.stdout;
+    // debugfs ends the value with a newline of its own.
+    if v.last() == Some(&b'\n') {
+        v.pop();
+    }
+    v
+}
+
+#[test]
+fn selinux_labels_from_file_contexts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    small_tree(&src, false);
+    std::fs::create_dir(src.join("tmp")).expect("mkdir");
+    let fc = dir.path().join("file_contexts");
+    std::fs::write(
+        &fc,
+        "/.*              u:object_r:default_t:s0\n\
+         /d0[0-4](/.*)?    u:object_r:low_t:s0\n\
+         /d01/f.*      --  u:object_r:f_t:s0\n\
+         /d01/link     -l  u:object_r:link_t:s0\n\
+         /d02/f1           u:object_r:exact_t:s0\n\
+         /d02/f[0-9]       u:object_r:later_t:s0\n\
+         /tmp(/.*)?        <<none>>\n",
+    )
+    .expect("write");
+    let ar = dir.path().join("src.tar");
+    let o = Command::new("tar")
+        .args(["--format=posix", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-cf"])
+        .arg(&ar)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .output()
+        .expect("tar");
+    assert!(o.status.success(), "tar: {}", String::from_utf8_lossy(&o.stderr));
+    for from in [&src, &ar] {
+        let img = dir.path().join("se.img");
+        ok(&rext4(&[
+            "mkfs",
+            "-q",
+            "--selinux",
+            fc.to_str().expect("utf-8"),
+            "--from",
+            from.to_str().expect("utf-8"),
+            img.to_str().expect("utf-8"),
+            "32M",
+        ]));
+        e2fsck_clean(&img);
+        for (path, want) in [
+            ("/", "u:object_r:default_t:s0"),
+            ("/d10/f1", "u:object_r:default_t:s0"),
+            ("/d03", "u:object_r:low_t:s0"),
+            ("/d01", "u:object_r:low_t:s0"),
+            ("/d01/f3", "u:object_r:f_t:s0"),
+            ("/d01/link", "u:object_r:link_t:s0"),
+            // An exact path wins over a later regex.
+            ("/d02/f1", "u:object_r:exact_t:s0"),
+            ("/d02/f2", "u:object_r:later_t:s0"),
+        ] {
+            let mut want = want.as_bytes().to_vec();
+            want.push(0);
+            assert_eq!(selinux_of(&img, path), want, "{}: {path}", from.display());
+        }
+        assert_eq!(selinux_of(&img, "/tmp"), b"", "<<none>> leaves no label");
+        if rext4_testkit::kernel_can_mount() {
+            let m = KernelMount::ro(&img).expect("mount");
+            let o = Command::new("getfattr")
+                .args(["-h", "--only-values", "-n", "security.selinux"])
+                .arg(m.path().join("d01/link"))
+                .output()
+                .expect("getfattr");
+            m.unmount().expect("umount");
+            assert!(
+                o.stdout.starts_with(b"u:object_r:link_t:s0"),
+                "{:?}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+        std::fs::remove_file(&img).ok();
+    }
 }

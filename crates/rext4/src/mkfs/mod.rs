@@ -106,6 +106,8 @@ pub struct FormatReport {
     pub journal_blocks: u32,
     /// Where the journal lies: runs of (first block, blocks).
     pub journal_extents: Vec<(u64, u64)>,
+    /// Blocks free once formatted: what files can have.
+    pub free_blocks: u64,
 }
 
 /// A filesystem being formatted: the layout, the records of the inodes made, and the blocks
@@ -242,6 +244,7 @@ impl Fs {
             group_count: geo.group_count,
             journal_blocks,
             journal_extents: b.zero_ranges.clone(),
+            free_blocks: b.l.free_blocks,
         })
     }
 }
