@@ -103,6 +103,43 @@ impl Policy {
         Ok(())
     }
 
+    /// Gives `ino` (at image path `path`) what the source says of it, as this policy
+    /// decides: owner, mode (`None` for a symbolic link), the manifest's and the labels'
+    /// extended attributes over the source's, and times (`atime` defaults to `mtime`).
+    pub(crate) fn apply(&self, fs: &Fs, ino: InodeNo, path: &[u8], src: SourceAttrs) -> CliResult {
+        let show = String::from_utf8_lossy(path);
+        let o = self.manifest.get(path);
+        let (uid, gid) = self.owner_of(src.uid, src.gid, o);
+        let mut xattrs = src.xattrs;
+        if let Some(o) = o {
+            for (k, v) in &o.xattrs {
+                xattrs.retain(|(n, _)| n != k);
+                xattrs.push((k.clone(), v.clone()));
+            }
+        }
+        self.label(fs, ino, path, &mut xattrs)?;
+        xattrs.sort();
+        for (n, v) in &xattrs {
+            fs.setxattr(ino, n, v, 0)
+                .map_err(|e| format!("{show}: xattr {}: {e}", String::from_utf8_lossy(n)))?;
+        }
+        let mtime = match o.and_then(|o| o.mtime) {
+            Some(t) => self.time(t, 0),
+            None => self.time(src.mtime.0, src.mtime.1),
+        };
+        let atime = src.atime.map_or(mtime, |(s, n)| self.time(s, n));
+        let set = SetAttr {
+            mode: src.mode.map(|m| o.and_then(|o| o.mode).unwrap_or(m)),
+            uid: Some(uid),
+            gid: Some(gid),
+            atime: Some(TimeSet::At(atime)),
+            mtime: Some(TimeSet::At(mtime)),
+            ..SetAttr::default()
+        };
+        fs.setattr(ino, &set).map_err(|e| format!("{show}: {e}"))?;
+        Ok(())
+    }
+
     fn owner(&self, m: &Metadata, o: Option<&Override>) -> (u32, u32) {
         self.owner_of(m.uid(), m.gid(), o)
     }
@@ -127,6 +164,17 @@ impl Policy {
             _ => t,
         }
     }
+}
+
+/// What the source says of an entry, before the policy has its say.
+pub(crate) struct SourceAttrs {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    /// `None` for a symbolic link (its mode is not set).
+    pub(crate) mode: Option<u16>,
+    pub(crate) mtime: (i64, i64),
+    pub(crate) atime: Option<(i64, i64)>,
+    pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// What a fill did.
@@ -246,12 +294,6 @@ fn one(cx: &mut Ctx<'_>, hp: &Path, parent: InodeNo, name: &[u8], path: &[u8]) -
 
 /// Mode, owner, extended attributes and times, last (a directory's after its entries).
 fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -> CliResult {
-    let fs = cx.fs;
-    let e = err(hp);
-    let o = cx.policy.manifest.get(path);
-    let (uid, gid) = cx.policy.owner(m, o);
-    let perm = o.and_then(|o| o.mode).unwrap_or((m.mode() & 0o7777) as u16);
-    let is_link = m.file_type().is_symlink();
     let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     if let Ok(names) = xattr::list(hp) {
         for n in names {
@@ -260,33 +302,15 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
             }
         }
     }
-    if let Some(o) = o {
-        for (k, v) in &o.xattrs {
-            xattrs.retain(|(n, _)| n != k);
-            xattrs.push((k.clone(), v.clone()));
-        }
-    }
-    cx.policy.label(fs, ino, path, &mut xattrs)?;
-    xattrs.sort();
-    for (n, v) in &xattrs {
-        fs.setxattr(ino, n, v, 0)
-            .map_err(|err| format!("{}: xattr {}: {err}", hp.display(), String::from_utf8_lossy(n)))?;
-    }
-    let mtime = match o.and_then(|o| o.mtime) {
-        Some(t) => cx.policy.time(t, 0),
-        None => cx.policy.time(m.mtime(), m.mtime_nsec()),
+    let src = SourceAttrs {
+        uid: m.uid(),
+        gid: m.gid(),
+        mode: (!m.file_type().is_symlink()).then_some((m.mode() & 0o7777) as u16),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        atime: Some((m.atime(), m.atime_nsec())),
+        xattrs,
     };
-    let atime = cx.policy.time(m.atime(), m.atime_nsec());
-    let set = SetAttr {
-        mode: (!is_link).then_some(perm),
-        uid: Some(uid),
-        gid: Some(gid),
-        atime: Some(TimeSet::At(atime)),
-        mtime: Some(TimeSet::At(mtime)),
-        ..SetAttr::default()
-    };
-    fs.setattr(ino, &set).map_err(&e)?;
-    Ok(())
+    cx.policy.apply(cx.fs, ino, path, src).map_err(|e| format!("{}: {e}", hp.display()))
 }
 
 /// Copies a host file's data, skipping its holes (SEEK_DATA / SEEK_HOLE).

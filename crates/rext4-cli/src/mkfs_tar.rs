@@ -8,9 +8,9 @@
 //! Names from an archive are untrusted: a `..` component is refused, leading `/` and `.`
 //! are dropped, and a path never leaves the image's root.
 
-use crate::mkfs_from::{Filled, Policy};
+use crate::mkfs_from::{Filled, Policy, SourceAttrs};
 use crate::CliResult;
-use rext4::{Fs, InodeNo, SetAttr, TimeSet};
+use rext4::{Fs, InodeNo, SetAttr};
 use std::io::Read;
 use std::path::Path;
 use tar::EntryType;
@@ -311,39 +311,15 @@ fn parent_dir(cx: &mut Ctx<'_>, dirs: &[&[u8]]) -> CliResult<InodeNo> {
 
 /// Mode, owner, extended attributes and times.
 fn attrs(cx: &Ctx<'_>, ino: InodeNo, path: &[u8], a: &Attrs, mode: bool) -> CliResult {
-    let fs = cx.fs;
-    let o = cx.policy.manifest.get(path);
-    let (uid, gid) = cx.policy.owner_of(a.uid, a.gid, o);
-    let perm = o.and_then(|o| o.mode).unwrap_or(a.mode);
-    let mut xattrs = a.xattrs.clone();
-    if let Some(o) = o {
-        for (k, v) in &o.xattrs {
-            xattrs.retain(|(n, _)| n != k);
-            xattrs.push((k.clone(), v.clone()));
-        }
-    }
-    cx.policy.label(fs, ino, path, &mut xattrs)?;
-    xattrs.sort();
-    let show = String::from_utf8_lossy(path);
-    for (n, v) in &xattrs {
-        fs.setxattr(ino, n, v, 0)
-            .map_err(|e| format!("{show}: xattr {}: {e}", String::from_utf8_lossy(n)))?;
-    }
-    let mtime = match o.and_then(|o| o.mtime) {
-        Some(t) => cx.policy.time(t, 0),
-        None => cx.policy.time(a.mtime.0, a.mtime.1),
+    let src = SourceAttrs {
+        uid: a.uid,
+        gid: a.gid,
+        mode: mode.then_some(a.mode),
+        mtime: a.mtime,
+        atime: a.atime,
+        xattrs: a.xattrs.clone(),
     };
-    let atime = a.atime.map_or(mtime, |(s, n)| cx.policy.time(s, n));
-    let set = SetAttr {
-        mode: mode.then_some(perm),
-        uid: Some(uid),
-        gid: Some(gid),
-        atime: Some(TimeSet::At(atime)),
-        mtime: Some(TimeSet::At(mtime)),
-        ..SetAttr::default()
-    };
-    fs.setattr(ino, &set).map_err(|e| format!("{show}: {e}"))?;
-    Ok(())
+    cx.policy.apply(cx.fs, ino, path, src)
 }
 
 /// Copies an entry's data; whole blocks of zeros are left as holes.
