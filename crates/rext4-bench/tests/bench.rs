@@ -33,6 +33,24 @@ fn work_dir_of(pid: u32) -> PathBuf {
     base.join(format!("rext4-bench-suite-{pid}"))
 }
 
+/// Runs the bench with `args` and `--json JSON`; it must succeed. Returns its process id, its
+/// output, and the JSON.
+fn run_json(args: &[&str], json: &Path) -> (u32, String, serde_json::Value) {
+    let child = bench()
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (status, out, err) = wait_with_output(child);
+    assert!(status.success(), "bench failed:\n{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (pid, out, v)
+}
+
 fn wait_with_output(child: Child) -> (std::process::ExitStatus, String, String) {
     let out = child.wait_with_output().unwrap();
     (
@@ -47,20 +65,8 @@ fn every_workload_runs_in_process_and_on_tmpfs() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("b.json");
     let svg = dir.path().join("b.svg");
-    let child = bench()
-        .args(["--tiny", "--targets", "inproc,tmpfs", "--workers", "1,3", "--json"])
-        .arg(&json)
-        .arg("--plot")
-        .arg(&svg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (status, out, err) = wait_with_output(child);
-    assert!(status.success(), "bench failed:\n{out}\n{err}");
-
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let plot = ["--tiny", "--targets", "inproc,tmpfs", "--workers", "1,3", "--plot", svg.to_str().unwrap()];
+    let (pid, out, v) = run_json(&plot, &json);
     let samples = v["samples"].as_array().unwrap();
     for wl in SUITE {
         for target in ["inproc", "tmpfs"] {
@@ -178,19 +184,9 @@ fn nbd_targets_run_beside_the_local_file() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("b.json");
     let targets = ["inproc", "nbd-unix", "nbd-unix-1", "nbd-tcp", "nbd-tcp-1"];
-    let child = bench()
-        .args(["mdtest", "seqio", "--tiny", "--workers", "1,2", "--no-stats", "--targets"])
-        .arg(targets.join(","))
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (status, out, err) = wait_with_output(child);
-    assert!(status.success(), "bench failed:\n{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let list = targets.join(",");
+    let args = ["mdtest", "seqio", "--tiny", "--workers", "1,2", "--no-stats", "--targets", &list];
+    let (pid, out, v) = run_json(&args, &json);
     let samples = v["samples"].as_array().unwrap();
     for wl in ["mdtest", "seqio"] {
         for target in targets {

@@ -88,18 +88,7 @@ struct Ctx<'a> {
     filled: Filled,
     bar: &'a indicatif::ProgressBar,
     /// Directories with their attributes, set once everything is in (their times would move).
-    dirs: Vec<(InodeNo, Vec<u8>, Attrs)>,
-}
-
-/// What an entry says of itself.
-#[derive(Clone)]
-struct Attrs {
-    uid: u32,
-    gid: u32,
-    mode: u16,
-    mtime: (i64, i64),
-    atime: Option<(i64, i64)>,
-    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    dirs: Vec<(InodeNo, Vec<u8>, SourceAttrs)>,
 }
 
 /// A pax time (`1700000000.123456789`) as seconds and nanoseconds.
@@ -156,8 +145,8 @@ pub(crate) fn fill(fs: &Fs, src: &Path, policy: &Policy, bar: &indicatif::Progre
     }
     // Deepest first, so a parent's times are set after its children's.
     let dirs = std::mem::take(&mut cx.dirs);
-    for (ino, path, a) in dirs.iter().rev() {
-        attrs(&cx, *ino, path, a, true)?;
+    for (ino, path, a) in dirs.into_iter().rev() {
+        cx.policy.apply(fs, ino, &path, a)?;
     }
     Ok(cx.filled)
 }
@@ -215,10 +204,12 @@ fn entry<R: Read>(cx: &mut Ctx<'_>, e: &mut tar::Entry<'_, R>, ext: Extended) ->
     let path = image_path(&parts);
     let h = e.header();
     let kind = h.entry_type();
-    let a = Attrs {
+    let mode = h.mode().ok().and_then(|m| u16::try_from(m & 0o7777).ok()).unwrap_or(0o644);
+    // What the entry says of itself; a symbolic link's mode is not set.
+    let a = SourceAttrs {
         uid: ext.uid.or_else(|| h.uid().ok().and_then(|u| u32::try_from(u).ok())).unwrap_or(0),
         gid: ext.gid.or_else(|| h.gid().ok().and_then(|g| u32::try_from(g).ok())).unwrap_or(0),
-        mode: h.mode().ok().and_then(|m| u16::try_from(m & 0o7777).ok()).unwrap_or(0o644),
+        mode: (kind != EntryType::Symlink).then_some(mode),
         mtime: ext.mtime.unwrap_or((h.mtime().ok().and_then(|t| i64::try_from(t).ok()).unwrap_or(0), 0)),
         atime: ext.atime,
         xattrs: ext.xattrs,
@@ -236,7 +227,7 @@ fn entry<R: Read>(cx: &mut Ctx<'_>, e: &mut tar::Entry<'_, R>, ext: Extended) ->
     let parent = parent_dir(cx, dirs)?;
     let o = cx.policy.manifest.get(&path);
     let (uid, gid) = cx.policy.owner_of(a.uid, a.gid, o);
-    let perm = o.and_then(|o| o.mode).unwrap_or(a.mode);
+    let perm = o.and_then(|o| o.mode).unwrap_or(mode);
     // A later entry of the same name replaces an earlier one, as tar does; a directory stays.
     let existing = fs.lookup(parent, name).ok();
     if let Some(x) = &existing {
@@ -289,7 +280,7 @@ fn entry<R: Read>(cx: &mut Ctx<'_>, e: &mut tar::Entry<'_, R>, ext: Extended) ->
         _ => return Ok(()),
     };
     cx.filled.files += 1;
-    attrs(cx, ino, &path, &a, kind != EntryType::Symlink)
+    cx.policy.apply(fs, ino, &path, a)
 }
 
 /// The directory `dirs` names under the root, made (0755, root's) where the archive skipped it.
@@ -307,19 +298,6 @@ fn parent_dir(cx: &mut Ctx<'_>, dirs: &[&[u8]]) -> CliResult<InodeNo> {
         };
     }
     Ok(cur)
-}
-
-/// Mode, owner, extended attributes and times.
-fn attrs(cx: &Ctx<'_>, ino: InodeNo, path: &[u8], a: &Attrs, mode: bool) -> CliResult {
-    let src = SourceAttrs {
-        uid: a.uid,
-        gid: a.gid,
-        mode: mode.then_some(a.mode),
-        mtime: a.mtime,
-        atime: a.atime,
-        xattrs: a.xattrs.clone(),
-    };
-    cx.policy.apply(cx.fs, ino, path, src)
 }
 
 /// Copies an entry's data; whole blocks of zeros are left as holes.

@@ -248,6 +248,10 @@ impl FsInner {
     /// files' appends.
     fn avoid_ranges(&self, g: u32) -> Vec<(usize, usize)> {
         let mut v = self.busy_ranges(g);
+        // No reserve anywhere (the common case): no list to lock.
+        if self.pa_blocks.load(Ordering::Acquire) == 0 {
+            return v;
+        }
         let pa = self.groups.state[g as usize].prealloc.lock();
         v.extend(pa.iter().map(|&(off, len)| (off as usize, len as usize)));
         v
