@@ -56,6 +56,18 @@ fn write_tables(s: &mut String, r: &StatsReport) -> std::fmt::Result {
         p.direct_reads,
         r.reserved_blocks
     )?;
+    let w = &r.writeback;
+    writeln!(
+        s,
+        "writeback: {} dirty pages in {} files; {} blocks written back in {} writebacks ({:.1} ms); {} writers throttled; {} flusher rounds",
+        w.dirty_pages,
+        w.dirty_files,
+        w.written_blocks,
+        w.writebacks,
+        w.writeback_ns as f64 / 1e6,
+        w.throttled,
+        w.flusher_rounds
+    )?;
     match &r.commits {
         Some(c) if c.commits > 0 => {
             let top: Vec<String> = c.top5_us.iter().map(|t| format!("{:.6}s", *t as f64 / 1e6)).collect();
@@ -135,6 +147,12 @@ pub fn json(r: &StatsReport) -> String {
         p.pages, p.bytes, p.misses, p.readahead, p.direct_reads
     );
     let _ = write!(s, ",\n  \"reserved_blocks\": {}", r.reserved_blocks);
+    let w = &r.writeback;
+    let _ = write!(
+        s,
+        ",\n  \"writeback\": {{\"dirty_pages\": {}, \"dirty_files\": {}, \"written_blocks\": {}, \"writebacks\": {}, \"writeback_ns\": {}, \"throttled\": {}, \"flusher_rounds\": {}}}",
+        w.dirty_pages, w.dirty_files, w.written_blocks, w.writebacks, w.writeback_ns, w.throttled, w.flusher_rounds
+    );
     let _ = write!(s, ",\n  \"every\": {}\n}}", r.every);
     s
 }
@@ -170,7 +188,7 @@ fn number(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rext4::{CommitSummary, LockStat, OpStat, PageCacheStats};
+    use rext4::{CommitSummary, LockStat, OpStat, PageCacheStats, WritebackStats};
 
     fn report() -> StatsReport {
         StatsReport {
@@ -192,6 +210,15 @@ mod tests {
             every: 16,
             page_cache: PageCacheStats { pages: 4, bytes: 16384, misses: 3, readahead: 1, direct_reads: 2 },
             reserved_blocks: 12,
+            writeback: WritebackStats {
+                dirty_pages: 9,
+                dirty_files: 2,
+                written_blocks: 30,
+                writebacks: 4,
+                writeback_ns: 1000,
+                throttled: 1,
+                flusher_rounds: 3,
+            },
         }
     }
 
@@ -223,6 +250,18 @@ mod tests {
             assert_eq!(p[k], want, "{k}");
         }
         assert_eq!(v["reserved_blocks"], 12);
+        let w = &v["writeback"];
+        for (k, want) in [
+            ("dirty_pages", 9),
+            ("dirty_files", 2),
+            ("written_blocks", 30),
+            ("writebacks", 4),
+            ("writeback_ns", 1000),
+            ("throttled", 1),
+            ("flusher_rounds", 3),
+        ] {
+            assert_eq!(w[k], want, "{k}");
+        }
         let ro = StatsReport { commits: None, ..report() };
         let v: serde_json::Value = serde_json::from_str(&json(&ro)).unwrap();
         assert!(v["commits"].is_null());

@@ -117,7 +117,14 @@ impl FsInner {
         let sbi = &self.sbi;
         let want = want.max(1);
         let free = self.counters.free_blocks.sum_positive();
-        let reserve = if reserved_ok { 0 } else { sbi.sb.r_blocks_count() };
+        // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's, and the
+        // metadata slack is kept for extent splits and writeback (the kernel's
+        // `ext4_has_free_clusters`).
+        let reserve = if reserved_ok {
+            0
+        } else {
+            sbi.sb.r_blocks_count() + self.meta_slack() + self.wb.dirty_blocks.load(Ordering::Acquire)
+        };
         if free <= reserve {
             return Err(Error::NoSpace);
         }

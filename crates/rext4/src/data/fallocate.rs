@@ -57,6 +57,7 @@ impl FsInner {
             let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
         }
+
         let extents = inode.flags() & EXTENTS_FL != 0;
         if !extents && mode != FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
             // As the kernel: only extent-mapped files have unwritten extents (and shifts);
@@ -69,6 +70,8 @@ impl FsInner {
         }
         let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        // Every mode edits the map: dirty pages over it are written back first.
+        self.writeback_locked(&inode)?;
         let bs = u64::from(self.sbi.block_size);
         match mode & !FALLOC_FL_KEEP_SIZE {
             0 => self.alloc_range(&journal, &inode, offset, end, keep, false),
@@ -163,7 +166,7 @@ impl FsInner {
                     };
                     reached = cur;
                     while reached < conv_end {
-                        match self.fill_map(&h, inode, &mut raw, reached, conv_end, true) {
+                        match self.fill_map(&h, inode, &mut raw, reached, conv_end, true, false) {
                             Ok(f) if f.reached > reached => reached = f.reached,
                             Ok(_) => break,
                             Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
@@ -171,7 +174,7 @@ impl FsInner {
                         }
                     }
                 } else {
-                    match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true) {
+                    match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true, false) {
                         Ok(f) => reached = f.reached,
                         Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
                         Err(e) => return Err(e),

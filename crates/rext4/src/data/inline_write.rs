@@ -175,7 +175,9 @@ impl FsInner {
     ) -> Result<Option<usize>> {
         // Without a handle first: most writes cannot fit (the record bounds the inline bytes).
         let Some(end) = offset.checked_add(data.len() as u64) else { return Ok(None) };
-        if !self.sbi.inline_data || end > self.sbi.inode_size as u64 || !may_inline(&inode.raw()) {
+        // A file with delayed writes has data but no blocks yet: not an empty one.
+        let delayed = inode.dirty_pages.load(std::sync::atomic::Ordering::Acquire) > 0;
+        if !self.sbi.inline_data || end > self.sbi.inode_size as u64 || delayed || !may_inline(&inode.raw()) {
             return Ok(None);
         }
         let h = journal.start(crate::data::write::DATA_CREDITS)?;

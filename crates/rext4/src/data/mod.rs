@@ -6,6 +6,8 @@
 //! |---|---|
 //! | `read` | data reads; holes and unwritten extents as zeros |
 //! | `write` | writes, truncation of the block map, SEEK_DATA/SEEK_HOLE |
+//! | `delalloc` | delayed writes into dirty pages, their block reservations |
+//! | `writeback` | writing dirty pages back, the flusher, `sync`'s writeback |
 //! | `fallocate` | fallocate in every mode: preallocate, punch, zero, collapse, insert |
 //! | `truncate` | freeing all of an inode's blocks (deletion) |
 //! | `inline`, `inline_bytes`, `inline_write` | inline data: reading, the bytes' layout, changes |
@@ -15,6 +17,7 @@
 //! inode `op_lock` -> journal handle -> inode `data_sem` (write while the map changes) ->
 //! inode record -> buffers. Readers take `data_sem` shared; see docs/locking.md.
 
+pub(crate) mod delalloc;
 pub(crate) mod fallocate;
 pub(crate) mod inline;
 pub(crate) mod inline_bytes;
@@ -23,3 +26,4 @@ pub(crate) mod read;
 pub(crate) mod symlink;
 pub(crate) mod truncate;
 pub(crate) mod write;
+pub(crate) mod writeback;

@@ -3,7 +3,8 @@
 //! readahead when a miss follows the last one; large reads, and everything that is not a
 //! regular file's data, through the block map straight from the device (which always holds
 //! what the pages hold: the cache is write-through, docs/pagecache.md). Holes and unwritten
-//! extents read as zeros.
+//! extents read as zeros, except where a delayed write's dirty page covers a hole
+//! (data/delalloc.rs): those bytes come from the page.
 
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
@@ -35,13 +36,17 @@ impl FsInner {
         }
         // Writers change the map under this lock exclusively (and fill new blocks first).
         let _d = inode.data_sem.read();
-        if buf.len() >= DIRECT_READ || !self.pcache.enabled() || self.has_inline_data(inode) {
+        let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || self.has_inline_data(inode) {
             if buf.len() >= DIRECT_READ {
                 self.pcache.stats.direct.fetch_add(1, Relaxed);
             }
-            return self.read_data(inode, offset, buf);
-        }
-        self.read_cached(inode, offset, buf)
+            self.read_data(inode, offset, buf)?
+        } else {
+            self.read_cached(inode, offset, buf)?
+        };
+        // Delayed writes are in memory only: their pages cover the holes just read.
+        self.overlay_dirty(inode, offset, &mut buf[..n]);
+        Ok(n)
     }
 
     /// A read through the page cache: copies from the pages it finds; a miss reads the run of

@@ -56,10 +56,17 @@ pub(crate) struct Filled {
 /// just mapped (so the parts of its blocks the write does not cover must be zeroed).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Run {
-    lblk: u64,
-    len: u64,
-    pblk: u64,
+    pub lblk: u64,
+    pub len: u64,
+    pub pblk: u64,
     fresh: bool,
+}
+
+impl Run {
+    /// A run of blocks already mapped and written.
+    pub(crate) fn mapped(e: &Ext) -> Run {
+        Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }
+    }
 }
 
 impl FsInner {
@@ -128,7 +135,7 @@ impl FsInner {
         let mut raw = inode.raw_mut();
         self.clear_inline_record(inode.ino, &mut raw)?;
         if !data.is_empty() {
-            let f = self.fill_map(&h, inode, &mut raw, 0, 1, false)?;
+            let f = self.fill_map(&h, inode, &mut raw, 0, 1, false, false)?;
             self.write_runs(inode, &f.runs, 0, &data)?;
         }
         inode.invalidate_pages();
@@ -191,6 +198,9 @@ impl FsInner {
     /// `unwritten`), at most `OPS_PER_HANDLE` operations' worth. Returns the runs of the
     /// range it covered (existing written ones included) and how far it got; running out of
     /// space after some progress ends the range early instead (see `Filled::short`).
+    /// `reserved`: the blocks were reserved by delayed writes (data/delalloc.rs), so the
+    /// allocation need not leave room for reservations.
+    #[allow(clippy::too_many_arguments)] // the map edit's inputs, each needed
     pub(crate) fn fill_map(
         &self,
         h: &Handle,
@@ -199,6 +209,7 @@ impl FsInner {
         lo: u64,
         hi: u64,
         unwritten: bool,
+        reserved: bool,
     ) -> Result<Filled> {
         let extents = raw_flags(raw) & EXTENTS_FL != 0;
         let mut short = false;
@@ -240,7 +251,7 @@ impl FsInner {
                         // Nothing mapped past the hole: the file grows here, and a reserve
                         // keeps its next appends in the same run.
                         let appending = next.is_none();
-                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending) {
+                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved) {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {
@@ -436,6 +447,11 @@ impl FsInner {
         if self.overwrite(&journal, &inode, offset, data)? {
             return Ok((offset, data.len()));
         }
+        if let Some(n) = self.write_delayed(&inode, offset, data)? {
+            return Ok((offset, n));
+        }
+        // The general path maps holes: none of them may hold a dirty page.
+        self.writeback_locked(&inode)?;
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
         let mut lblk = offset / bs;
@@ -452,7 +468,7 @@ impl FsInner {
                 self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
             }
             let hi = last.min(lblk + CHUNK_BLOCKS);
-            let Filled { runs, reached, short } = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false) {
+            let Filled { runs, reached, short } = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false, false) {
                 Ok(x) => x,
                 Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
                     // Freed blocks wait for their commit: commit, then try once more.
@@ -465,7 +481,12 @@ impl FsInner {
                 Err(Error::NoSpace) if lblk * bs > offset => break,
                 Err(e) => return Err(e),
             };
-            self.write_runs(&inode, &runs, offset, data)?;
+            if let Err(e) = self.write_runs(&inode, &runs, offset, data) {
+                // The open handle maps blocks whose contents did not reach the device: it
+                // must never commit (data=ordered; the kernel's `data_err=abort`).
+                journal.abort(format!("data write to inode {} failed: {e}", inode.ino.0), libc::EIO);
+                return Err(e);
+            }
             let written_end = (reached * bs).min(end);
             if written_end > size {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
@@ -554,6 +575,9 @@ impl FsInner {
             return Err(Error::FileTooBig);
         }
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        // The map changes: no dirty page may stay over it (the kernel's `auto_da_alloc` writes
+        // back a file truncated to nothing, too).
+        self.writeback_locked(&inode)?;
         if inode.flags() & INLINE_DATA_FL != 0 {
             if self.truncate_inline(&journal, &inode, new_size)? {
                 return Ok(());
@@ -604,6 +628,8 @@ impl FsInner {
         if inode.disk().file_type() != fi::S_IFREG {
             return Err(Error::InvalidInput("not a regular file"));
         }
+        // Dirty pages are data the map does not show yet.
+        self.writeback_inode(&inode)?;
         let _d = inode.data_sem.read();
         let raw = inode.raw();
         let size = raw_size(&raw);

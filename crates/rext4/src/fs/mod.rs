@@ -64,6 +64,14 @@ pub struct Options {
     /// transaction has committed, before they can be allocated again (the kernel's `discard`
     /// mount option; default off, as there).
     pub discard: bool,
+    /// Writable opens: writes into holes are kept in memory and given blocks when written
+    /// back, for whole runs at once (the kernel's `delalloc`, its default; off:
+    /// `nodelalloc`). Needs a page cache (`page_cache_bytes` > 0). See docs/pagecache.md.
+    pub delalloc: bool,
+    /// How long a delayed write may stay in memory before the flusher writes it back (the
+    /// kernel's `dirty_expire_centisecs`, default 30 s). `fsync`, `sync` and unmount write
+    /// back at once, and so does a writer when too much is dirty.
+    pub dirty_expire: std::time::Duration,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -154,6 +162,8 @@ impl Default for Options {
             errors: None,
             grpid: false,
             discard: false,
+            delalloc: true,
+            dirty_expire: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -171,6 +181,26 @@ pub struct PageCacheStats {
     pub readahead: u64,
     /// Reads large enough to go straight to the device.
     pub direct_reads: u64,
+}
+
+/// Delayed writes and their writeback ([`Fs::writeback_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WritebackStats {
+    /// Dirty pages of delayed writes now, all files together; each holds a reserved block.
+    pub dirty_pages: u64,
+    /// Files with something to write back now.
+    pub dirty_files: u64,
+    /// Blocks written back since the filesystem was opened.
+    pub written_blocks: u64,
+    /// Writebacks of one file (by `fsync`, `sync`, the flusher, a throttled writer, or an
+    /// operation that edits the map).
+    pub writebacks: u64,
+    /// Time spent writing back, in nanoseconds.
+    pub writeback_ns: u64,
+    /// Writes that found too much dirty and wrote their own file back (the hard limit).
+    pub throttled: u64,
+    /// Rounds of the flusher that found files to look at.
+    pub flusher_rounds: u64,
 }
 
 /// Shared state behind every [`Fs`] handle.
@@ -196,6 +226,8 @@ pub(crate) struct FsInner {
     /// them all (alloc/prealloc.rs). [atomics]
     pub pa_blocks: std::sync::atomic::AtomicU64,
     pub pa_epoch: std::sync::atomic::AtomicU64,
+    /// Dirty pages of delayed writes and their writeback (data/writeback.rs). [see there]
+    pub wb: crate::data::writeback::Writeback,
     /// Name lookups. [sharded, see cache/dcache.rs]
     pub dcache: crate::cache::dcache::Dcache,
     /// Xattr blocks by hash, for sharing. [sharded, see cache/mbcache.rs]
@@ -274,7 +306,9 @@ impl Fs {
         if opts.writable {
             inner.start_writing(&opts)?;
         }
-        Ok(Fs { inner: Arc::new(inner) })
+        let inner = Arc::new(inner);
+        crate::data::writeback::start_flusher(&inner)?;
+        Ok(Fs { inner })
     }
 
     /// What journal recovery replayed when this filesystem was opened; `None` if the image
@@ -384,6 +418,21 @@ impl Fs {
         (self.inner.bcache.len(), self.inner.icache.len())
     }
 
+    /// Delayed writes: what is dirty now, and what writeback did so far.
+    pub fn writeback_stats(&self) -> WritebackStats {
+        let wb = &self.inner.wb;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        WritebackStats {
+            dirty_pages: get(&wb.dirty_blocks),
+            dirty_files: wb.files_listed(),
+            written_blocks: get(&wb.stats.blocks),
+            writebacks: get(&wb.stats.files),
+            writeback_ns: get(&wb.stats.nanos),
+            throttled: get(&wb.stats.throttled),
+            flusher_rounds: get(&wb.stats.flusher_rounds),
+        }
+    }
+
     /// The page cache's figures: pages held and how reads used it.
     pub fn page_cache_stats(&self) -> PageCacheStats {
         let p = &self.inner.pcache;
@@ -420,6 +469,12 @@ impl FsInner {
             dirs: crate::alloc::counter::ShardedCounter::new(dirs as i64),
         });
         let pcache = crate::cache::page::PageCache::new(opts.page_cache_bytes, sbi.block_size as usize);
+        let wb = crate::data::writeback::Writeback::new(
+            opts.delalloc && opts.writable && opts.page_cache_bytes > 0,
+            opts.page_cache_bytes,
+            sbi.block_size,
+            opts.dirty_expire,
+        );
         Ok(FsInner {
             dev,
             sbi,
@@ -431,6 +486,7 @@ impl FsInner {
             pcache,
             pa_blocks: std::sync::atomic::AtomicU64::new(0),
             pa_epoch: std::sync::atomic::AtomicU64::new(0),
+            wb,
             dcache: crate::cache::dcache::Dcache::new(opts.name_cache),
             xattr_cache: crate::cache::mbcache::MbCache::new(4096),
             ea_inode_cache: crate::cache::mbcache::MbCache::new(4096),
@@ -467,6 +523,9 @@ impl FsInner {
         let extents = sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
         let resv = if extents { (sbi.blocks_count / 50).min(4096) } else { 0 };
         let reserved = sb.r_blocks_count() + resv;
+        // Blocks reserved for dirty pages are spoken for (the kernel's statfs subtracts its
+        // dirty clusters).
+        let free_blocks = free_blocks.saturating_sub(self.wb.dirty_blocks.load(std::sync::atomic::Ordering::Acquire));
         let uuid = &sb.s_uuid;
         // Cannot fail: both halves are 8 bytes of a 16-byte array.
         let fsid = u64::from_le_bytes(uuid[..8].try_into().unwrap())

@@ -228,6 +228,13 @@ impl FsInner {
     /// Commits and checkpoints everything and marks the image clean. Idempotent.
     pub(crate) fn close(&self) -> Result<()> {
         let Some(journal) = &self.journal else { return Ok(()) };
+        if self.committer.lock().is_none() {
+            return Ok(());
+        }
+        // Delayed writes go out before the last commit; the flusher stops first, so that
+        // nothing is dirtied behind the final writeback by it.
+        crate::data::writeback::stop_flusher(self);
+        let written = if self.stopped_by_error() { Ok(()) } else { self.writeback_all() };
         let Some(thread) = self.committer.lock().take() else { return Ok(()) };
         let evicted = self.evict_held_orphans();
         journal.request_shutdown();
@@ -238,6 +245,7 @@ impl FsInner {
         }
         journal.close()?;
         evicted?;
+        written?;
         let has_log = journal.log.lock().geo.is_some();
         let no_orphans = self.orphans.is_empty();
         self.update_super(|sb| {
@@ -266,7 +274,10 @@ impl Fs {
     /// Makes every change so far durable (`syncfs`).
     pub fn sync(&self) -> Result<()> {
         self.inner.op(crate::fs::stats::Op::Sync, || match &self.inner.journal {
-            Some(j) => j.sync(),
+            Some(j) => {
+                self.inner.writeback_all()?;
+                j.sync()
+            }
             None => Ok(()),
         })
     }

@@ -350,6 +350,7 @@ impl Stats {
             every: self.every(),
             page_cache: crate::PageCacheStats::default(),
             reserved_blocks: 0,
+            writeback: crate::WritebackStats::default(),
         }
     }
 
@@ -406,6 +407,8 @@ pub struct StatsReport {
     pub page_cache: crate::PageCacheStats,
     /// Free blocks set aside for files' next appends (alloc/prealloc.rs).
     pub reserved_blocks: u64,
+    /// Delayed writes and their writeback (data/writeback.rs).
+    pub writeback: crate::WritebackStats,
 }
 
 impl crate::Fs {
@@ -416,6 +419,7 @@ impl crate::Fs {
         r.commits = self.commit_stats().map(|c| c.summary());
         r.page_cache = self.page_cache_stats();
         r.reserved_blocks = self.inner.pa_blocks.load(Ordering::Relaxed);
+        r.writeback = self.writeback_stats();
         r
     }
 

@@ -103,6 +103,14 @@ pub(crate) struct Inode {
     /// Blocks set aside for this file's next appends (alloc/prealloc.rs); only while it is
     /// held open. [own mutex; taken before a group's bitmap lock]
     pub prealloc: crate::sync::Mutex<Option<crate::alloc::prealloc::Prealloc>>,
+    /// Delayed-allocation pages and record changes not yet written back
+    /// (data/delalloc.rs). [own mutex; a leaf, taken after `data_sem` and `raw`]
+    pub dirty: crate::sync::Mutex<crate::data::delalloc::DirtyPages>,
+    /// How many pages `dirty` holds (readers skip its mutex while 0). [atomic; changed by the
+    /// holder of `op_lock`]
+    pub dirty_pages: std::sync::atomic::AtomicU64,
+    /// Listed in `Writeback`'s set of files to write back. [atomic]
+    pub wb_listed: AtomicBool,
 }
 
 impl Cached for Inode {
@@ -160,6 +168,9 @@ impl Inode {
             pages_gen: std::sync::atomic::AtomicU64::new(crate::cache::page::next_gen()),
             ra_next: AtomicU32::new(u32::MAX),
             prealloc: crate::sync::Mutex::new(None),
+            dirty: crate::sync::Mutex::default(),
+            dirty_pages: std::sync::atomic::AtomicU64::new(0),
+            wb_listed: AtomicBool::new(false),
         }
     }
 
@@ -356,7 +367,11 @@ impl FsInner {
 
     /// `stat(2)` of an inode.
     pub(crate) fn attr_of(&self, inode: &Inode) -> Result<Attr> {
-        inode.with_disk(|d| self.attr_from(inode.ino, d))
+        let mut a = inode.with_disk(|d| self.attr_from(inode.ino, d))?;
+        // Blocks reserved for delayed writes count, as in the kernel's `ext4_getattr`, so
+        // that a file just written does not look sparse.
+        a.blocks += self.delalloc_blocks(inode) * u64::from(self.sbi.block_size / 512);
+        Ok(a)
     }
 
     fn attr_from(&self, ino: InodeNo, d: &fi::Inode) -> Result<Attr> {

@@ -335,6 +335,8 @@ impl FsInner {
     pub(crate) fn delete_inode(&self, h: &Handle, inode: &Inode) -> Result<()> {
         let is_dir = inode.is_dir();
         inode.linkable.store(false, Ordering::Release);
+        // Delayed writes of a deleted file are never written (their blocks were never chosen).
+        self.drop_dirty(inode);
         let owned = self.deletion_checks(h, inode)?;
         // Values in EA inodes first, while the record can still be read.
         self.ea_inodes_release_ibody(h, inode)?;

@@ -126,6 +126,14 @@ impl FsInner {
     /// Copies an inode's record into its inode-table block under `h`, with its checksum.
     pub(crate) fn mark_inode_dirty(&self, h: &Handle, inode: &Inode, raw: &mut [u8]) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::MarkInodeDirty);
+        // A size that delayed writes moved past data not yet written back is not journaled:
+        // the record goes with the size whose data is on disk (the kernel's `i_disksize`),
+        // so a crash never shows a file longer than what reached the disk.
+        let size = raw_size(raw);
+        let disk_size = crate::data::delalloc::disk_size(inode).filter(|&d| d < size);
+        if let Some(d) = disk_size {
+            raw_set_size(raw, d);
+        }
         if self.sbi.metadata_csum {
             set_inode_checksum(raw, inode.csum_seed);
         }
@@ -133,6 +141,12 @@ impl FsInner {
         let buf = self.bread(blk, Some(inode.ino))?;
         let mut data = h.write(&buf)?;
         data[off..off + raw.len()].copy_from_slice(raw);
+        if disk_size.is_some() {
+            raw_set_size(raw, size);
+            if self.sbi.metadata_csum {
+                set_inode_checksum(raw, inode.csum_seed);
+            }
+        }
         inode.last_tid.store(h.tid(), Ordering::Release);
         inode.dirtied.store(true, Ordering::Release);
         Ok(())
@@ -187,6 +201,9 @@ impl FsInner {
     fn fsync(&self, ino: InodeNo) -> Result<()> {
         let journal = self.journal()?;
         let inode = self.iget_by_number(ino)?;
+        // The file's delayed writes get their blocks and go to the device first
+        // (`file_write_and_wait_range` in ext4_sync_file).
+        self.writeback_inode(&inode)?;
         // Taken first: an overwrite after this point is the next fsync's business.
         let data = inode.data_dirty.swap(false, Ordering::AcqRel);
         if inode.dirtied.load(Ordering::Acquire) {

@@ -185,7 +185,7 @@ impl FsInner {
         let blocks = (value.len() as u64).div_ceil(bs);
         let mut lblk = 0;
         while lblk < blocks {
-            let filled = self.fill_map(h, inode, &mut raw, lblk, blocks, false)?;
+            let filled = self.fill_map(h, inode, &mut raw, lblk, blocks, false, false)?;
             self.write_runs(inode, &filled.runs, 0, value)?;
             if filled.reached <= lblk {
                 return Err(Error::NoSpace);

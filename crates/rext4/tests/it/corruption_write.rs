@@ -609,8 +609,9 @@ fn metadata_called_free_is_never_allocated() {
     for i in 0..64 {
         let name = format!("f{i}");
         let Ok(a) = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0) else { continue };
-        match fs.write(a.ino, 0, &[0xA5; 8192]) {
-            Ok(_) => written += 1,
+        // Blocks are chosen at writeback: fsync makes that happen now.
+        match fs.write(a.ino, 0, &[0xA5; 8192]).and_then(|_| fs.fsync(a.ino)) {
+            Ok(()) => written += 1,
             Err(e) => {
                 assert_eq!(e.errno(), EUCLEAN, "{e}");
                 refused += 1;

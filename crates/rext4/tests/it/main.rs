@@ -13,6 +13,7 @@
 mod corruption;
 mod corruption_write;
 mod crash;
+mod delalloc;
 mod discard;
 mod file_write;
 mod flags;

@@ -10,8 +10,10 @@ const FILES: usize = 8;
 const APPENDS: usize = 512;
 const PIECE: usize = 4096;
 
+/// Without delayed allocation, so that every write allocates and the reserves are what keeps
+/// the files' blocks together (tests/it/delalloc.rs has the default).
 fn open(img: &Path) -> Fs {
-    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+    Fs::open_with(img, Options { writable: true, delalloc: false, ..Options::default() }).unwrap()
 }
 
 /// `FILES` threads each append `APPENDS` pieces of 4 KiB to a file of their own, the files

@@ -314,6 +314,8 @@ fn freed_metadata_reused_as_data_during_checkpoints() {
             for (k, piece) in reuse_pattern(r, DATA).chunks(4096).enumerate() {
                 fs.write(d, k as u64 * 4096, piece).unwrap();
             }
+            // Delayed writes reach their blocks now, not after the file is gone.
+            fs.fsync(d).unwrap();
             if r >= 2 {
                 let old = format!("/d{}", r - 2);
                 assert_eq!(fs.read_file(&old).unwrap(), reuse_pattern(r - 2, DATA), "{old} while running");

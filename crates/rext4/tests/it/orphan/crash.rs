@@ -134,6 +134,8 @@ fn crash_truncate_run(name: &str, args: &[&str], seed: u64) {
         for i in 0..12000u64 {
             fs.write(a.ino, i * 2048, &[i as u8 | 1; 1024]).unwrap();
         }
+        // Blocks chosen (delayed writes written back), so the tree is on disk.
+        fs.fsync(a.ino).unwrap();
         let got = fs.getattr(a.ino).unwrap();
         assert!(got.blocks > 2 * 12000, "{name}: an extent tree with index blocks");
         fs.unmount().unwrap();

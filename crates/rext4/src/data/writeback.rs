@@ -1,0 +1,353 @@
+//! Writeback of delayed-allocation pages (the kernel's `fs-writeback.c`, `page-writeback.c`
+//! and ext4's `ext4_writepages`): the set of files with dirty pages, the flusher thread that
+//! writes them back when they are old or when too much is dirty, the throttle that makes a
+//! writer write back its own file at the hard limit, and `sync`'s writeback of everything.
+//!
+//! Writing a file back gives its dirty pages storage in as few, as large allocations as the
+//! free space allows (one `fill_map` per run of dirty blocks, with the file's goal and its
+//! preallocation), writes them, maps them, and journals the record in short handles. The pages
+//! are written before the handle that maps them stops, so the commit that makes them
+//! reachable comes after their contents (`data=ordered`).
+//!
+//! # Locking
+//! A file is written back under its `op_lock` (so no writer changes its pages meanwhile):
+//! `op_lock` -> handle -> `data_sem` (exclusive while pages become mapped blocks) -> `raw` ->
+//! `Inode::dirty`. `Writeback::files` shards are leaves: nothing is taken while one is held.
+
+use super::write::{Filled, CHUNK_BLOCKS, DATA_CREDITS};
+use crate::error::{Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::num::usize_from;
+use crate::sync::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// The longest run of dirty pages given blocks by one allocation: the longest initialized
+/// extent.
+const RUN_BLOCKS: u64 = 32768;
+
+/// Shards of the set of dirty files (by inode number).
+const SHARDS: usize = 16;
+
+/// Dirty-page state of the whole filesystem.
+pub(crate) struct Writeback {
+    /// Whether writes may be delayed at all (`Options::delalloc`, a writable open with a page
+    /// cache). [immutable]
+    pub enabled: bool,
+    /// Files with dirty pages or record changes not yet journaled, held so that the inode
+    /// cache keeps them. [sharded mutexes; leaves]
+    files: [Mutex<HashMap<u32, Arc<Inode>>>; SHARDS],
+    /// Dirty pages of all files: each is a block reserved for its writeback (the kernel's
+    /// `s_dirtyclusters_counter`). [atomic]
+    pub dirty_blocks: AtomicU64,
+    /// The flusher starts writing back above this many dirty blocks. [immutable]
+    pub background: u64,
+    /// Writers write back their own file above this many. [immutable]
+    pub hard: u64,
+    /// Pages dirty for longer than this are written back by the flusher. [immutable]
+    pub expire: Duration,
+    /// The flusher's wake-up, shared with its thread (which holds no strong reference to
+    /// the filesystem while it sleeps). [own lock]
+    wake: Arc<(Mutex<FlusherState>, Condvar)>,
+    /// Set while a wake-up for the background limit is pending (writers signal once). [atomic]
+    kicked: AtomicBool,
+    /// The flusher thread. [own lock; taken at close]
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub stats: WritebackStats,
+}
+
+#[derive(Default)]
+struct FlusherState {
+    stop: bool,
+    /// Write everything back now (a `sync`-like request, or the background limit).
+    urgent: bool,
+}
+
+/// Writeback figures ([`crate::Fs::writeback_stats`]). [relaxed atomics]
+#[derive(Default)]
+pub(crate) struct WritebackStats {
+    /// Blocks written back.
+    pub blocks: AtomicU64,
+    /// Writebacks of one file (each a run of handles).
+    pub files: AtomicU64,
+    /// Nanoseconds spent writing back.
+    pub nanos: AtomicU64,
+    /// Writes that had to write their own file back (the hard limit).
+    pub throttled: AtomicU64,
+    /// Rounds of the flusher that found work.
+    pub flusher_rounds: AtomicU64,
+}
+
+impl Writeback {
+    /// Dirty limits from the page cache's size: half of it at most, a quarter before the
+    /// flusher starts (the kernel's 20% and 10% of memory, in the same ratio).
+    pub(crate) fn new(enabled: bool, page_cache_bytes: usize, block_size: u32, expire: Duration) -> Self {
+        let blocks = (page_cache_bytes / block_size.max(1) as usize) as u64;
+        let hard = (blocks / 2).max(256);
+        Writeback {
+            enabled,
+            files: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            dirty_blocks: AtomicU64::new(0),
+            background: hard / 2,
+            hard,
+            expire,
+            wake: Arc::new((Mutex::new(FlusherState::default()), Condvar::new())),
+            kicked: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            stats: WritebackStats::default(),
+        }
+    }
+
+    fn shard(&self, ino: u32) -> &Mutex<HashMap<u32, Arc<Inode>>> {
+        &self.files[ino as usize % SHARDS]
+    }
+
+    /// Records that `inode` has something to write back (no-op if it is recorded).
+    pub(crate) fn add(&self, inode: &Arc<Inode>) {
+        if !inode.wb_listed.swap(true, Ordering::AcqRel) {
+            self.shard(inode.ino.0).lock().insert(inode.ino.0, inode.clone());
+        }
+    }
+
+    /// Forgets `inode` (written back or deleted). The caller holds its `op_lock`.
+    pub(crate) fn remove(&self, inode: &Inode) {
+        if inode.wb_listed.swap(false, Ordering::AcqRel) {
+            self.shard(inode.ino.0).lock().remove(&inode.ino.0);
+        }
+    }
+
+    /// How many files are recorded now.
+    pub(crate) fn files_listed(&self) -> u64 {
+        self.files.iter().map(|s| s.lock().len() as u64).sum()
+    }
+
+    /// The files recorded now.
+    fn listed(&self) -> Vec<Arc<Inode>> {
+        let mut v = Vec::new();
+        for s in &self.files {
+            v.extend(s.lock().values().cloned());
+        }
+        v
+    }
+
+    /// Asks the flusher to write back now (the background limit was crossed).
+    fn kick(&self) {
+        if !self.kicked.swap(true, Ordering::AcqRel) {
+            self.wake.0.lock().urgent = true;
+            self.wake.1.notify_all();
+        }
+    }
+}
+
+impl FsInner {
+    /// Writes back `inode`'s dirty pages and journals its record's pending changes. The
+    /// caller holds its `op_lock`.
+    pub(crate) fn writeback_locked(&self, inode: &Arc<Inode>) -> Result<()> {
+        if !inode.wb_listed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let journal = self.journal()?.clone();
+        let bs = u64::from(self.sbi.block_size);
+        let mut blocks = 0u64;
+        loop {
+            // Whole runs at once (up to an extent's length), so that the allocator can find
+            // them one free run that holds them all.
+            let range = inode.dirty.lock().first_run(RUN_BLOCKS);
+            let Some((lo, hi)) = range else {
+                // No pages: the record's size and times still go to the journal.
+                if inode.dirty.lock().take_record() {
+                    let h = journal.start(4)?;
+                    let mut raw = inode.raw_mut();
+                    self.mark_inode_dirty(&h, inode, &mut raw)?;
+                    drop(raw);
+                    h.stop();
+                }
+                break;
+            };
+            let h = journal.start(DATA_CREDITS)?;
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
+            let mut raw = inode.raw_mut();
+            let Filled { runs, reached, .. } = self.fill_map(&h, inode, &mut raw, lo, hi, false, true)?;
+            if reached == lo {
+                // Cannot happen while the reservations hold: every dirty page has a block.
+                return Err(Error::NoSpace);
+            }
+            let mut buf = Vec::new();
+            for r in &runs {
+                let mut at = 0;
+                while at < r.len {
+                    let n = (r.len - at).min(CHUNK_BLOCKS);
+                    buf.clear();
+                    buf.resize(usize_from(n * bs), 0);
+                    inode.dirty.lock().copy_run(r.lblk + at, &mut buf);
+                    if let Err(e) = self.dev.write_at(&buf, (r.pblk + at) * bs) {
+                        // The open handle maps blocks whose contents did not reach the
+                        // device: it must never commit (data=ordered; the kernel's
+                        // `data_err=abort`).
+                        journal.abort(format!("writeback of inode {} failed: {e}", inode.ino.0), libc::EIO);
+                        // EIO, as the kernel reports a failed writeback.
+                        return Err(Error::Io(std::io::Error::other(format!("writeback failed: {e}"))));
+                    }
+                    self.pages_written(inode, (r.lblk + at) * bs, &buf);
+                    at += n;
+                }
+            }
+            let size = crate::inode::write::raw_size(&raw);
+            let n = {
+                let mut d = inode.dirty.lock();
+                let n = d.remove_run(lo, reached);
+                d.advance_disk_size(size, bs);
+                d.take_record();
+                n
+            };
+            // Journaled while the count still covers what is left (see `disk_size`).
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
+            self.wb.dirty_blocks.fetch_sub(n, Ordering::AcqRel);
+            blocks += n;
+            drop(raw);
+            drop(_d);
+            h.stop();
+        }
+        let mut d = inode.dirty.lock();
+        if d.is_clean() {
+            drop(d);
+            self.wb.remove(inode);
+        } else {
+            // Dirtied again meanwhile cannot happen under `op_lock`; keep it listed anyway.
+            d.touch();
+        }
+        let st = &self.wb.stats;
+        st.blocks.fetch_add(blocks, Ordering::Relaxed);
+        st.files.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        st.nanos.fetch_add(ns, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// [`FsInner::writeback_locked`], taking `op_lock`.
+    pub(crate) fn writeback_inode(&self, inode: &Arc<Inode>) -> Result<()> {
+        if !inode.wb_listed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        self.writeback_locked(inode)
+    }
+
+    /// Writes back every file (`sync`, unmount). Returns the first error, after trying all.
+    pub(crate) fn writeback_all(&self) -> Result<()> {
+        let mut first = Ok(());
+        for inode in self.wb.listed() {
+            if let Err(e) = self.writeback_inode(&inode) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// After a delayed write by the holder of `inode`'s `op_lock`: at the hard limit the
+    /// writer writes its own file back (`balance_dirty_pages`), past the background limit the
+    /// flusher is woken.
+    pub(crate) fn balance_dirty(&self, inode: &Arc<Inode>) -> Result<()> {
+        let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
+        if dirty > self.wb.hard {
+            self.wb.stats.throttled.fetch_add(1, Ordering::Relaxed);
+            self.wb.kick();
+            return self.writeback_locked(inode);
+        }
+        if dirty > self.wb.background {
+            self.wb.kick();
+        }
+        Ok(())
+    }
+
+    /// Drops `inode`'s dirty pages unwritten and gives back their reservation (it is being
+    /// deleted). The caller holds its `op_lock`.
+    pub(crate) fn drop_dirty(&self, inode: &Inode) {
+        if !inode.wb_listed.load(Ordering::Acquire) {
+            return;
+        }
+        let n = std::mem::take(&mut *inode.dirty.lock()).pages_len();
+        inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
+        self.wb.dirty_blocks.fetch_sub(n, Ordering::AcqRel);
+        self.wb.remove(inode);
+    }
+
+    /// One round of the flusher: files dirty for longer than `expire`, or every file when
+    /// above the background limit (oldest first, until below half of it).
+    fn flush_round(&self, urgent: bool) {
+        let now = Instant::now();
+        let mut files: Vec<(Instant, Arc<Inode>)> = self
+            .wb
+            .listed()
+            .into_iter()
+            .map(|i| {
+                let since = i.dirty.lock().since().unwrap_or(now);
+                (since, i)
+            })
+            .collect();
+        if files.is_empty() {
+            return;
+        }
+        files.sort_by_key(|(t, _)| *t);
+        self.wb.stats.flusher_rounds.fetch_add(1, Ordering::Relaxed);
+        for (since, inode) in files {
+            let over = self.wb.dirty_blocks.load(Ordering::Acquire) > self.wb.background / 2;
+            if !(urgent && over) && now.duration_since(since) < self.wb.expire {
+                continue;
+            }
+            // A failure leaves the pages dirty and listed: the next round, `fsync` or
+            // `sync` tries again, and those report it.
+            let _ = self.writeback_inode(&inode);
+        }
+    }
+}
+
+/// Starts the flusher of `fs` (writable opens with delayed allocation).
+pub(crate) fn start_flusher(fs: &Arc<FsInner>) -> Result<()> {
+    if !fs.wb.enabled {
+        return Ok(());
+    }
+    let weak: Weak<FsInner> = Arc::downgrade(fs);
+    let wake = fs.wb.wake.clone();
+    let tick = (fs.wb.expire / 6).clamp(Duration::from_millis(10), Duration::from_secs(5));
+    let thread = std::thread::Builder::new()
+        .name("rext4-flush".into())
+        .spawn(move || loop {
+            let urgent = {
+                let mut st = wake.0.lock();
+                if !st.stop && !st.urgent {
+                    wake.1.wait_for(&mut st, tick);
+                }
+                if st.stop {
+                    return;
+                }
+                std::mem::take(&mut st.urgent)
+            };
+            let Some(fs) = weak.upgrade() else { return };
+            fs.wb.kicked.store(false, Ordering::Release);
+            fs.flush_round(urgent);
+        })
+        .map_err(Error::Io)?;
+    *fs.wb.thread.lock() = Some(thread);
+    Ok(())
+}
+
+/// Stops the flusher (at close). When the last reference to the filesystem was the
+/// flusher's own (it is closing it), the thread is not waited for: it ends by itself.
+pub(crate) fn stop_flusher(fs: &FsInner) {
+    fs.wb.wake.0.lock().stop = true;
+    fs.wb.wake.1.notify_all();
+    let thread = fs.wb.thread.lock().take();
+    if let Some(t) = thread {
+        if t.thread().id() != std::thread::current().id() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Delayed allocation and writeback (data/delalloc.rs, data/writeback.rs): writes into holes
+//! stay in memory with a block reserved each, and get their blocks when written back, for
+//! whole runs at once.
+
+use rext4::{Fs, InodeNo, Options};
+use rext4_testkit::{e2fsck_clean, extent_count, Image, KernelMount};
+use std::path::Path;
+use std::time::Duration;
+
+fn open_with(img: &Path, f: impl FnOnce(&mut Options)) -> Fs {
+    let mut o = Options { writable: true, ..Options::default() };
+    f(&mut o);
+    Fs::open_with(img, o).unwrap()
+}
+
+fn image(dir: &Path, size: &str) -> std::path::PathBuf {
+    let img = dir.join("d.img");
+    Image::ext4(size).block_size(4096).build(&img);
+    img
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add((i / 997) as u8)).collect()
+}
+
+/// Writes `data` in pieces of `piece` bytes.
+fn write_pieces(fs: &Fs, ino: InodeNo, data: &[u8], piece: usize) {
+    for (k, p) in data.chunks(piece).enumerate() {
+        assert_eq!(fs.write(ino, (k * piece) as u64, p).unwrap(), p.len());
+    }
+}
+
+/// Delayed writes read back (small and large reads) before writeback, take reservations that
+/// `statfs` shows, count in `st_blocks`, allocate nothing until written back, and after
+/// `fsync` are in blocks e2fsck and the kernel agree on.
+#[test]
+fn delayed_writes_read_back_and_reach_the_disk_at_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M");
+    let fs = open_with(&img, |_| {});
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let free_before = fs.statfs().unwrap().blocks_free;
+    let data = pattern(3, 300_000);
+    // Odd pieces: writes start and end inside blocks.
+    write_pieces(&fs, a, &data, 3001);
+    let st = fs.writeback_stats();
+    assert_eq!(st.dirty_pages, 74, "300,000 bytes are 74 dirty 4 KiB pages");
+    assert_eq!(st.written_blocks, 0, "nothing written back yet");
+    assert_eq!(fs.getattr(a).unwrap().blocks, 74 * 8, "st_blocks counts delayed blocks");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free_before - 74, "reserved blocks are not free");
+    assert_eq!(fs.read_file("/a").unwrap(), data, "large read over dirty pages");
+    let mut piece = vec![0u8; 5000];
+    assert_eq!(fs.read(a, 123_456, &mut piece).unwrap(), 5000);
+    assert_eq!(piece, data[123_456..128_456], "small read over dirty pages");
+    assert_eq!(fs.seek_data(a, 0).unwrap(), 0, "SEEK_DATA sees delayed data");
+    assert_eq!(fs.seek_hole(a, 0).unwrap(), 300_000);
+    // seek wrote the file back: its blocks are chosen, in one extent.
+    assert_eq!(fs.writeback_stats().dirty_pages, 0);
+    fs.write(a, 300_000, &data[..50_000]).unwrap();
+    fs.fsync(a).unwrap();
+    let st = fs.writeback_stats();
+    assert_eq!((st.dirty_pages, st.dirty_files), (0, 0));
+    assert_eq!(st.written_blocks, 74 + 12, "{st:?}");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free_before - 86);
+    let mut want = data.clone();
+    want.extend_from_slice(&data[..50_000]);
+    assert_eq!(fs.read_file("/a").unwrap(), want);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert!(extent_count(&img, "/a") <= 2, "{} extents", extent_count(&img, "/a"));
+    rext4_testkit::require_kernel!();
+    let m = KernelMount::ro(&img).unwrap();
+    assert_eq!(std::fs::read(m.path().join("a")).unwrap(), want, "the kernel reads the same");
+    m.unmount().unwrap();
+}
+
+/// A file written and deleted before writeback never allocates: its reservation goes back,
+/// nothing is written, and nothing of it is left on disk.
+#[test]
+fn files_deleted_before_writeback_allocate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M");
+    let fs = open_with(&img, |_| {});
+    let free_before = fs.statfs().unwrap().blocks_free;
+    for i in 0..50 {
+        let name = format!("t{i}");
+        let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        write_pieces(&fs, ino, &pattern(i as u8, 64 << 10), 4096);
+        if i % 2 == 0 {
+            fs.hold(ino).unwrap();
+            fs.unlink(fs.root(), name.as_bytes()).unwrap();
+            // Unlinked but open: still readable from its pages.
+            let mut b = vec![0u8; 64 << 10];
+            assert_eq!(fs.read(ino, 0, &mut b).unwrap(), 64 << 10);
+            assert_eq!(b, pattern(i as u8, 64 << 10));
+            fs.release(ino).unwrap();
+        } else {
+            fs.unlink(fs.root(), name.as_bytes()).unwrap();
+        }
+    }
+    let st = fs.writeback_stats();
+    assert_eq!((st.dirty_pages, st.dirty_files, st.written_blocks), (0, 0, 0), "{st:?}");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free_before);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// ENOSPC comes from the write that finds no block to reserve; every byte a write accepted
+/// reaches the disk at writeback, which never runs out of space.
+#[test]
+fn no_space_comes_from_the_write_never_from_writeback() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "16M");
+    let fs = open_with(&img, |_| {});
+    let mut files = Vec::new();
+    let mut full = false;
+    for i in 0..10_000 {
+        let name = format!("f{i}");
+        let ino = match fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                full = true;
+                break;
+            }
+        };
+        let data = pattern(i as u8, 40_000);
+        let mut done = 0;
+        for p in data.chunks(4096) {
+            match fs.write(ino, done as u64, p) {
+                Ok(n) => done += n,
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                    full = true;
+                    break;
+                }
+            }
+        }
+        files.push((name, data[..done].to_vec()));
+        if full {
+            break;
+        }
+    }
+    assert!(full, "the filesystem filled up");
+    // Writeback of everything accepted succeeds.
+    fs.sync().unwrap();
+    assert_eq!(fs.writeback_stats().dirty_pages, 0);
+    for (name, want) in &files {
+        assert_eq!(&fs.read_file(format!("/{name}")).unwrap(), want, "{name}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    for (name, want) in &files {
+        assert_eq!(&fs.read_file(format!("/{name}")).unwrap(), want, "{name} after reopen");
+    }
+}
+
+/// With a small page cache, dirty pages stay within the hard limit: writers write their own
+/// files back when it is reached, and the flusher works past the background limit.
+#[test]
+fn dirty_pages_stay_within_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "256M");
+    // 8 MiB of cache: at most 4 MiB (1024 pages) dirty.
+    let fs = open_with(&img, |o| o.page_cache_bytes = 8 << 20);
+    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    let data = pattern(9, 64 << 20);
+    let mut most = 0;
+    for (k, p) in data.chunks(4096).enumerate() {
+        fs.write(ino, (k * 4096) as u64, p).unwrap();
+        most = most.max(fs.writeback_stats().dirty_pages);
+    }
+    let st = fs.writeback_stats();
+    assert!(most <= 1024 + 1, "{most} pages dirty at most");
+    assert!(st.throttled > 0, "{st:?}");
+    assert!(st.written_blocks >= 16384 - 1024, "{st:?}");
+    assert_eq!(fs.read_file("/big").unwrap(), data);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert!(extent_count(&img, "/big") <= 8, "{} extents", extent_count(&img, "/big"));
+}
+
+/// Pages older than the expiry are written back by the flusher, without fsync or sync.
+#[test]
+fn the_flusher_writes_back_expired_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M");
+    let fs = open_with(&img, |o| o.dirty_expire = Duration::from_millis(60));
+    let ino = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    write_pieces(&fs, ino, &pattern(1, 100_000), 10_000);
+    assert!(fs.writeback_stats().dirty_pages > 0);
+    let t = std::time::Instant::now();
+    while fs.writeback_stats().dirty_files > 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", fs.writeback_stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = fs.writeback_stats();
+    assert_eq!(st.written_blocks, 25, "{st:?}");
+    assert!(st.flusher_rounds > 0);
+    // Written back and journaled: a crash now (no unmount) keeps the file.
+    fs.sync().unwrap();
+    let snap = dir.path().join("snap.img");
+    std::fs::copy(&img, &snap).unwrap();
+    drop(fs);
+    let fs = Fs::open(&snap).unwrap();
+    assert_eq!(fs.read_file("/a").unwrap(), pattern(1, 100_000));
+}
+
+/// Writes into holes of a file that has blocks, overwrites of blocks next to dirty pages, and
+/// the operations that edit the map (truncate, punch, collapse, zero) keep every byte.
+#[test]
+fn delayed_pages_beside_mapped_blocks_and_map_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M");
+    let fs = open_with(&img, |_| {});
+    let ino = fs.create(fs.root(), b"m", 0o644, 0, 0).unwrap().ino;
+    let mut model = vec![0u8; 0];
+    let mut put = |fs: &Fs, off: usize, data: &[u8], model: &mut Vec<u8>| {
+        fs.write(ino, off as u64, data).unwrap();
+        if model.len() < off + data.len() {
+            model.resize(off + data.len(), 0);
+        }
+        model[off..off + data.len()].copy_from_slice(data);
+    };
+    // Mapped blocks (a large write goes to the device at once), then holes around them.
+    put(&fs, 40_960, &pattern(1, 2 << 20), &mut model);
+    put(&fs, 0, &pattern(2, 10_000), &mut model);
+    put(&fs, (2 << 20) + 40_000, &pattern(3, 30_000), &mut model);
+    put(&fs, 8 << 20, &pattern(4, 5000), &mut model);
+    assert!(fs.writeback_stats().dirty_pages > 0);
+    assert_eq!(fs.read_file("/m").unwrap(), model);
+    fs.fallocate(ino, rext4::FALLOC_FL_PUNCH_HOLE | rext4::FALLOC_FL_KEEP_SIZE, 4096, 8192).unwrap();
+    model[4096..12_288].fill(0);
+    assert_eq!(fs.read_file("/m").unwrap(), model);
+    put(&fs, 5000, &pattern(5, 100), &mut model);
+    fs.fallocate(ino, rext4::FALLOC_FL_COLLAPSE_RANGE, 1 << 20, 1 << 20).unwrap();
+    model.drain(1 << 20..2 << 20);
+    put(&fs, (7 << 20) + 3, &pattern(6, 9000), &mut model);
+    fs.setattr(ino, &rext4::SetAttr { size: Some((7 << 20) + 5000), ..Default::default() }).unwrap();
+    model.truncate((7 << 20) + 5000);
+    put(&fs, (7 << 20) + 9000, &pattern(7, 10), &mut model);
+    assert_eq!(fs.read_file("/m").unwrap(), model);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    assert_eq!(fs.read_file("/m").unwrap(), model, "after reopen");
+}
+
+/// Issue target: 8 threads append 4 KiB at a time to their own files up to 64 MiB each
+/// (files held open, no fsync): no more extents per file than the kernel makes.
+#[test]
+fn appends_side_by_side_end_in_no_more_extents_than_the_kernels() {
+    const FILES: usize = 8;
+    const SIZE: usize = 64 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "1G");
+    let fs = open_with(&img, |_| {});
+    let inos: Vec<InodeNo> = (0..FILES)
+        .map(|i| {
+            let a = fs.create(fs.root(), format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            fs.hold(a.ino).unwrap();
+            a.ino
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, &ino) in inos.iter().enumerate() {
+            let fs = &fs;
+            s.spawn(move || {
+                let data = vec![i as u8 + 1; 4096];
+                for k in 0..SIZE / 4096 {
+                    fs.write(ino, (k * 4096) as u64, &data).unwrap();
+                }
+            });
+        }
+    });
+    for ino in inos {
+        fs.release(ino).unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let ours: Vec<usize> = (0..FILES).map(|i| extent_count(&img, &format!("/f{i}"))).collect();
+    eprintln!("extents per file: rext4 {ours:?}");
+    rext4_testkit::require_kernel!();
+    let kimg = dir.path().join("kernel.img");
+    Image::ext4("1G").block_size(4096).build(&kimg);
+    {
+        let m = KernelMount::rw(&kimg).unwrap();
+        std::thread::scope(|s| {
+            for i in 0..FILES {
+                let path = m.path().join(format!("f{i}"));
+                s.spawn(move || {
+                    use std::io::Write;
+                    let mut f = std::fs::File::create(path).unwrap();
+                    let data = vec![i as u8 + 1; 4096];
+                    for _ in 0..SIZE / 4096 {
+                        f.write_all(&data).unwrap();
+                    }
+                });
+            }
+        });
+        m.unmount().unwrap();
+    }
+    let kernel: Vec<usize> = (0..FILES).map(|i| extent_count(&kimg, &format!("/f{i}"))).collect();
+    eprintln!("extents per file: kernel {kernel:?}");
+    for (i, (o, k)) in ours.iter().zip(&kernel).enumerate() {
+        assert!(o <= k, "f{i}: rext4 {o} extents, kernel {k} (rext4 {ours:?}, kernel {kernel:?})");
+    }
+}
