@@ -6,7 +6,7 @@ use crate::fmt::name;
 use crate::imagepath::ImagePath;
 use crate::CliResult;
 use indicatif::{ProgressBar, ProgressStyle};
-use rext4::{Error, FileType, Fs, InodeNo, Options, SetAttr, TimeSet, Timestamp};
+use rext4::{Error, FileType, Fs, InodeNo, SetAttr, TimeSet, Timestamp};
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
@@ -26,7 +26,7 @@ struct Item {
 }
 
 fn open_rw(p: &ImagePath) -> CliResult<Fs> {
-    Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
+    Fs::open_with(&p.image, crate::modify::writable_options())
         .map_err(|e| format!("{}: {e}", p.image.display()))
 }
 

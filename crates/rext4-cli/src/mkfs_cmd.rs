@@ -393,7 +393,8 @@ fn fill(a: &MkfsArgs, src: &Path, policy: &crate::mkfs_from::Policy) -> CliResul
     } else {
         indicatif::ProgressBar::new(bytes)
     };
-    let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    let fs = rext4::Fs::open_with(&a.image, crate::modify::writable_options())
+        .map_err(|e| format!("{}: {e}", a.image.display()))?;
     let filled = if archive {
         crate::mkfs_tar::fill(&fs, src, policy, &bar)
     } else {

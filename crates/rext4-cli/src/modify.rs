@@ -8,8 +8,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn open_rw(p: &ImagePath) -> CliResult<Fs> {
-    Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
-        .map_err(|e| format!("{}: {e}", p.image.display()))
+    Fs::open_with(&p.image, writable_options()).map_err(|e| format!("{}: {e}", p.image.display()))
+}
+
+/// How the commands that change an image open it. Under a pinned clock (SOURCE_DATE_EPOCH)
+/// every write allocates as it comes (no delayed allocation, whose writeback order follows
+/// timers and memory), so the same input gives the same blocks.
+pub(crate) fn writable_options() -> Options {
+    Options { writable: true, delalloc: rext4::clock::fixed_time().is_none(), ..Options::default() }
 }
 
 fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {

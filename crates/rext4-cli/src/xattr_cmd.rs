@@ -4,7 +4,7 @@
 
 use crate::imagepath::ImagePath;
 use crate::CliResult;
-use rext4::{Fs, Options};
+use rext4::Fs;
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -143,7 +143,7 @@ pub(crate) fn setfattr(change: &Change, target: &str, follow: bool) -> CliResult
         }
         Change::Remove { name } => (name, None),
     };
-    let fs = Fs::open_with(&p.image, Options { writable: true, ..Options::default() })
+    let fs = Fs::open_with(&p.image, crate::modify::writable_options())
         .map_err(|e| format!("{}: {e}", p.image.display()))?;
     // A missing file is the path's error; the attribute is named only when it is the problem.
     let r = fs.resolve(&p.path, follow).map_err(|e| p.err(e)).and_then(|ino| {

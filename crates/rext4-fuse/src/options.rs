@@ -48,6 +48,9 @@ pub struct MountOptions {
     /// Freed blocks are discarded on the device after their commit (`discard`; default
     /// `nodiscard`; see `rext4::Options::discard`).
     pub discard: bool,
+    /// Writes into holes wait in memory and get their blocks at writeback (`delalloc`, the
+    /// default; `nodelalloc`; see `rext4::Options::delalloc`).
+    pub delalloc: bool,
     /// Who answers `fcntl` and `flock` locks (`locks=kernel`, the default, or `locks=engine`).
     pub locks: LockMode,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
@@ -74,6 +77,7 @@ impl Default for MountOptions {
             dirsync: false,
             grpid: false,
             discard: false,
+            delalloc: true,
             locks: LockMode::Kernel,
             kernel_flags: Vec::new(),
         }
@@ -135,8 +139,6 @@ const IGNORED: &[&str] = &[
     "noinit_itable",
     "journal_checksum",
     "nojournal_checksum",
-    "delalloc",
-    "nodelalloc",
     "block_validity",
     "noblock_validity",
     "dioread_lock",
@@ -297,6 +299,10 @@ impl MountOptions {
                     flag(val)?;
                     self.discard = key == "discard";
                 }
+                "delalloc" | "nodelalloc" => {
+                    flag(val)?;
+                    self.delalloc = key == "delalloc";
+                }
                 "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
                     flag(val)?;
                     self.grpid = matches!(key, "grpid" | "bsdgroups");
@@ -352,6 +358,7 @@ impl MountOptions {
             norecovery: self.norecovery,
             errors: self.errors,
             discard: self.discard,
+            delalloc: self.delalloc,
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {
@@ -399,6 +406,9 @@ mod tests {
         assert!(!o.discard && !o.engine_options().discard);
         let o = MountOptions::parse("discard").unwrap();
         assert!(o.discard && o.engine_options().discard);
+        assert!(o.engine_options().delalloc, "delalloc by default");
+        let o = MountOptions::parse("delalloc,nodelalloc").unwrap();
+        assert!(!o.delalloc && !o.engine_options().delalloc);
         assert!(MountOptions::parse("discard=1").is_err());
         let o = MountOptions::parse("noacl,async,noatime").unwrap();
         assert!(!o.acl && !o.sync && o.atime == Atime::NoAtime);

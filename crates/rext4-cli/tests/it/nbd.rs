@@ -145,9 +145,10 @@ fn an_import_killed_midway_recovers_through_the_server() {
     let dirs = String::from_utf8_lossy(&dirs.stdout).into_owned();
     let mut seen = 0;
     for d in dirs.split_whitespace().filter(|n| n.starts_with('d')) {
-        let base: u8 = d[1..].parse::<u8>().unwrap() * 40;
+        let base = d[1..].parse::<u32>().unwrap() * 40;
         for name in ok(&["ls", &at(&format!("/import/{d}"))]).split_whitespace() {
-            let want = base + name[1..].parse::<u8>().unwrap();
+            // As the source was written: the value wraps at 256.
+            let want = (base + name[1..].parse::<u32>().unwrap()) as u8;
             let data = rext4(&["cat", &at(&format!("/import/{d}/{name}"))]).stdout;
             assert!(data.iter().all(|&b| b == want || b == 0), "{d}/{name} holds another file's bytes");
             seen += 1;

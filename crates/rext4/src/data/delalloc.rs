@@ -156,7 +156,12 @@ impl FsInner {
     /// the write must take the general path: delayed allocation is off, the write is large,
     /// it covers unwritten extents, or the reservation failed (the general path allocates now
     /// and reports `ENOSPC` or a short write as usual). The caller holds `op_lock`.
-    pub(super) fn write_delayed(&self, inode: &Arc<Inode>, offset: u64, data: &[u8]) -> Result<Option<usize>> {
+    pub(super) fn write_delayed(
+        &self,
+        inode: &Arc<Inode>,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<Option<usize>> {
         if !self.wb.enabled || data.len() >= DELAY_MAX {
             return Ok(None);
         }
@@ -263,7 +268,12 @@ impl FsInner {
             if cur.saturating_add(n).saturating_add(keep) > free {
                 return false;
             }
-            match self.wb.dirty_blocks.compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
+            match self.wb.dirty_blocks.compare_exchange_weak(
+                cur,
+                cur + n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return true,
                 Err(x) => cur = x,
             }

@@ -251,7 +251,8 @@ impl FsInner {
                         // Nothing mapped past the hole: the file grows here, and a reserve
                         // keeps its next appends in the same run.
                         let appending = next.is_none();
-                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved) {
+                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved)
+                        {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {
@@ -468,19 +469,20 @@ impl FsInner {
                 self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
             }
             let hi = last.min(lblk + CHUNK_BLOCKS);
-            let Filled { runs, reached, short } = match self.fill_map(&h, &inode, &mut raw, lblk, hi, false, false) {
-                Ok(x) => x,
-                Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
-                    // Freed blocks wait for their commit: commit, then try once more.
-                    drop(raw);
-                    drop(h);
-                    journal.sync()?;
-                    retried = true;
-                    continue;
-                }
-                Err(Error::NoSpace) if lblk * bs > offset => break,
-                Err(e) => return Err(e),
-            };
+            let Filled { runs, reached, short } =
+                match self.fill_map(&h, &inode, &mut raw, lblk, hi, false, false) {
+                    Ok(x) => x,
+                    Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
+                        // Freed blocks wait for their commit: commit, then try once more.
+                        drop(raw);
+                        drop(h);
+                        journal.sync()?;
+                        retried = true;
+                        continue;
+                    }
+                    Err(Error::NoSpace) if lblk * bs > offset => break,
+                    Err(e) => return Err(e),
+                };
             if let Err(e) = self.write_runs(&inode, &runs, offset, data) {
                 // The open handle maps blocks whose contents did not reach the device: it
                 // must never commit (data=ordered; the kernel's `data_err=abort`).

@@ -241,7 +241,10 @@ impl FsInner {
     /// Writes back every file (`sync`, unmount). Returns the first error, after trying all.
     pub(crate) fn writeback_all(&self) -> Result<()> {
         let mut first = Ok(());
-        for inode in self.wb.listed() {
+        // In inode order: the same files written back the same way, whatever the timing.
+        let mut files = self.wb.listed();
+        files.sort_unstable_by_key(|i| i.ino.0);
+        for inode in files {
             if let Err(e) = self.writeback_inode(&inode) {
                 if first.is_ok() {
                     first = Err(e);

@@ -525,7 +525,8 @@ impl FsInner {
         let reserved = sb.r_blocks_count() + resv;
         // Blocks reserved for dirty pages are spoken for (the kernel's statfs subtracts its
         // dirty clusters).
-        let free_blocks = free_blocks.saturating_sub(self.wb.dirty_blocks.load(std::sync::atomic::Ordering::Acquire));
+        let free_blocks =
+            free_blocks.saturating_sub(self.wb.dirty_blocks.load(std::sync::atomic::Ordering::Acquire));
         let uuid = &sb.s_uuid;
         // Cannot fail: both halves are 8 bytes of a 16-byte array.
         let fsid = u64::from_le_bytes(uuid[..8].try_into().unwrap())

@@ -77,13 +77,36 @@ fn kernel_reads(img: &Path, files: &[(String, Vec<u8>)]) {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { off: u64, len: usize, byte: u8 },
+    Write {
+        off: u64,
+        len: usize,
+        byte: u8,
+    },
     Truncate(u64),
-    Punch { off: u64, len: u64 },
-    Zero { off: u64, len: u64, keep: bool },
-    Alloc { off: u64, len: u64, keep: bool },
-    Collapse { blk: u64, n: u64 },
-    Insert { blk: u64, n: u64 },
+    Punch {
+        off: u64,
+        len: u64,
+    },
+    Zero {
+        off: u64,
+        len: u64,
+        keep: bool,
+    },
+    Alloc {
+        off: u64,
+        len: u64,
+        keep: bool,
+    },
+    Collapse {
+        blk: u64,
+        n: u64,
+    },
+    Insert {
+        blk: u64,
+        n: u64,
+    },
+    /// Writes the file's delayed pages back and commits.
+    Fsync,
 }
 
 /// Offsets stay in the first 1 MiB plus a few far ones, so trees grow and holes are real.
@@ -95,6 +118,7 @@ fn op(extents: bool) -> impl Strategy<Value = Op> {
     let basic = prop_oneof![
         6 => (offset(), 1usize..40_000, any::<u8>()).prop_map(|(off, len, byte)| Op::Write { off, len, byte }),
         2 => offset().prop_map(Op::Truncate),
+        1 => Just(Op::Fsync),
     ];
     if !extents {
         // Block maps punch holes too (and nothing else of fallocate).
@@ -175,6 +199,7 @@ fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
                 model.drain(off as usize..(off + len) as usize);
             }
         }
+        Op::Fsync => fs.fsync(ino).unwrap(),
         Op::Insert { blk, n } => {
             let (off, len) = (blk * bs, n * bs);
             let r = fs.fallocate(ino, INSERT, off, len);
@@ -248,6 +273,30 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let img = mkfs(dir.path(), "m", &[], "256M");
         let opts = Options { writable: true, page_cache_bytes: 64 << 10, ..Options::default() };
+        run_model_with(&img, &ops, 4096, opts);
+    }
+
+    /// Delayed writes written back all along: the flusher runs every few milliseconds and
+    /// 1 MiB of dirty pages makes writers write back.
+    #[test]
+    fn model_4k_extents_writeback_all_along(ops in proptest::collection::vec(op(true), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &[], "256M");
+        let opts = Options {
+            writable: true,
+            page_cache_bytes: 256 << 10,
+            dirty_expire: std::time::Duration::from_millis(2),
+            ..Options::default()
+        };
+        run_model_with(&img, &ops, 4096, opts);
+    }
+
+    /// Without delayed allocation (`nodelalloc`): every write allocates.
+    #[test]
+    fn model_4k_extents_nodelalloc(ops in proptest::collection::vec(op(true), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &[], "256M");
+        let opts = Options { writable: true, delalloc: false, ..Options::default() };
         run_model_with(&img, &ops, 4096, opts);
     }
 

@@ -27,16 +27,40 @@ fn tag(f: usize) -> u8 {
 }
 
 fn data_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
-    data_workload_with(dev, rounds, seed, true)
+    data_workload_with(dev, rounds, seed, true, open_rw(dev))
 }
 
 /// The data workload for block-mapped files: of fallocate, only holes are punched there.
 fn data_workload_no_falloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
-    data_workload_with(dev, rounds, seed, false)
+    data_workload_with(dev, rounds, seed, false, open_rw(dev))
 }
 
-fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: bool) -> DataModel {
-    let fs = open_rw(dev);
+/// The data workload with delayed writes written back all along, between and during the
+/// commits: the flusher runs every few milliseconds, and 512 KiB of dirty pages make writers
+/// write their files back (data/writeback.rs).
+fn data_workload_writeback(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    let opts = Options {
+        writable: true,
+        commit_interval: Duration::from_millis(7),
+        page_cache_bytes: 1 << 20,
+        dirty_expire: Duration::from_millis(3),
+        ..Options::default()
+    };
+    data_workload_with(dev, rounds, seed, true, Fs::from_device(dev.clone(), opts).unwrap())
+}
+
+/// Without delayed allocation: every write allocates in its own handle.
+fn data_workload_nodelalloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> DataModel {
+    let opts = Options {
+        writable: true,
+        commit_interval: Duration::from_secs(3600),
+        delalloc: false,
+        ..Options::default()
+    };
+    data_workload_with(dev, rounds, seed, true, Fs::from_device(dev.clone(), opts).unwrap())
+}
+
+fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: bool, fs: Fs) -> DataModel {
     let mut rng = Rng(seed);
     let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
     // Held open, as a program's files are: appends then take blocks from reserves
@@ -78,6 +102,11 @@ fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: 
                 _ => fs.fallocate(ino, 0, off, len * 2).unwrap(),
             }
         }
+        // A file that lives for a moment: with delayed allocation its blocks are never
+        // chosen, unless writeback catches it first.
+        let tmp = fs.create(fs.root(), b"tmp", 0o644, 0, 0).unwrap().ino;
+        fs.write(tmp, 0, &vec![0x5A; (rng.next() % 20_000) as usize + 1]).unwrap();
+        fs.unlink(fs.root(), b"tmp").unwrap();
         let f = (rng.next() % APPEND_FILES as u64) as usize;
         fs.fsync(inos[f]).unwrap();
         durable.push((dev.position(), f, sizes[f]));
@@ -122,6 +151,19 @@ fn check_data(img: &Path, model: &DataModel, pos: usize, how: &str) {
 #[test]
 fn crash_file_data() {
     run_with("data", &[], 4, data_workload, check_data);
+}
+
+/// Delayed writes written back at every moment (flusher, dirty limit, commits every few
+/// milliseconds): a crash at any flush keeps what was fsync'ed, and no file shows another's
+/// bytes or data that was never written behind its size.
+#[test]
+fn crash_file_data_writeback_all_along() {
+    run_with("data-writeback", &[], 7, data_workload_writeback, check_data);
+}
+
+#[test]
+fn crash_file_data_nodelalloc() {
+    run_with("data-nodelalloc", &[], 8, data_workload_nodelalloc, check_data);
 }
 
 /// The data workload on an `inline_data` filesystem: files start inline (100 bytes fit in
