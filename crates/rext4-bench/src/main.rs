@@ -110,6 +110,10 @@ pub struct BenchArgs {
     /// "writeback_cache".
     #[arg(long, value_name = "OPTS")]
     fuse_opts: Option<String>,
+    /// rext4 without delayed allocation (every write allocates at once), in process and for
+    /// the daemon (`-o nodelalloc`).
+    #[arg(long)]
+    nodelalloc: bool,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
     /// and the journal warmed up, as the seeds' mdtest runs did).
     #[arg(long)]
@@ -459,6 +463,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
         spec.extra = a.mkfs.as_deref().unwrap_or("").split_whitespace().map(str::to_string).collect();
         spec.cache_mib = a.cache;
         spec.fuse_opts = a.fuse_opts.clone();
+        spec.nodelalloc = a.nodelalloc;
         // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
         if let Some(j) = journal_mib(&spec.extra) {
             spec.mib = spec.mib.max(2 * j + 256);

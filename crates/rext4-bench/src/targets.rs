@@ -127,6 +127,8 @@ pub(crate) struct ImageSpec {
     pub cache_mib: Option<u64>,
     /// More `-o` options for the fuse target's daemon (`--fuse-opts`).
     pub fuse_opts: Option<String>,
+    /// rext4 without delayed allocation (`--nodelalloc`), in process and for the daemon.
+    pub nodelalloc: bool,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -234,8 +236,8 @@ fn e(e: rext4::Error) -> String {
 impl InProc {
     /// Opens `image` for writing, with `cache_mib` MiB of metadata cache (and inode and name
     /// caches to match) if given.
-    pub(crate) fn open(image: &Path, cache_mib: Option<u64>) -> CliResult<InProc> {
-        Self::open_address(Kind::InProc, &image.to_string_lossy(), None, cache_mib)
+    pub(crate) fn open(image: &Path, spec: &ImageSpec) -> CliResult<InProc> {
+        Self::open_address(Kind::InProc, &image.to_string_lossy(), None, spec)
     }
 
     /// Opens `address` (an image path or an NBD address served by `server`).
@@ -243,10 +245,10 @@ impl InProc {
         kind: Kind,
         address: &str,
         server: Option<NbdServer>,
-        cache_mib: Option<u64>,
+        spec: &ImageSpec,
     ) -> CliResult<InProc> {
-        let mut o = Options { writable: true, ..Options::default() };
-        if let Some(mib) = cache_mib.and_then(|m| usize::try_from(m).ok()) {
+        let mut o = Options { writable: true, delalloc: !spec.nodelalloc, ..Options::default() };
+        if let Some(mib) = spec.cache_mib.and_then(|m| usize::try_from(m).ok()) {
             o.cache_bytes = mib.saturating_mul(1 << 20);
             o.inode_cache = o.inode_cache.max(mib.saturating_mul(4096));
             o.name_cache = o.name_cache.max(mib.saturating_mul(4096));
@@ -746,6 +748,9 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
                 mkfs(&img, spec)?;
                 let mut c = rext4()?;
                 let mut opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
+                if spec.nodelalloc {
+                    opts.push_str(",nodelalloc");
+                }
                 if let Some(more) = &spec.fuse_opts {
                     opts = format!("{opts},{more}");
                 }
@@ -843,7 +848,7 @@ impl Drop for KernelMount {
 pub(crate) fn inproc(work: &Path, spec: &ImageSpec) -> CliResult<InProc> {
     let img = work.join("inproc.img");
     mkfs(&img, spec)?;
-    InProc::open(&img, spec.cache_mib)
+    InProc::open(&img, spec)
 }
 
 /// The path of a target's image in `work` (in-process and image-backed mounts).
@@ -945,5 +950,5 @@ pub(crate) fn nbd(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<InProc
     let img = image_path(work, kind);
     mkfs(&img, spec)?;
     let (srv, address) = NbdServer::start(kind, work, &img)?;
-    InProc::open_address(kind, &address, Some(srv), spec.cache_mib)
+    InProc::open_address(kind, &address, Some(srv), spec)
 }

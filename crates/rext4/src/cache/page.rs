@@ -182,6 +182,18 @@ impl PageCache {
         self.map.put(&mut s, key, Arc::new(Page { mark: CacheMark::new(), gen, data }));
     }
 
+    /// Records that block `lblk` of `ino` now holds `data` (a whole block, just written from
+    /// a dirty page that is handed over rather than copied): it becomes the current page, and
+    /// loads in flight under the key will not be cached.
+    pub(crate) fn written_block(&self, ino: u32, lblk: u32, gen: u64, data: Box<[u8]>) {
+        if !self.enabled || data.len() != self.block_size {
+            return;
+        }
+        let key = key(ino, lblk);
+        let mut s = self.map.shard(key).lock();
+        self.map.put(&mut s, key, Arc::new(Page { mark: CacheMark::new(), gen, data }));
+    }
+
     /// Marks loads of `key` in flight as overtaken.
     fn overtake(s: &mut MutexGuard<'_, Shard>, key: u64) {
         if let Some(l) = s.loads.get_mut(&key) {

@@ -109,30 +109,16 @@ impl DirtyPages {
         Some((lo, hi))
     }
 
-    /// Copies the pages of blocks `lblk..` into `buf` (whole blocks; missing ones stay as
-    /// they are).
-    pub(crate) fn copy_run(&self, lblk: u64, buf: &mut [u8]) {
-        let Some(bs) = self.pages.values().next().map(|p| p.len()) else { return };
-        let n = (buf.len() / bs) as u64;
-        let (Ok(lo), Ok(hi)) = (u32::try_from(lblk), u32::try_from(lblk + n)) else { return };
-        for (&b, p) in self.pages.range(lo..hi) {
-            let at = usize_from(u64::from(b - lo)) * bs;
-            buf[at..at + bs].copy_from_slice(p);
-        }
-    }
-
-    /// Removes the pages of blocks `lo..hi`; returns how many there were.
-    pub(crate) fn remove_run(&mut self, lo: u64, hi: u64) -> u64 {
+    /// Takes the pages of blocks `lo..hi` out (to be written back).
+    pub(crate) fn take_run(&mut self, lo: u64, hi: u64) -> Vec<(u32, Box<[u8]>)> {
         let lo = u32::try_from(lo).unwrap_or(u32::MAX);
         let hi = u32::try_from(hi).unwrap_or(u32::MAX);
         let keys: Vec<u32> = self.pages.range(lo..hi).map(|(&k, _)| k).collect();
-        for k in &keys {
-            self.pages.remove(k);
-        }
+        let taken = keys.into_iter().filter_map(|k| self.pages.remove(&k).map(|p| (k, p))).collect();
         if self.pages.is_empty() && !self.record {
             self.since = None;
         }
-        keys.len() as u64
+        taken
     }
 
     /// Copies the dirty bytes of the file range `offset..offset + buf.len()` over `buf`.

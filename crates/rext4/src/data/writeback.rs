@@ -177,13 +177,22 @@ impl FsInner {
                 return Err(Error::NoSpace);
             }
             let mut buf = Vec::new();
+            let mut n = 0u64;
+            let gen = inode.pages_gen.load(Ordering::Acquire);
             for r in &runs {
                 let mut at = 0;
                 while at < r.len {
-                    let n = (r.len - at).min(CHUNK_BLOCKS);
+                    let k = (r.len - at).min(CHUNK_BLOCKS);
+                    let first = r.lblk + at;
+                    let pages = inode.dirty.lock().take_run(first, first + k);
+                    // The pages in order; a block without one (none is expected) as zeros.
                     buf.clear();
-                    buf.resize(usize_from(n * bs), 0);
-                    inode.dirty.lock().copy_run(r.lblk + at, &mut buf);
+                    for (b, p) in &pages {
+                        let off = usize_from((u64::from(*b) - first) * bs);
+                        buf.resize(off, 0);
+                        buf.extend_from_slice(p);
+                    }
+                    buf.resize(usize_from(k * bs), 0);
                     if let Err(e) = self.dev.write_at(&buf, (r.pblk + at) * bs) {
                         // The open handle maps blocks whose contents did not reach the
                         // device: it must never commit (data=ordered; the kernel's
@@ -192,18 +201,20 @@ impl FsInner {
                         // EIO, as the kernel reports a failed writeback.
                         return Err(Error::Io(std::io::Error::other(format!("writeback failed: {e}"))));
                     }
-                    self.pages_written(inode, (r.lblk + at) * bs, &buf);
-                    at += n;
+                    n += pages.len() as u64;
+                    // The written pages become the clean cache's, without a copy.
+                    for (b, p) in pages {
+                        self.pcache.written_block(inode.ino.0, b, gen, p);
+                    }
+                    at += k;
                 }
             }
             let size = crate::inode::write::raw_size(&raw);
-            let n = {
+            {
                 let mut d = inode.dirty.lock();
-                let n = d.remove_run(lo, reached);
                 d.advance_disk_size(size, bs);
                 d.take_record();
-                n
-            };
+            }
             // Journaled while the count still covers what is left (see `disk_size`).
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
@@ -240,18 +251,40 @@ impl FsInner {
 
     /// Writes back every file (`sync`, unmount). Returns the first error, after trying all.
     pub(crate) fn writeback_all(&self) -> Result<()> {
-        let mut first = Ok(());
-        // In inode order: the same files written back the same way, whatever the timing.
+        // In inode order, one file after another on each of the threads.
         let mut files = self.wb.listed();
         files.sort_unstable_by_key(|i| i.ino.0);
-        for inode in files {
-            if let Err(e) = self.writeback_inode(&inode) {
-                if first.is_ok() {
-                    first = Err(e);
+        // Another thread only for a long list: on a busy machine a new thread may wait a
+        // time slice for a CPU, longer than a few hundred small files take.
+        let threads =
+            std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len() / 512).max(1);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let run = || -> Result<()> {
+            let mut first = Ok(());
+            while let Some(inode) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+                if let Err(e) = self.writeback_inode(inode) {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
                 }
             }
+            first
+        };
+        if threads == 1 {
+            return run();
         }
-        first
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(run)).collect();
+            let mut first = run();
+            for h in helpers {
+                // A panic in a helper is a bug: pass it on.
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            first
+        })
     }
 
     /// After a delayed write by the holder of `inode`'s `op_lock`: at the hard limit the

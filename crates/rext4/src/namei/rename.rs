@@ -116,6 +116,14 @@ impl FsInner {
                 });
             }
         }
+        // Replacing a file by one written a moment ago (write a temporary, rename it over the
+        // old): the new file's delayed writes go to the disk first, so that a crash after the
+        // rename's commit shows its data, not holes (the kernel's `auto_da_alloc`).
+        if dst.as_ref().is_some_and(|d| d.ino != src_ino)
+            && src.file_type() == Some(crate::attr::FileType::RegularFile)
+        {
+            self.writeback_inode(&src)?;
+        }
         // Lock the parents first (as every name operation does: parent before child), then the
         // inodes being moved or replaced; each group in ascending inode order, each inode once.
         let mut parents: Vec<&Arc<Inode>> = vec![&odir, &ndir];

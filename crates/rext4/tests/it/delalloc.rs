@@ -313,3 +313,36 @@ fn appends_side_by_side_end_in_no_more_extents_than_the_kernels() {
         assert!(o <= k, "f{i}: rext4 {o} extents, kernel {k} (rext4 {ours:?}, kernel {kernel:?})");
     }
 }
+
+/// Write a new version, rename it over the old (no fsync): the rename writes the new file
+/// back first, so a crash right after the rename's commit shows the new data, never an empty
+/// or zero-filled file (the kernel's `auto_da_alloc`). A crash before it shows the old data.
+#[test]
+fn rename_over_a_file_writes_the_new_one_back_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "64M");
+    let fs = open_with(&img, |_| {});
+    fs.write_file("/config", pattern(1, 30_000)).unwrap();
+    fs.sync().unwrap();
+    let tmp = fs.create(fs.root(), b"config.tmp", 0o644, 0, 0).unwrap().ino;
+    write_pieces(&fs, tmp, &pattern(2, 50_000), 4096);
+    assert!(fs.writeback_stats().dirty_files > 0);
+    let before = dir.path().join("before.img");
+    std::fs::copy(&img, &before).unwrap();
+    fs.rename(fs.root(), b"config.tmp", fs.root(), b"config", 0).unwrap();
+    assert_eq!(fs.writeback_stats().dirty_pages, 0, "the renamed file was written back");
+    // The rename's transaction commits (fsync of the directory), then the machine stops.
+    fs.fsync(fs.root()).unwrap();
+    let after = dir.path().join("after.img");
+    std::fs::copy(&img, &after).unwrap();
+    drop(fs);
+    for (snap, want) in [(&before, pattern(1, 30_000)), (&after, pattern(2, 50_000))] {
+        let fs = Fs::open(snap).unwrap();
+        assert_eq!(fs.read_file("/config").unwrap(), want, "{}", snap.display());
+        drop(fs);
+        // What the kernel's or e2fsck's recovery makes of it is clean too.
+        let status = std::process::Command::new("e2fsck").arg("-fy").arg(snap).output().unwrap().status;
+        assert!(status.code().is_some_and(|c| c <= 1), "{}: e2fsck {status}", snap.display());
+        e2fsck_clean(snap);
+    }
+}
