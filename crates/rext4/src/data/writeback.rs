@@ -14,7 +14,7 @@
 //! `op_lock` -> handle -> `data_sem` (exclusive while pages become mapped blocks) -> `raw` ->
 //! `Inode::dirty`. `Writeback::files` shards are leaves: nothing is taken while one is held.
 
-use super::write::{Filled, CHUNK_BLOCKS, DATA_CREDITS};
+use super::write::{Filled, DATA_CREDITS};
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
@@ -29,6 +29,14 @@ use std::time::{Duration, Instant};
 /// extent.
 const RUN_BLOCKS: u64 = 32768;
 
+/// Runs of written-back pages shorter than this stay in the clean cache (as the writes under
+/// 64 KiB that write-through leaves there).
+const FILL_RUN_BYTES: usize = 64 << 10;
+
+/// Buffers of written-back runs kept for reuse, and the least capacity worth keeping.
+const SPARES: usize = 8;
+const SPARE_MIN: usize = 4 << 20;
+
 /// Shards of the set of dirty files (by inode number).
 const SHARDS: usize = 16;
 
@@ -40,6 +48,9 @@ pub(crate) struct Writeback {
     /// Files with dirty pages or record changes not yet journaled, held so that the inode
     /// cache keeps them. [sharded mutexes; leaves]
     files: [Mutex<HashMap<u32, Arc<Inode>>>; SHARDS],
+    /// Buffers of full runs written back, kept for the next runs of streams (their memory
+    /// stays mapped). [own mutex; a leaf, taken under `Inode::dirty`]
+    pub spares: Mutex<Vec<Vec<u8>>>,
     /// Dirty pages of all files: each is a block reserved for its writeback (the kernel's
     /// `s_dirtyclusters_counter`). [atomic]
     pub dirty_blocks: AtomicU64,
@@ -90,6 +101,7 @@ impl Writeback {
         Writeback {
             enabled,
             files: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            spares: Mutex::new(Vec::new()),
             dirty_blocks: AtomicU64::new(0),
             background: hard / 2,
             hard,
@@ -116,6 +128,16 @@ impl Writeback {
     pub(crate) fn remove(&self, inode: &Inode) {
         if inode.wb_listed.swap(false, Ordering::AcqRel) {
             self.shard(inode.ino.0).lock().remove(&inode.ino.0);
+        }
+    }
+
+    /// Keeps the buffers of full runs for the next streams' runs (a few).
+    fn keep_spares(&self, taken: Vec<(u64, Vec<u8>)>) {
+        let mut s = self.spares.lock();
+        for (_, v) in taken {
+            if s.len() < SPARES && v.capacity() >= SPARE_MIN {
+                s.push(v);
+            }
         }
     }
 
@@ -176,24 +198,19 @@ impl FsInner {
                 // Cannot happen while the reservations hold: every dirty page has a block.
                 return Err(Error::NoSpace);
             }
-            let mut buf = Vec::new();
-            let mut n = 0u64;
+            // The stretch's runs: each part of one that a piece the allocator found holds is
+            // one write.
+            let taken = inode.dirty.lock().take_front(lo, reached);
             let gen = inode.pages_gen.load(Ordering::Acquire);
-            for r in &runs {
-                let mut at = 0;
-                while at < r.len {
-                    let k = (r.len - at).min(CHUNK_BLOCKS);
-                    let first = r.lblk + at;
-                    let pages = inode.dirty.lock().take_run(first, first + k);
-                    // The pages in order; a block without one (none is expected) as zeros.
-                    buf.clear();
-                    for (b, p) in &pages {
-                        let off = usize_from((u64::from(*b) - first) * bs);
-                        buf.resize(off, 0);
-                        buf.extend_from_slice(p);
-                    }
-                    buf.resize(usize_from(k * bs), 0);
-                    if let Err(e) = self.dev.write_at(&buf, (r.pblk + at) * bs) {
+            let mut n = 0;
+            for (start, data) in &taken {
+                let end = start + data.len() as u64 / bs;
+                n += end - start;
+                for r in runs.iter().filter(|r| r.lblk < end && r.lblk + r.len > *start) {
+                    let a = r.lblk.max(*start);
+                    let z = (r.lblk + r.len).min(end);
+                    let bytes = &data[usize_from((a - start) * bs)..usize_from((z - start) * bs)];
+                    if let Err(e) = self.dev.write_at(bytes, (r.pblk + (a - r.lblk)) * bs) {
                         // The open handle maps blocks whose contents did not reach the
                         // device: it must never commit (data=ordered; the kernel's
                         // `data_err=abort`).
@@ -201,18 +218,25 @@ impl FsInner {
                         // EIO, as the kernel reports a failed writeback.
                         return Err(Error::Io(std::io::Error::other(format!("writeback failed: {e}"))));
                     }
-                    n += pages.len() as u64;
-                    // The written pages become the clean cache's, without a copy.
-                    for (b, p) in pages {
-                        self.pcache.written_block(inode.ino.0, b, gen, p);
+                }
+                // The pages of a short run stay in the clean cache, as a short write's would;
+                // a long run's cached copies are dropped (a stream rarely reads its data
+                // again, and filling the cache with it costs more than the write).
+                if data.len() < FILL_RUN_BYTES {
+                    for (i, block) in data.chunks(usize_from(bs)).enumerate() {
+                        if let Ok(b) = u32::try_from(start + i as u64) {
+                            self.pcache.written_block(inode.ino.0, b, gen, block.into());
+                        }
                     }
-                    at += k;
+                } else {
+                    self.pages_written(inode, start * bs, data);
                 }
             }
+            self.wb.keep_spares(taken);
             let size = crate::inode::write::raw_size(&raw);
             {
                 let mut d = inode.dirty.lock();
-                d.advance_disk_size(size, bs);
+                d.advance_disk_size(size);
                 d.take_record();
             }
             // Journaled while the count still covers what is left (see `disk_size`).

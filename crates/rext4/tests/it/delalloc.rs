@@ -220,7 +220,7 @@ fn delayed_pages_beside_mapped_blocks_and_map_edits() {
     let fs = open_with(&img, |_| {});
     let ino = fs.create(fs.root(), b"m", 0o644, 0, 0).unwrap().ino;
     let mut model = vec![0u8; 0];
-    let mut put = |fs: &Fs, off: usize, data: &[u8], model: &mut Vec<u8>| {
+    let put = |fs: &Fs, off: usize, data: &[u8], model: &mut Vec<u8>| {
         fs.write(ino, off as u64, data).unwrap();
         if model.len() < off + data.len() {
             model.resize(off + data.len(), 0);
