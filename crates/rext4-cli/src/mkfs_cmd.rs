@@ -387,13 +387,17 @@ const NO_SPACE: &str = "no space left on device";
 /// Copies the tree or archive at `src` into the formatted image.
 fn fill(a: &MkfsArgs, src: &Path, policy: &crate::mkfs_from::Policy) -> CliResult {
     let archive = crate::mkfs_tar::is_archive(src);
-    let bytes = if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
+    // The tree is measured (a walk of its own) only for a bar someone sees.
     let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         indicatif::ProgressBar::hidden()
     } else {
+        let bytes =
+            if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
         indicatif::ProgressBar::new(bytes)
     };
-    let fs = rext4::Fs::open_rw(&a.image).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    // A fill never reads back what it wrote: no page cache for file data.
+    let opts = rext4::Options { writable: true, page_cache_bytes: 0, ..rext4::Options::default() };
+    let fs = rext4::Fs::open_with(&a.image, opts).map_err(|e| format!("{}: {e}", a.image.display()))?;
     let filled = if archive {
         crate::mkfs_tar::fill(&fs, src, policy, &bar)
     } else {
