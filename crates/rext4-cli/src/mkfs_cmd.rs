@@ -73,7 +73,8 @@ pub(crate) struct MkfsArgs {
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
     /// SELinux labels from a file_contexts file (`REGEX [TYPE] CONTEXT` lines), stored as
-    /// `security.selinux`.
+    /// `security.selinux`; with FILE.homedirs, FILE.local, FILE.subs and FILE.subs_dist
+    /// beside it when they exist, as libselinux reads them.
     #[arg(long, value_name = "FILE_CONTEXTS")]
     selinux: Option<PathBuf>,
     /// Every file owned by root (0:0).
@@ -296,9 +297,7 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         clamp: epoch,
         manifest,
         selinux: match &a.selinux {
-            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::parse(
-                &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            )?)),
+            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::load(p)?)),
             None => None,
         },
     };
