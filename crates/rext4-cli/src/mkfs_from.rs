@@ -256,14 +256,17 @@ pub(crate) fn fill(fs: &Fs, src: &Path, policy: &Policy, bar: &indicatif::Progre
     };
     let (tx, rx) = std::sync::mpsc::sync_channel::<CliResult<Step>>(AHEAD);
     std::thread::scope(|s| -> CliResult {
-        s.spawn(move || {
-            let mut seen = std::collections::HashSet::new();
-            if let Err(e) = walk(&tx, &mut seen, src, b"/") {
-                // The engine side may have stopped already; then nobody needs to hear it.
-                let _ = tx.send(Err(e));
-            }
-            let _ = tx.send(Ok(Step::EndDir));
-        });
+        std::thread::Builder::new()
+            .name("rext4-walk".into())
+            .spawn_scoped(s, move || {
+                let mut seen = std::collections::HashSet::new();
+                if let Err(e) = walk(&tx, &mut seen, src, b"/") {
+                    // The engine side may have stopped already; then nobody needs to hear it.
+                    let _ = tx.send(Err(e));
+                }
+                let _ = tx.send(Ok(Step::EndDir));
+            })
+            .map_err(|e| format!("walking {}: {e}", src.display()))?;
         // The engine's side; the walk ends when `rx` is dropped (an error here).
         let mut stack = vec![(root, Box::new(top))];
         for step in rx {
@@ -316,19 +319,21 @@ fn walk(
     host: &Path,
     path: &[u8],
 ) -> CliResult<bool> {
-    let mut entries: Vec<(Vec<u8>, PathBuf)> = std::fs::read_dir(host)
-        .map_err(|e| format!("{}: {e}", host.display()))?
-        .map(|e| e.map(|e| (e.file_name().as_bytes().to_vec(), e.path())))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", host.display()))?;
-    entries.sort();
-    for (name, hp) in entries {
+    let mut entries: Vec<(Vec<u8>, PathBuf, Metadata)> = Vec::new();
+    for e in std::fs::read_dir(host).map_err(|e| format!("{}: {e}", host.display()))? {
+        let e = e.map_err(|e| format!("{}: {e}", host.display()))?;
+        // Stat relative to the open directory (no walk of the whole path); not following
+        // a symbolic link.
+        let m = e.metadata().map_err(|err| format!("{}: {err}", e.path().display()))?;
+        entries.push((e.file_name().into_vec(), e.path(), m));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, hp, m) in entries {
         let mut child = path.to_vec();
         if path != b"/" {
             child.push(b'/');
         }
         child.extend_from_slice(&name);
-        let m = std::fs::symlink_metadata(&hp).map_err(|e| format!("{}: {e}", hp.display()))?;
         let ft = m.file_type();
         let linked = !ft.is_dir() && m.nlink() > 1 && !seen.insert((m.dev(), m.ino()));
         let body = if linked {
