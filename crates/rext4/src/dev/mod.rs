@@ -92,15 +92,24 @@ fn copy_through_memory<D: BlockDevice + ?Sized>(
     offset: u64,
     len: u64,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; usize::try_from(len.min(1 << 20)).unwrap_or(1 << 20)];
-    let mut done = 0u64;
-    while done < len {
-        let n = usize::try_from(len - done).map_or(buf.len(), |n| n.min(buf.len()));
-        src.read_exact_at(&mut buf[..n], src_offset + done)?;
-        dev.write_at(&buf[..n], offset + done)?;
-        done += n as u64;
+    const PIECE: usize = 1 << 20;
+    thread_local! {
+        // One buffer a thread, kept between calls (a fill makes many).
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    Ok(())
+    BUF.with_borrow_mut(|buf| {
+        let mut done = 0u64;
+        while done < len {
+            let n = usize::try_from(len - done).map_or(PIECE, |n| n.min(PIECE));
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            src.read_exact_at(&mut buf[..n], src_offset + done)?;
+            dev.write_at(&buf[..n], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    })
 }
 
 /// An image file or block device opened from the host.
