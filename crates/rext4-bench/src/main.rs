@@ -94,7 +94,8 @@ pub struct BenchArgs {
     /// walk: use this image instead of building one.
     #[arg(long)]
     image: Option<PathBuf>,
-    /// walk: timed rounds per target (the best is reported).
+    /// walk: timed rounds per target (the best is reported); mkfs: rounds of each program
+    /// (the median is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Extra mkfs.ext4 arguments for every image, e.g. "-O orphan_file" or "-J size=1024".

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-/// `rext4-bench mkfs`: `files` small files, then `mib` MiB in large ones; best of `rounds`.
+/// `rext4-bench mkfs`: `files` small files, then `mib` MiB in large ones; the median of
+/// `rounds`, the two programs taking turns.
 pub(crate) fn run(files: usize, mib: u64, rounds: usize) -> CliResult {
     let work = super::work_dir("mkfs");
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
@@ -20,7 +21,7 @@ pub(crate) fn run(files: usize, mib: u64, rounds: usize) -> CliResult {
 
 fn run_in(work: &Path, files: usize, mib: u64, rounds: usize) -> CliResult {
     let rext4 = super::targets::rext4_exe().ok_or("no rext4 program beside rext4-bench or on PATH")?;
-    println!("mkfs --from a tree against mkfs.ext4 -d, best of {rounds}");
+    println!("mkfs --from a tree against mkfs.ext4 -d, median of {rounds}");
     println!("{:<28} {:>10} {:>12} {:>12} {:>10}", "tree", "MiB", "rext4 s", "mkfs.ext4 s", "speedup");
     for (name, build) in [
         ("small", Box::new(|src: &Path| small_tree(src, files)) as Box<dyn Fn(&Path) -> CliResult<u64>>),
@@ -32,16 +33,17 @@ fn run_in(work: &Path, files: usize, mib: u64, rounds: usize) -> CliResult {
         // Room for the data, the metadata of the files and a journal.
         let size = format!("{}M", bytes * 5 / 4 / (1 << 20) + files as u64 / 64 + 512);
         let img = work.join(format!("{name}.img"));
-        let ours = best(rounds, || {
+        // Taking turns, so that a change in the machine's load falls on both.
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
             let mut c = Command::new(&rext4);
             c.args(["mkfs", "-q", "--from"]).arg(&src).arg(&img).arg(&size);
-            timed(c, &img)
-        })?;
-        let theirs = best(rounds, || {
+            ours.push(timed(c, &img)?);
             let mut c = Command::new("mkfs.ext4");
             c.args(["-q", "-F", "-d"]).arg(&src).arg(&img).arg(&size);
-            timed(c, &img)
-        })?;
+            theirs.push(timed(c, &img)?);
+        }
+        let (ours, theirs) = (median(&mut ours), median(&mut theirs));
         let label = if name == "small" { format!("{files} files") } else { "large files".to_string() };
         println!("{:<28} {:>10} {:>12.2} {:>12.2} {:>9.2}x", label, bytes >> 20, ours, theirs, theirs / ours);
         let _ = std::io::stdout().flush();
@@ -50,12 +52,13 @@ fn run_in(work: &Path, files: usize, mib: u64, rounds: usize) -> CliResult {
     Ok(())
 }
 
-fn best(rounds: usize, mut f: impl FnMut() -> CliResult<f64>) -> CliResult<f64> {
-    let mut b = f64::MAX;
-    for _ in 0..rounds {
-        b = b.min(f()?);
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
-    Ok(b)
 }
 
 /// Runs `c` on a fresh image file, timed; then checks the image and removes it.

@@ -73,7 +73,8 @@ pub(crate) struct MkfsArgs {
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
     /// SELinux labels from a file_contexts file (`REGEX [TYPE] CONTEXT` lines), stored as
-    /// `security.selinux`.
+    /// `security.selinux`; with FILE.homedirs, FILE.local, FILE.subs and FILE.subs_dist
+    /// beside it when they exist, as libselinux reads them.
     #[arg(long, value_name = "FILE_CONTEXTS")]
     selinux: Option<PathBuf>,
     /// Every file owned by root (0:0).
@@ -296,9 +297,7 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         clamp: epoch,
         manifest,
         selinux: match &a.selinux {
-            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::parse(
-                &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            )?)),
+            Some(p) => Some(std::sync::Arc::new(crate::file_contexts::FileContexts::load(p)?)),
             None => None,
         },
     };
@@ -387,14 +386,18 @@ const NO_SPACE: &str = "no space left on device";
 /// Copies the tree or archive at `src` into the formatted image.
 fn fill(a: &MkfsArgs, src: &Path, policy: &crate::mkfs_from::Policy) -> CliResult {
     let archive = crate::mkfs_tar::is_archive(src);
-    let bytes = if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
+    // The tree is measured (a walk of its own) only for a bar someone sees.
     let bar = if a.quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         indicatif::ProgressBar::hidden()
     } else {
+        let bytes =
+            if archive { crate::mkfs_tar::measure(src)?.0 } else { crate::mkfs_from::measure(src)?.0 };
         indicatif::ProgressBar::new(bytes)
     };
-    let fs = rext4::Fs::open_with(&a.image, crate::modify::writable_options())
-        .map_err(|e| format!("{}: {e}", a.image.display()))?;
+    // A fill never reads back what it wrote: no page cache for file data (and so no delayed
+    // allocation: every write allocates as it comes, the same way each run).
+    let opts = rext4::Options { page_cache_bytes: 0, ..crate::modify::writable_options() };
+    let fs = rext4::Fs::open_with(&a.image, opts).map_err(|e| format!("{}: {e}", a.image.display()))?;
     let filled = if archive {
         crate::mkfs_tar::fill(&fs, src, policy, &bar)
     } else {

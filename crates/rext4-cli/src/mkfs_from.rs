@@ -8,11 +8,12 @@ use crate::CliResult;
 use rext4::{Fs, InodeNo, SetAttr, TimeSet, Timestamp};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::Metadata;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const CHUNK: usize = 1 << 20;
+/// Bytes of a file written in one call: the progress bar moves between them.
+const CHUNK: u64 = 8 << 20;
 
 /// What a manifest line says about one path; `None` keeps the source's.
 #[derive(Clone, Debug, Default)]
@@ -189,13 +190,52 @@ pub(crate) fn root(fs: &Fs) -> CliResult<InodeNo> {
     fs.resolve("/", true).map_err(|e| e.to_string())
 }
 
+/// One step of the walk of the source tree, in the order the engine takes them: the walk
+/// (stat, extended attributes, small files' bytes) runs on a thread of its own ahead of the
+/// engine, which makes the same calls in the same order as a walk on one thread would, so
+/// the image does not depend on which side is faster.
+enum Step {
+    /// An entry of the directory the engine is in; a directory's own entries follow it.
+    Entry(Box<Entry>),
+    /// The end of the directory the engine is in: its attributes, last.
+    EndDir,
+}
+
+/// An entry of the source tree, as the walk found it.
+struct Entry {
+    host: PathBuf,
+    name: Vec<u8>,
+    /// Its path in the image (`/a/b`).
+    path: Vec<u8>,
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    body: Body,
+}
+
+enum Body {
+    Dir,
+    Symlink(Vec<u8>),
+    /// The whole of a small file without holes.
+    Data(Vec<u8>),
+    /// A file the engine copies itself (large, or with holes).
+    File,
+    /// Another name of a file met earlier (hard link): nothing read.
+    Link,
+    /// A device, fifo or socket.
+    Special,
+}
+
+/// Files up to this size (without holes) are read by the walk and written from memory.
+const SMALL: u64 = 64 << 10;
+/// Steps the walk may be ahead of the engine (and small files' bytes held between them).
+const AHEAD: usize = 256;
+
 struct Ctx<'a> {
     fs: &'a Fs,
     policy: &'a Policy,
     links: HashMap<(u64, u64), InodeNo>,
     filled: Filled,
     bar: &'a indicatif::ProgressBar,
-    buf: Vec<u8>,
 }
 
 /// Fills `fs`'s root from the tree at `src`.
@@ -205,11 +245,52 @@ pub(crate) fn fill(fs: &Fs, src: &Path, policy: &Policy, bar: &indicatif::Progre
         return Err(format!("{}: not a directory", src.display()));
     }
     let root = fs.resolve("/", true).map_err(|e| e.to_string())?;
-    let mut cx =
-        Ctx { fs, policy, links: HashMap::new(), filled: Filled::default(), bar, buf: vec![0; CHUNK] };
-    dir(&mut cx, src, root, b"/")?;
-    // The root takes the source directory's owner, mode and times.
-    attrs(&mut cx, src, &meta, root, b"/")?;
+    let mut cx = Ctx { fs, policy, links: HashMap::new(), filled: Filled::default(), bar };
+    let top = Entry {
+        host: src.to_path_buf(),
+        name: Vec::new(),
+        path: b"/".to_vec(),
+        xattrs: xattrs_of(src),
+        meta,
+        body: Body::Dir,
+    };
+    let (tx, rx) = std::sync::mpsc::sync_channel::<CliResult<Step>>(AHEAD);
+    std::thread::scope(|s| -> CliResult {
+        std::thread::Builder::new()
+            .name("rext4-walk".into())
+            .spawn_scoped(s, move || {
+                let mut seen = std::collections::HashSet::new();
+                if let Err(e) = walk(&tx, &mut seen, src, b"/") {
+                    // The engine side may have stopped already; then nobody needs to hear it.
+                    let _ = tx.send(Err(e));
+                }
+                let _ = tx.send(Ok(Step::EndDir));
+            })
+            .map_err(|e| format!("walking {}: {e}", src.display()))?;
+        // The engine's side; the walk ends when `rx` is dropped (an error here).
+        let mut stack = vec![(root, Box::new(top))];
+        for step in rx {
+            match step? {
+                Step::Entry(e) => {
+                    let Some(&(parent, _)) = stack.last() else {
+                        return Err("walk past the root".to_string());
+                    };
+                    if let Some(dir) = one(&mut cx, parent, e)? {
+                        stack.push(dir);
+                    }
+                }
+                Step::EndDir => {
+                    let Some((ino, e)) = stack.pop() else { return Err("walk past the root".to_string()) };
+                    // The root takes the source directory's owner, mode and times.
+                    attrs(&mut cx, *e, ino)?;
+                    if stack.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })?;
     Ok(cx.filled)
 }
 
@@ -217,84 +298,9 @@ fn err(p: &Path) -> impl Fn(rext4::Error) -> String + '_ {
     move |e| format!("{}: {e}", p.display())
 }
 
-/// Copies the entries of the host directory `host` into `ino`, in byte order of their names.
-fn dir(cx: &mut Ctx<'_>, host: &Path, ino: InodeNo, path: &[u8]) -> CliResult {
-    let mut entries: Vec<(Vec<u8>, PathBuf)> = std::fs::read_dir(host)
-        .map_err(|e| format!("{}: {e}", host.display()))?
-        .map(|e| e.map(|e| (e.file_name().as_bytes().to_vec(), e.path())))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", host.display()))?;
-    entries.sort();
-    for (name, hp) in entries {
-        let mut child_path = path.to_vec();
-        if path != b"/" {
-            child_path.push(b'/');
-        }
-        child_path.extend_from_slice(&name);
-        one(cx, &hp, ino, &name, &child_path)?;
-    }
-    Ok(())
-}
-
-fn one(cx: &mut Ctx<'_>, hp: &Path, parent: InodeNo, name: &[u8], path: &[u8]) -> CliResult {
-    let m = std::fs::symlink_metadata(hp).map_err(|e| format!("{}: {e}", hp.display()))?;
-    let fs = cx.fs;
-    let o = cx.policy.manifest.get(path);
-    let (uid, gid) = cx.policy.owner(&m, o);
-    let perm = o.and_then(|o| o.mode).unwrap_or((m.mode() & 0o7777) as u16);
-    let ft = m.file_type();
-    let e = err(hp);
-    if name == b"lost+found" && parent == fs.resolve("/", true).map_err(&e)? && ft.is_dir() {
-        // The formatter made it: fill it.
-        let ino = fs.lookup(parent, name).map_err(&e)?.ino;
-        dir(cx, hp, ino, path)?;
-        return attrs(cx, hp, &m, ino, path);
-    }
-    if !ft.is_dir() && m.nlink() > 1 {
-        if let Some(&ino) = cx.links.get(&(m.dev(), m.ino())) {
-            fs.link(ino, parent, name).map_err(&e)?;
-            return Ok(());
-        }
-    }
-    let ino = if ft.is_dir() {
-        fs.mkdir(parent, name, perm, uid, gid).map_err(&e)?.ino
-    } else if ft.is_symlink() {
-        let target = std::fs::read_link(hp).map_err(|err| format!("{}: {err}", hp.display()))?;
-        fs.symlink(parent, name, target.as_os_str().as_bytes(), uid, gid).map_err(&e)?.ino
-    } else if ft.is_file() {
-        let ino = fs.create(parent, name, perm, uid, gid).map_err(&e)?.ino;
-        copy_data(cx, hp, ino, m.len())?;
-        ino
-    } else {
-        use rext4::format::inode::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFSOCK};
-        let kind = if ft.is_fifo() {
-            S_IFIFO
-        } else if ft.is_socket() {
-            S_IFSOCK
-        } else if ft.is_char_device() {
-            S_IFCHR
-        } else {
-            S_IFBLK
-        };
-        let part =
-            |n: u64| u32::try_from(n).map_err(|_| format!("{}: device number too large", hp.display()));
-        let rdev = m.rdev();
-        let dev = (part(nix::sys::stat::major(rdev))?, part(nix::sys::stat::minor(rdev))?);
-        fs.mknod(parent, name, kind | perm, dev, uid, gid).map_err(&e)?.ino
-    };
-    cx.filled.files += 1;
-    if !ft.is_dir() && m.nlink() > 1 {
-        cx.links.insert((m.dev(), m.ino()), ino);
-    }
-    if ft.is_dir() {
-        dir(cx, hp, ino, path)?;
-    }
-    attrs(cx, hp, &m, ino, path)
-}
-
-/// Mode, owner, extended attributes and times, last (a directory's after its entries).
-fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -> CliResult {
-    let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+/// The extended attributes of a host path (none where it has none or cannot say).
+fn xattrs_of(hp: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut xattrs = Vec::new();
     if let Ok(names) = xattr::list(hp) {
         for n in names {
             if let Ok(Some(v)) = xattr::get(hp, &n) {
@@ -302,6 +308,157 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
             }
         }
     }
+    xattrs
+}
+
+/// Sends the steps for the entries of the host directory `host` (image path `path`), in
+/// byte order of their names, depth first; false once the engine has stopped listening.
+fn walk(
+    tx: &std::sync::mpsc::SyncSender<CliResult<Step>>,
+    seen: &mut std::collections::HashSet<(u64, u64)>,
+    host: &Path,
+    path: &[u8],
+) -> CliResult<bool> {
+    let mut entries: Vec<(Vec<u8>, PathBuf, Metadata)> = Vec::new();
+    for e in std::fs::read_dir(host).map_err(|e| format!("{}: {e}", host.display()))? {
+        let e = e.map_err(|e| format!("{}: {e}", host.display()))?;
+        // Stat relative to the open directory (no walk of the whole path); not following
+        // a symbolic link.
+        let m = e.metadata().map_err(|err| format!("{}: {err}", e.path().display()))?;
+        entries.push((e.file_name().into_vec(), e.path(), m));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, hp, m) in entries {
+        let mut child = path.to_vec();
+        if path != b"/" {
+            child.push(b'/');
+        }
+        child.extend_from_slice(&name);
+        let ft = m.file_type();
+        let linked = !ft.is_dir() && m.nlink() > 1 && !seen.insert((m.dev(), m.ino()));
+        let body = if linked {
+            Body::Link
+        } else if ft.is_dir() {
+            Body::Dir
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(&hp).map_err(|e| format!("{}: {e}", hp.display()))?;
+            Body::Symlink(target.into_os_string().into_vec())
+        } else if ft.is_file() && m.len() <= SMALL && m.blocks() * 512 >= m.len() {
+            Body::Data(std::fs::read(&hp).map_err(|e| format!("{}: {e}", hp.display()))?)
+        } else if ft.is_file() {
+            Body::File
+        } else {
+            Body::Special
+        };
+        let xattrs = if linked { Vec::new() } else { xattrs_of(&hp) };
+        let below = ft.is_dir().then(|| (hp.clone(), child.clone()));
+        let e = Entry { host: hp, name, path: child, meta: m, xattrs, body };
+        if tx.send(Ok(Step::Entry(Box::new(e)))).is_err() {
+            return Ok(false);
+        }
+        if let Some((hp, child)) = below {
+            if !walk(tx, seen, &hp, &child)? || tx.send(Ok(Step::EndDir)).is_err() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Makes the entry `e` in directory `parent`; returns the directory and its inode when it
+/// is one (its entries come next), `None` when it is done.
+fn one(cx: &mut Ctx<'_>, parent: InodeNo, e: Box<Entry>) -> CliResult<Option<(InodeNo, Box<Entry>)>> {
+    let Some(ino) = make(cx, parent, &e)? else { return Ok(None) };
+    if e.meta.is_dir() {
+        return Ok(Some((ino, e)));
+    }
+    attrs(cx, *e, ino)?;
+    Ok(None)
+}
+
+/// The inode for `e` in `parent` (`None` for another name of a file made already), its
+/// data written.
+fn make(cx: &mut Ctx<'_>, parent: InodeNo, e: &Entry) -> CliResult<Option<InodeNo>> {
+    let (hp, m, name) = (&e.host, &e.meta, &e.name[..]);
+    let fs = cx.fs;
+    let o = cx.policy.manifest.get(&e.path);
+    let (uid, gid) = cx.policy.owner(m, o);
+    let perm = o.and_then(|o| o.mode).unwrap_or((m.mode() & 0o7777) as u16);
+    let ft = m.file_type();
+    let er = err(hp);
+    if name == b"lost+found" && parent == fs.resolve("/", true).map_err(&er)? && ft.is_dir() {
+        // The formatter made it: fill it.
+        return Ok(Some(fs.lookup(parent, name).map_err(&er)?.ino));
+    }
+    if let Body::Link = e.body {
+        let ino =
+            cx.links.get(&(m.dev(), m.ino())).ok_or_else(|| format!("{}: lost hard link", hp.display()))?;
+        fs.link(*ino, parent, name).map_err(&er)?;
+        return Ok(None);
+    }
+    let ino = match &e.body {
+        Body::Dir => fs.mkdir(parent, name, perm, uid, gid).map_err(&er)?.ino,
+        Body::Symlink(target) => fs.symlink(parent, name, target, uid, gid).map_err(&er)?.ino,
+        Body::Data(data) => {
+            let ino = fs.create(parent, name, perm, uid, gid).map_err(&er)?.ino;
+            if !data.is_empty() {
+                write_all(fs, ino, data).map_err(&er)?;
+                cx.filled.bytes += data.len() as u64;
+                cx.bar.inc(data.len() as u64);
+            }
+            set_len(fs, ino, m.len()).map_err(&er)?;
+            ino
+        }
+        Body::File => {
+            let ino = fs.create(parent, name, perm, uid, gid).map_err(&er)?.ino;
+            copy_data(cx, hp, ino, m)?;
+            ino
+        }
+        Body::Link | Body::Special => {
+            use rext4::format::inode::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFSOCK};
+            let kind = if ft.is_fifo() {
+                S_IFIFO
+            } else if ft.is_socket() {
+                S_IFSOCK
+            } else if ft.is_char_device() {
+                S_IFCHR
+            } else {
+                S_IFBLK
+            };
+            let part =
+                |n: u64| u32::try_from(n).map_err(|_| format!("{}: device number too large", hp.display()));
+            let rdev = m.rdev();
+            let dev = (part(nix::sys::stat::major(rdev))?, part(nix::sys::stat::minor(rdev))?);
+            fs.mknod(parent, name, kind | perm, dev, uid, gid).map_err(&er)?.ino
+        }
+    };
+    cx.filled.files += 1;
+    if !ft.is_dir() && m.nlink() > 1 {
+        cx.links.insert((m.dev(), m.ino()), ino);
+    }
+    Ok(Some(ino))
+}
+
+/// `data` written from the start of file `ino`, however many calls it takes.
+fn write_all(fs: &Fs, ino: InodeNo, data: &[u8]) -> Result<(), rext4::Error> {
+    let mut at = 0;
+    while at < data.len() {
+        at += fs.write(ino, at as u64, &data[at..])?;
+    }
+    Ok(())
+}
+
+/// A file shorter than the source says (holes at its end, or it shrank) grows to `len`.
+fn set_len(fs: &Fs, ino: InodeNo, len: u64) -> Result<(), rext4::Error> {
+    if fs.getattr(ino)?.size < len {
+        fs.setattr(ino, &SetAttr { size: Some(len), ..SetAttr::default() })?;
+    }
+    Ok(())
+}
+
+/// Mode, owner, extended attributes and times, last (a directory's after its entries).
+fn attrs(cx: &mut Ctx<'_>, e: Entry, ino: InodeNo) -> CliResult {
+    let Entry { host, path, meta: m, xattrs, .. } = e;
     let src = SourceAttrs {
         uid: m.uid(),
         gid: m.gid(),
@@ -310,47 +467,51 @@ fn attrs(cx: &mut Ctx<'_>, hp: &Path, m: &Metadata, ino: InodeNo, path: &[u8]) -
         atime: Some((m.atime(), m.atime_nsec())),
         xattrs,
     };
-    cx.policy.apply(cx.fs, ino, path, src).map_err(|e| format!("{}: {e}", hp.display()))
+    cx.policy.apply(cx.fs, ino, &path, src).map_err(|err| format!("{}: {err}", host.display()))
 }
 
 /// Copies a host file's data, skipping its holes (SEEK_DATA / SEEK_HOLE).
-fn copy_data(cx: &mut Ctx<'_>, host: &Path, ino: InodeNo, len: u64) -> CliResult {
-    use std::os::unix::fs::FileExt;
+fn copy_data(cx: &mut Ctx<'_>, host: &Path, ino: InodeNo, m: &Metadata) -> CliResult {
     let f = std::fs::File::open(host).map_err(|e| format!("{}: {e}", host.display()))?;
     let e = |err: rext4::Error| format!("{}: {err}", host.display());
+    let len = m.len();
+    // Storage for every byte: no hole to look for (each look walks the file's page map).
+    let dense = m.blocks() * 512 >= len;
     let mut pos = 0u64;
     while pos < len {
         let off = i64::try_from(pos).unwrap_or(i64::MAX);
-        let data = match nix::unistd::lseek(&f, off, nix::unistd::Whence::SeekData) {
+        let found = if dense { Ok(off) } else { nix::unistd::lseek(&f, off, nix::unistd::Whence::SeekData) };
+        let data = match found {
             Ok(d) => u64::try_from(d).unwrap_or(pos),
             Err(nix::errno::Errno::ENXIO) => break,
             Err(_) => pos,
         };
-        let hole =
+        let hole = if dense {
+            len
+        } else {
             nix::unistd::lseek(&f, i64::try_from(data).unwrap_or(i64::MAX), nix::unistd::Whence::SeekHole)
                 .map_or(len, |h| u64::try_from(h).unwrap_or(len))
-                .min(len);
+                .min(len)
+        };
         let mut at = data;
         while at < hole {
-            let want = usize::try_from(hole - at).map_or(CHUNK, |n| n.min(CHUNK));
-            let n = f.read_at(&mut cx.buf[..want], at).map_err(|err| format!("{}: {err}", host.display()))?;
-            if n == 0 {
+            // The image takes the bytes from the kernel's copy of the file (copy_file_range
+            // where the image is a file), a piece at a time for the progress bar.
+            let want = (hole - at).min(CHUNK);
+            let n = cx.fs.write_from_file(ino, at, &f, at, want).map_err(e)?;
+            at += n;
+            cx.filled.bytes += n;
+            cx.bar.inc(n);
+            if n < want {
                 break;
             }
-            cx.fs.write(ino, at, &cx.buf[..n]).map_err(e)?;
-            at += n as u64;
-            cx.filled.bytes += n as u64;
-            cx.bar.inc(n as u64);
         }
         if at <= pos {
             break;
         }
         pos = at;
     }
-    if cx.fs.getattr(ino).map_err(e)?.size < len {
-        cx.fs.setattr(ino, &SetAttr { size: Some(len), ..SetAttr::default() }).map_err(e)?;
-    }
-    Ok(())
+    set_len(cx.fs, ino, len).map_err(e)
 }
 
 /// Bytes of data and files in the tree at `src`, for the progress bar and the size estimate.

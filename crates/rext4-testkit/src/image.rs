@@ -1,4 +1,5 @@
-//! The one way the tests make images: `mkfs.ext4 -q -F`, with options added in order.
+//! The one way the tests make images: `mkfs.ext4 -q -F`, with options added in order, or
+//! rext4's own formatter (`rext4 mkfs`) with the same options.
 //!
 //! ```no_run
 //! # use rext4_testkit::Image;
@@ -9,6 +10,12 @@
 //!     .features("^metadata_csum")
 //!     .from_dir(dir.join("src"))
 //!     .build_in(dir, "a.img");
+//! // rext4 mkfs -q -F -b 1024 --from src dir/b.img 64M
+//! let img = Image::ext4("64M")
+//!     .block_size(1024)
+//!     .from_dir(dir.join("src"))
+//!     .rext4_mkfs("target/debug/rext4")
+//!     .build_in(dir, "b.img");
 //! ```
 
 use crate::tools::{out_text, run, tool};
@@ -16,9 +23,10 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// An image to make with `mkfs.ext4 -q -F`. Options go on the command line in the order they
-/// are added (so a list of raw options and the typed methods give the same command), then
-/// `-d` with the source tree if there is one, the image path and the size.
+/// An image to make with `mkfs.ext4 -q -F` (or `rext4 mkfs -q -F`). Options go on the
+/// command line in the order they are added (so a list of raw options and the typed methods
+/// give the same command), then `-d` (`--from`) with the source tree if there is one, the
+/// image path and the size.
 #[derive(Clone, Debug)]
 #[must_use = "an Image does nothing until built"]
 pub struct Image {
@@ -26,13 +34,15 @@ pub struct Image {
     args: Vec<OsString>,
     src: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
+    /// The `rext4` program whose `mkfs` makes the image instead of mkfs.ext4.
+    rext4: Option<PathBuf>,
 }
 
 impl Image {
     /// An image of `size` (as mkfs.ext4 reads it: "8M", "1G"), with this machine's mkfs
     /// defaults (`/etc/mke2fs.conf`) unless options say otherwise.
     pub fn ext4(size: &str) -> Image {
-        Image { size: size.to_string(), args: Vec::new(), src: None, env: Vec::new() }
+        Image { size: size.to_string(), args: Vec::new(), src: None, env: Vec::new(), rext4: None }
     }
 
     /// Raw mkfs options, as given (tests with tables of variants pass them this way).
@@ -98,12 +108,28 @@ impl Image {
         self
     }
 
+    /// Makes the image with `rext4 mkfs` (the `rext4` program at `exe`, which a crate's
+    /// tests find as `env!("CARGO_BIN_EXE_rext4")`) instead of mkfs.ext4: the same options,
+    /// `--from` for the tree. Its defaults are e2fsprogs 1.47's own, not this machine's
+    /// `/etc/mke2fs.conf`.
+    pub fn rext4_mkfs(mut self, exe: impl AsRef<Path>) -> Image {
+        self.rext4 = Some(exe.as_ref().to_path_buf());
+        self
+    }
+
     /// The mkfs command that makes the image at `path`.
     pub fn command(&self, path: &Path) -> Command {
-        let mut c = Command::new(tool("mkfs.ext4"));
+        let mut c = match &self.rext4 {
+            Some(exe) => {
+                let mut c = Command::new(exe);
+                c.arg("mkfs");
+                c
+            }
+            None => Command::new(tool("mkfs.ext4")),
+        };
         c.args(["-q", "-F"]).args(&self.args);
         if let Some(src) = &self.src {
-            c.arg("-d").arg(src);
+            c.arg(if self.rext4.is_some() { "--from" } else { "-d" }).arg(src);
         }
         c.arg(path).arg(&self.size);
         for (k, v) in &self.env {

@@ -46,7 +46,8 @@ fn fixture() -> Fixture {
         std::fs::write(src.join(format!("sub/f{i:03}")), format!("{i}\n")).unwrap();
     }
     let image = dir.path().join("t.img");
-    Image::ext4("32M").from_dir(&src).build(&image);
+    // Made by rext4's own formatter: the commands below work on what it makes.
+    Image::ext4("32M").from_dir(&src).rext4_mkfs(env!("CARGO_BIN_EXE_rext4")).build(&image);
     Fixture { _dir: dir, src, image, work }
 }
 
@@ -312,7 +313,7 @@ fn setfattr_getfattr_round_trip_and_leave_the_image_clean() {
 fn cp_imports_a_tree_and_truncate_resizes() {
     let fx = fixture();
     let img = fx.work.join("empty.img");
-    Image::ext4("64M").build(&img);
+    Image::ext4("64M").rext4_mkfs(env!("CARGO_BIN_EXE_rext4")).build(&img);
     let target = format!("{}:/", img.display());
     let o = rext4(&["cp", "-r", "-q", fx.src.to_str().unwrap(), &target]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

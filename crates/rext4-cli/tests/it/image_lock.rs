@@ -10,7 +10,7 @@ fn rext4(args: &[&str]) -> Output {
 }
 
 fn mkfs(img: &Path) {
-    Image::ext4("16M").build(img);
+    Image::ext4("16M").rext4_mkfs(env!("CARGO_BIN_EXE_rext4")).build(img);
 }
 
 /// The lock the FUSE daemon and every writer take (an exclusive flock, here held by

@@ -150,3 +150,67 @@ fn size_to_fit_needs_a_tree_and_no_size() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not both"));
 }
+
+/// The estimate counts the tree, not what a manifest adds: extended attributes too large for
+/// the inodes make the first fitted size too small, and the fill starts over larger until
+/// it fits.
+#[test]
+fn a_fill_that_outgrows_the_estimate_grows_and_retries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    small_tree(&src, false);
+    // Each of the 200 regular files gets a value of 3000 bytes, each its own (equal blocks
+    // would be shared): a block apiece.
+    let value = |d: usize, f: usize| format!("{d:02}{f}{}", "v".repeat(2997));
+    let mut manifest = String::new();
+    for d in 0..40 {
+        for f in 0..5 {
+            manifest.push_str(&format!("/d{d:02}/f{f} xattr.user.big={}\n", value(d, f)));
+        }
+    }
+    let mf = dir.path().join("manifest");
+    std::fs::write(&mf, manifest).expect("manifest");
+    let s = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    // The size the estimate alone gives: the tree fits, the manifest's values do not.
+    let plain = dir.path().join("plain.img");
+    fit(&src, &plain, Some("0"));
+    let first = bytes(&plain);
+    let img = dir.path().join("img");
+    let inodes = field(&plain, "Inode count").to_string();
+    let o = rext4(&[
+        "mkfs",
+        "-q",
+        "-b",
+        "4096",
+        "-m",
+        "0",
+        "-N",
+        &inodes,
+        "--manifest",
+        &s(&mf),
+        "--from",
+        &s(&src),
+        &s(&img),
+        &format!("{first}B"),
+    ]);
+    assert!(!o.status.success(), "the manifest's values fit the tree's own size");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no space left"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Fitted: larger, clean, and every value there.
+    ok(&rext4(&["mkfs", "-q", "--size-to-fit=0", "--manifest", &s(&mf), "--from", &s(&src), &s(&img)]));
+    e2fsck_clean(&img);
+    assert!(bytes(&img) > first, "{} <= {first}", bytes(&img));
+    assert!(bytes(&img) < first + (8 << 20), "grew far past the need: {} from {first}", bytes(&img));
+    for (path, value) in [("/d00/f0", value(0, 0)), ("/d39/f4", value(39, 4))] {
+        let o = Command::new("debugfs")
+            .arg("-R")
+            .arg(format!("ea_get {path} user.big"))
+            .arg(&img)
+            .output()
+            .expect("debugfs");
+        assert!(String::from_utf8_lossy(&o.stdout).contains(&value[..100]), "{path}: no value");
+    }
+}

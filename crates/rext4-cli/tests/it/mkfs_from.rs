@@ -277,6 +277,15 @@ fn selinux_labels_from_file_contexts() {
          /tmp(/.*)?        <<none>>\n",
     )
     .expect("write");
+    // What libselinux reads beside the file: local lines after its own, and path
+    // substitutions (/d06 is labelled as /d01, /d07 as /tmp).
+    std::fs::write(
+        dir.path().join("file_contexts.local"),
+        "/d05/f1  u:object_r:local_t:s0\n/d0[0-4]/f4  u:object_r:local_re_t:s0\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("file_contexts.subs"), "/d06 /d01\n").expect("write");
+    std::fs::write(dir.path().join("file_contexts.subs_dist"), "/d07 /tmp\n").expect("write");
     let ar = dir.path().join("src.tar");
     let o = Command::new("tar")
         .args(["--format=posix", "--xattrs", "--xattrs-include=*", "--numeric-owner", "-cf"])
@@ -310,25 +319,43 @@ fn selinux_labels_from_file_contexts() {
             // An exact path wins over a later regex.
             ("/d02/f1", "u:object_r:exact_t:s0"),
             ("/d02/f2", "u:object_r:later_t:s0"),
+            ("/d05/f1", "u:object_r:local_t:s0"),
+            ("/d03/f4", "u:object_r:local_re_t:s0"),
+            ("/d06/f3", "u:object_r:f_t:s0"),
+            ("/d06/link", "u:object_r:link_t:s0"),
+            ("/d06", "u:object_r:low_t:s0"),
         ] {
             let mut want = want.as_bytes().to_vec();
             want.push(0);
             assert_eq!(selinux_of(&img, path), want, "{}: {path}", from.display());
         }
         assert_eq!(selinux_of(&img, "/tmp"), b"", "<<none>> leaves no label");
+        assert_eq!(selinux_of(&img, "/d07/f1"), b"", "<<none>> through a substitution");
         if rext4_testkit::kernel_can_mount() {
             let m = KernelMount::ro(&img).expect("mount");
+            for (path, want) in [
+                ("d01/link", "u:object_r:link_t:s0"),
+                ("d05/f1", "u:object_r:local_t:s0"),
+                ("d06/link", "u:object_r:link_t:s0"),
+                ("d06/f2", "u:object_r:f_t:s0"),
+            ] {
+                let o = Command::new("getfattr")
+                    .args(["-h", "--only-values", "-n", "security.selinux"])
+                    .arg(m.path().join(path))
+                    .output()
+                    .expect("getfattr");
+                assert!(
+                    o.stdout.starts_with(want.as_bytes()),
+                    "{path}: {:?}",
+                    String::from_utf8_lossy(&o.stdout)
+                );
+            }
             let o = Command::new("getfattr")
-                .args(["-h", "--only-values", "-n", "security.selinux"])
-                .arg(m.path().join("d01/link"))
-                .output()
-                .expect("getfattr");
+                .args(["-h", "-n", "security.selinux"])
+                .arg(m.path().join("d07/f1"))
+                .output();
             m.unmount().expect("umount");
-            assert!(
-                o.stdout.starts_with(b"u:object_r:link_t:s0"),
-                "{:?}",
-                String::from_utf8_lossy(&o.stdout)
-            );
+            assert!(!o.expect("getfattr").status.success(), "d07/f1 has a label");
         }
         std::fs::remove_file(&img).ok();
     }

@@ -69,6 +69,27 @@ impl Run {
     }
 }
 
+/// Where the bytes of a write come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Bytes(&'a [u8]),
+    /// `len` bytes of a host file from `offset`.
+    File {
+        file: &'a std::fs::File,
+        offset: u64,
+        len: u64,
+    },
+}
+
+impl Source<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Bytes(d) => d.len() as u64,
+            Source::File { len, .. } => *len,
+        }
+    }
+}
+
 impl FsInner {
     /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
     pub(super) fn max_file_size(&self, extents: bool) -> u64 {
@@ -290,6 +311,25 @@ impl FsInner {
         Ok(Filled { runs, reached: cur, short })
     }
 
+    /// Unmaps and frees the blocks of `runs` that `fill_map` has just mapped in `h` (their
+    /// data was not written). Unwritten extents it converted become holes: they read as zeros
+    /// either way, only their preallocation is lost.
+    fn unmap_fresh(&self, h: &Handle, inode: &Inode, raw: &mut [u8], runs: &[Run]) -> Result<()> {
+        let sectors = u64::from(self.sbi.block_size / 512);
+        for r in runs.iter().filter(|r| r.fresh) {
+            if raw_flags(raw) & EXTENTS_FL != 0 {
+                for e in self.ext_remap(h, inode, raw, r.lblk..r.lblk + r.len, None)? {
+                    self.free_blocks(h, e.pblk, e.len, false)?;
+                    raw_sub_blocks(raw, e.len * sectors);
+                }
+            } else {
+                self.ind_remove(h, inode, raw, r.lblk, r.lblk + r.len)?;
+            }
+        }
+        inode.invalidate_pages();
+        Ok(())
+    }
+
     /// Goal for a new block of a block-mapped file: after the block before it.
     fn ind_goal(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<u64> {
         if lblk > 0 {
@@ -303,8 +343,13 @@ impl FsInner {
     /// Writes `data` (the bytes of the file from `offset`) into the blocks of `runs`,
     /// zeroing the uncovered parts of freshly mapped blocks.
     pub(crate) fn write_runs(&self, inode: &Inode, runs: &[Run], offset: u64, data: &[u8]) -> Result<()> {
+        self.write_runs_from(inode, runs, offset, Source::Bytes(data))
+    }
+
+    /// [`Self::write_runs`] with the bytes from `src`.
+    fn write_runs_from(&self, inode: &Inode, runs: &[Run], offset: u64, src: Source<'_>) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
-        let end = offset + data.len() as u64;
+        let end = offset + src.len();
         for r in runs {
             let (rs, re) = (r.lblk * bs, (r.lblk + r.len) * bs);
             let a = rs.max(offset);
@@ -322,9 +367,19 @@ impl FsInner {
                 }
             }
             if a < b {
-                let bytes = &data[usize_from(a - offset)..usize_from(b - offset)];
-                self.dev.write_at(bytes, phys(a))?;
-                self.pages_written(inode, a, bytes);
+                match src {
+                    Source::Bytes(data) => {
+                        let bytes = &data[usize_from(a - offset)..usize_from(b - offset)];
+                        self.dev.write_at(bytes, phys(a))?;
+                        self.pages_written(inode, a, bytes);
+                    }
+                    Source::File { file, offset: from, .. } => {
+                        self.dev.write_from_file(file, from + (a - offset), phys(a), b - a)?;
+                        // The caller holds data_sem exclusively: no read caches a page of
+                        // the range while the device takes the new bytes.
+                        inode.invalidate_pages();
+                    }
+                }
             }
         }
         Ok(())
@@ -426,23 +481,13 @@ impl FsInner {
         }
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
         let offset = offset.unwrap_or_else(|| inode.size());
-        let max = self.max_file_size(inode.flags() & EXTENTS_FL != 0);
-        if offset >= max {
-            return Err(Error::FileTooBig);
-        }
-        let data = &data[..data.len().min(usize::try_from(max - offset).unwrap_or(usize::MAX))];
-        // What opening for writing checks (`may_open`): nothing is written to an immutable
-        // file, and an append-only one only past its end (`O_APPEND`; a writer placing its
-        // own appends, as the FUSE writeback cache does, may flush them out of order).
-        let flags = inode.flags();
-        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
-            return Err(Error::NotPermitted);
-        }
+        let len = self.may_write(&inode, offset, data.len() as u64)?;
+        let data = &data[..usize_from(len)];
         // Small files stay in the record (data/inline_write.rs), as the kernel keeps them.
         if let Some(n) = self.write_inline(&journal, &inode, offset, data)? {
             return Ok((offset, n));
         }
-        if flags & INLINE_DATA_FL != 0 {
+        if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
         }
         if self.overwrite(&journal, &inode, offset, data)? {
@@ -453,8 +498,76 @@ impl FsInner {
         }
         // The general path maps holes: none of them may hold a dirty page.
         self.writeback_locked(&inode)?;
+        let done = self.write_mapping(&journal, &inode, offset, Source::Bytes(data))?;
+        // At most data.len().
+        Ok((offset, usize_from(done)))
+    }
+
+    /// How many of `len` bytes at `offset` may be written to `inode` (the format's largest
+    /// size cuts them short; `EFBIG` at or past it), or why none may.
+    fn may_write(&self, inode: &Inode, offset: u64, len: u64) -> Result<u64> {
+        let max = self.max_file_size(inode.flags() & EXTENTS_FL != 0);
+        if offset >= max {
+            return Err(Error::FileTooBig);
+        }
+        // What opening for writing checks (`may_open`): nothing is written to an immutable
+        // file, and an append-only one only past its end (`O_APPEND`; a writer placing its
+        // own appends, as the FUSE writeback cache does, may flush them out of order).
+        let flags = inode.flags();
+        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && offset < inode.size()) {
+            return Err(Error::NotPermitted);
+        }
+        Ok(len.min(max - offset))
+    }
+
+    /// `copy_file_range(2)` from a host file into a regular file: writes the `len` bytes
+    /// of `src` from `src_offset` at `offset`, the device copying them where it can
+    /// ([`crate::dev::BlockDevice::write_from_file`]) instead of through memory; returns
+    /// the bytes written, as [`Self::write_at`].
+    pub(crate) fn write_from_file(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        src: &std::fs::File,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let journal = self.journal()?.clone();
+        let inode = self.regular_file(ino)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if len < FILL_WRITE as u64 || offset.saturating_add(len) <= self.sbi.inode_size as u64 {
+            // Small: through memory and the ordinary write (which may keep it inline or
+            // in the page cache).
+            use std::os::unix::fs::FileExt;
+            let mut buf = vec![0u8; usize_from(len)];
+            src.read_exact_at(&mut buf, src_offset)?;
+            return self.write_at(ino, Some(offset), &buf).map(|(_, n)| n as u64);
+        }
+        let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        let len = self.may_write(&inode, offset, len)?;
+        if inode.flags() & INLINE_DATA_FL != 0 {
+            self.inline_to_blocks(&journal, &inode)?;
+        }
+        // The general path maps holes: none of them may hold a dirty page.
+        self.writeback_locked(&inode)?;
+        self.write_mapping(&journal, &inode, offset, Source::File { file: src, offset: src_offset, len })
+    }
+
+    /// The write that maps blocks (`ext4_map_blocks` with `EXT4_GET_BLOCKS_CREATE`, then the
+    /// data), a handle per `CHUNK_BLOCKS`; returns the bytes written, short only when space
+    /// ran out part way. The caller holds the file's `op_lock`.
+    fn write_mapping(
+        &self,
+        journal: &std::sync::Arc<crate::jbd2::journal::Journal>,
+        inode: &std::sync::Arc<Inode>,
+        offset: u64,
+        src: Source<'_>,
+    ) -> Result<u64> {
+        let inode = &**inode;
         let bs = u64::from(self.sbi.block_size);
-        let end = offset + data.len() as u64;
+        let end = offset + src.len();
         let mut lblk = offset / bs;
         let last = end.div_ceil(bs);
         let mut retried = false;
@@ -466,11 +579,11 @@ impl FsInner {
             if lblk == offset / bs && offset > size && !size.is_multiple_of(bs) {
                 // The old last block's tail past the size must read as zeros now that the
                 // size moves past it.
-                self.zero_stored(&inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
+                self.zero_stored(inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
             }
             let hi = last.min(lblk + CHUNK_BLOCKS);
             let Filled { runs, reached, short } =
-                match self.fill_map(&h, &inode, &mut raw, lblk, hi, false, false) {
+                match self.fill_map(&h, inode, &mut raw, lblk, hi, false, false) {
                     Ok(x) => x,
                     Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
                         // Freed blocks wait for their commit: commit, then try once more.
@@ -483,10 +596,15 @@ impl FsInner {
                     Err(Error::NoSpace) if lblk * bs > offset => break,
                     Err(e) => return Err(e),
                 };
-            if let Err(e) = self.write_runs(&inode, &runs, offset, data) {
-                // The open handle maps blocks whose contents did not reach the device: it
-                // must never commit (data=ordered; the kernel's `data_err=abort`).
-                journal.abort(format!("data write to inode {} failed: {e}", inode.ino.0), libc::EIO);
+            if let Err(e) = self.write_runs_from(inode, &runs, offset, src) {
+                // The open handle maps blocks whose contents did not reach the device (a
+                // source that failed, or the device): they go again before it stops, so its
+                // commit never exposes them (data=ordered); if that fails too, the handle
+                // must never commit at all.
+                if let Err(undo) = self.unmap_fresh(&h, inode, &mut raw, &runs) {
+                    journal
+                        .abort(format!("data write to inode {} failed: {e}; {undo}", inode.ino.0), libc::EIO);
+                }
                 return Err(e);
             }
             let written_end = (reached * bs).min(end);
@@ -494,7 +612,7 @@ impl FsInner {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
             }
             raw_touch_cm(&mut raw, now());
-            self.mark_inode_dirty(&h, &inode, &mut raw)?;
+            self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
             drop(_d);
             h.stop();
@@ -512,8 +630,7 @@ impl FsInner {
         if done == 0 {
             return Err(Error::NoSpace);
         }
-        // At most data.len().
-        Ok((offset, usize_from(done)))
+        Ok(done)
     }
 
     /// Unmaps and frees every block of `lo..hi`, over as many handles as it takes, from the
@@ -668,6 +785,24 @@ impl Fs {
     /// Errors: `EFBIG` at or past the format's largest size, `ENOSPC`, `EISDIR`.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8]) -> Result<usize> {
         self.inner.op(crate::fs::stats::Op::Write, || self.inner.write(ino, offset, data))
+    }
+
+    /// `copy_file_range(2)` from a host file: writes the `len` bytes of `src` from
+    /// `src_offset` at `offset` of regular file `ino`, as [`Fs::write`] would write them,
+    /// and returns how many it wrote (short only when the disk fills up part way). An image
+    /// file takes them straight from the kernel's copy of `src` (no pass through this
+    /// process's memory). Errors: those of `write`, and `EIO` with `UnexpectedEof` when
+    /// `src` holds fewer bytes.
+    pub fn write_from_file(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        src: &std::fs::File,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.inner
+            .op(crate::fs::stats::Op::Write, || self.inner.write_from_file(ino, offset, src, src_offset, len))
     }
 
     /// `lseek(2)` with `SEEK_DATA`: the first offset at or after `offset` holding data

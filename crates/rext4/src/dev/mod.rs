@@ -53,6 +53,13 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(())
     }
+    /// Writes the `len` bytes of the host file `src` from `src_offset` at byte `offset` (a
+    /// file's data copied in whole). This reads and writes them through memory in pieces; an
+    /// image file has the kernel copy them (`copy_file_range`). A source shorter than `len`
+    /// is an `UnexpectedEof` error.
+    fn write_from_file(&self, src: &File, src_offset: u64, offset: u64, len: u64) -> io::Result<()> {
+        copy_through_memory(self, src, src_offset, offset, len)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// Writes `buf` at `offset` and returns once it is durable (a journal's commit block,
@@ -74,6 +81,35 @@ pub trait BlockDevice: Send + Sync {
     /// Gives up a writable open's claim on the image once the filesystem on it is closed
     /// clean, so the next writer need not wait for the last handle to be dropped.
     fn release_claim(&self) {}
+}
+
+/// Bytes copied from a host file through a buffer, a MiB at a time: what a device that cannot
+/// have the kernel copy does for [`BlockDevice::write_from_file`].
+fn copy_through_memory<D: BlockDevice + ?Sized>(
+    dev: &D,
+    src: &File,
+    src_offset: u64,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    const PIECE: usize = 1 << 20;
+    thread_local! {
+        // One buffer a thread, kept between calls (a fill makes many).
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        let mut done = 0u64;
+        while done < len {
+            let n = usize::try_from(len - done).map_or(PIECE, |n| n.min(PIECE));
+            if buf.len() < n {
+                buf.resize(n, 0);
+            }
+            src.read_exact_at(&mut buf[..n], src_offset + done)?;
+            dev.write_at(&buf[..n], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    })
 }
 
 /// An image file or block device opened from the host.
@@ -161,6 +197,35 @@ impl BlockDevice for FileDevice {
                 }
             }
         }
+    }
+    fn write_from_file(&self, src: &File, src_offset: u64, offset: u64, len: u64) -> io::Result<()> {
+        // The kernel copies within its page cache (one copy instead of a read and a write
+        // through ours), or shares the blocks where the filesystem under both can reflink.
+        let overflow = || io::Error::from(io::ErrorKind::InvalidInput);
+        let mut from = i64::try_from(src_offset).map_err(|_| overflow())?;
+        let mut to = i64::try_from(offset).map_err(|_| overflow())?;
+        let mut left = len;
+        while left > 0 {
+            let n = usize::try_from(left).unwrap_or(usize::MAX);
+            match nix::fcntl::copy_file_range(src, Some(&mut from), &self.file, Some(&mut to), n) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => left -= k as u64,
+                Err(nix::errno::Errno::EINTR) => {}
+                // Files the kernel will not copy between (other filesystems on old kernels,
+                // special files): through memory.
+                Err(
+                    nix::errno::Errno::EXDEV
+                    | nix::errno::Errno::EINVAL
+                    | nix::errno::Errno::EOPNOTSUPP
+                    | nix::errno::Errno::ENOSYS,
+                ) => {
+                    let done = len - left;
+                    return copy_through_memory(self, src, src_offset + done, offset + done, left);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()

@@ -138,6 +138,10 @@ impl BlockDevice for PartitionDevice {
         let n: usize = bufs.iter().map(|b| b.len()).sum();
         self.base.write_vectored_at(bufs, self.at(offset, n)?)
     }
+    fn write_from_file(&self, src: &std::fs::File, src_offset: u64, offset: u64, len: u64) -> io::Result<()> {
+        let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        self.base.write_from_file(src, src_offset, self.at(offset, n)?, len)
+    }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         self.base.discard(self.at(offset, n)?, len)

@@ -788,3 +788,63 @@ fn small_files_stay_inline_as_in_the_kernel() {
     m.unmount().unwrap();
     assert!(inline >= 10, "only {inline} files inline: the comparison shows little");
 }
+
+#[test]
+fn write_from_file_copies_a_host_files_bytes() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(0x5eed_c0de);
+    let src_bytes = rng.bytes(3 << 20);
+    let src_path = dir.path().join("src");
+    std::fs::write(&src_path, &src_bytes).unwrap();
+    let src = std::fs::File::open(&src_path).unwrap();
+    // The same bytes on another filesystem where there is one (tmpfs), which the kernel
+    // does not copy from into this one (EXDEV): the image file copies through memory.
+    let shm =
+        tempfile::NamedTempFile::new_in("/dev/shm").or_else(|_| tempfile::NamedTempFile::new()).unwrap();
+    std::fs::write(shm.path(), &src_bytes).unwrap();
+    let other_fs_src = std::fs::File::open(shm.path()).unwrap();
+    let img = mkfs(dir.path(), "img", &["-b", "4096"], "64M");
+    // Copied by the kernel (an image file), then through memory (a device of other bytes).
+    let file_fs = rw(&img);
+    let mem = Arc::new(rext4::dev::MemDevice::new(std::fs::read(&img).unwrap()));
+    let mem_fs = Fs::from_device(mem.clone(), Options { writable: true, ..Options::default() }).unwrap();
+    let mut expect = Vec::new();
+    for (fs, name, src) in [
+        (&file_fs, "kernel_copy", &src),
+        (&file_fs, "other_filesystem", &other_fs_src),
+        (&mem_fs, "through_memory", &src),
+    ] {
+        let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        let mut model = Vec::new();
+        let put = |model: &mut Vec<u8>, off: u64, from: u64, len: u64| {
+            let n = fs.write_from_file(ino, off, src, from, len).unwrap();
+            assert_eq!(n, len, "{name}: short copy");
+            let (o, f, l) = (off as usize, from as usize, len as usize);
+            if model.len() < o + l {
+                model.resize(o + l, 0);
+            }
+            model[o..o + l].copy_from_slice(&src_bytes[f..f + l]);
+        };
+        // Not block-aligned on either side, past a hole; then small (through memory either
+        // way); then over bytes already read through the page cache, which must not keep
+        // the old ones.
+        put(&mut model, 5000, 100, (2 << 20) + 7);
+        check_both(fs, ino, &model, name);
+        put(&mut model, 100, 3, 1000);
+        read_pieces(fs, ino, 3000);
+        put(&mut model, 70_000, 1 << 20, 600_000);
+        check_both(fs, ino, &model, name);
+        // Fewer bytes in the source than asked: an error, nothing past what it holds.
+        assert!(fs.write_from_file(ino, 0, src, (3 << 20) - 100_000, 200_000).is_err(), "{name}");
+        expect.push((name.to_string(), read_all(fs, ino)));
+    }
+    file_fs.unmount().unwrap();
+    mem_fs.unmount().unwrap();
+    e2fsck_clean(&img);
+    kernel_reads(&img, &expect[..2]);
+    let mem_img = dir.path().join("mem.img");
+    std::fs::write(&mem_img, mem.snapshot()).unwrap();
+    e2fsck_clean(&mem_img);
+    kernel_reads(&mem_img, &expect[2..]);
+}
