@@ -23,6 +23,9 @@ pub struct MountOptions {
     pub errors: Option<ErrorBehavior>,
     /// Let the kernel cache writes (`writeback_cache`).
     pub writeback_cache: bool,
+    /// Take requests through io_uring queues (`io_uring`; `noio_uring`) where the kernel offers
+    /// it (`enable_uring` on the fuse module), /dev/fuse reads otherwise.
+    pub io_uring: bool,
     /// Worker threads reading requests (`threads=N`); `None` is one per core.
     pub threads: Option<usize>,
     /// The source shown in the mount table (`fsname=`); the image path by default.
@@ -63,6 +66,7 @@ impl Default for MountOptions {
             commit: None,
             errors: None,
             writeback_cache: false,
+            io_uring: false,
             threads: None,
             fsname: None,
             norecovery: false,
@@ -228,6 +232,10 @@ impl MountOptions {
                 "writeback_cache" => {
                     flag(val)?;
                     self.writeback_cache = true;
+                }
+                "io_uring" | "noio_uring" => {
+                    flag(val)?;
+                    self.io_uring = key == "io_uring";
                 }
                 "norecovery" | "noload" => {
                     flag(val)?;
