@@ -419,10 +419,9 @@ fn run(a: BenchArgs) -> CliResult {
         // The FUSE ceiling holds names only: asked for by name (and by `fuse`).
         // Nor the NBD targets (`--targets inproc,nbd-unix,...`).
         // Nor the io_uring variants, which turn on the fuse module's `enable_uring`.
-        None => Kind::ALL
-            .into_iter()
-            .filter(|&k| k != Kind::FuseMem && !k.is_nbd() && !k.is_uring())
-            .collect(),
+        None => {
+            Kind::ALL.into_iter().filter(|&k| k != Kind::FuseMem && !k.is_nbd() && !k.is_uring()).collect()
+        }
     };
     kinds.sort();
     kinds.dedup();

@@ -115,7 +115,7 @@ impl Mount {
         };
         if shared.opts.io_uring {
             log(&format!(
-                "io_uring: {} requests served by {} queues",
+                "io_uring: {} requests served by {} rings",
                 stats.uring_requests(),
                 stats.uring_queues()
             ));

@@ -334,9 +334,9 @@ impl<FS: Filesystem> Session<FS> {
             use std::os::fd::AsRawFd;
             queues = crate::uring::queues(payload)?;
             info!(
-                "FUSE over io_uring: {} queues of {} entries",
+                "FUSE over io_uring: {} rings, {} for each CPU",
                 queues.len(),
-                crate::uring::QUEUE_DEPTH
+                crate::uring::THREADS_PER_QUEUE
             );
             for q in &queues {
                 let event_loop = SessionEventLoop {

@@ -64,8 +64,16 @@ const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// `user_data` of the wake-up eventfd's read; entries use their index.
 const WAKE: u64 = u64::MAX;
-/// Ring entries per queue.
-pub(crate) const QUEUE_DEPTH: usize = 8;
+/// Threads serving each CPU's queue, each with a ring of its own holding one entry in the
+/// kernel: an entry the kernel hands a request to then always belongs to an idle thread (the
+/// kernel gives a new request the entry that became available last), so one slow request
+/// (a journal wait, a lock) does not hold up the next one from the same CPU.
+pub(crate) const THREADS_PER_QUEUE: usize = 2;
+/// Entries a thread may register beyond its first: one more each time a request's reply is
+/// deferred (a lock wait answered later by another thread), so that a thread waiting for
+/// replies still takes requests. Those it registers stay with the kernel.
+const SPARES: usize = 8;
+const MAX_ENTS: usize = 1 + SPARES;
 
 /// Counts of requests served by each transport.
 #[derive(Debug, Default)]
@@ -80,7 +88,7 @@ impl TransportStats {
         self.uring_requests.load(Ordering::Relaxed)
     }
 
-    /// io_uring queues that served at least one request.
+    /// io_uring rings (one per serving thread) that served at least one request.
     pub fn uring_queues(&self) -> u64 {
         self.uring_queues.load(Ordering::Relaxed)
     }
@@ -155,6 +163,9 @@ struct Ent {
     /// overlap the payload buffer while it is served, so the reply waits here until the queue
     /// thread commits.
     staged: Mutex<Option<Vec<u8>>>,
+    /// Set when the reply is written; the queue thread registers a spare entry for a request
+    /// dispatched without a reply.
+    replied: AtomicBool,
 }
 
 /// A queue's state shared with the replies of its requests.
@@ -172,11 +183,13 @@ pub(crate) struct Queue {
 
 impl Queue {
     fn new(qid: u16, payload_len: usize) -> io::Result<Queue> {
-        let mut ents = Vec::with_capacity(QUEUE_DEPTH);
-        for _ in 0..QUEUE_DEPTH {
+        // Large zeroed allocations are mapped lazily: spares cost nothing until used.
+        let mut ents = Vec::with_capacity(MAX_ENTS);
+        for _ in 0..MAX_ENTS {
             ents.push(Ent {
                 buf: EntBuf::new(payload_len)?,
                 staged: Mutex::new(None),
+                replied: AtomicBool::new(false),
             });
         }
         // SAFETY: plain syscall; the result is checked.
@@ -292,6 +305,7 @@ impl UringReply {
                 4,
             );
         }
+        ent.replied.store(true, Ordering::Release);
         self.queue.done.lock().push((self.ent, self.unique));
         if *self.queue.thread.lock() != Some(std::thread::current().id()) {
             self.queue.wake();
@@ -316,14 +330,17 @@ fn cmd(commit_id: u64, qid: u16) -> [u8; 80] {
     c
 }
 
-/// Creates the queues for a connection whose largest request payload is `payload_len`.
+/// Creates the rings' state (`THREADS_PER_QUEUE` for each CPU's queue) for a connection whose
+/// largest request payload is `payload_len`.
 pub(crate) fn queues(payload_len: usize) -> io::Result<Vec<Arc<Queue>>> {
-    (0..queue_count())
-        .map(|q| {
-            let qid = u16::try_from(q).map_err(|_| io::Error::other("too many CPUs"))?;
-            Queue::new(qid, payload_len).map(Arc::new)
-        })
-        .collect()
+    let mut v = Vec::new();
+    for q in 0..queue_count() {
+        let qid = u16::try_from(q).map_err(|_| io::Error::other("too many CPUs"))?;
+        for _ in 0..THREADS_PER_QUEUE {
+            v.push(Arc::new(Queue::new(qid, payload_len)?));
+        }
+    }
+    Ok(v)
 }
 
 /// Serves one queue until the connection ends or the queue is stopped.
@@ -336,10 +353,10 @@ pub(crate) fn run_queue<FS: Filesystem>(
     *queue.thread.lock() = Some(std::thread::current().id());
     // The kernel queues a request on its caller's CPU: serve it from the same one.
     let mut cpus = nix::sched::CpuSet::new();
-    if cpus.set(usize::from(queue.qid)).is_ok() {
+    if std::env::var_os("FUSER_URING_NOPIN").is_none() && cpus.set(usize::from(queue.qid)).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
     }
-    let entries = u32::try_from(QUEUE_DEPTH * 2 + 2).unwrap_or(64);
+    let entries = u32::try_from(MAX_ENTS * 2 + 2).unwrap_or(64);
     // Completions are reaped only by this thread, which also submits everything.
     let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
         .setup_single_issuer()
@@ -363,26 +380,28 @@ pub(crate) fn run_queue<FS: Filesystem>(
         })
         .collect();
     let mut wake_buf = Box::new(0u64);
-    let mut sqes = Vec::with_capacity(QUEUE_DEPTH + 1);
-    for (i, iov) in iovecs.iter().enumerate() {
+    let register = |i: usize| {
         let mut sqe = opcode::UringCmd80::new(Fd(dev), CMD_REGISTER)
             .cmd(cmd(0, queue.qid))
-            .addr(Some(iov.as_ptr() as u64))
+            .addr(Some(iovecs[i].as_ptr() as u64))
             .build()
             .user_data(i as u64);
         set_sqe_len(&mut sqe, 2);
-        sqes.push(sqe);
-    }
+        sqe
+    };
+    let mut sqes = Vec::with_capacity(MAX_ENTS + 1);
+    sqes.push(register(0));
     sqes.push(wake_read(&queue, &mut wake_buf));
     push_all(&mut ring, &sqes)?;
     ring.submit()?;
     sqes.clear();
 
     // Entries not lost to an error: held by the kernel, being served, or awaiting a reply.
-    let mut live = QUEUE_DEPTH;
-    let mut registered = false;
+    let mut registered_ents = 1;
+    let mut live = 1;
+    let mut served_any = false;
     let mut scratch: Vec<u64> = Vec::new();
-    let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(QUEUE_DEPTH + 1);
+    let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(MAX_ENTS + 1);
     let mut first_error = true;
     while live > 0 && !queue.stop.load(Ordering::Acquire) {
         match ring.submit_and_wait(1) {
@@ -415,12 +434,20 @@ pub(crate) fn run_queue<FS: Filesystem>(
                 }
                 continue;
             }
-            if !registered {
-                registered = true;
+            if !served_any {
+                served_any = true;
                 stats.uring_queues.fetch_add(1, Ordering::Relaxed);
             }
             stats.uring_requests.fetch_add(1, Ordering::Relaxed);
+            let ent = &queue.ents[usize::from(i)];
+            ent.replied.store(false, Ordering::Relaxed);
             serve(&queue, i, &se, &mut scratch);
+            if !ent.replied.load(Ordering::Acquire) && registered_ents < MAX_ENTS {
+                // The reply comes later from elsewhere: keep taking requests meanwhile.
+                sqes.push(register(registered_ents));
+                registered_ents += 1;
+                live += 1;
+            }
         }
         cqes.clear();
         let done = std::mem::take(&mut *queue.done.lock());
@@ -447,7 +474,7 @@ pub(crate) fn run_queue<FS: Filesystem>(
         push_all(&mut ring, &sqes)?;
         sqes.clear();
     }
-    if !registered {
+    if !served_any {
         info!("io_uring queue {} served no request", queue.qid);
     }
     // The ring goes first: the kernel cancels its commands before the buffers can go.
