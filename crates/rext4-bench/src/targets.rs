@@ -791,9 +791,8 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
             let mut cmd = if matches!(kind, Kind::FuseMem | Kind::FuseMemUring) {
                 let mut c = rext4()?;
                 c.arg("memfs").arg(&dir);
-                if kind.is_uring() {
-                    c.args(["-o", "io_uring"]);
-                }
+                // Each transport by name: `enable_uring` is on while the io_uring targets run.
+                c.args(["-o", if kind.is_uring() { "io_uring" } else { "noio_uring" }]);
                 c
             } else if matches!(kind, Kind::Fuse | Kind::FuseUring) {
                 mkfs(&img, spec)?;
@@ -802,9 +801,7 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
                 if let Some(more) = &spec.fuse_opts {
                     opts = format!("{opts},{more}");
                 }
-                if kind.is_uring() {
-                    opts.push_str(",io_uring");
-                }
+                opts.push_str(if kind.is_uring() { ",io_uring" } else { ",noio_uring" });
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", &opts, "-f"]);
                 c
             } else {

@@ -113,7 +113,7 @@ impl Mount {
             }
             r => r,
         };
-        if shared.opts.io_uring {
+        if shared.opts.io_uring == Some(true) || stats.uring_requests() > 0 {
             log(&format!(
                 "io_uring: {} requests served by {} rings",
                 stats.uring_requests(),

@@ -37,7 +37,7 @@ pub(crate) struct MemFs {
     shards: Vec<Mutex<HashMap<u64, Node>>>,
     next: AtomicU64,
     /// Ask for io_uring queues at init, as the mount's `io_uring` option does.
-    io_uring: bool,
+    io_uring: Option<bool>,
 }
 
 type R<T> = Result<T, Errno>;
@@ -58,7 +58,7 @@ impl MemFs {
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(2),
-            io_uring: false,
+            io_uring: None,
         };
         fs.put(attr(1, FileType::Directory, 0o755, 0, 0), true);
         fs

@@ -112,6 +112,25 @@ fn io_uring_fsx_finds_no_miscompare() {
     }
 }
 
+/// Where the kernel offers io_uring a mount takes it without being asked; `noio_uring` keeps
+/// to /dev/fuse.
+#[test]
+fn io_uring_is_the_default_where_offered() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = Image::ext4("64M").build_in(dir.path(), "default.img");
+    for (opts, uring) in [("rw", true), ("rw,noio_uring", false)] {
+        let Some(m) = mount_with_uring(&img, opts, true) else { return };
+        for i in 0..50 {
+            fs::write(m.join(&format!("f{i}-{uring}")), [7u8; 100]).unwrap();
+        }
+        let (served, _) = m.uring_served();
+        assert_eq!(served > 100, uring, "-o {opts}: {served} requests through io_uring");
+        m.unmount();
+        e2fsck_clean(&img);
+    }
+}
+
 /// With `enable_uring` off the kernel does not offer io_uring: the mount asks for it, reads
 /// /dev/fuse instead, and works.
 #[test]
