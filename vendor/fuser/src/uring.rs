@@ -353,7 +353,7 @@ pub(crate) fn run_queue<FS: Filesystem>(
     *queue.thread.lock() = Some(std::thread::current().id());
     // The kernel queues a request on its caller's CPU: serve it from the same one.
     let mut cpus = nix::sched::CpuSet::new();
-    if std::env::var_os("FUSER_URING_NOPIN").is_none() && cpus.set(usize::from(queue.qid)).is_ok() {
+    if cpus.set(usize::from(queue.qid)).is_ok() {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
     }
     let entries = u32::try_from(MAX_ENTS * 2 + 2).unwrap_or(64);
