@@ -423,13 +423,17 @@ fn run(a: BenchArgs) -> CliResult {
         Some(t) => t.iter().map(|s| Kind::parse(s)).collect::<CliResult<_>>()?,
         // The FUSE ceiling holds names only: asked for by name (and by `fuse`).
         // Nor the NBD targets (`--targets inproc,nbd-unix,...`).
-        None => Kind::ALL.into_iter().filter(|&k| k != Kind::FuseMem && !k.is_nbd()).collect(),
+        // Nor the io_uring variants, which turn on the fuse module's `enable_uring`.
+        None => {
+            Kind::ALL.into_iter().filter(|&k| k != Kind::FuseMem && !k.is_nbd() && !k.is_uring()).collect()
+        }
     };
     kinds.sort();
     kinds.dedup();
     let work = work_dir("suite");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let r = run_suite(&a, &suite, &kinds, &work);
+    targets::restore_uring();
     remove_work_dir(&work);
     r
 }

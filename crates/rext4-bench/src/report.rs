@@ -204,6 +204,15 @@ impl Results {
             let kernel = targets.contains(&Kind::Kernel);
             let both_fuse = targets.contains(&Kind::Fuse) && targets.contains(&Kind::Fuse2fs);
             let ceiling = targets.contains(&Kind::Fuse) && targets.contains(&Kind::FuseMem);
+            // The io_uring transport against /dev/fuse reads, and against its own ceiling.
+            let pairs: Vec<(Kind, Kind)> = [
+                (Kind::FuseUring, Kind::Fuse),
+                (Kind::FuseUring, Kind::FuseMemUring),
+                (Kind::FuseMemUring, Kind::FuseMem),
+            ]
+            .into_iter()
+            .filter(|(a, b)| targets.contains(a) && targets.contains(b))
+            .collect();
             // Over NBD: each NBD target against the local image file, and the default
             // connections against one.
             let nbd: Vec<Kind> = if targets.contains(&Kind::InProc) {
@@ -235,6 +244,9 @@ impl Results {
             if ceiling {
                 write!(head, " {:>12}", "fuse/fmem").ok();
             }
+            for (a, b) in &pairs {
+                write!(head, " {:>12}", format!("{}/{}", short(*a), short(*b))).ok();
+            }
             for k in &nbd {
                 write!(head, " {:>12}", format!("{}/inproc", short(*k))).ok();
             }
@@ -265,6 +277,9 @@ impl Results {
                 }
                 if ceiling {
                     write!(line, " {:>12}", speed(val(Kind::Fuse), val(Kind::FuseMem))).ok();
+                }
+                for &(a, b) in &pairs {
+                    write!(line, " {:>12}", speed(val(a), val(b))).ok();
                 }
                 for &k in &nbd {
                     write!(line, " {:>12}", speed(val(k), val(Kind::InProc))).ok();
@@ -452,6 +467,8 @@ fn short(k: Kind) -> &'static str {
         Kind::Fuse2fs => "f2fs",
         Kind::Tmpfs => "tmpfs",
         Kind::FuseMem => "fmem",
+        Kind::FuseUring => "fuseU",
+        Kind::FuseMemUring => "fmemU",
     }
 }
 
@@ -467,6 +484,8 @@ fn color(k: Kind) -> &'static str {
         Kind::Fuse2fs => "#7f7f7f",
         Kind::Tmpfs => "#2ca02c",
         Kind::FuseMem => "#9467bd",
+        Kind::FuseUring => "#ffbb78",
+        Kind::FuseMemUring => "#c5b0d5",
     }
 }
 

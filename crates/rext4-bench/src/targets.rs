@@ -32,25 +32,41 @@ pub(crate) enum Kind {
     NbdTcp,
     NbdTcp1,
     Fuse,
+    /// `fuse` with `-o io_uring`.
+    FuseUring,
     Kernel,
     Fuse2fs,
     Tmpfs,
     FuseMem,
+    /// `fusemem` with `-o io_uring`.
+    FuseMemUring,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 10] = [
+    pub(crate) const ALL: [Kind; 12] = [
         Kind::InProc,
         Kind::NbdUnix,
         Kind::NbdUnix1,
         Kind::NbdTcp,
         Kind::NbdTcp1,
         Kind::Fuse,
+        Kind::FuseUring,
         Kind::Kernel,
         Kind::Fuse2fs,
         Kind::Tmpfs,
         Kind::FuseMem,
+        Kind::FuseMemUring,
     ];
+
+    /// Served by `rext4 mount` or `rext4 memfs`.
+    pub(crate) fn is_rext4_fuse(self) -> bool {
+        matches!(self, Kind::Fuse | Kind::FuseUring | Kind::FuseMem | Kind::FuseMemUring)
+    }
+
+    /// Served through FUSE-over-io_uring queues (`-o io_uring`).
+    pub(crate) fn is_uring(self) -> bool {
+        matches!(self, Kind::FuseUring | Kind::FuseMemUring)
+    }
 
     /// The in-process engine over an NBD export of the image (nbdkit's file plugin).
     pub(crate) fn is_nbd(self) -> bool {
@@ -65,13 +81,15 @@ impl Kind {
             "fuse2fs" => Kind::Fuse2fs,
             "tmpfs" => Kind::Tmpfs,
             "fusemem" => Kind::FuseMem,
+            "fuse-uring" => Kind::FuseUring,
+            "fusemem-uring" => Kind::FuseMemUring,
             "nbd-unix" => Kind::NbdUnix,
             "nbd-unix-1" => Kind::NbdUnix1,
             "nbd-tcp" => Kind::NbdTcp,
             "nbd-tcp-1" => Kind::NbdTcp1,
             _ => {
                 return Err(format!(
-                    "unknown target {s} (inproc, nbd-unix, nbd-unix-1, nbd-tcp, nbd-tcp-1, fuse, kernel, fuse2fs, tmpfs, fusemem)"
+                    "unknown target {s} (inproc, nbd-unix, nbd-unix-1, nbd-tcp, nbd-tcp-1, fuse, fuse-uring, kernel, fuse2fs, tmpfs, fusemem, fusemem-uring)"
                 ))
             }
         })
@@ -90,6 +108,8 @@ impl Kind {
             Kind::Fuse2fs => "fuse2fs",
             Kind::Tmpfs => "tmpfs",
             Kind::FuseMem => "fusemem",
+            Kind::FuseUring => "fuse-uring",
+            Kind::FuseMemUring => "fusemem-uring",
         }
     }
 
@@ -112,6 +132,8 @@ impl Kind {
             Kind::FuseMem => {
                 "rext4 memfs: an in-memory FUSE filesystem with the daemon's settings (the FUSE ceiling)"
             }
+            Kind::FuseUring => "rext4 mount -o io_uring (FUSE over io_uring)",
+            Kind::FuseMemUring => "rext4 memfs -o io_uring (the FUSE-over-io_uring ceiling)",
         }
     }
 }
@@ -640,6 +662,27 @@ pub(crate) fn rext4_exe() -> Option<PathBuf> {
     beside.or_else(|| find_on_path("rext4"))
 }
 
+/// The fuse module's switch for FUSE over io_uring, read by the kernel at each `FUSE_INIT`.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// `enable_uring` as it was before the first io_uring target turned it on.
+static URING_WAS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Turns `enable_uring` on for the io_uring targets (`restore_uring` puts it back). Daemons
+/// that do not ask for io_uring are not affected by it.
+fn enable_uring() -> CliResult {
+    let now = std::fs::read_to_string(ENABLE_URING).map_err(|e| format!("{ENABLE_URING}: {e}"))?;
+    URING_WAS.get_or_init(|| now.trim().to_string());
+    std::fs::write(ENABLE_URING, "Y").map_err(|e| format!("{ENABLE_URING}: {e}"))
+}
+
+/// Puts `enable_uring` back as it was before the run.
+pub(crate) fn restore_uring() {
+    if let Some(was) = URING_WAS.get() {
+        let _ = std::fs::write(ENABLE_URING, was);
+    }
+}
+
 /// Why `kind` cannot run here, if it cannot (checked before making any image).
 pub(crate) fn unavailable(kind: Kind) -> Option<String> {
     match kind {
@@ -649,12 +692,16 @@ pub(crate) fn unavailable(kind: Kind) -> Option<String> {
         Kind::Kernel if !is_root() => Some("kernel loop mounts need root".into()),
         Kind::Fuse2fs if !on_path("fuse2fs") => Some("fuse2fs is not installed".into()),
         Kind::Fuse2fs if !is_root() => Some("fuse2fs mounts are run as root here; not root".into()),
-        Kind::Fuse | Kind::FuseMem if !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
-        Kind::Fuse | Kind::FuseMem if rext4_exe().is_none() => Some(match REXT4.get() {
+        k if k.is_rext4_fuse() && !Path::new("/dev/fuse").exists() => Some("no /dev/fuse".into()),
+        k if k.is_uring() && !Path::new(ENABLE_URING).exists() => {
+            Some("this kernel has no FUSE over io_uring".into())
+        }
+        k if k.is_uring() && !is_root() => Some("enabling FUSE over io_uring needs root".into()),
+        k if k.is_rext4_fuse() && rext4_exe().is_none() => Some(match REXT4.get() {
             Some(p) => format!("{}: no such program (--rext4)", p.display()),
             None => "no rext4 program beside rext4-bench or on PATH (--rext4 names one)".into(),
         }),
-        Kind::Fuse | Kind::FuseMem if !is_root() && !on_path("fusermount3") => {
+        k if k.is_rext4_fuse() && !is_root() && !on_path("fusermount3") => {
             Some("not root and no fusermount3 to mount with".into())
         }
         _ => None,
@@ -738,13 +785,18 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
             }
             guard
         }
-        Kind::Fuse | Kind::Fuse2fs | Kind::FuseMem => {
+        Kind::Fuse | Kind::FuseUring | Kind::Fuse2fs | Kind::FuseMem | Kind::FuseMemUring => {
             let rext4 = || rext4_exe().map(Command::new).ok_or("no rext4 program (--rext4 names one)");
-            let mut cmd = if kind == Kind::FuseMem {
+            if kind.is_uring() {
+                enable_uring()?;
+            }
+            let mut cmd = if matches!(kind, Kind::FuseMem | Kind::FuseMemUring) {
                 let mut c = rext4()?;
                 c.arg("memfs").arg(&dir);
+                // Each transport by name: `enable_uring` is on while the io_uring targets run.
+                c.args(["-o", if kind.is_uring() { "io_uring" } else { "noio_uring" }]);
                 c
-            } else if kind == Kind::Fuse {
+            } else if matches!(kind, Kind::Fuse | Kind::FuseUring) {
                 mkfs(&img, spec)?;
                 let mut c = rext4()?;
                 let mut opts = spec.cache_mib.map_or("rw".to_string(), |m| format!("rw,cache={m}"));
@@ -754,6 +806,7 @@ pub(crate) fn mount(kind: Kind, work: &Path, spec: &ImageSpec) -> CliResult<Moun
                 if let Some(more) = &spec.fuse_opts {
                     opts = format!("{opts},{more}");
                 }
+                opts.push_str(if kind.is_uring() { ",io_uring" } else { ",noio_uring" });
                 c.arg("mount").arg(&img).arg(&dir).args(["-o", &opts, "-f"]);
                 c
             } else {

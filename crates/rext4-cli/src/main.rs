@@ -164,7 +164,7 @@ enum Cmd {
         image: PathBuf,
         mountpoint: PathBuf,
         /// Comma-separated mount options: ro, rw, allow_other, default_permissions, commit=N,
-        /// errors=continue|remount-ro, writeback_cache, threads=N, fsname=, norecovery, cache=MiB,
+        /// errors=continue|remount-ro, writeback_cache, io_uring/noio_uring, threads=N, fsname=, norecovery, cache=MiB,
         /// acl/noacl, the atime and sync options, and what ext4 and mount(8) accept (docs/fuse.md).
         #[arg(short = 'o', action = clap::ArgAction::Append)]
         options: Vec<String>,

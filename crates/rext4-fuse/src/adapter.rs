@@ -177,7 +177,7 @@ impl Adapter {
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::init::negotiate(config, self.shared.opts.writeback_cache);
+        crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.io_uring);
         self.negotiate_acl(config);
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
         if self.shared.opts.locks == LockMode::Engine && config.add_capabilities(locks).is_err() {
@@ -461,7 +461,14 @@ impl Filesystem for Adapter {
     fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
         self.guard("flush", || {
             // Writes reach the engine synchronously; there is nothing to push at close, but
-            // the closer's POSIX locks go (sent only with locks=engine, see open_flags).
+            // the closer's POSIX locks go (locks=engine). With the kernel's locks a FLUSH
+            // comes only with writeback_cache (which overrides FOPEN_NOFLUSH), after the
+            // kernel has written the file's pages back itself: ENOSYS tells it to send no
+            // more on this connection, a round trip saved on every close.
+            if self.shared.opts.locks == LockMode::Kernel {
+                reply.error(Errno::ENOSYS);
+                return;
+            }
             if let Some(e) = engine_ino(ino) {
                 self.flush_locks(e, lock_owner.0);
             }

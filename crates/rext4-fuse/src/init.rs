@@ -5,7 +5,7 @@ use fuser::{InitFlags, KernelConfig};
 use std::time::Duration;
 
 /// The connection's settings, asked of the kernel at `init` (memfs.rs asks the same).
-pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool) {
+pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool, io_uring: Option<bool>) {
     let mut want = InitFlags::FUSE_ASYNC_READ
         | InitFlags::FUSE_BIG_WRITES
         | InitFlags::FUSE_PARALLEL_DIROPS
@@ -15,6 +15,13 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool) {
         | InitFlags::FUSE_MAX_PAGES;
     if writeback_cache {
         want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    if io_uring != Some(false) {
+        // Offered only where the kernel has it and the fuse module's `enable_uring` is set.
+        want |= InitFlags::FUSE_OVER_IO_URING;
+        if io_uring == Some(true) && !config.capabilities().contains(InitFlags::FUSE_OVER_IO_URING) {
+            crate::log("io_uring: not offered by the kernel (enable_uring off?), reading /dev/fuse");
+        }
     }
     // Each flag the kernel lacks is simply not used.
     let _ = config.add_capabilities(want & config.capabilities());

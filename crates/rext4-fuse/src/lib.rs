@@ -33,6 +33,7 @@ mod sync_opts;
 mod vfs_flags;
 
 pub use diagnose::{check_mountpoint, mount_error};
+pub use fuser::TransportStats;
 pub use memfs::serve_memfs;
 pub use options::{Atime, ErrorBehavior, LockMode, MountOptions};
 
@@ -92,11 +93,17 @@ impl Mount {
         &self.mountpoint
     }
 
+    /// How many requests each transport served (io_uring queues or /dev/fuse reads).
+    pub fn transport_stats(&self) -> Arc<TransportStats> {
+        self.session.transport_stats()
+    }
+
     /// Serves requests on the configured number of threads until the filesystem is unmounted
     /// (`umount`, `fusermount3 -u`, or [`unmount`]); then releases every inode the kernel
     /// still held, commits the journal and marks the image clean.
     pub fn run(self) -> io::Result<()> {
         let Mount { session, shared, .. } = self;
+        let stats = session.transport_stats();
         let served = match session.run() {
             // The connection going away is how every session ends; which errno a worker sees
             // depends on how the kernel tore it down.
@@ -106,6 +113,13 @@ impl Mount {
             }
             r => r,
         };
+        if shared.opts.io_uring == Some(true) || stats.uring_requests() > 0 {
+            log(&format!(
+                "io_uring: {} requests served by {} rings",
+                stats.uring_requests(),
+                stats.uring_queues()
+            ));
+        }
         shared.release_all();
         let closed = shared.fs.unmount().map_err(io::Error::from);
         served.and(closed)
@@ -122,12 +136,18 @@ pub fn mount(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
 pub struct Background {
     thread: std::thread::JoinHandle<io::Result<()>>,
     mountpoint: PathBuf,
+    stats: Arc<TransportStats>,
 }
 
 impl Background {
     /// Where the filesystem is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// How many requests each transport served.
+    pub fn transport_stats(&self) -> &TransportStats {
+        &self.stats
     }
 
     /// Unmounts and waits until the image is committed and clean. If files on the mount stay
@@ -157,8 +177,9 @@ impl Background {
 pub fn spawn(fs: Fs, mountpoint: &Path, opts: &MountOptions) -> io::Result<Background> {
     let m = Mount::new(fs, mountpoint, opts)?;
     let mountpoint = m.mountpoint().to_path_buf();
+    let stats = m.transport_stats();
     let thread = std::thread::Builder::new().name("rext4-fuse".into()).spawn(move || m.run())?;
-    Ok(Background { thread, mountpoint })
+    Ok(Background { thread, mountpoint, stats })
 }
 
 /// Unmounts a FUSE mount. A busy mount is an error (`EBUSY`) unless `lazy`, when it is

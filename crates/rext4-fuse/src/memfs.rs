@@ -36,6 +36,8 @@ struct Node {
 pub(crate) struct MemFs {
     shards: Vec<Mutex<HashMap<u64, Node>>>,
     next: AtomicU64,
+    /// Ask for io_uring queues at init, as the mount's `io_uring` option does.
+    io_uring: Option<bool>,
 }
 
 type R<T> = Result<T, Errno>;
@@ -56,6 +58,7 @@ impl MemFs {
         let fs = MemFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(2),
+            io_uring: None,
         };
         fs.put(attr(1, FileType::Directory, 0o755, 0, 0), true);
         fs
@@ -197,7 +200,7 @@ fn entry(r: R<FileAttr>, reply: ReplyEntry) {
 
 impl Filesystem for MemFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        crate::init::negotiate(config, false);
+        crate::init::negotiate(config, false, self.io_uring);
         Ok(())
     }
 
@@ -331,7 +334,8 @@ impl Filesystem for MemFs {
 /// `rext4 mount`, and serves it until it is unmounted.
 pub fn serve_memfs(mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
     opts.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let session = Session::new(MemFs::new(), mountpoint, &crate::fuser_config(opts))?;
+    let fs = MemFs { io_uring: opts.io_uring, ..MemFs::new() };
+    let session = Session::new(fs, mountpoint, &crate::fuser_config(opts))?;
     match session.run() {
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => Ok(()),
         r => r,

@@ -23,6 +23,11 @@ pub struct MountOptions {
     pub errors: Option<ErrorBehavior>,
     /// Let the kernel cache writes (`writeback_cache`).
     pub writeback_cache: bool,
+    /// Take requests through FUSE-over-io_uring queues where the kernel offers them (the fuse
+    /// module's `enable_uring`), /dev/fuse reads otherwise. `None` (the default): so, quietly;
+    /// `Some(true)` (`io_uring`): so, saying when the kernel does not offer it; `Some(false)`
+    /// (`noio_uring`): /dev/fuse reads only.
+    pub io_uring: Option<bool>,
     /// Worker threads reading requests (`threads=N`); `None` is one per core.
     pub threads: Option<usize>,
     /// The source shown in the mount table (`fsname=`); the image path by default.
@@ -66,6 +71,7 @@ impl Default for MountOptions {
             commit: None,
             errors: None,
             writeback_cache: false,
+            io_uring: None,
             threads: None,
             fsname: None,
             norecovery: false,
@@ -230,6 +236,10 @@ impl MountOptions {
                 "writeback_cache" => {
                     flag(val)?;
                     self.writeback_cache = true;
+                }
+                "io_uring" | "noio_uring" => {
+                    flag(val)?;
+                    self.io_uring = Some(key == "io_uring");
                 }
                 "norecovery" | "noload" => {
                     flag(val)?;
@@ -416,6 +426,14 @@ mod tests {
         assert!(e.contains("data=journal"), "{e}");
         let e = MountOptions::parse("frobnicate").unwrap_err();
         assert!(e.contains("Unknown parameter 'frobnicate'"), "{e}");
+    }
+
+    #[test]
+    fn io_uring_by_default_or_by_name() {
+        assert_eq!(MountOptions::parse("rw").unwrap().io_uring, None);
+        assert_eq!(MountOptions::parse("io_uring").unwrap().io_uring, Some(true));
+        assert_eq!(MountOptions::parse("io_uring,noio_uring").unwrap().io_uring, Some(false));
+        assert!(MountOptions::parse("io_uring=1").is_err());
     }
 
     #[test]

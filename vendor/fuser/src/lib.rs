@@ -79,6 +79,8 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+#[cfg(target_os = "linux")]
+pub use crate::uring::TransportStats;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -101,6 +103,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+#[cfg(target_os = "linux")]
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -139,6 +139,11 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The payload buffer size of io_uring entries, when `FUSE_INIT` agreed on io_uring.
+    #[cfg(target_os = "linux")]
+    uring_payload: Option<usize>,
+    #[cfg(target_os = "linux")]
+    stats: Arc<crate::uring::TransportStats>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +191,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            #[cfg(target_os = "linux")]
+            uring_payload: None,
+            #[cfg(target_os = "linux")]
+            stats: Arc::default(),
         };
 
         session.handshake()?;
@@ -214,6 +223,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            #[cfg(target_os = "linux")]
+            uring_payload: None,
+            #[cfg(target_os = "linux")]
+            stats: Arc::default(),
         };
 
         session.handshake()?;
@@ -252,6 +265,10 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            #[cfg(target_os = "linux")]
+            uring_payload,
+            #[cfg(target_os = "linux")]
+            stats,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +303,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        #[cfg(target_os = "linux")]
+        let dev = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -306,6 +325,36 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        #[cfg(target_os = "linux")]
+        let mut queue_threads = Vec::new();
+        #[cfg(target_os = "linux")]
+        let mut queues = Vec::new();
+        #[cfg(target_os = "linux")]
+        if let Some(payload) = uring_payload {
+            use std::os::fd::AsRawFd;
+            queues = crate::uring::queues(payload)?;
+            info!(
+                "FUSE over io_uring: {} rings, {} for each CPU",
+                queues.len(),
+                crate::uring::THREADS_PER_QUEUE
+            );
+            for q in &queues {
+                let event_loop = SessionEventLoop {
+                    thread_name: "fuser-uring".to_string(),
+                    filesystem: filesystem.clone(),
+                    ch: dev.clone(),
+                    allowed,
+                    session_owner,
+                };
+                let (q, stats, fd) = (q.clone(), stats.clone(), dev.as_fd().as_raw_fd());
+                queue_threads.push(
+                    thread::Builder::new()
+                        .name("fuser-uring".to_string())
+                        .spawn(move || crate::uring::run_queue(q, event_loop, fd, stats))?,
+                );
+            }
+        }
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -319,6 +368,22 @@ impl<FS: Filesystem> Session<FS> {
                     reply = Err(e);
                 }
             }
+        }
+
+        // The connection is gone once /dev/fuse reports it: the queues end too.
+        #[cfg(target_os = "linux")]
+        {
+            for q in &queues {
+                q.stop();
+            }
+            for thread in queue_threads {
+                match thread.join() {
+                    Ok(Err(e)) => warn!("io_uring queue: {e}"),
+                    Ok(Ok(())) => {}
+                    Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
+                }
+            }
+            drop(dev);
         }
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
@@ -469,6 +534,13 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            #[cfg(target_os = "linux")]
+            if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
+                // The kernel sizes entries' payload as max(8 KiB, max_write, max_pages pages).
+                let pages = usize::from(config.max_pages()) * page_size::get();
+                self.uring_payload = Some((config.max_write as usize).max(pages).max(8192));
+            }
+
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
@@ -492,6 +564,12 @@ impl<FS: Filesystem> Session<FS> {
     /// Returns an object that can be used to send notifications to the kernel
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
+    }
+
+    /// Counts of requests served by each transport, updated while the session runs.
+    #[cfg(target_os = "linux")]
+    pub fn transport_stats(&self) -> Arc<crate::uring::TransportStats> {
+        self.stats.clone()
     }
 }
 

@@ -1,5 +1,5 @@
 //! The FUSE daemon's integration tests, in one binary: real mounts of images through
-//! rext4-fuse (`mount`), `-o locks=engine` (`locks`), and outside exercisers on such mounts (`stress`). Each test is skipped
+//! rext4-fuse (`mount`), `-o locks=engine` (`locks`), outside exercisers on such mounts (`stress`), and mounts served through io_uring (`uring`). Each test is skipped
 //! with a message where FUSE mounts are not possible, and fails instead under
 //! `REXT4_REQUIRE_MOUNT=1`.
 
@@ -11,3 +11,4 @@ mod locks;
 mod mount;
 mod stress;
 mod support;
+mod uring;

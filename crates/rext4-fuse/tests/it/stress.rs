@@ -9,7 +9,7 @@ use rext4_testkit::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn tool_or_skip(name: &str) -> Option<PathBuf> {
+pub(crate) fn tool_or_skip(name: &str) -> Option<PathBuf> {
     let found = find_tool(name).or_else(|| {
         let home = std::env::var_os("HOME")?;
         let p = Path::new(&home).join(".cargo/bin").join(name);
@@ -45,7 +45,7 @@ sendfile = 1
 "#;
 
 /// Runs `fsx` with `ops` operations on a fresh file on `mount`.
-fn run_fsx(fsx: &Path, mount: &Path, work: &Path, seed: u64, ops: u64) {
+pub(crate) fn run_fsx(fsx: &Path, mount: &Path, work: &Path, seed: u64, ops: u64) {
     let cfg = work.join("fsx.toml");
     std::fs::write(&cfg, FSX_CONFIG).unwrap();
     let file = mount.join(format!("fsx-{seed}"));

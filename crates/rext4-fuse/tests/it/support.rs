@@ -41,6 +41,12 @@ impl FuseMount {
         self.dir.path()
     }
 
+    /// Requests served so far through io_uring queues, and the queues that served any.
+    pub fn uring_served(&self) -> (u64, u64) {
+        let s = self.bg.as_ref().expect("mounted").transport_stats();
+        (s.uring_requests(), s.uring_queues())
+    }
+
     pub fn join(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
