@@ -177,7 +177,7 @@ impl Adapter {
 
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.io_uring);
+        crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.uring_choice());
         self.negotiate_acl(config);
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
         if self.shared.opts.locks == LockMode::Engine && config.add_capabilities(locks).is_err() {

@@ -356,6 +356,17 @@ impl MountOptions {
         self.sync || self.dirsync
     }
 
+    /// Whether to take requests through io_uring (`Some(true)`: and say when the kernel does
+    /// not offer it), as `io_uring` asks. Unasked, `locks=engine` keeps to /dev/fuse: a lock
+    /// wait answered later holds its ring entry, and a queue whose entries and spares all
+    /// hold waits takes no request, not even the unlock that would free them.
+    pub fn uring_choice(&self) -> Option<bool> {
+        match (self.io_uring, self.locks) {
+            (None, LockMode::Engine) => Some(false),
+            (x, _) => x,
+        }
+    }
+
     /// Worker threads to run.
     pub fn thread_count(&self) -> usize {
         self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -434,6 +445,10 @@ mod tests {
         assert_eq!(MountOptions::parse("io_uring").unwrap().io_uring, Some(true));
         assert_eq!(MountOptions::parse("io_uring,noio_uring").unwrap().io_uring, Some(false));
         assert!(MountOptions::parse("io_uring=1").is_err());
+        // The engine's lock waits hold ring entries: /dev/fuse unless asked.
+        assert_eq!(MountOptions::parse("rw").unwrap().uring_choice(), None);
+        assert_eq!(MountOptions::parse("locks=engine").unwrap().uring_choice(), Some(false));
+        assert_eq!(MountOptions::parse("locks=engine,io_uring").unwrap().uring_choice(), Some(true));
     }
 
     #[test]
