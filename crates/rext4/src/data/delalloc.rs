@@ -28,6 +28,7 @@ use crate::inode::Inode;
 use crate::num::usize_from;
 use rext4_format::inode::INLINE_DATA_FL;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -179,20 +180,33 @@ impl DirtyPages {
         new
     }
 
-    /// Copies `data` (the file's bytes from `offset`) into the dirty blocks it covers.
-    fn store(&mut self, offset: u64, data: &[u8]) {
+    /// The parts of the runs that the file range `offset..offset + len` meets: each run's
+    /// first block, the part's place in the run's bytes, and its place in the range.
+    fn spans(&self, offset: u64, len: usize) -> Vec<(u64, Range<usize>, Range<usize>)> {
         let bs = self.bs;
-        let end = offset + data.len() as u64;
+        let end = offset + len as u64;
         let first = self.run_at(offset / bs).map_or(offset / bs, |(s, _)| s);
-        let keys: Vec<u64> = self.runs.range(first..end.div_ceil(bs)).map(|(&k, _)| k).collect();
-        for k in keys {
-            let Some(v) = self.runs.get_mut(&k) else { continue };
+        let mut out = Vec::new();
+        for (&k, v) in self.runs.range(first..end.div_ceil(bs)) {
             let (s, e) = (k * bs, k * bs + v.len() as u64);
             let a = s.max(offset);
             let z = e.min(end);
             if a < z {
-                v[usize_from(a - s)..usize_from(z - s)]
-                    .copy_from_slice(&data[usize_from(a - offset)..usize_from(z - offset)]);
+                out.push((
+                    k,
+                    usize_from(a - s)..usize_from(z - s),
+                    usize_from(a - offset)..usize_from(z - offset),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Copies `data` (the file's bytes from `offset`) into the dirty blocks it covers.
+    fn store(&mut self, offset: u64, data: &[u8]) {
+        for (k, in_run, in_data) in self.spans(offset, data.len()) {
+            if let Some(v) = self.runs.get_mut(&k) {
+                v[in_run].copy_from_slice(&data[in_data]);
             }
         }
     }
@@ -239,16 +253,9 @@ impl DirtyPages {
 
     /// Copies the dirty bytes of the file range `offset..offset + buf.len()` over `buf`.
     fn overlay(&self, offset: u64, buf: &mut [u8]) {
-        let bs = self.bs;
-        let end = offset + buf.len() as u64;
-        let first = self.run_at(offset / bs).map_or(offset / bs, |(s, _)| s);
-        for (&start, v) in self.runs.range(first..end.div_ceil(bs)) {
-            let (s, e) = (start * bs, start * bs + v.len() as u64);
-            let a = s.max(offset);
-            let z = e.min(end);
-            if a < z {
-                buf[usize_from(a - offset)..usize_from(z - offset)]
-                    .copy_from_slice(&v[usize_from(a - s)..usize_from(z - s)]);
+        for (k, in_run, in_buf) in self.spans(offset, buf.len()) {
+            if let Some(v) = self.runs.get(&k) {
+                buf[in_buf].copy_from_slice(&v[in_run]);
             }
         }
     }

@@ -57,7 +57,6 @@ impl FsInner {
             let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;
         }
-
         let extents = inode.flags() & EXTENTS_FL != 0;
         if !extents && mode != FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
             // As the kernel: only extent-mapped files have unwritten extents (and shifts);

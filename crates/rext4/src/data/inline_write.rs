@@ -175,9 +175,7 @@ impl FsInner {
     ) -> Result<Option<usize>> {
         // Without a handle first: most writes cannot fit (the record bounds the inline bytes).
         let Some(end) = offset.checked_add(data.len() as u64) else { return Ok(None) };
-        // A file with delayed writes has data but no blocks yet: not an empty one.
-        let delayed = inode.dirty_pages.load(std::sync::atomic::Ordering::Acquire) > 0;
-        if !self.sbi.inline_data || end > self.sbi.inode_size as u64 || delayed || !may_inline(&inode.raw()) {
+        if !self.sbi.inline_data || end > self.sbi.inode_size as u64 || !may_inline(inode, &inode.raw()) {
             return Ok(None);
         }
         let h = journal.start(crate::data::write::DATA_CREDITS)?;
@@ -273,10 +271,12 @@ impl FsInner {
     }
 }
 
-/// Whether the file of record `raw` keeps its data inline, or may start to: one that never
-/// had a block may, whatever its size (the kernel's `EXT4_STATE_MAY_INLINE_DATA`).
-fn may_inline(raw: &[u8]) -> bool {
-    raw_flags(raw) & INLINE_DATA_FL != 0 || raw_blocks(raw) == 0
+/// Whether `inode` (record `raw`) keeps its data inline, or may start to: one that never had
+/// a block may, whatever its size (the kernel's `EXT4_STATE_MAY_INLINE_DATA`), unless delayed
+/// writes hold its data until they get blocks (data/delalloc.rs).
+fn may_inline(inode: &Inode, raw: &[u8]) -> bool {
+    raw_flags(raw) & INLINE_DATA_FL != 0
+        || (raw_blocks(raw) == 0 && inode.dirty_pages.load(std::sync::atomic::Ordering::Acquire) == 0)
 }
 
 /// The most bytes `system.data` could hold in record `raw`, which has the attribute

@@ -30,8 +30,9 @@ const COARSE_TICK_NS: i128 = 4_000_000;
 /// Zeros for the parts of blocks a write or truncate must clear (the largest block size).
 static ZEROS: [u8; 65536] = [0; 65536];
 
-/// Writes shorter than this leave their whole blocks in the page cache.
-const FILL_WRITE: usize = 64 << 10;
+/// Writes shorter than this leave their whole blocks in the page cache (and so do runs of
+/// written-back pages shorter than this: data/writeback.rs).
+pub(super) const FILL_WRITE: usize = 64 << 10;
 
 /// Blocks one write handle covers at most.
 pub(super) const CHUNK_BLOCKS: u64 = 2048;
@@ -255,7 +256,7 @@ impl FsInner {
                         ops += 1;
                         runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
                     } else {
-                        runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false });
+                        runs.push(Run::mapped(&e));
                     }
                     prev_end = Some(e.pblk + e.len);
                     cur = e.lblk + e.len;
@@ -441,8 +442,7 @@ impl FsInner {
             if next < end.div_ceil(bs) {
                 return Ok(false);
             }
-            let runs: Vec<Run> =
-                runs.iter().map(|e| Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: false }).collect();
+            let runs: Vec<Run> = runs.iter().map(Run::mapped).collect();
             self.write_runs(inode, &runs, offset, data)?;
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the

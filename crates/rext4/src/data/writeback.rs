@@ -14,7 +14,7 @@
 //! `op_lock` -> handle -> `data_sem` (exclusive while pages become mapped blocks) -> `raw` ->
 //! `Inode::dirty`. `Writeback::files` shards are leaves: nothing is taken while one is held.
 
-use super::write::{Filled, DATA_CREDITS};
+use super::write::{Filled, DATA_CREDITS, FILL_WRITE};
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
@@ -28,10 +28,6 @@ use std::time::{Duration, Instant};
 /// The longest run of dirty pages given blocks by one allocation: the longest initialized
 /// extent.
 const RUN_BLOCKS: u64 = 32768;
-
-/// Runs of written-back pages shorter than this stay in the clean cache (as the writes under
-/// 64 KiB that write-through leaves there).
-const FILL_RUN_BYTES: usize = 64 << 10;
 
 /// Buffers of written-back runs kept for reuse, and the least capacity worth keeping.
 const SPARES: usize = 8;
@@ -222,7 +218,7 @@ impl FsInner {
                 // The pages of a short run stay in the clean cache, as a short write's would;
                 // a long run's cached copies are dropped (a stream rarely reads its data
                 // again, and filling the cache with it costs more than the write).
-                if data.len() < FILL_RUN_BYTES {
+                if data.len() < FILL_WRITE {
                     for (i, block) in data.chunks(usize_from(bs)).enumerate() {
                         if let Ok(b) = u32::try_from(start + i as u64) {
                             self.pcache.written_block(inode.ino.0, b, gen, block.into());

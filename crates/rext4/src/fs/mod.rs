@@ -518,11 +518,9 @@ impl FsInner {
         let (free_blocks, free_inodes, _) = self.groups.totals();
         let overhead = self.overhead();
         let sb = &sbi.sb;
-        // The kernel keeps 2% or 4096 blocks, whichever is less, for its own use (extent
-        // splits and unwritten conversions); without extents it keeps none.
-        let extents = sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
-        let resv = if extents { (sbi.blocks_count / 50).min(4096) } else { 0 };
-        let reserved = sb.r_blocks_count() + resv;
+        // The root-reserved blocks and the kernel's own slack for extent splits and unwritten
+        // conversions are not available.
+        let reserved = sb.r_blocks_count() + self.meta_slack();
         // Blocks reserved for dirty pages are spoken for (the kernel's statfs subtracts its
         // dirty clusters).
         let free_blocks =

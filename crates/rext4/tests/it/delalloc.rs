@@ -206,9 +206,16 @@ fn the_flusher_writes_back_expired_pages() {
     fs.sync().unwrap();
     let snap = dir.path().join("snap.img");
     std::fs::copy(&img, &snap).unwrap();
+    fs.unmount().unwrap();
     drop(fs);
+    e2fsck_clean(&img);
     let fs = Fs::open(&snap).unwrap();
     assert_eq!(fs.read_file("/a").unwrap(), pattern(1, 100_000));
+    drop(fs);
+    // The snapshot as e2fsck recovers it is clean too.
+    let status = std::process::Command::new("e2fsck").arg("-fy").arg(&snap).output().unwrap().status;
+    assert!(status.code().is_some_and(|c| c <= 1), "e2fsck {status}");
+    e2fsck_clean(&snap);
 }
 
 /// Writes into holes of a file that has blocks, overwrites of blocks next to dirty pages, and
@@ -335,7 +342,9 @@ fn rename_over_a_file_writes_the_new_one_back_first() {
     fs.fsync(fs.root()).unwrap();
     let after = dir.path().join("after.img");
     std::fs::copy(&img, &after).unwrap();
+    fs.unmount().unwrap();
     drop(fs);
+    e2fsck_clean(&img);
     for (snap, want) in [(&before, pattern(1, 30_000)), (&after, pattern(2, 50_000))] {
         let fs = Fs::open(snap).unwrap();
         assert_eq!(fs.read_file("/config").unwrap(), want, "{}", snap.display());
