@@ -182,27 +182,33 @@ impl FsInner {
         let n = self.sbi.blocks_in_group(g) as usize;
         let want = want32 as usize;
         let buf = self.block_bitmap(h, g)?;
-        let search = |map: &[u8]| {
-            bitmap::find_zero_run(map, start.min(n), n, want)
+        let search = |map: &[u8], avoid: &Avoid<'_>| {
+            let run = |from| bitmap::find_free_run(map, from, n, want, |i| avoid.next_after(i));
+            run(start.min(n))
                 .filter(|&(_, l)| l == want || !full)
-                .or_else(|| bitmap::find_zero_run(map, 0, n, want).filter(|&(_, l)| l == want || !full))
+                .or_else(|| run(0).filter(|&(_, l)| l == want || !full))
         };
         // Look without the group lock first.
         let found = {
             let map = buf.data();
-            let busy = self.avoid_ranges(g);
-            search(&with_busy(&map, &busy))
+            let pa = self.prealloc_ranges(g);
+            let busy = self.busy_list(g);
+            search(&map, &Avoid { busy: &busy, pa: &pa })
         };
         let Some(mut found) = found else { return Ok(None) };
         let mut map = h.write(&buf)?;
         // Under the lock: take what we found if it is still free; if another thread won it,
         // search once more with the lock held. Frees push their busy ranges under this lock,
         // so the list read here is complete.
-        let busy = self.avoid_ranges(g);
         {
-            let view = with_busy(&map, &busy);
-            if (found.0..found.0 + found.1).any(|i| bitmap::test(&view, i)) {
-                match search(&view) {
+            let pa = self.prealloc_ranges(g);
+            let busy = self.busy_list(g);
+            let avoid = Avoid { busy: &busy, pa: &pa };
+            let (off, len) = found;
+            let taken = (off..off + len).any(|i| bitmap::test(&map, i))
+                || avoid.next_after(off).is_some_and(|(b, _)| b < off + len);
+            if taken {
+                match search(&map, &avoid) {
                     Some(f) => found = f,
                     None => return Ok(None),
                 }
@@ -237,30 +243,26 @@ impl FsInner {
         Ok(Some((off, len32)))
     }
 
-    /// Group `g`'s busy ranges (offset, length) whose freeing transaction has not committed;
-    /// committed ones are dropped on the way.
-    fn busy_ranges(&self, g: u32) -> Vec<(usize, usize)> {
+    /// Group `g`'s busy ranges whose freeing transaction has not committed (committed ones
+    /// are dropped on the way), locked: a leaf, taken after the group's bitmap lock.
+    fn busy_list(&self, g: u32) -> crate::sync::MutexGuard<'_, super::group::BusyList> {
         let mut busy = self.groups.state[g as usize].busy.lock();
-        if busy.is_empty() {
-            return Vec::new();
+        if !busy.is_empty() {
+            if let Some(j) = &self.journal {
+                busy.release(self.groups.discard.release_limit(j.committed_tid()));
+            }
         }
-        if let Some(j) = &self.journal {
-            let limit = self.groups.discard.release_limit(j.committed_tid());
-            busy.retain(|&(_, _, tid)| crate::jbd2::journal::jbd2_after(tid, limit));
-        }
-        busy.iter().map(|&(off, len, _)| (off as usize, len as usize)).collect()
+        busy
     }
 
-    /// What an allocation in group `g` must skip: its busy ranges and the blocks set aside for
-    /// files' appends.
-    fn avoid_ranges(&self, g: u32) -> Vec<(usize, usize)> {
-        let mut v = self.busy_ranges(g);
+    /// The blocks of group `g` set aside for files' appends, as (offset, length) by offset.
+    fn prealloc_ranges(&self, g: u32) -> Vec<(u32, u32)> {
         // No reserve anywhere (the common case): no list to lock.
         if self.pa_blocks.load(Ordering::Acquire) == 0 {
-            return v;
+            return Vec::new();
         }
-        let pa = self.groups.state[g as usize].prealloc.lock();
-        v.extend(pa.iter().map(|&(off, len)| (off as usize, len as usize)));
+        let mut v = self.groups.state[g as usize].prealloc.lock().clone();
+        v.sort_unstable();
         v
     }
 
@@ -322,7 +324,7 @@ impl FsInner {
     /// Whether any freed block waits for its transaction to commit before it can be reused
     /// (an allocation that failed may succeed after a commit).
     pub(crate) fn has_busy_blocks(&self) -> bool {
-        (0..self.sbi.group_count).any(|g| !self.busy_ranges(g).is_empty())
+        (0..self.sbi.group_count).any(|g| !self.busy_list(g).is_empty())
     }
 
     /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
@@ -348,7 +350,7 @@ impl FsInner {
                 bitmap::clear(&mut map, i);
                 freed += 1;
             }
-            self.groups.state[g as usize].busy.lock().push((boff, freed, h.tid()));
+            self.groups.state[g as usize].busy.lock().push(boff, freed, h.tid());
             self.groups.discard.freed(h.tid());
             drop(map);
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
@@ -405,14 +407,21 @@ impl FsInner {
     }
 }
 
-/// `map` with the busy ranges marked as used (a copy only when there are any).
-fn with_busy<'a>(map: &'a [u8], busy: &[(usize, usize)]) -> std::borrow::Cow<'a, [u8]> {
-    if busy.is_empty() {
-        return std::borrow::Cow::Borrowed(map);
+/// What an allocation in a group must skip besides the blocks in use: its busy ranges and
+/// the blocks set aside for files' appends (both sorted by offset, disjoint from each other).
+struct Avoid<'a> {
+    busy: &'a super::group::BusyList,
+    pa: &'a [(u32, u32)],
+}
+
+impl Avoid<'_> {
+    /// The first skipped range that ends after bit `i`, as `start..end`.
+    fn next_after(&self, i: usize) -> Option<(usize, usize)> {
+        let k = self.pa.partition_point(|&(o, l)| (o as usize + l as usize) <= i);
+        let pa = self.pa.get(k).map(|&(o, l)| (o as usize, o as usize + l as usize));
+        match (self.busy.next_after(i), pa) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
-    let mut v = map.to_vec();
-    for &(off, len) in busy {
-        bitmap::set_range(&mut v, off, off + len);
-    }
-    std::borrow::Cow::Owned(v)
 }

@@ -13,17 +13,31 @@ pub(crate) fn clear(map: &mut [u8], i: usize) {
     map[i / 8] &= !(1 << (i % 8));
 }
 
-/// Sets bits `from..to`.
+/// Sets bits `from..to` (whole bytes at once in the middle).
 pub(super) fn set_range(map: &mut [u8], from: usize, to: usize) {
-    for i in from..to {
-        set(map, i);
-    }
+    fill_range(map, from, to, true);
 }
 
 /// Clears bits `from..to`.
 pub(super) fn clear_range(map: &mut [u8], from: usize, to: usize) {
-    for i in from..to {
-        clear(map, i);
+    fill_range(map, from, to, false);
+}
+
+fn fill_range(map: &mut [u8], from: usize, to: usize, on: bool) {
+    let mut i = from;
+    while i < to {
+        if i.is_multiple_of(8) && i + 8 <= to {
+            let bytes = (to - i) / 8;
+            map[i / 8..i / 8 + bytes].fill(if on { 0xFF } else { 0 });
+            i += bytes * 8;
+            continue;
+        }
+        if on {
+            set(map, i);
+        } else {
+            clear(map, i);
+        }
+        i += 1;
     }
 }
 
@@ -80,13 +94,34 @@ pub(super) fn find_zero_aligned(map: &[u8], start: usize, end: usize, len: usize
 
 /// The first run of `len` clear bits in `start..end`, else the longest shorter run (at least
 /// one bit), as `(first, len)`.
+#[cfg(test)]
 pub(super) fn find_zero_run(map: &[u8], start: usize, end: usize, len: usize) -> Option<(usize, usize)> {
+    find_free_run(map, start, end, len, |_| None)
+}
+
+/// [`find_zero_run`] where bits in the ranges `blocked` reports also count as set:
+/// `blocked(i)` is the first range (`start..end`) that ends after bit `i`, if any.
+pub(super) fn find_free_run(
+    map: &[u8],
+    start: usize,
+    end: usize,
+    len: usize,
+    blocked: impl Fn(usize) -> Option<(usize, usize)>,
+) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
     let mut i = start;
     while i < end {
         let Some(z) = find_zero(map, i, end) else { break };
+        let next = blocked(z);
+        if let Some((b, e)) = next {
+            if b <= z {
+                i = e.max(z + 1);
+                continue;
+            }
+        }
+        let stop = next.map_or(end, |(b, _)| b.min(end));
         let mut e = z + 1;
-        while e < end && e - z < len && !test(map, e) {
+        while e < stop && e - z < len && !test(map, e) {
             e += 1;
         }
         if e - z >= len {
@@ -120,6 +155,55 @@ mod tests {
         set_range(&mut m, 40, 50);
         assert_eq!(find_zero_run(&m, 0, 64, 1), Some((13, 1)));
         assert!(test(&m, 40));
+    }
+
+    #[test]
+    fn blocked_ranges_count_as_set() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..2000 {
+            let mut m = vec![0u8; 40];
+            for _ in 0..(next() % 40) {
+                set(&mut m, (next() % 320) as usize);
+            }
+            // Sorted, disjoint blocked ranges.
+            let mut ranges = Vec::new();
+            let mut at = (next() % 20) as usize;
+            while at < 320 && ranges.len() < (next() % 8) as usize {
+                let l = 1 + (next() % 30) as usize;
+                ranges.push((at, (at + l).min(320)));
+                at += l + 1 + (next() % 40) as usize;
+            }
+            let mut marked = m.clone();
+            for &(b, e) in &ranges {
+                set_range(&mut marked, b, e);
+            }
+            let blocked = |i: usize| ranges.iter().copied().find(|&(_, e)| e > i);
+            let len = 1 + (next() % 24) as usize;
+            let (a, b) = ((next() % 330) as usize, (next() % 330) as usize);
+            let (start, end) = (a.min(b), a.max(b).min(320));
+            assert_eq!(
+                find_free_run(&m, start, end, len, blocked),
+                find_zero_run(&marked, start, end, len),
+                "{start}..{end} len {len} {ranges:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ranges_fill_whole_bytes_and_edges() {
+        for (from, to) in [(0, 0), (3, 5), (0, 64), (5, 61), (8, 16), (7, 9), (13, 300)] {
+            let mut m = vec![0u8; 40];
+            set_range(&mut m, from, to);
+            assert!((0..320).all(|i| test(&m, i) == (from..to).contains(&i)), "{from}..{to}");
+            clear_range(&mut m, from, to);
+            assert!(m.iter().all(|&b| b == 0));
+        }
     }
 
     #[test]

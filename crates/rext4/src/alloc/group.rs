@@ -14,6 +14,74 @@ use rext4_format::split::{hi16, lo16};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+/// A group's busy ranges (`GroupState::busy`): sorted by offset, so that an allocation can
+/// step over them while it scans the bitmap instead of copying the bitmap and marking them
+/// (thousands after a large delete). They never overlap: a busy block is not handed out, so
+/// not freed again, before its commit. Neighbours freed by one transaction are merged.
+#[derive(Default)]
+pub(crate) struct BusyList {
+    /// (offset in group, length, tid), sorted by offset.
+    ranges: Vec<(u32, u32, u32)>,
+    /// The oldest tid among `ranges` (meaningless when empty): nothing is released before it
+    /// commits, so most releases need not scan.
+    oldest: u32,
+}
+
+impl BusyList {
+    /// Records `len` blocks from `off` freed by transaction `tid`.
+    pub(crate) fn push(&mut self, off: u32, len: u32, tid: u32) {
+        use crate::jbd2::journal::jbd2_after;
+        let i = self.ranges.partition_point(|r| r.0 < off);
+        if i > 0 && self.ranges[i - 1].2 == tid && self.ranges[i - 1].0 + self.ranges[i - 1].1 == off {
+            self.ranges[i - 1].1 += len;
+            if let Some(&(n_off, n_len, n_tid)) = self.ranges.get(i) {
+                if n_tid == tid && off + len == n_off {
+                    self.ranges[i - 1].1 += n_len;
+                    self.ranges.remove(i);
+                }
+            }
+            return;
+        }
+        if let Some(next) = self.ranges.get_mut(i) {
+            if next.2 == tid && off + len == next.0 {
+                *next = (off, len + next.1, tid);
+                return;
+            }
+        }
+        if self.ranges.is_empty() || jbd2_after(self.oldest, tid) {
+            self.oldest = tid;
+        }
+        self.ranges.insert(i, (off, len, tid));
+    }
+
+    /// Drops the ranges of transactions up to `limit` (committed, and discarded if asked).
+    pub(crate) fn release(&mut self, limit: u32) {
+        use crate::jbd2::journal::jbd2_after;
+        if self.ranges.is_empty() || jbd2_after(self.oldest, limit) {
+            return;
+        }
+        self.ranges.retain(|r| jbd2_after(r.2, limit));
+        if let Some(first) = self.ranges.first() {
+            self.oldest = self.ranges.iter().fold(first.2, |o, r| if jbd2_after(o, r.2) { r.2 } else { o });
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// (offset, length, tid) of every range, by offset.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &(u32, u32, u32)> {
+        self.ranges.iter()
+    }
+
+    /// The first range that ends after bit `i`, as `start..end` bits.
+    pub(crate) fn next_after(&self, i: usize) -> Option<(usize, usize)> {
+        let k = self.ranges.partition_point(|r| (r.0 as usize + r.1 as usize) <= i);
+        self.ranges.get(k).map(|r| (r.0 as usize, r.0 as usize + r.1 as usize))
+    }
+}
+
 /// What changes about a group while the filesystem is open. Updated by the allocators under
 /// the group's bitmap buffer lock; read without locks for placement decisions. On a cache
 /// line of its own: threads allocating in neighbouring groups do not write one line.
@@ -28,8 +96,8 @@ pub(crate) struct GroupState {
     /// Blocks freed by transactions that have not committed yet, as (offset in group, length,
     /// tid): not handed out again before that commit, so a crash can never leave the old owner
     /// pointing at a new owner's data (mballoc's busy extents). Pushed under the group's
-    /// bitmap lock. [own lock]
-    pub busy: crate::sync::Mutex<Vec<(u32, u32, u32)>>,
+    /// bitmap lock (bitmap -> `busy`). [own lock]
+    pub busy: crate::sync::Mutex<BusyList>,
     /// Free blocks set aside for a file's next appends, as (offset in group, length): skipped
     /// by every other allocation (alloc/prealloc.rs). Pushed under the group's bitmap lock.
     /// [own lock]
@@ -175,7 +243,7 @@ impl Groups {
                 used_dirs: AtomicU32::new(d.used_dirs_count(ds)),
                 flags: AtomicU32::new(u32::from(d.flags())),
                 itable_unused: AtomicU32::new(d.itable_unused(ds)),
-                busy: crate::sync::Mutex::new(Vec::new()),
+                busy: crate::sync::Mutex::new(BusyList::default()),
                 prealloc: crate::sync::Mutex::new(Vec::new()),
             })
             .collect();

@@ -250,3 +250,30 @@ fn allocation_below_a_limit_stays_in_the_groups_under_it() {
         assert!(b + u64::from(n) <= sbi.group_first_block(2), "blocks {b}+{n} for goal {goal}");
     }
 }
+
+#[test]
+fn busy_ranges_stay_sorted_merge_and_release() {
+    use super::group::BusyList;
+    let mut b = BusyList::default();
+    b.push(100, 10, 5);
+    b.push(110, 5, 5); // after the first, same transaction: merged
+    b.push(90, 10, 5); // before it: merged
+    b.push(10, 4, 6);
+    b.push(200, 8, 4); // an older transaction
+    b.push(115, 5, 7); // adjacent but another transaction: kept apart
+    let v: Vec<_> = b.iter().copied().collect();
+    assert_eq!(v, [(10, 4, 6), (90, 25, 5), (115, 5, 7), (200, 8, 4)]);
+    assert_eq!(b.next_after(0), Some((10, 14)));
+    assert_eq!(b.next_after(14), Some((90, 115)));
+    assert_eq!(b.next_after(114), Some((90, 115)));
+    assert_eq!(b.next_after(115), Some((115, 120)));
+    assert_eq!(b.next_after(208), None);
+    // Nothing committed up to 3; up to 5 drops transactions 4 and 5.
+    b.release(3);
+    assert_eq!(b.iter().count(), 4);
+    b.release(5);
+    let v: Vec<_> = b.iter().copied().collect();
+    assert_eq!(v, [(10, 4, 6), (115, 5, 7)]);
+    b.release(7);
+    assert!(b.is_empty());
+}
