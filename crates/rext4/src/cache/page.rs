@@ -37,12 +37,6 @@ impl Cached for Page {
     }
 }
 
-impl Page {
-    pub(crate) fn data(&self) -> &[u8] {
-        &self.data
-    }
-}
-
 /// Generations handed to a thread at a time: the shared counter is written once per this many
 /// inodes loaded or invalidated.
 const GEN_BATCH: u64 = 1 << 16;
@@ -112,10 +106,19 @@ impl PageCache {
         self.enabled
     }
 
-    /// Block `lblk` of inode `ino` if cached in generation `gen`. Takes no lock.
-    pub(crate) fn get(&self, ino: u32, lblk: u32, gen: u64) -> Option<Arc<Page>> {
-        let p = self.map.get(key(ino, lblk))?;
-        (p.gen == gen).then_some(p)
+    /// Copies bytes `from..from + dst.len()` of block `lblk` of `ino` into `dst` if it is
+    /// cached in generation `gen`; whether it was. Takes no lock and no reference: a page
+    /// never changes, so a copy out of one being evicted is still right.
+    pub(crate) fn copy(&self, ino: u32, lblk: u32, gen: u64, from: usize, dst: &mut [u8]) -> bool {
+        self.map
+            .read(key(ino, lblk), |p| {
+                let hit = p.gen == gen;
+                if hit {
+                    dst.copy_from_slice(&p.data[from..from + dst.len()]);
+                }
+                hit
+            })
+            .unwrap_or(false)
     }
 
     /// Registers a load of block `lblk` of `ino`, before its contents are read.
@@ -237,29 +240,38 @@ mod tests {
         assert!(!all.contains(&0));
     }
 
+    /// The whole block `lblk` of `ino` in generation `gen`, if cached.
+    fn page(c: &PageCache, ino: u32, lblk: u32, gen: u64) -> Option<Vec<u8>> {
+        let mut v = vec![0; c.block_size];
+        c.copy(ino, lblk, gen, 0, &mut v).then_some(v)
+    }
+
     #[test]
     fn pages_are_per_generation_and_take_writes() {
         let c = PageCache::new(1 << 20, 16);
         let l = c.begin_load(5, 3);
         c.end_load(l, 7, &[1u8; 16]);
-        assert_eq!(c.get(5, 3, 7).unwrap().data(), &[1u8; 16]);
-        assert!(c.get(5, 3, 8).is_none(), "another generation sees nothing");
-        assert!(c.get(5, 4, 7).is_none() && c.get(6, 3, 7).is_none());
+        assert_eq!(page(&c, 5, 3, 7).unwrap(), &[1u8; 16]);
+        assert!(page(&c, 5, 3, 8).is_none(), "another generation sees nothing");
+        assert!(page(&c, 5, 4, 7).is_none() && page(&c, 6, 3, 7).is_none());
         c.written(5, 3, 7, 4, &[9, 9], true);
         let mut want = [1u8; 16];
         want[4..6].copy_from_slice(&[9, 9]);
-        assert_eq!(c.get(5, 3, 7).unwrap().data(), &want);
+        assert_eq!(page(&c, 5, 3, 7).unwrap(), &want);
+        let mut part = [0u8; 3];
+        assert!(c.copy(5, 3, 7, 3, &mut part));
+        assert_eq!(part, [1, 9, 9], "a part of a page");
         // A write in a newer generation drops the old page.
         c.written(5, 3, 8, 0, &[2], true);
-        assert!(c.get(5, 3, 7).is_none() && c.get(5, 3, 8).is_none());
+        assert!(page(&c, 5, 3, 7).is_none() && page(&c, 5, 3, 8).is_none());
         assert_eq!(c.len(), 0);
         // A whole block written is cached; a part of one is not.
         c.written(5, 9, 8, 0, &[3; 16], true);
-        assert_eq!(c.get(5, 9, 8).unwrap().data(), &[3; 16]);
+        assert_eq!(page(&c, 5, 9, 8).unwrap(), &[3; 16]);
         c.written(5, 10, 8, 0, &[3; 15], true);
-        assert!(c.get(5, 10, 8).is_none());
+        assert!(page(&c, 5, 10, 8).is_none());
         c.written(5, 11, 8, 0, &[3; 16], false);
-        assert!(c.get(5, 11, 8).is_none(), "not filled when not asked");
+        assert!(page(&c, 5, 11, 8).is_none(), "not filled when not asked");
     }
 
     /// A load that began before a write under its key ended is not cached: it may have read
@@ -271,12 +283,12 @@ mod tests {
         let other = c.begin_load(1, 1);
         c.written(1, 0, 3, 0, &[5; 16], false);
         c.end_load(early, 3, &[0; 16]);
-        assert!(c.get(1, 0, 3).is_none(), "stale load dropped");
+        assert!(page(&c, 1, 0, 3).is_none(), "stale load dropped");
         c.end_load(other, 3, &[4; 16]);
-        assert_eq!(c.get(1, 1, 3).unwrap().data(), &[4; 16], "other keys unaffected");
+        assert_eq!(page(&c, 1, 1, 3).unwrap(), &[4; 16], "other keys unaffected");
         let late = c.begin_load(1, 0);
         c.end_load(late, 3, &[5; 16]);
-        assert_eq!(c.get(1, 0, 3).unwrap().data(), &[5; 16]);
+        assert_eq!(page(&c, 1, 0, 3).unwrap(), &[5; 16]);
         assert_eq!(c.map.shard(key(1, 0)).lock().loads.len(), 0, "no load left recorded");
     }
 

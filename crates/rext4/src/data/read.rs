@@ -71,9 +71,8 @@ impl FsInner {
                 buf[done..total].fill(0);
                 break;
             };
-            if let Some(p) = self.pcache.get(ino, lblk, gen) {
-                let n = (total - done).min(bsz - in_block);
-                buf[done..done + n].copy_from_slice(&p.data()[in_block..in_block + n]);
+            let n = (total - done).min(bsz - in_block);
+            if self.pcache.copy(ino, lblk, gen, in_block, &mut buf[done..done + n]) {
                 done += n;
                 continue;
             }
