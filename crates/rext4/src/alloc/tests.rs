@@ -277,3 +277,44 @@ fn busy_ranges_stay_sorted_merge_and_release() {
     b.release(7);
     assert!(b.is_empty());
 }
+
+/// Blocks freed by a transaction that has not committed are not handed out again, however
+/// many separate ranges the frees left (every other block of a run here), and are after it
+/// commits.
+#[test]
+fn freed_blocks_wait_for_their_commit() {
+    let (fs, dev) = open(image(&[]));
+    let inner = &fs.inner;
+    let journal = inner.journal().unwrap().clone();
+    let h = journal.start(8).unwrap();
+    let (start, n) = inner.alloc_blocks(&h, 0, 512, true).unwrap();
+    assert_eq!(n, 512);
+    drop(h);
+    journal.sync().unwrap();
+    let h = journal.start(64).unwrap();
+    for b in (start..start + 512).step_by(2) {
+        inner.free_blocks(&h, b, 1, false).unwrap();
+    }
+    // 256 busy ranges: no allocation with the run as its goal may land in them.
+    for k in 0..40 {
+        let (b, got) = inner.alloc_blocks(&h, start + k, 1 + (k % 3) as u32, true).unwrap();
+        assert!(b + u64::from(got) <= start || b >= start + 512, "busy block {b} handed out");
+        inner.free_blocks(&h, b, u64::from(got), false).unwrap();
+    }
+    drop(h);
+    journal.sync().unwrap();
+    let h = journal.start(8).unwrap();
+    let (b, _) = inner.alloc_blocks(&h, start, 1, true).unwrap();
+    assert_eq!(b, start, "committed frees are free again");
+    inner.free_blocks(&h, b, 1, false).unwrap();
+    drop(h);
+    // The blocks no file owns go back (the odd ones were never freed).
+    let h = journal.start(64).unwrap();
+    for b in (start + 1..start + 512).step_by(2) {
+        inner.free_blocks(&h, b, 1, false).unwrap();
+    }
+    drop(h);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}
