@@ -329,7 +329,8 @@ fn remove_work_dir(dir: &Path) {
 }
 
 /// Blocks the stop signals in this thread (so in every thread started after) and leaves them
-/// to one thread that, on the first, takes down every mount and work directory and exits.
+/// to one thread that, on the first, takes down every mount and work directory, puts the
+/// fuse module's `enable_uring` back, and exits.
 fn install_signal_handler() -> CliResult {
     use nix::sys::signal::{SigSet, SigmaskHow, Signal};
     let mut set = SigSet::empty();
@@ -344,6 +345,8 @@ fn install_signal_handler() -> CliResult {
             if let Ok(sig) = set.wait() {
                 eprintln!("\nrext4-bench: {sig}: unmounting and removing images");
                 targets::teardown_all();
+                // The daemons are gone: the fuse module's io_uring switch goes back too.
+                targets::restore_uring();
                 for d in std::mem::take(&mut *WORK_DIRS.lock().unwrap_or_else(|p| p.into_inner())) {
                     let _ = std::fs::remove_dir_all(d);
                 }
