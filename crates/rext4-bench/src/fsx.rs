@@ -35,6 +35,9 @@ sendfile = 1
 posix_fadvise = 1
 "#;
 
+/// Operations per fsx process (see `one`).
+const CHUNK: u64 = 100_000;
+
 /// A configuration: its name, the target and the daemon's extra options.
 struct Config {
     name: &'static str,
@@ -155,36 +158,55 @@ fn one(
     std::fs::create_dir_all(&art).map_err(|e| (None, e.to_string()))?;
     let file = m.dir().join(format!("fsx-{seed}"));
     let start = Instant::now();
-    let out = Command::new(fsx)
-        .arg("-N")
-        .arg(ops.to_string())
-        .arg("-S")
-        .arg(seed.to_string())
-        .arg("-f")
-        .arg(cfg)
-        .arg("-P")
-        .arg(&art)
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| (None, format!("fsx: {e}")))?;
+    let mut log = String::new();
+    let mut status = None;
+    // fsx 0.3 never unmaps a mapped read: one process running a million operations would reach
+    // `vm.max_map_count` (and slows down as its mappings pile up), and its `-b` (start at an
+    // operation) performs the skipped copy_file_range calls for real. So the operations are
+    // run by one fsx process per chunk, one after another on the same file of the same mount,
+    // chunk k with seed `seed * 1000 + k`; each starts from an empty file.
+    let mut done = 0;
+    while done < ops {
+        let n = CHUNK.min(ops - done);
+        let chunk_seed = seed * 1000 + done / CHUNK;
+        let out = Command::new(fsx)
+            .arg("-N")
+            .arg(n.to_string())
+            .arg("-S")
+            .arg(chunk_seed.to_string())
+            .arg("-f")
+            .arg(cfg)
+            .arg("-P")
+            .arg(&art)
+            .arg(&file)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| (None, format!("fsx: {e}")))?;
+        log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
+            status = Some(format!("fsx -S {chunk_seed} -N {n} {}", out.status));
+            break;
+        }
+        done += n;
+    }
     let secs = start.elapsed().as_secs_f64();
     // Unmounts and waits for the daemon to write everything back and exit.
     drop(m);
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let fsck = if c.kind == Kind::Kernel { Ok(()) } else { e2fsck(&targets::image_path(dir, c.kind)) };
-    if out.status.success() && fsck.is_ok() {
+    if status.is_none() && fsck.is_ok() {
         return Ok(secs);
     }
     let keep = Path::new(&format!("fsx-{}-{seed}", c.name.replace('+', "-"))).to_path_buf();
     let _ = std::fs::remove_dir_all(&keep);
     let _ = std::fs::rename(&art, &keep).or_else(|_| std::fs::create_dir_all(&keep));
     let _ = std::fs::write(keep.join("fsx.log"), &log);
-    let why = if out.status.success() {
-        fsck.err().unwrap_or_default()
-    } else {
-        let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        format!("fsx {}; kept in {}/: {}", out.status, keep.display(), tail.join(" / "))
+    let why = match status {
+        None => fsck.err().unwrap_or_default(),
+        Some(st) => {
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let fsck = fsck.err().map(|e| format!("; {e}")).unwrap_or_default();
+            format!("{st}; kept in {}/: {}{fsck}", keep.display(), tail.join(" / "))
+        }
     };
     Err((Some(secs), why))
 }
