@@ -25,9 +25,12 @@ pub(crate) fn tool_or_skip(name: &str) -> Option<PathBuf> {
     found
 }
 
+// Operations of at least a byte: fsx 0.3 sends a zero-length posix_fallocate, which every
+// filesystem refuses (EINVAL), and takes that for a failure.
 const FSX_CONFIG: &str = r#"
 flen = 8388608
 [opsize]
+min = 1
 max = 262144
 [weights]
 close_open = 2
