@@ -3,7 +3,8 @@
 //! the transport, and on kernel ext4 as the reference for the time. Each configuration gets a
 //! fresh image, seed `--seed` + its index, and `e2fsck -fn` after the unmount. A failure keeps
 //! fsx's log and its good/bad copies of the file in `fsx-CONFIG-SEED/` in the current
-//! directory; the op sequence to replay is in the log (`fsx -b`/`-m` narrow it down).
+//! directory; the log ends with the operations that led to it, and `fsx -S CHUNKSEED -N N`
+//! replays the chunk (`-v` prints each operation, `-m FROM:TO` watches a byte range).
 
 use super::targets::{self, ImageSpec, Kind};
 use crate::CliResult;
