@@ -19,6 +19,7 @@
 
 mod app;
 mod creat_clo;
+mod fsx;
 mod journal;
 mod lockperf;
 mod mdtest;
@@ -57,7 +58,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 )]
 pub struct BenchArgs {
     /// Workloads to run: mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, app (default:
-    /// all of them); also mkfs (`rext4 mkfs --from` against `mkfs.ext4 -d`: --files small
+    /// all of them); also fsx (the fsx exerciser through the mount in each page cache and
+    /// transport configuration, --ops operations each), mkfs (`rext4 mkfs --from` against `mkfs.ext4 -d`: --files small
     /// files, then --mib MiB of large ones), walk, journal, orphan (orphan file against list, in process and the
     /// kernel) and fuse (mdtest on fuse, kernel and fuse2fs).
     workloads: Vec<String>,
@@ -91,6 +93,16 @@ pub struct BenchArgs {
     /// Seconds per measurement (pgioperf, journal).
     #[arg(long)]
     secs: Option<f64>,
+    /// fsx: operations per configuration (default 1,000,000; --quick 100,000).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// fsx: the seed of the first configuration (each next one takes the next number).
+    #[arg(long, default_value_t = 1001)]
+    seed: u64,
+    /// fsx: configurations to run (default all: default, writeback_cache, io_uring,
+    /// io_uring+writeback_cache, nodelalloc, kernel).
+    #[arg(long, value_delimiter = ',')]
+    configs: Option<Vec<String>>,
     /// walk: use this image instead of building one.
     #[arg(long)]
     image: Option<PathBuf>,
@@ -403,6 +415,11 @@ fn run(a: BenchArgs) -> CliResult {
             "walk" => walk::run(a.image.clone(), a.files.unwrap_or(100_000), a.rounds.max(1))?,
             "journal" => journal::run(&a.workers, a.secs.unwrap_or(2.0), a.runs)?,
             "orphan" => orphan::run(&a.workers, a.secs.unwrap_or(1.0))?,
+            "fsx" => fsx::run(
+                a.ops.unwrap_or(if a.tiny { 2_000 } else if a.quick { 100_000 } else { 1_000_000 }),
+                a.seed,
+                a.configs.as_deref(),
+            )?,
             "fuse" => {
                 targets.get_or_insert_with(|| {
                     vec!["fuse".into(), "fusemem".into(), "kernel".into(), "fuse2fs".into()]
@@ -413,7 +430,7 @@ fn run(a: BenchArgs) -> CliResult {
                 Some(w) => suite.push(w.name),
                 None => {
                     return Err(format!(
-                        "unknown workload {n} (mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, walk, journal, orphan, fuse)"
+                        "unknown workload {n} (mdtest, creat_clo, stress_orphan, lockperf, pgioperf, seqio, walk, journal, orphan, fuse, fsx, mkfs)"
                     ))
                 }
             },

@@ -403,6 +403,13 @@ pub(crate) struct Mounted {
     guard: MountGuard,
 }
 
+impl Mounted {
+    /// Where it is mounted.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.guard.dir
+    }
+}
+
 fn errno(op: &str, name: &str, e: nix::Error) -> String {
     format!("{op} {name}: {e}")
 }

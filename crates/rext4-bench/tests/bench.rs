@@ -214,3 +214,54 @@ fn nbd_targets_run_beside_the_local_file() {
         assert!(o.stdout.is_empty(), "a server is left: {}", String::from_utf8_lossy(&o.stdout));
     }
 }
+
+/// `fsx` at tiny size on kernel ext4 and, where FUSE and the `rext4` beside the bench are
+/// there, on the mount by default and with `nodelalloc`: each configuration passes with its
+/// seed and operation count in the table, and nothing stays in the work directory; an unknown
+/// configuration is refused.
+#[test]
+fn fsx_workload_runs_each_configuration() {
+    rext4_testkit::require_kernel!();
+    let fsx_installed = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin")))
+        .any(|d| d.join("fsx").is_file());
+    if !fsx_installed {
+        eprintln!("SKIP: fsx is not installed (.ci/setup installs it)");
+        return;
+    }
+    let mut configs = vec!["kernel"];
+    let rext4 = Path::new(env!("CARGO_BIN_EXE_rext4-bench")).with_file_name("rext4");
+    if Path::new("/dev/fuse").exists() && rext4.is_file() {
+        configs.extend(["default", "nodelalloc"]);
+    } else {
+        eprintln!("fuse configurations skipped: no /dev/fuse or no {}", rext4.display());
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let child = bench()
+        .args(["fsx", "--tiny", "--seed", "7", "--configs", &configs.join(",")])
+        .current_dir(cwd.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (status, out, err) = wait_with_output(child);
+    assert!(status.success(), "bench fsx failed:\n{out}\n{err}");
+    for (name, seed) in [("kernel", 12), ("default", 7), ("nodelalloc", 11)] {
+        if configs.contains(&name) {
+            let line =
+                out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row:\n{out}"));
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cols[1..3], [seed.to_string(), "2000".to_string()], "{line}");
+            assert!(line.ends_with("pass"), "{line}");
+        }
+    }
+    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    assert!(!base.join(format!("rext4-bench-fsx-{pid}")).exists(), "work directory left behind");
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0, "nothing kept after passing runs");
+    let bad = bench().args(["fsx", "--tiny", "--configs", "nosuch"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown configuration nosuch"));
+}
