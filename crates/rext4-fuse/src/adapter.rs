@@ -235,7 +235,7 @@ impl Filesystem for Adapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -263,7 +263,7 @@ impl Filesystem for Adapter {
                     size,
                 };
                 if self.fs().is_writable() {
-                    self.kill_priv_on_setattr(e, &mut ch, kill_suidgid)?;
+                    self.kill_priv_on_setattr(req, e, &mut ch, kill_suidgid)?;
                 }
                 self.synced(e, self.do_setattr(e, &ch))
             });
@@ -443,7 +443,7 @@ impl Filesystem for Adapter {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -457,7 +457,7 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let e = ino_of(ino)?;
-                self.kill_priv_on_write(e, write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID))?;
+                self.kill_priv_on_write(req, e, write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID))?;
                 let (at, rest) = self.append_only_tail(ino, offset, data)?;
                 let mut n = data.len() - rest.len();
                 if !rest.is_empty() {

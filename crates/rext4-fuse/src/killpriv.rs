@@ -14,12 +14,15 @@
 //!   changes nothing, which is how `chown(f, -1, -1)` arrives) drops `security.capability`
 //!   and set-user-ID, whoever asks (`chown_common`'s `ATTR_KILL_SUID`).
 //!
-//! Set-group-ID goes only where group execution makes it one; without group execute it
-//! marks mandatory locking and stays (`setattr_should_drop_sgid`; the kernel also drops it
-//! there for a caller outside the file's group, which a request does not tell).
+//! Set-group-ID goes where group execution makes it one, and, without group execute (where
+//! it marks mandatory locking), only for a caller outside the file's group
+//! (`setattr_should_drop_sgid`: the request's group, or a supplementary group read from
+//! /proc, as `access(2)` does here). A chown says nothing of the caller's `CAP_FSETID`: there
+//! the caller is taken to have it exactly when it is root.
 
-use crate::adapter::{Adapter, R};
-use fuser::{InitFlags, KernelConfig};
+use crate::adapter::{supplementary_groups, Adapter, R};
+use fuser::{InitFlags, KernelConfig, Request};
+use rext4::Attr;
 use rext4::{FileType, InodeNo, SetAttr};
 use std::sync::atomic::Ordering;
 
@@ -39,13 +42,13 @@ impl Adapter {
     }
 
     /// What a write leaves: `suidgid` is the request's `FUSE_WRITE_KILL_SUIDGID`.
-    pub(crate) fn kill_priv_on_write(&self, ino: InodeNo, suidgid: bool) -> R<()> {
+    pub(crate) fn kill_priv_on_write(&self, req: &Request, ino: InodeNo, suidgid: bool) -> R<()> {
         if !self.killpriv() {
             return Ok(());
         }
         if suidgid {
             let a = self.fs().getattr(ino).map_err(|e| self.err(e))?;
-            if let Some(mode) = without_set_id(a.perm()) {
+            if let Some(mode) = without_set_id(a.perm(), outside_group(req, &a)) {
                 let ch = SetAttr { mode: Some(mode), ..SetAttr::default() };
                 self.fs().setattr(ino, &ch).map_err(|e| self.err(e))?;
             }
@@ -55,7 +58,13 @@ impl Adapter {
 
     /// Adds to a setattr what it takes away (see the module's comment); `kill_suidgid` is
     /// the request's `FATTR_KILL_SUIDGID`.
-    pub(crate) fn kill_priv_on_setattr(&self, ino: InodeNo, ch: &mut SetAttr, kill_suidgid: bool) -> R<()> {
+    pub(crate) fn kill_priv_on_setattr(
+        &self,
+        req: &Request,
+        ino: InodeNo,
+        ch: &mut SetAttr,
+        kill_suidgid: bool,
+    ) -> R<()> {
         if !self.killpriv() {
             return Ok(());
         }
@@ -70,7 +79,8 @@ impl Adapter {
         if ch.mode.is_none() && (chown || kill_suidgid) {
             // A chown drops set-user-ID whoever asks; a truncation only as the kernel says.
             let perm = if chown && !kill_suidgid { a.perm() & !0o4000 } else { a.perm() };
-            let mode = without_set_id(perm).unwrap_or(perm);
+            let outside = (kill_suidgid || req.uid() != 0) && outside_group(req, &a);
+            let mode = without_set_id(perm, outside).unwrap_or(perm);
             if mode != a.perm() {
                 ch.mode = Some(mode);
             }
@@ -91,14 +101,20 @@ impl Adapter {
     }
 }
 
-/// `perm` without set-user-ID, and without set-group-ID where group execution makes it one;
-/// `None` when that changes nothing.
-fn without_set_id(perm: u16) -> Option<u16> {
+/// `perm` without set-user-ID, and without set-group-ID where group execution makes it one
+/// or the caller is `outside` the file's group; `None` when that changes nothing.
+fn without_set_id(perm: u16, outside: bool) -> Option<u16> {
     let mut m = perm & !0o4000;
-    if m & 0o010 != 0 {
+    if m & 0o010 != 0 || outside {
         m &= !0o2000;
     }
     (m != perm).then_some(m)
+}
+
+/// Whether the caller of `req` is outside the group of the file `a`, asked only where it
+/// matters (set-group-ID without group execute), since it may read /proc.
+fn outside_group(req: &Request, a: &Attr) -> bool {
+    a.perm() & 0o2010 == 0o2000 && req.gid() != a.gid && !supplementary_groups(req.pid()).contains(&a.gid)
 }
 
 #[cfg(test)]
@@ -107,11 +123,12 @@ mod tests {
 
     #[test]
     fn set_group_id_goes_only_with_group_execute() {
-        assert_eq!(without_set_id(0o6755), Some(0o0755));
-        assert_eq!(without_set_id(0o6745), Some(0o2745), "mandatory-locking sgid stays");
-        assert_eq!(without_set_id(0o4700), Some(0o0700));
-        assert_eq!(without_set_id(0o2710), Some(0o0710));
-        assert_eq!(without_set_id(0o0755), None);
-        assert_eq!(without_set_id(0o2745), None);
+        assert_eq!(without_set_id(0o6755, false), Some(0o0755));
+        assert_eq!(without_set_id(0o6745, false), Some(0o2745), "mandatory-locking sgid stays");
+        assert_eq!(without_set_id(0o6745, true), Some(0o0745), "unless the caller is outside the group");
+        assert_eq!(without_set_id(0o4700, false), Some(0o0700));
+        assert_eq!(without_set_id(0o2710, false), Some(0o0710));
+        assert_eq!(without_set_id(0o0755, true), None);
+        assert_eq!(without_set_id(0o2745, false), None);
     }
 }
