@@ -68,6 +68,10 @@ pub(crate) struct Shared {
     pub acls: std::sync::atomic::AtomicBool,
     /// Who locked through which handle, for `-o locks=engine` (locks.rs).
     pub lock_owners: crate::locks::LockOwners,
+    /// Whether the kernel took `FUSE_HANDLE_KILLPRIV_V2` (killpriv.rs).
+    pub killpriv: std::sync::atomic::AtomicBool,
+    /// Whether directories open without a request (`FUSE_NO_OPENDIR_SUPPORT`, init.rs).
+    pub no_opendir: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -179,6 +183,11 @@ impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.uring_choice());
         self.negotiate_acl(config);
+        if self.fs().is_writable() {
+            self.negotiate_killpriv(config);
+        }
+        let no_opendir = crate::init::zero_message_opendir(config, self.shared.opts.locks);
+        self.shared.no_opendir.store(no_opendir, std::sync::atomic::Ordering::Relaxed);
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
         if self.shared.opts.locks == LockMode::Engine && config.add_capabilities(locks).is_err() {
             crate::log("locks=engine: this kernel does not pass locks on; it keeps them itself");
@@ -226,7 +235,7 @@ impl Filesystem for Adapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -240,11 +249,12 @@ impl Filesystem for Adapter {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         self.guard("setattr", || {
             let r = ino_of(ino).and_then(|e| {
-                let ch = SetAttr {
+                let mut ch = SetAttr {
                     mode: mode.map(|m| (m & 0o7777) as u16),
                     uid,
                     gid,
@@ -252,6 +262,9 @@ impl Filesystem for Adapter {
                     mtime: mtime.map(time_set),
                     size,
                 };
+                if self.fs().is_writable() {
+                    self.kill_priv_on_setattr(req, e, &mut ch, kill_suidgid)?;
+                }
                 self.synced(e, self.do_setattr(e, &ch))
             });
             match r {
@@ -430,12 +443,12 @@ impl Filesystem for Adapter {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -444,6 +457,7 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let e = ino_of(ino)?;
+                self.kill_priv_on_write(req, e, write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID))?;
                 let (at, rest) = self.append_only_tail(ino, offset, data)?;
                 let mut n = data.len() - rest.len();
                 if !rest.is_empty() {
@@ -563,6 +577,12 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.shared.no_opendir.load(std::sync::atomic::Ordering::Relaxed) {
+            // The kernel then opens directories without asking, as if this reply had been
+            // `FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR` (init.rs).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         self.guard("opendir", || match ino_of(ino) {
             Ok(e) => {
                 let fh = self.shared.handles.open(u64::from(e.0), flags.0);

@@ -1,6 +1,7 @@
 //! What the daemon asks of the kernel when the connection starts.
 
 use crate::adapter::MAX_IO;
+use crate::options::LockMode;
 use fuser::{InitFlags, KernelConfig};
 use std::time::Duration;
 
@@ -32,4 +33,14 @@ pub(crate) fn negotiate(config: &mut KernelConfig, writeback_cache: bool, io_uri
     let _ = config.set_max_readahead(MAX_IO).or_else(|max| config.set_max_readahead(max));
     let _ = config.set_max_background(64);
     let _ = config.set_time_granularity(Duration::from_nanos(1));
+}
+
+/// Whether directories are to be opened without a request: where the kernel can
+/// (`FUSE_NO_OPENDIR_SUPPORT`), the first `OPENDIR` is answered `ENOSYS` and the kernel sends
+/// no more, nor any `RELEASEDIR`, and treats every open directory as opened with
+/// `FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`, which is what the daemon answers anyway: a listing
+/// takes no handle here (readdir.rs reads by offset). Not with `locks=engine`, where a
+/// directory's `flock` locks go at its last close, which only `RELEASEDIR` reports.
+pub(crate) fn zero_message_opendir(config: &KernelConfig, locks: LockMode) -> bool {
+    locks == LockMode::Kernel && config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
 }

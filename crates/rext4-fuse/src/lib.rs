@@ -24,6 +24,7 @@ mod errno;
 mod handles;
 mod init;
 mod ioctl;
+mod killpriv;
 mod locks;
 mod memfs;
 mod ops;
@@ -79,6 +80,8 @@ impl Mount {
             opts: opts.clone(),
             acls: Default::default(),
             lock_owners: Default::default(),
+            killpriv: Default::default(),
+            no_opendir: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());

@@ -38,6 +38,8 @@ pub(crate) struct MemFs {
     next: AtomicU64,
     /// Ask for io_uring queues at init, as the mount's `io_uring` option does.
     io_uring: Option<bool>,
+    /// Directories open without a request, as the mount's (init.rs).
+    no_opendir: bool,
 }
 
 type R<T> = Result<T, Errno>;
@@ -59,6 +61,7 @@ impl MemFs {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(2),
             io_uring: None,
+            no_opendir: false,
         };
         fs.put(attr(1, FileType::Directory, 0o755, 0, 0), true);
         fs
@@ -201,6 +204,7 @@ fn entry(r: R<FileAttr>, reply: ReplyEntry) {
 impl Filesystem for MemFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         crate::init::negotiate(config, false, self.io_uring);
+        self.no_opendir = crate::init::zero_message_opendir(config, crate::LockMode::Kernel);
         Ok(())
     }
 
@@ -252,6 +256,10 @@ impl Filesystem for MemFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self.getattr_of(ino.0) {
             Ok(a) if a.kind == FileType::Directory => {
                 reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)

@@ -442,7 +442,8 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// Set file attributes.
+    /// Set file attributes. `kill_suidgid` is the kernel's `FATTR_KILL_SUIDGID`: with
+    /// `FUSE_HANDLE_KILLPRIV_V2` negotiated, the set-ID bits must be cleared with the change.
     fn setattr(
         &self,
         _req: &Request,
@@ -459,6 +460,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         warn!(

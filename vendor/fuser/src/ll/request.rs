@@ -472,6 +472,11 @@ mod op {
             #[cfg(not(target_os = "macos"))]
             None
         }
+        /// Whether the kernel asks the filesystem to clear the set-ID bits with this change
+        /// (`FATTR_KILL_SUIDGID`: the caller lacks `CAP_FSETID`).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn flags(&self) -> Option<BsdFileFlags> {
             #[cfg(target_os = "macos")]
             if self.valid().contains(FattrFlags::FATTR_FLAGS) {

@@ -9,7 +9,9 @@
 
 mod access;
 mod data;
+mod killpriv;
 mod options;
+mod requests;
 mod tree;
 
 use crate::support::*;
