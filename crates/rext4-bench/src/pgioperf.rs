@@ -49,20 +49,30 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
 
     let stop = AtomicBool::new(false);
     let (reads, writes) = (AtomicU64::new(0), AtomicU64::new(0));
+    // CPU time the readers used, in nanoseconds: on two cores the readers share the CPUs
+    // with the writer and the fsync loop, so their rate also says how much CPU those left.
+    let read_cpu = AtomicU64::new(0);
     let dur = Duration::from_secs_f64(sz.pg_secs);
     let start = Instant::now();
     let lat: CliResult<Vec<f64>> = std::thread::scope(|s| {
         let mut hs = Vec::new();
         for r in 0..workers {
-            let (stop, reads, big) = (&stop, &reads, &big);
+            let (stop, reads, big, read_cpu) = (&stop, &reads, &big, &read_cpu);
             hs.push(s.spawn(move || -> CliResult {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (r as u64 + 1));
                 let mut buf = vec![0u8; PAGE];
                 let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
+                let cpu0 = thread_cpu_ns();
+                // At least one of each operation, however late a loaded machine runs the
+                // thread: every figure has a sample.
+                loop {
                     t.read_at(big, rng.next() % pages * PAGE as u64, &mut buf)?;
                     n += 1;
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
                 }
+                read_cpu.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
                 reads.fetch_add(n, Ordering::Relaxed);
                 Ok(())
             }));
@@ -72,9 +82,12 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
             let mut rng = Rng(0xD1B5_4A32_D192_ED03);
             let page = vec![0x5Au8; PAGE];
             let mut n = 0;
-            while !stop2.load(Ordering::Relaxed) {
+            loop {
                 t.write_at(big, rng.next() % pages * PAGE as u64, &page)?;
                 n += 1;
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             writes.fetch_add(n, Ordering::Relaxed);
             Ok(())
@@ -83,7 +96,7 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
         let mut lat = Vec::new();
         let mut off = 0u64;
         let mut r = Ok(());
-        while start.elapsed() < dur {
+        while lat.is_empty() || start.elapsed() < dur {
             let t0 = Instant::now();
             r = t.write_at(&wal, off, &record).and_then(|()| t.fsync(&wal));
             if r.is_err() {
@@ -109,7 +122,10 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     out.time("fsync_p99", "us", get("p99_us"));
     out.time("fsync_max", "us", get("max_us"));
     out.rate("fsyncs", "ops/s", lat.len() as f64 / secs);
-    out.rate("reads", "ops/s", reads.load(Ordering::Relaxed) as f64 / secs);
+    let n_reads = reads.load(Ordering::Relaxed);
+    out.rate("reads", "ops/s", n_reads as f64 / secs);
+    // What a read costs its thread (user and system time: the kernel's system call too).
+    out.time("read_cpu", "ns/op", read_cpu.load(Ordering::Relaxed) as f64 / n_reads.max(1) as f64);
     out.rate("writes", "ops/s", writes.load(Ordering::Relaxed) as f64 / secs);
     if let Some(cs) = t.engine().and_then(|fs| fs.commit_stats()) {
         let n = (cs.commits - commits_before) as usize;
@@ -128,6 +144,14 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     t.unlink(root, "pgio.big")?;
     t.unlink(root, "pgio.wal")?;
     Ok(out)
+}
+
+/// CPU time of the calling thread so far, in nanoseconds (0 where the clock is missing).
+fn thread_cpu_ns() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
 }
 
 #[cfg(test)]
