@@ -13,30 +13,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// Every operation of fsx 0.3 (the same mix as the adapter's tests, `tests/it/stress.rs`), on a
-/// file of up to 8 MiB, operations of 1 byte to 256 KiB: fsx 0.3 sends a zero-length
-/// `posix_fallocate`, which every filesystem refuses (EINVAL), and takes that for a failure.
-const CONFIG: &str = r#"
-flen = 8388608
-[opsize]
-min = 1
-max = 262144
-[weights]
-close_open = 2
-read = 10
-write = 10
-mapread = 5
-mapwrite = 5
-invalidate = 1
-truncate = 3
-fsync = 1
-fdatasync = 1
-posix_fallocate = 2
-punch_hole = 2
-copy_file_range = 2
-sendfile = 1
-posix_fadvise = 1
-"#;
+/// Every operation of fsx 0.3, also the adapter's stress tests' mix (`fsx.toml` says why
+/// its operations are at least a byte long).
+const CONFIG: &str = include_str!("../fsx.toml");
 
 /// Operations per fsx process (see `one`).
 const CHUNK: u64 = 100_000;

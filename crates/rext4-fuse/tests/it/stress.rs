@@ -25,29 +25,8 @@ pub(crate) fn tool_or_skip(name: &str) -> Option<PathBuf> {
     found
 }
 
-// Operations of at least a byte: fsx 0.3 sends a zero-length posix_fallocate, which every
-// filesystem refuses (EINVAL), and takes that for a failure.
-const FSX_CONFIG: &str = r#"
-flen = 8388608
-[opsize]
-min = 1
-max = 262144
-[weights]
-close_open = 2
-read = 10
-write = 10
-mapread = 5
-mapwrite = 5
-invalidate = 1
-truncate = 3
-fsync = 1
-fdatasync = 1
-posix_fallocate = 2
-punch_hole = 2
-copy_file_range = 2
-sendfile = 1
-posix_fadvise = 1
-"#;
+/// The operation mix `rext4-bench fsx` runs (every operation fsx 0.3 has).
+const FSX_CONFIG: &str = include_str!("../../../rext4-bench/fsx.toml");
 
 /// Runs `fsx` with `ops` operations on a fresh file on `mount`.
 pub(crate) fn run_fsx(fsx: &Path, mount: &Path, work: &Path, seed: u64, ops: u64) {
