@@ -19,6 +19,7 @@
 mod acl;
 mod adapter;
 mod attr;
+mod bdi;
 mod diagnose;
 mod errno;
 mod handles;
@@ -87,6 +88,12 @@ impl Mount {
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
         if let Err(e) = vfs_flags::apply(&mountpoint, opts) {
             log(&format!("{e}; the mount keeps relatime"));
+        }
+        // After the handshake: its `max_readahead` would lower the window again.
+        if nix::unistd::geteuid().is_root() {
+            if let Err(e) = bdi::apply(&mountpoint) {
+                log(&format!("{e}; the mount keeps the kernel's readahead window"));
+            }
         }
         Ok(Mount { session, shared, mountpoint })
     }

@@ -183,3 +183,32 @@ fn chattr_flags_through_the_mount() {
     assert_eq!(fs::read(&f).unwrap(), b"data+more");
     unmount_and_compare(m, &img);
 }
+
+/// The mount's readahead window is one of the daemon's largest requests (1 MiB), not the
+/// kernel's 128 KiB for a new FUSE mount, and a large file read through it in one stream
+/// comes back whole.
+#[test]
+fn readahead_window_is_the_largest_request() {
+    use std::os::unix::fs::MetadataExt;
+    require_fuse!();
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: only root may set a mount's readahead window");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ra.img");
+    Image::ext4("64M").build(&img);
+    let m = FuseMount::new(&img, "rw");
+    let dev = fs::metadata(m.path()).unwrap().dev();
+    assert_eq!(nix::sys::stat::major(dev), 0, "a FUSE mount's device is anonymous");
+    let sysfs =
+        format!("/sys/class/bdi/{}:{}/read_ahead_kb", nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    assert_eq!(fs::read_to_string(&sysfs).unwrap().trim(), "1024", "{sysfs}");
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    fs::write(m.join("big"), &data).unwrap();
+    // From the daemon, not the kernel's page cache.
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert!(fs::read(m.join("big")).unwrap() == data, "read back through a 1 MiB window");
+    m.unmount();
+    e2fsck_clean(&img);
+}
