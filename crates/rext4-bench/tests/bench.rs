@@ -29,26 +29,31 @@ fn mounts_of(pid: u32) -> Vec<String> {
 }
 
 fn work_dir_of(pid: u32) -> PathBuf {
+    work_dir_named("suite", pid)
+}
+
+/// The work directory the bench process `pid` makes for `what` (`suite`, `fsx`).
+fn work_dir_named(what: &str, pid: u32) -> PathBuf {
     let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    base.join(format!("rext4-bench-suite-{pid}"))
+    base.join(format!("rext4-bench-{what}-{pid}"))
 }
 
 /// Runs the bench with `args` and `--json JSON`; it must succeed. Returns its process id, its
 /// output, and the JSON.
 fn run_json(args: &[&str], json: &Path) -> (u32, String, serde_json::Value) {
-    let child = bench()
-        .args(args)
-        .arg("--json")
-        .arg(json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (pid, out) = run_ok(bench().args(args).arg("--json").arg(json));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (pid, out, v)
+}
+
+/// Runs the bench command `cmd` with its output captured; it must succeed. Returns its
+/// process id and standard output.
+fn run_ok(cmd: &mut Command) -> (u32, String) {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let (status, out, err) = wait_with_output(child);
     assert!(status.success(), "bench failed:\n{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    (pid, out, v)
+    (pid, out)
 }
 
 fn wait_with_output(child: Child) -> (std::process::ExitStatus, String, String) {
@@ -239,16 +244,11 @@ fn fsx_workload_runs_each_configuration() {
         eprintln!("fuse configurations skipped: no /dev/fuse or no {}", rext4.display());
     }
     let cwd = tempfile::tempdir().unwrap();
-    let child = bench()
-        .args(["fsx", "--tiny", "--seed", "7", "--configs", &configs.join(",")])
-        .current_dir(cwd.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (status, out, err) = wait_with_output(child);
-    assert!(status.success(), "bench fsx failed:\n{out}\n{err}");
+    let (pid, out) = run_ok(
+        bench()
+            .args(["fsx", "--tiny", "--seed", "7", "--configs", &configs.join(",")])
+            .current_dir(cwd.path()),
+    );
     for (name, seed) in [("kernel", 12), ("default", 7), ("nodelalloc", 11)] {
         if configs.contains(&name) {
             let line =
@@ -258,8 +258,7 @@ fn fsx_workload_runs_each_configuration() {
             assert!(line.ends_with("pass"), "{line}");
         }
     }
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    assert!(!base.join(format!("rext4-bench-fsx-{pid}")).exists(), "work directory left behind");
+    assert!(!work_dir_named("fsx", pid).exists(), "work directory left behind");
     assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0, "nothing kept after passing runs");
     let bad = bench().args(["fsx", "--tiny", "--configs", "nosuch"]).output().unwrap();
     assert!(!bad.status.success());

@@ -15,7 +15,7 @@ pub(crate) const READ_AHEAD_KB: u32 = crate::adapter::MAX_IO / 1024;
 /// The sysfs file holding the readahead window of the filesystem mounted at `mountpoint`,
 /// found in `/proc/self/mountinfo` (a `stat` of the mount would be a request to the daemon,
 /// which may not be serving yet); the newest mount there wins.
-pub(crate) fn read_ahead_file(mountpoint: &Path) -> std::io::Result<PathBuf> {
+fn read_ahead_file(mountpoint: &Path) -> std::io::Result<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     let want = mountpoint.as_os_str().as_bytes();
     info.lines()
@@ -52,9 +52,13 @@ fn unescape(s: &str) -> Vec<u8> {
     out
 }
 
-/// Sets the readahead window of the mount at `mountpoint` (root only: without the privilege
-/// the mount keeps the kernel's window, and the caller is told).
+/// Sets the readahead window of the mount at `mountpoint`, after the handshake (its
+/// `max_readahead` would lower the window again). Only root may: without the privilege the
+/// mount keeps the kernel's window.
 pub(crate) fn apply(mountpoint: &Path) -> std::io::Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
     let file = read_ahead_file(mountpoint)?;
     std::fs::write(&file, READ_AHEAD_KB.to_string())
         .map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))

@@ -89,11 +89,8 @@ impl Mount {
         if let Err(e) = vfs_flags::apply(&mountpoint, opts) {
             log(&format!("{e}; the mount keeps relatime"));
         }
-        // After the handshake: its `max_readahead` would lower the window again.
-        if nix::unistd::geteuid().is_root() {
-            if let Err(e) = bdi::apply(&mountpoint) {
-                log(&format!("{e}; the mount keeps the kernel's readahead window"));
-            }
+        if let Err(e) = bdi::apply(&mountpoint) {
+            log(&format!("{e}; the mount keeps the kernel's readahead window"));
         }
         Ok(Mount { session, shared, mountpoint })
     }

@@ -345,9 +345,7 @@ pub fn serve_memfs(mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
     let fs = MemFs { io_uring: opts.io_uring, ..MemFs::new() };
     let session = Session::new(fs, mountpoint, &crate::fuser_config(opts))?;
     // The same readahead window as the mount it is the ceiling of.
-    if nix::unistd::geteuid().is_root() {
-        let _ = crate::bdi::apply(&mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf()));
-    }
+    let _ = crate::bdi::apply(&mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf()));
     match session.run() {
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) => Ok(()),
         r => r,

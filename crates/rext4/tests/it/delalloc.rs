@@ -268,27 +268,7 @@ fn appends_side_by_side_end_in_no_more_extents_than_the_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let img = image(dir.path(), "1G");
     let fs = open_with(&img, |_| {});
-    let inos: Vec<InodeNo> = (0..FILES)
-        .map(|i| {
-            let a = fs.create(fs.root(), format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
-            fs.hold(a.ino).unwrap();
-            a.ino
-        })
-        .collect();
-    std::thread::scope(|s| {
-        for (i, &ino) in inos.iter().enumerate() {
-            let fs = &fs;
-            s.spawn(move || {
-                let data = vec![i as u8 + 1; 4096];
-                for k in 0..SIZE / 4096 {
-                    fs.write(ino, (k * 4096) as u64, &data).unwrap();
-                }
-            });
-        }
-    });
-    for ino in inos {
-        fs.release(ino).unwrap();
-    }
+    crate::prealloc::append_side_by_side(&fs, FILES, SIZE / 4096);
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);

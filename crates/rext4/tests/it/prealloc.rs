@@ -16,10 +16,10 @@ fn open(img: &Path) -> Fs {
     Fs::open_with(img, Options { writable: true, delalloc: false, ..Options::default() }).unwrap()
 }
 
-/// `FILES` threads each append `APPENDS` pieces of 4 KiB to a file of their own, the files
-/// held open meanwhile, through the engine.
-fn append_side_by_side(fs: &Fs) {
-    let inos: Vec<InodeNo> = (0..FILES)
+/// `files` threads each append `appends` pieces of 4 KiB to a file of their own (`/f0`,
+/// ...), the files held open meanwhile, through the engine.
+pub(crate) fn append_side_by_side(fs: &Fs, files: usize, appends: usize) {
+    let inos: Vec<InodeNo> = (0..files)
         .map(|i| {
             let a = fs.create(fs.root(), format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
             fs.hold(a.ino).unwrap();
@@ -30,7 +30,7 @@ fn append_side_by_side(fs: &Fs) {
         for (i, &ino) in inos.iter().enumerate() {
             s.spawn(move || {
                 let data = vec![i as u8 + 1; PIECE];
-                for k in 0..APPENDS {
+                for k in 0..appends {
                     fs.write(ino, (k * PIECE) as u64, &data).unwrap();
                 }
             });
@@ -48,7 +48,7 @@ fn files_appended_side_by_side_keep_their_blocks_together() {
     Image::ext4("256M").block_size(4096).build(&img);
     let fs = open(&img);
     let free_before = fs.statfs().unwrap().blocks_free;
-    append_side_by_side(&fs);
+    append_side_by_side(&fs, FILES, APPENDS);
     // Closed: nothing stays set aside, every block not in a file is free.
     assert_eq!(fs.stats().reserved_blocks, 0);
     let used = (FILES * APPENDS) as u64;

@@ -209,6 +209,5 @@ fn readahead_window_is_the_largest_request() {
     // From the daemon, not the kernel's page cache.
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     assert!(fs::read(m.join("big")).unwrap() == data, "read back through a 1 MiB window");
-    m.unmount();
-    e2fsck_clean(&img);
+    unmount_and_compare(m, &img);
 }

@@ -77,6 +77,7 @@ fn round_trips_per_create_and_listing() {
     assert_eq!(fs::read_dir(m.path()).unwrap().count(), 2);
     let Some(t) = RequestTrace::start(m.path()) else {
         eprintln!("SKIP: no fuse:fuse_request_send tracepoint in tracefs");
+        unmount_and_compare(m, &img);
         return;
     };
     let mut f = OpenOptions::new().write(true).create_new(true).open(m.join("d/new")).unwrap();
