@@ -36,7 +36,8 @@
 //! ([`is_current`]).
 //!
 //! # Bounds
-//! Each shard holds about `capacity / SHARDS` entries. Eviction is CLOCK (second chance): an
+//! Each shard holds about `capacity / SHARDS` entries (weighted: a page cache chunk weighs its
+//! pages, [`Cached::weight`]). Eviction is CLOCK (second chance): an
 //! entry used since the hand last passed is spared once; an entry someone still holds (`Arc`
 //! count above one) or whose state exists only in memory (`Evict::Keep`) is never dropped, so
 //! the bound can be exceeded only by what is in use. An entry may instead leave a small state
@@ -150,6 +151,11 @@ pub(crate) trait Cached {
     /// Takes back the state an evicted copy parked (called under the shard lock, before the
     /// new copy is visible).
     fn unpark(&self, _state: u32) {}
+    /// How much of the cache's capacity the entry takes (the pages of a page cache chunk);
+    /// fixed for the entry's life.
+    fn weight(&self) -> usize {
+        1
+    }
 }
 
 /// What a shard's mutex protects besides the right to change the map under its keys.
@@ -157,7 +163,7 @@ struct Shard {
     clock: VecDeque<u64>,
     /// States left by evicted entries, until their key is loaded again.
     parked: KeyMap<u32>,
-    /// Entries of this shard in the map.
+    /// The weight of this shard's entries in the map (their number, but for pages).
     len: usize,
     /// Keys being loaded ([`ShardedCache::get_or_load`]), each with its loaders and a count of
     /// the entries put under it since: a load that began before one of them may have read
@@ -256,6 +262,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// Puts `v` under `key` in the map, holding the key's shard, and keeps the shard bounded.
     fn put(&self, s: &mut MutexGuard<'_, Shard>, key: u64, v: S) {
         v.mark().referenced.store(true, Ordering::Relaxed);
+        let weight = v.weight();
         if !s.loads.is_empty() {
             if let Some(l) = s.loads.get_mut(&key) {
                 l.overtaken += 1;
@@ -265,9 +272,12 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
         match self.map.insert(key, v, &guard) {
             // Replaced (an inode number given to a new file): as good as evicted, for whoever
             // still holds or links to the old entry.
-            Some(old) => old.mark().dead.store(true, Ordering::Release),
+            Some(old) => {
+                old.mark().dead.store(true, Ordering::Release);
+                s.len = s.len + weight - old.weight();
+            }
             None => {
-                s.len += 1;
+                s.len += weight;
                 s.clock.push_back(key);
             }
         }
@@ -305,8 +315,8 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
     /// Drops the entry under `key`, if any.
     pub(crate) fn remove(&self, key: u64) {
         let mut s = self.shard(key).lock();
-        if self.map.remove(&key, &self.map.guard()).is_some() {
-            s.len -= 1;
+        if let Some(old) = self.map.remove(&key, &self.map.guard()) {
+            s.len -= old.weight();
         }
     }
 
@@ -332,14 +342,17 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
                 s.parked.insert(key, state);
             }
         }
+        s.len -= v.weight();
         self.map.remove(&key, &guard);
-        s.len -= 1;
         true
     }
 
     fn evict(&self, s: &mut Shard, target: usize) {
-        // Bounded sweep (second chance for recently used entries).
-        let mut budget = s.clock.len().min(EVICT_SCAN);
+        // Bounded sweep (second chance for recently used entries): up to twice round the
+        // clock, so that a shard whose entries were all used since the hand last passed still
+        // gets back under its bound (one pass only clears their marks; an entry weighing many
+        // units, a page cache chunk, would overshoot by as much).
+        let mut budget = (2 * s.clock.len()).min(EVICT_SCAN);
         let guard = self.map.guard();
         while s.len > target && budget > 0 {
             budget -= 1;
@@ -361,7 +374,7 @@ impl<V: Cached, S: Slot<Target = V>> ShardedCache<V, S> {
         self.shards.iter().map(|s| s.lock()).collect()
     }
 
-    /// Number of cached entries.
+    /// Number of cached entries (their weight, for pages).
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len).sum()
     }

@@ -1,39 +1,66 @@
-//! The page cache: clean copies of regular files' blocks, keyed by (inode, logical block), so
-//! that a hot read is a lookup and a copy, with no system call and no map walk (the kernel's
-//! `filemap.c` read side; docs/pagecache.md has the invariants).
+//! The page cache: clean copies of regular files' blocks, so that a hot read is a lookup and a
+//! copy, with no system call and no map walk (the kernel's `filemap.c` read side;
+//! docs/pagecache.md has the invariants).
 //!
 //! A page is one filesystem block and never changes once made: a write makes a new page (or
-//! drops the old one), so readers copy out of it without a lock. Every page carries the
-//! *generation* of its inode's page set; an inode moves to a new generation when its map
-//! changes in ways a write does not describe (truncate, punch, zero, collapse, insert), which
-//! drops all its pages at once, and a new in-memory inode (loaded again, or a reused inode
-//! number) starts with a generation never used before. Generations come from one counter,
-//! handed to threads in blocks ([`next_gen`]).
+//! drops the old one), so readers copy out of it without a lock. Pages are kept in *chunks* of
+//! [`CHUNK_BLOCKS`] consecutive blocks of one file, one map entry each, keyed by (inode, block
+//! / [`CHUNK_BLOCKS`]): a read of a few blocks is one lookup, and the map has a sixteenth of
+//! the entries, so its table stays in the processor's caches (a lookup per block followed
+//! five dependent pointers, most of them misses). A chunk never changes either: a change under
+//! it puts a new chunk holding the same pages but the changed ones.
+//!
+//! Every chunk carries the *generation* of its inode's page set; an inode moves to a new
+//! generation when its map changes in ways a write does not describe (truncate, punch, zero,
+//! collapse, insert), which drops all its pages at once, and a new in-memory inode (loaded
+//! again, or a reused inode number) starts with a generation never used before. Generations
+//! come from one counter, handed to threads in blocks ([`next_gen`]).
 //!
 //! # Locking
-//! The map is a [`ShardedCache`]: lookups take no lock; changes under a key take its shard's
-//! mutex. A reader that misses registers its load under the shard mutex before it reads the
-//! device ([`PageCache::begin_load`]); a writer that changed the device under a key records
-//! that under the same mutex ([`PageCache::written`]), and a load registered before that is
-//! not put in the cache ([`PageCache::end_load`]): it may hold what the write replaced.
+//! The map is a [`ShardedCache`]: lookups take no lock; changes under a chunk's key take its
+//! shard's mutex. A reader that misses registers its load of a block under that mutex before
+//! it reads the device ([`PageCache::begin_load`]); a writer that changed the device under a
+//! block records that under the same mutex ([`PageCache::written`]), and a load registered
+//! before that is not put in the cache ([`PageCache::end_loads`]): it may hold what the write
+//! replaced.
 
-use super::{CacheMark, Cached, Shard, ShardedCache};
+use super::{CacheMark, Cached, Shard, ShardedCache, SHARDS};
 use crate::sync::MutexGuard;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// One block of a file, as the device holds it. [immutable]
-pub(crate) struct Page {
+/// Consecutive blocks of a file kept under one key (64 KiB of 4 KiB blocks).
+const CHUNK_SHIFT: u32 = 4;
+const CHUNK_BLOCKS: usize = 1 << CHUNK_SHIFT;
+
+/// One block of a file, as the device holds it, shared by the chunks that hold it. [immutable]
+type Page = Arc<Box<[u8]>>;
+
+/// The cached pages of [`CHUNK_BLOCKS`] consecutive blocks of a file. [immutable]
+///
+/// In this order: a read's first cache line holds the mark it checks, the generation and the
+/// first pages.
+#[repr(C)]
+pub(crate) struct Chunk {
     mark: CacheMark,
-    /// The generation of the inode's page set this page belongs to.
+    /// The generation of the inode's page set these pages belong to.
     gen: u64,
-    data: Box<[u8]>,
+    pages: [Option<Page>; CHUNK_BLOCKS],
 }
 
-impl Cached for Page {
+impl Chunk {
+    fn count(&self) -> usize {
+        self.pages.iter().filter(|p| p.is_some()).count()
+    }
+}
+
+impl Cached for Chunk {
     fn mark(&self) -> &CacheMark {
         &self.mark
+    }
+    fn weight(&self) -> usize {
+        self.count()
     }
 }
 
@@ -61,10 +88,20 @@ pub(crate) fn next_gen() -> u64 {
     })
 }
 
-/// The key of block `lblk` of inode `ino`: consecutive blocks get consecutive keys, which the
-/// map's hash keeps in neighbouring slots.
-fn key(ino: u32, lblk: u32) -> u64 {
+/// The key of the chunk holding block `lblk` of inode `ino`: a file's consecutive chunks get
+/// consecutive keys, which the map's hash keeps in neighbouring slots.
+fn chunk_key(ino: u32, lblk: u32) -> u64 {
+    u64::from(ino) << 32 | u64::from(lblk >> CHUNK_SHIFT)
+}
+
+/// The key a load of block `lblk` of `ino` is registered under (in its chunk's shard).
+fn block_key(ino: u32, lblk: u32) -> u64 {
     u64::from(ino) << 32 | u64::from(lblk)
+}
+
+/// Where block `lblk` sits in its chunk.
+fn slot(lblk: u32) -> usize {
+    crate::num::usize_from(u64::from(lblk)) & (CHUNK_BLOCKS - 1)
 }
 
 /// Miss, readahead and direct-read counts (hits are not counted: a shared counter would be
@@ -77,25 +114,28 @@ pub(crate) struct PageStats {
 }
 
 pub(crate) struct PageCache {
-    map: ShardedCache<Page>,
+    map: ShardedCache<Chunk>,
     block_size: usize,
     /// Whether pages are kept at all (`Options::page_cache_bytes` > 0). [immutable]
     enabled: bool,
     pub stats: PageStats,
 }
 
-/// A load registered under a key: what it saw of the key's writes when it began.
+/// A load registered under a block: what it saw of the block's writes when it began.
 pub(crate) struct Load {
-    key: u64,
+    ino: u32,
+    lblk: u32,
     seen: u64,
 }
 
 impl PageCache {
-    /// A cache of about `bytes` of pages of `block_size` bytes (none when `bytes` is 0).
+    /// A cache of about `bytes` of pages of `block_size` bytes (none when `bytes` is 0), and
+    /// at least a chunk per shard (a shard smaller than a chunk would evict each chunk it
+    /// takes in).
     pub(crate) fn new(bytes: usize, block_size: usize) -> Self {
         let pages = bytes / block_size.max(1);
         PageCache {
-            map: ShardedCache::new(pages.max(1), 64),
+            map: ShardedCache::new(pages.max(SHARDS * CHUNK_BLOCKS), 64),
             block_size,
             enabled: bytes > 0,
             stats: PageStats::default(),
@@ -106,98 +146,174 @@ impl PageCache {
         self.enabled
     }
 
-    /// Copies bytes `from..from + dst.len()` of block `lblk` of `ino` into `dst` if it is
-    /// cached in generation `gen`; whether it was. Takes no lock and no reference: a page
-    /// never changes, so a copy out of one being evicted is still right.
-    pub(crate) fn copy(&self, ino: u32, lblk: u32, gen: u64, from: usize, dst: &mut [u8]) -> bool {
+    /// Copies into `dst` the bytes from `from` in block `lblk` of `ino` on, through the
+    /// following blocks of its chunk while they are cached in generation `gen`; how many
+    /// bytes it copied (0: a miss at `lblk`). Takes no lock and no reference: pages and chunks
+    /// never change, so a copy out of one being evicted is still right.
+    pub(crate) fn copy(&self, ino: u32, lblk: u32, gen: u64, from: usize, dst: &mut [u8]) -> usize {
+        let bs = self.block_size;
         self.map
-            .read(key(ino, lblk), |p| {
-                let hit = p.gen == gen;
-                if hit {
-                    dst.copy_from_slice(&p.data[from..from + dst.len()]);
+            .read(chunk_key(ino, lblk), |c| {
+                if c.gen != gen {
+                    return 0;
                 }
-                hit
+                let (mut done, mut at) = (0, from);
+                for p in c.pages[slot(lblk)..].iter() {
+                    let Some(p) = p else { break };
+                    let n = (dst.len() - done).min(bs - at);
+                    dst[done..done + n].copy_from_slice(&p[at..at + n]);
+                    done += n;
+                    at = 0;
+                    if done == dst.len() {
+                        break;
+                    }
+                }
+                done
             })
-            .unwrap_or(false)
+            .unwrap_or(0)
     }
 
     /// Registers a load of block `lblk` of `ino`, before its contents are read.
     pub(crate) fn begin_load(&self, ino: u32, lblk: u32) -> Load {
-        let key = key(ino, lblk);
-        let mut s = self.map.shard(key).lock();
-        let l = s.loads.entry(key).or_default();
+        let mut s = self.map.shard(chunk_key(ino, lblk)).lock();
+        let l = s.loads.entry(block_key(ino, lblk)).or_default();
         l.loaders += 1;
-        Load { key, seen: l.overtaken }
+        Load { ino, lblk, seen: l.overtaken }
     }
 
-    /// Ends `load`, putting `data` (what it read) in the cache as generation `gen` unless a
-    /// write under its key came after it began, or a current page is there already.
-    pub(crate) fn end_load(&self, load: Load, gen: u64, data: &[u8]) {
-        let Load { key, seen } = load;
-        let mut s = self.map.shard(key).lock();
-        let overtaken = match s.loads.get_mut(&key) {
-            Some(l) => {
-                l.loaders -= 1;
-                let o = l.overtaken != seen;
-                if l.loaders == 0 {
+    /// Ends `loads`, of consecutive blocks of one file, whose contents are `data` (one block
+    /// each, in order; empty after a failed read): each goes in the cache as generation `gen`
+    /// unless a write under its block came after it began, or a current page is there
+    /// already. One change per chunk.
+    pub(crate) fn end_loads(&self, loads: Vec<Load>, gen: u64, data: &[u8]) {
+        let bs = self.block_size;
+        let whole = data.len() == loads.len() * bs;
+        let mut loads = loads.into_iter().enumerate().peekable();
+        while let Some((i, first)) = loads.next() {
+            let key = chunk_key(first.ino, first.lblk);
+            let mut s = self.map.shard(key).lock();
+            let mut fresh = Vec::new();
+            let mut take = |s: &mut MutexGuard<'_, Shard>, i: usize, l: Load| {
+                if !Self::unregister(s, &l) && whole {
+                    fresh.push((slot(l.lblk), &data[i * bs..(i + 1) * bs]));
+                }
+            };
+            take(&mut s, i, first);
+            while let Some((i, l)) = loads.next_if(|(_, l)| chunk_key(l.ino, l.lblk) == key) {
+                take(&mut s, i, l);
+            }
+            self.edit(&mut s, key, gen, |pages| {
+                let mut changed = false;
+                for &(k, d) in &fresh {
+                    if pages[k].is_none() {
+                        pages[k] = Some(Arc::new(d.into()));
+                        changed = true;
+                    }
+                }
+                changed
+            });
+        }
+    }
+
+    /// Takes load `l` off its block's record; whether a write overtook it.
+    fn unregister(s: &mut MutexGuard<'_, Shard>, l: &Load) -> bool {
+        let key = block_key(l.ino, l.lblk);
+        match s.loads.get_mut(&key) {
+            Some(r) => {
+                r.loaders -= 1;
+                let o = r.overtaken != l.seen;
+                if r.loaders == 0 {
                     s.loads.remove(&key);
                 }
                 o
             }
             None => true,
+        }
+    }
+
+    /// Puts in place of chunk `key` one with its pages as `f` leaves them, starting from the
+    /// chunk's pages if it is of generation `gen` and from none otherwise; nothing when `f`
+    /// says it changed nothing and the chunk is current. A chunk left with no page goes.
+    fn edit(
+        &self,
+        s: &mut MutexGuard<'_, Shard>,
+        key: u64,
+        gen: u64,
+        f: impl FnOnce(&mut [Option<Page>; CHUNK_BLOCKS]) -> bool,
+    ) {
+        let guard = self.map.map.guard();
+        let old = self.map.map.get(&key, &guard);
+        let current = old.is_some_and(|c| c.gen == gen);
+        let mut pages = match old {
+            Some(c) if current => c.pages.clone(),
+            _ => Default::default(),
         };
-        if overtaken || data.len() != self.block_size {
+        if !f(&mut pages) && (current || old.is_none()) {
             return;
         }
-        if self.map.map.get(&key, &self.map.map.guard()).is_some_and(|p| p.gen == gen) {
-            return;
+        drop(guard);
+        if pages.iter().all(Option::is_none) {
+            self.remove_locked(s, key);
+        } else {
+            self.map.put(s, key, Arc::new(Chunk { mark: CacheMark::new(), gen, pages }));
         }
-        let page = Arc::new(Page { mark: CacheMark::new(), gen, data: data.into() });
-        self.map.put(&mut s, key, page);
     }
 
     /// Records that bytes `from..` of block `lblk` of `ino` are now `bytes` on the device (the
-    /// write is done): a current page takes them, a stale one goes, a whole block written
-    /// becomes a page if `fill` (as the kernel's writes leave their pages cached), and loads
-    /// in flight under the key will not be cached.
+    /// write is done): a current page takes them, pages of another generation go, a whole
+    /// block written becomes a page if `fill` (as the kernel's writes leave their pages
+    /// cached), and loads in flight under the block will not be cached.
     pub(crate) fn written(&self, ino: u32, lblk: u32, gen: u64, from: usize, bytes: &[u8], fill: bool) {
-        let key = key(ino, lblk);
+        let key = chunk_key(ino, lblk);
         let mut s = self.map.shard(key).lock();
-        Self::overtake(&mut s, key);
-        let guard = self.map.map.guard();
-        let Some(old) = self.map.map.get(&key, &guard) else {
-            if fill && from == 0 && bytes.len() == self.block_size {
-                drop(guard);
-                let page = Arc::new(Page { mark: CacheMark::new(), gen, data: bytes.into() });
-                self.map.put(&mut s, key, page);
+        Self::overtake(&mut s, block_key(ino, lblk));
+        let bs = self.block_size;
+        let fits = from.checked_add(bytes.len()).is_some_and(|e| e <= bs);
+        self.edit(&mut s, key, gen, |pages| {
+            let k = slot(lblk);
+            match &pages[k] {
+                Some(old) if fits => {
+                    let mut data: Box<[u8]> = old.as_ref().clone();
+                    data[from..from + bytes.len()].copy_from_slice(bytes);
+                    pages[k] = Some(Arc::new(data));
+                }
+                Some(_) => pages[k] = None,
+                None if fill && from == 0 && bytes.len() == bs => pages[k] = Some(Arc::new(bytes.into())),
+                None => return false,
             }
-            return;
-        };
-        let fits = from.checked_add(bytes.len()).is_some_and(|e| e <= self.block_size);
-        if old.gen != gen || !fits {
-            drop(guard);
-            self.remove_locked(&mut s, key);
-            return;
-        }
-        let mut data: Box<[u8]> = old.data.clone();
-        data[from..from + bytes.len()].copy_from_slice(bytes);
-        drop(guard);
-        self.map.put(&mut s, key, Arc::new(Page { mark: CacheMark::new(), gen, data }));
+            true
+        });
     }
 
-    /// Records that block `lblk` of `ino` now holds `data` (a whole block, just written from
-    /// a dirty page that is handed over rather than copied): it becomes the current page, and
-    /// loads in flight under the key will not be cached.
-    pub(crate) fn written_block(&self, ino: u32, lblk: u32, gen: u64, data: Box<[u8]>) {
-        if !self.enabled || data.len() != self.block_size {
+    /// Records that the blocks from `lblk` of `ino` now hold `data` (whole blocks, just
+    /// written from dirty pages): they become the current pages, and loads in flight under
+    /// them will not be cached.
+    pub(crate) fn written_blocks(&self, ino: u32, lblk: u32, gen: u64, data: &[u8]) {
+        let bs = self.block_size;
+        if !self.enabled || bs == 0 || !data.len().is_multiple_of(bs) {
             return;
         }
-        let key = key(ino, lblk);
-        let mut s = self.map.shard(key).lock();
-        self.map.put(&mut s, key, Arc::new(Page { mark: CacheMark::new(), gen, data }));
+        let mut blocks = data.chunks(bs).zip(lblk..=u32::MAX).peekable();
+        while let Some((d, b)) = blocks.next() {
+            let key = chunk_key(ino, b);
+            let mut s = self.map.shard(key).lock();
+            let mut run = vec![(b, d)];
+            while let Some(next) = blocks.next_if(|(_, b)| chunk_key(ino, *b) == key) {
+                run.push((next.1, next.0));
+            }
+            for &(b, _) in &run {
+                Self::overtake(&mut s, block_key(ino, b));
+            }
+            self.edit(&mut s, key, gen, |pages| {
+                for (b, d) in run {
+                    pages[slot(b)] = Some(Arc::new(d.into()));
+                }
+                true
+            });
+        }
     }
 
-    /// Marks loads of `key` in flight as overtaken.
+    /// Marks loads of block key `key` in flight as overtaken.
     fn overtake(s: &mut MutexGuard<'_, Shard>, key: u64) {
         if let Some(l) = s.loads.get_mut(&key) {
             l.overtaken += 1;
@@ -207,7 +323,7 @@ impl PageCache {
     fn remove_locked(&self, s: &mut MutexGuard<'_, Shard>, key: u64) {
         if let Some(old) = self.map.map.remove(&key, &self.map.map.guard()) {
             old.mark().dead.store(true, Ordering::Release);
-            s.len -= 1;
+            s.len -= old.weight();
         }
     }
 
@@ -243,14 +359,19 @@ mod tests {
     /// The whole block `lblk` of `ino` in generation `gen`, if cached.
     fn page(c: &PageCache, ino: u32, lblk: u32, gen: u64) -> Option<Vec<u8>> {
         let mut v = vec![0; c.block_size];
-        c.copy(ino, lblk, gen, 0, &mut v).then_some(v)
+        (c.copy(ino, lblk, gen, 0, &mut v) == v.len()).then_some(v)
+    }
+
+    /// Loads block `lblk` of `ino` as `data`.
+    fn load(c: &PageCache, ino: u32, lblk: u32, gen: u64, data: &[u8]) {
+        let l = c.begin_load(ino, lblk);
+        c.end_loads(vec![l], gen, data);
     }
 
     #[test]
     fn pages_are_per_generation_and_take_writes() {
         let c = PageCache::new(1 << 20, 16);
-        let l = c.begin_load(5, 3);
-        c.end_load(l, 7, &[1u8; 16]);
+        load(&c, 5, 3, 7, &[1u8; 16]);
         assert_eq!(page(&c, 5, 3, 7).unwrap(), &[1u8; 16]);
         assert!(page(&c, 5, 3, 8).is_none(), "another generation sees nothing");
         assert!(page(&c, 5, 4, 7).is_none() && page(&c, 6, 3, 7).is_none());
@@ -259,7 +380,7 @@ mod tests {
         want[4..6].copy_from_slice(&[9, 9]);
         assert_eq!(page(&c, 5, 3, 7).unwrap(), &want);
         let mut part = [0u8; 3];
-        assert!(c.copy(5, 3, 7, 3, &mut part));
+        assert_eq!(c.copy(5, 3, 7, 3, &mut part), 3);
         assert_eq!(part, [1, 9, 9], "a part of a page");
         // A write in a newer generation drops the old page.
         c.written(5, 3, 8, 0, &[2], true);
@@ -272,34 +393,77 @@ mod tests {
         assert!(page(&c, 5, 10, 8).is_none());
         c.written(5, 11, 8, 0, &[3; 16], false);
         assert!(page(&c, 5, 11, 8).is_none(), "not filled when not asked");
+        // A write past the end of a cached page drops it.
+        c.written(5, 9, 8, 10, &[4; 8], true);
+        assert!(page(&c, 5, 9, 8).is_none());
+        assert_eq!(c.len(), 0);
     }
 
-    /// A load that began before a write under its key ended is not cached: it may have read
-    /// what the write replaced.
+    /// A read copies across the cached blocks of a chunk and stops at the first missing one
+    /// or at the chunk's end.
+    #[test]
+    fn copies_run_through_a_chunk() {
+        let c = PageCache::new(1 << 20, 16);
+        let data: Vec<u8> = (0..=255).collect();
+        let loads: Vec<_> = (14..30).map(|b| c.begin_load(1, b)).collect();
+        c.end_loads(loads, 2, &data);
+        assert_eq!(c.len(), 16, "one page per block, in two chunks");
+        let mut dst = vec![0u8; 40];
+        // Blocks 14 and 15 end the first chunk: a copy from 14 stops there.
+        assert_eq!(c.copy(1, 14, 2, 5, &mut dst), 27);
+        assert_eq!(&dst[..27], &data[5..32]);
+        assert_eq!(c.copy(1, 16, 2, 0, &mut dst), 40);
+        assert_eq!(&dst[..], &data[32..72]);
+        // A hole in the chunk ends the copy.
+        c.written(1, 18, 3, 0, &[7; 16], false);
+        assert_eq!(c.copy(1, 16, 2, 0, &mut dst), 0, "the chunk moved to generation 3");
+        let loads: Vec<_> = (16..18).map(|b| c.begin_load(1, b)).collect();
+        c.end_loads(loads, 3, &data[32..64]);
+        assert_eq!(c.copy(1, 16, 3, 0, &mut dst), 32);
+        assert_eq!(c.copy(1, 18, 3, 0, &mut dst), 0);
+        // Whole blocks from writeback become pages, over chunk boundaries.
+        c.written_blocks(1, 30, 3, &[9u8; 48]);
+        assert_eq!(c.copy(1, 30, 3, 8, &mut dst), 24, "to the chunk's end");
+        assert_eq!(&dst[..24], &[9u8; 24]);
+        assert_eq!(page(&c, 1, 32, 3).unwrap(), &[9u8; 16]);
+    }
+
+    /// A load that began before a write under its block ended is not cached: it may have read
+    /// what the write replaced. Loads of other blocks of the chunk are.
     #[test]
     fn loads_overtaken_by_writes_are_not_cached() {
         let c = PageCache::new(1 << 20, 16);
         let early = c.begin_load(1, 0);
         let other = c.begin_load(1, 1);
         c.written(1, 0, 3, 0, &[5; 16], false);
-        c.end_load(early, 3, &[0; 16]);
+        c.end_loads(vec![early], 3, &[0; 16]);
         assert!(page(&c, 1, 0, 3).is_none(), "stale load dropped");
-        c.end_load(other, 3, &[4; 16]);
-        assert_eq!(page(&c, 1, 1, 3).unwrap(), &[4; 16], "other keys unaffected");
+        c.end_loads(vec![other], 3, &[4; 16]);
+        assert_eq!(page(&c, 1, 1, 3).unwrap(), &[4; 16], "other blocks unaffected");
         let late = c.begin_load(1, 0);
-        c.end_load(late, 3, &[5; 16]);
+        c.end_loads(vec![late], 3, &[5; 16]);
         assert_eq!(page(&c, 1, 0, 3).unwrap(), &[5; 16]);
-        assert_eq!(c.map.shard(key(1, 0)).lock().loads.len(), 0, "no load left recorded");
+        // Overtaken in the middle of a run: the rest of the run is cached.
+        let run: Vec<_> = (4..7).map(|b| c.begin_load(1, b)).collect();
+        c.written_blocks(1, 5, 3, &[6; 16]);
+        c.end_loads(run, 3, &[1; 48]);
+        assert_eq!(page(&c, 1, 4, 3).unwrap(), &[1; 16]);
+        assert_eq!(page(&c, 1, 5, 3).unwrap(), &[6; 16], "the write's page stays");
+        assert_eq!(page(&c, 1, 6, 3).unwrap(), &[1; 16]);
+        // A failed read registers nothing and caches nothing.
+        let failed = c.begin_load(1, 8);
+        c.end_loads(vec![failed], 3, &[]);
+        assert!(page(&c, 1, 8, 3).is_none());
+        assert_eq!(c.map.shard(chunk_key(1, 0)).lock().loads.len(), 0, "no load left recorded");
     }
 
     #[test]
     fn bounded() {
         let c = PageCache::new(64 * 1024, 16);
         for i in 0..100_000u32 {
-            let l = c.begin_load(2, i);
-            c.end_load(l, 1, &[0; 16]);
+            load(&c, 2, i, 1, &[0; 16]);
         }
-        assert!(c.len() <= 4096 + 64 * 4, "{} pages", c.len());
+        assert!(c.len() <= 4096 + 64, "{} pages", c.len());
         c.shrink();
         assert_eq!(c.len(), 0);
     }

@@ -71,8 +71,8 @@ impl FsInner {
                 buf[done..total].fill(0);
                 break;
             };
-            let n = (total - done).min(bsz - in_block);
-            if self.pcache.copy(ino, lblk, gen, in_block, &mut buf[done..done + n]) {
+            let n = self.pcache.copy(ino, lblk, gen, in_block, &mut buf[done..total]);
+            if n > 0 {
                 done += n;
                 continue;
             }
@@ -99,11 +99,8 @@ impl FsInner {
                 None => Ok(()),
                 Some(p) => self.dev.read_at(&mut run, p * bs).map_err(Error::from),
             };
-            for (i, l) in loads.into_iter().enumerate() {
-                // After an error: unregistered, nothing cached.
-                let data = if res.is_ok() { &run[i * bsz..(i + 1) * bsz] } else { &[][..] };
-                self.pcache.end_load(l, gen, data);
-            }
+            // After an error: unregistered, nothing cached.
+            self.pcache.end_loads(loads, gen, if res.is_ok() { &run } else { &[] });
             res?;
             let avail = nb * bsz - in_block;
             let n = (total - done).min(avail);

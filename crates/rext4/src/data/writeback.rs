@@ -219,10 +219,8 @@ impl FsInner {
                 // a long run's cached copies are dropped (a stream rarely reads its data
                 // again, and filling the cache with it costs more than the write).
                 if data.len() < FILL_WRITE {
-                    for (i, block) in data.chunks(usize_from(bs)).enumerate() {
-                        if let Ok(b) = u32::try_from(start + i as u64) {
-                            self.pcache.written_block(inode.ino.0, b, gen, block.into());
-                        }
+                    if let Ok(b) = u32::try_from(*start) {
+                        self.pcache.written_blocks(inode.ino.0, b, gen, data);
                     }
                 } else {
                     self.pages_written(inode, start * bs, data);

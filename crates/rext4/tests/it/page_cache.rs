@@ -131,14 +131,15 @@ fn readahead_hits_and_disabled_cache() {
 fn page_cache_stays_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let img = mkfs(dir.path(), &[]);
-    let fs = open(&img, 1 << 20);
+    let fs = open(&img, 8 << 20);
     let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let data = pattern(24 << 20, 9);
     fs.write(ino, 0, &data).unwrap();
     assert_eq!(read_pieces(&fs, ino, 4096), data);
     let st = fs.page_cache_stats();
-    // 256 pages, but never fewer than four in each of the 64 shards.
-    assert!(st.pages <= 256 + 64 * 4 + 64, "{} pages cached under a 1 MiB bound", st.pages);
+    // 2,048 pages, in 64 shards of 32 pages (two chunks of 16) each.
+    assert!(st.pages <= 2048 + 64, "{} pages cached under an 8 MiB bound", st.pages);
+    assert!(st.pages >= 1024, "{} pages: the cache was not used", st.pages);
     fs.unmount().unwrap();
 }
 
