@@ -11,7 +11,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::map::Mapping;
 use crate::num::usize_from;
-use rext4_format::inode::{ENCRYPT_FL, S_IFDIR, S_IFLNK, S_IFREG};
+use rext4_format::inode::{ENCRYPT_FL, INLINE_DATA_FL, S_IFDIR, S_IFLNK, S_IFREG};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 /// Reads at least this long go straight to the device, without the page cache: a stream
@@ -26,23 +26,26 @@ const MAX_RUN_BLOCKS: u64 = 64;
 impl FsInner {
     /// `read(2)` on a regular file.
     pub(crate) fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        match inode.disk().file_type() {
+        // Writers change the map under this lock exclusively (and fill new blocks first).
+        let _d = inode.data_sem.read();
+        // The record once: every lock taken on a hot read is a cache line the readers of a
+        // file pass between cores.
+        let (file_type, flags, size) = inode.with_disk(|d| (d.file_type(), d.flags(), d.size()));
+        match file_type {
             S_IFREG => {}
             S_IFDIR => return Err(Error::IsDir),
             _ => return Err(Error::InvalidInput("not a regular file")),
         }
-        if inode.flags() & ENCRYPT_FL != 0 {
+        if flags & ENCRYPT_FL != 0 {
             return Err(Error::NoKey);
         }
-        // Writers change the map under this lock exclusively (and fill new blocks first).
-        let _d = inode.data_sem.read();
-        let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || self.has_inline_data(inode) {
+        let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || flags & INLINE_DATA_FL != 0 {
             if buf.len() >= DIRECT_READ {
                 self.pcache.stats.direct.fetch_add(1, Relaxed);
             }
             self.read_data(inode, offset, buf)?
         } else {
-            self.read_cached(inode, offset, buf)?
+            self.read_cached(inode, size, offset, buf)?
         };
         // Delayed writes are in memory only: their pages cover the holes just read.
         self.overlay_dirty(inode, offset, &mut buf[..n]);
@@ -51,9 +54,9 @@ impl FsInner {
 
     /// A read through the page cache: copies from the pages it finds; a miss reads the run of
     /// blocks from there to the end of the request (and further when it follows the last miss:
-    /// readahead) in one device read and caches it. The caller holds `data_sem` shared.
-    fn read_cached(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let size = inode.size();
+    /// readahead) in one device read and caches it. The caller holds `data_sem` shared, under
+    /// which it read the file's `size`.
+    fn read_cached(&self, inode: &Inode, size: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
