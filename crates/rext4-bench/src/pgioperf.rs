@@ -1,8 +1,9 @@
 //! `pgioperf` (seed 003, after mmtests' PostgreSQL simulation): N random readers and one random
 //! writer on a large file, while one more worker appends 8 KiB to a small file and fsyncs it in
 //! a loop. Reports the fsync latency (mean, standard deviation, p99, maximum, top five: how long
-//! a commit can be held up by data writeback), read and write rates, and for rext4 in process
-//! the journal's own commit times over the run.
+//! a commit can be held up by data writeback), read and write rates, the readers' CPU time
+//! per read beside the cost of the copy alone (`copy_floor`), and for rext4 in process the
+//! journal's own commit times over the run.
 
 use super::report::Out;
 use super::targets::{ImageSpec, Target};
@@ -127,6 +128,7 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     // What a read costs its thread (user and system time: the kernel's system call too).
     out.time("read_cpu", "ns/op", read_cpu.load(Ordering::Relaxed) as f64 / n_reads.max(1) as f64);
     out.rate("writes", "ops/s", writes.load(Ordering::Relaxed) as f64 / secs);
+    out.time("copy_floor", "ns/op", copy_floor(pages));
     if let Some(cs) = t.engine().and_then(|fs| fs.commit_stats()) {
         let n = (cs.commits - commits_before) as usize;
         let times = &cs.times_us[cs.times_us.len().saturating_sub(n)..];
@@ -144,6 +146,24 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     t.unlink(root, "pgio.big")?;
     t.unlink(root, "pgio.wal")?;
     Ok(out)
+}
+
+/// What a read cannot cost less than here: the CPU time of copying 8 KiB from a random place
+/// in a buffer of `pages` pages (the big file's size) in this process, in nanoseconds. On a
+/// working set larger than the processor's caches this is mostly waiting on memory, and it
+/// is the same copy every target's read ends with.
+fn copy_floor(pages: u64) -> f64 {
+    let src: Vec<u8> = (0..pages as usize * PAGE).map(|i| (i * 13) as u8).collect();
+    let mut dst = vec![0u8; PAGE];
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    const N: u64 = 100_000;
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..N {
+        let at = (rng.next() % pages) as usize * PAGE;
+        dst.copy_from_slice(&src[at..at + PAGE]);
+        std::hint::black_box(&mut dst);
+    }
+    thread_cpu_ns().saturating_sub(cpu0) as f64 / N as f64
 }
 
 /// CPU time of the calling thread so far, in nanoseconds (0 where the clock is missing).

@@ -97,6 +97,9 @@ fn every_workload_runs_in_process_and_on_tmpfs() {
     let lat = fsync["extra"]["latencies_us"].as_array().unwrap();
     assert!(!lat.is_empty());
     assert_eq!(fsync["extra"]["summary"]["count"].as_u64(), Some(lat.len() as u64));
+    // A read's CPU time comes with the cost of its copy alone, measured in the same run.
+    let floor = samples.iter().find(|s| s["workload"] == "pgioperf" && s["metric"] == "copy_floor").unwrap();
+    assert_eq!((floor["unit"].as_str(), floor["better"].as_str()), (Some("ns/op"), Some("lower")));
     let create = samples.iter().find(|s| s["metric"] == "create").unwrap();
     assert_eq!((create["unit"].as_str(), create["better"].as_str()), (Some("ops/s"), Some("higher")));
     // The engine's own report for each workload it ran, with the operations it must have done.
