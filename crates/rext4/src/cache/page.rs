@@ -259,30 +259,58 @@ impl PageCache {
         }
     }
 
-    /// Records that bytes `from..` of block `lblk` of `ino` are now `bytes` on the device (the
-    /// write is done): a current page takes them, pages of another generation go, a whole
-    /// block written becomes a page if `fill` (as the kernel's writes leave their pages
-    /// cached), and loads in flight under the block will not be cached.
+    /// Records that the bytes of `ino` from byte `from` of block `lblk` on are now `bytes` on
+    /// the device (the write is done): current pages take them, pages of another generation
+    /// go, a whole block written becomes a page if `fill` (as the kernel's writes leave their
+    /// pages cached), and loads in flight under the blocks will not be cached. One change per
+    /// chunk.
     pub(crate) fn written(&self, ino: u32, lblk: u32, gen: u64, from: usize, bytes: &[u8], fill: bool) {
-        let key = chunk_key(ino, lblk);
-        let mut s = self.map.shard(key).lock();
-        Self::overtake(&mut s, block_key(ino, lblk));
         let bs = self.block_size;
-        let fits = from.checked_add(bytes.len()).is_some_and(|e| e <= bs);
-        self.edit(&mut s, key, gen, |pages| {
-            let k = slot(lblk);
-            match &pages[k] {
-                Some(old) if fits => {
-                    let mut data: Box<[u8]> = old.as_ref().clone();
-                    data[from..from + bytes.len()].copy_from_slice(bytes);
-                    pages[k] = Some(Arc::new(data));
-                }
-                Some(_) => pages[k] = None,
-                None if fill && from == 0 && bytes.len() == bs => pages[k] = Some(Arc::new(bytes.into())),
-                None => return false,
+        if bs == 0 || from >= bs {
+            return;
+        }
+        // (block, offset in it, bytes) for each block the write touches.
+        let mut pieces = Vec::new();
+        let (mut b, mut at, mut rest) = (lblk, from, bytes);
+        while !rest.is_empty() {
+            let n = rest.len().min(bs - at);
+            pieces.push((b, at, &rest[..n]));
+            rest = &rest[n..];
+            at = 0;
+            match b.checked_add(1) {
+                Some(next) => b = next,
+                None => break,
             }
-            true
-        });
+        }
+        let mut pieces = pieces.into_iter().peekable();
+        while let Some(first) = pieces.next() {
+            let key = chunk_key(ino, first.0);
+            let mut run = vec![first];
+            while let Some(p) = pieces.next_if(|p| chunk_key(ino, p.0) == key) {
+                run.push(p);
+            }
+            let mut s = self.map.shard(key).lock();
+            for &(b, _, _) in &run {
+                Self::overtake(&mut s, block_key(ino, b));
+            }
+            self.edit(&mut s, key, gen, |pages| {
+                let mut changed = false;
+                for (b, at, piece) in run {
+                    let k = slot(b);
+                    match &pages[k] {
+                        Some(old) => {
+                            let mut data: Box<[u8]> = old.as_ref().clone();
+                            data[at..at + piece.len()].copy_from_slice(piece);
+                            pages[k] = Some(Arc::new(data));
+                        }
+                        None if fill && piece.len() == bs => pages[k] = Some(Arc::new(piece.into())),
+                        None => continue,
+                    }
+                    changed = true;
+                }
+                changed
+            });
+        }
     }
 
     /// Records that the blocks from `lblk` of `ino` now hold `data` (whole blocks, just
@@ -393,10 +421,18 @@ mod tests {
         assert!(page(&c, 5, 10, 8).is_none());
         c.written(5, 11, 8, 0, &[3; 16], false);
         assert!(page(&c, 5, 11, 8).is_none(), "not filled when not asked");
-        // A write past the end of a cached page drops it.
+        // A write over the end of a page goes on in the next block: the cached page takes
+        // its part, the uncached block a part of which was written stays uncached.
         c.written(5, 9, 8, 10, &[4; 8], true);
-        assert!(page(&c, 5, 9, 8).is_none());
-        assert_eq!(c.len(), 0);
+        let mut want = [3u8; 16];
+        want[10..].fill(4);
+        assert_eq!(page(&c, 5, 9, 8).unwrap(), &want);
+        assert!(page(&c, 5, 10, 8).is_none());
+        // Over a chunk's end, whole blocks filled on both sides.
+        c.written(5, 15, 8, 0, &[6; 32], true);
+        assert_eq!(page(&c, 5, 15, 8).unwrap(), &[6; 16]);
+        assert_eq!(page(&c, 5, 16, 8).unwrap(), &[6; 16]);
+        assert_eq!(c.len(), 3);
     }
 
     /// A read copies across the cached blocks of a chunk and stops at the first missing one

@@ -397,16 +397,10 @@ impl FsInner {
         }
         let bs = u64::from(self.sbi.block_size);
         let gen = inode.pages_gen.load(std::sync::atomic::Ordering::Acquire);
-        let mut at = pos;
-        let end = pos + bytes.len() as u64;
-        while at < end {
-            let Ok(lblk) = u32::try_from(at / bs) else { break };
-            let from = at % bs;
-            let n = (end - at).min(bs - from);
-            let src = &bytes[usize_from(at - pos)..usize_from(at - pos + n)];
-            self.pcache.written(inode.ino.0, lblk, gen, usize_from(from), src, bytes.len() < FILL_WRITE);
-            at += n;
-        }
+        // Past the last addressable block: nothing is cached there.
+        let Ok(lblk) = u32::try_from(pos / bs) else { return };
+        let fill = bytes.len() < FILL_WRITE;
+        self.pcache.written(inode.ino.0, lblk, gen, usize_from(pos % bs), bytes, fill);
     }
 
     /// Overwrites `data` in place when every block it covers is mapped and written and the
