@@ -46,7 +46,7 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     }
     t.fsync(&big)?;
     let wal = t.create(root, "pgio.wal")?;
-    let commits_before = t.engine().and_then(|fs| fs.commit_stats()).map_or(0, |s| s.commits);
+    let before = t.engine().and_then(|fs| fs.commit_stats()).unwrap_or_default();
 
     let stop = AtomicBool::new(false);
     let (reads, writes) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -130,11 +130,19 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     out.rate("writes", "ops/s", writes.load(Ordering::Relaxed) as f64 / secs);
     out.time("copy_floor", "ns/op", copy_floor(pages));
     if let Some(cs) = t.engine().and_then(|fs| fs.commit_stats()) {
-        let n = (cs.commits - commits_before) as usize;
+        let n = (cs.commits - before.commits) as usize;
         let times = &cs.times_us[cs.times_us.len().saturating_sub(n)..];
         let c = summary(&times.iter().map(|&t| t as f64).collect::<Vec<_>>());
         out.time("commit_mean", "us", c["mean_us"].as_f64().unwrap_or(0.0));
         out.extra(serde_json::json!({ "summary": c, "commit_times_us": times }));
+        // What held the slow commits up: on a machine with more busy threads than cores, a
+        // committing thread that loses its CPU waits a scheduler tick or more.
+        out.notes.push(format!(
+            "{workers} readers: {} commits over 1 ms, {} of them preempted while committing, {:.1} ms of theirs waiting for handles",
+            cs.slow - before.slow,
+            cs.slow_preempted - before.slow_preempted,
+            (cs.slow_drain_us - before.slow_drain_us) as f64 / 1e3
+        ));
     }
     let top: Vec<String> = sum["top5_us"]
         .as_array()

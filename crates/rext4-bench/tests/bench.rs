@@ -112,6 +112,11 @@ fn every_workload_runs_in_process_and_on_tmpfs() {
     assert!(n > 0 && n % every == 0, "{creates} every {every}");
     assert!(out.contains("FUNC") && out.contains("TOTAL_TIME(us)") && out.contains("AVG(us)"));
     assert!(out.contains("journal commits:") && out.contains("journal blocks:"));
+    // What held up slow commits, for every pgioperf run in process.
+    assert!(
+        out.lines().any(|l| l.contains("pgioperf / inproc: 1 readers: ") && l.contains("preempted while committing")),
+        "{out}"
+    );
 
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.trim_end().ends_with("</svg>"));

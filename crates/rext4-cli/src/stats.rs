@@ -87,6 +87,16 @@ fn write_tables(s: &mut String, r: &StatsReport) -> std::fmt::Result {
                 c.handles,
                 c.blocks as f64 / c.handles.max(1) as f64,
                 c.checkpoint_blocks
+            )?;
+            if c.slow == 0 {
+                return Ok(());
+            }
+            writeln!(
+                s,
+                "journal commits over 1 ms: {}, {} of them preempted while committing, {:.3} ms waiting for handles",
+                c.slow,
+                c.slow_preempted,
+                c.slow_drain_us as f64 / 1e3
             )
         }
         Some(_) => writeln!(s, "journal commits: none yet"),
@@ -127,7 +137,7 @@ pub fn json(r: &StatsReport) -> String {
             let top: Vec<String> = c.top5_us.iter().map(u64::to_string).collect();
             let _ = write!(
                 s,
-                "{{\"commits\": {}, \"mean_us\": {}, \"stddev_us\": {}, \"max_us\": {}, \"top5_us\": [{}], \"handles\": {}, \"blocks\": {}, \"checkpoint_blocks\": {}}}",
+                "{{\"commits\": {}, \"mean_us\": {}, \"stddev_us\": {}, \"max_us\": {}, \"top5_us\": [{}], \"handles\": {}, \"blocks\": {}, \"checkpoint_blocks\": {}, \"slow\": {}, \"slow_preempted\": {}, \"slow_drain_us\": {}}}",
                 c.commits,
                 number(c.mean_us),
                 number(c.stddev_us),
@@ -135,7 +145,10 @@ pub fn json(r: &StatsReport) -> String {
                 top.join(", "),
                 c.handles,
                 c.blocks,
-                c.checkpoint_blocks
+                c.checkpoint_blocks,
+                c.slow,
+                c.slow_preempted,
+                c.slow_drain_us
             );
         }
         None => s.push_str("null"),
@@ -206,6 +219,9 @@ mod tests {
                 handles: 7,
                 blocks: 5,
                 checkpoint_blocks: 3,
+                slow: 1,
+                slow_preempted: 1,
+                slow_drain_us: 250,
             }),
             every: 16,
             page_cache: PageCacheStats { pages: 4, bytes: 16384, misses: 3, readahead: 1, direct_reads: 2 },
@@ -237,9 +253,16 @@ mod tests {
         assert_eq!(c["mean_us"].as_f64(), Some(1.5));
         assert!(c["stddev_us"].is_null(), "NaN is not JSON");
         assert_eq!(c["top5_us"], serde_json::json!([2, 1]));
-        for (k, want) in
-            [("commits", 2), ("max_us", 2), ("handles", 7), ("blocks", 5), ("checkpoint_blocks", 3)]
-        {
+        for (k, want) in [
+            ("commits", 2),
+            ("max_us", 2),
+            ("handles", 7),
+            ("blocks", 5),
+            ("checkpoint_blocks", 3),
+            ("slow", 1),
+            ("slow_preempted", 1),
+            ("slow_drain_us", 250),
+        ] {
             assert_eq!(c[k], want, "{k}");
         }
         assert_eq!(v["every"], 16);
@@ -279,6 +302,15 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("page cache: 4 pages") && t.contains("12 blocks set aside"), "{t}");
+        assert!(
+            t.contains("commits over 1 ms: 1, 1 of them preempted while committing, 0.250 ms waiting"),
+            "{t}"
+        );
+        let quick = tables(&StatsReport {
+            commits: Some(CommitSummary { slow: 0, ..report().commits.unwrap() }),
+            ..report()
+        });
+        assert!(!quick.contains("over 1 ms"), "{quick}");
         let ro = tables(&StatsReport { commits: None, ..report() });
         assert!(ro.ends_with("journal commits: none (read-only)\n"), "{ro}");
     }

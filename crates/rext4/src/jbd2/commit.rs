@@ -17,7 +17,9 @@ impl Journal {
     /// is installed, rather than when this commit ends (see `Journal::run_commit`).
     pub(super) fn commit(&self, t: &Arc<Transaction>, wake_early: bool) -> Result<()> {
         let began = Instant::now();
+        let switches = super::journal::preemptions();
         self.lock_and_drain(t);
+        let drain = began.elapsed();
         // A handle that ended in a panic aborted the journal: its changes are half done.
         self.check_aborted()?;
         // No handle is open on `t` and none can join: its buffers are stable. Only what must
@@ -95,7 +97,14 @@ impl Journal {
             self.write_home(frozen.iter().map(|(blk, d)| (*blk, &d[..])))?;
             self.dev.flush()?;
         }
-        self.committed(t.tid, began.elapsed().saturating_sub(room_wait), nblocks, u64::from(t.handles()));
+        let why = super::journal::Held { preempted: super::journal::preemptions() > switches, drain };
+        self.committed(
+            t.tid,
+            began.elapsed().saturating_sub(room_wait),
+            nblocks,
+            u64::from(t.handles()),
+            why,
+        );
         if let Some(after) = &self.freeze.committed {
             after(t.tid);
         }

@@ -175,6 +175,13 @@ pub struct CommitStats {
     pub checkpoint_total_us: u64,
     /// Commits that found the log full and waited for a checkpoint.
     pub log_full_waits: u64,
+    /// Commits that took longer than a millisecond; of those, the ones whose thread was
+    /// preempted while committing (the scheduler gave its CPU to another thread), and the
+    /// time they spent waiting for open handles to end, in microseconds: what held up the
+    /// slow ones.
+    pub slow: u64,
+    pub slow_preempted: u64,
+    pub slow_drain_us: u64,
 }
 
 /// Commit times summed up: count, mean, standard deviation, longest and top five.
@@ -190,6 +197,11 @@ pub struct CommitSummary {
     pub handles: u64,
     pub blocks: u64,
     pub checkpoint_blocks: u64,
+    /// Commits over a millisecond, those of them preempted while committing, and their time
+    /// waiting for open handles (as in [`CommitStats`]).
+    pub slow: u64,
+    pub slow_preempted: u64,
+    pub slow_drain_us: u64,
 }
 
 impl CommitStats {
@@ -202,6 +214,9 @@ impl CommitStats {
                 handles: self.handles,
                 blocks: self.blocks,
                 checkpoint_blocks: self.checkpoint_blocks,
+                slow: self.slow,
+                slow_preempted: self.slow_preempted,
+                slow_drain_us: self.slow_drain_us,
                 ..CommitSummary::default()
             };
         }
@@ -218,6 +233,9 @@ impl CommitStats {
             handles: self.handles,
             blocks: self.blocks,
             checkpoint_blocks: self.checkpoint_blocks,
+            slow: self.slow,
+            slow_preempted: self.slow_preempted,
+            slow_drain_us: self.slow_drain_us,
         }
     }
 }
@@ -643,8 +661,13 @@ impl Journal {
     }
 
     /// Records a finished commit (its waiters are woken by `run_commit`).
-    pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64, handles: u64) {
+    pub(super) fn committed(&self, tid: u32, took: Duration, blocks: u64, handles: u64, why: Held) {
         let mut st = self.state.lock();
+        if took > Duration::from_millis(1) {
+            st.stats.slow += 1;
+            st.stats.slow_preempted += u64::from(why.preempted);
+            st.stats.slow_drain_us += micros(why.drain);
+        }
         st.committed = tid;
         self.committed_tid.store(tid, Ordering::Release);
         st.stats.commits += 1;
@@ -680,6 +703,21 @@ impl Journal {
         st.shutdown = true;
         self.notify_everyone();
     }
+}
+
+/// What may have held a commit up.
+pub(super) struct Held {
+    /// Its thread was preempted while committing.
+    pub preempted: bool,
+    /// Waiting for the transaction's open handles to end.
+    pub drain: Duration,
+}
+
+/// The calling thread's involuntary context switches so far (0 where unknown): one more at
+/// the end of a commit than at its start means the thread lost its CPU meanwhile.
+pub(super) fn preemptions() -> i64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(0, |u| u.involuntary_context_switches())
 }
 
 /// `tid_gt`: whether `a` comes after `b` in jbd2's wrapping sequence space.
