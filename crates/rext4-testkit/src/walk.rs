@@ -247,7 +247,7 @@ fn kernel_visit(
         size: md.size(),
         blocks: md.blocks(),
         blksize: md.blksize(),
-        atime: (md.atime(), md.atime_nsec() as u32),
+        atime: kernel_atime_after(full, kind, md),
         mtime: (md.mtime(), md.mtime_nsec() as u32),
         ctime: (md.ctime(), md.ctime_nsec() as u32),
         crtime: systime(md.created()),
@@ -273,6 +273,7 @@ fn kernel_visit(
             return;
         }
     };
+    let mut children = Vec::new();
     for e in rd {
         let e = match e {
             Ok(e) => e,
@@ -281,6 +282,13 @@ fn kernel_visit(
                 return;
             }
         };
+        children.push(e);
+    }
+    // The listing may have set the directory's access time.
+    if let (Some(r), Ok(md)) = (w.recs.get_mut(rel), fs::symlink_metadata(full)) {
+        r.atime = (md.atime(), md.atime_nsec() as u32);
+    }
+    for e in children {
         let name = e.file_name();
         let child_rel = join(rel, name.as_bytes());
         let child = full.join(&name);
@@ -290,6 +298,14 @@ fn kernel_visit(
             Err(err) => w.problems.push(format!("{}: lstat: {err}", show(&child_rel))),
         }
     }
+}
+
+/// A file's access time once the walk has read it: reading may set it (relatime), and what a
+/// walk records is the tree as it leaves it, which is what a later look at the image finds.
+fn kernel_atime_after(full: &Path, kind: Kind, md: &fs::Metadata) -> (i64, u32) {
+    let fresh = if kind == Kind::File { fs::symlink_metadata(full).ok() } else { None };
+    let m = fresh.as_ref().unwrap_or(md);
+    (m.atime(), m.atime_nsec() as u32)
 }
 
 fn ts(t: rext4::Timestamp) -> (i64, u32) {
@@ -410,7 +426,12 @@ fn rext4_visit(
         size: attr.size,
         blocks: attr.blocks,
         blksize: u64::from(attr.blksize),
-        atime: ts(attr.atime),
+        // As the walk leaves it: reading the file may have set it (see `kernel_atime_after`).
+        atime: ts(if kind == Kind::File {
+            fs.getattr(ino).map_or(attr.atime, |a| a.atime)
+        } else {
+            attr.atime
+        }),
         mtime: ts(attr.mtime),
         ctime: ts(attr.ctime),
         crtime: attr.crtime.map(ts),
@@ -446,6 +467,10 @@ fn rext4_visit(
             w.problems.push(format!("{}: read_dir: {e}", show(rel)));
             return;
         }
+    }
+    // The listing may have set the directory's access time.
+    if let (Some(r), Ok(a)) = (w.recs.get_mut(rel), fs.getattr(ino)) {
+        r.atime = ts(a.atime);
     }
     if let Some(r) = rng.as_mut() {
         r.shuffle(&mut entries);
