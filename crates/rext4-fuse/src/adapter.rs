@@ -842,7 +842,7 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino_in: INodeNo,
-        _fh_in: FileHandle,
+        fh_in: FileHandle,
         offset_in: u64,
         ino_out: INodeNo,
         _fh_out: FileHandle,
@@ -857,7 +857,9 @@ impl Filesystem for Adapter {
                     return Err(Errno::EINVAL);
                 }
                 let (src, dst) = (ino_of(ino_in)?, ino_of(ino_out)?);
-                let n = self.do_copy(src, offset_in, dst, offset_out, len)?;
+                let opened = self.shared.handles.get(fh_in.0, u64::from(src.0));
+                let noatime = opened.is_some_and(|o| o.flags & libc::O_NOATIME != 0);
+                let n = self.do_copy(src, offset_in, dst, offset_out, len, noatime)?;
                 u32::try_from(n).map_err(|_| Errno::EIO)
             })();
             match r {

@@ -2,7 +2,8 @@
 //! mkfs.ext4 with times set in the past by debugfs, are read cold (fresh mounts) through a
 //! kernel loop mount and through rext4-fuse with the same options; each access time must be
 //! set (or kept) in both alike, `stat` through the mount must show the time the image then
-//! holds, and both images must be clean.
+//! holds (but for a `copy_file_range` source, whose atime the kernel keeps cached), and both
+//! images must be clean.
 
 use super::*;
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,13 +18,14 @@ fn now() -> i64 {
 
 /// The paths the workload reads: `f` (access time older than its change: relatime renews
 /// it), `keep` (newer than its changes and an hour old: relatime keeps it), `noa` (like `f`,
-/// read through `O_NOATIME`), `d` (a directory like `f`, listed).
-const PATHS: [&str; 4] = ["f", "keep", "noa", "d"];
+/// read through `O_NOATIME`), `cp` (like `f`, the source of a `copy_file_range`), `d` (a
+/// directory like `f`, listed).
+const PATHS: [&str; 5] = ["f", "keep", "noa", "cp", "d"];
 
 fn base_image(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("src");
     fs::create_dir_all(src.join("d")).unwrap();
-    for f in ["f", "keep", "noa"] {
+    for f in ["f", "keep", "noa", "cp"] {
         fs::write(src.join(f), vec![b'x'; 10_000]).unwrap();
     }
     fs::write(src.join("d/a"), b"a").unwrap();
@@ -31,7 +33,7 @@ fn base_image(dir: &Path) -> std::path::PathBuf {
     Image::ext4("32M").block_size(4096).from_dir(&src).build(&img);
     let t = now();
     let mut cmds = String::new();
-    for (p, (a, m)) in [("f", (2, 1)), ("keep", (1, 2)), ("noa", (2, 1)), ("d", (2, 1))] {
+    for (p, (a, m)) in [("f", (2, 1)), ("keep", (1, 2)), ("noa", (2, 1)), ("cp", (2, 1)), ("d", (2, 1))] {
         let (a, m) = (t - a * HOUR, t - m * HOUR);
         cmds += &format!("sif /{p} atime @{a}\nsif /{p} mtime @{m}\nsif /{p} ctime @{m}\n");
     }
@@ -61,6 +63,9 @@ fn workload(root: &Path) -> Vec<(i64, i64)> {
     let mut v = Vec::new();
     noa.read_to_end(&mut v).unwrap();
     assert_eq!(v.len(), 10_000);
+    // std's copy between regular files is `copy_file_range`: a splice read on ext4, a
+    // `COPY_FILE_RANGE` request through the mount.
+    assert_eq!(fs::copy(root.join("cp"), root.join("copy")).unwrap(), 10_000);
     assert_eq!(fs::read_dir(root.join("d")).unwrap().count(), 1);
     PATHS.iter().map(|p| atime_of(&root.join(p))).collect()
 }
@@ -83,9 +88,9 @@ fn reads_set_access_times_as_kernel_ext4() {
         v
     };
     for (opts, want) in [
-        ("relatime", &["f", "d"][..]),
-        ("strictatime", &["f", "keep", "d"][..]),
-        ("nodiratime", &["f"][..]),
+        ("relatime", &["f", "cp", "d"][..]),
+        ("strictatime", &["f", "keep", "cp", "d"][..]),
+        ("nodiratime", &["f", "cp"][..]),
         ("noatime", &[][..]),
     ] {
         let kimg = dir.path().join(format!("kernel-{opts}.img"));
@@ -104,9 +109,13 @@ fn reads_set_access_times_as_kernel_ext4() {
         m.unmount();
         e2fsck_clean(&fimg);
 
+        let k = KernelMount::ro(&fimg).unwrap();
+        let stored: Vec<_> = PATHS.iter().map(|p| atime_of(&k.path().join(p))).collect();
+        k.unmount().unwrap();
+
         assert_eq!(changed(&original, &kernel), want, "{opts}: kernel ext4");
-        assert_eq!(changed(&original, &fuse), want, "{opts}: through the mount");
-        for (p, (o, f)) in PATHS.iter().zip(original.iter().zip(&fuse)) {
+        assert_eq!(changed(&original, &stored), want, "{opts}: the image the mount left");
+        for (p, (o, f)) in PATHS.iter().zip(original.iter().zip(&stored)) {
             if o != f {
                 assert!(
                     f.0 >= before_read && f.0 <= now(),
@@ -114,10 +123,12 @@ fn reads_set_access_times_as_kernel_ext4() {
                 );
             }
         }
-        // What `stat` showed through the mount is what the image holds.
-        let k = KernelMount::ro(&fimg).unwrap();
-        let stored: Vec<_> = PATHS.iter().map(|p| atime_of(&k.path().join(p))).collect();
-        k.unmount().unwrap();
-        assert_eq!(stored, fuse, "{opts}: image after the mount");
+        // `stat` through the mount showed what the image then held, but for the source of
+        // `copy_file_range`: the kernel does not mark a source's access time stale after
+        // `COPY_FILE_RANGE` (docs/fuse.md, "Known limits"), and shows the one it cached.
+        for (i, p) in PATHS.iter().enumerate() {
+            let shown = if *p == "cp" { original[i] } else { stored[i] };
+            assert_eq!(fuse[i], shown, "{opts}: {p}: stat through the mount");
+        }
     }
 }
