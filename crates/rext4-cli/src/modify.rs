@@ -13,9 +13,16 @@ fn open_rw(p: &ImagePath) -> CliResult<Fs> {
 
 /// How the commands that change an image open it. Under a pinned clock (SOURCE_DATE_EPOCH)
 /// every write allocates as it comes (no delayed allocation, whose writeback order follows
-/// timers and memory), so the same input gives the same blocks.
+/// timers and memory), so the same input gives the same blocks. `noatime`: the directories a
+/// command lists on its way (`rm -r`, `cp -r` into an image, `mkfs --from`) are the editor's
+/// business, not a use of the files, and keep their access times, as debugfs leaves them.
 pub(crate) fn writable_options() -> Options {
-    Options { writable: true, delalloc: rext4::clock::fixed_time().is_none(), ..Options::default() }
+    Options {
+        writable: true,
+        delalloc: rext4::clock::fixed_time().is_none(),
+        atime: rext4::AtimeMode::NoAtime,
+        ..Options::default()
+    }
 }
 
 fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {

@@ -427,7 +427,7 @@ impl Filesystem for Adapter {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
@@ -438,7 +438,18 @@ impl Filesystem for Adapter {
                     buf.resize(want, 0);
                 }
                 let buf = &mut buf[..want];
-                match ino_of(ino).and_then(|e| self.fs().read(e, offset, buf).map_err(|err| self.err(err))) {
+                // The kernel leaves a FUSE inode's access time to the daemon; the request
+                // carries the file's flags as they are now (`O_NOATIME` may have been set by
+                // `fcntl` since the open).
+                let r = ino_of(ino).and_then(|e| {
+                    if flags.0 & libc::O_NOATIME != 0 {
+                        self.fs().read_noatime(e, offset, buf)
+                    } else {
+                        self.fs().read(e, offset, buf)
+                    }
+                    .map_err(|err| self.err(err))
+                });
+                match r {
                     Ok(n) => reply.data(&buf[..n]),
                     Err(e) => reply.error(e),
                 }
@@ -597,9 +608,9 @@ impl Filesystem for Adapter {
         });
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.guard("readdir", || {
-            let r = self.do_readdir(ino, offset, &mut reply);
+            let r = self.do_readdir(ino, fh, offset, &mut reply);
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -611,12 +622,12 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.guard("readdirplus", || {
-            let r = self.do_readdirplus(ino, offset, &mut reply);
+            let r = self.do_readdirplus(ino, fh, offset, &mut reply);
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -831,7 +842,7 @@ impl Filesystem for Adapter {
         &self,
         _req: &Request,
         ino_in: INodeNo,
-        _fh_in: FileHandle,
+        fh_in: FileHandle,
         offset_in: u64,
         ino_out: INodeNo,
         _fh_out: FileHandle,
@@ -846,7 +857,9 @@ impl Filesystem for Adapter {
                     return Err(Errno::EINVAL);
                 }
                 let (src, dst) = (ino_of(ino_in)?, ino_of(ino_out)?);
-                let n = self.do_copy(src, offset_in, dst, offset_out, len)?;
+                let opened = self.shared.handles.get(fh_in.0, u64::from(src.0));
+                let noatime = opened.is_some_and(|o| o.flags & libc::O_NOATIME != 0);
+                let n = self.do_copy(src, offset_in, dst, offset_out, len, noatime)?;
                 u32::try_from(n).map_err(|_| Errno::EIO)
             })();
             match r {

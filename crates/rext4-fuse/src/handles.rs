@@ -148,7 +148,6 @@ impl FileHandles {
     }
 
     /// The open behind `fh`, if it is one of ours and for inode `ino`.
-    #[cfg(test)]
     pub(crate) fn get(&self, fh: u64, ino: u64) -> Option<Open> {
         self.shard(fh).lock().get(&fh).copied().filter(|o| o.ino == ino)
     }

@@ -137,6 +137,9 @@ impl Adapter {
         }
     }
 
+    /// `copy_file_range` by reads and writes; the reads set the source's access time as a
+    /// read does (the kernel's splice reads call `file_accessed`), unless `noatime` (the
+    /// source was opened with `O_NOATIME`).
     pub(crate) fn do_copy(
         &self,
         src: InodeNo,
@@ -144,6 +147,7 @@ impl Adapter {
         dst: InodeNo,
         mut off_out: u64,
         len: u64,
+        noatime: bool,
     ) -> R<u64> {
         self.writable()?;
         let mut left = len.min(COPY_MAX);
@@ -151,7 +155,12 @@ impl Adapter {
         let mut done = 0u64;
         while left > 0 {
             let want = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
-            let n = self.fs().read(src, off_in, &mut buf[..want]).map_err(|e| self.err(e))?;
+            let n = if noatime {
+                self.fs().read_noatime(src, off_in, &mut buf[..want])
+            } else {
+                self.fs().read(src, off_in, &mut buf[..want])
+            }
+            .map_err(|e| self.err(e))?;
             if n == 0 {
                 break;
             }

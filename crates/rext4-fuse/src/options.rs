@@ -102,7 +102,9 @@ pub enum LockMode {
     Engine,
 }
 
-/// How access times are kept (the mount's VFS flags; the kernel does the rest).
+/// When reads set access times: the mount's VFS flags, and the engine's
+/// [`rext4::AtimeMode`], which applies them (the kernel leaves FUSE inodes' access times to
+/// the daemon).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Atime {
     /// `relatime`: the kernel's default.
@@ -380,6 +382,13 @@ impl MountOptions {
             errors: self.errors,
             discard: self.discard,
             delalloc: self.delalloc,
+            // The kernel leaves access times of FUSE inodes to the daemon (`S_NOATIME`).
+            atime: match self.atime {
+                Atime::Relatime => rext4::AtimeMode::Relatime,
+                Atime::NoAtime => rext4::AtimeMode::NoAtime,
+                Atime::Strict => rext4::AtimeMode::StrictAtime,
+            },
+            nodiratime: self.nodiratime,
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {
@@ -423,6 +432,12 @@ mod tests {
         .unwrap();
         assert_eq!(o.atime, Atime::Strict);
         assert!(o.nodiratime && o.sync && o.dirsync && o.acl && o.dir_sync());
+        let e = o.engine_options();
+        assert!(e.atime == rext4::AtimeMode::StrictAtime && e.nodiratime);
+        let e = MountOptions::parse("noatime,nodiratime,diratime").unwrap().engine_options();
+        assert!(e.atime == rext4::AtimeMode::NoAtime && !e.nodiratime);
+        let e = MountOptions::default().engine_options();
+        assert!(e.atime == rext4::AtimeMode::Relatime && !e.nodiratime, "relatime by default");
         // The last of `discard,nodiscard` wins, as for the kernel.
         assert!(!o.discard && !o.engine_options().discard);
         let o = MountOptions::parse("discard").unwrap();

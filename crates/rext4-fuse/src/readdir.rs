@@ -1,17 +1,44 @@
 //! Directory listings: `READDIR` (names and types) and `READDIRPLUS` (names with attributes,
-//! each entry handed to the kernel counting as a lookup).
+//! each entry handed to the kernel counting as a lookup). Each request sets the directory's
+//! access time as the mount's options say (the engine's `readdir`), unless it was opened
+//! with `O_NOATIME`.
 
 use crate::adapter::{gen, ino_of, Adapter, R, TTL};
 use crate::attr::{file_attr, fuse_type, stat_attr, visible};
-use fuser::{INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use fuser::{FileHandle, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 impl Adapter {
-    pub(crate) fn do_readdir(&self, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> R<()> {
+    /// The engine's `readdir`, or `readdir_noatime` for a directory opened with `O_NOATIME`:
+    /// `READDIR` carries no flags here, but the `OPENDIR` that made `fh` did. (Opened without
+    /// a request, `FUSE_NO_OPENDIR_SUPPORT`, it has no handle, and the flag is not seen.)
+    fn list(
+        &self,
+        dir: rext4::InodeNo,
+        fh: FileHandle,
+        offset: u64,
+        f: impl FnMut(rext4::DirEntry) -> bool,
+    ) -> rext4::Result<()> {
+        let noatime =
+            self.shared.handles.get(fh.0, u64::from(dir.0)).is_some_and(|o| o.flags & libc::O_NOATIME != 0);
+        if noatime {
+            self.fs().readdir_noatime(dir, offset, f)
+        } else {
+            self.fs().readdir(dir, offset, f)
+        }
+    }
+
+    pub(crate) fn do_readdir(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> R<()> {
         let dir = ino_of(ino)?;
         let mut failed = None;
-        let res = self.fs().readdir(dir, offset, |e| {
+        let res = self.list(dir, fh, offset, |e| {
             if !visible(e.ino) {
                 return true;
             }
@@ -37,11 +64,17 @@ impl Adapter {
         }
     }
 
-    pub(crate) fn do_readdirplus(&self, ino: INodeNo, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
+    pub(crate) fn do_readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> R<()> {
         let dir = ino_of(ino)?;
         let mut failed = None;
         let mut added = 0usize;
-        let res = self.fs().readdir(dir, offset, |e| {
+        let res = self.list(dir, fh, offset, |e| {
             if !visible(e.ino) {
                 return true;
             }

@@ -247,7 +247,7 @@ fn kernel_visit(
         size: md.size(),
         blocks: md.blocks(),
         blksize: md.blksize(),
-        atime: (md.atime(), md.atime_nsec() as u32),
+        atime: kernel_atime_after(full, kind, md),
         mtime: (md.mtime(), md.mtime_nsec() as u32),
         ctime: (md.ctime(), md.ctime_nsec() as u32),
         crtime: systime(md.created()),
@@ -273,6 +273,7 @@ fn kernel_visit(
             return;
         }
     };
+    let mut children = Vec::new();
     for e in rd {
         let e = match e {
             Ok(e) => e,
@@ -281,6 +282,13 @@ fn kernel_visit(
                 return;
             }
         };
+        children.push(e);
+    }
+    // The listing may have set the directory's access time.
+    if let (Some(r), Ok(md)) = (w.recs.get_mut(rel), fs::symlink_metadata(full)) {
+        r.atime = (md.atime(), md.atime_nsec() as u32);
+    }
+    for e in children {
         let name = e.file_name();
         let child_rel = join(rel, name.as_bytes());
         let child = full.join(&name);
@@ -292,6 +300,21 @@ fn kernel_visit(
     }
 }
 
+/// A file's access time once the walk has read it: reading may set it (relatime), and what a
+/// walk records is the tree as it leaves it, which is what a later look at the image finds.
+fn kernel_atime_after(full: &Path, kind: Kind, md: &fs::Metadata) -> (i64, u32) {
+    let fresh = if kind == Kind::File { fs::symlink_metadata(full).ok() } else { None };
+    let m = fresh.as_ref().unwrap_or(md);
+    (m.atime(), m.atime_nsec() as u32)
+}
+
+/// Opens a file for reading with `O_NOATIME`: a walk of a writable filesystem leaves the
+/// access times it finds (so does its listing, `ReadDir::noatime`), and a later walk, or the
+/// kernel's, sees the same tree.
+fn noatime_open(fs: &Fs, path: &Path) -> rext4::Result<rext4::File> {
+    fs.open_options().read(true).custom_flags(nix::libc::O_NOATIME).open(path)
+}
+
 fn ts(t: rext4::Timestamp) -> (i64, u32) {
     (t.sec, t.nsec)
 }
@@ -299,7 +322,8 @@ fn ts(t: rext4::Timestamp) -> (i64, u32) {
 /// Describes the tree as rext4 shows it, through both APIs: entries from the path-level
 /// `read_dir`, attributes from `lookup` (inode level) cross-checked against
 /// `symlink_metadata` (path level) and the entry's inode number, targets from `read_link` and
-/// `readlink`, contents from `read_file` / `read_at`, xattrs from `listxattr`/`getxattr`.
+/// `readlink`, contents from `read` / `read_at` of files opened with `O_NOATIME`, xattrs from
+/// `listxattr`/`getxattr`. The walk sets no access time.
 /// With `order`, each directory's children are visited in a shuffled order.
 pub fn walk_rext4(fs: &Fs, order: Option<u64>) -> Walk {
     let mut w = Walk::default();
@@ -367,9 +391,16 @@ fn rext4_visit(
     };
     let content = if kind == Kind::File {
         let r = if attr.size <= CONTENT_LIMIT {
-            fs.read_file(path).map(|v| digest(&v)).map_err(|e| e.to_string())
+            noatime_open(fs, path)
+                .and_then(|f| {
+                    let mut v = Vec::new();
+                    (&f).read_to_end(&mut v).map_err(rext4::Error::from)?;
+                    Ok(v)
+                })
+                .map(|v| digest(&v))
+                .map_err(|e| e.to_string())
         } else {
-            fs.open_file(path).map_err(|e| e.to_string()).and_then(|f| {
+            noatime_open(fs, path).map_err(|e| e.to_string()).and_then(|f| {
                 digest_windows(attr.size, |off, buf| {
                     let mut done = 0;
                     while done < buf.len() {
@@ -430,7 +461,7 @@ fn rext4_visit(
         return;
     }
     let mut entries = Vec::new();
-    match fs.read_dir(path) {
+    match fs.read_dir(path).map(rext4::ReadDir::noatime) {
         Ok(rd) => {
             for e in rd {
                 match e {

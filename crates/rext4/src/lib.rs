@@ -71,6 +71,7 @@ pub use data::fallocate::{
 pub use error::{Corrupt, Error, Result};
 pub use fs::stats::{LockStat, OpStat, StatsReport};
 pub use fs::{ErrorBehavior, Fs, Options, PageCacheStats, WritebackStats};
+pub use inode::atime::AtimeMode;
 pub use inode::flags::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use inode::write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;

@@ -118,13 +118,17 @@ pub(crate) fn components(path: &[u8]) -> VecDeque<Vec<u8>> {
     path.split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect()
 }
 
-/// Iterator over a directory's entries (without `.` and `..`), fetched in batches.
+/// Iterator over a directory's entries (without `.` and `..`), fetched in batches; each batch
+/// sets the directory's access time as `getdents(2)` does ([`crate::Options::atime`]), unless
+/// made with [`ReadDir::noatime`].
 pub struct ReadDir {
     fs: Fs,
     ino: InodeNo,
     pos: u64,
     buf: VecDeque<DirEntry>,
     done: bool,
+    /// List without setting the access time (`O_NOATIME`).
+    noatime: bool,
 }
 
 impl std::fmt::Debug for ReadDir {
@@ -135,7 +139,14 @@ impl std::fmt::Debug for ReadDir {
 
 impl ReadDir {
     pub(crate) fn new(fs: &Fs, ino: InodeNo) -> ReadDir {
-        ReadDir { fs: fs.clone(), ino, pos: 0, buf: VecDeque::new(), done: false }
+        ReadDir { fs: fs.clone(), ino, pos: 0, buf: VecDeque::new(), done: false, noatime: false }
+    }
+
+    /// Lists without setting the directory's access time, as a directory opened with
+    /// `O_NOATIME` is listed (a tree walk that must leave what it looks at as it was).
+    pub fn noatime(mut self) -> ReadDir {
+        self.noatime = true;
+        self
     }
 }
 
@@ -146,14 +157,19 @@ impl Iterator for ReadDir {
             let mut got = 0;
             let buf = &mut self.buf;
             let mut pos = self.pos;
-            let r = self.fs.readdir(self.ino, self.pos, |e| {
+            let take = |e: DirEntry| {
                 pos = e.next;
                 got += 1;
                 if e.name != b"." && e.name != b".." {
                     buf.push_back(e);
                 }
                 got < 256
-            });
+            };
+            let r = if self.noatime {
+                self.fs.readdir_noatime(self.ino, self.pos, take)
+            } else {
+                self.fs.readdir(self.ino, self.pos, take)
+            };
             if let Err(e) = r {
                 self.done = true;
                 return Some(Err(e));

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
+use crate::inode::atime::AtimeFacts;
 use crate::inode::Inode;
 use crate::map::Mapping;
 use crate::num::usize_from;
@@ -24,31 +25,41 @@ const READAHEAD_BLOCKS: u64 = 32;
 const MAX_RUN_BLOCKS: u64 = 64;
 
 impl FsInner {
-    /// `read(2)` on a regular file.
-    pub(crate) fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        // Writers change the map under this lock exclusively (and fill new blocks first).
-        let _d = inode.data_sem.read();
-        // The record once: every lock taken on a hot read is a cache line the readers of a
-        // file pass between cores.
-        let (file_type, flags, size) = inode.with_disk(|d| (d.file_type(), d.flags(), d.size()));
-        match file_type {
-            S_IFREG => {}
-            S_IFDIR => return Err(Error::IsDir),
-            _ => return Err(Error::InvalidInput("not a regular file")),
-        }
-        if flags & ENCRYPT_FL != 0 {
-            return Err(Error::NoKey);
-        }
-        let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || flags & INLINE_DATA_FL != 0 {
-            if buf.len() >= DIRECT_READ {
-                self.pcache.stats.direct.fetch_add(1, Relaxed);
+    /// `read(2)` on a regular file; with `touch`, then its access time as the mount's mode
+    /// says (inode/atime.rs), as `filemap_read` ends with `file_accessed`.
+    pub(crate) fn read(&self, inode: &Inode, offset: u64, buf: &mut [u8], touch: bool) -> Result<usize> {
+        let (n, facts) = {
+            // Writers change the map under this lock exclusively (and fill new blocks first).
+            let _d = inode.data_sem.read();
+            // The record once: every lock taken on a hot read is a cache line the readers of
+            // a file pass between cores. It also gives the times the access-time check needs.
+            let (file_type, flags, size, facts) = inode
+                .with_disk(|d| (d.file_type(), d.flags(), d.size(), AtimeFacts::of(d, self.sbi.inode_size)));
+            match file_type {
+                S_IFREG => {}
+                S_IFDIR => return Err(Error::IsDir),
+                _ => return Err(Error::InvalidInput("not a regular file")),
             }
-            self.read_data(inode, offset, buf)?
-        } else {
-            self.read_cached(inode, size, offset, buf)?
+            if flags & ENCRYPT_FL != 0 {
+                return Err(Error::NoKey);
+            }
+            let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || flags & INLINE_DATA_FL != 0 {
+                if buf.len() >= DIRECT_READ {
+                    self.pcache.stats.direct.fetch_add(1, Relaxed);
+                }
+                self.read_data(inode, offset, buf)?
+            } else {
+                self.read_cached(inode, size, offset, buf)?
+            };
+            // Delayed writes are in memory only: their pages cover the holes just read.
+            self.overlay_dirty(inode, offset, &mut buf[..n]);
+            (n, facts)
         };
-        // Delayed writes are in memory only: their pages cover the holes just read.
-        self.overlay_dirty(inode, offset, &mut buf[..n]);
+        // With `data_sem` let go: an update starts a handle, which must come before it. A
+        // request for no bytes reads nothing and touches nothing (`filemap_read`).
+        if touch && !buf.is_empty() {
+            self.touch_atime(inode, &facts);
+        }
         Ok(n)
     }
 

@@ -28,6 +28,7 @@ use crate::cache::ShardedCache;
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
+use crate::inode::atime::{AtimeFacts, AtimeMode};
 use crate::inode::Inode;
 use rext4_format::superblock::Superblock;
 use rext4_format::{InodeNo, PhysBlock};
@@ -72,6 +73,13 @@ pub struct Options {
     /// kernel's `dirty_expire_centisecs`, default 30 s). `fsync`, `sync` and unmount write
     /// back at once, and so does a writer when too much is dirty.
     pub dirty_expire: std::time::Duration,
+    /// When reads of files and directories set their access time (the kernel's `relatime`,
+    /// its default; `noatime`; `strictatime`). Writable opens only: a read-only filesystem
+    /// never changes. A file opened with `O_NOATIME` ([`crate::OpenFlags::NOATIME`]) and an
+    /// inode with `NOATIME_FL` (`chattr +A`) keep theirs whatever this says.
+    pub atime: AtimeMode,
+    /// Reads of directories leave their access time alone (the kernel's `nodiratime`).
+    pub nodiratime: bool,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -164,6 +172,8 @@ impl Default for Options {
             discard: false,
             delalloc: true,
             dirty_expire: std::time::Duration::from_secs(30),
+            atime: AtimeMode::Relatime,
+            nodiratime: false,
         }
     }
 }
@@ -259,6 +269,9 @@ pub(crate) struct FsInner {
     pub locks: crate::locks::FileLocks,
     /// `Options::grpid`. [immutable]
     pub grpid: bool,
+    /// `Options::atime` and `Options::nodiratime` (inode/atime.rs). [immutable]
+    pub atime: AtimeMode,
+    pub nodiratime: bool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -365,17 +378,51 @@ impl Fs {
     /// Reads directory entries from position `pos` (0 to start; then an entry's `next`),
     /// calling `f` for each until it returns `false` or the directory ends. `.` and `..` are
     /// included.
+    ///
+    /// Like `getdents(2)`, each call sets the directory's access time as
+    /// [`Options::atime`] says ([`Fs::readdir_noatime`] does not).
     pub fn readdir(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        self.readdir_touching(dir, pos, f, true)
+    }
+
+    /// [`Fs::readdir`] leaving the access time alone, as a directory opened with
+    /// `O_NOATIME` is read.
+    pub fn readdir_noatime(&self, dir: InodeNo, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        self.readdir_touching(dir, pos, f, false)
+    }
+
+    fn readdir_touching(
+        &self,
+        dir: InodeNo,
+        pos: u64,
+        f: impl FnMut(DirEntry) -> bool,
+        touch: bool,
+    ) -> Result<()> {
         self.inner.op(crate::fs::stats::Op::Readdir, || {
-            self.inner.iget_dir(dir).and_then(|d| self.inner.readdir(&d, pos, f))
+            let d = self.inner.iget_dir(dir)?;
+            let facts = touch.then(|| d.with_disk(|r| AtimeFacts::of(r, self.inner.sbi.inode_size)));
+            self.inner.readdir(&d, pos, f)?;
+            // After the listing, as `iterate_dir` calls `file_accessed`.
+            if let Some(facts) = facts {
+                self.inner.touch_atime(&d, &facts);
+            }
+            Ok(())
         })
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of a regular file; returns the count (0 at or
-    /// past the end).
+    /// past the end). Like `read(2)`, sets the file's access time as [`Options::atime`] says
+    /// ([`Fs::read_noatime`] does not).
     pub fn read(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.inner.op(crate::fs::stats::Op::Read, || {
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf))
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf, true))
+        })
+    }
+
+    /// [`Fs::read`] leaving the access time alone, as a file opened with `O_NOATIME` is read.
+    pub fn read_noatime(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.inner.op(crate::fs::stats::Op::Read, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.read(&inode, offset, buf, false))
         })
     }
 
@@ -502,6 +549,8 @@ impl FsInner {
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,
+            atime: opts.atime,
+            nodiratime: opts.nodiratime,
         })
     }
 

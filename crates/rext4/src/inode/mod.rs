@@ -6,6 +6,7 @@
 //! | this file | `Inode`, `iget`, inode-table locations, record checks |
 //! | `write` | record writes, `setattr`, `fsync`, the typed record helpers |
 //! | `flags` | `chattr` flags (`ext4_fileattr_set`) |
+//! | `atime` | access times on reads (`touch_atime`, relatime) |
 //! | `orphan` | orphan file and list records, references, eviction, recovery |
 //!
 //! # Locking
@@ -16,6 +17,7 @@
 //! In-memory inodes and the inode cache (the read side of the kernel's `inode.c`:
 //! `__ext4_get_inode_loc`, `ext4_iget`).
 
+pub(crate) mod atime;
 pub(crate) mod flags;
 pub(crate) mod orphan;
 pub(crate) mod write;

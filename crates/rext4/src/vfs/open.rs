@@ -175,10 +175,15 @@ impl OpenFile {
         }
     }
 
-    /// `pread(2)`.
+    /// `pread(2)`: sets the access time as the filesystem's [`crate::Options::atime`] says,
+    /// unless the file was opened with `NOATIME`.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.need(OpenFlags::READ)?;
-        self.d.fs.read(self.d.ino, offset, buf)
+        if self.d.flags.contains(OpenFlags::NOATIME) {
+            self.d.fs.read_noatime(self.d.ino, offset, buf)
+        } else {
+            self.d.fs.read(self.d.ino, offset, buf)
+        }
     }
 
     /// `pwrite(2)`; with `APPEND` the data goes to the end whatever `offset` says (as Linux

@@ -10,6 +10,7 @@
 // the cast and visibility lints are for the code that reads images.
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
 
+mod atime;
 mod corruption;
 mod corruption_write;
 mod crash;

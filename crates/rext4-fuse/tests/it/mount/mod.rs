@@ -4,10 +4,12 @@
 //! Skipped (with a message) where FUSE mounts are not possible.
 //!
 //! `tree.rs`: names, directories and handles; `data.rs`: file data and attributes;
-//! `options.rs`: mount options, errors and daemon robustness; `access.rs`: permissions, ACLs
+//! `options.rs`: mount options, errors and daemon robustness; `atime.rs`: access times on
+//! reads against kernel ext4; `access.rs`: permissions, ACLs
 //! and group ownership for other users.
 
 mod access;
+mod atime;
 mod data;
 mod killpriv;
 mod options;

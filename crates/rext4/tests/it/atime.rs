@@ -1,0 +1,267 @@
+//! Access times on reads (`Options::atime`, `nodiratime`, `O_NOATIME`, `chattr +A`): each case
+//! gets an image made by mkfs.ext4 whose times debugfs set in the past, reads a file or lists
+//! a directory through rext4, and checks the access time against the kernel's rules
+//! (`atime_needs_update` / `relatime_need_update` in fs/inode.c). Every image a case changed is
+//! then reopened (the new time is on disk) and checked with `e2fsck -fn`; the first case also
+//! has the kernel read it back.
+
+use rext4::format::inode::NOATIME_FL;
+use rext4::{AtimeMode, Fs, Options, Timestamp};
+use rext4_testkit::{e2fsck_clean, kernel_can_mount, tool, Image, KernelMount};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const HOUR: i64 = 3600;
+const DAY: i64 = 24 * HOUR;
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// Times of one path, as seconds before now: (atime, mtime, ctime).
+type Ago = (i64, i64, i64);
+
+/// An image holding `/f` (a file with data) and `/d` (a directory with two files), with
+/// `f`'s and `d`'s times set by debugfs to `f_ago` and `d_ago` before now.
+fn image(dir: &Path, inode_size: u32, f_ago: Ago, d_ago: Ago) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("f"), vec![7u8; 5000]).unwrap();
+    std::fs::write(src.join("d/a"), b"a").unwrap();
+    std::fs::write(src.join("d/b"), b"b").unwrap();
+    let img = dir.join("atime.img");
+    Image::ext4("16M").block_size(4096).inode_size(inode_size).from_dir(&src).build(&img);
+    let t = now();
+    let mut cmds = String::new();
+    for (p, (a, m, c)) in [("/f", f_ago), ("/d", d_ago)] {
+        cmds += &format!("sif {p} atime @{}\nsif {p} mtime @{}\nsif {p} ctime @{}\n", t - a, t - m, t - c);
+    }
+    let script = dir.join("times.cmds");
+    std::fs::write(&script, cmds).unwrap();
+    let out = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
+    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+fn open(img: &Path, atime: AtimeMode, nodiratime: bool) -> Fs {
+    Fs::open_with(img, Options { writable: true, atime, nodiratime, ..Options::default() }).unwrap()
+}
+
+fn atime(fs: &Fs, p: &str) -> Timestamp {
+    fs.symlink_metadata(p).unwrap().atime
+}
+
+/// Reads all of `/f` through an open file.
+fn read_f(fs: &Fs) {
+    assert_eq!(fs.read_file("/f").unwrap().len(), 5000);
+}
+
+/// Lists `/d` through the path-level iterator.
+fn list_d(fs: &Fs) {
+    assert_eq!(fs.read_dir("/d").unwrap().count(), 2);
+}
+
+/// Asserts `t` lies between `before` and now (whole seconds).
+fn assert_now(t: Timestamp, before: i64, what: &str) {
+    assert!(t.sec >= before && t.sec <= now(), "{what}: atime {t:?} is not now ({before})");
+}
+
+/// Closes `fs`, checks the image, and returns `p`'s access time as a fresh open reads it.
+fn reopen_atime(fs: Fs, img: &Path, p: &str) -> Timestamp {
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(img);
+    atime(&Fs::open(img).unwrap(), p)
+}
+
+#[test]
+fn relatime_renews_an_atime_older_than_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), 256, (2 * HOUR, HOUR, HOUR), (2 * HOUR, HOUR, HOUR));
+    let fs = open(&img, AtimeMode::Relatime, false);
+    let old = atime(&fs, "/f");
+    let before = now();
+    read_f(&fs);
+    let new = atime(&fs, "/f");
+    assert_now(new, before, "read after a change");
+    // Newer than mtime and ctime now: a second read leaves it.
+    read_f(&fs);
+    assert_eq!(atime(&fs, "/f"), new, "second read");
+    list_d(&fs);
+    assert_now(atime(&fs, "/d"), before, "listing after a change");
+    assert_ne!(old, new);
+    assert_eq!(reopen_atime(fs, &img, "/f"), new, "on disk");
+    if kernel_can_mount() {
+        let km = KernelMount::ro(&img).unwrap();
+        let md = std::fs::symlink_metadata(km.path().join("f")).unwrap();
+        assert_eq!((md.atime(), md.atime_nsec() as u32), (new.sec, new.nsec), "the kernel's view");
+        km.unmount().unwrap();
+    }
+}
+
+#[test]
+fn relatime_renews_an_atime_older_than_ctime_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), 256, (2 * HOUR, 3 * HOUR, HOUR), (HOUR, 2 * HOUR, 2 * HOUR));
+    let fs = open(&img, AtimeMode::Relatime, false);
+    let before = now();
+    read_f(&fs);
+    assert_now(atime(&fs, "/f"), before, "ctime after atime");
+    reopen_atime(fs, &img, "/f");
+}
+
+#[test]
+fn relatime_keeps_a_recent_atime_newer_than_mtime_and_ctime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (HOUR, 2 * HOUR, 2 * HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::Relatime, false);
+    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
+    read_f(&fs);
+    list_d(&fs);
+    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    assert_eq!(reopen_atime(fs, &img, "/f"), f0);
+}
+
+#[test]
+fn relatime_renews_an_atime_a_day_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (DAY + HOUR, 3 * DAY, 3 * DAY);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::Relatime, false);
+    let before = now();
+    read_f(&fs);
+    list_d(&fs);
+    assert_now(atime(&fs, "/f"), before, "file");
+    assert_now(atime(&fs, "/d"), before, "directory");
+    reopen_atime(fs, &img, "/f");
+}
+
+#[test]
+fn noatime_flag_keeps_the_atime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let f = fs.resolve("/f", false).unwrap();
+    let flags = fs.getattr(f).unwrap().flags;
+    fs.set_flags(f, flags | NOATIME_FL).unwrap();
+    let t0 = atime(&fs, "/f");
+    read_f(&fs);
+    assert_eq!(atime(&fs, "/f"), t0, "chattr +A, even under strictatime");
+    // The flag is the file's alone: the directory's is set.
+    let before = now();
+    list_d(&fs);
+    assert_now(atime(&fs, "/d"), before, "directory without the flag");
+    assert_eq!(reopen_atime(fs, &img, "/f"), t0);
+}
+
+#[test]
+fn noatime_mode_keeps_every_atime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::NoAtime, false);
+    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
+    read_f(&fs);
+    list_d(&fs);
+    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    assert_eq!(reopen_atime(fs, &img, "/d"), d0);
+}
+
+#[test]
+fn strictatime_renews_on_every_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // Newer than mtime and ctime and an hour old: relatime would keep it.
+    let ago = (HOUR, 2 * HOUR, 2 * HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let before = now();
+    read_f(&fs);
+    let first = atime(&fs, "/f");
+    assert_now(first, before, "first read");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    read_f(&fs);
+    let second = atime(&fs, "/f");
+    assert!(second > first, "second read: {second:?} after {first:?}");
+    list_d(&fs);
+    assert_now(atime(&fs, "/d"), before, "directory");
+    assert_eq!(reopen_atime(fs, &img, "/f"), second);
+}
+
+#[test]
+fn nodiratime_keeps_directories_atime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::StrictAtime, true);
+    let d0 = atime(&fs, "/d");
+    list_d(&fs);
+    // The inode-level call too (what the FUSE daemon's READDIR makes).
+    let d = fs.resolve("/d", false).unwrap();
+    fs.readdir(d, 0, |_| true).unwrap();
+    assert_eq!(atime(&fs, "/d"), d0, "directory under nodiratime");
+    let before = now();
+    read_f(&fs);
+    assert_now(atime(&fs, "/f"), before, "files are read as before");
+    assert_eq!(reopen_atime(fs, &img, "/d"), d0);
+}
+
+#[test]
+fn read_only_never_changes_atime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let before = std::fs::read(&img).unwrap();
+    let fs = Fs::open_with(&img, Options { atime: AtimeMode::StrictAtime, ..Options::default() }).unwrap();
+    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
+    read_f(&fs);
+    list_d(&fs);
+    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    drop(fs);
+    assert!(std::fs::read(&img).unwrap() == before, "a read-only open changed the image");
+}
+
+#[test]
+fn o_noatime_and_empty_reads_keep_atime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 256, ago, ago);
+    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let f0 = atime(&fs, "/f");
+    let f = fs.open_options().read(true).custom_flags(libc::O_NOATIME).open("/f").unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 5000);
+    let ino = fs.resolve("/f", false).unwrap();
+    assert_eq!(fs.read_noatime(ino, 0, &mut buf).unwrap(), 5000);
+    // A read of no bytes reads nothing and touches nothing (`filemap_read`).
+    assert_eq!(fs.read(ino, 0, &mut []).unwrap(), 0);
+    assert_eq!(atime(&fs, "/f"), f0, "O_NOATIME");
+    let d = fs.resolve("/d", false).unwrap();
+    let d0 = atime(&fs, "/d");
+    fs.readdir_noatime(d, 0, |_| true).unwrap();
+    assert_eq!(atime(&fs, "/d"), d0, "readdir_noatime");
+    // The same file opened plainly, and a read at the end (still a read, as in the kernel).
+    let before = now();
+    let g = fs.open_options().read(true).open("/f").unwrap();
+    assert_eq!(g.read_at(&mut buf, 5000).unwrap(), 0);
+    assert_now(atime(&fs, "/f"), before, "plain open");
+    drop((f, g));
+    reopen_atime(fs, &img, "/f");
+}
+
+#[test]
+fn small_inodes_take_whole_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = (2 * DAY, HOUR, HOUR);
+    let img = image(dir.path(), 128, ago, ago);
+    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let before = now();
+    read_f(&fs);
+    let t = atime(&fs, "/f");
+    assert_now(t, before, "128-byte inode");
+    assert_eq!(t.nsec, 0, "no i_atime_extra to hold nanoseconds");
+    assert_eq!(reopen_atime(fs, &img, "/f"), t);
+}
