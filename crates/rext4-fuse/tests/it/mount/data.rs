@@ -177,6 +177,60 @@ fn append_only_with_the_writeback_cache() {
     }
 }
 
+/// Data written before a file becomes immutable or append-only reaches the image, with the
+/// writeback cache too, as on kernel ext4 (which writes a file's dirty pages back whatever its
+/// flags): the kernel holds such writes in its own cache, and the daemon refuses writes to a
+/// file with either flag, so the kernel must send them before the flag's change. `fsync`
+/// after the change succeeds and the bytes are on disk.
+#[test]
+fn data_written_before_chattr_reaches_the_image() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    // What each side does: write, make the file immutable or append-only, fsync, read back.
+    let run = |root: &std::path::Path| -> Vec<(String, std::io::Result<()>)> {
+        let mut out = Vec::new();
+        for flag in ["+i", "+a"] {
+            let name = format!("f{}", &flag[1..]);
+            let f = root.join(&name);
+            let mut h = OpenOptions::new().write(true).create(true).truncate(true).open(&f).unwrap();
+            h.write_all(&data).unwrap();
+            let set = std::process::Command::new("chattr").arg(flag).arg(&f).output().unwrap();
+            assert!(set.status.success(), "chattr {flag}: {}", String::from_utf8_lossy(&set.stderr));
+            out.push((name.clone(), h.sync_all()));
+            drop(h);
+            let clear =
+                std::process::Command::new("chattr").arg(&flag.replace('+', "-")).arg(&f).output().unwrap();
+            assert!(clear.status.success());
+        }
+        out
+    };
+    let img = Image::ext4("64M").build_in(dir.path(), "wbflags.img");
+    let m = FuseMount::new(&img, "rw,writeback_cache");
+    let mine = run(m.path());
+    m.unmount();
+    e2fsck_clean(&img);
+    for (name, r) in &mine {
+        assert!(r.is_ok(), "fsync of {name} after the flag: {r:?}");
+        let fs = rext4::Fs::open(&img).unwrap();
+        let ino = fs.resolve(&format!("/{name}"), false).unwrap();
+        let mut got = vec![0u8; data.len() + 1];
+        let n = fs.read(ino, 0, &mut got).unwrap();
+        assert!(n == data.len() && got[..n] == data[..], "{name}: {n} bytes on the image");
+    }
+    if kernel_can_mount() {
+        let kimg = Image::ext4("64M").build_in(dir.path(), "kflags.img");
+        let k = KernelMount::rw(&kimg).expect("kernel mount");
+        let theirs = run(k.path());
+        for ((name, a), (_, b)) in mine.iter().zip(&theirs) {
+            assert_eq!(a.is_ok(), b.is_ok(), "{name}: fsync here {a:?}, on kernel ext4 {b:?}");
+            assert_eq!(fs::read(k.path().join(name)).unwrap(), data, "{name} on kernel ext4");
+        }
+        drop(k);
+        e2fsck_clean(&kimg);
+    }
+}
+
 /// Device nodes made and removed through the mount free no block (their device number is not
 /// a block map), and a file whose extent names the journal is refused with `EUCLEAN` instead of
 /// being written over it: the image stays as e2fsck found it.
