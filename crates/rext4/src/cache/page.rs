@@ -269,25 +269,21 @@ impl PageCache {
         if bs == 0 || from >= bs {
             return;
         }
-        // (block, offset in it, bytes) for each block the write touches.
-        let mut pieces = Vec::new();
+        // (block, offset in it, bytes) for each block the write touches, a chunk's worth at a
+        // time (a long write is not listed whole).
         let (mut b, mut at, mut rest) = (lblk, from, bytes);
         while !rest.is_empty() {
-            let n = rest.len().min(bs - at);
-            pieces.push((b, at, &rest[..n]));
-            rest = &rest[n..];
-            at = 0;
-            match b.checked_add(1) {
-                Some(next) => b = next,
-                None => break,
-            }
-        }
-        let mut pieces = pieces.into_iter().peekable();
-        while let Some(first) = pieces.next() {
-            let key = chunk_key(ino, first.0);
-            let mut run = vec![first];
-            while let Some(p) = pieces.next_if(|p| chunk_key(ino, p.0) == key) {
-                run.push(p);
+            let key = chunk_key(ino, b);
+            let mut run = Vec::with_capacity(CHUNK_BLOCKS);
+            while !rest.is_empty() && chunk_key(ino, b) == key {
+                let n = rest.len().min(bs - at);
+                run.push((b, at, &rest[..n]));
+                rest = &rest[n..];
+                at = 0;
+                match b.checked_add(1) {
+                    Some(next) => b = next,
+                    None => rest = &[],
+                }
             }
             let mut s = self.map.shard(key).lock();
             for &(b, _, _) in &run {
