@@ -200,7 +200,7 @@ fn data_written_before_chattr_reaches_the_image() {
             out.push((name.clone(), h.sync_all()));
             drop(h);
             let clear =
-                std::process::Command::new("chattr").arg(&flag.replace('+', "-")).arg(&f).output().unwrap();
+                std::process::Command::new("chattr").arg(flag.replace('+', "-")).arg(&f).output().unwrap();
             assert!(clear.status.success());
         }
         out
@@ -213,7 +213,7 @@ fn data_written_before_chattr_reaches_the_image() {
     for (name, r) in &mine {
         assert!(r.is_ok(), "fsync of {name} after the flag: {r:?}");
         let fs = rext4::Fs::open(&img).unwrap();
-        let ino = fs.resolve(&format!("/{name}"), false).unwrap();
+        let ino = fs.resolve(format!("/{name}"), false).unwrap();
         let mut got = vec![0u8; data.len() + 1];
         let n = fs.read(ino, 0, &mut got).unwrap();
         assert!(n == data.len() && got[..n] == data[..], "{name}: {n} bytes on the image");
