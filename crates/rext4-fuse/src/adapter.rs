@@ -16,7 +16,7 @@
 use crate::attr::{decode_dev, engine_ino, file_attr, negative_attr, stat_attr, time_set, visible};
 use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
-use crate::options::{LockMode, MountOptions};
+use crate::options::{Atime, LockMode, MountOptions};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub killpriv: std::sync::atomic::AtomicBool,
     /// Whether directories open without a request (`FUSE_NO_OPENDIR_SUPPORT`, init.rs).
     pub no_opendir: std::sync::atomic::AtomicBool,
+    /// Messages to the kernel about its caches (set once, when the session exists).
+    pub notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 impl Shared {
@@ -860,6 +862,9 @@ impl Filesystem for Adapter {
                 let opened = self.shared.handles.get(fh_in.0, u64::from(src.0));
                 let noatime = opened.is_some_and(|o| o.flags & libc::O_NOATIME != 0);
                 let n = self.do_copy(src, offset_in, dst, offset_out, len, noatime)?;
+                if n > 0 && !noatime && self.shared.opts.atime != Atime::NoAtime {
+                    self.source_read(ino_in);
+                }
                 u32::try_from(n).map_err(|_| Errno::EIO)
             })();
             match r {
@@ -867,6 +872,24 @@ impl Filesystem for Adapter {
                 Err(e) => reply.error(e),
             }
         });
+    }
+}
+
+impl Adapter {
+    /// After reading `ino` for a `COPY_FILE_RANGE`, which may have set its access time: the
+    /// kernel marks a file's cached access time stale after the reads it sends, but not after
+    /// this request, so its attributes are dropped here and the next `stat` asks again. Only
+    /// the attributes (a negative offset): no page is touched, so the kernel takes no lock a
+    /// request in flight could hold.
+    fn source_read(&self, ino: INodeNo) {
+        if let Some(n) = self.shared.notifier.get() {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                // The kernel may have forgotten the inode meanwhile (ENOENT): nothing cached.
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    crate::log(&format!("invalidating inode {}'s attributes: {e}", ino.0));
+                }
+            }
+        }
     }
 }
 

@@ -83,8 +83,11 @@ impl Mount {
             lock_owners: Default::default(),
             killpriv: Default::default(),
             no_opendir: Default::default(),
+            notifier: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
+        // Cannot fail: set once, here, before any request is served.
+        let _ = shared.notifier.set(session.notifier());
         let mountpoint = mountpoint.canonicalize().unwrap_or_else(|_| mountpoint.to_path_buf());
         if let Err(e) = vfs_flags::apply(&mountpoint, opts) {
             log(&format!("{e}; the mount keeps relatime"));

@@ -2,8 +2,7 @@
 //! mkfs.ext4 with times set in the past by debugfs, are read cold (fresh mounts) through a
 //! kernel loop mount and through rext4-fuse with the same options; each access time must be
 //! set (or kept) in both alike, `stat` through the mount must show the time the image then
-//! holds (but for a `copy_file_range` source, whose atime the kernel keeps cached), and both
-//! images must be clean.
+//! holds (a `copy_file_range` source's too), and both images must be clean.
 
 use super::*;
 use std::os::unix::fs::OpenOptionsExt;
@@ -123,12 +122,10 @@ fn reads_set_access_times_as_kernel_ext4() {
                 );
             }
         }
-        // `stat` through the mount showed what the image then held, but for the source of
-        // `copy_file_range`: the kernel does not mark a source's access time stale after
-        // `COPY_FILE_RANGE` (docs/fuse.md, "Known limits"), and shows the one it cached.
+        // `stat` through the mount showed what the image then held, the source of
+        // `copy_file_range` too (the daemon drops the kernel's cached attributes for it).
         for (i, p) in PATHS.iter().enumerate() {
-            let shown = if *p == "cp" { original[i] } else { stored[i] };
-            assert_eq!(fuse[i], shown, "{opts}: {p}: stat through the mount");
+            assert_eq!(fuse[i], stored[i], "{opts}: {p}: stat through the mount");
         }
     }
 }
