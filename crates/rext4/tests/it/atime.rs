@@ -49,6 +49,30 @@ fn open(img: &Path, atime: AtimeMode, nodiratime: bool) -> Fs {
     Fs::open_with(img, Options { writable: true, atime, nodiratime, ..Options::default() }).unwrap()
 }
 
+/// A case: the image of [`image`] (with `f_ago` and `d_ago`) opened writable with `atime` and
+/// `nodiratime`; the directory holding it goes with the first element.
+fn case(
+    inode_size: u32,
+    f_ago: Ago,
+    d_ago: Ago,
+    atime: AtimeMode,
+    nodiratime: bool,
+) -> (tempfile::TempDir, PathBuf, Fs) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), inode_size, f_ago, d_ago);
+    let fs = open(&img, atime, nodiratime);
+    (dir, img, fs)
+}
+
+/// Reads `/f` and lists `/d`, and asserts that neither access time moved; returns them.
+fn reads_keep_both(fs: &Fs) -> (Timestamp, Timestamp) {
+    let (f0, d0) = (atime(fs, "/f"), atime(fs, "/d"));
+    read_f(fs);
+    list_d(fs);
+    assert_eq!((atime(fs, "/f"), atime(fs, "/d")), (f0, d0));
+    (f0, d0)
+}
+
 fn atime(fs: &Fs, p: &str) -> Timestamp {
     fs.symlink_metadata(p).unwrap().atime
 }
@@ -78,9 +102,8 @@ fn reopen_atime(fs: Fs, img: &Path, p: &str) -> Timestamp {
 
 #[test]
 fn relatime_renews_an_atime_older_than_mtime() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), 256, (2 * HOUR, HOUR, HOUR), (2 * HOUR, HOUR, HOUR));
-    let fs = open(&img, AtimeMode::Relatime, false);
+    let (_dir, img, fs) =
+        case(256, (2 * HOUR, HOUR, HOUR), (2 * HOUR, HOUR, HOUR), AtimeMode::Relatime, false);
     let old = atime(&fs, "/f");
     let before = now();
     read_f(&fs);
@@ -103,9 +126,8 @@ fn relatime_renews_an_atime_older_than_mtime() {
 
 #[test]
 fn relatime_renews_an_atime_older_than_ctime_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), 256, (2 * HOUR, 3 * HOUR, HOUR), (HOUR, 2 * HOUR, 2 * HOUR));
-    let fs = open(&img, AtimeMode::Relatime, false);
+    let (_dir, img, fs) =
+        case(256, (2 * HOUR, 3 * HOUR, HOUR), (HOUR, 2 * HOUR, 2 * HOUR), AtimeMode::Relatime, false);
     let before = now();
     read_f(&fs);
     assert_now(atime(&fs, "/f"), before, "ctime after atime");
@@ -114,23 +136,16 @@ fn relatime_renews_an_atime_older_than_ctime_only() {
 
 #[test]
 fn relatime_keeps_a_recent_atime_newer_than_mtime_and_ctime() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (HOUR, 2 * HOUR, 2 * HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::Relatime, false);
-    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
-    read_f(&fs);
-    list_d(&fs);
-    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::Relatime, false);
+    let (f0, _) = reads_keep_both(&fs);
     assert_eq!(reopen_atime(fs, &img, "/f"), f0);
 }
 
 #[test]
 fn relatime_renews_an_atime_a_day_old() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (DAY + HOUR, 3 * DAY, 3 * DAY);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::Relatime, false);
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::Relatime, false);
     let before = now();
     read_f(&fs);
     list_d(&fs);
@@ -141,10 +156,8 @@ fn relatime_renews_an_atime_a_day_old() {
 
 #[test]
 fn noatime_flag_keeps_the_atime() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (2 * DAY, HOUR, HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::StrictAtime, false);
     let f = fs.resolve("/f", false).unwrap();
     let flags = fs.getattr(f).unwrap().flags;
     fs.set_flags(f, flags | NOATIME_FL).unwrap();
@@ -160,24 +173,17 @@ fn noatime_flag_keeps_the_atime() {
 
 #[test]
 fn noatime_mode_keeps_every_atime() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (2 * DAY, HOUR, HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::NoAtime, false);
-    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
-    read_f(&fs);
-    list_d(&fs);
-    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::NoAtime, false);
+    let (_, d0) = reads_keep_both(&fs);
     assert_eq!(reopen_atime(fs, &img, "/d"), d0);
 }
 
 #[test]
 fn strictatime_renews_on_every_read() {
-    let dir = tempfile::tempdir().unwrap();
     // Newer than mtime and ctime and an hour old: relatime would keep it.
     let ago = (HOUR, 2 * HOUR, 2 * HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::StrictAtime, false);
     let before = now();
     read_f(&fs);
     let first = atime(&fs, "/f");
@@ -193,10 +199,8 @@ fn strictatime_renews_on_every_read() {
 
 #[test]
 fn nodiratime_keeps_directories_atime() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (2 * DAY, HOUR, HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::StrictAtime, true);
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::StrictAtime, true);
     let d0 = atime(&fs, "/d");
     list_d(&fs);
     // The inode-level call too (what the FUSE daemon's READDIR makes).
@@ -216,20 +220,15 @@ fn read_only_never_changes_atime() {
     let img = image(dir.path(), 256, ago, ago);
     let before = std::fs::read(&img).unwrap();
     let fs = Fs::open_with(&img, Options { atime: AtimeMode::StrictAtime, ..Options::default() }).unwrap();
-    let (f0, d0) = (atime(&fs, "/f"), atime(&fs, "/d"));
-    read_f(&fs);
-    list_d(&fs);
-    assert_eq!((atime(&fs, "/f"), atime(&fs, "/d")), (f0, d0));
+    reads_keep_both(&fs);
     drop(fs);
     assert!(std::fs::read(&img).unwrap() == before, "a read-only open changed the image");
 }
 
 #[test]
 fn o_noatime_and_empty_reads_keep_atime() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (2 * DAY, HOUR, HOUR);
-    let img = image(dir.path(), 256, ago, ago);
-    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let (_dir, img, fs) = case(256, ago, ago, AtimeMode::StrictAtime, false);
     let f0 = atime(&fs, "/f");
     let f = fs.open_options().read(true).custom_flags(libc::O_NOATIME).open("/f").unwrap();
     let mut buf = vec![0u8; 8192];
@@ -254,10 +253,8 @@ fn o_noatime_and_empty_reads_keep_atime() {
 
 #[test]
 fn small_inodes_take_whole_seconds() {
-    let dir = tempfile::tempdir().unwrap();
     let ago = (2 * DAY, HOUR, HOUR);
-    let img = image(dir.path(), 128, ago, ago);
-    let fs = open(&img, AtimeMode::StrictAtime, false);
+    let (_dir, img, fs) = case(128, ago, ago, AtimeMode::StrictAtime, false);
     let before = now();
     read_f(&fs);
     let t = atime(&fs, "/f");
