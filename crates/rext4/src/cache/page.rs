@@ -293,46 +293,20 @@ impl PageCache {
                 let mut changed = false;
                 for (b, at, piece) in run {
                     let k = slot(b);
+                    let whole = piece.len() == bs;
                     match &pages[k] {
+                        Some(_) if whole => pages[k] = Some(Arc::new(piece.into())),
                         Some(old) => {
                             let mut data: Box<[u8]> = old.as_ref().clone();
                             data[at..at + piece.len()].copy_from_slice(piece);
                             pages[k] = Some(Arc::new(data));
                         }
-                        None if fill && piece.len() == bs => pages[k] = Some(Arc::new(piece.into())),
+                        None if fill && whole => pages[k] = Some(Arc::new(piece.into())),
                         None => continue,
                     }
                     changed = true;
                 }
                 changed
-            });
-        }
-    }
-
-    /// Records that the blocks from `lblk` of `ino` now hold `data` (whole blocks, just
-    /// written from dirty pages): they become the current pages, and loads in flight under
-    /// them will not be cached.
-    pub(crate) fn written_blocks(&self, ino: u32, lblk: u32, gen: u64, data: &[u8]) {
-        let bs = self.block_size;
-        if !self.enabled || bs == 0 || !data.len().is_multiple_of(bs) {
-            return;
-        }
-        let mut blocks = data.chunks(bs).zip(lblk..=u32::MAX).peekable();
-        while let Some((d, b)) = blocks.next() {
-            let key = chunk_key(ino, b);
-            let mut s = self.map.shard(key).lock();
-            let mut run = vec![(b, d)];
-            while let Some(next) = blocks.next_if(|(_, b)| chunk_key(ino, *b) == key) {
-                run.push((next.1, next.0));
-            }
-            for &(b, _) in &run {
-                Self::overtake(&mut s, block_key(ino, b));
-            }
-            self.edit(&mut s, key, gen, |pages| {
-                for (b, d) in run {
-                    pages[slot(b)] = Some(Arc::new(d.into()));
-                }
-                true
             });
         }
     }
@@ -453,8 +427,8 @@ mod tests {
         c.end_loads(loads, 3, &data[32..64]);
         assert_eq!(c.copy(1, 16, 3, 0, &mut dst), 32);
         assert_eq!(c.copy(1, 18, 3, 0, &mut dst), 0);
-        // Whole blocks from writeback become pages, over chunk boundaries.
-        c.written_blocks(1, 30, 3, &[9u8; 48]);
+        // Whole blocks written become pages, over chunk boundaries.
+        c.written(1, 30, 3, 0, &[9u8; 48], true);
         assert_eq!(c.copy(1, 30, 3, 8, &mut dst), 24, "to the chunk's end");
         assert_eq!(&dst[..24], &[9u8; 24]);
         assert_eq!(page(&c, 1, 32, 3).unwrap(), &[9u8; 16]);
@@ -477,7 +451,7 @@ mod tests {
         assert_eq!(page(&c, 1, 0, 3).unwrap(), &[5; 16]);
         // Overtaken in the middle of a run: the rest of the run is cached.
         let run: Vec<_> = (4..7).map(|b| c.begin_load(1, b)).collect();
-        c.written_blocks(1, 5, 3, &[6; 16]);
+        c.written(1, 5, 3, 0, &[6; 16], true);
         c.end_loads(run, 3, &[1; 48]);
         assert_eq!(page(&c, 1, 4, 3).unwrap(), &[1; 16]);
         assert_eq!(page(&c, 1, 5, 3).unwrap(), &[6; 16], "the write's page stays");

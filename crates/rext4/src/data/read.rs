@@ -32,9 +32,12 @@ impl FsInner {
             // Writers change the map under this lock exclusively (and fill new blocks first).
             let _d = inode.data_sem.read();
             // The record once: every lock taken on a hot read is a cache line the readers of
-            // a file pass between cores. It also gives the times the access-time check needs.
-            let (file_type, flags, size, facts) = inode
-                .with_disk(|d| (d.file_type(), d.flags(), d.size(), AtimeFacts::of(d, self.sbi.inode_size)));
+            // a file pass between cores. It also gives the times the access-time check needs,
+            // where a read may set one (and a read of no bytes touches nothing, `filemap_read`).
+            let touch = touch && !buf.is_empty() && self.atime_may_change();
+            let (file_type, flags, size, facts) = inode.with_disk(|d| {
+                (d.file_type(), d.flags(), d.size(), touch.then(|| AtimeFacts::of(d, self.sbi.inode_size)))
+            });
             match file_type {
                 S_IFREG => {}
                 S_IFDIR => return Err(Error::IsDir),
@@ -55,9 +58,8 @@ impl FsInner {
             self.overlay_dirty(inode, offset, &mut buf[..n]);
             (n, facts)
         };
-        // With `data_sem` let go: an update starts a handle, which must come before it. A
-        // request for no bytes reads nothing and touches nothing (`filemap_read`).
-        if touch && !buf.is_empty() {
+        // With `data_sem` let go: an update starts a handle, which must come before it.
+        if let Some(facts) = facts {
             self.touch_atime(inode, &facts);
         }
         Ok(n)

@@ -14,7 +14,7 @@
 //! `op_lock` -> handle -> `data_sem` (exclusive while pages become mapped blocks) -> `raw` ->
 //! `Inode::dirty`. `Writeback::files` shards are leaves: nothing is taken while one is held.
 
-use super::write::{Filled, DATA_CREDITS, FILL_WRITE};
+use super::write::{Filled, DATA_CREDITS};
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
@@ -197,7 +197,6 @@ impl FsInner {
             // The stretch's runs: each part of one that a piece the allocator found holds is
             // one write.
             let taken = inode.dirty.lock().take_front(lo, reached);
-            let gen = inode.pages_gen.load(Ordering::Acquire);
             let mut n = 0;
             for (start, data) in &taken {
                 let end = start + data.len() as u64 / bs;
@@ -215,16 +214,10 @@ impl FsInner {
                         return Err(Error::Io(std::io::Error::other(format!("writeback failed: {e}"))));
                     }
                 }
-                // The pages of a short run stay in the clean cache, as a short write's would;
-                // a long run's cached copies are dropped (a stream rarely reads its data
-                // again, and filling the cache with it costs more than the write).
-                if data.len() < FILL_WRITE {
-                    if let Ok(b) = u32::try_from(*start) {
-                        self.pcache.written_blocks(inode.ino.0, b, gen, data);
-                    }
-                } else {
-                    self.pages_written(inode, start * bs, data);
-                }
+                // As a write of the run's bytes: a short run's pages stay in the clean cache,
+                // a long run's become pages only where one was cached (a stream rarely reads
+                // its data again, and filling the cache with it costs more than the write).
+                self.pages_written(inode, start * bs, data);
             }
             self.wb.keep_spares(taken);
             let size = crate::inode::write::raw_size(&raw);

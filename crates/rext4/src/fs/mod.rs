@@ -400,7 +400,8 @@ impl Fs {
     ) -> Result<()> {
         self.inner.op(crate::fs::stats::Op::Readdir, || {
             let d = self.inner.iget_dir(dir)?;
-            let facts = touch.then(|| d.with_disk(|r| AtimeFacts::of(r, self.inner.sbi.inode_size)));
+            let facts = (touch && self.inner.atime_may_change())
+                .then(|| d.with_disk(|r| AtimeFacts::of(r, self.inner.sbi.inode_size)));
             self.inner.readdir(&d, pos, f)?;
             // After the listing, as `iterate_dir` calls `file_accessed`.
             if let Some(facts) = facts {

@@ -95,13 +95,15 @@ impl FsInner {
         f.atime != now
     }
 
+    /// Whether a read may set an access time at all: not under `noatime`, not read-only. A
+    /// reader that gets `false` need not copy the times out of the record, nor read the clock.
+    pub(crate) fn atime_may_change(&self) -> bool {
+        self.atime != AtimeMode::NoAtime && self.journal.is_some()
+    }
+
     /// `touch_atime`, after a read of `inode` whose record said `f`; the caller holds no lock.
     /// An update that fails is dropped, as the kernel drops it: the read itself succeeded.
     pub(crate) fn touch_atime(&self, inode: &Inode, f: &AtimeFacts) {
-        // The cheap refusals first: no clock read for a read-only filesystem or `noatime`.
-        if self.atime == AtimeMode::NoAtime || self.journal.is_none() {
-            return;
-        }
         let now = self.atime_now();
         if self.atime_needs_update(f, now) {
             let _ = self.update_atime(inode, now);
