@@ -88,18 +88,37 @@ pub(crate) struct WritebackStats {
     pub flusher_rounds: AtomicU64,
 }
 
+/// What bounds dirty pages: a share of the page cache.
+pub(crate) struct DirtyLimits {
+    pub(crate) page_cache_bytes: usize,
+    pub(crate) block_size: u32,
+    /// Percent of the cache dirty at which writers write back their own files.
+    pub(crate) ratio: u8,
+    /// Percent of the cache dirty at which the flusher starts.
+    pub(crate) background_ratio: u8,
+}
+
+impl DirtyLimits {
+    /// (background, hard) in blocks. The hard limit is never below 256 blocks, so a tiny
+    /// cache still lets a write of 1 MiB be dirty at once; a percent over 100 counts as 100.
+    fn blocks(&self) -> (u64, u64) {
+        let cache = (self.page_cache_bytes / self.block_size.max(1) as usize) as u64;
+        let share =
+            |pct: u8| cache / 100 * u64::from(pct.min(100)) + cache % 100 * u64::from(pct.min(100)) / 100;
+        let hard = share(self.ratio).max(256);
+        (share(self.background_ratio).min(hard), hard)
+    }
+}
+
 impl Writeback {
-    /// Dirty limits from the page cache's size: half of it at most, a quarter before the
-    /// flusher starts (the kernel's 20% and 10% of memory, in the same ratio).
-    pub(crate) fn new(enabled: bool, page_cache_bytes: usize, block_size: u32, expire: Duration) -> Self {
-        let blocks = (page_cache_bytes / block_size.max(1) as usize) as u64;
-        let hard = (blocks / 2).max(256);
+    pub(crate) fn new(enabled: bool, limits: DirtyLimits, expire: Duration) -> Self {
+        let (background, hard) = limits.blocks();
         Writeback {
             enabled,
             files: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             spares: Mutex::new(Vec::new()),
             dirty_blocks: AtomicU64::new(0),
-            background: hard / 2,
+            background,
             hard,
             expire,
             wake: Arc::new((Mutex::new(FlusherState::default()), Condvar::new())),
@@ -396,5 +415,26 @@ pub(crate) fn stop_flusher(fs: &FsInner) {
         if t.thread().id() != std::thread::current().id() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DirtyLimits;
+
+    fn limits(mib: usize, ratio: u8, background_ratio: u8) -> (u64, u64) {
+        DirtyLimits { page_cache_bytes: mib << 20, block_size: 4096, ratio, background_ratio }.blocks()
+    }
+
+    #[test]
+    fn limits_are_shares_of_the_cache() {
+        assert_eq!(limits(64, 50, 25), (4096, 8192));
+        assert_eq!(limits(64, 100, 1), (163, 16384));
+        // The background limit never passes the hard one; percents stop at 100.
+        assert_eq!(limits(64, 20, 40), (3276, 3276));
+        assert_eq!(limits(64, 200, 200), (16384, 16384));
+        // A tiny cache still allows 256 dirty blocks.
+        assert_eq!(limits(1, 50, 25), (64, 256));
+        assert_eq!(limits(0, 50, 50), (0, 256));
     }
 }

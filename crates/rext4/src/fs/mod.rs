@@ -73,6 +73,13 @@ pub struct Options {
     /// kernel's `dirty_expire_centisecs`, default 30 s). `fsync`, `sync` and unmount write
     /// back at once, and so does a writer when too much is dirty.
     pub dirty_expire: std::time::Duration,
+    /// Percent of `page_cache_bytes` that may be dirty before a writer writes its own file
+    /// back before going on (the kernel's `dirty_ratio`, there of memory; default 50).
+    pub dirty_ratio: u8,
+    /// Percent of `page_cache_bytes` dirty that wakes the flusher to write back the oldest
+    /// files (the kernel's `dirty_background_ratio`; default 25). At or above `dirty_ratio`,
+    /// nothing is written back early: writers meet the hard limit first.
+    pub dirty_background_ratio: u8,
     /// When reads of files and directories set their access time (the kernel's `relatime`,
     /// its default; `noatime`; `strictatime`). Writable opens only: a read-only filesystem
     /// never changes. A file opened with `O_NOATIME` ([`crate::OpenFlags::NOATIME`]) and an
@@ -172,6 +179,8 @@ impl Default for Options {
             discard: false,
             delalloc: true,
             dirty_expire: std::time::Duration::from_secs(30),
+            dirty_ratio: 50,
+            dirty_background_ratio: 25,
             atime: AtimeMode::Relatime,
             nodiratime: false,
         }
@@ -519,8 +528,12 @@ impl FsInner {
         let pcache = crate::cache::page::PageCache::new(opts.page_cache_bytes, sbi.block_size as usize);
         let wb = crate::data::writeback::Writeback::new(
             opts.delalloc && opts.writable && opts.page_cache_bytes > 0,
-            opts.page_cache_bytes,
-            sbi.block_size,
+            crate::data::writeback::DirtyLimits {
+                page_cache_bytes: opts.page_cache_bytes,
+                block_size: sbi.block_size,
+                ratio: opts.dirty_ratio,
+                background_ratio: opts.dirty_background_ratio,
+            },
             opts.dirty_expire,
         );
         Ok(FsInner {

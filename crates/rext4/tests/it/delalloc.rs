@@ -159,8 +159,8 @@ fn no_space_comes_from_the_write_never_from_writeback() {
     }
 }
 
-/// With a small page cache, dirty pages stay within the hard limit: writers write their own
-/// files back when it is reached, and the flusher works past the background limit.
+/// With a small page cache, dirty pages stay within the hard limit, whether the flusher
+/// (woken past the background limit) or the writer itself writes them back.
 #[test]
 fn dirty_pages_stay_within_the_limit() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,20 +169,71 @@ fn dirty_pages_stay_within_the_limit() {
     let fs = open_with(&img, |o| o.page_cache_bytes = 8 << 20);
     let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
     let data = pattern(9, 64 << 20);
-    let mut most = 0;
-    for (k, p) in data.chunks(4096).enumerate() {
-        fs.write(ino, (k * 4096) as u64, p).unwrap();
-        most = most.max(fs.writeback_stats().dirty_pages);
-    }
+    let most = write_watching_dirty(&fs, ino, &data);
     let st = fs.writeback_stats();
     assert!(most <= 1024 + 1, "{most} pages dirty at most");
-    assert!(st.throttled > 0, "{st:?}");
+    assert!(st.flusher_rounds + st.throttled > 0, "{st:?}");
     assert!(st.written_blocks >= 16384 - 1024, "{st:?}");
     assert_eq!(fs.read_file("/big").unwrap(), data);
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
     assert!(extent_count(&img, "/big") <= 8, "{} extents", extent_count(&img, "/big"));
+}
+
+/// With the background limit at the hard one, nothing is written back before the hard
+/// limit, so the writer meets it and writes its own file back (`balance_dirty_pages`),
+/// whatever the flusher's speed; with the background limit lower, the flusher starts first.
+#[test]
+fn writers_write_their_own_files_back_at_the_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "128M");
+    let fs = open_with(&img, |o| {
+        o.page_cache_bytes = 8 << 20;
+        o.dirty_ratio = 25;
+        o.dirty_background_ratio = 25;
+    });
+    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    // 8 MiB: four times the 2 MiB (512 pages) the limit allows.
+    let data = pattern(3, 8 << 20);
+    let most = write_watching_dirty(&fs, ino, &data);
+    let st = fs.writeback_stats();
+    assert!(most <= 512 + 1, "{most} pages dirty at most");
+    assert!(st.throttled > 0, "{st:?}");
+    assert_eq!(fs.read_file("/big").unwrap(), data);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+
+    // Background limit low, hard limit out of reach: only the flusher writes back.
+    let img = image(dir.path(), "128M");
+    let fs = open_with(&img, |o| {
+        o.page_cache_bytes = 64 << 20;
+        o.dirty_ratio = 100;
+        o.dirty_background_ratio = 1;
+    });
+    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    write_watching_dirty(&fs, ino, &data);
+    let t = std::time::Instant::now();
+    while fs.writeback_stats().flusher_rounds == 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", fs.writeback_stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fs.writeback_stats().throttled, 0);
+    assert_eq!(fs.read_file("/big").unwrap(), data);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// Writes `data` to `ino` a block at a time; returns the most pages seen dirty after a write.
+fn write_watching_dirty(fs: &Fs, ino: InodeNo, data: &[u8]) -> u64 {
+    let mut most = 0;
+    for (k, p) in data.chunks(4096).enumerate() {
+        fs.write(ino, (k * 4096) as u64, p).unwrap();
+        most = most.max(fs.writeback_stats().dirty_pages);
+    }
+    most
 }
 
 /// Pages older than the expiry are written back by the flusher, without fsync or sync.
