@@ -171,7 +171,7 @@ fn create(
         FileType::Directory => dir.mkdir(&it.name),
         FileType::RegularFile => copy_file(fs, a, dir.create_file(&it.name)?, bar),
         FileType::Symlink => {
-            let t = fs.readlink(a.ino).map_err(|e| e.to_string())?;
+            let t = fs.readlink_noatime(a.ino).map_err(|e| e.to_string())?;
             dir.symlink(&it.name, &t)
         }
         FileType::Fifo => dir.mkfifo(&it.name),

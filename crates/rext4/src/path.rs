@@ -70,7 +70,8 @@ impl Fs {
                     if links > MAX_SYMLINKS {
                         return Err(Error::Loop);
                     }
-                    let target = self.inner.readlink(&inode)?;
+                    // Following a link reads it (`pick_link`'s `touch_atime`).
+                    let target = self.inner.readlink_touching(&inode, true)?;
                     if target.starts_with(b"/") {
                         cur = root.clone();
                     }

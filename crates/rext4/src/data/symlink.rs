@@ -3,12 +3,26 @@
 
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
+use crate::inode::atime::AtimeFacts;
 use crate::inode::Inode;
 use crate::num::usize_from;
 use rext4_format::inode::{ENCRYPT_FL, S_IFLNK};
 
 impl FsInner {
-    /// `readlink(2)`.
+    /// `readlink(2)`, or a path walk following the link: the target, and with `touch` the
+    /// link's access time set as a read sets a file's (the kernel's `do_readlinkat` and
+    /// `pick_link` call `touch_atime`). The caller holds no lock.
+    pub(crate) fn readlink_touching(&self, inode: &Inode, touch: bool) -> Result<Vec<u8>> {
+        let facts = (touch && self.atime_may_change())
+            .then(|| inode.with_disk(|r| AtimeFacts::of(r, self.sbi.inode_size)));
+        let target = self.readlink(inode)?;
+        if let Some(facts) = facts {
+            self.touch_atime(inode, &facts);
+        }
+        Ok(target)
+    }
+
+    /// The target of symbolic link `inode`; sets no access time.
     pub(crate) fn readlink(&self, inode: &Inode) -> Result<Vec<u8>> {
         let d = inode.disk();
         if d.file_type() != S_IFLNK {

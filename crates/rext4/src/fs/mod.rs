@@ -436,10 +436,18 @@ impl Fs {
         })
     }
 
-    /// The target of a symbolic link.
+    /// The target of a symbolic link. Like `readlink(2)`, sets the link's access time as
+    /// [`Options::atime`] says ([`Fs::readlink_noatime`] does not).
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
         self.inner.op(crate::fs::stats::Op::Readlink, || {
-            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink(&inode))
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink_touching(&inode, true))
+        })
+    }
+
+    /// [`Fs::readlink`] leaving the access time alone (tree walkers that copy or list).
+    pub fn readlink_noatime(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        self.inner.op(crate::fs::stats::Op::Readlink, || {
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.readlink_touching(&inode, false))
         })
     }
 

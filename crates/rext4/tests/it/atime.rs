@@ -262,3 +262,65 @@ fn small_inodes_take_whole_seconds() {
     assert_eq!(t.nsec, 0, "no i_atime_extra to hold nanoseconds");
     assert_eq!(reopen_atime(fs, &img, "/f"), t);
 }
+
+/// An image holding `/f` and symbolic links to it: `fast` and `slow` (target in the record
+/// and in a block), `walk` (only followed) and `keep` (access time newer than its changes),
+/// each link's times set by debugfs: `(2h, 1h, 1h)` ago, `keep`'s `(1h, 2h, 2h)`.
+fn link_image(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"target").unwrap();
+    let slow = format!("{}f", "./".repeat(40));
+    for (l, t) in [("fast", "f"), ("slow", slow.as_str()), ("walk", "f"), ("keep", "f")] {
+        std::os::unix::fs::symlink(t, src.join(l)).unwrap();
+    }
+    let img = dir.join("links.img");
+    Image::ext4("16M").block_size(4096).from_dir(&src).build(&img);
+    let t = now();
+    let mut cmds = String::new();
+    for (p, (a, m)) in [("fast", (2, 1)), ("slow", (2, 1)), ("walk", (2, 1)), ("keep", (1, 2))] {
+        let (a, m) = (t - a * HOUR, t - m * HOUR);
+        cmds += &format!("sif /{p} atime @{a}\nsif /{p} mtime @{m}\nsif /{p} ctime @{m}\n");
+    }
+    let script = dir.join("times.cmds");
+    std::fs::write(&script, cmds).unwrap();
+    let out = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
+    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    img
+}
+
+/// `readlink` and a path walk through a link set the link's access time as a read sets a
+/// file's (the kernel's `do_readlinkat` and `pick_link`); `readlink_noatime`, `lstat` and
+/// `noatime` leave it.
+#[test]
+fn symlinks_take_access_times_when_read_or_followed() {
+    const LINKS: [&str; 4] = ["/fast", "/slow", "/walk", "/keep"];
+    for (mode, want) in [
+        (AtimeMode::Relatime, &["/fast", "/slow", "/walk"][..]),
+        (AtimeMode::StrictAtime, &LINKS[..]),
+        (AtimeMode::NoAtime, &[][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = link_image(dir.path());
+        let fs = open(&img, mode, false);
+        let old: Vec<Timestamp> = LINKS.iter().map(|p| atime(&fs, p)).collect();
+        // What reads no link: lstat, and readlink_noatime.
+        let fast = fs.symlink_metadata("/fast").unwrap().ino;
+        assert_eq!(fs.readlink_noatime(fast).unwrap(), b"f");
+        assert_eq!(atime(&fs, "/fast"), old[0], "{mode:?}: readlink_noatime");
+        let before = now();
+        assert_eq!(fs.readlink(fast).unwrap(), b"f");
+        assert_eq!(fs.read_link("/slow").unwrap(), Path::new(&format!("{}f", "./".repeat(40))));
+        assert_eq!(fs.metadata("/walk").unwrap().size, 6, "{mode:?}: stat through the link");
+        assert_eq!(fs.read_link("/keep").unwrap(), Path::new("f"));
+        let new: Vec<Timestamp> = LINKS.iter().map(|p| atime(&fs, p)).collect();
+        for (i, p) in LINKS.iter().enumerate() {
+            if want.contains(p) {
+                assert_now(new[i], before, &format!("{mode:?}: {p}"));
+            } else {
+                assert_eq!(new[i], old[i], "{mode:?}: {p} kept");
+            }
+        }
+        assert_eq!(reopen_atime(fs, &img, "/slow"), new[1], "{mode:?}: on disk");
+    }
+}

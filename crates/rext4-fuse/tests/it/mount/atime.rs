@@ -18,8 +18,9 @@ fn now() -> i64 {
 /// The paths the workload reads: `f` (access time older than its change: relatime renews
 /// it), `keep` (newer than its changes and an hour old: relatime keeps it), `noa` (like `f`,
 /// read through `O_NOATIME`), `cp` (like `f`, the source of a `copy_file_range`), `d` (a
-/// directory like `f`, listed).
-const PATHS: [&str; 5] = ["f", "keep", "noa", "cp", "d"];
+/// directory like `f`, listed), `l` (a symbolic link like `f`, read by `readlink`), `lw` (one
+/// followed by `stat`).
+const PATHS: [&str; 7] = ["f", "keep", "noa", "cp", "d", "l", "lw"];
 
 fn base_image(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("src");
@@ -28,11 +29,21 @@ fn base_image(dir: &Path) -> std::path::PathBuf {
         fs::write(src.join(f), vec![b'x'; 10_000]).unwrap();
     }
     fs::write(src.join("d/a"), b"a").unwrap();
+    std::os::unix::fs::symlink("f", src.join("l")).unwrap();
+    std::os::unix::fs::symlink("keep", src.join("lw")).unwrap();
     let img = dir.join("base.img");
     Image::ext4("32M").block_size(4096).from_dir(&src).build(&img);
     let t = now();
     let mut cmds = String::new();
-    for (p, (a, m)) in [("f", (2, 1)), ("keep", (1, 2)), ("noa", (2, 1)), ("cp", (2, 1)), ("d", (2, 1))] {
+    for (p, (a, m)) in [
+        ("f", (2, 1)),
+        ("keep", (1, 2)),
+        ("noa", (2, 1)),
+        ("cp", (2, 1)),
+        ("d", (2, 1)),
+        ("l", (2, 1)),
+        ("lw", (2, 1)),
+    ] {
         let (a, m) = (t - a * HOUR, t - m * HOUR);
         cmds += &format!("sif /{p} atime @{a}\nsif /{p} mtime @{m}\nsif /{p} ctime @{m}\n");
     }
@@ -66,6 +77,8 @@ fn workload(root: &Path) -> Vec<(i64, i64)> {
     // `COPY_FILE_RANGE` request through the mount.
     assert_eq!(fs::copy(root.join("cp"), root.join("copy")).unwrap(), 10_000);
     assert_eq!(fs::read_dir(root.join("d")).unwrap().count(), 1);
+    assert_eq!(fs::read_link(root.join("l")).unwrap(), Path::new("f"));
+    assert_eq!(fs::metadata(root.join("lw")).unwrap().len(), 10_000);
     PATHS.iter().map(|p| atime_of(&root.join(p))).collect()
 }
 
@@ -87,9 +100,9 @@ fn reads_set_access_times_as_kernel_ext4() {
         v
     };
     for (opts, want) in [
-        ("relatime", &["f", "cp", "d"][..]),
-        ("strictatime", &["f", "keep", "cp", "d"][..]),
-        ("nodiratime", &["f", "cp"][..]),
+        ("relatime", &["f", "cp", "d", "l", "lw"][..]),
+        ("strictatime", &["f", "keep", "cp", "d", "l", "lw"][..]),
+        ("nodiratime", &["f", "cp", "l", "lw"][..]),
         ("noatime", &[][..]),
     ] {
         let kimg = dir.path().join(format!("kernel-{opts}.img"));
