@@ -94,6 +94,8 @@ trait Durable {
     fn fsyncs(&self) -> usize;
 }
 
+/// Runs `workload` with `seed` (changed by `REXT4_CRASH_SEED=N`, for campaigns beyond the
+/// suite's fixed seeds) for `REXT4_CRASH_ROUNDS` rounds, then checks every crash image.
 fn run_with<M: Durable>(
     name: &str,
     mkfs_args: &[&str],
@@ -102,6 +104,12 @@ fn run_with<M: Durable>(
     check_model: fn(&Path, &M, usize, &str),
 ) {
     let rounds: usize = std::env::var("REXT4_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let seed = seed
+        ^ std::env::var("REXT4_CRASH_SEED")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            .wrapping_mul(0x9E37_79B9);
     let dir = tmpdir();
     let image = make_image(dir.path(), mkfs_args);
     let dev = Arc::new(CrashDevice::new(image));
