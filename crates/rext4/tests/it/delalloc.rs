@@ -187,13 +187,7 @@ fn dirty_pages_stay_within_the_limit() {
 #[test]
 fn writers_write_their_own_files_back_at_the_hard_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "128M");
-    let fs = open_with(&img, |o| {
-        o.page_cache_bytes = 8 << 20;
-        o.dirty_ratio = 25;
-        o.dirty_background_ratio = 25;
-    });
-    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    let (img, fs, ino) = with_dirty_limits(dir.path(), 8, 25, 25);
     // 8 MiB: four times the 2 MiB (512 pages) the limit allows.
     let data = pattern(3, 8 << 20);
     let most = write_watching_dirty(&fs, ino, &data);
@@ -206,13 +200,7 @@ fn writers_write_their_own_files_back_at_the_hard_limit() {
     e2fsck_clean(&img);
 
     // Background limit low, hard limit out of reach: only the flusher writes back.
-    let img = image(dir.path(), "128M");
-    let fs = open_with(&img, |o| {
-        o.page_cache_bytes = 64 << 20;
-        o.dirty_ratio = 100;
-        o.dirty_background_ratio = 1;
-    });
-    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    let (img, fs, ino) = with_dirty_limits(dir.path(), 64, 100, 1);
     write_watching_dirty(&fs, ino, &data);
     let t = std::time::Instant::now();
     while fs.writeback_stats().flusher_rounds == 0 {
@@ -224,6 +212,24 @@ fn writers_write_their_own_files_back_at_the_hard_limit() {
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
+}
+
+/// A fresh 128 MiB image in `dir` opened with a page cache of `cache_mib` and the dirty
+/// limits given, and an empty file `/big` on it.
+fn with_dirty_limits(
+    dir: &Path,
+    cache_mib: usize,
+    ratio: u8,
+    background: u8,
+) -> (std::path::PathBuf, Fs, InodeNo) {
+    let img = image(dir, "128M");
+    let fs = open_with(&img, |o| {
+        o.page_cache_bytes = cache_mib << 20;
+        o.dirty_ratio = ratio;
+        o.dirty_background_ratio = background;
+    });
+    let ino = fs.create(fs.root(), b"big", 0o644, 0, 0).unwrap().ino;
+    (img, fs, ino)
 }
 
 /// Writes `data` to `ino` a block at a time; returns the most pages seen dirty after a write.
