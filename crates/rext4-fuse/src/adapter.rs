@@ -13,7 +13,9 @@
 //! # Lookup counts
 //! Each reply carrying an entry adds one lookup before it is sent; see handles.rs.
 
-use crate::attr::{decode_dev, engine_ino, file_attr, negative_attr, stat_attr, time_set, visible};
+use crate::attr::{
+    decode_dev, engine_ino, file_attr, negative_attr, stat_attr, statx_attributes, time_set, visible,
+};
 use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
 use crate::options::{Atime, LockMode, MountOptions};
@@ -21,7 +23,7 @@ use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyStatx, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rext4::{Attr, Fs, InodeNo, SetAttr};
 use std::ffi::OsStr;
@@ -235,6 +237,27 @@ impl Filesystem for Adapter {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.guard("getattr", || match self.attr(ino) {
             Ok(a) => reply.attr(&TTL, &stat_attr(&a)),
+            Err(e) => reply.error(e),
+        });
+    }
+
+    /// `statx(2)` asking for the birth time: the attributes `getattr` gives, the inode's
+    /// creation time where its record holds one (`i_crtime`, inodes over 128 bytes), and the
+    /// flags ext4 reports as `STATX_ATTR_*` (which Linux 6.18 does not yet pass on from FUSE).
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        self.guard("statx", || match self.attr(ino) {
+            Ok(a) => {
+                let (attributes, mask) = statx_attributes(a.flags);
+                reply.statx(&TTL, &stat_attr(&a), a.crtime.is_some(), attributes, mask);
+            }
             Err(e) => reply.error(e),
         });
     }

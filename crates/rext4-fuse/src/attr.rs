@@ -114,6 +114,29 @@ pub(crate) fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The `STATX_ATTR_*` flags ext4 reports from an inode's `flags`, and which of them it
+/// supports (`ext4_getattr`): `(attributes, attributes_mask)`.
+pub(crate) fn statx_attributes(flags: u32) -> (u64, u64) {
+    use rext4::format::inode::{APPEND_FL, COMPR_FL, ENCRYPT_FL, IMMUTABLE_FL, NODUMP_FL, VERITY_FL};
+    let map = [
+        (APPEND_FL, libc::STATX_ATTR_APPEND),
+        (COMPR_FL, libc::STATX_ATTR_COMPRESSED),
+        (ENCRYPT_FL, libc::STATX_ATTR_ENCRYPTED),
+        (IMMUTABLE_FL, libc::STATX_ATTR_IMMUTABLE),
+        (NODUMP_FL, libc::STATX_ATTR_NODUMP),
+        (VERITY_FL, libc::STATX_ATTR_VERITY),
+    ];
+    map.iter().fold((0, 0), |(set, mask), &(fl, attr)| {
+        let attr = statx_bit(attr);
+        (if flags & fl != 0 { set | attr } else { set }, mask | attr)
+    })
+}
+
+/// A `STATX_ATTR_*` constant (a positive `c_int` in libc) as `stx_attributes` holds it.
+fn statx_bit(attr: libc::c_int) -> u64 {
+    u64::from(attr.unsigned_abs())
+}
+
 /// A negative entry: node id 0, which the kernel caches as "no such name" for the entry
 /// timeout (the other fields are ignored).
 pub(crate) fn negative_attr() -> FileAttr {
@@ -138,6 +161,22 @@ pub(crate) fn negative_attr() -> FileAttr {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn statx_attributes_follow_ext4_flags() {
+        use rext4::format::inode::{APPEND_FL, EXTENTS_FL, IMMUTABLE_FL, NODUMP_FL};
+        let (set, mask) = super::statx_attributes(APPEND_FL | IMMUTABLE_FL | NODUMP_FL | EXTENTS_FL);
+        let want =
+            super::statx_bit(libc::STATX_ATTR_APPEND | libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_NODUMP);
+        assert_eq!(set, want, "extents are no statx attribute");
+        assert_eq!(mask & set, set);
+        let all = want
+            | super::statx_bit(
+                libc::STATX_ATTR_COMPRESSED | libc::STATX_ATTR_ENCRYPTED | libc::STATX_ATTR_VERITY,
+            );
+        assert_eq!(mask, all);
+        assert_eq!(super::statx_attributes(0), (0, all));
+    }
+
     use super::*;
 
     #[test]

@@ -300,10 +300,12 @@ fn kernel_visit(
     }
 }
 
-/// A file's access time once the walk has read it: reading may set it (relatime), and what a
-/// walk records is the tree as it leaves it, which is what a later look at the image finds.
+/// A file's or link's access time once the walk has read its bytes or target: reading may set
+/// it (relatime; there is no `O_NOATIME` for `readlink`), and what a walk records is the tree
+/// as it leaves it, which is what a later look at the image finds.
 fn kernel_atime_after(full: &Path, kind: Kind, md: &fs::Metadata) -> (i64, u32) {
-    let fresh = if kind == Kind::File { fs::symlink_metadata(full).ok() } else { None };
+    let fresh =
+        if matches!(kind, Kind::File | Kind::Symlink) { fs::symlink_metadata(full).ok() } else { None };
     let m = fresh.as_ref().unwrap_or(md);
     (m.atime(), m.atime_nsec() as u32)
 }

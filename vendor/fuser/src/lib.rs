@@ -68,6 +68,7 @@ pub use crate::reply::ReplyEntry;
 pub use crate::reply::ReplyIoctl;
 pub use crate::reply::ReplyLock;
 pub use crate::reply::ReplyLseek;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
@@ -990,6 +991,22 @@ pub trait Filesystem: Send + Sync + 'static {
             "[Not Implemented] fallocate(ino: {ino:#x?}, fh: {fh}, \
             offset: {offset}, length: {length}, mode: {mode})"
         );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Attributes with the fields `getattr` lacks, for `statx(2)` calls that ask for them
+    /// (the birth time). `mask` is the `STATX_*` fields asked for, `flags` the call's
+    /// `AT_STATX_*` sync flags. Answering `ENOSYS` makes the kernel use `getattr` from then on.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:?}, flags: {flags:#x}, mask: {mask:#x})");
         reply.error(Errno::ENOSYS);
     }
 

@@ -836,6 +836,36 @@ impl ReplyXattr {
 }
 
 ///
+/// Statx Reply
+///
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with `attr` and, when `btime` is set, its `crtime` as the birth time;
+    /// `attributes` are `STATX_ATTR_*` flags, of which `attributes_mask` says which the
+    /// filesystem supports.
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr, btime: bool, attributes: u64, attributes_mask: u64) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr, btime, attributes, attributes_mask));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
+///
 /// Lseek Reply
 ///
 #[derive(Debug)]

@@ -70,15 +70,14 @@ impl Drop for FuseMount {
 }
 
 /// What a FUSE walk and a kernel walk of the same image may differ in, removed from both:
-/// the root's inode number (FUSE's root is node 1, ext4's inode 2) and the birth time (FUSE
-/// has no statx btime here).
+/// the root's inode number (FUSE's root is node 1, ext4's inode 2). Birth times are compared
+/// (the daemon answers `FUSE_STATX`).
 pub fn normalize_fuse(w: &mut Walk) {
     for (p, r) in w.recs.iter_mut() {
         if p == b"/" {
             r.ino = 2;
             r.dirent_ino = 2;
         }
-        r.crtime = None;
     }
 }
 

@@ -4,7 +4,6 @@ use std::io::IoSlice;
 use std::os::unix::prelude::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
-#[cfg(target_os = "macos")]
 use std::time::SystemTime;
 
 use smallvec::SmallVec;
@@ -116,6 +115,51 @@ impl ResponseStruct<abi::fuse_attr_out> {
             attr_valid_nsec: ttl.subsec_nanos(),
             dummy: 0,
             attr: attr.attr,
+        })
+    }
+}
+
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(
+        ttl: &Duration,
+        attr: &crate::FileAttr,
+        btime: bool,
+        attributes: u64,
+        attributes_mask: u64,
+    ) -> Self {
+        let time = |t: &SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time { tv_sec, tv_nsec, reserved: 0 }
+        };
+        // The kernel's `new_decode_dev` of `fuse_attr.rdev`.
+        let (major, minor) = ((attr.rdev & 0xfff00) >> 8, (attr.rdev & 0xff) | ((attr.rdev >> 12) & 0xfff00));
+        let basic = libc::STATX_BASIC_STATS;
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: if btime { basic | libc::STATX_BTIME } else { basic },
+                blksize: attr.blksize,
+                attributes,
+                nlink: attr.nlink,
+                uid: attr.uid,
+                gid: attr.gid,
+                // Cannot lose bits: a mode is 16 bits wide.
+                mode: mode_from_kind_and_perm(attr.kind, attr.perm) as u16,
+                ino: attr.ino.0,
+                size: attr.size,
+                blocks: attr.blocks,
+                attributes_mask,
+                atime: time(&attr.atime),
+                btime: if btime { time(&attr.crtime) } else { abi::fuse_sx_time::default() },
+                ctime: time(&attr.ctime),
+                mtime: time(&attr.mtime),
+                rdev_major: major,
+                rdev_minor: minor,
+                ..abi::fuse_statx::default()
+            },
         })
     }
 }

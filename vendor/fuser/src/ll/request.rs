@@ -1530,6 +1530,30 @@ mod op {
         }
     }
 
+    /// Attributes with the fields `stat` lacks (the birth time): `statx(2)` asking for them.
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+    impl Statx<'_> {
+        /// The open file the call named, if any (`FUSE_GETATTR_FH`).
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            GetattrFlags::from_bits_retain(self.arg.getattr_flags)
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+                .then_some(FileHandle(self.arg.fh))
+        }
+        /// `statx(2)`'s `AT_STATX_*` sync flags.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// Copy the specified range from the source inode to the destination inode
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct CopyFileRangeFile {
@@ -1861,6 +1885,10 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1934,6 +1962,7 @@ pub(crate) enum Operation<'a> {
     ReadDirPlus(ReadDirPlus<'a>),
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
+    Statx(Statx<'a>),
     CopyFileRange(CopyFileRange<'a>),
 
     #[cfg(target_os = "macos")]
@@ -2103,6 +2132,13 @@ impl fmt::Display for Operation<'_> {
                 x.file_handle(),
                 x.offset(),
                 x.whence()
+            ),
+            Operation::Statx(x) => write!(
+                f,
+                "STATX fh {:?}, flags {:#x}, mask {:#x}",
+                x.file_handle(),
+                x.flags(),
+                x.mask()
             ),
             Operation::CopyFileRange(x) => write!(
                 f,

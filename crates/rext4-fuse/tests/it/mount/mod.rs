@@ -6,7 +6,7 @@
 //! `tree.rs`: names, directories and handles; `data.rs`: file data and attributes;
 //! `options.rs`: mount options, errors and daemon robustness; `atime.rs`: access times on
 //! reads against kernel ext4; `access.rs`: permissions, ACLs
-//! and group ownership for other users.
+//! and group ownership for other users; `statx.rs`: birth times against kernel ext4.
 
 mod access;
 mod atime;
@@ -14,6 +14,7 @@ mod data;
 mod killpriv;
 mod options;
 mod requests;
+mod statx;
 mod tree;
 
 use crate::support::*;
