@@ -797,6 +797,47 @@ impl Filesystem for Adapter {
         });
     }
 
+    /// `open(O_TMPFILE)`: an unnamed file in `parent`'s part of the disk, owned and given
+    /// ACLs as a create would be. The engine holds it once (`Fs::tmpfile`), which stands for
+    /// the lookup the reply counts; the kernel's last `FORGET` lets it go, freeing it unless a
+    /// `LINK` named it.
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        self.guard("tmpfile", || {
+            let r = (|| {
+                self.writable()?;
+                let p = ino_of(parent)?;
+                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
+                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
+                let mut a = self.fs().tmpfile(p, m, uid, gid).map_err(|e| self.err(e))?;
+                let held = self.shared.lookups.add(u64::from(a.ino.0)) == Transition::Hold;
+                let stored = if acl.stores_any() {
+                    self.fs().set_inherited_acl(a.ino, &acl).and_then(|()| self.fs().getattr(a.ino))
+                } else {
+                    Ok(a.clone())
+                };
+                // The engine's hold counts once: a second one (a lookup count the kernel still
+                // had for this number) or a failed ACL gives it back.
+                if !held || stored.is_err() {
+                    if stored.is_err() {
+                        self.shared.lookups.sub(u64::from(a.ino.0), 1);
+                    }
+                    if let Err(e) = self.fs().release(a.ino) {
+                        crate::log(&format!("release of unnamed inode {}: {e}", a.ino));
+                    }
+                }
+                a = stored.map_err(|e| self.err_in("tmpfile (ACL)", e))?;
+                let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
+                Ok((a, fh))
+            })();
+            match r {
+                Ok((a, fh)) => {
+                    reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags())
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
     fn ioctl(
         &self,
         _req: &Request,

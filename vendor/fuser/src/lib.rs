@@ -994,6 +994,15 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// A regular file with no name in directory `parent`, opened (`open(2)` with
+    /// `O_TMPFILE`): replied to as `create`, and counted as one lookup like it. A later `link`
+    /// may give it a name. Answering `ENOSYS` makes the kernel fail such opens with
+    /// `EOPNOTSUPP` from then on.
+    fn tmpfile(&self, _req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        warn!("[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Attributes with the fields `getattr` lacks, for `statx(2)` calls that ask for them
     /// (the birth time). `mask` is the `STATX_*` fields asked for, `flags` the call's
     /// `AT_STATX_*` sync flags. Answering `ENOSYS` makes the kernel use `getattr` from then on.

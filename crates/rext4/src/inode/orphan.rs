@@ -308,7 +308,7 @@ impl OrphanFile {
 
 impl Inode {
     /// Whether this inode lost its last link while held and is not freed yet.
-    pub(super) fn is_held_orphan(&self) -> bool {
+    pub(crate) fn is_held_orphan(&self) -> bool {
         let s = self.refs.load(Ordering::Acquire);
         s & REF_UNLINKED != 0 && s & REF_DEAD == 0
     }

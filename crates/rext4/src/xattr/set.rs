@@ -124,8 +124,10 @@ impl FsInner {
     ) -> Result<()> {
         let h = journal.start(if self.sbi.ea_inode { CREDITS + EA_CREDITS } else { CREDITS })?;
         let mut guard = inode.raw_mut();
-        if raw_links(&guard) == 0 {
-            // Removed while this call waited for the inode.
+        // An unlinked file still held (open, or unnamed from `O_TMPFILE`) takes attributes as
+        // ext4 lets `fsetxattr` set them; one freed, or being freed, while this call waited
+        // for the inode does not. Its eviction waits for the `op_lock` the caller holds.
+        if raw_links(&guard) == 0 && !inode.is_held_orphan() {
             return Err(Error::NotFound);
         }
         let mut raw = guard.to_vec();

@@ -1885,6 +1885,12 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // `open(O_TMPFILE)`: a create's arguments (the name is the kernel's placeholder).
+            fuse_opcode::FUSE_TMPFILE => Operation::Tmpfile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
             fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
                 header,
                 arg: data.fetch()?,
@@ -1962,6 +1968,7 @@ pub(crate) enum Operation<'a> {
     ReadDirPlus(ReadDirPlus<'a>),
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
+    Tmpfile(Create<'a>),
     Statx(Statx<'a>),
     CopyFileRange(CopyFileRange<'a>),
 
@@ -2133,6 +2140,7 @@ impl fmt::Display for Operation<'_> {
                 x.offset(),
                 x.whence()
             ),
+            Operation::Tmpfile(x) => write!(f, "TMPFILE mode {:#05o}, umask {:#05o}, flags {:#x}", x.mode(), x.umask(), x.flags()),
             Operation::Statx(x) => write!(
                 f,
                 "STATX fh {:?}, flags {:#x}, mask {:#x}",

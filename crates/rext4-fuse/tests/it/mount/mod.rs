@@ -6,7 +6,8 @@
 //! `tree.rs`: names, directories and handles; `data.rs`: file data and attributes;
 //! `options.rs`: mount options, errors and daemon robustness; `atime.rs`: access times on
 //! reads against kernel ext4; `access.rs`: permissions, ACLs
-//! and group ownership for other users; `statx.rs`: birth times against kernel ext4.
+//! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
+//! `O_TMPFILE` against kernel ext4.
 
 mod access;
 mod atime;
@@ -15,6 +16,7 @@ mod killpriv;
 mod options;
 mod requests;
 mod statx;
+mod tmpfile;
 mod tree;
 
 use crate::support::*;

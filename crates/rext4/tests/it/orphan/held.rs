@@ -28,6 +28,11 @@ fn held_file_outlives_its_name() {
         assert_eq!(a.nlink, 0, "{name}");
         assert_eq!(read_all(&fs, ino), want, "{name}: content after unlink");
         assert_eq!(fs.getxattr(ino, b"user.note").unwrap(), b"kept until the last release");
+        // Attributes change as `fsetxattr` changes them on ext4: set, replace, remove.
+        fs.setxattr(ino, b"user.after", b"set after the unlink", 0).unwrap();
+        fs.setxattr(ino, b"user.note", b"replaced", 0).unwrap();
+        fs.removexattr(ino, b"user.after").unwrap();
+        assert_eq!(fs.getxattr(ino, b"user.note").unwrap(), b"replaced", "{name}");
         let a = fs.setattr(ino, &SetAttr { mode: Some(0o600), uid: Some(42), ..SetAttr::default() }).unwrap();
         assert_eq!((a.perm(), a.uid, a.nlink), (0o600, 42, 0), "{name}");
         // Nothing freed yet: the blocks and the inode are still in use.
@@ -108,6 +113,8 @@ fn tmpfiles_are_freed_unless_linked() {
         fs.write(t1.ino, 0, &data).unwrap();
         let t2 = fs.tmpfile(root, 0o600, 0, 0).unwrap().ino;
         fs.write(t2, 0, &data).unwrap();
+        // Unnamed files take attributes (`O_TMPFILE` and then `fsetxattr`, or an inherited ACL).
+        fs.setxattr(t2, b"user.born", b"unnamed", 0).unwrap();
         let t3 = fs.tmpfile(root, 0o600, 0, 0).unwrap().ino;
         fs.sync().unwrap();
         let recorded_now = fs.orphans();
@@ -122,6 +129,7 @@ fn tmpfiles_are_freed_unless_linked() {
         assert_eq!(fs.getattr(t2).unwrap().nlink, 2);
         fs.release(t2).unwrap();
         assert_eq!(read_all(&fs, t2), data);
+        assert_eq!(fs.getxattr(t2, b"user.born").unwrap(), b"unnamed", "{name}");
         // A file unlinked while held is not linkable.
         let u = fs.create(root, b"u", 0o644, 0, 0).unwrap().ino;
         fs.hold(u).unwrap();
