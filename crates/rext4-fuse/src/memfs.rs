@@ -338,7 +338,7 @@ impl Filesystem for MemFs {
     }
 }
 
-/// Mounts an empty [`MemFs`] on `mountpoint` with the session settings `opts` give
+/// Mounts an empty `MemFs` on `mountpoint` with the session settings `opts` give
 /// `rext4 mount`, and serves it until it is unmounted.
 pub fn serve_memfs(mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
     opts.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
