@@ -780,20 +780,13 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
-                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
-                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
+                let (acl, m, uid, gid) = self.new_file(req, p, mode, umask)?;
                 let a = self.fs().create(p, n, m, uid, gid).map_err(|e| self.err(e))?;
                 let a = self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, false))?;
                 self.take_lookup(a.ino)?;
-                let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
-                Ok((a, fh))
+                Ok(a)
             })();
-            match r {
-                Ok((a, fh)) => {
-                    reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags())
-                }
-                Err(e) => reply.error(e),
-            }
+            self.created(r, flags, reply);
         });
     }
 
@@ -806,35 +799,28 @@ impl Filesystem for Adapter {
             let r = (|| {
                 self.writable()?;
                 let p = ino_of(parent)?;
-                let acl = self.new_inode_acl(p, (mode & 0o7777) as u16, umask, false)?;
-                let (m, uid, gid) = self.new_owner(req, p, acl.initial_mode(), false)?;
-                let mut a = self.fs().tmpfile(p, m, uid, gid).map_err(|e| self.err(e))?;
-                let held = self.shared.lookups.add(u64::from(a.ino.0)) == Transition::Hold;
+                let (acl, m, uid, gid) = self.new_file(req, p, mode, umask)?;
+                let a = self.fs().tmpfile(p, m, uid, gid).map_err(|e| self.err(e))?;
+                let ino = a.ino;
+                let held = self.shared.lookups.add(u64::from(ino.0)) == Transition::Hold;
                 let stored = if acl.stores_any() {
-                    self.fs().set_inherited_acl(a.ino, &acl).and_then(|()| self.fs().getattr(a.ino))
+                    self.fs().set_inherited_acl(ino, &acl).and_then(|()| self.fs().getattr(ino))
                 } else {
-                    Ok(a.clone())
+                    Ok(a)
                 };
                 // The engine's hold counts once: a second one (a lookup count the kernel still
                 // had for this number) or a failed ACL gives it back.
                 if !held || stored.is_err() {
                     if stored.is_err() {
-                        self.shared.lookups.sub(u64::from(a.ino.0), 1);
+                        self.shared.lookups.sub(u64::from(ino.0), 1);
                     }
-                    if let Err(e) = self.fs().release(a.ino) {
-                        crate::log(&format!("release of unnamed inode {}: {e}", a.ino));
+                    if let Err(e) = self.fs().release(ino) {
+                        crate::log(&format!("release of unnamed inode {ino}: {e}"));
                     }
                 }
-                a = stored.map_err(|e| self.err_in("tmpfile (ACL)", e))?;
-                let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
-                Ok((a, fh))
+                stored.map_err(|e| self.err_in("tmpfile (ACL)", e))
             })();
-            match r {
-                Ok((a, fh)) => {
-                    reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags())
-                }
-                Err(e) => reply.error(e),
-            }
+            self.created(r, flags, reply);
         });
     }
 

@@ -2,9 +2,12 @@
 //! append-only rules the kernel cannot apply on a FUSE inode, `copy_file_range`, xattr
 //! replies and `access(2)`, each through the engine's VFS layer where it has one.
 
-use crate::adapter::{ino_of, supplementary_groups, Adapter, COPY_CHUNK, COPY_MAX, R};
+use crate::adapter::{gen, ino_of, supplementary_groups, Adapter, COPY_CHUNK, COPY_MAX, R, TTL};
+use crate::attr::file_attr;
 use crate::options::LockMode;
-use fuser::{AccessFlags, Errno, FopenFlags, INodeNo, OpenFlags, ReplyXattr, Request};
+use fuser::{
+    AccessFlags, Errno, FileHandle, FopenFlags, INodeNo, OpenFlags, ReplyCreate, ReplyXattr, Request,
+};
 use rext4::format::inode::APPEND_FL;
 use rext4::{Attr, Caps, Creds, FileType, InodeNo, SetAttr, TimeSet};
 
@@ -31,6 +34,32 @@ impl Adapter {
         let kind = if is_dir { rext4::format::inode::S_IFDIR } else { rext4::format::inode::S_IFREG };
         let (m, uid, gid) = rext4::init_owner(&self.creds(req), &p, kind | mode, self.shared.opts.grpid);
         Ok((m & 0o7777, uid, gid))
+    }
+
+    /// A new regular file's inherited ACLs, mode and owner in `parent`, from the request's
+    /// `mode` and `umask` (`create`, `tmpfile`).
+    pub(crate) fn new_file(
+        &self,
+        req: &Request,
+        parent: InodeNo,
+        mode: u32,
+        umask: u32,
+    ) -> R<(rext4::InheritedAcl, u16, u32, u32)> {
+        let acl = self.new_inode_acl(parent, (mode & 0o7777) as u16, umask, false)?;
+        let (m, uid, gid) = self.new_owner(req, parent, acl.initial_mode(), false)?;
+        Ok((acl, m, uid, gid))
+    }
+
+    /// Replies to a `create` or `tmpfile` that made `r` (its lookup counted), opening it with
+    /// `flags`.
+    pub(crate) fn created(&self, r: R<Attr>, flags: i32, reply: ReplyCreate) {
+        match r {
+            Ok(a) => {
+                let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
+                reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags());
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     pub(crate) fn attr(&self, ino: INodeNo) -> R<Attr> {
