@@ -55,6 +55,20 @@ try:
     print('size', os.fstat(fd).st_size)
 except OSError as e: print(os.strerror(e.errno))"
 
+check unlinked_open_file_changes
+python3 -c "
+import os
+fd = os.open('gone', os.O_CREAT | os.O_RDWR, 0o644)
+os.unlink('gone')
+for step in (lambda: os.setxattr(fd, 'user.k', b'set after unlink'),
+             lambda: os.fchmod(fd, 0o600),
+             lambda: os.ftruncate(fd, 4096),
+             lambda: os.write(fd, b'data')):
+    try: step(); print('ok')
+    except OSError as e: print(os.strerror(e.errno))
+st = os.fstat(fd)
+print(os.getxattr(fd, 'user.k'), oct(st.st_mode & 0o7777), st.st_size, st.st_nlink)"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
