@@ -69,6 +69,20 @@ for step in (lambda: os.setxattr(fd, 'user.k', b'set after unlink'),
 st = os.fstat(fd)
 print(os.getxattr(fd, 'user.k'), oct(st.st_mode & 0o7777), st.st_size, st.st_nlink)"
 
+check sparse_file_blocks
+truncate -s 1G sparse && printf x | dd of=sparse bs=1 seek=536870912 conv=notrunc status=none
+printf y | dd of=sparse bs=1 seek=4096 conv=notrunc status=none
+stat -c '%s %b' sparse
+
+check special_files
+mknod cdev c 1 3 && mknod bdev b 7 0 && mkfifo fifo
+python3 -c "import socket; s = socket.socket(socket.AF_UNIX); s.bind('sock')"
+stat -c '%n %F %t:%T %a' cdev bdev fifo sock
+
+check readdir_types
+mkdir dt && touch dt/f && mkdir dt/d && ln -s f dt/l && mkfifo dt/p && mknod dt/c c 1 3
+find dt -mindepth 1 -printf '%f %y\n' | sort
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
