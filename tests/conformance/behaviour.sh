@@ -83,6 +83,58 @@ check readdir_types
 mkdir dt && touch dt/f && mkdir dt/d && ln -s f dt/l && mkfifo dt/p && mknod dt/c c 1 3
 find dt -mindepth 1 -printf '%f %y\n' | sort
 
+check xattr_listing
+touch xl && for k in zeta alpha mid b a; do setfattr -n user.$k -v "v$k" xl; done
+setfattr -n user.big -v "$(printf '%3000s' '' | tr ' ' x)" xl
+getfattr -d --absolute-names xl | cut -c1-40
+
+check link_counts
+mkdir lc && mkdir lc/a lc/b lc/c && touch lc/f && ln lc/f lc/g && ln lc/f lc/h
+stat -c '%n %h' lc lc/a lc/f
+
+check long_symlink
+ln -s "$(printf '%4095s' '' | tr ' ' a)" longlink && readlink longlink | wc -c
+ln -s "$(printf '%4096s' '' | tr ' ' a)" toolong 2>&1 | msg
+
+check punch_hole_blocks
+head -c 65536 /dev/urandom >ph && sync ph && stat -c '%b' ph
+fallocate -p -o 8192 -l 16384 ph && stat -c '%s %b' ph
+
+check inode_flags
+touch fl && chattr +d +A +s +S fl 2>&1 | msg; lsattr fl 2>&1 | cut -d' ' -f1
+
+check size_limits
+truncate -s 16T big1 2>&1 | msg; stat -c '%s' big1 2>&1 | msg
+truncate -s 17592186040320 big2 2>&1 | msg; stat -c '%s' big2 2>&1 | msg
+printf x | dd of=big3 bs=1 seek=17592186040320 status=none 2>&1 | msg
+
+check o_direct
+head -c 1048576 /dev/urandom >od_src
+dd if=od_src of=od bs=65536 oflag=direct status=none 2>&1 | msg
+dd if=od bs=65536 iflag=direct status=none 2>&1 | cmp - od_src && echo same
+
+check copy_file_range_data
+head -c 300000 /dev/urandom >cfr_a && truncate -s 500000 cfr_a
+python3 -c "
+import os
+a = os.open('cfr_a', os.O_RDONLY); b = os.open('cfr_b', os.O_CREAT | os.O_WRONLY, 0o644)
+n = 0
+while True:
+    k = os.copy_file_range(a, b, 1 << 20)
+    if k == 0: break
+    n += k
+print('copied', n)"
+cmp cfr_a cfr_b && echo same; stat -c '%s' cfr_b
+
+check rename_errors
+mkdir re && mkdir re/sub && touch re/f
+mv -T re re/sub/x 2>&1 | msg
+python3 -c "
+import os
+for a, b in (('re', 're/sub/y'), ('re/f', 're/sub'), ('re/sub', 're/f'), ('re', '.')):
+    try: os.rename(a, b); print('renamed')
+    except OSError as e: print(os.strerror(e.errno))"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
