@@ -135,6 +135,38 @@ for a, b in (('re', 're/sub/y'), ('re/f', 're/sub'), ('re/sub', 're/f'), ('re', 
     try: os.rename(a, b); print('renamed')
     except OSError as e: print(os.strerror(e.errno))"
 
+check times_each_change_moves
+mkdir tm && printf 'abc' >tm/f && mkdir tm/sub
+python3 -c "
+import os, time
+os.chdir('tm')
+def t(p):
+    st = os.lstat(p); return (st.st_mtime_ns, st.st_ctime_ns)
+steps = [
+    ('write', 'f', lambda: open('f', 'a').write('more')),
+    ('chmod', 'f', lambda: os.chmod('f', 0o600)),
+    ('chown_same', 'f', lambda: os.chown('f', -1, -1)),
+    ('setxattr', 'f', lambda: os.setxattr('f', 'user.x', b'1')),
+    ('utime_atime', 'f', lambda: os.utime('f', ns=(1, os.lstat('f').st_mtime_ns))),
+    ('truncate_same', 'f', lambda: os.truncate('f', os.lstat('f').st_size)),
+    ('truncate_grow', 'f', lambda: os.truncate('f', 100)),
+    ('link_file', 'f', lambda: os.link('f', 'g')),
+    ('link_dir', '.', lambda: os.link('f', 'h')),
+    ('rename_file', 'g', lambda: os.rename('g', 'g2')),  # measured as g2 after
+    ('rename_dir', '.', lambda: os.rename('g2', 'g3')),
+    ('unlink_file', 'f', lambda: os.unlink('h')),
+    ('mkdir_parent', '.', lambda: os.mkdir('d2')),
+    ('rmdir_parent', '.', lambda: os.rmdir('d2')),
+    ('rename_subdir', 'sub', lambda: os.rename('sub', 'sub2')),  # measured as sub2 after
+    ('listing', '.', lambda: os.listdir('.')),
+    ('read', 'f', lambda: open('f').read()),
+]
+moved_to = {'rename_file': 'g2', 'rename_subdir': 'sub2'}
+for name, path, op in steps:
+    before = t(path); time.sleep(0.05); op(); after = t(moved_to.get(name, path))
+    print(name, 'm', 'moved' if after[0] != before[0] else 'kept', 'c', 'moved' if after[1] != before[1] else 'kept')
+"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg

@@ -67,7 +67,11 @@ impl Adapter {
     }
 
     pub(crate) fn do_setattr(&self, ino: InodeNo, ch: &SetAttr) -> R<Attr> {
-        if *ch == SetAttr::default() {
+        // A setattr that names no attribute still moves the change time: that is how
+        // `chown(f, -1, -1)` arrives (the VFS's `ATTR_CTIME`, which FUSE does not pass on
+        // without the writeback cache), and ext4 stamps it. Nothing changes on a read-only
+        // filesystem, where the kernel refuses such calls before they get here.
+        if *ch == SetAttr::default() && !self.fs().is_writable() {
             return self.fs().getattr(ino).map_err(|e| self.err(e));
         }
         self.writable()?;
