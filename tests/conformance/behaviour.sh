@@ -167,6 +167,42 @@ for name, path, op in steps:
     print(name, 'm', 'moved' if after[0] != before[0] else 'kept', 'c', 'moved' if after[1] != before[1] else 'kept')
 "
 
+check removed_directory
+mkdir rd && python3 -c "
+import os
+d = os.open('rd', os.O_RDONLY | os.O_DIRECTORY)
+os.rmdir('rd')
+for name, op in (('create', lambda: os.close(os.open('x', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=d))),
+                 ('mkdir', lambda: os.mkdir('y', dir_fd=d)),
+                 ('symlink', lambda: os.symlink('t', 'z', dir_fd=d)),
+                 ('list', lambda: print(sorted(os.listdir(d)))),
+                 ('stat', lambda: print(os.fstat(d).st_nlink))):
+    try: op(); print(name, 'ok')
+    except OSError as e: print(name, os.strerror(e.errno))"
+
+check directory_errors
+mkdir de && mkdir de/a de/b && touch de/b/f
+python3 -c "
+import os
+for name, op in (('rename_over_nonempty', lambda: os.rename('de/a', 'de/b')),
+                 ('open_dir_for_write', lambda: os.open('de', os.O_WRONLY)),
+                 ('rmdir_nonempty', lambda: os.rmdir('de/b')),
+                 ('rmdir_dot', lambda: os.rmdir('de/a/.')),
+                 ('unlink_dir', lambda: os.unlink('de/a')),
+                 ('link_dir', lambda: os.link('de/a', 'de/c')),
+                 ('mkdir_existing', lambda: os.mkdir('de/a'))):
+    try: op(); print(name, 'ok')
+    except OSError as e: print(name, os.strerror(e.errno))"
+
+check mmap_shared_write
+head -c 20000 /dev/zero >mm && python3 -c "
+import mmap, os
+fd = os.open('mm', os.O_RDWR)
+m = mmap.mmap(fd, 20000)
+m[100:105] = b'hello'; m[15000:15005] = b'world'; m.flush(); m.close(); os.close(fd)
+d = open('mm', 'rb').read()
+print(d[100:105], d[15000:15005], len(d))"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
