@@ -203,6 +203,47 @@ m[100:105] = b'hello'; m[15000:15005] = b'world'; m.flush(); m.close(); os.close
 d = open('mm', 'rb').read()
 print(d[100:105], d[15000:15005], len(d))"
 
+check data_edges
+python3 -c "
+import os, hashlib
+def h(b): return hashlib.sha256(b).hexdigest()[:12]
+r = bytes((i * 7919) % 251 for i in range(20000))
+fd = os.open('edges', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, r)
+os.ftruncate(fd, 5003); os.ftruncate(fd, 12000)
+print('regrown tail zero', os.pread(fd, 6997, 5003) == bytes(6997))
+os.pwrite(fd, b'z', 100001)
+print('gap zero', os.pread(fd, 100001 - 12000, 12000) == bytes(100001 - 12000), os.fstat(fd).st_size)
+import fcntl
+os.pwrite(fd, r, 0)
+libc_punch = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | KEEP_SIZE
+os.posix_fallocate(fd, 0, 1)
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print('punch', libc.fallocate(fd, libc_punch, ctypes.c_long(1000), ctypes.c_long(6000)))
+print('zero range', libc.fallocate(fd, 0x10, ctypes.c_long(15000), ctypes.c_long(3000)))
+d = os.pread(fd, 20000, 0)
+print(h(d[:1000]) == h(r[:1000]), d[1000:7000] == bytes(6000), d[7000:15000] == r[7000:15000], d[15000:18000] == bytes(3000), d[18000:] == r[18000:20000])
+a = os.open('edges', os.O_WRONLY | os.O_APPEND)
+os.lseek(a, 0, 0); os.write(a, b'APP')
+print('append at', os.fstat(a).st_size, os.pread(fd, 3, os.fstat(a).st_size - 3))"
+
+check xattr_flags
+touch xf && python3 -c "
+import os
+for name, op in (('create_new', lambda: os.setxattr('xf', 'user.a', b'1', os.XATTR_CREATE)),
+                 ('create_existing', lambda: os.setxattr('xf', 'user.a', b'2', os.XATTR_CREATE)),
+                 ('replace_missing', lambda: os.setxattr('xf', 'user.b', b'2', os.XATTR_REPLACE)),
+                 ('replace_existing', lambda: os.setxattr('xf', 'user.a', b'3', os.XATTR_REPLACE)),
+                 ('remove_missing', lambda: os.removexattr('xf', 'user.b')),
+                 ('empty_value', lambda: os.setxattr('xf', 'user.e', b'')),
+                 ('long_name', lambda: os.setxattr('xf', 'user.' + 'n' * 250, b'v')),
+                 ('too_long_name', lambda: os.setxattr('xf', 'user.' + 'n' * 256, b'v')),
+                 ('unknown_namespace', lambda: os.setxattr('xf', 'bogus.x', b'v'))):
+    try: op(); print(name, 'ok')
+    except OSError as e: print(name, os.strerror(e.errno))
+print(sorted(os.listxattr('xf')) == sorted(['user.a', 'user.e', 'user.' + 'n' * 250]), os.getxattr('xf', 'user.a'), os.getxattr('xf', 'user.e'))"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
