@@ -244,6 +244,32 @@ for name, op in (('create_new', lambda: os.setxattr('xf', 'user.a', b'1', os.XAT
     except OSError as e: print(name, os.strerror(e.errno))
 print(sorted(os.listxattr('xf')) == sorted(['user.a', 'user.e', 'user.' + 'n' * 250]), os.getxattr('xf', 'user.a'), os.getxattr('xf', 'user.e'))"
 
+check no_space
+dd if=/dev/zero of=fill bs=1M status=none 2>&1 | msg
+printf more >>fill 2>&1 | msg
+python3 -c "
+import os
+try: os.posix_fallocate(os.open('falloc_full', os.O_CREAT | os.O_WRONLY, 0o644), 0, 1 << 20); print('fallocate ok')
+except OSError as e: print('fallocate', os.strerror(e.errno))"
+rm -f fill falloc_full && sync && dd if=/dev/zero of=after bs=1M count=8 status=none 2>&1 | msg && stat -c '%s' after
+
+check replaced_open_target
+printf old >rt_target && printf new >rt_src
+python3 -c "
+import os
+fd = os.open('rt_target', os.O_RDONLY)
+os.rename('rt_src', 'rt_target')
+print(os.read(fd, 10), os.fstat(fd).st_nlink, open('rt_target').read())"
+
+check concurrent_appends
+for w in 1 2 3; do (for i in $(seq 1 500); do echo "writer $w line $i" >>appends; done) & done; wait
+wc -l <appends; sort appends | uniq -d | wc -l
+
+check big_directory_listing
+mkdir bigd && (cd bigd && seq -f 'entry-%05g-with-a-longer-name' 1 3000 | xargs touch)
+ls -U bigd | wc -l; ls -U bigd | sort | md5sum | cut -c1-12
+rm bigd/entry-0150* && ls -U bigd | wc -l
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
