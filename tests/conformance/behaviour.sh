@@ -300,6 +300,30 @@ check directory_moves
 mkdir mv1 mv2 && mkdir mv1/sub && touch mv1/sub/f
 mv mv1/sub mv2/ && stat -c '%n %h' mv1 mv2 mv2/sub && ls mv2/sub/.. && cd mv2/sub/.. && pwd -P | sed 's|.*/||' && cd "$dir"
 
+check sticky_directory
+mkdir st && chmod 1777 st && touch st/roots && chmod 666 st/roots
+as_nobody "rm -f $dir/st/roots; mv $dir/st/roots $dir/st/x; echo hi >> $dir/st/roots && echo appended; touch $dir/st/mine && rm $dir/st/mine && echo own removed"
+ls st
+
+check data_round_trip
+tmp=$(mktemp) && head -c 20000000 /dev/urandom >"$tmp"
+cp "$tmp" rt_big && cmp "$tmp" rt_big && echo same
+python3 -c "
+import os
+fd = os.open('rt_parts', os.O_CREAT | os.O_RDWR, 0o644)
+pids = []
+for w in range(4):
+    pid = os.fork()
+    if pid == 0:
+        for i in range(w, 256, 4):
+            os.pwrite(fd, bytes([i]) * 4099, i * 4099)
+        os._exit(0)
+    pids.append(pid)
+for p in pids: os.waitpid(p, 0)
+d = os.pread(fd, 256 * 4099 + 1, 0)
+print(len(d), all(d[i * 4099:(i + 1) * 4099] == bytes([i]) * 4099 for i in range(256)))"
+rm -f "$tmp"
+
 check fallocate_collapse_insert
 head -c 65536 /dev/urandom >falloc
 fallocate -c -o 0 -l 4096 falloc 2>&1 | msg
