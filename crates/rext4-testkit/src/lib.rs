@@ -50,6 +50,6 @@ pub use nbd::{why_no_tool, Listen, NbdServe};
 pub use rng::Rng;
 pub use source::{check_fixture, mutated_source_tree, source_tree, SourceTree};
 pub use spec::{paths, TreeSpec};
-pub use tools::{find_tool, is_root, tool};
+pub use tools::{debugfs_write, find_tool, is_root, tool};
 pub use tree::{generate, mutate, name_of_len, vfs_acl};
 pub use walk::{show, walk_kernel, walk_rext4, Kind, Rec, Walk};

@@ -35,6 +35,15 @@ pub(crate) fn out_text(o: &Output) -> String {
     )
 }
 
+/// Runs `cmds` (one debugfs command a line) on `img` with `debugfs -w`, from a script file
+/// beside it; panics unless debugfs succeeds.
+pub fn debugfs_write(img: &std::path::Path, cmds: &str) {
+    let script = img.with_extension("debugfs");
+    std::fs::write(&script, cmds).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    let out = run(Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(img));
+    assert!(out.status.success(), "debugfs -w -f {}: {}", script.display(), out_text(&out));
+}
+
 /// Whether this process runs as root (owners, devices and trusted xattrs need it).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

@@ -7,10 +7,9 @@
 
 use rext4::format::inode::NOATIME_FL;
 use rext4::{AtimeMode, Fs, Options, Timestamp};
-use rext4_testkit::{e2fsck_clean, kernel_can_mount, tool, Image, KernelMount};
+use rext4_testkit::{debugfs_write, e2fsck_clean, kernel_can_mount, Image, KernelMount};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const HOUR: i64 = 3600;
@@ -33,16 +32,20 @@ fn image(dir: &Path, inode_size: u32, f_ago: Ago, d_ago: Ago) -> PathBuf {
     std::fs::write(src.join("d/b"), b"b").unwrap();
     let img = dir.join("atime.img");
     Image::ext4("16M").block_size(4096).inode_size(inode_size).from_dir(&src).build(&img);
-    let t = now();
-    let mut cmds = String::new();
-    for (p, (a, m, c)) in [("/f", f_ago), ("/d", d_ago)] {
-        cmds += &format!("sif {p} atime @{}\nsif {p} mtime @{}\nsif {p} ctime @{}\n", t - a, t - m, t - c);
-    }
-    let script = dir.join("times.cmds");
-    std::fs::write(&script, cmds).unwrap();
-    let out = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
-    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    set_times(&img, &[("/f", f_ago), ("/d", d_ago)]);
     img
+}
+
+/// Sets each path's (atime, mtime, ctime) to that many seconds before now, with debugfs.
+fn set_times(img: &Path, times: &[(&str, Ago)]) {
+    let t = now();
+    let cmds: String = times
+        .iter()
+        .map(|(p, (a, m, c))| {
+            format!("sif {p} atime @{}\nsif {p} mtime @{}\nsif {p} ctime @{}\n", t - a, t - m, t - c)
+        })
+        .collect();
+    debugfs_write(img, &cmds);
 }
 
 fn open(img: &Path, atime: AtimeMode, nodiratime: bool) -> Fs {
@@ -276,16 +279,8 @@ fn link_image(dir: &Path) -> PathBuf {
     }
     let img = dir.join("links.img");
     Image::ext4("16M").block_size(4096).from_dir(&src).build(&img);
-    let t = now();
-    let mut cmds = String::new();
-    for (p, (a, m)) in [("fast", (2, 1)), ("slow", (2, 1)), ("walk", (2, 1)), ("keep", (1, 2))] {
-        let (a, m) = (t - a * HOUR, t - m * HOUR);
-        cmds += &format!("sif /{p} atime @{a}\nsif /{p} mtime @{m}\nsif /{p} ctime @{m}\n");
-    }
-    let script = dir.join("times.cmds");
-    std::fs::write(&script, cmds).unwrap();
-    let out = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
-    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    let (renew, keep) = ((2 * HOUR, HOUR, HOUR), (HOUR, 2 * HOUR, 2 * HOUR));
+    set_times(&img, &[("/fast", renew), ("/slow", renew), ("/walk", renew), ("/keep", keep)]);
     img
 }
 

@@ -6,7 +6,7 @@
 //! the same problems after rext4's changes as before them.
 
 use rext4::{Fs, InodeNo, Options};
-use rext4_testkit::{e2fsck_clean, sb_field, tool, Image, KernelMount};
+use rext4_testkit::{debugfs_write, e2fsck_clean, sb_field, tool, Image, KernelMount};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,10 +19,7 @@ fn image(dir: &Path, name: &str, debugfs_cmds: &str) -> PathBuf {
 fn image_with(dir: &Path, name: &str, mkfs_args: &[&str], debugfs_cmds: &str) -> PathBuf {
     let img = dir.join(format!("{name}.img"));
     Image::ext4("32M").args(mkfs_args).build(&img);
-    let script = dir.join(format!("{name}.cmds"));
-    std::fs::write(&script, debugfs_cmds).unwrap();
-    let out = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
-    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    debugfs_write(&img, debugfs_cmds);
     img
 }
 

@@ -47,16 +47,7 @@ fn base_image(dir: &Path) -> std::path::PathBuf {
         let (a, m) = (t - a * HOUR, t - m * HOUR);
         cmds += &format!("sif /{p} atime @{a}\nsif /{p} mtime @{m}\nsif /{p} ctime @{m}\n");
     }
-    let script = dir.join("times.cmds");
-    fs::write(&script, cmds).unwrap();
-    let out = std::process::Command::new(tool("debugfs"))
-        .arg("-w")
-        .arg("-f")
-        .arg(&script)
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "debugfs: {}", String::from_utf8_lossy(&out.stderr));
+    debugfs_write(&img, &cmds);
     img
 }
 
