@@ -90,14 +90,7 @@ fn dtime_of(img: &Path, ino: u32) -> u32 {
 }
 
 fn debugfs_w(img: &Path, cmds: &[String]) {
-    let script = cmds.join("\n");
-    let mut c = Command::new(tool("debugfs"));
-    c.arg("-w").arg("-f").arg("-").arg(img).stdin(std::process::Stdio::piped());
-    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), script.as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "debugfs: {}", String::from_utf8_lossy(&o.stderr));
+    rext4_testkit::debugfs_write(img, &cmds.join("\n"));
 }
 
 /// Orphans written by hand the way the kernel records them: truncates that did not finish

@@ -215,10 +215,7 @@ fn lustre_ea_inodes_are_dropped_with_their_entries() {
             blocks - 16
         );
     }
-    let script = dir.path().join("lustre.cmds");
-    std::fs::write(&script, cmds).unwrap();
-    let st = Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&script).arg(&img).output().unwrap();
-    assert!(st.status.success());
+    rext4_testkit::debugfs_write(&img, &cmds);
     e2fsck_clean(&img);
     assert_eq!(inodes_in_use(&img), in_use + 8);
 
