@@ -79,7 +79,10 @@ impl Adapter {
         if ch.mode.is_none() && (chown || kill_suidgid) {
             // A chown drops set-user-ID whoever asks; a truncation only as the kernel says.
             let perm = if chown && !kill_suidgid { a.perm() & !0o4000 } else { a.perm() };
-            let outside = (kill_suidgid || req.uid() != 0) && outside_group(req, &a);
+            // The kernel sends `FATTR_KILL_SUIDGID` with every chown, so the flag tells of
+            // `CAP_FSETID` only for a truncation (sent when the caller lacks it).
+            let capable = if chown { req.uid() == 0 } else { !kill_suidgid };
+            let outside = !capable && outside_group(req, &a);
             let mode = without_set_id(perm, outside).unwrap_or(perm);
             if mode != a.perm() {
                 ch.mode = Some(mode);
