@@ -116,8 +116,19 @@ impl Adapter {
         }
         // No FUSE_ATOMIC_O_TRUNC: the kernel truncates with a SETATTR once the VFS has made
         // its checks (`handle_truncate`: a running executable is ETXTBSY and keeps its bytes).
+        let mut open_flags = self.open_flags();
+        // The kernel answers reads from its page cache without asking, and a FUSE inode's
+        // access time is the daemon's: where a read now would set it (ext4's relatime after
+        // a change, every read under strictatime), the open drops the cached pages, so the
+        // next read reaches the engine and sets it. Otherwise the cache stays.
+        if acc != libc::O_WRONLY
+            && flags.0 & libc::O_NOATIME == 0
+            && self.fs().read_would_set_atime(e).map_err(|err| self.err(err))?
+        {
+            open_flags.remove(FopenFlags::FOPEN_KEEP_CACHE);
+        }
         let fh = self.shared.handles.open(u64::from(e.0), flags.0);
-        Ok((fh, self.open_flags()))
+        Ok((fh, open_flags))
     }
 
     /// How files are opened: kept in the kernel's cache, and closed without a `FLUSH`

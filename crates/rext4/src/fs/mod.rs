@@ -436,6 +436,15 @@ impl Fs {
         })
     }
 
+    /// Whether a [`Fs::read`] of `ino` now would set its access time, by [`Options::atime`]
+    /// and the times it holds. A cache that answers reads without the engine (the kernel's,
+    /// in front of the mount) asks this to send a read through where ext4 would set the time.
+    pub fn read_would_set_atime(&self, ino: InodeNo) -> Result<bool> {
+        self.inner.op(crate::fs::stats::Op::Getattr, || {
+            self.inner.iget_by_number(ino).map(|inode| self.inner.read_would_set_atime(&inode))
+        })
+    }
+
     /// The target of a symbolic link. Like `readlink(2)`, sets the link's access time as
     /// [`Options::atime`] says ([`Fs::readlink_noatime`] does not).
     pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {

@@ -101,6 +101,16 @@ impl FsInner {
         self.atime != AtimeMode::NoAtime && self.journal.is_some()
     }
 
+    /// Whether a read of `inode` now would set its access time (a cache in front of the
+    /// engine asks before it answers reads itself).
+    pub(crate) fn read_would_set_atime(&self, inode: &Inode) -> bool {
+        if !self.atime_may_change() {
+            return false;
+        }
+        let f = inode.with_disk(|r| AtimeFacts::of(r, self.sbi.inode_size));
+        self.atime_needs_update(&f, self.atime_now())
+    }
+
     /// `touch_atime`, after a read of `inode` whose record said `f`; the caller holds no lock.
     /// An update that fails is dropped, as the kernel drops it: the read itself succeeded.
     pub(crate) fn touch_atime(&self, inode: &Inode, f: &AtimeFacts) {

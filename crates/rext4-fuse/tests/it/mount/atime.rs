@@ -133,3 +133,67 @@ fn reads_set_access_times_as_kernel_ext4() {
         }
     }
 }
+
+/// The steps of [`cached_reads_as_kernel_ext4`]: whether each moved the access time.
+const CACHED_STEPS: [&str; 4] = ["read after create", "read again", "read after append", "read again"];
+
+/// Creates a file under `root` and reads it as the steps say, a little apart; returns which
+/// steps moved its access time. Every read but the first finds the file's pages in the
+/// kernel's cache (its own writes left them there).
+fn cached_workload(root: &Path) -> Vec<bool> {
+    let f = root.join("w");
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+    fs::write(&f, b"written\n").unwrap();
+    let mut last = atime_of(&f);
+    let mut moved = Vec::new();
+    for step in CACHED_STEPS {
+        pause();
+        if step == "read after append" {
+            OpenOptions::new().append(true).open(&f).unwrap().write_all(b"more\n").unwrap();
+            pause();
+        }
+        assert!(fs::read(&f).unwrap().starts_with(b"written\n"));
+        let now = atime_of(&f);
+        moved.push(now != last);
+        last = now;
+    }
+    moved
+}
+
+/// Reads the kernel answers from its page cache set access times where ext4 would: the
+/// daemon opens a file without `FOPEN_KEEP_CACHE` when a read would set the time (relatime
+/// after a change, every read under strictatime), so the read reaches it.
+#[test]
+fn cached_reads_as_kernel_ext4() {
+    require_fuse!();
+    require_kernel!();
+    let dir = tempfile::tempdir().unwrap();
+    for (opts, want) in [
+        ("relatime", [true, false, true, false]),
+        ("strictatime", [true, true, true, true]),
+        ("noatime", [false, false, false, false]),
+    ] {
+        let kimg = dir.path().join(format!("kernel-{opts}.img"));
+        let fimg = dir.path().join(format!("fuse-{opts}.img"));
+        Image::ext4("32M").build(&kimg);
+        fs::copy(&kimg, &fimg).unwrap();
+
+        let km = KernelMount::with_options(&kimg, &format!("loop,{opts}")).unwrap();
+        let kernel = cached_workload(km.path());
+        km.unmount().unwrap();
+        e2fsck_clean(&kimg);
+
+        let m = FuseMount::new(&fimg, opts);
+        let fuse = cached_workload(m.path());
+        let shown = atime_of(&m.path().join("w"));
+        m.unmount();
+        e2fsck_clean(&fimg);
+        let k = KernelMount::ro(&fimg).unwrap();
+        assert_eq!(atime_of(&k.path().join("w")), shown, "{opts}: stat through the mount");
+        k.unmount().unwrap();
+
+        let steps = |v: &[bool]| CACHED_STEPS.iter().zip(v).map(|(s, m)| (*s, *m)).collect::<Vec<_>>();
+        assert_eq!(steps(&kernel), steps(&want), "{opts}: kernel ext4");
+        assert_eq!(steps(&fuse), steps(&want), "{opts}: the mount");
+    }
+}
