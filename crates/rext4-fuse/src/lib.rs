@@ -221,11 +221,13 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 fn fuser_config(opts: &MountOptions) -> Config {
     let mut mo = vec![
         MountOption::FSName(opts.fsname.clone().unwrap_or_else(|| "rext4".into())),
-        // The kernel's own `subtype=` (fuser passes `Subtype` only to fusermount3), so the
-        // mount table says `fuse.rext4` and mount(8) finds `mount.fuse.rext4` for a remount.
-        MountOption::CUSTOM("subtype=rext4".into()),
         if opts.read_only { MountOption::RO } else { MountOption::RW },
     ];
+    if !opts.subtype.is_empty() {
+        // The kernel's own `subtype=` (fuser passes `Subtype` only to fusermount3), so the
+        // mount table says `fuse.rext4` and mount(8) finds `mount.fuse.rext4` for a remount.
+        mo.push(MountOption::CUSTOM(format!("subtype={}", opts.subtype)));
+    }
     if opts.default_permissions {
         mo.push(MountOption::DefaultPermissions);
     }

@@ -32,6 +32,10 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     /// The source shown in the mount table (`fsname=`); the image path by default.
     pub fsname: Option<String>,
+    /// The mount table's type is `fuse.SUBTYPE` (`subtype=`; `rext4` by default, so mount(8)
+    /// finds `mount.fuse.rext4`); `subtype=` with nothing shows plain `fuse`, as a libfuse
+    /// daemon mounted without one does (what xfstests' `FSTYP=fuse` expects).
+    pub subtype: String,
     /// Do not replay the journal (`norecovery`, read-only mounts only).
     pub norecovery: bool,
     /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
@@ -74,6 +78,7 @@ impl Default for MountOptions {
             io_uring: None,
             threads: None,
             fsname: None,
+            subtype: "rext4".into(),
             norecovery: false,
             cache_bytes: None,
             acl: true,
@@ -319,8 +324,14 @@ impl MountOptions {
                     flag(val)?;
                     self.grpid = matches!(key, "grpid" | "bsdgroups");
                 }
-                // Written by mount(8) into fstab-style lists, and for `mount -t fuse.rext4`.
-                "subtype" if val == Some("rext4") => {}
+                // Written by mount(8) for `mount -t fuse.NAME`; empty: plain `fuse`.
+                "subtype" => {
+                    let v = val.unwrap_or("");
+                    if v.contains([',', '\\', ' ', '\n', '/']) {
+                        return Err(format!("subtype={v}: must be a name, without commas, spaces or '/'"));
+                    }
+                    self.subtype = v.to_string();
+                }
                 k if k.starts_with("x-") => {}
                 k if KERNEL_FLAGS.contains(&k) => {
                     flag(val)?;
@@ -416,7 +427,11 @@ mod tests {
         assert_eq!(o.errors, Some(ErrorBehavior::RemountRo));
         assert_eq!(o.threads, Some(4));
         assert_eq!(o.fsname.as_deref(), Some("img"));
+        assert_eq!(o.subtype, "rext4");
         assert_eq!(o.atime, Atime::NoAtime);
+        assert_eq!(MountOptions::parse("subtype=").unwrap().subtype, "");
+        assert_eq!(MountOptions::parse("subtype=img").unwrap().subtype, "img");
+        assert!(MountOptions::parse("subtype=a/b").is_err());
         o.validate().unwrap();
         assert!(!o.engine_options().writable);
     }
