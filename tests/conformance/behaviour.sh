@@ -138,7 +138,7 @@ for a, b in (('re', 're/sub/y'), ('re/f', 're/sub'), ('re/sub', 're/f'), ('re', 
 check times_each_change_moves
 mkdir tm && printf 'abc' >tm/f && mkdir tm/sub
 python3 -c "
-import os, time
+import os, subprocess, time
 os.chdir('tm')
 def t(p):
     st = os.lstat(p); return (st.st_mtime_ns, st.st_ctime_ns)
@@ -147,6 +147,7 @@ steps = [
     ('chmod', 'f', lambda: os.chmod('f', 0o600)),
     ('chown_same', 'f', lambda: os.chown('f', -1, -1)),
     ('setxattr', 'f', lambda: os.setxattr('f', 'user.x', b'1')),
+    ('chattr', 'f', lambda: subprocess.run(['chattr', '+d', 'f'], check=True)),
     ('utime_atime', 'f', lambda: os.utime('f', ns=(1, os.lstat('f').st_mtime_ns))),
     ('truncate_same', 'f', lambda: os.truncate('f', os.lstat('f').st_size)),
     ('truncate_grow', 'f', lambda: os.truncate('f', 100)),

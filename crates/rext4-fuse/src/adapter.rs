@@ -913,7 +913,7 @@ impl Filesystem for Adapter {
                 let noatime = opened.is_some_and(|o| o.flags & libc::O_NOATIME != 0);
                 let n = self.do_copy(src, offset_in, dst, offset_out, len, noatime)?;
                 if n > 0 && !noatime && self.shared.opts.atime != Atime::NoAtime {
-                    self.source_read(ino_in);
+                    self.attributes_changed(ino_in);
                 }
                 u32::try_from(n).map_err(|_| Errno::EIO)
             })();
@@ -926,12 +926,13 @@ impl Filesystem for Adapter {
 }
 
 impl Adapter {
-    /// After reading `ino` for a `COPY_FILE_RANGE`, which may have set its access time: the
-    /// kernel marks a file's cached access time stale after the reads it sends, but not after
-    /// this request, so its attributes are dropped here and the next `stat` asks again. Only
+    /// Drops the kernel's cached attributes of `ino` after a request that changed them but
+    /// after which the kernel keeps them: a `COPY_FILE_RANGE` that set its source's access
+    /// time (the kernel marks it stale after the reads it sends, not after this request), an
+    /// ioctl that set inode flags and so the change time. The next `stat` asks again. Only
     /// the attributes (a negative offset): no page is touched, so the kernel takes no lock a
     /// request in flight could hold.
-    fn source_read(&self, ino: INodeNo) {
+    pub(crate) fn attributes_changed(&self, ino: INodeNo) {
         if let Some(n) = self.shared.notifier.get() {
             if let Err(e) = n.inval_inode(ino, -1, 0) {
                 // The kernel may have forgotten the inode meanwhile (ENOENT): nothing cached.

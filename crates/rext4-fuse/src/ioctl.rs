@@ -60,6 +60,7 @@ impl Adapter {
                 let flags = word(0)?;
                 self.writable()?;
                 self.fs().set_flags(e, flags).map_err(|err| self.err(err))?;
+                self.attributes_changed(ino);
                 Ok(Vec::new())
             }
             FS_IOC_FSGETXATTR => {
@@ -78,6 +79,7 @@ impl Adapter {
                 let old = visible(&self.attr(ino)?);
                 let flags = (old & !XFLAG_MAP.iter().fold(0, |m, &(f, _)| m | f)) | xflags_to_flags(xflags);
                 self.fs().set_flags(e, flags).map_err(|err| self.err(err))?;
+                self.attributes_changed(ino);
                 Ok(Vec::new())
             }
             _ => Err(Errno::ENOTTY),
