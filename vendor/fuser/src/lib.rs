@@ -68,10 +68,10 @@ pub use crate::reply::ReplyEntry;
 pub use crate::reply::ReplyIoctl;
 pub use crate::reply::ReplyLock;
 pub use crate::reply::ReplyLseek;
-pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
@@ -784,7 +784,10 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);
     }
 
-    /// Set an extended attribute.
+    /// Set an extended attribute. `setxattr_flags` are the request's `FUSE_SETXATTR_*` flags
+    /// (`consts::FUSE_SETXATTR_ACL_KILL_SGID`), sent only where `init` requested
+    /// `FUSE_SETXATTR_EXT`; 0 otherwise.
+    #[allow(clippy::too_many_arguments)]
     fn setxattr(
         &self,
         _req: &Request,
@@ -792,6 +795,7 @@ pub trait Filesystem: Send + Sync + 'static {
         name: &OsStr,
         _value: &[u8],
         flags: i32,
+        _setxattr_flags: u32,
         position: u32,
         reply: ReplyEmpty,
     ) {
@@ -923,7 +927,18 @@ pub trait Filesystem: Send + Sync + 'static {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.setlk(req, ino, fh, lock_owner, 0, i64::MAX as u64, typ, pid, sleep, reply);
+        self.setlk(
+            req,
+            ino,
+            fh,
+            lock_owner,
+            0,
+            i64::MAX as u64,
+            typ,
+            pid,
+            sleep,
+            reply,
+        );
     }
 
     /// The kernel asks that request `unique` (still in progress) be interrupted: the caller
@@ -998,8 +1013,18 @@ pub trait Filesystem: Send + Sync + 'static {
     /// `O_TMPFILE`): replied to as `create`, and counted as one lookup like it. A later `link`
     /// may give it a name. Answering `ENOSYS` makes the kernel fail such opens with
     /// `EOPNOTSUPP` from then on.
-    fn tmpfile(&self, _req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        warn!("[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})");
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})"
+        );
         reply.error(Errno::ENOSYS);
     }
 
@@ -1015,7 +1040,9 @@ pub trait Filesystem: Send + Sync + 'static {
         mask: u32,
         reply: ReplyStatx,
     ) {
-        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:?}, flags: {flags:#x}, mask: {mask:#x})");
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:?}, flags: {flags:#x}, mask: {mask:#x})"
+        );
         reply.error(Errno::ENOSYS);
     }
 

@@ -855,8 +855,21 @@ impl ReplyStatx {
     /// Reply with `attr` and, when `btime` is set, its `crtime` as the birth time;
     /// `attributes` are `STATX_ATTR_*` flags, of which `attributes_mask` says which the
     /// filesystem supports.
-    pub fn statx(self, ttl: &Duration, attr: &FileAttr, btime: bool, attributes: u64, attributes_mask: u64) {
-        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr, btime, attributes, attributes_mask));
+    pub fn statx(
+        self,
+        ttl: &Duration,
+        attr: &FileAttr,
+        btime: bool,
+        attributes: u64,
+        attributes_mask: u64,
+    ) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(
+            ttl,
+            attr,
+            btime,
+            attributes,
+            attributes_mask,
+        ));
     }
 
     /// Reply to a request with the given error code

@@ -331,11 +331,7 @@ impl<'a> RequestWithSender<'a> {
                     self.request.nodeid(),
                     x.file_handle(),
                     x.offset(),
-                    ReplyDirectory::new(
-                        self.request.unique(),
-                        self.sender(),
-                        x.size() as usize,
-                    ),
+                    ReplyDirectory::new(self.request.unique(), self.sender(), x.size() as usize),
                 );
             }
             ll::Operation::ReleaseDir(x) => {
@@ -366,6 +362,7 @@ impl<'a> RequestWithSender<'a> {
                     x.name(),
                     x.value(),
                     x.flags(),
+                    x.setxattr_flags(),
                     x.position(),
                     self.reply(),
                 );

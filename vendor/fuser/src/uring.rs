@@ -483,7 +483,12 @@ pub(crate) fn run_queue<FS: Filesystem>(
 }
 
 /// Serves the request the kernel put in entry `i`.
-fn serve<FS: Filesystem>(queue: &Arc<Queue>, i: u16, se: &SessionEventLoop<FS>, scratch: &mut Vec<u64>) {
+fn serve<FS: Filesystem>(
+    queue: &Arc<Queue>,
+    i: u16,
+    se: &SessionEventLoop<FS>,
+    scratch: &mut Vec<u64>,
+) {
     let ent = &queue.ents[usize::from(i)];
     let base = ent.buf.base();
     let mut header = [0u8; IN_HEADER_LEN];
@@ -577,7 +582,10 @@ fn wake_read(queue: &Queue, buf: &mut Box<u64>) -> squeue::Entry128 {
     .into()
 }
 
-fn push_all(ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, sqes: &[squeue::Entry128]) -> io::Result<()> {
+fn push_all(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    sqes: &[squeue::Entry128],
+) -> io::Result<()> {
     for sqe in sqes {
         loop {
             // SAFETY: every buffer an SQE points at (entry buffers, iovecs, the eventfd word)

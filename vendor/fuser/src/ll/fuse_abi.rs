@@ -110,6 +110,11 @@ pub mod consts {
 
     // The read buffer is required to be at least 8k, but may be much larger
     pub const FUSE_MIN_READ_BUFFER: usize = 8192;
+
+    /// A `SETXATTR` flag (with `FUSE_SETXATTR_EXT`): the kernel found the caller setting a
+    /// `system.posix_acl_access` neither in the file's group nor holding `CAP_FSETID`, so
+    /// the set-group-ID bit must go with the mode the ACL gives (ABI 7.33).
+    pub const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
 }
 
 #[repr(u32)]
@@ -458,6 +463,14 @@ pub(crate) struct fuse_setxattr_in {
     #[cfg(target_os = "macos")]
     pub(crate) position: u32,
     #[cfg(target_os = "macos")]
+    pub(crate) padding: u32,
+}
+
+/// What follows `fuse_setxattr_in` when `FUSE_SETXATTR_EXT` was negotiated (ABI 7.33).
+#[repr(C)]
+#[derive(Debug, FromBytes, KnownLayout, Immutable)]
+pub(crate) struct fuse_setxattr_in_ext {
+    pub(crate) setxattr_flags: u32,
     pub(crate) padding: u32,
 }
 

@@ -129,10 +129,17 @@ impl ResponseStruct<abi::fuse_statx_out> {
     ) -> Self {
         let time = |t: &SystemTime| {
             let (tv_sec, tv_nsec) = time_from_system_time(t);
-            abi::fuse_sx_time { tv_sec, tv_nsec, reserved: 0 }
+            abi::fuse_sx_time {
+                tv_sec,
+                tv_nsec,
+                reserved: 0,
+            }
         };
         // The kernel's `new_decode_dev` of `fuse_attr.rdev`.
-        let (major, minor) = ((attr.rdev & 0xfff00) >> 8, (attr.rdev & 0xff) | ((attr.rdev >> 12) & 0xfff00));
+        let (major, minor) = (
+            (attr.rdev & 0xfff00) >> 8,
+            (attr.rdev & 0xff) | ((attr.rdev >> 12) & 0xfff00),
+        );
         let basic = libc::STATX_BASIC_STATS;
         ResponseStruct(abi::fuse_statx_out {
             attr_valid: ttl.as_secs(),
@@ -140,7 +147,11 @@ impl ResponseStruct<abi::fuse_statx_out> {
             flags: 0,
             spare: [0; 2],
             stat: abi::fuse_statx {
-                mask: if btime { basic | libc::STATX_BTIME } else { basic },
+                mask: if btime {
+                    basic | libc::STATX_BTIME
+                } else {
+                    basic
+                },
                 blksize: attr.blksize,
                 attributes,
                 nlink: attr.nlink,
@@ -153,7 +164,11 @@ impl ResponseStruct<abi::fuse_statx_out> {
                 blocks: attr.blocks,
                 attributes_mask,
                 atime: time(&attr.atime),
-                btime: if btime { time(&attr.crtime) } else { abi::fuse_sx_time::default() },
+                btime: if btime {
+                    time(&attr.crtime)
+                } else {
+                    abi::fuse_sx_time::default()
+                },
                 ctime: time(&attr.ctime),
                 mtime: time(&attr.mtime),
                 rdev_major: major,

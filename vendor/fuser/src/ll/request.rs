@@ -837,10 +837,45 @@ mod op {
         #[expect(dead_code)]
         header: &'a fuse_in_header,
         arg: &'a fuse_setxattr_in,
+        setxattr_flags: u32,
         name: &'a OsStr,
         value: &'a [u8],
     }
     impl<'a> SetXAttr<'a> {
+        /// The arguments come in one of two layouts: `fuse_setxattr_in` alone, or followed by
+        /// `fuse_setxattr_in_ext` when `FUSE_SETXATTR_EXT` was negotiated. The short reading
+        /// is tried first: it never fits a long request (its name would start in the zeroed
+        /// padding, leaving more value than `size`), and a short request always fits it.
+        fn parse(header: &'a fuse_in_header, raw: &'a [u8]) -> Option<SetXAttr<'a>> {
+            for ext in [false, true] {
+                let mut data = ArgumentIterator::new(raw);
+                let arg: &fuse_setxattr_in = data.fetch()?;
+                let setxattr_flags = if ext {
+                    data.fetch::<fuse_setxattr_in_ext>()?.setxattr_flags
+                } else {
+                    0
+                };
+                let Some(name) = data.fetch_str() else {
+                    continue;
+                };
+                let value = data.fetch_all();
+                if value.len() == arg.size as usize {
+                    return Some(SetXAttr {
+                        header,
+                        arg,
+                        setxattr_flags,
+                        name,
+                        value,
+                    });
+                }
+            }
+            None
+        }
+        /// `FUSE_SETXATTR_*` flags (with `FUSE_SETXATTR_EXT`; 0 otherwise), e.g.
+        /// [`crate::consts::FUSE_SETXATTR_ACL_KILL_SGID`].
+        pub(crate) fn setxattr_flags(&self) -> u32 {
+            self.setxattr_flags
+        }
         pub(crate) fn name(&self) -> &'a OsStr {
             self.name
         }
@@ -1749,16 +1784,9 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
-            fuse_opcode::FUSE_SETXATTR => Operation::SetXAttr({
-                let out = SetXAttr {
-                    header,
-                    arg: data.fetch()?,
-                    name: data.fetch_str()?,
-                    value: data.fetch_all(),
-                };
-                assert!(out.value.len() == out.arg.size as usize);
-                out
-            }),
+            fuse_opcode::FUSE_SETXATTR => {
+                Operation::SetXAttr(SetXAttr::parse(header, data.fetch_all())?)
+            }
             fuse_opcode::FUSE_GETXATTR => Operation::GetXAttr(GetXAttr {
                 header,
                 arg: data.fetch()?,
@@ -2140,7 +2168,13 @@ impl fmt::Display for Operation<'_> {
                 x.offset(),
                 x.whence()
             ),
-            Operation::Tmpfile(x) => write!(f, "TMPFILE mode {:#05o}, umask {:#05o}, flags {:#x}", x.mode(), x.umask(), x.flags()),
+            Operation::Tmpfile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, umask {:#05o}, flags {:#x}",
+                x.mode(),
+                x.umask(),
+                x.flags()
+            ),
             Operation::Statx(x) => write!(
                 f,
                 "STATX fh {:?}, flags {:#x}, mask {:#x}",
@@ -2385,5 +2419,62 @@ mod tests {
             }
             _ => panic!("Unexpected request operation"),
         }
+    }
+
+    /// A `SETXATTR` request: header, `fuse_setxattr_in`, the extension's flags when `ext`,
+    /// name, value; in 8-byte words so that the arguments are aligned.
+    #[cfg(target_endian = "little")]
+    fn setxattr_request(ext: Option<u32>, name: &str, value: &[u8]) -> (Vec<u64>, usize) {
+        let mut b = Vec::new();
+        b.extend_from_slice(&[0u8; 4]); // len, below
+        b.extend_from_slice(&21u32.to_le_bytes()); // FUSE_SETXATTR
+        b.extend_from_slice(&[0u8; 32]); // unique, nodeid, uid, gid, pid, padding
+        b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        if let Some(f) = ext {
+            b.extend_from_slice(&f.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+        }
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        b.extend_from_slice(value);
+        let len = b.len();
+        b[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        let mut words = vec![0u64; len.div_ceil(8)];
+        zerocopy::IntoBytes::as_mut_bytes(&mut words[..])[..len].copy_from_slice(&b);
+        (words, len)
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn setxattr_short_and_extended() {
+        for (ext, want_flags) in [(None, 0), (Some(0), 0), (Some(1), 1)] {
+            for name in [
+                "user.a",
+                "system.posix_acl_access",
+                "user.longer_than_eight",
+            ] {
+                let (words, len) = setxattr_request(ext, name, b"value");
+                let bytes = &zerocopy::IntoBytes::as_bytes(&words[..])[..len];
+                let req = AnyRequest::try_from(bytes).unwrap();
+                match req.operation().unwrap() {
+                    Operation::SetXAttr(x) => {
+                        assert_eq!(x.name(), OsStr::new(name), "{ext:?}");
+                        assert_eq!(x.value(), b"value", "{ext:?} {name}");
+                        assert_eq!(x.setxattr_flags(), want_flags, "{ext:?} {name}");
+                    }
+                    _ => panic!("Unexpected request operation"),
+                }
+            }
+        }
+        // A value shorter than its size: refused, not asserted on.
+        let (words, len) = setxattr_request(None, "user.a", b"value");
+        let mut bytes = zerocopy::IntoBytes::as_bytes(&words[..])[..len - 1].to_vec();
+        bytes[..4].copy_from_slice(&((len - 1) as u32).to_le_bytes());
+        let mut aligned = vec![0u64; bytes.len().div_ceil(8)];
+        zerocopy::IntoBytes::as_mut_bytes(&mut aligned[..])[..bytes.len()].copy_from_slice(&bytes);
+        let req =
+            AnyRequest::try_from(&zerocopy::IntoBytes::as_bytes(&aligned[..])[..len - 1]).unwrap();
+        assert!(req.operation().is_err());
     }
 }
