@@ -19,7 +19,24 @@ impl Adapter {
         if opts.acl && opts.default_permissions && config.capabilities().contains(acl) {
             let on = config.add_capabilities(acl).is_ok();
             self.shared.acls.store(on, Ordering::Relaxed);
+            // So that a `system.posix_acl_access` set by a caller outside the file's group
+            // says so (`FUSE_SETXATTR_ACL_KILL_SGID`): the set-group-ID bit goes then.
+            if on && config.capabilities().contains(InitFlags::FUSE_SETXATTR_EXT) {
+                let _ = config.add_capabilities(InitFlags::FUSE_SETXATTR_EXT);
+            }
         }
+    }
+
+    /// After `system.posix_acl_access` was set on `ino` by a caller the kernel found outside
+    /// the file's group and without `CAP_FSETID`: the set-group-ID bit goes, as ext4's
+    /// `posix_acl_update_mode` takes it from the mode the ACL gives.
+    pub(crate) fn acl_kill_sgid(&self, ino: InodeNo) -> R<()> {
+        let a = self.fs().getattr(ino).map_err(|e| self.err(e))?;
+        if a.perm() & 0o2000 != 0 {
+            let ch = rext4::SetAttr { mode: Some(a.perm() & !0o2000), ..rext4::SetAttr::default() };
+            self.fs().setattr(ino, &ch).map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     /// Whether ACLs are enforced and inherited on this mount.

@@ -704,6 +704,7 @@ impl Filesystem for Adapter {
         name: &OsStr,
         value: &[u8],
         flags: i32,
+        setxattr_flags: u32,
         position: u32,
         reply: ReplyEmpty,
     ) {
@@ -715,7 +716,13 @@ impl Filesystem for Adapter {
                 }
                 let e = ino_of(ino)?;
                 let flags = u32::try_from(flags).map_err(|_| Errno::EINVAL)?;
-                self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err(err))
+                self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err(err))?;
+                if setxattr_flags & fuser::consts::FUSE_SETXATTR_ACL_KILL_SGID != 0
+                    && name.as_bytes() == b"system.posix_acl_access"
+                {
+                    self.acl_kill_sgid(e)?;
+                }
+                Ok(())
             })();
             reply_empty(r, reply);
         });

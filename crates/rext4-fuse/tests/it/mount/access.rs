@@ -99,7 +99,14 @@ chmod 604 plain
 touch denied
 chmod 644 denied
 setfacl -m u:65534:- denied
-for f in d/f d/sub d/fifo d/g d2/f d2/sub plain denied; do
+# The owner sets an access ACL from inside the file's group (set-group-ID stays) and from
+# outside it (it goes: xfstests generic/375).
+touch sg_in sg_out
+chown 65534:65534 sg_in sg_out
+chmod 2775 sg_in sg_out
+setpriv --reuid=65534 --regid=65534 --clear-groups setfacl -m u::rwx,g::rwx,o::rwx sg_in
+setpriv --reuid=65534 --regid=4242 --clear-groups setfacl -m u::rwx,g::rwx,o::rwx sg_out
+for f in d/f d/sub d/fifo d/g d2/f d2/sub plain denied sg_in sg_out; do
     stat -c '%A %n' "$f"
     getfacl -cp "$f"
 done
@@ -127,6 +134,7 @@ fn acls_are_inherited_and_enforced_as_on_ext4() {
     assert!(!ok && why.contains("Permission denied"), "an ACL entry denies nobody: {why}");
     let (ok, why) = as_nobody(&format!("cat {}", m.join("plain").display()));
     assert!(ok, "an ACL entry lets nobody read: {why}");
+    assert!(fuse.contains("-rwxrwsrwx sg_in\n") && fuse.contains("-rwxrwxrwx sg_out\n"), "{fuse}");
     unmount_and_compare(m, &img);
     require_kernel!();
     let kimg = Image::ext4("64M").build_in(dir.path(), "kacl.img");
