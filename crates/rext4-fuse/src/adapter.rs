@@ -194,6 +194,9 @@ impl Filesystem for Adapter {
         if self.fs().is_writable() {
             self.negotiate_killpriv(config);
         }
+        // File handles (`name_to_handle_at`/`open_by_handle_at`, NFS export) of nodes the
+        // kernel has forgotten: it looks them up as "." (and a directory's parent as "..").
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         let no_opendir = crate::init::zero_message_opendir(config, self.shared.opts.locks);
         self.shared.no_opendir.store(no_opendir, std::sync::atomic::Ordering::Relaxed);
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
@@ -212,7 +215,14 @@ impl Filesystem for Adapter {
             let r = (|| {
                 let p = ino_of(parent)?;
                 let n = name_of(name)?;
-                match self.fs().lookup(p, n) {
+                // With `FUSE_EXPORT_SUPPORT` the kernel asks for "." of a node it no longer
+                // caches to open a file handle, and ".." of a directory for its parent; no
+                // other lookup has these names (the VFS answers them).
+                let found = match n {
+                    b"." => self.fs().getattr_by_handle(p),
+                    _ => self.fs().lookup(p, n),
+                };
+                match found {
                     Ok(a) if !visible(a.ino) => Err(Errno::from_i32(libc::EUCLEAN)),
                     Ok(a) => Ok(Some(a)),
                     Err(rext4::Error::NotFound) => Ok(None),

@@ -366,6 +366,19 @@ impl Fs {
         })
     }
 
+    /// The attributes of inode `ino` named by a file handle (NFS export, `open_by_handle_at`,
+    /// a FUSE `LOOKUP` of "."): `ESTALE` for a number no file can have (reserved inodes but
+    /// the root, out of range) or one not in use, as ext4's `ext4_nfs_get_inode`. The caller
+    /// compares the generation.
+    pub fn getattr_by_handle(&self, ino: InodeNo) -> Result<Attr> {
+        self.inner.op(crate::fs::stats::Op::Getattr, || {
+            if ino.0 < self.inner.sbi.sb.first_ino() && ino != rext4_format::types::ROOT_INO {
+                return Err(Error::Stale);
+            }
+            self.inner.iget_by_number(ino).and_then(|inode| self.inner.attr_of(&inode))
+        })
+    }
+
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
         self.inner.op(crate::fs::stats::Op::Lookup, || {
