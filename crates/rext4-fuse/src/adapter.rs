@@ -843,7 +843,7 @@ impl Filesystem for Adapter {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -852,7 +852,7 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.guard("ioctl", || match self.do_ioctl(ino, cmd, in_data) {
+        self.guard("ioctl", || match self.do_ioctl(req.uid(), ino, cmd, in_data) {
             Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
             Err(e) => reply.error(e),
         });

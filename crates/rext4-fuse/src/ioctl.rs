@@ -35,12 +35,14 @@ fn xflags_to_flags(xflags: u32) -> u32 {
     XFLAG_MAP.iter().filter(|&&(_, b)| xflags & b != 0).fold(0, |f, &(b, _)| f | b)
 }
 const FS_IOC32_GETVERSION: u32 = 0x8004_7601;
+/// `FITRIM`: `_IOWR('X', 121, struct fstrim_range)`.
+const FITRIM: u32 = 0xC018_5879;
 
 impl Adapter {
     /// The ioctls `lsattr` and `chattr` use (through the kernel's fileattr calls, which have
     /// checked ownership and, for the immutable and append-only flags, CAP_LINUX_IMMUTABLE)
     /// and `FS_IOC_GETVERSION`; the reply's bytes.
-    pub(crate) fn do_ioctl(&self, ino: INodeNo, cmd: u32, input: &[u8]) -> R<Vec<u8>> {
+    pub(crate) fn do_ioctl(&self, uid: u32, ino: INodeNo, cmd: u32, input: &[u8]) -> R<Vec<u8>> {
         let e = ino_of(ino)?;
         let word = |at: usize| -> R<u32> {
             let b = input.get(at..at + 4).ok_or(Errno::EINVAL)?;
@@ -81,6 +83,22 @@ impl Adapter {
                 self.fs().set_flags(e, flags).map_err(|err| self.err(err))?;
                 self.attributes_changed(ino);
                 Ok(Vec::new())
+            }
+            FITRIM => {
+                // ext4 asks for CAP_SYS_ADMIN; the request carries only the caller's ids.
+                if uid != 0 {
+                    return Err(Errno::EPERM);
+                }
+                // struct fstrim_range: start, len, minlen; len comes back as the bytes trimmed.
+                let dword = |at: usize| -> R<u64> {
+                    let b = input.get(at..at + 8).ok_or(Errno::EINVAL)?;
+                    Ok(u64::from_le_bytes(b.try_into().map_err(|_| Errno::EINVAL)?))
+                };
+                let (start, len, minlen) = (dword(0)?, dword(8)?, dword(16)?);
+                let trimmed = self.fs().trim(start, len, minlen).map_err(|err| self.err(err))?;
+                let mut out = input[..24].to_vec();
+                out[8..16].copy_from_slice(&trimmed.to_le_bytes());
+                Ok(out)
             }
             _ => Err(Errno::ENOTTY),
         }

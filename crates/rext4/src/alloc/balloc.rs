@@ -33,7 +33,7 @@ impl FsInner {
 
     /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
     /// and the number of free blocks it leaves.
-    fn init_block_bitmap(&self, g: u32) -> (Vec<u8>, u32) {
+    pub(super) fn init_block_bitmap(&self, g: u32) -> (Vec<u8>, u32) {
         let sbi = &self.sbi;
         let bs = sbi.block_size as usize;
         let mut map = vec![0u8; bs];
@@ -245,7 +245,7 @@ impl FsInner {
 
     /// Group `g`'s busy ranges whose freeing transaction has not committed (committed ones
     /// are dropped on the way), locked: a leaf, taken after the group's bitmap lock.
-    fn busy_list(&self, g: u32) -> crate::sync::MutexGuard<'_, super::group::BusyList> {
+    pub(super) fn busy_list(&self, g: u32) -> crate::sync::MutexGuard<'_, super::group::BusyList> {
         let mut busy = self.groups.state[g as usize].busy.lock();
         if !busy.is_empty() {
             if let Some(j) = &self.journal {
@@ -256,7 +256,7 @@ impl FsInner {
     }
 
     /// The blocks of group `g` set aside for files' appends, as (offset, length) by offset.
-    fn prealloc_ranges(&self, g: u32) -> Vec<(u32, u32)> {
+    pub(super) fn prealloc_ranges(&self, g: u32) -> Vec<(u32, u32)> {
         // No reserve anywhere (the common case): no list to lock.
         if self.pa_blocks.load(Ordering::Acquire) == 0 {
             return Vec::new();
@@ -351,6 +351,7 @@ impl FsInner {
                 freed += 1;
             }
             self.groups.state[g as usize].busy.lock().push(boff, freed, h.tid());
+            self.groups.state[g as usize].trimmed.store(0, Ordering::Release);
             self.groups.discard.freed(h.tid());
             drop(map);
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
@@ -409,14 +410,14 @@ impl FsInner {
 
 /// What an allocation in a group must skip besides the blocks in use: its busy ranges and
 /// the blocks set aside for files' appends (both sorted by offset, disjoint from each other).
-struct Avoid<'a> {
-    busy: &'a super::group::BusyList,
-    pa: &'a [(u32, u32)],
+pub(super) struct Avoid<'a> {
+    pub(super) busy: &'a super::group::BusyList,
+    pub(super) pa: &'a [(u32, u32)],
 }
 
 impl Avoid<'_> {
     /// The first skipped range that ends after bit `i`, as `start..end`.
-    fn next_after(&self, i: usize) -> Option<(usize, usize)> {
+    pub(super) fn next_after(&self, i: usize) -> Option<(usize, usize)> {
         let k = self.pa.partition_point(|&(o, l)| (o as usize + l as usize) <= i);
         let pa = self.pa.get(k).map(|&(o, l)| (o as usize, o as usize + l as usize));
         match (self.busy.next_after(i), pa) {

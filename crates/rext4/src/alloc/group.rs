@@ -102,6 +102,11 @@ pub(crate) struct GroupState {
     /// by every other allocation (alloc/prealloc.rs). Pushed under the group's bitmap lock.
     /// [own lock]
     pub prealloc: crate::sync::Mutex<Vec<(u32, u32)>>,
+    /// The minimum run length of the last `FITRIM` that covered the whole group with nothing
+    /// busy in it, 0 if none since the mount or since a later free (the kernel's
+    /// `EXT4_GROUP_INFO_WAS_TRIMMED`): a trim asking no shorter runs skips the group.
+    /// Cleared by frees under the bitmap lock, set by trims under its read lock. [atomic]
+    pub trimmed: AtomicU32,
 }
 
 /// Every group's descriptor, as read at open, and its live counts.
@@ -245,6 +250,7 @@ impl Groups {
                 itable_unused: AtomicU32::new(d.itable_unused(ds)),
                 busy: crate::sync::Mutex::new(BusyList::default()),
                 prealloc: crate::sync::Mutex::new(Vec::new()),
+                trimmed: AtomicU32::new(0),
             })
             .collect();
         let desc_blocks = (0..sbi.gdt_blocks).map(|i| (sbi.descriptor_block(i), first_group(i))).collect();

@@ -12,6 +12,7 @@
 //! | `balloc` | block allocation and freeing, BLOCK_UNINIT groups, busy extents |
 //! | `counter` | sharded counters for the filesystem-wide free counts |
 //! | `prealloc` | per-inode reserves of blocks for files that grow by appends |
+//! | `trim` | `FITRIM`: discarding the free blocks of a range (`ext4_trim_fs`) |
 //!
 //! # Locking
 //! journal handle -> a group's bitmap `Buffer::data` (write: the group's allocation lock) ->
@@ -27,3 +28,4 @@ pub(crate) mod prealloc;
 // Fixtures are built from small known values; a narrowing cast there is the clearest form.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 mod tests;
+pub(crate) mod trim;

@@ -114,6 +114,10 @@ impl FsInner {
             for &(_, len) in v.iter() {
                 self.pa_blocks.fetch_sub(u64::from(len), Ordering::AcqRel);
             }
+            if !v.is_empty() {
+                // Free again, and never trimmed while set aside (alloc/trim.rs).
+                st.trimmed.store(0, Ordering::Release);
+            }
             v.clear();
         }
         true
@@ -128,6 +132,8 @@ impl FsInner {
         if let Some(i) = v.iter().position(|&(o, _)| o == off) {
             let (_, len) = v.swap_remove(i);
             self.pa_blocks.fetch_sub(u64::from(len), Ordering::AcqRel);
+            // Free again, and never trimmed while set aside (alloc/trim.rs).
+            self.groups.state[g as usize].trimmed.store(0, Ordering::Release);
         }
     }
 }

@@ -493,6 +493,15 @@ impl Fs {
         Ok(self.inner.statfs())
     }
 
+    /// `FITRIM`: tells the device that the free blocks of `len` bytes from byte `start`, in
+    /// runs of at least `minlen` bytes, hold nothing (an image file gets them punched out);
+    /// returns the bytes discarded. Errors as ext4's: `EINVAL` for a start past the end, a
+    /// length under a block or a minimum over a group; `EROFS` read-only.
+    pub fn trim(&self, start: u64, len: u64, minlen: u64) -> Result<u64> {
+        let _t = self.inner.stats.time(crate::fs::stats::Op::Trim);
+        self.inner.trim_fs(start, len, minlen)
+    }
+
     /// Drops every cached block and inode that is not in use.
     pub fn drop_caches(&self) {
         self.inner.bcache.shrink();

@@ -53,6 +53,7 @@ named_enum! {
         Release = "ext4_release_file",
         Readlink = "ext4_get_link",
         Statfs = "ext4_statfs",
+        Trim = "ext4_trim_fs",
         Getxattr = "ext4_xattr_get",
         Listxattr = "ext4_listxattr",
         Create = "ext4_create",

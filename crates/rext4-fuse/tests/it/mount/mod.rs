@@ -7,7 +7,7 @@
 //! `options.rs`: mount options, errors and daemon robustness; `atime.rs`: access times on
 //! reads against kernel ext4; `access.rs`: permissions, ACLs
 //! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
-//! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4.
+//! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4.
 
 mod access;
 mod atime;
@@ -19,6 +19,7 @@ mod requests;
 mod statx;
 mod tmpfile;
 mod tree;
+mod trim;
 
 use crate::support::*;
 use rext4_testkit::*;
