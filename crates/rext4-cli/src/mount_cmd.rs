@@ -43,6 +43,16 @@ pub(crate) fn run(
             opts.fsname = Some(s.into_owned());
         }
     }
+    // Mounted already (by its daemon, which holds the image): the kernel mounts a device twice
+    // as one superblock on two mount points, and so does this, with a bind of that mount.
+    if !child {
+        if let Some((existing, ro)) = opts.fsname.as_deref().and_then(rext4_fuse::mounted_image) {
+            if existing != mountpoint {
+                rext4_fuse::bind(&existing, ro, &mountpoint, &opts).map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+        }
+    }
     if foreground || child {
         let _ = std::env::set_current_dir("/");
         close_inherited_fds();

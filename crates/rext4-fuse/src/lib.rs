@@ -20,6 +20,7 @@ mod acl;
 mod adapter;
 mod attr;
 mod bdi;
+mod bind;
 mod diagnose;
 mod errno;
 mod handles;
@@ -34,6 +35,7 @@ mod readdir;
 mod sync_opts;
 mod vfs_flags;
 
+pub use bind::{bind, mounted_image};
 pub use diagnose::{check_mountpoint, mount_error};
 pub use fuser::TransportStats;
 pub use memfs::serve_memfs;

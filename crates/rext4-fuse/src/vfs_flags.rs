@@ -13,6 +13,11 @@ fn wanted(opts: &MountOptions) -> Option<MsFlags> {
     if opts.atime == Atime::Relatime && !opts.nodiratime {
         return None;
     }
+    Some(per_mount(opts))
+}
+
+/// The flags of a bind remount that gives a mount every per-mount flag `opts` ask for.
+pub(crate) fn per_mount(opts: &MountOptions) -> MsFlags {
     let has = |f: &str| opts.kernel_flags.iter().any(|k| k == f);
     // A bind remount sets every per-mount flag at once: repeat the ones the mount has.
     let mut f = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
@@ -36,7 +41,7 @@ fn wanted(opts: &MountOptions) -> Option<MsFlags> {
     if has("noexec") {
         f |= MsFlags::MS_NOEXEC;
     }
-    Some(f)
+    f
 }
 
 /// Applies the access-time flags to the mount on `mountpoint`. Without the privilege

@@ -66,8 +66,10 @@ fn setup() -> Setup {
     Setup { _dir: dir, img, mp }
 }
 
-/// Without -f the command returns once mounted; a second mount of the same image is refused
-/// at once; umount leaves the image clean.
+/// Without -f the command returns once mounted; a second mount of the same image is that
+/// mount bound on the new mount point (as the kernel mounts a device twice: one superblock),
+/// read-only if asked; another daemon for it is refused; umount of both leaves the image
+/// clean.
 #[test]
 fn daemon_mounts_locks_and_unmounts_clean() {
     require_fuse!();
@@ -80,19 +82,38 @@ fn daemon_mounts_locks_and_unmounts_clean() {
     fs::write(s.mp.join("new"), b"through the daemon").unwrap();
     fs::create_dir(s.mp.join("nd")).unwrap();
 
+    // The same image again: the same files, changes seen through both (xfstests generic/732).
     let other = s.mp.with_file_name("mnt2");
     fs::create_dir(&other).unwrap();
     let o = rext4(&["mount", img, other.to_str().unwrap()]);
-    assert!(!o.status.success(), "a second mount of the same image must fail");
+    assert!(o.status.success(), "second mount: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(is_mounted(&other));
+    assert_eq!(fs::read(other.join("new")).unwrap(), b"through the daemon");
+    fs::rename(other.join("new"), other.join("nd/moved")).unwrap();
+    assert_eq!(fs::read(s.mp.join("nd/moved")).unwrap(), b"through the daemon");
+    // Read-only on its own: the other mount stays writable.
+    let ro = s.mp.with_file_name("mnt3");
+    fs::create_dir(&ro).unwrap();
+    let o = rext4(&["mount", img, ro.to_str().unwrap(), "-o", "ro"]);
+    assert!(o.status.success(), "read-only mount: {}", String::from_utf8_lossy(&o.stderr));
+    let e = fs::write(ro.join("x"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    umount(&ro);
+    // A daemon of its own (a source name the first mount does not show) is refused.
+    let o = rext4(&["mount", img, ro.to_str().unwrap(), "-o", "fsname=another"]);
+    assert!(!o.status.success(), "a second daemon for the image must fail");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("in use"), "clear error for a second mount: {err}");
-    assert!(!is_mounted(&other));
+    assert!(err.contains("in use"), "clear error for a second daemon: {err}");
+    assert!(!is_mounted(&ro));
 
+    // The first mount point goes; the second still serves; the daemon ends with it.
     umount(&s.mp);
+    fs::write(other.join("after"), b"still served").unwrap();
+    umount(&other);
     wait_unlocked(&s.img);
     e2fsck_clean(&s.img);
-    let o = Command::new("debugfs").args(["-R", "cat /new"]).arg(&s.img).output().unwrap();
-    assert_eq!(o.stdout, b"through the daemon");
+    let o = Command::new("debugfs").args(["-R", "cat /after"]).arg(&s.img).output().unwrap();
+    assert_eq!(o.stdout, b"still served");
 }
 
 /// Errors reach the user from the daemon: bad options, a missing mount point, a bad image.
