@@ -1,6 +1,7 @@
 //! The ioctls the daemon answers: `FS_IOC_GETFLAGS`/`SETFLAGS` and `FS_IOC_FSGETXATTR`/
-//! `FSSETXATTR` (what `lsattr` and `chattr` use, through the kernel's fileattr calls) and
-//! `FS_IOC_GETVERSION`.
+//! `FSSETXATTR` (what `lsattr` and `chattr` use, through the kernel's fileattr calls),
+//! `FS_IOC_GETVERSION`, `FITRIM` (`fstrim`) and `FS_IOC_GETFSLABEL`/`SETFSLABEL` (the volume
+//! label, as `xfs_io -c label` and `btrfs filesystem label` use them).
 
 use crate::adapter::{ino_of, Adapter, R};
 use fuser::{Errno, INodeNo};
@@ -37,6 +38,10 @@ fn xflags_to_flags(xflags: u32) -> u32 {
 const FS_IOC32_GETVERSION: u32 = 0x8004_7601;
 /// `FITRIM`: `_IOWR('X', 121, struct fstrim_range)`.
 const FITRIM: u32 = 0xC018_5879;
+/// `FS_IOC_GETFSLABEL` / `FS_IOC_SETFSLABEL`: `_IOR`/`_IOW(0x94, 49/50, char[FSLABEL_MAX])`.
+const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
+const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
+const FSLABEL_MAX: usize = 256;
 
 impl Adapter {
     /// The ioctls `lsattr` and `chattr` use (through the kernel's fileattr calls, which have
@@ -99,6 +104,22 @@ impl Adapter {
                 let mut out = input[..24].to_vec();
                 out[8..16].copy_from_slice(&trimmed.to_le_bytes());
                 Ok(out)
+            }
+            FS_IOC_GETFSLABEL => {
+                let mut out = self.fs().label();
+                out.resize(FSLABEL_MAX, 0);
+                Ok(out)
+            }
+            FS_IOC_SETFSLABEL => {
+                // ext4 asks for CAP_SYS_ADMIN.
+                if uid != 0 {
+                    return Err(Errno::EPERM);
+                }
+                let raw = input.get(..FSLABEL_MAX).ok_or(Errno::EINVAL)?;
+                let label = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+                self.writable()?;
+                self.fs().set_label(label).map_err(|err| self.err(err))?;
+                Ok(Vec::new())
             }
             _ => Err(Errno::ENOTTY),
         }

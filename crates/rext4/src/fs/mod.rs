@@ -17,6 +17,7 @@
 //! The filesystem object and its inode-level API (what the FUSE adapter calls).
 
 pub(crate) mod errors;
+pub(crate) mod label;
 pub(crate) mod mount;
 pub(crate) mod stats;
 pub(crate) mod super_block;
