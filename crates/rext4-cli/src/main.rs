@@ -107,6 +107,14 @@ enum Cmd {
     },
     /// Rename or move within an image: `rext4 mv IMAGE:/from IMAGE:/to`.
     Mv { from: String, to: String },
+    /// Discard the image's free blocks (`fstrim` for an image not mounted): a sparse image
+    /// file gets them punched out, so the host has the space back. Prints the bytes trimmed.
+    Fstrim {
+        image: PathBuf,
+        /// Only free runs at least this many bytes long (K, M, G suffixes).
+        #[arg(short = 'm', long = "minimum", default_value = "0")]
+        minimum: String,
+    },
     /// Make a hard link, or with -s a symbolic link: `rext4 ln [-s] TARGET IMAGE:/path`.
     Ln {
         #[arg(short = 's')]
@@ -217,6 +225,7 @@ fn main() -> ExitCode {
         Cmd::Mkdir { parents, target } => modify::mkdir(&target, parents),
         Cmd::Rm { recursive, target } => modify::rm(&target, recursive),
         Cmd::Mv { from, to } => modify::mv(&from, &to),
+        Cmd::Fstrim { image, minimum } => modify::fstrim(&image, &minimum),
         Cmd::Ln { symbolic, target, link } => modify::ln(&target, &link, symbolic),
         Cmd::Chown { owner, target } => modify::chown(&owner, &target),
         Cmd::Touch { date, target } => modify::touch(date.as_deref(), &target),

@@ -227,3 +227,16 @@ pub(crate) fn truncate(size: &str, target: &str) -> CliResult {
     r.map_err(|e| p.err(e))?;
     closed.map_err(|e| p.err(e))
 }
+
+/// `rext4 fstrim [-m MINIMUM] IMAGE`: discards every free run of at least MINIMUM bytes
+/// (a bare number is bytes, as for fstrim(8)), as `FITRIM` does on a mount.
+pub(crate) fn fstrim(image: &Path, minimum: &str) -> CliResult {
+    let minlen = crate::mkfs_cmd::parse_size(minimum, Some(1))?;
+    let fs = Fs::open_with(image, writable_options()).map_err(|e| format!("{}: {e}", image.display()))?;
+    let r = fs.trim(0, u64::MAX, minlen);
+    let closed = fs.unmount();
+    let n = r.map_err(|e| format!("{}: {e}", image.display()))?;
+    closed.map_err(|e| format!("{}: {e}", image.display()))?;
+    println!("{}: {:.1} MiB ({n} bytes) trimmed", image.display(), n as f64 / f64::from(1u32 << 20));
+    Ok(())
+}

@@ -389,3 +389,33 @@ fn rm_refuses_dot_dotdot_and_the_root() {
     assert_eq!(stdout(&rext4(&["tree", &at(&fx, "/")])), before);
     e2fsck_clean(&fx.image);
 }
+
+/// `rext4 fstrim IMAGE`: a file written and removed leaves its blocks in the image file until
+/// the trim punches them out; the count is the free space; a minimum over a group is refused.
+#[test]
+fn fstrim_gives_free_blocks_back_to_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = Image::ext4("64M").block_size(4096).build_in(dir.path(), "t.img");
+    let blob = dir.path().join("blob");
+    std::fs::write(&blob, (0..20_000_000u32).map(|i| (i * 13 + i / 4096) as u8).collect::<Vec<_>>()).unwrap();
+    let target = format!("{}:/blob", img.display());
+    stdout(&rext4(&["cp", "-q", blob.to_str().unwrap(), &target]));
+    stdout(&rext4(&["rm", &target]));
+    let held = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    assert!(held(&img) > 20_000_000, "the removed file's blocks are still in the image file");
+    let out = stdout(&rext4(&["fstrim", img.to_str().unwrap()]));
+    let n: u64 =
+        out.split('(').nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap();
+    let o = Command::new("dumpe2fs").arg("-h").arg(&img).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    let free: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Free blocks:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert_eq!(n, free * 4096, "{out}");
+    assert!(held(&img) < 8 << 20, "the image file holds {} bytes after the trim", held(&img));
+    e2fsck_clean(&img);
+    let o = rext4(&["fstrim", "-m", "1G", img.to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid argument"));
+}
