@@ -109,30 +109,48 @@ pub(super) fn find_free_run(
     blocked: impl Fn(usize) -> Option<(usize, usize)>,
 ) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
-    let mut i = start;
-    while i < end {
-        let Some(z) = find_zero(map, i, end) else { break };
-        let next = blocked(z);
-        if let Some((b, e)) = next {
-            if b <= z {
-                i = e.max(z + 1);
-                continue;
-            }
-        }
-        let stop = next.map_or(end, |(b, _)| b.min(end));
-        let mut e = z + 1;
-        while e < stop && e - z < len && !test(map, e) {
-            e += 1;
-        }
-        if e - z >= len {
+    for (z, l) in free_runs(map, start, end, len, blocked) {
+        if l >= len {
             return Some((z, len));
         }
-        if best.is_none_or(|(_, l)| e - z > l) {
-            best = Some((z, e - z));
+        if best.is_none_or(|(_, b)| l > b) {
+            best = Some((z, l));
         }
-        i = e;
     }
     best
+}
+
+/// The runs of clear bits in `start..end` outside what `blocked` reports (as for
+/// [`find_free_run`]), in order, each cut at `cap` bits (the rest of a longer run comes next),
+/// as `(first, len)`.
+pub(super) fn free_runs<'a>(
+    map: &'a [u8],
+    start: usize,
+    end: usize,
+    cap: usize,
+    blocked: impl Fn(usize) -> Option<(usize, usize)> + 'a,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let mut i = start;
+    std::iter::from_fn(move || {
+        while i < end {
+            let z = find_zero(map, i, end)?;
+            let next = blocked(z);
+            if let Some((b, e)) = next {
+                if b <= z {
+                    i = e.max(z + 1);
+                    continue;
+                }
+            }
+            let stop = next.map_or(end, |(b, _)| b.min(end));
+            let mut e = z + 1;
+            while e < stop && e - z < cap && !test(map, e) {
+                e += 1;
+            }
+            i = e;
+            return Some((z, e - z));
+        }
+        None
+    })
 }
 
 #[cfg(test)]

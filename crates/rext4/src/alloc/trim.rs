@@ -135,28 +135,7 @@ impl FsInner {
 /// The runs of clear bits of `map` between `lo` and `hi`, of at least `min` bits, that do
 /// not touch what `avoid` names: (offset, length) each.
 fn free_runs(map: &[u8], lo: usize, hi: usize, min: usize, avoid: &Avoid<'_>) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let mut i = lo;
-    while i < hi {
-        let Some(z) = bitmap::find_zero(map, i, hi) else { break };
-        let blocked = avoid.next_after(z);
-        if let Some((b, e)) = blocked {
-            if b <= z {
-                i = e.max(z + 1);
-                continue;
-            }
-        }
-        let stop = blocked.map_or(hi, |(b, _)| b.min(hi));
-        let mut e = z + 1;
-        while e < stop && !bitmap::test(map, e) {
-            e += 1;
-        }
-        if e - z >= min {
-            runs.push((z, e - z));
-        }
-        i = e;
-    }
-    runs
+    bitmap::free_runs(map, lo, hi, usize::MAX, |i| avoid.next_after(i)).filter(|&(_, l)| l >= min).collect()
 }
 
 #[cfg(test)]
