@@ -10,22 +10,38 @@ use nix::mount::MsFlags;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// A FUSE mount of the image whose mount table source is `fsname`: its mount point, and
+/// A rext4 mount of the image whose mount table source is `fsname`: its mount point, and
 /// whether its superblock is read-only. From `/proc/self/mountinfo` (`id parent dev root
-/// mountpoint options [optional...] - fstype source superoptions`).
+/// mountpoint options [optional...] - fstype source superoptions`). A mount of type
+/// `fuse.rext4` is one; a plain `fuse` one (`subtype=`) only while a process holds the
+/// image's writer lock (a rext4 daemon; another FUSE filesystem over the same file is not
+/// bound to).
 pub fn mounted_image(fsname: &str) -> Option<(PathBuf, bool)> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().find_map(|line| {
         let (head, tail) = line.split_once(" - ")?;
         let mut t = tail.split(' ');
         let (fstype, source, superopts) = (t.next()?, t.next()?, t.next()?);
-        if !(fstype == "fuse" || fstype.starts_with("fuse.")) || unescape(source) != fsname {
+        if unescape(source) != fsname {
+            return None;
+        }
+        let ours = fstype == "fuse.rext4" || (fstype == "fuse" && locked(Path::new(fsname)));
+        if !ours {
             return None;
         }
         let mountpoint = unescape(head.split(' ').nth(4)?);
         let ro = superopts.split(',').any(|o| o == "ro");
         Some((PathBuf::from(mountpoint), ro))
     })
+}
+
+/// Whether some process holds the writer lock (an exclusive `flock`) on the file `image`.
+fn locked(image: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(image) else { return false };
+    matches!(
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK))
+    )
 }
 
 /// The mount table's octal escapes (`\040` for a space) undone.
