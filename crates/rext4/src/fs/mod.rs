@@ -454,7 +454,8 @@ impl Fs {
     /// and the times it holds. A cache that answers reads without the engine (the kernel's,
     /// in front of the mount) asks this to send a read through where ext4 would set the time.
     pub fn read_would_set_atime(&self, ino: InodeNo) -> Result<bool> {
-        self.inner.op(crate::fs::stats::Op::Getattr, || {
+        // Asked at an open: counted as one.
+        self.inner.op(crate::fs::stats::Op::Open, || {
             self.inner.iget_by_number(ino).map(|inode| self.inner.read_would_set_atime(&inode))
         })
     }
