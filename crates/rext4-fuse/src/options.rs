@@ -124,6 +124,15 @@ pub enum Atime {
 const KERNEL_FLAGS: &[&str] =
     &["dev", "nodev", "suid", "nosuid", "exec", "noexec", "sync", "async", "dirsync"];
 
+/// Kernel flags that undo each other.
+const KERNEL_PAIRS: [(&str, &str); 4] =
+    [("dev", "nodev"), ("suid", "nosuid"), ("exec", "noexec"), ("sync", "async")];
+
+/// The kernel flag `k` undoes, if any.
+fn opposite(k: &str) -> Option<&'static str> {
+    KERNEL_PAIRS.iter().find_map(|&(a, b)| (k == a).then_some(b).or((k == b).then_some(a)))
+}
+
 /// Options ext4 (or mount(8), or fstab) accepts that mean nothing to a userspace daemon:
 /// accepted and ignored, with or without a value (docs/fuse.md says why, for each).
 const IGNORED: &[&str] = &[
@@ -341,6 +350,9 @@ impl MountOptions {
                         "dirsync" => self.dirsync = true,
                         _ => {}
                     }
+                    // The last of a pair wins, as for mount(8) and the kernel (`suid,nosuid`
+                    // is nosuid): fuser refuses a list holding both.
+                    self.kernel_flags.retain(|f| f != k && Some(f.as_str()) != opposite(k));
                     self.kernel_flags.push(k.to_string());
                 }
                 k if IGNORED.contains(&k) => {}
@@ -453,6 +465,9 @@ mod tests {
         assert!(e.atime == rext4::AtimeMode::NoAtime && !e.nodiratime);
         let e = MountOptions::default().engine_options();
         assert!(e.atime == rext4::AtimeMode::Relatime && !e.nodiratime, "relatime by default");
+        // The last of a pair of kernel flags wins (xfstests generic/128 mounts `suid,...,nosuid`).
+        let o = MountOptions::parse("dev,suid,exec,nosuid,sync,async,nodev,dev").unwrap();
+        assert_eq!(o.kernel_flags, ["exec", "nosuid", "async", "dev"]);
         // The last of `discard,nodiscard` wins, as for the kernel.
         assert!(!o.discard && !o.engine_options().discard);
         let o = MountOptions::parse("discard").unwrap();
