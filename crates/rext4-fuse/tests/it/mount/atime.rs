@@ -73,6 +73,15 @@ fn workload(root: &Path) -> Vec<(i64, i64)> {
     PATHS.iter().map(|p| atime_of(&root.join(p))).collect()
 }
 
+/// Runs `f` on a kernel loop mount of `img` with `opts`; then unmounts and checks the image.
+fn on_kernel<T>(img: &Path, opts: &str, f: impl FnOnce(&Path) -> T) -> T {
+    let km = KernelMount::with_options(img, &format!("loop,{opts}")).unwrap();
+    let r = f(km.path());
+    km.unmount().unwrap();
+    e2fsck_clean(img);
+    r
+}
+
 /// Which paths a read set the access time of, from the times before and after.
 fn changed(before: &[(i64, i64)], after: &[(i64, i64)]) -> Vec<&'static str> {
     PATHS.iter().zip(before.iter().zip(after)).filter(|(_, (b, a))| b != a).map(|(p, _)| *p).collect()
@@ -101,10 +110,7 @@ fn reads_set_access_times_as_kernel_ext4() {
         fs::copy(&base, &kimg).unwrap();
         fs::copy(&base, &fimg).unwrap();
 
-        let km = KernelMount::with_options(&kimg, &format!("loop,{opts}")).unwrap();
-        let kernel = workload(km.path());
-        km.unmount().unwrap();
-        e2fsck_clean(&kimg);
+        let kernel = on_kernel(&kimg, opts, workload);
 
         let m = FuseMount::new(&fimg, opts);
         let before_read = now();
@@ -178,10 +184,7 @@ fn cached_reads_as_kernel_ext4() {
         Image::ext4("32M").build(&kimg);
         fs::copy(&kimg, &fimg).unwrap();
 
-        let km = KernelMount::with_options(&kimg, &format!("loop,{opts}")).unwrap();
-        let kernel = cached_workload(km.path());
-        km.unmount().unwrap();
-        e2fsck_clean(&kimg);
+        let kernel = on_kernel(&kimg, opts, cached_workload);
 
         let m = FuseMount::new(&fimg, opts);
         let fuse = cached_workload(m.path());
