@@ -27,18 +27,6 @@ impl Adapter {
         }
     }
 
-    /// After `system.posix_acl_access` was set on `ino` by a caller the kernel found outside
-    /// the file's group and without `CAP_FSETID`: the set-group-ID bit goes, as ext4's
-    /// `posix_acl_update_mode` takes it from the mode the ACL gives.
-    pub(crate) fn acl_kill_sgid(&self, ino: InodeNo) -> R<()> {
-        let a = self.fs().getattr(ino).map_err(|e| self.err(e))?;
-        if a.perm() & 0o2000 != 0 {
-            let ch = rext4::SetAttr { mode: Some(a.perm() & !0o2000), ..rext4::SetAttr::default() };
-            self.fs().setattr(ino, &ch).map_err(|e| self.err(e))?;
-        }
-        Ok(())
-    }
-
     /// Whether ACLs are enforced and inherited on this mount.
     pub(crate) fn acls_on(&self) -> bool {
         self.shared.acls.load(Ordering::Relaxed)

@@ -726,13 +726,14 @@ impl Filesystem for Adapter {
                 }
                 let e = ino_of(ino)?;
                 let flags = u32::try_from(flags).map_err(|_| Errno::EINVAL)?;
-                self.fs().setxattr(e, name.as_bytes(), value, flags).map_err(|err| self.err(err))?;
-                if setxattr_flags & fuser::consts::FUSE_SETXATTR_ACL_KILL_SGID != 0
-                    && name.as_bytes() == b"system.posix_acl_access"
-                {
-                    self.acl_kill_sgid(e)?;
-                }
-                Ok(())
+                // The kernel found the caller outside the file's group and without
+                // `CAP_FSETID` (only ever said of an access ACL).
+                let r = if setxattr_flags & fuser::consts::FUSE_SETXATTR_ACL_KILL_SGID != 0 {
+                    self.fs().setxattr_outside_group(e, name.as_bytes(), value, flags)
+                } else {
+                    self.fs().setxattr(e, name.as_bytes(), value, flags)
+                };
+                r.map_err(|err| self.err(err))
             })();
             reply_empty(r, reply);
         });

@@ -45,8 +45,9 @@ const FSLABEL_MAX: usize = 256;
 
 impl Adapter {
     /// The ioctls `lsattr` and `chattr` use (through the kernel's fileattr calls, which have
-    /// checked ownership and, for the immutable and append-only flags, CAP_LINUX_IMMUTABLE)
-    /// and `FS_IOC_GETVERSION`; the reply's bytes.
+    /// checked ownership and, for the immutable and append-only flags, CAP_LINUX_IMMUTABLE),
+    /// `FS_IOC_GETVERSION`, `FITRIM` and the label's (the last two root's: `uid` is the
+    /// caller's); the reply's bytes.
     pub(crate) fn do_ioctl(&self, uid: u32, ino: INodeNo, cmd: u32, input: &[u8]) -> R<Vec<u8>> {
         let e = ino_of(ino)?;
         let word = |at: usize| -> R<u32> {

@@ -454,6 +454,10 @@ impl Fs {
     /// and the times it holds. A cache that answers reads without the engine (the kernel's,
     /// in front of the mount) asks this to send a read through where ext4 would set the time.
     pub fn read_would_set_atime(&self, ino: InodeNo) -> Result<bool> {
+        // Under noatime or read-only, no inode to look up at every open.
+        if !self.inner.atime_may_change() {
+            return Ok(false);
+        }
         // Asked at an open: counted as one.
         self.inner.op(crate::fs::stats::Op::Open, || {
             self.inner.iget_by_number(ino).map(|inode| self.inner.read_would_set_atime(&inode))

@@ -102,11 +102,8 @@ impl FsInner {
     }
 
     /// Whether a read of `inode` now would set its access time (a cache in front of the
-    /// engine asks before it answers reads itself).
+    /// engine asks before it answers reads itself); the caller checked `atime_may_change`.
     pub(crate) fn read_would_set_atime(&self, inode: &Inode) -> bool {
-        if !self.atime_may_change() {
-            return false;
-        }
         let f = inode.with_disk(|r| AtimeFacts::of(r, self.sbi.inode_size));
         self.atime_needs_update(&f, self.atime_now())
     }

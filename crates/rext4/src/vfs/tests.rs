@@ -83,6 +83,19 @@ fn permission_bits_acls_and_capabilities_decide_access() {
     assert!(matches!(other.lookup(private.ino, b"secret"), Err(Error::AccessDenied)));
     r.resolve("/private/secret", true).unwrap();
     drop(rd);
+    // An access ACL set from outside the file's group (and without CAP_FSETID) takes
+    // set-group-ID away; from inside it, the bit stays (`posix_acl_update_mode`).
+    let plain = acl(&[(1, 7, u32::MAX), (4, 7, u32::MAX), (0x20, 7, u32::MAX)]);
+    for (who, gid, groups, kept) in [("member", 1000, &[100][..], true), ("outsider", 1000, &[][..], false)] {
+        let g = r.create(fs.root(), who.as_bytes(), 0o644).unwrap();
+        r.setattr(g.ino, &SetAttr { uid: Some(1000), gid: Some(100), ..SetAttr::default() }).unwrap();
+        r.setattr(g.ino, &SetAttr { mode: Some(0o2755), ..SetAttr::default() }).unwrap();
+        fs.as_user(Creds::user(1000, gid, groups))
+            .setxattr(g.ino, b"system.posix_acl_access", &plain, 0)
+            .unwrap();
+        let want = if kept { 0o2777 } else { 0o777 };
+        assert_eq!(fs.getattr(g.ino).unwrap().perm(), want, "{who}");
+    }
     fs.sync().unwrap();
     fsck_clean(&dev.snapshot());
 }

@@ -237,9 +237,15 @@ impl UserFs {
         Ok(names)
     }
 
-    /// `setxattr(2)`.
+    /// `setxattr(2)`. An access ACL set by a caller outside the file's group and without
+    /// `CAP_FSETID` takes set-group-ID away (`posix_acl_update_mode`).
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
-        self.xattr_permission(&self.fs.getattr(ino)?, name, true)?;
+        let a = self.fs.getattr(ino)?;
+        self.xattr_permission(&a, name, true)?;
+        if name == b"system.posix_acl_access" && !self.creds.in_group(a.gid) && !self.creds.has(Caps::FSETID)
+        {
+            return self.fs.setxattr_outside_group(ino, name, value, flags);
+        }
         self.fs.setxattr(ino, name, value, flags)
     }
 

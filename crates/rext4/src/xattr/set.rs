@@ -142,7 +142,16 @@ impl FsInner {
     }
 
     /// `setxattr(2)` (`value` given) and `removexattr(2)` (`None`, with [`XATTR_REPLACE`]).
-    fn setxattr(&self, ino: InodeNo, name: &[u8], value: Option<&[u8]>, flags: u32) -> Result<()> {
+    /// `kill_sgid`: the caller is neither in the file's group nor holds `CAP_FSETID`, so an
+    /// access ACL's new mode loses set-group-ID (`posix_acl_update_mode`).
+    fn setxattr(
+        &self,
+        ino: InodeNo,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: u32,
+        kill_sgid: bool,
+    ) -> Result<()> {
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return Err(Error::InvalidInput("setxattr flags"));
         }
@@ -178,7 +187,7 @@ impl FsInner {
             return Err(Error::NotPermitted);
         }
         if let Some(index) = acl_index {
-            return self.set_acl(&journal, &inode, index, acl);
+            return self.set_acl(&journal, &inode, index, acl, kill_sgid);
         }
         let (index, suffix) = resolve(name)?;
         let set = || {
@@ -198,14 +207,16 @@ impl FsInner {
     }
 
     /// `ext4_set_acl`: an access ACL that says no more than a mode becomes that mode; one
-    /// that does sets the mode's group bits to its mask. Flags do not apply to ACLs, and
-    /// removing an absent ACL succeeds, as in the kernel.
+    /// that does sets the mode's group bits to its mask; with `kill_sgid` the new mode loses
+    /// set-group-ID. Flags do not apply to ACLs, and removing an absent ACL succeeds, as in
+    /// the kernel.
     fn set_acl(
         &self,
         journal: &Arc<Journal>,
         inode: &Inode,
         index: u8,
         acl: Option<Vec<AclEntry>>,
+        kill_sgid: bool,
     ) -> Result<()> {
         let d = inode.disk();
         if d.file_type() == fi::S_IFLNK {
@@ -223,7 +234,7 @@ impl FsInner {
             let mut new_mode = mode;
             if let (fx::INDEX_POSIX_ACL_ACCESS, Some(a)) = (index, &acl) {
                 let (m, more) = acl::equiv_mode(a, mode);
-                new_mode = m;
+                new_mode = if kill_sgid { m & !0o2000 } else { m };
                 if !more {
                     acl = None;
                 }
@@ -766,13 +777,24 @@ impl Fs {
     /// to `value`. `flags` is 0, [`XATTR_CREATE`] or [`XATTR_REPLACE`] (ignored for ACLs, as
     /// in the kernel). The change time becomes now.
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
-        self.inner.op(crate::fs::stats::Op::Setxattr, || self.inner.setxattr(ino, name, Some(value), flags))
+        self.inner
+            .op(crate::fs::stats::Op::Setxattr, || self.inner.setxattr(ino, name, Some(value), flags, false))
+    }
+
+    /// [`Fs::setxattr`] for a caller neither in the file's group nor holding `CAP_FSETID`: an
+    /// access ACL set this way takes set-group-ID out of the mode it gives, in the same
+    /// change (the kernel's `posix_acl_update_mode`; what a FUSE request's
+    /// `FUSE_SETXATTR_ACL_KILL_SGID` says of its caller).
+    pub fn setxattr_outside_group(&self, ino: InodeNo, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        self.inner
+            .op(crate::fs::stats::Op::Setxattr, || self.inner.setxattr(ino, name, Some(value), flags, true))
     }
 
     /// `removexattr(2)`: `ENODATA` if the attribute does not exist (except for ACLs, whose
     /// removal always succeeds, as in the kernel).
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        self.inner.op(crate::fs::stats::Op::Setxattr, || self.inner.setxattr(ino, name, None, XATTR_REPLACE))
+        self.inner
+            .op(crate::fs::stats::Op::Setxattr, || self.inner.setxattr(ino, name, None, XATTR_REPLACE, false))
     }
 }
 
