@@ -22,25 +22,54 @@ impl Fs {
         Superblock::parse(&d[off..]).map(|sb| sb.volume_name().to_vec()).unwrap_or_default()
     }
 
-    /// Sets the volume label, through the journal. `EINVAL` for more than 16 bytes (ext4's
-    /// limit), `EROFS` read-only. The kernel writes the backup superblocks too; e2fsck does
-    /// not compare labels, and they are written here only in the primary.
+    /// Sets the volume label, through the journal, in the primary superblock and in every
+    /// backup, in one transaction (`ext4_update_superblocks_fn`): `e2fsck -b` or a mount from
+    /// a backup then sees the same label. `EINVAL` for more than 16 bytes (ext4's limit),
+    /// `EROFS` read-only. A backup whose checksum is wrong is left alone and the call fails
+    /// with `EFSBADCRC` after the rest are written, as the kernel's does.
     pub fn set_label(&self, label: &[u8]) -> Result<()> {
         if label.len() > LABEL_MAX || label.contains(&0) {
             return Err(Error::InvalidInput("a label is at most 16 bytes, without NUL"));
         }
         let inner = &self.inner;
         let journal = inner.journal()?;
-        inner.noting(crate::fs::stats::Op::Setattr, || {
-            let h = journal.start(1)?;
-            let (_, off) = inner.sbi.sb_location();
-            let mut d = h.write(&inner.sb_buf)?;
-            let mut sb = Superblock::parse(&d[off..]).ok_or(Error::InvalidInput("superblock"))?;
+        let sbi = &inner.sbi;
+        let backups: Vec<u64> = (1..sbi.group_count)
+            .filter(|&g| sbi.group_has_super(g))
+            .map(|g| sbi.group_first_block(g))
+            .collect();
+        let set = |sb: &mut Superblock| {
             sb.s_volume_name = [0; LABEL_MAX];
             sb.s_volume_name[..label.len()].copy_from_slice(label);
+        };
+        inner.noting(crate::fs::stats::Op::Setattr, || {
+            let credits = u32::try_from(1 + backups.len()).unwrap_or(u32::MAX);
+            let h = journal.start(credits)?;
+            let (_, off) = sbi.sb_location();
+            let mut d = h.write(&inner.sb_buf)?;
+            let mut sb = Superblock::parse(&d[off..]).ok_or(Error::InvalidInput("superblock"))?;
+            set(&mut sb);
             d[off..off + SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
             drop(d);
+            // A backup sits at the start of its group's first block, whatever the block size.
+            let mut bad_backup = false;
+            for &blk in &backups {
+                let buf = inner.bcache.get(blk)?;
+                let Some(mut sb) = Superblock::parse(&buf.data()[..]) else { continue };
+                if sbi.metadata_csum && !sb.verify_checksum() {
+                    bad_backup = true;
+                    continue;
+                }
+                set(&mut sb);
+                if sbi.metadata_csum {
+                    sb.update_checksum();
+                }
+                h.write(&buf)?[..SUPERBLOCK_SIZE].copy_from_slice(sb.as_bytes());
+            }
             h.stop();
+            if bad_backup {
+                return Err(crate::error::Corrupt(crate::error::CorruptKind::SuperblockChecksum).into());
+            }
             Ok(())
         })
     }
@@ -49,6 +78,7 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use crate::test_image::{fsck_clean, mkfs_image, open_mem};
+    use rext4_format::superblock::Superblock;
 
     #[test]
     fn labels_are_set_through_the_journal() {
@@ -68,5 +98,40 @@ mod tests {
         std::fs::write(&img, &bytes).unwrap();
         let out = std::process::Command::new("e2label").arg(&img).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "data");
+    }
+
+    /// Every backup superblock carries the new label with a good checksum, as after the
+    /// kernel's `FS_IOC_SETFSLABEL`; dumpe2fs reading a backup is the outside witness.
+    #[test]
+    fn labels_reach_the_backup_superblocks() {
+        // 4 KiB blocks, 2,048 per group: 8 groups, backups in groups 1, 3, 5 and 7.
+        let (fs, dev) = open_mem(mkfs_image(None, &["-b", "4096", "-g", "2048", "-L", "old"], "64M"));
+        fs.set_label(b"new-label").unwrap();
+        drop(fs);
+        let bytes = dev.snapshot();
+        fsck_clean(&bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("a.img");
+        std::fs::write(&img, &bytes).unwrap();
+        for g in [1u64, 3, 5, 7] {
+            let at = (g * 2048 * 4096) as usize;
+            let sb = Superblock::parse(&bytes[at..]).unwrap();
+            assert_eq!(sb.volume_name(), b"new-label", "group {g}");
+            assert!(sb.verify_checksum(), "group {g}");
+            assert_eq!(u64::from(sb.s_block_group_nr.get()), g);
+            let out = std::process::Command::new("dumpe2fs")
+                .args(["-h", "-o", &format!("superblock={}", g * 2048), "-o", "blocksize=4096"])
+                .arg(&img)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.lines().any(|l| l.starts_with("Filesystem volume name:") && l.ends_with("new-label")),
+                "{text}"
+            );
+        }
+        // Groups without a backup were not touched.
+        let at = 2 * 2048 * 4096;
+        assert!(Superblock::parse(&bytes[at..]).is_none_or(|sb| sb.volume_name() != b"new-label"));
     }
 }
