@@ -14,7 +14,8 @@
 //! Each reply carrying an entry adds one lookup before it is sent; see handles.rs.
 
 use crate::attr::{
-    decode_dev, engine_ino, file_attr, negative_attr, stat_attr, statx_attributes, time_set, visible,
+    decode_dev, engine_ino, file_attr, negative_attr, stat_attr, statx_attributes, time_set, timestamp,
+    visible, writeback_times,
 };
 use crate::errno::ErrorPolicy;
 use crate::handles::{FileHandles, LookupCounts, Transition};
@@ -190,6 +191,13 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.uring_choice());
+        // Under the writeback cache the kernel stamps a file's writes from its coarse clock
+        // and the daemon stamps the rest: one clock for both keeps them in order (a file's
+        // birth never after its first write's modification time).
+        if self.shared.opts.writeback_cache && config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE)
+        {
+            self.fs().set_coarse_time(true);
+        }
         self.negotiate_acl(config);
         if self.fs().is_writable() {
             self.negotiate_killpriv(config);
@@ -282,7 +290,7 @@ impl Filesystem for Adapter {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -300,7 +308,11 @@ impl Filesystem for Adapter {
                     atime: atime.map(time_set),
                     mtime: mtime.map(time_set),
                     size,
+                    ctime: None,
                 };
+                if self.shared.opts.writeback_cache {
+                    writeback_times(&mut ch, ctime.map(timestamp));
+                }
                 if self.fs().is_writable() {
                     self.kill_priv_on_setattr(req, e, &mut ch, kill_suidgid)?;
                 }

@@ -2,7 +2,7 @@
 //! times, device numbers, file types.
 
 use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
-use rext4::{Attr, FileType, InodeNo, TimeSet, Timestamp};
+use rext4::{Attr, FileType, InodeNo, SetAttr, TimeSet, Timestamp};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The engine's root directory (ext4 inode 2), FUSE's node 1.
@@ -61,6 +61,18 @@ pub(crate) fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
         TimeOrNow::SpecificTime(t) => TimeSet::At(timestamp(t)),
+    }
+}
+
+/// A setattr under the writeback cache, where the kernel keeps a file's times and sends
+/// them with `FATTR_CTIME` (its `trust_local_cmtime`): the change time it shows is stored,
+/// and a modification time equal to it is the call's own "now" (`utimes(f, NULL)`, a write's
+/// `file_update_time`: the VFS stamps both from one clock reading), not a time the caller
+/// chose, so an append-only file still allows it, as ext4 does.
+pub(crate) fn writeback_times(ch: &mut SetAttr, ctime: Option<Timestamp>) {
+    ch.ctime = ctime;
+    if ctime.is_some() && ch.mtime == ctime.map(TimeSet::At) {
+        ch.mtime = Some(TimeSet::Now);
     }
 }
 

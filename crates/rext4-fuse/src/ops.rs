@@ -9,7 +9,7 @@ use fuser::{
     AccessFlags, Errno, FileHandle, FopenFlags, INodeNo, OpenFlags, ReplyCreate, ReplyXattr, Request,
 };
 use rext4::format::inode::APPEND_FL;
-use rext4::{Attr, Caps, Creds, FileType, InodeNo, SetAttr, TimeSet};
+use rext4::{Attr, Caps, Creds, FileType, InodeNo, SetAttr};
 
 impl Adapter {
     /// The caller as the engine's VFS layer sees it, for what the kernel has not checked
@@ -75,26 +75,9 @@ impl Adapter {
             return self.fs().getattr(ino).map_err(|e| self.err(e));
         }
         self.writable()?;
-        // With the writeback cache the kernel keeps a file's modification time while it
-        // writes and flushes it later as a setattr of that time alone (`fuse_flush_times`):
-        // that is the write's own time update, which an append-only file allows.
-        if let (
-            true,
-            SetAttr {
-                mtime: Some(TimeSet::At(t)),
-                atime: None,
-                mode: None,
-                uid: None,
-                gid: None,
-                size: None,
-            },
-        ) = (self.shared.opts.writeback_cache, ch)
-        {
-            let a = self.fs().getattr(ino).map_err(|e| self.err(e))?;
-            if a.flags & APPEND_FL != 0 {
-                return self.fs().update_write_time(ino, *t).map_err(|e| self.err(e));
-            }
-        }
+        // Under the writeback cache, a flush of the kernel's own times (`fuse_flush_times`
+        // after a write) arrives with equal modification and change times and is taken as
+        // the write's "now" (attr.rs `writeback_times`), which an append-only file allows.
         self.fs().setattr(ino, ch).map_err(|e| self.err(e))
     }
 
@@ -104,13 +87,10 @@ impl Adapter {
         if acc != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             self.writable()?;
             // `may_open` in the engine: the kernel knows nothing of ext4's flags on a FUSE
-            // inode. With the writeback cache the kernel keeps `O_APPEND` to itself (it
-            // places the writes), so only writes that would change bytes are refused
-            // (`append_only_tail`).
-            let mut f = rext4::OpenFlags::from_libc(flags.0);
-            if self.shared.opts.writeback_cache {
-                f |= rext4::OpenFlags::APPEND;
-            }
+            // inode. The open's flags arrive whole, `O_APPEND` too, also with the writeback
+            // cache (where the kernel places the writes, and the pages it flushes are checked
+            // by `append_only_tail`).
+            let f = rext4::OpenFlags::from_libc(flags.0);
             let a = self.attr(ino)?;
             self.fs().may_open(&self.creds(req), &a, f).map_err(|err| self.err(err))?;
         }

@@ -31,3 +31,17 @@ pub(crate) fn now() -> (i64, u32) {
     let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     (i64::try_from(d.as_secs()).unwrap_or(i64::MAX), d.subsec_nanos())
 }
+
+/// Now from the kernel's coarse clock (`CLOCK_REALTIME_COARSE`, moved once a scheduler tick):
+/// the time the kernel stamps files with where it keeps their times itself (`current_time`
+/// on a filesystem without fine-grained timestamps, such as a FUSE mount's writeback cache).
+/// The fixed time wins here too.
+pub(crate) fn coarse_now() -> (i64, u32) {
+    if let Some(t) = fixed_time() {
+        return (t, 0);
+    }
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE) {
+        Ok(ts) => (ts.tv_sec(), u32::try_from(ts.tv_nsec()).unwrap_or(0)),
+        Err(_) => now(),
+    }
+}

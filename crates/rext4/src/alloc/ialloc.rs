@@ -11,7 +11,7 @@
 use crate::alloc::bitmap;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
-use crate::inode::write::{now, raw_init_times, raw_set_flags, rec};
+use crate::inode::write::{raw_init_times, raw_set_flags, rec};
 use crate::inode::{Inode, RawRecord};
 use crate::jbd2::transaction::Handle;
 use rext4_format::checksum::inode_csum_seed;
@@ -327,7 +327,7 @@ impl FsInner {
             let room = u16::try_from(size - fi::GOOD_OLD_INODE_SIZE).unwrap_or(u16::MAX);
             r.set_extra_isize(want.min(room) & !3);
         }
-        raw_init_times(&mut raw, now());
+        raw_init_times(&mut raw, self.now());
         if self.sbi.sb.incompat().contains(Incompat::EXTENTS) {
             raw_set_flags(&mut raw, EXTENTS_FL);
             crate::map::extents_write::init_root(&mut raw);

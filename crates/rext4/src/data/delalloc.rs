@@ -23,7 +23,7 @@
 
 use crate::error::Result;
 use crate::fs::FsInner;
-use crate::inode::write::{now, raw_flags, raw_size, raw_touch_cm};
+use crate::inode::write::{raw_flags, raw_size, raw_touch_cm};
 use crate::inode::Inode;
 use crate::num::usize_from;
 use rext4_format::inode::INLINE_DATA_FL;
@@ -328,7 +328,7 @@ impl FsInner {
             if end > raw_size(&raw) {
                 crate::inode::write::raw_set_size(&mut raw, end);
             }
-            raw_touch_cm(&mut raw, now());
+            raw_touch_cm(&mut raw, self.now());
         }
         self.wb.add(inode);
         drop(_d);

@@ -8,7 +8,7 @@
 use super::write::{CHUNK_BLOCKS, DATA_CREDITS, OPS_PER_HANDLE};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::write::{now, raw_size, raw_touch_c, raw_touch_cm};
+use crate::inode::write::{raw_size, raw_touch_c, raw_touch_cm};
 use crate::inode::Inode;
 use crate::map::extents_write::{Ext, LBLK_END};
 use rext4_format::inode::{APPEND_FL, EXTENTS_FL, IMMUTABLE_FL, INLINE_DATA_FL};
@@ -86,7 +86,7 @@ impl FsInner {
                     let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
                     let mut raw = inode.raw_mut();
                     self.zero_partial(&inode, &raw, offset, end)?;
-                    raw_touch_cm(&mut raw, now());
+                    raw_touch_cm(&mut raw, self.now());
                     self.mark_inode_dirty(&h, &inode, &mut raw)?;
                 }
                 let (lo, hi) = (offset.div_ceil(bs), end / bs);
@@ -183,12 +183,12 @@ impl FsInner {
             let done = reached >= hi;
             if done && !keep && end > raw_size(&raw) {
                 crate::inode::write::raw_set_size(&mut raw, end);
-                raw_touch_cm(&mut raw, now());
+                raw_touch_cm(&mut raw, self.now());
             } else {
-                raw_touch_c(&mut raw, now());
+                raw_touch_c(&mut raw, self.now());
             }
             if zero {
-                raw_touch_cm(&mut raw, now());
+                raw_touch_cm(&mut raw, self.now());
             }
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
@@ -271,7 +271,7 @@ impl FsInner {
         }
         // Every block from `lo` on moved.
         inode.invalidate_pages();
-        raw_touch_cm(&mut raw, now());
+        raw_touch_cm(&mut raw, self.now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         drop(raw);
         h.stop();

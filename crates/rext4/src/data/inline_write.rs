@@ -23,7 +23,7 @@ use crate::dir::dx_write::NamesMoving;
 use crate::dir::write::put_entry;
 use crate::error::{corrupt, CorruptKind, Result};
 use crate::fs::FsInner;
-use crate::inode::write::{now, raw_blocks, raw_flags, raw_set_flags, raw_set_size, raw_size, raw_touch_cm};
+use crate::inode::write::{raw_blocks, raw_flags, raw_set_flags, raw_set_size, raw_size, raw_touch_cm};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::map::extents_write::I_BLOCK;
@@ -210,7 +210,7 @@ impl FsInner {
         if end as u64 > size {
             raw_set_size(&mut raw, end as u64);
         }
-        raw_touch_cm(&mut raw, now());
+        raw_touch_cm(&mut raw, self.now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         Ok(Some(data.len()))
     }
@@ -249,7 +249,7 @@ impl FsInner {
         if new_size != size {
             raw_set_size(&mut raw, new_size);
         }
-        raw_touch_cm(&mut raw, now());
+        raw_touch_cm(&mut raw, self.now());
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         Ok(true)
     }

@@ -15,7 +15,7 @@
 use crate::attr::Timestamp;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::write::{now, raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_cm};
+use crate::inode::write::{raw_add_blocks, raw_flags, raw_size, raw_sub_blocks, raw_touch_cm};
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::map::extents_write::{Ext, LBLK_END};
@@ -441,7 +441,7 @@ impl FsInner {
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the
         // kernel's coarse clock makes them; otherwise only fsync needs to know.
-        let t = now();
+        let t = self.now();
         let d = inode.disk();
         let size = self.sbi.inode_size;
         let stale = |x: Timestamp| {
@@ -605,7 +605,7 @@ impl FsInner {
             if written_end > size {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
             }
-            raw_touch_cm(&mut raw, now());
+            raw_touch_cm(&mut raw, self.now());
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
             drop(_d);
@@ -710,7 +710,7 @@ impl FsInner {
                 self.zero_stored(&inode, &raw, old, old.div_ceil(bs) * bs)?;
             }
             crate::inode::write::raw_set_size(&mut raw, new_size);
-            raw_touch_cm(&mut raw, now());
+            raw_touch_cm(&mut raw, self.now());
             inode.invalidate_pages();
             self.mark_inode_dirty(&h, &inode, &mut raw)?;
             (new_size < old, old)

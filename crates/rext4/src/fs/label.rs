@@ -113,12 +113,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("a.img");
         std::fs::write(&img, &bytes).unwrap();
-        for g in [1u64, 3, 5, 7] {
-            let at = (g * 2048 * 4096) as usize;
+        for g in [1usize, 3, 5, 7] {
+            let at = g * 2048 * 4096;
             let sb = Superblock::parse(&bytes[at..]).unwrap();
             assert_eq!(sb.volume_name(), b"new-label", "group {g}");
             assert!(sb.verify_checksum(), "group {g}");
-            assert_eq!(u64::from(sb.s_block_group_nr.get()), g);
+            assert_eq!(usize::from(sb.s_block_group_nr.get()), g);
             let out = std::process::Command::new("dumpe2fs")
                 .args(["-h", "-o", &format!("superblock={}", g * 2048), "-o", "blocksize=4096"])
                 .arg(&img)

@@ -282,6 +282,8 @@ pub(crate) struct FsInner {
     /// `Options::atime` and `Options::nodiratime` (inode/atime.rs). [immutable]
     pub atime: AtimeMode,
     pub nodiratime: bool,
+    /// Inode times from the coarse clock (`Fs::set_coarse_time`). [atomic]
+    pub coarse_time: std::sync::atomic::AtomicBool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -605,6 +607,7 @@ impl FsInner {
             errors,
             stopped: std::sync::atomic::AtomicBool::new(false),
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
+            coarse_time: std::sync::atomic::AtomicBool::new(false),
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,

@@ -12,7 +12,7 @@
 use crate::attr::Timestamp;
 use crate::error::Result;
 use crate::fs::FsInner;
-use crate::inode::write::{now, rec};
+use crate::inode::write::rec;
 use crate::inode::Inode;
 use rext4_format::inode::{self as fi, NOATIME_FL, OFF_ATIME_EXTRA};
 use rext4_format::inode_record::TimeField;
@@ -69,7 +69,7 @@ impl FsInner {
     /// Now as the filesystem stores it (the kernel's `current_time`): whole seconds when the
     /// records have no room for `i_atime_extra` (128-byte inodes).
     fn atime_now(&self) -> Timestamp {
-        let mut t = now();
+        let mut t = self.now();
         if self.sbi.inode_size < OFF_ATIME_EXTRA + 4 {
             t.nsec = 0;
         }

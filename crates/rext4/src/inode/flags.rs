@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::write::{now, raw_flags, raw_set_flags, raw_touch_c};
+use crate::inode::write::{raw_flags, raw_set_flags, raw_touch_c};
 use crate::inode::Inode;
 use crate::Attr;
 use rext4_format::inode::{self as fi, APPEND_FL, IMMUTABLE_FL};
@@ -147,7 +147,7 @@ impl FsInner {
         }
         let new = (old & !FL_USER_MODIFIABLE) | flags;
         raw_set_flags(&mut raw, new);
-        raw_touch_c(&mut raw, now());
+        raw_touch_c(&mut raw, self.now());
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();

@@ -35,11 +35,23 @@ pub struct SetAttr {
     /// New size of a regular file (`truncate`): shrinking frees the blocks past it, growing
     /// leaves a hole.
     pub size: Option<u64>,
+    /// The change time to stamp instead of the clock's now, which [`TimeSet::Now`] times
+    /// take too: a caller that keeps its own clock for the file, as the kernel's FUSE
+    /// writeback cache does (`FATTR_CTIME`), so the times it already shows stay true.
+    pub ctime: Option<Timestamp>,
 }
 
-pub(crate) fn now() -> Timestamp {
-    let (sec, nsec) = crate::clock::now();
-    Timestamp { sec, nsec }
+impl FsInner {
+    /// The time an inode change stamps: the clock's now, or the coarse clock's where the
+    /// filesystem was told its user stamps files from that one (`Fs::set_coarse_time`).
+    pub(crate) fn now(&self) -> Timestamp {
+        let (sec, nsec) = if self.coarse_time.load(Ordering::Relaxed) {
+            crate::clock::coarse_now()
+        } else {
+            crate::clock::now()
+        };
+        Timestamp { sec, nsec }
+    }
 }
 
 /// Record `raw` for typed field writes.
@@ -180,7 +192,7 @@ impl FsInner {
         if let Some(gid) = ch.gid {
             r.set_gid(gid);
         }
-        let t = now();
+        let t = ch.ctime.unwrap_or_else(|| self.now());
         let pick = |s: TimeSet| match s {
             TimeSet::Now => t,
             TimeSet::At(x) => x,
@@ -220,7 +232,8 @@ impl FsInner {
 
 impl Fs {
     /// Changes an inode's mode, owner, times or size (`chmod`, `chown`, `utimensat`,
-    /// `truncate`); the change time becomes now. Returns the new attributes.
+    /// `truncate`); the change time becomes now (or `changes.ctime`). Returns the new
+    /// attributes.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         self.inner.op(crate::fs::stats::Op::Setattr, || {
             // `notify_change` and `do_truncate`: an immutable or append-only inode keeps its
@@ -254,19 +267,13 @@ impl Fs {
         self.getattr(ino)
     }
 
-    /// Stores the modification time a writer kept in its own cache, as writing would have set
-    /// it (`file_update_time`; the change time becomes now). Unlike [`Fs::setattr`], the
-    /// append-only flag does not forbid it: the FUSE writeback cache flushes the times of its
-    /// writes this way.
-    pub fn update_write_time(&self, ino: InodeNo, mtime: Timestamp) -> Result<Attr> {
-        self.inner.op(crate::fs::stats::Op::Setattr, || {
-            if self.inner.iget_by_number(ino)?.flags() & fi::IMMUTABLE_FL != 0 {
-                return Err(Error::NotPermitted);
-            }
-            self.inner.setattr(ino, &SetAttr { mtime: Some(TimeSet::At(mtime)), ..SetAttr::default() })?;
-            Ok(())
-        })?;
-        self.getattr(ino)
+    /// Stamps inode times from the kernel's coarse clock (`CLOCK_REALTIME_COARSE`) from now
+    /// on, or from the precise one again. For a user that mixes the filesystem's times
+    /// with times the kernel stamped itself, as the FUSE writeback cache does: a file made
+    /// by the engine then never shows a birth time after the modification time the kernel
+    /// gave its first write.
+    pub fn set_coarse_time(&self, on: bool) {
+        self.inner.coarse_time.store(on, Ordering::Relaxed);
     }
 
     /// Makes the inode's changes durable (`fsync`): waits for the commit of the last

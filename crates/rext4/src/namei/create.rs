@@ -10,7 +10,7 @@ use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::write::{
-    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm, rec,
+    raw_flags, raw_links, raw_set_flags, raw_set_links, raw_touch_c, raw_touch_cm, rec,
 };
 use crate::inode::Inode;
 use crate::jbd2::journal::Journal;
@@ -110,7 +110,7 @@ impl FsInner {
             let next = if links >= LINK_MAX - 1 || links == 1 { 1 } else { links + 1 };
             raw_set_links(&mut draw, next);
         }
-        raw_touch_cm(&mut draw, now());
+        raw_touch_cm(&mut draw, self.now());
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         self.mark_inode_dirty(&h, &dir, &mut draw)?;
         Ok(child.ino)
@@ -206,7 +206,7 @@ impl FsInner {
             return Err(Error::InvalidInput("directory changed under its lock"));
         }
         let mut draw = dir.raw_mut();
-        let t = now();
+        let t = self.now();
         raw_touch_cm(&mut draw, t);
         if is_dir {
             let links = raw_links(&draw);
@@ -254,7 +254,7 @@ impl FsInner {
     /// Turns the record of an inode whose blocks were just freed into a deleted inode's:
     /// no links, size or blocks, an empty block map, and the deletion time.
     pub(crate) fn clear_freed_record(&self, raw: &mut [u8]) {
-        let t = now();
+        let t = self.now();
         let mut r = rec(raw);
         r.set_links_count(0);
         r.set_blocks(0);

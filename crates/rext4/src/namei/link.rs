@@ -10,7 +10,7 @@ use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use crate::inode::write::{
-    now, raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm, rec,
+    raw_flags, raw_links, raw_set_flags, raw_set_links, raw_set_size, raw_touch_c, raw_touch_cm, rec,
 };
 use crate::inode::Inode;
 use crate::inode::{REF_COUNT, REF_DEAD, REF_UNLINKED};
@@ -115,7 +115,7 @@ impl FsInner {
             self.orphan_del(&h, target)?;
         }
         self.dcache.insert(dir.ino, name, target);
-        let t = now();
+        let t = self.now();
         let mut traw = target.raw_mut();
         let links = raw_links(&traw);
         raw_set_links(&mut traw, links + 1);
@@ -173,7 +173,7 @@ impl FsInner {
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);
         let mut draw = dir.raw_mut();
-        raw_touch_cm(&mut draw, now());
+        raw_touch_cm(&mut draw, self.now());
         self.mark_inode_dirty(&h, &dir, &mut draw)?;
         Ok(child.ino)
     }

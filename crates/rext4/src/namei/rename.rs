@@ -15,7 +15,7 @@
 use crate::dir::dirent_type;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::write::{now, raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
+use crate::inode::write::{raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
 use crate::inode::Inode;
 use crate::namei::create::LINK_MAX;
 use rext4_format::dirent::{FT_CHRDEV, FT_DIR};
@@ -59,7 +59,7 @@ impl FsInner {
             u16::try_from(next.max(0)).unwrap_or(u16::MAX)
         };
         raw_set_links(&mut raw, next);
-        raw_touch_c(&mut raw, now());
+        raw_touch_c(&mut raw, self.now());
         self.mark_inode_dirty(h, inode, &mut raw)
     }
 
@@ -168,7 +168,7 @@ impl FsInner {
         };
         let whiteout_named = std::cell::Cell::new(false);
         let src_ft = dirent_type(src.disk().mode());
-        let t = now();
+        let t = self.now();
         // Names leave the cache before the directories change (see cache/dcache.rs): each distinct
         // directory's generation goes odd now and even again after.
         let dirs: &[&Arc<Inode>] = if op == np { &[&odir] } else { &[&odir, &ndir] };
@@ -295,7 +295,7 @@ impl FsInner {
         }
         let mut raw = victim.raw_mut();
         raw_set_links(&mut raw, left);
-        raw_touch_c(&mut raw, now());
+        raw_touch_c(&mut raw, self.now());
         self.mark_inode_dirty(h, victim, &mut raw)?;
         drop(raw);
         if left == 0 {

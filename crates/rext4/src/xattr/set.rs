@@ -22,7 +22,7 @@
 use crate::cache::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner};
-use crate::inode::write::{now, raw_links, raw_touch_c};
+use crate::inode::write::{raw_links, raw_touch_c};
 use crate::inode::Inode;
 use crate::jbd2::journal::Journal;
 use crate::jbd2::transaction::Handle;
@@ -132,7 +132,7 @@ impl FsInner {
         }
         let mut raw = guard.to_vec();
         if f(&h, &mut raw)? {
-            raw_touch_c(&mut raw, now());
+            raw_touch_c(&mut raw, self.now());
             guard.copy_from_slice(&raw);
             self.mark_inode_dirty(&h, inode, &mut guard)?;
         }

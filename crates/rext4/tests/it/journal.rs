@@ -49,11 +49,19 @@ fn chmod_all(fs: &Fs, n: usize, base: u16) {
             mtime: Some(TimeSet::At(t)),
             atime: None,
             size: None,
+            // Every other change keeps the clock's change time.
+            ctime: (i % 2 == 0).then_some(Timestamp { sec: t.sec + 100_000, nsec: 7 }),
         };
+        let before =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
         let a = fs.setattr(ino, &ch).unwrap();
         assert_eq!(a.perm(), base + (i as u16 % 8));
         assert_eq!(a.uid, 1000 + i as u32);
         assert_eq!(a.mtime, t);
+        match ch.ctime {
+            Some(c) => assert_eq!(a.ctime, c),
+            None => assert!(a.ctime.sec >= before),
+        }
     }
 }
 
@@ -63,6 +71,9 @@ fn check_all(fs: &Fs, n: usize, base: u16) {
         assert_eq!(a.perm(), base + (i as u16 % 8), "f{i}");
         assert_eq!((a.uid, a.gid), (1000 + i as u32, 2000), "f{i}");
         assert_eq!(a.mtime, Timestamp { sec: 1_700_000_000 + i as i64, nsec: 123_456_789 }, "f{i}");
+        if i % 2 == 0 {
+            assert_eq!(a.ctime, Timestamp { sec: 1_700_100_000 + i as i64, nsec: 7 }, "f{i}");
+        }
     }
 }
 

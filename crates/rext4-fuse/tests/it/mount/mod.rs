@@ -7,7 +7,8 @@
 //! `options.rs`: mount options, errors and daemon robustness; `atime.rs`: access times on
 //! reads against kernel ext4; `access.rs`: permissions, ACLs
 //! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
-//! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4.
+//! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4;
+//! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4.
 
 mod access;
 mod atime;
@@ -21,6 +22,7 @@ mod statx;
 mod tmpfile;
 mod tree;
 mod trim;
+mod writeback;
 
 use crate::support::*;
 use rext4_testkit::*;
