@@ -80,6 +80,17 @@ mod tests {
     use crate::test_image::{fsck_clean, mkfs_image, open_mem};
     use rext4_format::superblock::Superblock;
 
+    /// The image as the closed filesystem left it: checked by e2fsck, and written to a file
+    /// for the e2fsprogs tools (in a directory that lives as long as the returned guard).
+    fn closed_image(dev: &crate::dev::MemDevice) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+        let bytes = dev.snapshot();
+        fsck_clean(&bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("a.img");
+        std::fs::write(&img, &bytes).unwrap();
+        (dir, img, bytes)
+    }
+
     #[test]
     fn labels_are_set_through_the_journal() {
         let (fs, dev) = open_mem(mkfs_image(None, &["-L", "old"], "16M"));
@@ -91,11 +102,7 @@ mod tests {
         fs.set_label(b"data").unwrap();
         assert_eq!(fs.label(), b"data");
         drop(fs);
-        let bytes = dev.snapshot();
-        fsck_clean(&bytes);
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("a.img");
-        std::fs::write(&img, &bytes).unwrap();
+        let (_dir, img, _) = closed_image(&dev);
         let out = std::process::Command::new("e2label").arg(&img).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "data");
     }
@@ -108,11 +115,7 @@ mod tests {
         let (fs, dev) = open_mem(mkfs_image(None, &["-b", "4096", "-g", "2048", "-L", "old"], "64M"));
         fs.set_label(b"new-label").unwrap();
         drop(fs);
-        let bytes = dev.snapshot();
-        fsck_clean(&bytes);
-        let dir = tempfile::tempdir().unwrap();
-        let img = dir.path().join("a.img");
-        std::fs::write(&img, &bytes).unwrap();
+        let (_dir, img, bytes) = closed_image(&dev);
         for g in [1usize, 3, 5, 7] {
             let at = g * 2048 * 4096;
             let sb = Superblock::parse(&bytes[at..]).unwrap();
