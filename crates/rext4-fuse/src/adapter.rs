@@ -188,6 +188,35 @@ impl Adapter {
     }
 }
 
+impl Adapter {
+    /// After an unlink or a rename that replaced `victim` (as looked up just before): a
+    /// regular file whose last link that was, and that no open file holds, can never be read
+    /// again, so its blocks are freed now, as ext4's `unlink(2)` frees them before it returns,
+    /// instead of when the kernel forgets the inode, a request it sends later, while the next
+    /// writes may already want the space (and `statfs` would show it taken until then). The
+    /// inode itself stays until that `FORGET`. A failure here is logged: the name is gone, and
+    /// the blocks still go at the `FORGET`.
+    fn free_if_gone(&self, victim: Option<Attr>) {
+        let Some(a) = victim else { return };
+        if a.kind != rext4::FileType::RegularFile || a.nlink != 1 || a.size == 0 {
+            return;
+        }
+        self.free_if_unopened(a.ino);
+    }
+
+    /// Frees the data of `ino` if it is a removed file that no open file holds (the engine
+    /// checks that it is one). Also at the last `RELEASE`: the kernel sends a closed file's
+    /// `RELEASE` in the background, so an `UNLINK` right after the `close(2)` can arrive first.
+    fn free_if_unopened(&self, ino: InodeNo) {
+        if self.shared.handles.is_open(u64::from(ino.0)) {
+            return;
+        }
+        if let Err(e) = self.fs().free_unlinked_data(ino) {
+            crate::log(&format!("inode {}: freeing the data of a removed file: {e}", ino.0));
+        }
+    }
+}
+
 impl Filesystem for Adapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.uring_choice());
@@ -381,8 +410,11 @@ impl Filesystem for Adapter {
         self.guard("unlink", || {
             let r = (|| {
                 self.writable()?;
-                let p = ino_of(parent)?;
-                self.dir_synced(p, self.fs().unlink(p, name_of(name)?).map_err(|e| self.err(e)))
+                let (p, n) = (ino_of(parent)?, name_of(name)?);
+                let victim = self.fs().lookup(p, n).ok();
+                self.dir_synced(p, self.fs().unlink(p, n).map_err(|e| self.err(e)))?;
+                self.free_if_gone(victim);
+                Ok(())
             })();
             reply_empty(r, reply);
         });
@@ -442,8 +474,12 @@ impl Filesystem for Adapter {
                     0 => (0, 0),
                     _ => self.new_owner(req, op, 0, false).map(|(_, u, g)| (u, g))?,
                 };
+                let replaces = f & (rext4::RENAME_EXCHANGE | rext4::RENAME_NOREPLACE) == 0;
+                let victim = if replaces { self.fs().lookup(np, nn).ok() } else { None };
                 let r = self.fs().rename_as(op, on, np, nn, f, uid, gid).map_err(|e| self.err(e));
-                self.dir_synced(np, self.dir_synced(op, r))
+                self.dir_synced(np, self.dir_synced(op, r))?;
+                self.free_if_gone(victim);
+                Ok(())
             })();
             reply_empty(r, reply);
         });
@@ -564,9 +600,12 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         self.guard("release", || {
-            self.shared.handles.close(fh.0);
+            let closed = self.shared.handles.close(fh.0);
             if let Some(e) = engine_ino(ino) {
                 self.release_locks(e, fh.0, lock_owner.map(|o| o.0));
+                if closed.is_some() && self.fs().is_writable() {
+                    self.free_if_unopened(e);
+                }
             }
             reply.ok();
         });

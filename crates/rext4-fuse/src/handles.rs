@@ -124,6 +124,9 @@ pub(crate) struct FileHandles {
     next: AtomicU64,
     /// Handle -> open. [each shard: its own mutex]
     shards: Box<[Mutex<HashMap<u64, Open>>]>,
+    /// Inode -> its open handles, absent for none. [each shard: its own mutex, taken after
+    /// the handle's shard is released, never with it]
+    per_ino: Box<[Mutex<HashMap<u64, u32>>]>,
 }
 
 impl Default for FileHandles {
@@ -131,6 +134,7 @@ impl Default for FileHandles {
         FileHandles {
             next: AtomicU64::new(1),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_ino: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
 }
@@ -140,11 +144,22 @@ impl FileHandles {
         &self.shards[shard_index(fh, SHARDS)]
     }
 
+    fn ino_shard(&self, ino: u64) -> &Mutex<HashMap<u64, u32>> {
+        &self.per_ino[shard_index(ino.wrapping_mul(0x9E37_79B9), SHARDS)]
+    }
+
     /// Records an open and returns its handle.
     pub(crate) fn open(&self, ino: u64, flags: i32) -> u64 {
+        // Counted first: an inode is never seen unopened while a handle to it exists.
+        *self.ino_shard(ino).lock().entry(ino).or_insert(0) += 1;
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().insert(fh, Open { ino, flags });
         fh
+    }
+
+    /// Whether any handle to `ino` is open.
+    pub(crate) fn is_open(&self, ino: u64) -> bool {
+        self.ino_shard(ino).lock().contains_key(&ino)
     }
 
     /// The open behind `fh`, if it is one of ours and for inode `ino`.
@@ -154,7 +169,15 @@ impl FileHandles {
 
     /// Forgets a handle (`release` / `releasedir`).
     pub(crate) fn close(&self, fh: u64) -> Option<Open> {
-        self.shard(fh).lock().remove(&fh)
+        let open = self.shard(fh).lock().remove(&fh)?;
+        let mut s = self.ino_shard(open.ino).lock();
+        if let Some(n) = s.get_mut(&open.ino) {
+            *n -= 1;
+            if *n == 0 {
+                s.remove(&open.ino);
+            }
+        }
+        Some(open)
     }
 
     /// Number of open handles.
@@ -194,5 +217,11 @@ mod tests {
         assert_eq!(h.close(a).map(|o| o.ino), Some(12));
         assert_eq!(h.get(a, 12), None);
         assert_eq!(h.len(), 1);
+        assert!(h.is_open(12));
+        assert!(!h.is_open(13));
+        h.close(b);
+        assert!(!h.is_open(12));
+        assert_eq!(h.close(b), None);
+        assert!(!h.is_open(12));
     }
 }

@@ -749,6 +749,27 @@ impl Fs {
         })
     }
 
+    /// Frees the blocks of `ino` now if its last link is gone while references to it are
+    /// still held (a FUSE lookup the kernel has not forgotten yet), for a caller that knows
+    /// nothing can read the file any more (no open file): ext4 frees a removed file's space
+    /// before `unlink(2)` returns, so `statfs` and the next allocation see it at once. The
+    /// inode and its orphan record stay until the last reference goes. Nothing happens to
+    /// any other inode.
+    pub fn free_unlinked_data(&self, ino: InodeNo) -> Result<()> {
+        self.inner.noting(crate::fs::stats::Op::Release, || {
+            if !self.inner.ino_in_range(ino) {
+                return Ok(());
+            }
+            let inode = self.inner.iget(ino)?;
+            let s = inode.refs.load(Ordering::Acquire);
+            let regular = inode.with_disk(|d| d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0);
+            if s & REF_UNLINKED == 0 || s & REF_DEAD != 0 || !regular {
+                return Ok(());
+            }
+            self.inner.truncate(ino, 0)
+        })
+    }
+
     /// The inodes recorded as orphans (list and orphan file), as this filesystem holds them.
     pub fn orphans(&self) -> Vec<InodeNo> {
         let o = &self.inner.orphans;

@@ -280,3 +280,77 @@ fn device_nodes_and_metadata_aimed_extents_leave_the_image_whole() {
     let journal = &data[at..at + 4 * bs as usize];
     assert!(!journal.windows(64).any(|w| w.iter().all(|&b| b == 0xA5)), "written into the journal");
 }
+
+/// A removed file's space is free when `unlink(2)` or a replacing `rename(2)` returns, as on
+/// kernel ext4 (which frees it before returning): `statfs` shows it and the next writes get
+/// it, although the kernel forgets the inode (and the daemon drops it) only later. A file
+/// still open keeps its bytes until closed. Block-mapped files too, whose freeing takes
+/// longest.
+#[test]
+fn removed_files_free_their_space_at_once() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    // Space a process without privileges may use, in MiB.
+    let avail = |root: &std::path::Path| {
+        let s = nix::sys::statvfs::statvfs(root).unwrap();
+        (s.blocks_available() * s.fragment_size()) >> 20
+    };
+    // What each side does; returns what it saw, as (step, fits or freed).
+    let run = |root: &std::path::Path| -> Vec<(&'static str, bool)> {
+        let mut seen = Vec::new();
+        let chunk = vec![0x5au8; 1 << 20];
+        let fill = |name: &str, mib: u64| -> bool {
+            let mut f = File::create(root.join(name)).unwrap();
+            let ok = (0..mib).all(|_| f.write_all(&chunk).is_ok());
+            drop(f);
+            // The kernel sends a closed file's RELEASE in the background; a removal made
+            // before the daemon has it counts the file as open (and frees it at the
+            // RELEASE). A moment's wait keeps the test to the case of a file closed earlier.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            ok
+        };
+        // 128 MiB image, about 107 MiB available: a second file of 60% fits only where the
+        // first one's space is free again.
+        let empty = avail(root);
+        let big = empty * 6 / 10;
+        let small = empty / 5;
+        seen.push(("first file fits", fill("big", big)));
+        fs::remove_file(root.join("big")).unwrap();
+        // Within a MiB of what the journal and the directory took.
+        seen.push(("freed by unlink", avail(root) + 1 >= empty));
+        seen.push(("second file fits", fill("big2", big)));
+        seen.push(("replacing file fits", fill("big3", small)));
+        fs::rename(root.join("big3"), root.join("big2")).unwrap();
+        seen.push(("freed by rename", avail(root) + 1 >= empty - small));
+        seen.push(("third file fits", fill("big4", big)));
+        fs::remove_file(root.join("big4")).unwrap();
+        fs::remove_file(root.join("big2")).unwrap();
+        // Open: the bytes stay until the last close.
+        fs::write(root.join("held"), vec![7u8; 3 << 20]).unwrap();
+        let h = File::open(root.join("held")).unwrap();
+        fs::remove_file(root.join("held")).unwrap();
+        let mut back = Vec::new();
+        (&h).read_to_end(&mut back).unwrap();
+        seen.push(("open file keeps its bytes", back == vec![7u8; 3 << 20]));
+        drop(h);
+        seen
+    };
+    for (name, opts) in
+        [("default", &[][..]), ("blockmap", &["-O", "^extent,^flex_bg,^64bit,^metadata_csum"][..])]
+    {
+        let img = Image::ext4("128M").args(opts).build_in(dir.path(), &format!("{name}.img"));
+        let m = FuseMount::new(&img, "rw");
+        let mine = run(m.path());
+        m.unmount();
+        e2fsck_clean(&img);
+        assert!(mine.iter().all(|(_, ok)| *ok), "{name}: {mine:?}");
+        if kernel_can_mount() {
+            let kimg = Image::ext4("128M").args(opts).build_in(dir.path(), &format!("k{name}.img"));
+            let k = KernelMount::rw(&kimg).expect("kernel mount");
+            let theirs = run(k.path());
+            drop(k);
+            e2fsck_clean(&kimg);
+            assert_eq!(mine, theirs, "{name}");
+        }
+    }
+}
