@@ -76,3 +76,47 @@ fn truncate_records_survive_a_crash_and_are_finished_at_open() {
         fsck_clean(&dev.snapshot());
     }
 }
+
+/// `Fs::free_unlinked_data`: a held file whose last link went loses its blocks at once and
+/// keeps its orphan record until released; a crash in between leaves recovery to free the
+/// inode; a linked file is left alone.
+#[test]
+fn unlinked_data_goes_before_the_inode() {
+    for args in [&[][..], &["-O", "orphan_file"][..], &["-O", "^extent,^64bit"][..]] {
+        let (fs, dev) = open(image(args));
+        let ino = fs.resolve("/big", false).unwrap();
+        let blocks = fs.getattr(ino).unwrap().blocks / 2;
+        let before = fs.statfs().unwrap();
+        // Linked: nothing happens.
+        fs.hold(ino).unwrap();
+        fs.free_unlinked_data(ino).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().size, 300 << 10, "{args:?}");
+        fs.unlink(fs.root(), b"big").unwrap();
+        assert_eq!(fs.statfs().unwrap().blocks_free, before.blocks_free, "{args:?}");
+        fs.free_unlinked_data(ino).unwrap();
+        let mid = fs.statfs().unwrap();
+        assert_eq!(mid.blocks_free, before.blocks_free + blocks, "{args:?}: data freed");
+        assert_eq!(mid.files_free, before.files_free, "{args:?}: the inode stays");
+        assert_eq!(fs.orphans(), vec![ino], "{args:?}");
+        assert_eq!(fs.getattr(ino).unwrap().blocks, 0);
+        // A crash now: recovery frees the inode.
+        fs.sync().unwrap();
+        let (fs2, dev2) = open(dev.snapshot());
+        assert_eq!(fs2.orphans_recovered(), (1, 0), "{args:?}");
+        assert_eq!(fs2.statfs().unwrap().files_free, before.files_free + 1);
+        fs2.unmount().unwrap();
+        drop(fs2);
+        fsck_clean(&dev2.snapshot());
+        // Without one, the release frees it.
+        fs.release(ino).unwrap();
+        assert!(fs.orphans().is_empty());
+        let after = fs.statfs().unwrap();
+        assert_eq!(
+            (after.blocks_free, after.files_free),
+            (before.blocks_free + blocks, before.files_free + 1)
+        );
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&dev.snapshot());
+    }
+}
