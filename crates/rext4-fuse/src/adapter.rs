@@ -137,6 +137,20 @@ impl Adapter {
         }
     }
 
+    /// [`Adapter::guard`] for a request that may allocate blocks: the root-reserved blocks
+    /// are the sender's to fill where ext4 would let it (`ext4_has_free_clusters`): root
+    /// (taken for `CAP_SYS_RESOURCE`, which FUSE does not pass on), the superblock's
+    /// reserving user, or its reserving group when that is not root's.
+    fn guard_as(&self, req: &Request, op: &'static str, f: impl FnOnce()) {
+        let sb = self.fs().superblock();
+        let (resuid, resgid) = (u32::from(sb.s_def_resuid.get()), u32::from(sb.s_def_resgid.get()));
+        if req.uid() == 0 || req.uid() == resuid || (resgid != 0 && req.gid() == resgid) {
+            rext4::with_reserved_blocks(|| self.guard(op, f));
+        } else {
+            self.guard(op, f);
+        }
+    }
+
     pub(crate) fn fs(&self) -> &Fs {
         &self.shared.fs
     }
@@ -373,7 +387,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.guard("mknod", || {
+        self.guard_as(req, "mknod", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
@@ -393,7 +407,7 @@ impl Filesystem for Adapter {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.guard("mkdir", || {
+        self.guard_as(req, "mkdir", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
@@ -432,7 +446,7 @@ impl Filesystem for Adapter {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.guard("symlink", || {
+        self.guard_as(req, "symlink", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(link_name)?);
@@ -454,7 +468,7 @@ impl Filesystem for Adapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.guard("rename", || {
+        self.guard_as(req, "rename", || {
             let r = (|| {
                 self.writable()?;
                 let mut f = 0;
@@ -485,8 +499,8 @@ impl Filesystem for Adapter {
         });
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.guard("link", || {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.guard_as(req, "link", || {
             let r = (|| {
                 self.writable()?;
                 let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
@@ -552,7 +566,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.guard("write", || {
+        self.guard_as(req, "write", || {
             let r = (|| {
                 self.writable()?;
                 let e = ino_of(ino)?;
@@ -760,7 +774,7 @@ impl Filesystem for Adapter {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -769,7 +783,7 @@ impl Filesystem for Adapter {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        self.guard("setxattr", || {
+        self.guard_as(req, "setxattr", || {
             let r = (|| {
                 self.writable()?;
                 if position != 0 {
@@ -845,7 +859,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.guard("create", || {
+        self.guard_as(req, "create", || {
             let r = (|| {
                 self.writable()?;
                 let (p, n) = (ino_of(parent)?, name_of(name)?);
@@ -864,7 +878,7 @@ impl Filesystem for Adapter {
     /// the lookup the reply counts; the kernel's last `FORGET` lets it go, freeing it unless a
     /// `LINK` named it.
     fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        self.guard("tmpfile", || {
+        self.guard_as(req, "tmpfile", || {
             let r = (|| {
                 self.writable()?;
                 let p = ino_of(parent)?;
@@ -912,7 +926,7 @@ impl Filesystem for Adapter {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -920,7 +934,7 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.guard("fallocate", || {
+        self.guard_as(req, "fallocate", || {
             let r = (|| {
                 self.writable()?;
                 let e = ino_of(ino)?;
@@ -961,7 +975,7 @@ impl Filesystem for Adapter {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -972,7 +986,7 @@ impl Filesystem for Adapter {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.guard("copy_file_range", || {
+        self.guard_as(req, "copy_file_range", || {
             let r = (|| {
                 if !flags.is_empty() {
                     return Err(Errno::EINVAL);

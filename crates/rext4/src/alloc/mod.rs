@@ -12,6 +12,7 @@
 //! | `balloc` | block allocation and freeing, BLOCK_UNINIT groups, busy extents |
 //! | `counter` | sharded counters for the filesystem-wide free counts |
 //! | `prealloc` | per-inode reserves of blocks for files that grow by appends |
+//! | `reserved` | who may allocate the root-reserved blocks |
 //! | `trim` | `FITRIM`: discarding the free blocks of a range (`ext4_trim_fs`) |
 //!
 //! # Locking
@@ -24,6 +25,7 @@ pub(crate) mod counter;
 pub(crate) mod group;
 pub(crate) mod ialloc;
 pub(crate) mod prealloc;
+pub(crate) mod reserved;
 #[cfg(test)]
 // Fixtures are built from small known values; a narrowing cast there is the clearest form.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

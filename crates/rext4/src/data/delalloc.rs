@@ -380,11 +380,13 @@ impl FsInner {
         Ok(())
     }
 
-    /// Reserves `n` blocks for dirty pages, leaving the root-reserved blocks and the
-    /// metadata slack (what `statfs` keeps back) for others. Whether it could.
+    /// Reserves `n` blocks for dirty pages, leaving the root-reserved blocks (unless the
+    /// caller may use them, alloc/reserved.rs) and the metadata slack (what `statfs` keeps
+    /// back) for others. Whether it could.
     fn delalloc_claim(&self, n: u64) -> bool {
         let free = self.counters.free_blocks.sum_positive();
-        let keep = self.sbi.sb.r_blocks_count() + self.meta_slack();
+        let root = if crate::alloc::reserved::may_use_reserved() { 0 } else { self.sbi.sb.r_blocks_count() };
+        let keep = root + self.meta_slack();
         let mut cur = self.wb.dirty_blocks.load(Ordering::Acquire);
         loop {
             if cur.saturating_add(n).saturating_add(keep) > free {

@@ -354,3 +354,54 @@ fn removed_files_free_their_space_at_once() {
         }
     }
 }
+
+/// The root-reserved blocks (5% by default) are root's to fill, as on kernel ext4: a user's
+/// writes stop where `statfs` says nothing is available, root's go on into the reserve.
+#[test]
+fn root_fills_the_reserved_blocks() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    // MiB written to `name` before the filesystem was full, as root or as nobody.
+    let fill = |root: &std::path::Path, name: &str, as_root: bool| -> u64 {
+        let f = root.join(name);
+        let cmd = format!("dd if=/dev/zero of={} bs=64k status=none 2>/dev/null; true", f.display());
+        if as_root {
+            let ok = std::process::Command::new("sh").args(["-c", &cmd]).status().unwrap();
+            assert!(ok.success());
+        } else {
+            let (ok, out) = as_nobody(&cmd);
+            assert!(ok, "{out}");
+        }
+        let n = fs::metadata(&f).unwrap().len() >> 20;
+        fs::remove_file(&f).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        n
+    };
+    let run = |root: &std::path::Path| -> (u64, u64, u64) {
+        let s = nix::sys::statvfs::statvfs(root).unwrap();
+        let reserved = ((s.blocks_free() - s.blocks_available()) * s.fragment_size()) >> 20;
+        fs::set_permissions(root, fs::Permissions::from_mode(0o1777)).unwrap();
+        (fill(root, "user", false), fill(root, "root", true), reserved)
+    };
+    let img = Image::ext4("128M").build_in(dir.path(), "reserve.img");
+    let m = FuseMount::new(&img, "rw,allow_other,default_permissions");
+    let (user, root, reserved) = run(m.path());
+    m.unmount();
+    e2fsck_clean(&img);
+    // What statfs keeps back is the root reserve and a little metadata room, which root may
+    // not fill either.
+    assert!(root > user + reserved / 2, "root {root} MiB, user {user} MiB, kept back {reserved} MiB");
+    if kernel_can_mount() {
+        let kimg = Image::ext4("128M").build_in(dir.path(), "kreserve.img");
+        let k = KernelMount::rw(&kimg).expect("kernel mount");
+        let (kuser, kroot, kreserved) = run(k.path());
+        drop(k);
+        e2fsck_clean(&kimg);
+        assert!(kroot > kuser + kreserved / 2, "kernel: root {kroot}, user {kuser}, kept back {kreserved}");
+        // The same space for each, within what the two keep back for metadata.
+        assert!(
+            user.abs_diff(kuser) <= 2 && root.abs_diff(kroot) <= 2,
+            "rext4 {user}/{root}, kernel {kuser}/{kroot}"
+        );
+    }
+}

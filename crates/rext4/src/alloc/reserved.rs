@@ -1,0 +1,68 @@
+//! Who may allocate the root-reserved blocks (`s_r_blocks_count`): the kernel lets a caller
+//! with `CAP_SYS_RESOURCE`, or the superblock's `s_def_resuid` / `s_def_resgid`, fill them
+//! (`ext4_has_free_clusters`), so root can still work on a filesystem users have filled. The
+//! engine has no caller identity on its write paths; the caller (the FUSE daemon, for the
+//! request's sender) marks the calls made for such a caller, on the calling thread, as the
+//! kernel's checks read the current task's credentials.
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Whether allocations on this thread may take the root-reserved blocks.
+    static MAY_USE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the root-reserved blocks available to the allocations it makes on this
+/// thread (for a caller ext4 would let use them). Nests; restored even if `f` unwinds.
+pub fn with_reserved_blocks<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MAY_USE.with(|m| m.set(self.0));
+        }
+    }
+    let _restore = Restore(MAY_USE.with(|m| m.replace(true)));
+    f()
+}
+
+/// Whether the current call may take the root-reserved blocks.
+pub(crate) fn may_use_reserved() -> bool {
+    MAY_USE.with(Cell::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_reserved_blocks;
+    use crate::test_image::{fsck_clean, mkfs_image, open_mem};
+
+    /// Writes stop at the root reserve, and go on into it inside `with_reserved_blocks`, with
+    /// delayed allocation (small writes) and without (large ones).
+    #[test]
+    fn the_reserve_is_for_marked_calls() {
+        for chunk in [4096usize, 1 << 20] {
+            let (fs, dev) = open_mem(mkfs_image(None, &["-m", "10"], "32M"));
+            let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+            let buf = vec![1u8; chunk];
+            let fill = |mut off: u64| -> u64 {
+                loop {
+                    match fs.write(ino, off, &buf) {
+                        Ok(n) if n > 0 => off += n as u64,
+                        _ => break,
+                    }
+                    if fs.fsync(ino).is_err() {
+                        break;
+                    }
+                }
+                off
+            };
+            let user = fill(0);
+            let root = with_reserved_blocks(|| fill(user));
+            // 10% of 32 MiB is kept for root, less what metadata takes.
+            assert!(root > user + (2 << 20), "chunk {chunk}: {user} then {root}");
+            assert!(!super::may_use_reserved(), "restored after the call");
+            fs.unmount().unwrap();
+            drop(fs);
+            fsck_clean(&dev.snapshot());
+        }
+    }
+}
