@@ -202,6 +202,10 @@ impl Adapter {
     }
 }
 
+/// The size from which a removed file's blocks are freed in the removal itself rather than
+/// at the kernel's `FORGET` (see `Adapter::free_if_gone`).
+const FREE_AT_REMOVAL: u64 = 1 << 20;
+
 impl Adapter {
     /// After an unlink or a rename that replaced `victim` (as looked up just before): a
     /// regular file whose last link that was, and that no open file holds, can never be read
@@ -210,22 +214,28 @@ impl Adapter {
     /// writes may already want the space (and `statfs` would show it taken until then). The
     /// inode itself stays until that `FORGET`. A failure here is logged: the name is gone, and
     /// the blocks still go at the `FORGET`.
+    ///
+    /// Only for files of [`FREE_AT_REMOVAL`] bytes or more: a small file's blocks matter
+    /// little to the space, and freeing them in the request would lengthen every removal of
+    /// a tree (a quarter longer for 8 KiB files, measured) for what the `FORGET` does a
+    /// moment later anyway.
     fn free_if_gone(&self, victim: Option<Attr>) {
         let Some(a) = victim else { return };
-        if a.kind != rext4::FileType::RegularFile || a.nlink != 1 || a.size == 0 {
+        if a.kind != rext4::FileType::RegularFile || a.nlink != 1 || a.size < FREE_AT_REMOVAL {
             return;
         }
         self.free_if_unopened(a.ino);
     }
 
-    /// Frees the data of `ino` if it is a removed file that no open file holds (the engine
-    /// checks that it is one). Also at the last `RELEASE`: the kernel sends a closed file's
-    /// `RELEASE` in the background, so an `UNLINK` right after the `close(2)` can arrive first.
+    /// Frees the data of `ino` if it is a removed file of [`FREE_AT_REMOVAL`] bytes or more
+    /// that no open file holds (the engine checks that it is removed). Also at the last
+    /// `RELEASE`: the kernel sends a closed file's `RELEASE` in the background, so an
+    /// `UNLINK` right after the `close(2)` can arrive first.
     fn free_if_unopened(&self, ino: InodeNo) {
         if self.shared.handles.is_open(u64::from(ino.0)) {
             return;
         }
-        if let Err(e) = self.fs().free_unlinked_data(ino) {
+        if let Err(e) = self.fs().free_unlinked_data(ino, FREE_AT_REMOVAL) {
             crate::log(&format!("inode {}: freeing the data of a removed file: {e}", ino.0));
         }
     }

@@ -754,15 +754,18 @@ impl Fs {
     /// nothing can read the file any more (no open file): ext4 frees a removed file's space
     /// before `unlink(2)` returns, so `statfs` and the next allocation see it at once. The
     /// inode and its orphan record stay until the last reference goes. Nothing happens to
-    /// any other inode.
-    pub fn free_unlinked_data(&self, ino: InodeNo) -> Result<()> {
+    /// any other inode, nor to a file under `min_size` bytes (whose freeing the caller
+    /// leaves to the release, off its own path).
+    pub fn free_unlinked_data(&self, ino: InodeNo, min_size: u64) -> Result<()> {
         self.inner.noting(crate::fs::stats::Op::Release, || {
             if !self.inner.ino_in_range(ino) {
                 return Ok(());
             }
             let inode = self.inner.iget(ino)?;
             let s = inode.refs.load(Ordering::Acquire);
-            let regular = inode.with_disk(|d| d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0);
+            let regular = inode.with_disk(|d| {
+                d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0 && d.size() >= min_size
+            });
             if s & REF_UNLINKED == 0 || s & REF_DEAD != 0 || !regular {
                 return Ok(());
             }
