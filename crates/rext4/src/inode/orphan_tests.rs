@@ -4,6 +4,24 @@
 
 use crate::test_image::{fsck_clean, mkfs_image, open_mem as open};
 
+/// Drops the last reference to the removed `ino`: its record goes, its `blocks` and the
+/// inode are free again against `before`, and the closed image is clean.
+fn release_last(
+    fs: crate::Fs,
+    dev: &crate::dev::MemDevice,
+    ino: crate::InodeNo,
+    before: &crate::StatFs,
+    blocks: u64,
+) {
+    fs.release(ino).unwrap();
+    assert!(fs.orphans().is_empty());
+    let after = fs.statfs().unwrap();
+    assert_eq!((after.blocks_free, after.files_free), (before.blocks_free + blocks, before.files_free + 1));
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}
+
 fn image(args: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
@@ -64,16 +82,7 @@ fn truncate_records_survive_a_crash_and_are_finished_at_open() {
             inner.orphan_del(&h, &inode).unwrap();
         }
         assert_eq!(fs.orphans(), vec![ino], "{args:?}: the unlink's record stays");
-        fs.release(ino).unwrap();
-        assert!(fs.orphans().is_empty());
-        let after = fs.statfs().unwrap();
-        assert_eq!(
-            (after.blocks_free, after.files_free),
-            (before.blocks_free + blocks, before.files_free + 1)
-        );
-        fs.unmount().unwrap();
-        drop(fs);
-        fsck_clean(&dev.snapshot());
+        release_last(fs, &dev, ino, &before, blocks);
     }
 }
 
@@ -111,15 +120,6 @@ fn unlinked_data_goes_before_the_inode() {
         drop(fs2);
         fsck_clean(&dev2.snapshot());
         // Without one, the release frees it.
-        fs.release(ino).unwrap();
-        assert!(fs.orphans().is_empty());
-        let after = fs.statfs().unwrap();
-        assert_eq!(
-            (after.blocks_free, after.files_free),
-            (before.blocks_free + blocks, before.files_free + 1)
-        );
-        fs.unmount().unwrap();
-        drop(fs);
-        fsck_clean(&dev.snapshot());
+        release_last(fs, &dev, ino, &before, blocks);
     }
 }
