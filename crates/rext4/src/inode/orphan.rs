@@ -685,6 +685,19 @@ impl FsInner {
     }
 }
 
+impl FsInner {
+    /// Whether `ino` is a regular file of at least `min_size` bytes (and not empty) whose
+    /// last link is gone while references to it are held.
+    fn unlinked_with_data(&self, ino: InodeNo, min_size: u64) -> Result<bool> {
+        let inode = self.iget(ino)?;
+        let s = inode.refs.load(Ordering::Acquire);
+        let sized = inode.with_disk(|d| {
+            d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0 && d.size() >= min_size
+        });
+        Ok(s & REF_UNLINKED != 0 && s & REF_DEAD == 0 && sized)
+    }
+}
+
 impl Fs {
     /// Takes a reference to `ino` (an open file, or a FUSE lookup): while any reference is
     /// held, removing its last link leaves it readable and writable by number, recorded as an
@@ -757,16 +770,25 @@ impl Fs {
     /// any other inode, nor to a file under `min_size` bytes (whose freeing the caller
     /// leaves to the release, off its own path).
     pub fn free_unlinked_data(&self, ino: InodeNo, min_size: u64) -> Result<()> {
+        // Most calls (every last close) find a linked file: no hold for those.
+        if !self.inner.ino_in_range(ino) || !self.inner.unlinked_with_data(ino, min_size)? {
+            return Ok(());
+        }
+        // Held meanwhile, so that a last release racing in (the kernel's FORGET on another
+        // thread) cannot evict the inode under the truncate: it waits for ours.
+        match self.hold(ino) {
+            Ok(()) => {}
+            Err(Error::NotFound) | Err(Error::InvalidInput(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let freed = self.free_held_unlinked_data(ino, min_size);
+        let released = self.release(ino);
+        freed.and(released)
+    }
+
+    fn free_held_unlinked_data(&self, ino: InodeNo, min_size: u64) -> Result<()> {
         self.inner.noting(crate::fs::stats::Op::Release, || {
-            if !self.inner.ino_in_range(ino) {
-                return Ok(());
-            }
-            let inode = self.inner.iget(ino)?;
-            let s = inode.refs.load(Ordering::Acquire);
-            let regular = inode.with_disk(|d| {
-                d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0 && d.size() >= min_size
-            });
-            if s & REF_UNLINKED == 0 || s & REF_DEAD != 0 || !regular {
+            if !self.inner.unlinked_with_data(ino, min_size)? {
                 return Ok(());
             }
             self.inner.truncate(ino, 0)
