@@ -224,18 +224,16 @@ impl Adapter {
         if a.kind != rext4::FileType::RegularFile || a.nlink != 1 || a.size < FREE_AT_REMOVAL {
             return;
         }
-        self.free_if_unopened(a.ino);
+        // Still open: the last `RELEASE` frees it (the kernel sends a closed file's `RELEASE`
+        // in the background, so even an `UNLINK` right after the `close(2)` can find it open).
+        if self.shared.handles.removed(u64::from(a.ino.0)) {
+            self.free_removed(a.ino);
+        }
     }
 
-    /// Frees the data of `ino` if it is a removed file of [`FREE_AT_REMOVAL`] bytes or more
-    /// that no open file holds (the engine checks that it is removed). Also at the last
-    /// `RELEASE`: the kernel sends a closed file's `RELEASE` in the background, so an
-    /// `UNLINK` right after the `close(2)` can arrive first.
-    fn free_if_unopened(&self, ino: InodeNo) {
-        if self.shared.handles.is_open(u64::from(ino.0)) {
-            return;
-        }
-        if let Err(e) = self.fs().free_unlinked_data(ino, FREE_AT_REMOVAL) {
+    /// Frees the data of the removed file `ino` (the engine checks that it is one).
+    fn free_removed(&self, ino: InodeNo) {
+        if let Err(e) = self.fs().free_unlinked_data(ino) {
             crate::log(&format!("inode {}: freeing the data of a removed file: {e}", ino.0));
         }
     }
@@ -624,11 +622,11 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         self.guard("release", || {
-            let closed = self.shared.handles.close(fh.0);
+            let removed = self.shared.handles.close(fh.0).is_some_and(|(_, gone)| gone);
             if let Some(e) = engine_ino(ino) {
                 self.release_locks(e, fh.0, lock_owner.map(|o| o.0));
-                if closed.is_some() && self.fs().is_writable() {
-                    self.free_if_unopened(e);
+                if removed {
+                    self.free_removed(e);
                 }
             }
             reply.ok();

@@ -118,6 +118,14 @@ pub(crate) struct Open {
     pub flags: i32,
 }
 
+/// The open handles of one inode.
+#[derive(Clone, Copy, Debug, Default)]
+struct InodeOpens {
+    count: u32,
+    /// Removed (its last name gone) while open: its data goes at the last close.
+    removed: bool,
+}
+
 /// Open file handles: the `fh` the kernel passes back with every I/O request.
 pub(crate) struct FileHandles {
     /// Next handle number; 0 is never handed out. [atomic]
@@ -126,7 +134,7 @@ pub(crate) struct FileHandles {
     shards: Box<[Mutex<HashMap<u64, Open>>]>,
     /// Inode -> its open handles, absent for none. [each shard: its own mutex, taken after
     /// the handle's shard is released, never with it]
-    per_ino: Box<[Mutex<HashMap<u64, u32>>]>,
+    per_ino: Box<[Mutex<HashMap<u64, InodeOpens>>]>,
 }
 
 impl Default for FileHandles {
@@ -144,22 +152,30 @@ impl FileHandles {
         &self.shards[shard_index(fh, SHARDS)]
     }
 
-    fn ino_shard(&self, ino: u64) -> &Mutex<HashMap<u64, u32>> {
+    fn ino_shard(&self, ino: u64) -> &Mutex<HashMap<u64, InodeOpens>> {
         &self.per_ino[shard_index(ino.wrapping_mul(0x9E37_79B9), SHARDS)]
     }
 
     /// Records an open and returns its handle.
     pub(crate) fn open(&self, ino: u64, flags: i32) -> u64 {
         // Counted first: an inode is never seen unopened while a handle to it exists.
-        *self.ino_shard(ino).lock().entry(ino).or_insert(0) += 1;
+        self.ino_shard(ino).lock().entry(ino).or_default().count += 1;
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().insert(fh, Open { ino, flags });
         fh
     }
 
-    /// Whether any handle to `ino` is open.
-    pub(crate) fn is_open(&self, ino: u64) -> bool {
-        self.ino_shard(ino).lock().contains_key(&ino)
+    /// At the removal of `ino`'s last name: whether no handle to it is open (its data may go
+    /// now); otherwise it is marked, and [`FileHandles::close`] says so at its last close.
+    /// One lock for both, so a close racing in is never missed.
+    pub(crate) fn removed(&self, ino: u64) -> bool {
+        match self.ino_shard(ino).lock().get_mut(&ino) {
+            Some(o) => {
+                o.removed = true;
+                false
+            }
+            None => true,
+        }
     }
 
     /// The open behind `fh`, if it is one of ours and for inode `ino`.
@@ -167,17 +183,20 @@ impl FileHandles {
         self.shard(fh).lock().get(&fh).copied().filter(|o| o.ino == ino)
     }
 
-    /// Forgets a handle (`release` / `releasedir`).
-    pub(crate) fn close(&self, fh: u64) -> Option<Open> {
+    /// Forgets a handle (`release` / `releasedir`); with it, whether that was the last
+    /// handle of an inode [`FileHandles::removed`] marked.
+    pub(crate) fn close(&self, fh: u64) -> Option<(Open, bool)> {
         let open = self.shard(fh).lock().remove(&fh)?;
         let mut s = self.ino_shard(open.ino).lock();
-        if let Some(n) = s.get_mut(&open.ino) {
-            *n -= 1;
-            if *n == 0 {
+        let mut gone = false;
+        if let Some(o) = s.get_mut(&open.ino) {
+            o.count -= 1;
+            if o.count == 0 {
+                gone = o.removed;
                 s.remove(&open.ino);
             }
         }
-        Some(open)
+        Some((open, gone))
     }
 
     /// Number of open handles.
@@ -214,14 +233,16 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(h.get(a, 12).map(|o| o.flags), Some(0));
         assert_eq!(h.get(a, 13), None);
-        assert_eq!(h.close(a).map(|o| o.ino), Some(12));
+        assert_eq!(h.close(a).map(|(o, gone)| (o.ino, gone)), Some((12, false)));
         assert_eq!(h.get(a, 12), None);
         assert_eq!(h.len(), 1);
-        assert!(h.is_open(12));
-        assert!(!h.is_open(13));
-        h.close(b);
-        assert!(!h.is_open(12));
+        // Removed while open: the last close says so, once.
+        assert!(!h.removed(12));
+        assert!(h.removed(13));
+        assert_eq!(h.close(b).map(|(o, gone)| (o.ino, gone)), Some((12, true)));
         assert_eq!(h.close(b), None);
-        assert!(!h.is_open(12));
+        assert!(h.removed(12));
+        let c = h.open(12, 0);
+        assert_eq!(h.close(c).map(|(_, gone)| gone), Some(false));
     }
 }

@@ -686,14 +686,12 @@ impl FsInner {
 }
 
 impl FsInner {
-    /// Whether `ino` is a regular file of at least `min_size` bytes (and not empty) whose
-    /// last link is gone while references to it are held.
-    fn unlinked_with_data(&self, ino: InodeNo, min_size: u64) -> Result<bool> {
+    /// Whether `ino` is a regular file with data whose last link is gone while references
+    /// to it are held.
+    fn unlinked_with_data(&self, ino: InodeNo) -> Result<bool> {
         let inode = self.iget(ino)?;
         let s = inode.refs.load(Ordering::Acquire);
-        let sized = inode.with_disk(|d| {
-            d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0 && d.size() >= min_size
-        });
+        let sized = inode.with_disk(|d| d.file_type() == rext4_format::inode::S_IFREG && d.size() > 0);
         Ok(s & REF_UNLINKED != 0 && s & REF_DEAD == 0 && sized)
     }
 }
@@ -767,11 +765,9 @@ impl Fs {
     /// nothing can read the file any more (no open file): ext4 frees a removed file's space
     /// before `unlink(2)` returns, so `statfs` and the next allocation see it at once. The
     /// inode and its orphan record stay until the last reference goes. Nothing happens to
-    /// any other inode, nor to a file under `min_size` bytes (whose freeing the caller
-    /// leaves to the release, off its own path).
-    pub fn free_unlinked_data(&self, ino: InodeNo, min_size: u64) -> Result<()> {
-        // Most calls (every last close) find a linked file: no hold for those.
-        if !self.inner.ino_in_range(ino) || !self.inner.unlinked_with_data(ino, min_size)? {
+    /// any other inode.
+    pub fn free_unlinked_data(&self, ino: InodeNo) -> Result<()> {
+        if !self.inner.ino_in_range(ino) || !self.inner.unlinked_with_data(ino)? {
             return Ok(());
         }
         // Held meanwhile, so that a last release racing in (the kernel's FORGET on another
@@ -781,14 +777,14 @@ impl Fs {
             Err(Error::NotFound) | Err(Error::InvalidInput(_)) => return Ok(()),
             Err(e) => return Err(e),
         }
-        let freed = self.free_held_unlinked_data(ino, min_size);
+        let freed = self.free_held_unlinked_data(ino);
         let released = self.release(ino);
         freed.and(released)
     }
 
-    fn free_held_unlinked_data(&self, ino: InodeNo, min_size: u64) -> Result<()> {
+    fn free_held_unlinked_data(&self, ino: InodeNo) -> Result<()> {
         self.inner.noting(crate::fs::stats::Op::Release, || {
-            if !self.inner.unlinked_with_data(ino, min_size)? {
+            if !self.inner.unlinked_with_data(ino)? {
                 return Ok(());
             }
             self.inner.truncate(ino, 0)

@@ -98,14 +98,11 @@ fn unlinked_data_goes_before_the_inode() {
         let before = fs.statfs().unwrap();
         // Linked: nothing happens.
         fs.hold(ino).unwrap();
-        fs.free_unlinked_data(ino, 0).unwrap();
+        fs.free_unlinked_data(ino).unwrap();
         assert_eq!(fs.getattr(ino).unwrap().size, 300 << 10, "{args:?}");
         fs.unlink(fs.root(), b"big").unwrap();
         assert_eq!(fs.statfs().unwrap().blocks_free, before.blocks_free, "{args:?}");
-        // Under the size asked for: left alone.
-        fs.free_unlinked_data(ino, (300 << 10) + 1).unwrap();
-        assert_eq!(fs.statfs().unwrap().blocks_free, before.blocks_free, "{args:?}");
-        fs.free_unlinked_data(ino, 300 << 10).unwrap();
+        fs.free_unlinked_data(ino).unwrap();
         let mid = fs.statfs().unwrap();
         assert_eq!(mid.blocks_free, before.blocks_free + blocks, "{args:?}: data freed");
         assert_eq!(mid.files_free, before.files_free, "{args:?}: the inode stays");
