@@ -10,6 +10,7 @@ pub mod checksum;
 pub mod dirent;
 pub mod dx;
 pub mod extent;
+pub mod fast_commit;
 pub mod features;
 pub mod group_desc;
 pub mod hash;

@@ -368,6 +368,72 @@ impl FsInner {
         Ok(())
     }
 
+    /// Marks the free blocks among `len` from `start` in use (a replay that names blocks
+    /// already chosen: the kernel's `ext4_mb_mark_bb`). Returns the runs it changed, as
+    /// `(start, len)`.
+    pub(crate) fn claim_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        self.check_block_range(start, len)?;
+        let sbi = &self.sbi;
+        let mut taken = Vec::new();
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+            let buf = self.block_bitmap(h, g)?;
+            let mut map = h.write(&buf)?;
+            let mut n = 0u32;
+            for x in b..gend {
+                let i = usize_from(x - gfirst);
+                if !bitmap::test(&map, i) {
+                    bitmap::set(&mut map, i);
+                    n += 1;
+                    match taken.last_mut() {
+                        Some((s, l)) if *s + *l == x => *l += 1,
+                        _ => taken.push((x, 1)),
+                    }
+                }
+            }
+            drop(map);
+            if n != 0 {
+                self.groups.state[g as usize].free_blocks.fetch_sub(n, Ordering::AcqRel);
+                self.counters.free_blocks.add(-i64::from(n));
+                self.touch_group_desc(h, g)?;
+            }
+            b = gend;
+        }
+        Ok(taken)
+    }
+
+    /// Frees the blocks in use among `len` from `start` (the other half of
+    /// [`FsInner::claim_blocks`]), as [`FsInner::free_blocks`] frees them.
+    pub(crate) fn release_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
+        self.check_block_range(start, len)?;
+        let sbi = &self.sbi;
+        let (mut b, end) = (start, start + len);
+        while b < end {
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+            let used: Vec<u64> = {
+                let buf = self.block_bitmap(h, g)?;
+                let map = buf.data();
+                (b..gend).filter(|&x| bitmap::test(&map, usize_from(x - gfirst))).collect()
+            };
+            let mut i = 0;
+            while i < used.len() {
+                let mut j = i + 1;
+                while j < used.len() && used[j] == used[j - 1] + 1 {
+                    j += 1;
+                }
+                self.free_blocks(h, used[i], (j - i) as u64, true)?;
+                i = j;
+            }
+            b = gend;
+        }
+        Ok(())
+    }
+
     /// `len` blocks from `start` lie in the filesystem's data area, inside the filesystem
     /// and outside its metadata: whoever named them, no metadata block is ever freed.
     fn check_block_range(&self, start: u64, len: u64) -> Result<()> {

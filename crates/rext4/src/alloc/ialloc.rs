@@ -304,6 +304,61 @@ impl FsInner {
         self.touch_group_desc(h, g)
     }
 
+    /// Whether inode `ino` is allocated in its group's bitmap.
+    pub(crate) fn inode_in_bitmap(&self, ino: InodeNo) -> Result<bool> {
+        let ipg = self.sbi.inodes_per_group;
+        let (g, bit) = ((ino.0 - 1) / ipg, ((ino.0 - 1) % ipg) as usize);
+        if self.inode_uninit(g) {
+            return Ok(false);
+        }
+        let buf = self.bread(self.groups.get(g).inode_bitmap(self.sbi.desc_size), Some(ino))?;
+        let map = buf.data();
+        Ok(bitmap::test(&map, bit))
+    }
+
+    /// Marks inode `ino` allocated in its group's bitmap, if it is not yet (the kernel's
+    /// `ext4_mark_inode_used`, for a replay that names the inode): the group's first inode
+    /// makes its bitmaps, and the unused-inodes mark moves past it. `is_dir` counts it in the
+    /// group's directories. Returns whether the bit was taken here.
+    pub(crate) fn mark_inode_used(&self, h: &Handle, ino: InodeNo, is_dir: bool) -> Result<bool> {
+        let sbi = &self.sbi;
+        let ipg = sbi.inodes_per_group as usize;
+        let (g, bit) = ((ino.0 - 1) / sbi.inodes_per_group, ((ino.0 - 1) % sbi.inodes_per_group) as usize);
+        let blk = self.groups.get(g).inode_bitmap(sbi.desc_size);
+        let st = &self.groups.state[g as usize];
+        let buf = if self.inode_uninit(g) { self.bcache.get_fresh(blk) } else { self.bread(blk, Some(ino))? };
+        let mut map = h.write(&buf)?;
+        if self.inode_uninit(g) {
+            map.fill(0);
+            bitmap::set_range(&mut map, ipg, sbi.block_size as usize * 8);
+            st.flags.fetch_and(!u32::from(BG_INODE_UNINIT), Ordering::AcqRel);
+            // An uninitialised group counts all its inodes unused.
+            st.itable_unused.store(sbi.inodes_per_group, Ordering::Release);
+            drop(map);
+            self.block_bitmap(h, g)?;
+            map = h.write(&buf)?;
+        }
+        if bitmap::test(&map, bit) {
+            return Ok(false);
+        }
+        bitmap::set(&mut map, bit);
+        st.free_inodes.fetch_sub(1, Ordering::AcqRel);
+        let unused = st.itable_unused.load(Ordering::Acquire) as usize;
+        if bit >= ipg - unused.min(ipg) {
+            // `bit < ipg`, a u32.
+            #[allow(clippy::cast_possible_truncation)]
+            st.itable_unused.store((ipg - bit - 1) as u32, Ordering::Release);
+        }
+        drop(map);
+        self.counters.free_inodes.add(-1);
+        if is_dir {
+            st.used_dirs.fetch_add(1, Ordering::AcqRel);
+            self.counters.dirs.add(1);
+        }
+        self.touch_group_desc(h, g)?;
+        Ok(true)
+    }
+
     /// A fresh generation number for a new inode.
     pub(crate) fn new_generation(&self) -> u32 {
         next_generation()

@@ -170,7 +170,7 @@ impl FsInner {
     }
 
     /// Whether `inode` is a symlink whose target is stored in `i_block`.
-    pub(super) fn is_fast_symlink(&self, inode: &Inode) -> bool {
+    pub(crate) fn is_fast_symlink(&self, inode: &Inode) -> bool {
         let d = inode.disk();
         if d.file_type() != S_IFLNK || self.has_inline_data(inode) {
             return false;

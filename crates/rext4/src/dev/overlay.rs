@@ -1,18 +1,23 @@
-//! A read-only device that shows some blocks from memory over another device: how a journal is
-//! replayed for a read-only open without touching the image.
+//! A device that shows some blocks from memory over another device: how a journal is replayed
+//! for a read-only open without touching the image. A copy-on-write overlay also takes writes,
+//! into memory, for a replay that needs a writable filesystem (fast commits).
 
 use crate::dev::BlockDevice;
 use crate::num::usize_from;
+use crate::sync::RwLock;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
-/// `base` with whole blocks replaced by in-memory copies. Writes fail: the device is read-only.
+/// `base` with whole blocks replaced by in-memory copies. Writes fail unless the overlay is
+/// copy-on-write ([`OverlayDevice::copy_on_write`]); `base` is never written.
 pub struct OverlayDevice {
     base: Arc<dyn BlockDevice>,
-    /// Block number -> contents (exactly `block_size` bytes each). [immutable]
-    blocks: BTreeMap<u64, Box<[u8]>>,
+    /// Block number -> contents (exactly `block_size` bytes each). [own lock; read-mostly]
+    blocks: RwLock<BTreeMap<u64, Box<[u8]>>>,
     block_size: u64,
+    /// Whether writes go into `blocks`. [immutable]
+    cow: bool,
 }
 
 impl OverlayDevice {
@@ -33,17 +38,24 @@ impl OverlayDevice {
         if bs == 0 || !blocks.iter().all(|(&n, b)| fits(n, b)) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "overlay block out of range"));
         }
-        Ok(OverlayDevice { base, blocks, block_size: bs })
+        Ok(OverlayDevice { base, blocks: RwLock::new(blocks), block_size: bs, cow: false })
+    }
+
+    /// An overlay of nothing yet that keeps every write in memory.
+    pub fn copy_on_write(base: Arc<dyn BlockDevice>, block_size: u32) -> io::Result<Self> {
+        let mut dev = Self::new(base, BTreeMap::new(), block_size)?;
+        dev.cow = true;
+        Ok(dev)
     }
 
     /// Number of blocks served from memory.
     pub fn len(&self) -> usize {
-        self.blocks.len()
+        self.blocks.read().len()
     }
 
     /// Whether no block is overlaid.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.blocks.read().is_empty()
     }
 }
 
@@ -58,7 +70,8 @@ impl BlockDevice for OverlayDevice {
             .ok_or(io::ErrorKind::UnexpectedEof)?;
         let bs = self.block_size;
         let (first, last) = (offset / bs, (end - 1) / bs);
-        let overlaid = self.blocks.range(first..=last);
+        let blocks = self.blocks.read();
+        let overlaid = blocks.range(first..=last);
         // Read the base only if some block of the range is not in memory.
         if overlaid.clone().count() as u64 != last - first + 1 {
             self.base.read_at(buf, offset)?;
@@ -74,8 +87,37 @@ impl BlockDevice for OverlayDevice {
         Ok(())
     }
 
-    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::ReadOnlyFilesystem, "overlay device is read-only"))
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.cow {
+            return Err(io::Error::new(io::ErrorKind::ReadOnlyFilesystem, "overlay device is read-only"));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.size())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let bs = self.block_size;
+        // One lock over the whole write: two writes into one block must not lose either.
+        let mut blocks = self.blocks.write();
+        for n in offset / bs..=(end - 1) / bs {
+            let start = n * bs;
+            let (lo, hi) = (start.max(offset), (start + bs).min(end));
+            let block = match blocks.entry(n) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let mut b = vec![0u8; usize_from(bs)].into_boxed_slice();
+                    if hi - lo != bs {
+                        self.base.read_at(&mut b, start)?;
+                    }
+                    e.insert(b)
+                }
+            };
+            block[usize_from(lo - start)..usize_from(hi - start)]
+                .copy_from_slice(&buf[usize_from(lo - offset)..usize_from(hi - offset)]);
+        }
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -119,6 +161,23 @@ mod tests {
         assert!(dev.read_at(&mut b, u64::MAX).is_err());
         assert!(dev.write_at(&b, 0).is_err());
         assert_eq!((dev.size(), dev.len()), (64, 2));
+    }
+
+    #[test]
+    fn copy_on_write_keeps_writes_in_memory() {
+        let base_bytes: Vec<u8> = (0..64u8).collect();
+        let base: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(base_bytes.clone()));
+        let dev = OverlayDevice::copy_on_write(base.clone(), 16).unwrap();
+        let mut view = base_bytes.clone();
+        dev.write_at(&[0xEE; 20], 10).unwrap();
+        view[10..30].fill(0xEE);
+        let mut b = vec![0u8; 64];
+        dev.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, view);
+        base.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, base_bytes, "the base is never written");
+        assert_eq!(dev.len(), 2);
+        assert!(dev.write_at(&[0], 64).is_err());
     }
 
     #[test]

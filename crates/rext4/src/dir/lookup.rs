@@ -107,7 +107,7 @@ impl FsInner {
         Ok(inode)
     }
 
-    fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+    pub(crate) fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         // An htree split moving names between blocks must not make a name look absent.
         self.names_stable(dir, || self.lookup_once(dir, name))
     }

@@ -17,6 +17,7 @@
 //! The filesystem object and its inode-level API (what the FUSE adapter calls).
 
 pub(crate) mod errors;
+pub(crate) mod fast_commit;
 pub(crate) mod label;
 pub(crate) mod mount;
 pub(crate) mod stats;
@@ -320,8 +321,8 @@ impl Fs {
         if opts.norecovery && opts.writable {
             return Err(Error::InvalidInput("norecovery is for read-only opens"));
         }
-        let (dev, sbi, recovery) = if opts.norecovery {
-            (dev, sbi, None)
+        let crate::jbd2::replay::Recovered { dev, sbi, report: recovery, fast_commits } = if opts.norecovery {
+            crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new() }
         } else {
             crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable)?
         };
@@ -329,7 +330,7 @@ impl Fs {
         inner.recovery = recovery;
         inner.protect_journal();
         if opts.writable {
-            inner.start_writing(&opts)?;
+            inner.start_writing(&opts, &fast_commits)?;
         }
         let inner = Arc::new(inner);
         crate::data::writeback::start_flusher(&inner)?;

@@ -26,8 +26,13 @@ fn free_inodes_u32(counters: &crate::alloc::counter::Counters) -> u32 {
 }
 
 impl FsInner {
-    /// Turns a freshly loaded, read-only filesystem into a writable one.
-    pub(super) fn start_writing(&mut self, opts: &Options) -> Result<()> {
+    /// Turns a freshly loaded, read-only filesystem into a writable one, applying the fast
+    /// commits recovery found (`fs/fast_commit.rs`).
+    pub(super) fn start_writing(
+        &mut self,
+        opts: &Options,
+        fast_commits: &[rext4_format::fast_commit::Tag],
+    ) -> Result<()> {
         if let Some(why) = self.sbi.read_only_reasons().first() {
             return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
         }
@@ -142,6 +147,8 @@ impl FsInner {
             .map_err(Error::Io)?;
         *self.committer.lock() = Some(thread);
         self.journal = Some(journal);
+        // Fast commits go before the orphans, as the kernel replays them in recovery.
+        self.replay_fast_commits(fast_commits)?;
         // What a crash left recorded is freed or truncated now (`ext4_orphan_cleanup`).
         self.orphan_cleanup()
     }

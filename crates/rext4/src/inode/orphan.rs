@@ -150,6 +150,25 @@ impl Orphans {
         })
     }
 
+    /// Inode numbers recorded as orphans at open: the orphan file's slots and the classic
+    /// list, followed through `i_dtime` (at most `limit` entries: a corrupt list may loop).
+    pub(crate) fn recorded(&self, fs: &FsInner, limit: usize) -> HashSet<u32> {
+        let mut out: HashSet<u32> = HashSet::new();
+        if let Some(f) = &self.file {
+            for b in f.blocks.iter() {
+                out.extend(b.slots.iter().map(|s| s.load(Ordering::Acquire)).filter(|&i| i != 0));
+            }
+        }
+        let mut ino = self.head();
+        while ino != 0 && out.len() < limit && out.insert(ino) {
+            ino = match fs.iget(InodeNo(ino)) {
+                Ok(i) => i.disk().dtime(),
+                Err(_) => 0,
+            };
+        }
+        out
+    }
+
     /// The list head to store in the superblock.
     pub(crate) fn head(&self) -> u32 {
         self.head.load(Ordering::Acquire)

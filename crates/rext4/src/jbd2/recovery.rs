@@ -13,6 +13,7 @@
 //! and replay targets must lie inside the filesystem.
 
 use crate::error::{corrupt, CorruptKind, Error, Result};
+use rext4_format::fast_commit::{self, ScanError, Tag as FcTag};
 use rext4_format::jbd2::commit::{commit_checksum, COMMIT_CHECKSUM_OFFSET};
 use rext4_format::jbd2::{
     tid_geq, tid_gt, unescape_block, verify_tail, BlockType, CommitBlock, DescriptorTags, Header, Jbd2Error,
@@ -47,6 +48,9 @@ pub struct RecoveryReport {
     pub revoke_records: u64,
     /// Distinct filesystem blocks the replay changes.
     pub distinct_blocks: u64,
+    /// Fast-commit tags found valid for the transaction after the last full commit, which the
+    /// open applies after the blocks (0 without fast commits).
+    pub fast_commit_tags: u64,
 }
 
 /// The outcome of recovery: the newest copy of every replayed filesystem block, by block
@@ -54,6 +58,8 @@ pub struct RecoveryReport {
 pub(super) struct Replay {
     pub blocks: BTreeMap<PhysBlock, Box<[u8]>>,
     pub report: RecoveryReport,
+    /// The fast commits to apply after the blocks (ext4's, `fs/fast_commit.rs`), in order.
+    pub fast_commits: Vec<FcTag>,
 }
 
 /// Checks the journal superblock as `journal_get_superblock` and `jbd2_journal_load` do, for a
@@ -113,6 +119,7 @@ pub(super) fn recover(
     params: JournalParams,
     log: &dyn JournalBlocks,
     fs_blocks: u64,
+    inode_size: usize,
 ) -> Result<Replay> {
     let maxlen = u64::from(jsb.maxlen());
     // `load_superblock`: the fast-commit area, if any, sits at the end; check_superblock made
@@ -145,16 +152,14 @@ pub(super) fn recover(
     if r.start == 0 {
         // Cleanly emptied: nothing to replay, the sequence carries on.
         r.report.end_sequence = r.sequence;
-        return Ok(Replay { blocks: BTreeMap::new(), report: r.report });
+        return Ok(Replay { blocks: BTreeMap::new(), report: r.report, fast_commits: Vec::new() });
     }
     r.pass(Pass::Scan)?;
     if r.failed_commit.is_some() {
         // `jbd2_journal_load` answers a failed commit with EFSCORRUPTED, not EFSBADCRC.
         return corrupt(CorruptKind::Journal("a committed transaction has a corrupt commit block"));
     }
-    if jsb.has_fast_commit() {
-        r.check_fast_commits()?;
-    }
+    let fast_commits = if jsb.has_fast_commit() { r.scan_fast_commits(inode_size)? } else { Vec::new() };
     r.pass(Pass::Revoke)?;
     r.pass(Pass::Replay)?;
     // Cannot be None: the scan pass always sets it.
@@ -162,7 +167,8 @@ pub(super) fn recover(
     r.report.transactions = end.wrapping_sub(r.sequence);
     r.report.end_sequence = end.wrapping_add(1);
     r.report.distinct_blocks = r.blocks.len() as u64;
-    Ok(Replay { blocks: r.blocks, report: r.report })
+    r.report.fast_commit_tags = fast_commits.len() as u64;
+    Ok(Replay { blocks: r.blocks, report: r.report, fast_commits })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -482,27 +488,41 @@ impl Recovery<'_> {
         Ok(failed)
     }
 
-    /// `fc_do_one_pass` hands the fast-commit area to ext4, which replays it when it starts
-    /// with a head tag (`EXT4_FC_TAG_HEAD`) of the transaction after the last full commit.
-    /// Fast-commit replay is not implemented: such a journal is refused rather than replayed
-    /// without its fast commits.
-    fn check_fast_commits(&mut self) -> Result<()> {
-        const EXT4_FC_TAG_HEAD: u16 = 9;
-        // `j_fc_first` is one past `j_last`.
-        let fc_first = self.last + 1;
-        if fc_first >= self.total {
-            return Ok(());
+    /// `fc_do_one_pass` hands the fast-commit area to ext4, whose scan picks the fast
+    /// commits of the transaction after the last full commit (`fast_commit::scan`). An area
+    /// the kernel would refuse is refused here, before anything is written.
+    fn scan_fast_commits(&mut self, inode_size: usize) -> Result<Vec<FcTag>> {
+        // `j_fc_first` is one past `j_last`; the area runs to the end of the journal.
+        let (first, total) = (self.last + 1, self.total);
+        let Some(expected) = self.end else { return Ok(Vec::new()) };
+        let mut failed = None;
+        let tags = fast_commit::scan(
+            |i| {
+                let n = first.checked_add(i as u64).filter(|&n| n < total)?;
+                let mut buf = vec![0u8; self.params.block_size];
+                match self.read(n, &mut buf) {
+                    Ok(()) => Some(buf),
+                    Err(e) => {
+                        failed = Some(e);
+                        None
+                    }
+                }
+            },
+            expected,
+            inode_size,
+        );
+        if let Some(e) = failed {
+            return Err(e);
         }
-        let mut buf = std::mem::take(&mut self.obh);
-        let res = self.read(fc_first, &mut buf);
-        let tag = u16::from_le_bytes([buf[0], buf[1]]);
-        let tid = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        self.obh = buf;
-        res?;
-        if tag == EXT4_FC_TAG_HEAD && Some(tid) == self.end {
-            return Err(Error::NotSupported("replaying a journal that holds fast commits".into()));
-        }
-        Ok(())
+        tags.map_err(|e| match e {
+            ScanError::UnknownFeatures(_) => Error::NotSupported(format!("replaying the journal: {e}")),
+            ScanError::Malformed => {
+                Error::Corrupt(crate::error::Corrupt(CorruptKind::Journal("malformed fast commit")))
+            }
+            ScanError::BadChecksum => Error::Corrupt(crate::error::Corrupt(CorruptKind::JournalChecksum(
+                "fast commit checksum mismatch",
+            ))),
+        })
     }
 }
 
@@ -584,7 +604,7 @@ mod tests {
             (commit, first_data)
         }
         fn run(&self) -> Result<Replay> {
-            recover(&self.jsb, self.p, &self.log, 1 << 20)
+            recover(&self.jsb, self.p, &self.log, 1 << 20, 256)
         }
     }
 
@@ -697,20 +717,28 @@ mod tests {
     }
 
     #[test]
-    fn fast_commits_for_the_next_transaction_are_refused() {
+    fn fast_commits_of_the_next_transaction_are_found() {
+        use rext4_format::fast_commit::{write_area, Tag};
         let incompat = V3 | JournalIncompat::FAST_COMMIT;
-        for (tid, refused) in [(3u32, true), (2, false)] {
+        let tags =
+            |tid| vec![Tag::Head { tid }, Tag::DelRange { ino: 12, lblk: 0, len: 3 }, Tag::Tail { tid }];
+        // (tid of the fast commits, damaged, what recovery finds)
+        for (tid, damaged, found) in [(3u32, false, Some(3)), (2, false, Some(0)), (3, true, None)] {
             let mut w = Writer::new(1024 + 256, incompat, 1, 1);
             w.tx(&[(10, 1)], &[], 1);
             w.tx(&[(11, 1)], &[], 2);
-            // EXT4_FC_TAG_HEAD, length 8, features 0, tid.
-            let fc = &mut w.log.0[1024 + 1];
-            fc[..4].copy_from_slice(&[9, 0, 8, 0]);
-            fc[8..12].copy_from_slice(&tid.to_le_bytes());
+            let area = write_area(&tags(tid), BS);
+            w.log.0[1024 + 1].copy_from_slice(&area[..BS]);
+            if damaged {
+                w.log.0[1024 + 1][6] ^= 1;
+            }
             match w.run() {
-                Err(Error::NotSupported(_)) => assert!(refused),
-                Ok(r) => assert!(!refused && r.report.transactions == 2),
-                Err(e) => panic!("{e}"),
+                Ok(r) => {
+                    assert_eq!(Some(r.fast_commits.len()), found);
+                    assert_eq!(r.report.transactions, 2);
+                    assert_eq!(r.report.fast_commit_tags, r.fast_commits.len() as u64);
+                }
+                Err(e) => assert!(found.is_none(), "{e}"),
             }
         }
     }

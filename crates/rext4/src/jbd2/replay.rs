@@ -12,6 +12,7 @@ use crate::fs::{FsInner, Options};
 use crate::jbd2::log_map::JournalLog;
 use crate::jbd2::recovery::{self, JournalBlocks, RecoveryReport, Replay};
 use crate::map::Mapping;
+use rext4_format::fast_commit::Tag as FcTag;
 use rext4_format::features::{Compat, Incompat};
 use rext4_format::inode::{INLINE_DATA_FL, S_IFREG};
 use rext4_format::jbd2::{JournalIncompat, JournalParams, JournalSuperblock};
@@ -42,26 +43,51 @@ pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
     if !sbi.needs_recovery() {
         return Ok(RecoveryReport::default());
     }
-    replay_in_place(&dev, &sbi)
+    let (report, fast_commits) = replay_in_place(&dev, &sbi)?;
+    if !fast_commits.is_empty() {
+        // Fast commits are applied by a writable filesystem, which finds them again.
+        drop(dev);
+        let fs = crate::Fs::open_with(path, Options { writable: true, ..Options::default() })?;
+        fs.unmount()?;
+    }
+    Ok(report)
+}
+
+/// What an open continues with after recovery.
+pub(crate) struct Recovered {
+    pub dev: Arc<dyn BlockDevice>,
+    pub sbi: SbInfo,
+    /// What was replayed, if the image needed it.
+    pub report: Option<RecoveryReport>,
+    /// Fast commits a writable open must apply (`fs/fast_commit.rs`).
+    pub fast_commits: Vec<FcTag>,
 }
 
 /// What the open path does when the superblock says the journal needs recovery: replays it in
-/// place when writing, over an in-memory overlay when reading. Returns the device and
-/// superblock to open with.
-pub(crate) fn recover_at_open(
-    dev: Arc<dyn BlockDevice>,
-    sbi: SbInfo,
-    writable: bool,
-) -> Result<(Arc<dyn BlockDevice>, SbInfo, Option<RecoveryReport>)> {
+/// place when writing, over an in-memory overlay when reading.
+pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: bool) -> Result<Recovered> {
     if !sbi.needs_recovery() {
-        return Ok((dev, sbi, None));
+        return Ok(Recovered { dev, sbi, report: None, fast_commits: Vec::new() });
     }
     if writable {
-        let report = replay_in_place(&dev, &sbi)?;
+        let (report, fast_commits) = replay_in_place(&dev, &sbi)?;
         let sbi = SbInfo::load(&*dev)?;
-        return Ok((dev, sbi, Some(report)));
+        return Ok(Recovered { dev, sbi, report: Some(report), fast_commits });
     }
     let (replay, journal) = recover(&dev, &sbi)?;
+    if !replay.fast_commits.is_empty() {
+        // Fast commits need a writable filesystem: run one over a copy-on-write view of the
+        // image, closed cleanly, and read that.
+        let report = replay.report;
+        let cow: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::copy_on_write(dev, sbi.block_size)?);
+        let fs = crate::Fs::from_device(cow.clone(), Options { writable: true, ..Options::default() })?;
+        fs.unmount()?;
+        drop(fs);
+        let mut sbi = SbInfo::load(&*cow)?;
+        sbi.ro_reasons
+            .push("the journal was replayed in memory only; the image itself still needs recovery".into());
+        return Ok(Recovered { dev: cow, sbi, report: Some(report), fast_commits: Vec::new() });
+    }
     let mut blocks: BTreeMap<u64, Box<[u8]>> = replay.blocks.into_iter().map(|(b, d)| (b.0, d)).collect();
     let bs = u64::from(sbi.block_size);
     let (sb_blk, sb_off) = sbi.sb_location();
@@ -73,7 +99,7 @@ pub(crate) fn recover_at_open(
             b
         }
     };
-    finish_superblock(&mut block[sb_off..sb_off + SUPERBLOCK_SIZE], &sbi.sb, &journal.jsb)?;
+    finish_superblock(&mut block[sb_off..sb_off + SUPERBLOCK_SIZE], &sbi.sb, &journal.jsb, false)?;
     blocks.insert(sb_blk, block);
     let overlay: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(dev, blocks, sbi.block_size)?);
     let mut sbi = SbInfo::load(&*overlay)?;
@@ -83,25 +109,37 @@ pub(crate) fn recover_at_open(
     }
     sbi.ro_reasons
         .push("the journal was replayed in memory only; the image itself still needs recovery".into());
-    Ok((overlay, sbi, Some(replay.report)))
+    Ok(Recovered { dev: overlay, sbi, report: Some(replay.report), fast_commits: Vec::new() })
 }
 
 /// Replays onto `dev`, whose superblock `sbi` needs recovery, and marks it recovered.
-fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<RecoveryReport> {
+///
+/// With fast commits to apply (returned), the journal is left empty but started at their
+/// transaction, with its fast-commit area, and the superblock still needs recovery: a crash
+/// before a writable open has applied and committed them finds them again
+/// (`fs/fast_commit.rs`).
+fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(RecoveryReport, Vec<FcTag>)> {
     let (replay, journal) = recover(dev, sbi)?;
     let bs = u64::from(sbi.block_size);
     for (blk, data) in &replay.blocks {
         dev.write_at(data, blk.0 * bs)?;
     }
     dev.flush()?;
+    let pending = !replay.fast_commits.is_empty();
     // `journal_reset` / `jbd2_mark_journal_empty`, and `jbd2_journal_clear_err`.
     let mut jsb = journal.jsb.clone();
     if jsb.start() != 0 || jsb.errno() != 0 {
-        jsb.set_start(0);
-        jsb.set_sequence(replay.report.end_sequence);
+        if pending {
+            // The transaction the fast commits belong to is the next one to commit.
+            jsb.set_start(jsb.first());
+            jsb.set_sequence(replay.report.end_sequence.wrapping_sub(1));
+        } else {
+            jsb.set_start(0);
+            jsb.set_sequence(replay.report.end_sequence);
+            // An empty journal does not advertise fast commits (`jbd2_mark_journal_empty`).
+            jsb.set_incompat(jsb.incompat() - JournalIncompat::FAST_COMMIT);
+        }
         jsb.set_errno(0);
-        // An empty journal does not advertise fast commits (`jbd2_mark_journal_empty`).
-        jsb.set_incompat(jsb.incompat() - JournalIncompat::FAST_COMMIT);
         jsb.update_checksum();
         // Always mapped: the superblock was read from it.
         let Some(at) = journal.log.device_block(0) else {
@@ -112,17 +150,23 @@ fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<RecoveryR
     }
     let mut raw = [0u8; SUPERBLOCK_SIZE];
     dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
-    finish_superblock(&mut raw, &sbi.sb, &journal.jsb)?;
+    finish_superblock(&mut raw, &sbi.sb, &journal.jsb, pending)?;
     dev.write_at(&raw, SUPERBLOCK_OFFSET)?;
     dev.flush()?;
-    Ok(replay.report)
+    Ok((replay.report, replay.fast_commits))
 }
 
 /// Turns the replayed primary superblock into the recovered one, as `ext4_load_journal` and
 /// the end of the kernel's mount do: the error record and error state read before the replay
 /// are kept, an error the journal recorded (`s_errno`) marks the filesystem as having errors
-/// (`ext4_clear_journal_err`), and `needs_recovery` is cleared.
-fn finish_superblock(raw: &mut [u8], before: &Superblock, jsb: &JournalSuperblock) -> Result<()> {
+/// (`ext4_clear_journal_err`), and `needs_recovery` is cleared unless fast commits are
+/// `pending`.
+fn finish_superblock(
+    raw: &mut [u8],
+    before: &Superblock,
+    jsb: &JournalSuperblock,
+    pending: bool,
+) -> Result<()> {
     // Cannot fail: callers pass SUPERBLOCK_SIZE bytes.
     let Some(mut sb) = Superblock::parse(raw) else { return corrupt(CorruptKind::Superblock("unreadable")) };
     if !sb.verify_checksum() {
@@ -135,7 +179,9 @@ fn finish_superblock(raw: &mut [u8], before: &Superblock, jsb: &JournalSuperbloc
         state |= STATE_ERROR;
     }
     sb.s_state.set(state);
-    sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+    if !pending {
+        sb.s_feature_incompat.set(sb.s_feature_incompat.get() & !Incompat::RECOVER.bits());
+    }
     sb.update_checksum();
     raw.copy_from_slice(sb.as_bytes());
     Ok(())
@@ -168,7 +214,7 @@ fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(Replay, Journal)
     let opts = Options { cache_bytes: 4 << 20, inode_cache: 64, ..Options::default() };
     let fs = FsInner::new(dev.clone(), sbi.clone(), &opts)?;
     let (log, jsb, params) = fs.journal_log(InodeNo(ino))?;
-    let replay = recovery::recover(&jsb, params, &log, sbi.blocks_count)?;
+    let replay = recovery::recover(&jsb, params, &log, sbi.blocks_count, sbi.inode_size)?;
     Ok((replay, Journal { log, jsb }))
 }
 

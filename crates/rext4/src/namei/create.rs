@@ -22,7 +22,7 @@ use rext4_format::InodeNo;
 use std::sync::Arc;
 
 /// The kernel's `EXT4_LINK_MAX`: beyond it a directory's link count stays at 1 (dir_nlink).
-pub(super) const LINK_MAX: u16 = 65000;
+pub(crate) const LINK_MAX: u16 = 65000;
 
 /// Credits for one namespace operation: bitmaps, descriptors, superblock, inode-table blocks,
 /// directory blocks (an htree insertion may split a leaf and index nodes on three levels),
@@ -154,7 +154,7 @@ impl FsInner {
 
     /// A new directory's `.` and `..`: inline where the filesystem has `inline_data` and the
     /// record has room, else in a first block.
-    fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
+    pub(crate) fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
         if self.sbi.inline_data {
             match self.init_inline_dir(dir, raw, parent) {
                 Err(Error::NoSpace) => {}

@@ -14,14 +14,13 @@ use crate::inode::write::{
 };
 use crate::inode::Inode;
 use crate::inode::{REF_COUNT, REF_DEAD, REF_UNLINKED};
+use crate::namei::create::LINK_MAX;
 use rext4_format::dirent::FT_SYMLINK;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The kernel's `EXT4_LINK_MAX`.
-const LINK_MAX: u16 = 65000;
 /// Longest target stored in `i_block` (the 60 bytes, less a NUL).
 const FAST_MAX: usize = 59;
 /// Credits: as for create, plus a data block for a slow symlink.
