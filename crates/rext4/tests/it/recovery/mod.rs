@@ -11,6 +11,7 @@
 //! `debugfs_journals.rs`, `kernel_journals.rs`, and `torn.rs` / `hostile.rs` for the last.
 
 mod debugfs_journals;
+mod fast_commits;
 mod hostile;
 mod kernel_journals;
 mod torn;
