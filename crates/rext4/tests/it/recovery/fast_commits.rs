@@ -128,13 +128,13 @@ fn scenario(name: &str, m: &Path) {
     }
 }
 
-fn fast_commit_case(name: &str, mkfs: &[&str]) {
-    let tmp = scratch();
-    let dir = tmp.path().to_path_buf();
+/// A copy of an image taken while the kernel had it mounted, after `scenario(name)`, and what
+/// the kernel showed just before the copy.
+fn kernel_crash(name: &str, mkfs: &[&str], size: &str, dir: &Path) -> (PathBuf, Walk) {
     let img = dir.join("img");
     let mut args = vec!["-E", "lazy_itable_init=0,lazy_journal_init=0", "-O", "fast_commit"];
     args.extend_from_slice(mkfs);
-    Image::ext4("96M").args(&args).build(&img);
+    Image::ext4(size).args(&args).build(&img);
     let crash = dir.join("crash");
     let model;
     {
@@ -148,6 +148,13 @@ fn fast_commit_case(name: &str, mkfs: &[&str]) {
         m.unmount();
     }
     assert!(fs_incompat(&crash) & RECOVER != 0, "{name}: the copy does not need recovery");
+    (crash, model)
+}
+
+fn fast_commit_case(name: &str, mkfs: &[&str]) {
+    let tmp = scratch();
+    let dir = tmp.path().to_path_buf();
+    let (crash, model) = kernel_crash(name, mkfs, "96M", &dir);
     let snapshot = fs::read(&crash).unwrap();
     let want = comparable(&model, true);
 
@@ -253,4 +260,40 @@ fn a_corrupt_fast_commit_is_refused() {
     let e = rext4::recover_image(&crash).unwrap_err();
     assert!(matches!(e, Error::Corrupt(_)), "{e}");
     assert!(fs::read(&crash).unwrap() == snapshot, "a refused recovery wrote to the image");
+}
+
+/// A crash at any write of rext4's replay (the logged blocks, the fast commits, the unmount)
+/// leaves an image that recovers to what the kernel showed, e2fsck-clean.
+#[test]
+fn a_crash_during_the_replay_loses_nothing() {
+    require_kernel!();
+    for name in ["names", "late"] {
+        let tmp = scratch();
+        let dir = tmp.path().to_path_buf();
+        let (crash, model) = kernel_crash(name, &[], "32M", &dir);
+        let want = comparable(&model, true);
+        let bytes = fs::read(&crash).unwrap();
+        let dev = Arc::new(rext4::dev::CrashDevice::new(bytes.clone()));
+        let fs = Fs::from_device(dev.clone(), Options { writable: true, ..Options::default() }).unwrap();
+        assert!(fs.recovery().unwrap().fast_commit_tags > 0, "{name}");
+        fs.unmount().unwrap();
+        drop(fs);
+        let ops = dev.ops();
+        let after = dir.join("after");
+        let mut images = 0;
+        rext4_testkit::for_each_crash_image(&ops, &bytes, 7, 1, |k, img| {
+            images += 1;
+            fs::write(&after, img).unwrap();
+            let what = format!("{name}: crash at op {k}");
+            let fs = Fs::open_with(&after, Options { writable: true, ..Options::default() })
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got = comparable(&walk_rext4(&fs, None), true);
+            fs.unmount().unwrap();
+            drop(fs);
+            assert_no_diff(&what, &diff_full("kernel", &want, "rext4", &got));
+            assert_fsck_clean(&after, &what);
+        });
+        eprintln!("{name}: {images} crash images, {} flushes", rext4_testkit::flush_count(&ops));
+        assert!(images > 4, "{name}: {images} crash images");
+    }
 }
