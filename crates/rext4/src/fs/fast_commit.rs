@@ -149,7 +149,7 @@ impl FsInner {
 
     /// Refuses tags naming what no fast commit of a sound filesystem names: inodes out of
     /// range or reserved (the root aside), blocks outside the data area, bad names.
-    fn check_fast_commit_tags(&self, tags: &[Tag]) -> Result<()> {
+    pub(crate) fn check_fast_commit_tags(&self, tags: &[Tag]) -> Result<()> {
         let sb = &self.sbi.sb;
         let special = [
             sb.s_journal_inum.get(),
@@ -178,7 +178,12 @@ impl FsInner {
                 Tag::Create { parent, ino, name }
                 | Tag::Link { parent, ino, name }
                 | Tag::Unlink { parent, ino, name } => ino_ok(*parent) && ino_ok(*ino) && name_ok(name),
-                Tag::Inode { ino, raw } => ino_ok(*ino) && raw.len() <= self.sbi.inode_size,
+                Tag::Inode { ino, raw } => {
+                    // A logged `i_extra_isize` must fit the filesystem's records.
+                    let extra = raw.get(0x80..0x82).map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                    let room = self.sbi.inode_size - fi::GOOD_OLD_INODE_SIZE;
+                    ino_ok(*ino) && raw.len() <= self.sbi.inode_size && extra <= room && extra % 4 == 0
+                }
                 Tag::Pad | Tag::Tail { .. } | Tag::Head { .. } => true,
             };
             if !ok {

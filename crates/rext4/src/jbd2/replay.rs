@@ -212,9 +212,14 @@ fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(Replay, Journal)
     }
     // Just enough of a filesystem to read the journal inode: the descriptors and that inode.
     let opts = Options { cache_bytes: 4 << 20, inode_cache: 64, ..Options::default() };
-    let fs = FsInner::new(dev.clone(), sbi.clone(), &opts)?;
+    let mut fs = FsInner::new(dev.clone(), sbi.clone(), &opts)?;
     let (log, jsb, params) = fs.journal_log(InodeNo(ino))?;
     let replay = recovery::recover(&jsb, params, &log, sbi.blocks_count, sbi.inode_size)?;
+    if !replay.fast_commits.is_empty() {
+        // Fast commits naming what they may not are refused before anything is written.
+        fs.protect_journal();
+        fs.check_fast_commit_tags(&replay.fast_commits)?;
+    }
     Ok((replay, Journal { log, jsb }))
 }
 

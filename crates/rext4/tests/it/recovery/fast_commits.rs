@@ -297,3 +297,88 @@ fn a_crash_during_the_replay_loses_nothing() {
         assert!(images > 4, "{name}: {images} crash images");
     }
 }
+
+/// Fast commits with valid checksums that name what no sound filesystem's would: refused
+/// before anything is written when they name reserved inodes, metadata blocks or bad names;
+/// left alone, with the rest replayed, when they name inodes not in use or non-directories
+/// as parents.
+#[test]
+fn hostile_fast_commits() {
+    use rext4::format::fast_commit::{write_area, Tag};
+    require_kernel!();
+    let tmp = scratch();
+    let dir = tmp.path().to_path_buf();
+    let (crash, _) = kernel_crash("names", &["-b", "4096"], "32M", &dir);
+    let bs = 4096usize;
+    let jsb = read_block(&crash, journal_blocks(&crash, &[0])[0], bs);
+    let be = |o: usize| u32::from_be_bytes([jsb[o], jsb[o + 1], jsb[o + 2], jsb[o + 3]]);
+    let fc = if be(0x54) == 0 { 256 } else { be(0x54) };
+    let first = be(0x10) - fc + 1;
+    let at = journal_blocks(&crash, &[first, first + 1]);
+    assert_eq!(at[1], at[0] + 1, "fast-commit area not contiguous");
+    let head = read_block(&crash, at[0], bs);
+    assert_eq!(&head[..2], &[9, 0]);
+    let tid = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    let (f0, d) = {
+        let fs = Fs::open(&crash).unwrap();
+        let d = fs.lookup(fs.root(), b"d").unwrap().ino;
+        (fs.lookup(d, b"f0").unwrap().ino.0, d.0)
+    };
+    let with = |tags: Vec<Tag>| {
+        let img = copy(&crash, &dir.join("hostile"));
+        let mut all = vec![Tag::Head { tid }];
+        all.extend(tags);
+        all.push(Tag::Tail { tid });
+        let area = write_area(&all, bs);
+        assert!(area.len() <= 2 * bs);
+        write_at(&img, at[0] * bs as u64, &area);
+        img
+    };
+    let refused: Vec<(&str, Vec<Tag>)> = vec![
+        ("the journal inode", vec![Tag::Inode { ino: 8, raw: vec![0; 256] }]),
+        ("a reserved inode", vec![Tag::DelRange { ino: 7, lblk: 0, len: 1 }]),
+        ("inode 0", vec![Tag::Link { parent: 2, ino: 0, name: b"zero".to_vec() }]),
+        ("past the last inode", vec![Tag::Unlink { parent: 2, ino: u32::MAX, name: b"x".to_vec() }]),
+        ("the superblock", vec![Tag::AddRange { ino: f0, lblk: 0, len: 1, pblk: 0, unwritten: false }]),
+        ("the group descriptors", vec![Tag::AddRange { ino: f0, lblk: 9, len: 2, pblk: 1, unwritten: false }]),
+        ("past the end", vec![Tag::AddRange { ino: f0, lblk: 0, len: 8, pblk: 1 << 40, unwritten: false }]),
+        ("a slash", vec![Tag::Link { parent: d, ino: f0, name: b"a/b".to_vec() }]),
+        ("dot-dot", vec![Tag::Create { parent: d, ino: f0, name: b"..".to_vec() }]),
+        ("a record too long", vec![Tag::Inode { ino: f0, raw: vec![0; 512] }]),
+        ("a bad i_extra_isize", vec![Tag::Inode { ino: f0, raw: [vec![0; 0x80], vec![0xff; 0x80]].concat() }]),
+        ("the journal's blocks", vec![Tag::AddRange { ino: f0, lblk: 0, len: 1, pblk: at[0], unwritten: false }]),
+        ("a range past 2^32", vec![Tag::DelRange { ino: f0, lblk: u32::MAX, len: 2 }]),
+    ];
+    for (what, tags) in refused {
+        let img = with(tags);
+        let before = fs::read(&img).unwrap();
+        let e = open_err(&img);
+        assert!(matches!(e, Error::Corrupt(_)), "{what}: {e}");
+        let e = Fs::open_with(&img, Options { writable: true, ..Options::default() }).err();
+        assert!(matches!(e, Some(Error::Corrupt(_))), "{what}: {e:?}");
+        assert!(fs::read(&img).unwrap() == before, "{what}: a refused replay wrote to the image");
+    }
+    let free = 5000;
+    let tolerated: Vec<(&str, Vec<Tag>)> = vec![
+        ("a range of an inode not in use", vec![Tag::AddRange { ino: free, lblk: 0, len: 1, pblk: 5000, unwritten: false }]),
+        ("a file as parent", vec![Tag::Link { parent: f0, ino: f0, name: b"in-a-file".to_vec() }]),
+        ("a free inode named", vec![Tag::Create { parent: d, ino: free, name: b"nobody".to_vec() }]),
+        ("a name of another inode", vec![Tag::Unlink { parent: 2, ino: f0, name: b"d".to_vec() }]),
+        ("a second name for a directory", vec![Tag::Link { parent: 2, ino: d, name: b"d-again".to_vec() }]),
+    ];
+    for (what, tags) in tolerated {
+        let img = with(tags);
+        let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() })
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        fs.readdir(fs.root(), 0, |e| {
+            names.push(e.name);
+            true
+        })
+        .unwrap();
+        assert!(names.contains(&b"d".to_vec()) && !names.contains(&b"d-again".to_vec()), "{what}: {names:?}");
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_fsck_clean(&img, what);
+    }
+}
