@@ -180,7 +180,8 @@ impl FsInner {
                 | Tag::Unlink { parent, ino, name } => ino_ok(*parent) && ino_ok(*ino) && name_ok(name),
                 Tag::Inode { ino, raw } => {
                     // A logged `i_extra_isize` must fit the filesystem's records.
-                    let extra = raw.get(0x80..0x82).map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                    let extra =
+                        raw.get(0x80..0x82).map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
                     let room = self.sbi.inode_size - fi::GOOD_OLD_INODE_SIZE;
                     ino_ok(*ino) && raw.len() <= self.sbi.inode_size && extra <= room && extra % 4 == 0
                 }

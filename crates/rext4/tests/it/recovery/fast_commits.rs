@@ -181,7 +181,10 @@ fn fast_commit_case(name: &str, mkfs: &[&str]) {
     {
         let m = KernelMount::ro(&ours).unwrap_or_else(|e| panic!("{name}: {e}"));
         let k = walk_kernel(m.path());
-        assert_no_diff(name, &diff_full("rext4", &comparable(&ours_walk, true), "kernel", &comparable(&k, true)));
+        assert_no_diff(
+            name,
+            &diff_full("rext4", &comparable(&ours_walk, true), "kernel", &comparable(&k, true)),
+        );
     }
     // A writable open replays the same way, and a second open finds nothing left to do.
     let again = copy(&crash, &dir.join("again"));
@@ -340,13 +343,22 @@ fn hostile_fast_commits() {
         ("inode 0", vec![Tag::Link { parent: 2, ino: 0, name: b"zero".to_vec() }]),
         ("past the last inode", vec![Tag::Unlink { parent: 2, ino: u32::MAX, name: b"x".to_vec() }]),
         ("the superblock", vec![Tag::AddRange { ino: f0, lblk: 0, len: 1, pblk: 0, unwritten: false }]),
-        ("the group descriptors", vec![Tag::AddRange { ino: f0, lblk: 9, len: 2, pblk: 1, unwritten: false }]),
+        (
+            "the group descriptors",
+            vec![Tag::AddRange { ino: f0, lblk: 9, len: 2, pblk: 1, unwritten: false }],
+        ),
         ("past the end", vec![Tag::AddRange { ino: f0, lblk: 0, len: 8, pblk: 1 << 40, unwritten: false }]),
         ("a slash", vec![Tag::Link { parent: d, ino: f0, name: b"a/b".to_vec() }]),
         ("dot-dot", vec![Tag::Create { parent: d, ino: f0, name: b"..".to_vec() }]),
         ("a record too long", vec![Tag::Inode { ino: f0, raw: vec![0; 512] }]),
-        ("a bad i_extra_isize", vec![Tag::Inode { ino: f0, raw: [vec![0; 0x80], vec![0xff; 0x80]].concat() }]),
-        ("the journal's blocks", vec![Tag::AddRange { ino: f0, lblk: 0, len: 1, pblk: at[0], unwritten: false }]),
+        (
+            "a bad i_extra_isize",
+            vec![Tag::Inode { ino: f0, raw: [vec![0; 0x80], vec![0xff; 0x80]].concat() }],
+        ),
+        (
+            "the journal's blocks",
+            vec![Tag::AddRange { ino: f0, lblk: 0, len: 1, pblk: at[0], unwritten: false }],
+        ),
         ("a range past 2^32", vec![Tag::DelRange { ino: f0, lblk: u32::MAX, len: 2 }]),
     ];
     for (what, tags) in refused {
@@ -360,7 +372,10 @@ fn hostile_fast_commits() {
     }
     let free = 5000;
     let tolerated: Vec<(&str, Vec<Tag>)> = vec![
-        ("a range of an inode not in use", vec![Tag::AddRange { ino: free, lblk: 0, len: 1, pblk: 5000, unwritten: false }]),
+        (
+            "a range of an inode not in use",
+            vec![Tag::AddRange { ino: free, lblk: 0, len: 1, pblk: 5000, unwritten: false }],
+        ),
         ("a file as parent", vec![Tag::Link { parent: f0, ino: f0, name: b"in-a-file".to_vec() }]),
         ("a free inode named", vec![Tag::Create { parent: d, ino: free, name: b"nobody".to_vec() }]),
         ("a name of another inode", vec![Tag::Unlink { parent: 2, ino: f0, name: b"d".to_vec() }]),

@@ -185,7 +185,10 @@ fn kernel_case(name: &str, mkfs: &[&str], mount_opts: &str, tail: Tail) {
         // blocks differ from e2fsck's; the trees are compared in `fast_commits.rs`.
         assert_fsck_clean(&ours, name);
         let fs_ours = Fs::open(&ours).unwrap();
-        assert_no_diff(name, &diff_full("in-memory replay", &ro_walk, "recovered", &walk_rext4(&fs_ours, None)));
+        assert_no_diff(
+            name,
+            &diff_full("in-memory replay", &ro_walk, "recovered", &walk_rext4(&fs_ours, None)),
+        );
         return;
     }
     let theirs = copy(&crash, &dir.join("theirs"));
