@@ -328,18 +328,34 @@ impl FsInner {
         (0..self.sbi.group_count).any(|g| !self.busy_list(g).is_empty())
     }
 
+    /// The pieces of blocks `start..end` in each group they cross: (group, the group's first
+    /// block, piece start, piece end).
+    fn group_spans(&self, start: u64, end: u64) -> impl Iterator<Item = (u32, u64, u64, u64)> + '_ {
+        let sbi = &self.sbi;
+        let mut b = start;
+        std::iter::from_fn(move || {
+            if b >= end {
+                return None;
+            }
+            let g = self.block_group(b);
+            let gfirst = sbi.group_first_block(g);
+            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+            let piece = (g, gfirst, b, gend);
+            b = gend;
+            Some(piece)
+        })
+    }
+
     /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
     /// journal copy is replayed over whatever they hold next.
     pub(crate) fn free_blocks(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::FreeBlocks);
         self.check_block_range(start, len)?;
-        let sbi = &self.sbi;
-        let mut b = start;
         let end = start + len;
-        while b < end {
-            let (g, boff) = sbi.block_group_offset(b);
-            let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+        for (g, gfirst, b, gend) in self.group_spans(start, end) {
+            // Below the group's block count, a u32.
+            #[allow(clippy::cast_possible_truncation)]
+            let boff = (b - gfirst) as u32;
             let buf = self.block_bitmap(h, g)?;
             let mut map = h.write(&buf)?;
             let mut freed = 0u32;
@@ -358,7 +374,6 @@ impl FsInner {
             self.groups.state[g as usize].free_blocks.fetch_add(freed, Ordering::AcqRel);
             self.counters.free_blocks.add(i64::from(freed));
             self.touch_group_desc(h, g)?;
-            b = gend;
         }
         if metadata {
             for x in start..end {
@@ -373,13 +388,8 @@ impl FsInner {
     /// `(start, len)`.
     pub(crate) fn claim_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<Vec<(u64, u64)>> {
         self.check_block_range(start, len)?;
-        let sbi = &self.sbi;
         let mut taken = Vec::new();
-        let (mut b, end) = (start, start + len);
-        while b < end {
-            let g = self.block_group(b);
-            let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
             let buf = self.block_bitmap(h, g)?;
             let mut map = h.write(&buf)?;
             let mut n = 0u32;
@@ -400,7 +410,6 @@ impl FsInner {
                 self.counters.free_blocks.add(-i64::from(n));
                 self.touch_group_desc(h, g)?;
             }
-            b = gend;
         }
         Ok(taken)
     }
@@ -409,12 +418,7 @@ impl FsInner {
     /// [`FsInner::claim_blocks`]), as [`FsInner::free_blocks`] frees them.
     pub(crate) fn release_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
         self.check_block_range(start, len)?;
-        let sbi = &self.sbi;
-        let (mut b, end) = (start, start + len);
-        while b < end {
-            let g = self.block_group(b);
-            let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
             let used: Vec<u64> = {
                 let buf = self.block_bitmap(h, g)?;
                 let map = buf.data();
@@ -429,7 +433,6 @@ impl FsInner {
                 self.free_blocks(h, used[i], (j - i) as u64, true)?;
                 i = j;
             }
-            b = gend;
         }
         Ok(())
     }
@@ -453,18 +456,12 @@ impl FsInner {
     /// it half way with some of them freed and still named by the inode.
     pub(crate) fn check_blocks_in_use(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
         self.check_block_range(start, len)?;
-        let sbi = &self.sbi;
-        let (mut b, end) = (start, start + len);
-        while b < end {
-            let g = self.block_group(b);
-            let gfirst = sbi.group_first_block(g);
-            let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
+        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
             let buf = self.block_bitmap(h, g)?;
             let map = buf.data();
             if (b..gend).any(|x| !bitmap::test(&map, usize_from(x - gfirst))) {
                 return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
             }
-            b = gend;
         }
         Ok(())
     }

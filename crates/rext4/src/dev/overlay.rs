@@ -48,6 +48,14 @@ impl OverlayDevice {
         Ok(dev)
     }
 
+    /// Where `len` bytes from `offset` end, if they lie in the device.
+    fn end_of(&self, offset: u64, len: usize) -> io::Result<u64> {
+        Ok(offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.size())
+            .ok_or(io::ErrorKind::UnexpectedEof)?)
+    }
+
     /// Number of blocks served from memory.
     pub fn len(&self) -> usize {
         self.blocks.read().len()
@@ -64,10 +72,7 @@ impl BlockDevice for OverlayDevice {
         if buf.is_empty() {
             return Ok(());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.size())
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = self.end_of(offset, buf.len())?;
         let bs = self.block_size;
         let (first, last) = (offset / bs, (end - 1) / bs);
         let blocks = self.blocks.read();
@@ -94,10 +99,7 @@ impl BlockDevice for OverlayDevice {
         if buf.is_empty() {
             return Ok(());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.size())
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = self.end_of(offset, buf.len())?;
         let bs = self.block_size;
         // One lock over the whole write: two writes into one block must not lose either.
         let mut blocks = self.blocks.write();
