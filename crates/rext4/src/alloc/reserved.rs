@@ -25,6 +25,19 @@ pub fn with_reserved_blocks<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// The kernel's rule for who may fill the reserve (`ext4_has_free_clusters`): a caller with
+/// `CAP_SYS_RESOURCE` (`sys_resource`), the superblock's `s_def_resuid`, or a member
+/// (`in_group`) of `s_def_resgid` when that is not root's group.
+pub fn may_use(
+    sb: &rext4_format::superblock::Superblock,
+    uid: u32,
+    in_group: impl Fn(u32) -> bool,
+    sys_resource: bool,
+) -> bool {
+    let (resuid, resgid) = (u32::from(sb.s_def_resuid.get()), u32::from(sb.s_def_resgid.get()));
+    sys_resource || uid == resuid || (resgid != 0 && in_group(resgid))
+}
+
 /// Whether the current call may take the root-reserved blocks.
 pub(crate) fn may_use_reserved() -> bool {
     MAY_USE.with(Cell::get)

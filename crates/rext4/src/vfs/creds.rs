@@ -23,6 +23,8 @@ bitflags::bitflags! {
         const SYS_ADMIN = 1 << 6;
         /// Make device nodes.
         const MKNOD = 1 << 7;
+        /// Fill the root-reserved blocks (`s_r_blocks_count`).
+        const SYS_RESOURCE = 1 << 8;
     }
 }
 
@@ -63,5 +65,22 @@ impl Creds {
 
     pub fn has(&self, cap: Caps) -> bool {
         self.caps.contains(cap)
+    }
+
+    /// Runs `f`, a call of this caller on `fs` that may allocate, with the root-reserved
+    /// blocks open to it if this caller may fill them.
+    pub(crate) fn allocating<T>(&self, fs: &crate::Fs, f: impl FnOnce() -> T) -> T {
+        if self.may_use_reserved(fs.superblock()) {
+            crate::with_reserved_blocks(f)
+        } else {
+            f()
+        }
+    }
+
+    /// Whether this caller may fill the root-reserved blocks of the filesystem whose
+    /// superblock is `sb` (`ext4_has_free_clusters`): `CAP_SYS_RESOURCE`, the reserving user,
+    /// or a member of the reserving group when that is not root's.
+    pub fn may_use_reserved(&self, sb: &rext4_format::superblock::Superblock) -> bool {
+        crate::alloc::reserved::may_use(sb, self.uid, |g| self.in_group(g), self.has(Caps::SYS_RESOURCE))
     }
 }

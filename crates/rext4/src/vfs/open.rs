@@ -200,7 +200,9 @@ impl OpenFile {
             }
         }
         let at = (!self.d.flags.contains(OpenFlags::APPEND)).then_some(offset);
-        let r = fs.inner.op(crate::fs::stats::Op::Write, || fs.inner.write_at(self.d.ino, at, data))?;
+        let r = self.d.creds.allocating(fs, || {
+            fs.inner.op(crate::fs::stats::Op::Write, || fs.inner.write_at(self.d.ino, at, data))
+        })?;
         if self.d.flags.contains(OpenFlags::SYNC) {
             fs.fsync(self.d.ino)?;
         }
@@ -249,7 +251,8 @@ impl OpenFile {
             return Err(Error::NotPermitted);
         }
         let mode = mode_after_write(&self.d.creds, &a);
-        self.d.fs.setattr(self.d.ino, &SetAttr { size: Some(size), mode, ..SetAttr::default() })?;
+        let ch = SetAttr { size: Some(size), mode, ..SetAttr::default() };
+        self.d.creds.allocating(&self.d.fs, || self.d.fs.setattr(self.d.ino, &ch))?;
         Ok(())
     }
 

@@ -309,3 +309,49 @@ fn lock_offsets_stop_where_the_kernels_do() {
     fs.sync().unwrap();
     fsck_clean(&dev.snapshot());
 }
+
+/// The root-reserved blocks (`-m 10`) are filled by callers with `CAP_SYS_RESOURCE`, the
+/// reserving user and members of the reserving group (`tune2fs -u`/`-g`), not by others:
+/// through writes, and through a file's growth by truncation and ACLs alike.
+#[test]
+fn the_reserve_is_for_the_callers_ext4_lets_fill_it() {
+    use crate::Caps;
+    let bytes = mkfs_image(None, &["-m", "10"], "32M");
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("a.img");
+    std::fs::write(&img, &bytes).unwrap();
+    let out =
+        std::process::Command::new("tune2fs").args(["-u", "700", "-g", "600"]).arg(&img).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (fs, dev) = open_mem(std::fs::read(&img).unwrap());
+    fs.as_user(root()).setattr(fs.root(), &SetAttr { mode: Some(0o1777), ..SetAttr::default() }).unwrap();
+    // Writes 256 KiB at a time until the filesystem says no; returns what went in.
+    let fill = |creds: Creds, name: &[u8]| -> u64 {
+        let u = fs.as_user(creds);
+        let (f, _) = u.create_open(fs.root(), name, 0o644, OpenFlags::WRITE | OpenFlags::CREATE).unwrap();
+        let chunk = vec![7u8; 256 << 10];
+        let mut total = 0u64;
+        while let Ok(n) = f.write(&chunk) {
+            if n == 0 || f.sync_all().is_err() {
+                break;
+            }
+            total += n as u64;
+        }
+        total
+    };
+    let plain = fill(Creds::user(1000, 1000, &[]), b"plain");
+    assert!(plain > 20 << 20, "{plain}");
+    // Past the reserve's edge: nobody without the right gets a byte more.
+    assert_eq!(fill(Creds::user(1001, 1001, &[5]), b"other"), 0);
+    let capable = fill(Creds::user(1000, 1000, &[]).with_caps(Caps::SYS_RESOURCE), b"capable");
+    assert!(capable > 1 << 20, "{capable}");
+    fs.as_user(root()).unlink(fs.root(), b"capable").unwrap();
+    fs.sync().unwrap();
+    assert!(fill(Creds::user(700, 700, &[]), b"resuid") > 1 << 20);
+    fs.as_user(root()).unlink(fs.root(), b"resuid").unwrap();
+    fs.sync().unwrap();
+    assert!(fill(Creds::user(1002, 1002, &[600]), b"resgid") > 1 << 20);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev.snapshot());
+}

@@ -74,13 +74,13 @@ impl UserFs {
     /// bits (the umask already applied).
     pub fn create(&self, dir: InodeNo, name: &[u8], mode: u16) -> Result<Attr> {
         let (mode, uid, gid) = self.new_owner(dir, S_IFREG | (mode & 0o7777))?;
-        self.fs.create(dir, name, mode & 0o7777, uid, gid)
+        self.creds.allocating(&self.fs, || self.fs.create(dir, name, mode & 0o7777, uid, gid))
     }
 
     /// `mkdir(2)`.
     pub fn mkdir(&self, dir: InodeNo, name: &[u8], mode: u16) -> Result<Attr> {
         let (mode, uid, gid) = self.new_owner(dir, S_IFDIR | (mode & 0o7777))?;
-        self.fs.mkdir(dir, name, mode & 0o7777, uid, gid)
+        self.creds.allocating(&self.fs, || self.fs.mkdir(dir, name, mode & 0o7777, uid, gid))
     }
 
     /// `mknod(2)`: device nodes need `CAP_MKNOD`.
@@ -90,13 +90,13 @@ impl UserFs {
             return Err(Error::NotPermitted);
         }
         let (mode, uid, gid) = self.new_owner(dir, mode)?;
-        self.fs.mknod(dir, name, mode, rdev, uid, gid)
+        self.creds.allocating(&self.fs, || self.fs.mknod(dir, name, mode, rdev, uid, gid))
     }
 
     /// `symlink(2)`.
     pub fn symlink(&self, dir: InodeNo, name: &[u8], target: &[u8]) -> Result<Attr> {
         let (_, uid, gid) = self.new_owner(dir, rext4_format::inode::S_IFLNK | 0o777)?;
-        self.fs.symlink(dir, name, target, uid, gid)
+        self.creds.allocating(&self.fs, || self.fs.symlink(dir, name, target, uid, gid))
     }
 
     /// `link(2)`: immutable and append-only files take no new names.
@@ -106,7 +106,7 @@ impl UserFs {
         if self.fs.getattr(ino)?.flags & (APPEND_FL | IMMUTABLE_FL) != 0 {
             return Err(Error::NotPermitted);
         }
-        self.fs.link(ino, dir, name)
+        self.creds.allocating(&self.fs, || self.fs.link(ino, dir, name))
     }
 
     fn victim(&self, dir: InodeNo, name: &[u8]) -> Result<(Attr, Attr)> {
@@ -162,14 +162,15 @@ impl UserFs {
                 }
             }
         }
-        self.fs.rename_as(old_dir, old, new_dir, new, flags, self.creds.uid, self.creds.gid)
+        let (uid, gid) = (self.creds.uid, self.creds.gid);
+        self.creds.allocating(&self.fs, || self.fs.rename_as(old_dir, old, new_dir, new, flags, uid, gid))
     }
 
     /// `chmod`, `chown`, `utimensat`, `truncate` with the VFS's checks and set-ID bit rules.
     pub fn setattr(&self, ino: InodeNo, ch: &SetAttr) -> Result<Attr> {
         let a = self.fs.getattr(ino)?;
         let ch = self.fs.setattr_prepare(&self.creds, &a, ch)?;
-        self.fs.setattr(ino, &ch)
+        self.creds.allocating(&self.fs, || self.fs.setattr(ino, &ch))
     }
 
     /// `FS_IOC_SETFLAGS`: the owner (or `CAP_FOWNER`) only, and the immutable and
@@ -244,9 +245,11 @@ impl UserFs {
         self.xattr_permission(&a, name, true)?;
         if name == b"system.posix_acl_access" && !self.creds.in_group(a.gid) && !self.creds.has(Caps::FSETID)
         {
-            return self.fs.setxattr_outside_group(ino, name, value, flags);
+            return self
+                .creds
+                .allocating(&self.fs, || self.fs.setxattr_outside_group(ino, name, value, flags));
         }
-        self.fs.setxattr(ino, name, value, flags)
+        self.creds.allocating(&self.fs, || self.fs.setxattr(ino, name, value, flags))
     }
 
     /// `removexattr(2)`.
@@ -276,7 +279,9 @@ impl UserFs {
             Ok(a) => Ok((self.open_inode(a.ino, flags)?, false)),
             Err(Error::NotFound) => match self.create(dir, name, mode) {
                 Ok(a) => {
-                    let owner = self.creds.clone().with_caps(Caps::all());
+                    // Every check passed, for the creator; the reserve stays as the caller's.
+                    let caps = (Caps::all() - Caps::SYS_RESOURCE) | self.creds.caps;
+                    let owner = self.creds.clone().with_caps(caps);
                     let f = self.fs.open_inode(&owner, a.ino, flags - OpenFlags::TRUNCATE)?;
                     Ok((f, true))
                 }
