@@ -179,8 +179,13 @@ fn serve(image: &Path, mountpoint: &Path, opts: &MountOptions, child: bool) -> C
 
     let fs = open_image(image, opts)?;
     if let Some(r) = fs.recovery() {
+        let fast = if r.fast_commit_tags > 0 {
+            format!(", {} fast-commit records applied", r.fast_commit_tags)
+        } else {
+            String::new()
+        };
         rext4_fuse::log(&format!(
-            "{}: journal recovered at mount: {} transactions, {} blocks replayed",
+            "{}: journal recovered at mount: {} transactions, {} blocks replayed{fast}",
             image.display(),
             r.transactions,
             r.blocks_replayed
