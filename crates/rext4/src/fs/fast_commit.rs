@@ -267,8 +267,22 @@ impl FsInner {
     fn fc_inode(&self, h: &Handle, st: &mut State, ino: u32, fc: &[u8]) -> Result<()> {
         let n = InodeNo(ino);
         let old = self.iget(n)?;
-        // In use now (before this replay, or made so by an earlier tag): its map is its own.
-        let was_used = self.fc_in_use(&old)?;
+        // The map is this inode's own only if the record in place is the same inode: in use
+        // (before this replay, or made so by an earlier tag), linked, and of the same
+        // generation. A number freed and given to a new file within the fast commits starts
+        // from an empty map; the old file's blocks are freed when the replay settles.
+        let same = {
+            let r = old.raw();
+            let cur = rec_ref(&r);
+            let logged_gen = u32::from_le_bytes([
+                fc[I_GENERATION],
+                fc[I_GENERATION + 1],
+                fc[I_GENERATION + 2],
+                fc[I_GENERATION + 3],
+            ]);
+            cur.links_count() != 0 && cur.generation() == logged_gen
+        };
+        let was_used = same && self.fc_in_use(&old)?;
         let mut raw = RawRecord::new(&old.raw());
         let len = fc.len().min(raw.len());
         raw[..I_BLOCK.start].copy_from_slice(&fc[..I_BLOCK.start]);
@@ -458,6 +472,12 @@ impl FsInner {
                 continue;
             }
             self.delete_inode(h, &inode)?;
+        }
+        // A block the kernel's log gave another inode stays in use, though a freed inode
+        // named it too (the kernel never reuses a block within a transaction; a hostile log
+        // may).
+        for &(s, e) in &after {
+            self.claim_blocks(h, s, e - s)?;
         }
         Ok(())
     }

@@ -112,6 +112,19 @@ fn scenario(name: &str, m: &Path) {
             fsync(&m.join("old/gone"));
             write_file(&m.join("d/f2"), &pattern(12, 20_000));
         }
+        "reincarnate" => {
+            // A removed file's inode number taken by a smaller new file: the new file must
+            // not keep the old one's blocks.
+            fs::remove_file(m.join("old/big")).unwrap();
+            write_file(&m.join("old/small"), &pattern(21, 5000));
+        }
+        "handover" => {
+            // A removed file and a new one written after it (the kernel gives the new one
+            // other blocks: freed blocks wait for the full commit).
+            fs::write(m.join("old/next"), b"").unwrap();
+            fs::remove_file(m.join("old/big")).unwrap();
+            write_file(&m.join("old/next"), &pattern(22, 300_000));
+        }
         "late" => {
             // Several changes, fsynced only at the end (the kernel's own replay of this one
             // leaves link counts and a directory's block count wrong).
@@ -222,6 +235,8 @@ fn kernel_fast_commits_replay() {
         ("ranges", &["-b", "4096"][..]),
         ("reuse", &[][..]),
         ("late", &[][..]),
+        ("reincarnate", &[][..]),
+        ("handover", &[][..]),
     ] {
         fast_commit_case(name, mkfs);
     }
