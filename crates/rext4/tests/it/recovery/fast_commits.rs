@@ -237,6 +237,9 @@ fn kernel_fast_commits_replay() {
         ("late", &[][..]),
         ("reincarnate", &[][..]),
         ("handover", &[][..]),
+        // Small files and directories inside their inodes.
+        ("creates", &["-O", "inline_data"][..]),
+        ("late", &["-O", "inline_data", "-b", "4096"][..]),
     ] {
         fast_commit_case(name, mkfs);
     }
