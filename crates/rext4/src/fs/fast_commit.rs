@@ -14,10 +14,9 @@
 //!   removed; a name already there (or already gone) is left as it is.
 //!
 //! # Where rext4 differs from the kernel
-//! The kernel frees and marks blocks in the bitmaps as each tag goes, leaves directory link
-//! counts, `i_blocks` of new directories and group directory counts wrong (e2fsck finds
-//! them), and keeps inodes whose last name went allocated. rext4 leaves an image e2fsck
-//! finds clean:
+//! The kernel frees and marks blocks in the bitmaps as each tag goes, and can leave directory
+//! link counts, `i_blocks` of new directories and group directory counts wrong (e2fsck finds
+//! them). rext4 leaves an image e2fsck finds clean:
 //! - bitmaps are settled once, at the end: blocks the changed inodes map afterwards are in
 //!   use; blocks they mapped before, and blocks claimed for `ADD_RANGE`, that no changed
 //!   inode maps any more are free. Until then nothing is freed, so a tree block allocated
