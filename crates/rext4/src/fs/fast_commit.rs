@@ -182,7 +182,14 @@ impl FsInner {
                     let extra =
                         raw.get(0x80..0x82).map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
                     let room = self.sbi.inode_size - fi::GOOD_OLD_INODE_SIZE;
-                    ino_ok(*ino) && raw.len() <= self.sbi.inode_size && extra <= room && extra % 4 == 0
+                    // The root stays a directory.
+                    let mode = u16::from_le_bytes([raw[0], raw[1]]);
+                    let root_ok = *ino != rext4_format::types::ROOT_INO.0 || mode & fi::S_IFMT == fi::S_IFDIR;
+                    ino_ok(*ino)
+                        && raw.len() <= self.sbi.inode_size
+                        && extra <= room
+                        && extra % 4 == 0
+                        && root_ok
                 }
                 Tag::Pad | Tag::Tail { .. } | Tag::Head { .. } => true,
             };

@@ -370,6 +370,10 @@ fn hostile_fast_commits() {
         ("dot-dot", vec![Tag::Create { parent: d, ino: f0, name: b"..".to_vec() }]),
         ("a record too long", vec![Tag::Inode { ino: f0, raw: vec![0; 512] }]),
         (
+            "the root made a file",
+            vec![Tag::Inode { ino: 2, raw: [&0o100644u16.to_le_bytes()[..], &[0; 126]].concat() }],
+        ),
+        (
             "a bad i_extra_isize",
             vec![Tag::Inode { ino: f0, raw: [vec![0; 0x80], vec![0xff; 0x80]].concat() }],
         ),
