@@ -5,8 +5,9 @@
 //!
 //! # What each tag does
 //! - `INODE`: the logged record replaces the inode's, except its block map: an extent-mapped
-//!   inode keeps its tree, which the range tags then change (the kernel's rule), and a new
-//!   inode starts from an empty one. Records whose `i_block` is no block map (inline data,
+//!   inode keeps its tree, which the range tags then change (the kernel's rule), while a new
+//!   inode, or a number freed and given to another file (another generation, or no links
+//!   left), starts from an empty one. Records whose `i_block` is no block map (inline data,
 //!   fast symlinks, device numbers) take the logged `i_block` too. The inode is marked in use.
 //! - `ADD_RANGE` / `DEL_RANGE`: a logical range of an extent-mapped inode maps the logged
 //!   blocks, or nothing.
