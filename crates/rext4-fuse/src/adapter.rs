@@ -142,7 +142,7 @@ impl Adapter {
     /// (taken for `CAP_SYS_RESOURCE`, which FUSE does not pass on), the superblock's
     /// reserving user, or its reserving group when that is not root's.
     fn guard_as(&self, req: &Request, op: &'static str, f: impl FnOnce()) {
-        // Root stands for CAP_SYS_RESOURCE; the request names no supplementary groups.
+        // The request names no supplementary groups.
         let (uid, gid) = (req.uid(), req.gid());
         if rext4::may_use_reserved_blocks(self.fs().superblock(), uid, |g| g == gid, uid == 0) {
             rext4::with_reserved_blocks(|| self.guard(op, f));

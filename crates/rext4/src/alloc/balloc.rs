@@ -123,8 +123,7 @@ impl FsInner {
         let reserve = if reserved_ok {
             0
         } else {
-            let root = if super::reserved::may_use_reserved() { 0 } else { sbi.sb.r_blocks_count() };
-            root + self.meta_slack() + self.wb.dirty_blocks.load(Ordering::Acquire)
+            self.root_reserve() + self.meta_slack() + self.wb.dirty_blocks.load(Ordering::Acquire)
         };
         if free <= reserve {
             return Err(Error::NoSpace);

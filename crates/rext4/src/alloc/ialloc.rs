@@ -9,11 +9,13 @@
 //! -> group state atomics. The new inode's record is written after the bitmap lock is dropped.
 
 use crate::alloc::bitmap;
+use crate::cache::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::write::{raw_init_times, raw_set_flags, rec};
 use crate::inode::{Inode, RawRecord};
 use crate::jbd2::transaction::Handle;
+use crate::sync::RwLockWriteGuard;
 use rext4_format::checksum::inode_csum_seed;
 use rext4_format::features::Incompat;
 use rext4_format::group_desc::BG_INODE_UNINIT;
@@ -170,17 +172,7 @@ impl FsInner {
         } else {
             None
         };
-        let mut map = h.write(&buf)?;
-        if self.inode_uninit(g) {
-            // First use of the group: an empty bitmap with the padding bits set.
-            map.fill(0);
-            bitmap::set_range(&mut map, ipg, sbi.block_size as usize * 8);
-            st.flags.fetch_and(!u32::from(BG_INODE_UNINIT), Ordering::AcqRel);
-            // The block bitmap must exist on disk too once the group holds an inode.
-            drop(map);
-            self.block_bitmap(h, g)?;
-            map = h.write(&buf)?;
-        }
+        let mut map = self.inode_bitmap_write(h, g, &buf)?;
         if bitmap::test(&map, bit) {
             // Another thread won this bit: choose again, now under the lock.
             match choose(&map) {
@@ -209,16 +201,47 @@ impl FsInner {
                 _ => bit = from,
             }
         }
-        bitmap::set(&mut map, bit);
+        self.take_bit(&mut map, g, bit);
+        drop(map);
+        self.counters.free_inodes.add(-1);
+        Ok(Some(bit32(bit)))
+    }
+
+    /// Write access to group `g`'s inode bitmap `buf`. The first use of a group gives it an
+    /// empty bitmap with the padding bits set, and its block bitmap, which must exist on disk
+    /// too once the group holds an inode.
+    fn inode_bitmap_write<'a>(
+        &self,
+        h: &Handle,
+        g: u32,
+        buf: &'a Arc<Buffer>,
+    ) -> Result<RwLockWriteGuard<'a, Box<[u8]>>> {
+        let mut map = h.write(buf)?;
+        if self.inode_uninit(g) {
+            map.fill(0);
+            bitmap::set_range(&mut map, self.sbi.inodes_per_group as usize, self.sbi.block_size as usize * 8);
+            self.groups.state[g as usize].flags.fetch_and(!u32::from(BG_INODE_UNINIT), Ordering::AcqRel);
+            drop(map);
+            self.block_bitmap(h, g)?;
+            map = h.write(buf)?;
+        }
+        Ok(map)
+    }
+
+    /// Sets free bit `bit` of group `g`'s inode bitmap `map` (held for writing) and counts it
+    /// in the group; the caller counts it in the filesystem's total once the bitmap is free.
+    fn take_bit(&self, map: &mut [u8], g: u32, bit: usize) {
+        let ipg = self.sbi.inodes_per_group as usize;
+        let st = &self.groups.state[g as usize];
+        bitmap::set(map, bit);
         st.free_inodes.fetch_sub(1, Ordering::AcqRel);
         // Inodes past `itable_unused` are about to be used: move the mark (lazy itable init).
         let unused = st.itable_unused.load(Ordering::Acquire) as usize;
         if bit >= ipg - unused.min(ipg) {
-            st.itable_unused.store(bit32(ipg - bit - 1), Ordering::Release);
+            // Below inodes_per_group, a u32.
+            #[allow(clippy::cast_possible_truncation)]
+            st.itable_unused.store((ipg - bit - 1) as u32, Ordering::Release);
         }
-        drop(map);
-        self.counters.free_inodes.add(-1);
-        Ok(Some(bit32(bit)))
     }
 
     /// Allocates an inode for a child of inode `parent` (a directory, or for an EA inode the
@@ -321,38 +344,19 @@ impl FsInner {
     /// makes its bitmaps, and the unused-inodes mark moves past it. `is_dir` counts it in the
     /// group's directories. Returns whether the bit was taken here.
     pub(crate) fn mark_inode_used(&self, h: &Handle, ino: InodeNo, is_dir: bool) -> Result<bool> {
-        let sbi = &self.sbi;
-        let ipg = sbi.inodes_per_group as usize;
-        let (g, bit) = ((ino.0 - 1) / sbi.inodes_per_group, ((ino.0 - 1) % sbi.inodes_per_group) as usize);
-        let blk = self.groups.get(g).inode_bitmap(sbi.desc_size);
-        let st = &self.groups.state[g as usize];
+        let ipg = self.sbi.inodes_per_group;
+        let (g, bit) = ((ino.0 - 1) / ipg, ((ino.0 - 1) % ipg) as usize);
+        let blk = self.groups.get(g).inode_bitmap(self.sbi.desc_size);
         let buf = if self.inode_uninit(g) { self.bcache.get_fresh(blk) } else { self.bread(blk, Some(ino))? };
-        let mut map = h.write(&buf)?;
-        if self.inode_uninit(g) {
-            map.fill(0);
-            bitmap::set_range(&mut map, ipg, sbi.block_size as usize * 8);
-            st.flags.fetch_and(!u32::from(BG_INODE_UNINIT), Ordering::AcqRel);
-            // An uninitialised group counts all its inodes unused.
-            st.itable_unused.store(sbi.inodes_per_group, Ordering::Release);
-            drop(map);
-            self.block_bitmap(h, g)?;
-            map = h.write(&buf)?;
-        }
+        let mut map = self.inode_bitmap_write(h, g, &buf)?;
         if bitmap::test(&map, bit) {
             return Ok(false);
         }
-        bitmap::set(&mut map, bit);
-        st.free_inodes.fetch_sub(1, Ordering::AcqRel);
-        let unused = st.itable_unused.load(Ordering::Acquire) as usize;
-        if bit >= ipg - unused.min(ipg) {
-            // `bit < ipg`, a u32.
-            #[allow(clippy::cast_possible_truncation)]
-            st.itable_unused.store((ipg - bit - 1) as u32, Ordering::Release);
-        }
+        self.take_bit(&mut map, g, bit);
         drop(map);
         self.counters.free_inodes.add(-1);
         if is_dir {
-            st.used_dirs.fetch_add(1, Ordering::AcqRel);
+            self.groups.state[g as usize].used_dirs.fetch_add(1, Ordering::AcqRel);
             self.counters.dirs.add(1);
         }
         self.touch_group_desc(h, g)?;

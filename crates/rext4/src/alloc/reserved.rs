@@ -43,6 +43,18 @@ pub(crate) fn may_use_reserved() -> bool {
     MAY_USE.with(Cell::get)
 }
 
+impl crate::fs::FsInner {
+    /// The root-reserved blocks the current call must leave free: none for a caller marked
+    /// with [`with_reserved_blocks`].
+    pub(crate) fn root_reserve(&self) -> u64 {
+        if may_use_reserved() {
+            0
+        } else {
+            self.sbi.sb.r_blocks_count()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_reserved_blocks;

@@ -385,8 +385,7 @@ impl FsInner {
     /// back) for others. Whether it could.
     fn delalloc_claim(&self, n: u64) -> bool {
         let free = self.counters.free_blocks.sum_positive();
-        let root = if crate::alloc::reserved::may_use_reserved() { 0 } else { self.sbi.sb.r_blocks_count() };
-        let keep = root + self.meta_slack();
+        let keep = self.root_reserve() + self.meta_slack();
         let mut cur = self.wb.dirty_blocks.load(Ordering::Acquire);
         loop {
             if cur.saturating_add(n).saturating_add(keep) > free {

@@ -253,17 +253,23 @@ impl FsInner {
         }
         let inode = self.iget(InodeNo(ino))?;
         let entry = if self.fc_in_use(&inode)? {
-            let owned = self.owned_blocks(&inode)?;
-            let mut runs: Vec<Run> = owned.data.iter().map(|&(s, l)| (s, s + l)).collect();
-            runs.extend(owned.meta.iter().map(|&b| (b, b + 1)));
-            let counted: u64 = runs.iter().map(|(s, e)| e - s).sum::<u64>() * self.sectors_per_block();
-            let other = raw_blocks(&inode.raw()).saturating_sub(counted);
+            let (runs, mapped) = self.mapped_runs(&inode)?;
+            let other = raw_blocks(&inode.raw()).saturating_sub(mapped * self.sectors_per_block());
             Some((merged(runs), other))
         } else {
             None
         };
         st.before.insert(ino, entry);
         Ok(())
+    }
+
+    /// The blocks `inode`'s map names (data and tree), as runs, and how many.
+    fn mapped_runs(&self, inode: &Inode) -> Result<(Vec<Run>, u64)> {
+        let owned = self.owned_blocks(inode)?;
+        let mut runs: Vec<Run> = owned.data.iter().map(|&(s, l)| (s, s + l)).collect();
+        runs.extend(owned.meta.iter().map(|&b| (b, b + 1)));
+        let n = runs.iter().map(|(s, e)| e - s).sum();
+        Ok((runs, n))
     }
 
     fn sectors_per_block(&self) -> u64 {
@@ -444,10 +450,7 @@ impl FsInner {
             if !self.fc_in_use(&inode)? {
                 continue;
             }
-            let owned = self.owned_blocks(&inode)?;
-            let mut runs: Vec<Run> = owned.data.iter().map(|&(s, l)| (s, s + l)).collect();
-            runs.extend(owned.meta.iter().map(|&b| (b, b + 1)));
-            let mapped: u64 = runs.iter().map(|(s, e)| e - s).sum();
+            let (runs, mapped) = self.mapped_runs(&inode)?;
             after.extend(runs);
             let mut raw = inode.raw_mut();
             if raw_flags(&raw) & (HUGE_FILE_FL | INLINE_DATA_FL) == 0 {

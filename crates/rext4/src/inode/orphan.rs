@@ -587,13 +587,7 @@ impl FsInner {
         if ino < sb.first_ino() || ino > self.sbi.inodes_count || special.contains(&ino) {
             return Ok(None);
         }
-        let ipg = self.sbi.inodes_per_group;
-        let (g, bit) = ((ino - 1) / ipg, ((ino - 1) % ipg) as usize);
-        if self.inode_uninit(g) {
-            return Ok(None);
-        }
-        let bitmap = self.bread(self.groups.get(g).inode_bitmap(self.sbi.desc_size), None)?;
-        if !crate::alloc::bitmap::test(&bitmap.data(), bit) {
+        if !self.inode_in_bitmap(InodeNo(ino))? {
             return Ok(None);
         }
         match self.iget(InodeNo(ino)) {

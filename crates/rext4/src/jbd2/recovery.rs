@@ -491,7 +491,7 @@ impl Recovery<'_> {
     /// `fc_do_one_pass` hands the fast-commit area to ext4, whose scan picks the fast
     /// commits of the transaction after the last full commit (`fast_commit::scan`). An area
     /// the kernel would refuse is refused here, before anything is written.
-    fn scan_fast_commits(&mut self, inode_size: usize) -> Result<Vec<FcTag>> {
+    fn scan_fast_commits(&self, inode_size: usize) -> Result<Vec<FcTag>> {
         // `j_fc_first` is one past `j_last`; the area runs to the end of the journal.
         let (first, total) = (self.last + 1, self.total);
         let Some(expected) = self.end else { return Ok(Vec::new()) };
