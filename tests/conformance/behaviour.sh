@@ -29,14 +29,20 @@ check acl_chmod_updates_acl
 touch acl_c && setfacl -m u:nobody:rwx acl_c && chmod 640 acl_c && getfacl -cp acl_c
 
 check o_trunc_running_executable
-cp /usr/bin/sleep exe && ./exe 2 &
-sleep 0.5
+# The open must come once the program runs (a loaded machine can take a while to exec it).
+cp /usr/bin/sleep exe
+./exe 3 &
+pid=$!
+for _ in $(seq 100); do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(pwd -P)/exe" ] && break
+    sleep 0.05
+done
 python3 -c "
 import os
 try: os.open('exe', os.O_RDONLY | os.O_TRUNC); print('opened')
 except OSError as e: print(os.strerror(e.errno))
 print('size', os.stat('exe').st_size)"
-wait 2>/dev/null
+wait "$pid"
 echo "exit status $?"
 
 check ioctl_getversion_int
