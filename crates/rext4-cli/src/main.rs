@@ -172,8 +172,9 @@ enum Cmd {
         image: PathBuf,
         mountpoint: PathBuf,
         /// Comma-separated mount options: ro, rw, allow_other, default_permissions, commit=N,
-        /// errors=continue|remount-ro, writeback_cache, io_uring/noio_uring, threads=N, fsname=, norecovery, cache=MiB,
-        /// acl/noacl, the atime and sync options, and what ext4 and mount(8) accept (docs/fuse.md).
+        /// errors=continue|remount-ro, writeback_cache, io_uring/noio_uring, splice/nosplice,
+        /// threads=N, fsname=, norecovery, cache=MiB, acl/noacl, the atime and sync options,
+        /// and what ext4 and mount(8) accept (docs/fuse.md).
         #[arg(short = 'o', action = clap::ArgAction::Append)]
         options: Vec<String>,
         /// Stay in the foreground instead of daemonizing.

@@ -48,12 +48,13 @@ fn write_tables(s: &mut String, r: &StatsReport) -> std::fmt::Result {
     let p = &r.page_cache;
     writeln!(
         s,
-        "page cache: {} pages ({:.1} MiB); {} misses, {} of them reading ahead; {} reads past it; {} blocks set aside for appends",
+        "page cache: {} pages ({:.1} MiB); {} misses, {} of them reading ahead; {} reads past it, {} more spliced from the image; {} blocks set aside for appends",
         p.pages,
         p.bytes as f64 / (1 << 20) as f64,
         p.misses,
         p.readahead,
         p.direct_reads,
+        p.spliced_reads,
         r.reserved_blocks
     )?;
     let w = &r.writeback;
@@ -156,8 +157,8 @@ pub fn json(r: &StatsReport) -> String {
     let p = &r.page_cache;
     let _ = write!(
         s,
-        ",\n  \"page_cache\": {{\"pages\": {}, \"bytes\": {}, \"misses\": {}, \"readahead\": {}, \"direct_reads\": {}}}",
-        p.pages, p.bytes, p.misses, p.readahead, p.direct_reads
+        ",\n  \"page_cache\": {{\"pages\": {}, \"bytes\": {}, \"misses\": {}, \"readahead\": {}, \"direct_reads\": {}, \"spliced_reads\": {}}}",
+        p.pages, p.bytes, p.misses, p.readahead, p.direct_reads, p.spliced_reads
     );
     let _ = write!(s, ",\n  \"reserved_blocks\": {}", r.reserved_blocks);
     let w = &r.writeback;
@@ -224,7 +225,14 @@ mod tests {
                 slow_drain_us: 250,
             }),
             every: 16,
-            page_cache: PageCacheStats { pages: 4, bytes: 16384, misses: 3, readahead: 1, direct_reads: 2 },
+            page_cache: PageCacheStats {
+                pages: 4,
+                bytes: 16384,
+                misses: 3,
+                readahead: 1,
+                direct_reads: 2,
+                spliced_reads: 5,
+            },
             reserved_blocks: 12,
             writeback: WritebackStats {
                 dirty_pages: 9,
@@ -267,9 +275,14 @@ mod tests {
         }
         assert_eq!(v["every"], 16);
         let p = &v["page_cache"];
-        for (k, want) in
-            [("pages", 4), ("bytes", 16384), ("misses", 3), ("readahead", 1), ("direct_reads", 2)]
-        {
+        for (k, want) in [
+            ("pages", 4),
+            ("bytes", 16384),
+            ("misses", 3),
+            ("readahead", 1),
+            ("direct_reads", 2),
+            ("spliced_reads", 5),
+        ] {
             assert_eq!(p[k], want, "{k}");
         }
         assert_eq!(v["reserved_blocks"], 12);

@@ -537,8 +537,14 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         self.guard("read", || {
+            let want = size.min(MAX_IO) as usize;
+            let mut touch = flags.0 & libc::O_NOATIME == 0;
+            let reply = match self.read_spliced(ino, offset, want, &mut touch, reply) {
+                Ok(None) => return,
+                Ok(Some(reply)) => reply,
+                Err((reply, e)) => return reply.error(e),
+            };
             READ_BUF.with_borrow_mut(|buf| {
-                let want = size.min(MAX_IO) as usize;
                 if buf.len() < want {
                     buf.resize(want, 0);
                 }
@@ -547,7 +553,7 @@ impl Filesystem for Adapter {
                 // carries the file's flags as they are now (`O_NOATIME` may have been set by
                 // `fcntl` since the open).
                 let r = ino_of(ino).and_then(|e| {
-                    if flags.0 & libc::O_NOATIME != 0 {
+                    if !touch {
                         self.fs().read_noatime(e, offset, buf)
                     } else {
                         self.fs().read(e, offset, buf)

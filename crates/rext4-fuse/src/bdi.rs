@@ -9,8 +9,10 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// The readahead window the mount is given, in KiB: one request of the largest size.
-pub(crate) const READ_AHEAD_KB: u32 = crate::adapter::MAX_IO / 1024;
+/// The readahead window the mount is given, in KiB: one request of the largest size but a
+/// page, so that the reply to a whole window and its header fit in the 1 MiB pipe any
+/// process may have (splice.rs; `/proc/sys/fs/pipe-max-size`): 256 page buffers.
+pub(crate) const READ_AHEAD_KB: u32 = (crate::adapter::MAX_IO - 4096) / 1024;
 
 /// The sysfs file holding the readahead window of the filesystem mounted at `mountpoint`,
 /// found in `/proc/self/mountinfo` (a `stat` of the mount would be a request to the daemon,

@@ -10,7 +10,7 @@
 //! Only the adapter lives here: option parsing (options.rs), lookup counts and file handles
 //! (handles.rs), errno and `errors=` policy (errno.rs), attribute translation (attr.rs), the
 //! `fuser::Filesystem` implementation (adapter.rs) and the work its requests share (ops.rs,
-//! readdir.rs, ioctl.rs, acl.rs, locks.rs, sync_opts.rs), the connection's settings (init.rs);
+//! readdir.rs, splice.rs, ioctl.rs, acl.rs, locks.rs, sync_opts.rs), the connection's settings (init.rs);
 //! memfs.rs serves an in-memory filesystem with the same settings, the benchmark's measure of
 //! what FUSE itself costs. Daemonizing, the image lock and signals belong to the `rext4 mount`
 //! command.
@@ -32,6 +32,7 @@ mod memfs;
 mod ops;
 mod options;
 mod readdir;
+mod splice;
 mod sync_opts;
 mod vfs_flags;
 

@@ -28,6 +28,9 @@ pub struct MountOptions {
     /// `Some(true)` (`io_uring`): so, saying when the kernel does not offer it; `Some(false)`
     /// (`noio_uring`): /dev/fuse reads only.
     pub io_uring: Option<bool>,
+    /// Large reads answered by splicing the file's blocks from the image into the reply
+    /// (`splice`, the default; `nosplice` reads them through the daemon's memory).
+    pub splice: bool,
     /// Worker threads reading requests (`threads=N`); `None` is one per core.
     pub threads: Option<usize>,
     /// The source shown in the mount table (`fsname=`); the image path by default.
@@ -76,6 +79,7 @@ impl Default for MountOptions {
             errors: None,
             writeback_cache: false,
             io_uring: None,
+            splice: true,
             threads: None,
             fsname: None,
             subtype: "rext4".into(),
@@ -256,6 +260,10 @@ impl MountOptions {
                 "io_uring" | "noio_uring" => {
                     flag(val)?;
                     self.io_uring = Some(key == "io_uring");
+                }
+                "splice" | "nosplice" => {
+                    flag(val)?;
+                    self.splice = key == "splice";
                 }
                 "norecovery" | "noload" => {
                     flag(val)?;
@@ -482,6 +490,14 @@ mod tests {
         assert!(e.contains("data=journal"), "{e}");
         let e = MountOptions::parse("frobnicate").unwrap_err();
         assert!(e.contains("Unknown parameter 'frobnicate'"), "{e}");
+    }
+
+    #[test]
+    fn splice_by_default() {
+        assert!(MountOptions::parse("rw").unwrap().splice);
+        assert!(!MountOptions::parse("nosplice").unwrap().splice);
+        assert!(MountOptions::parse("nosplice,splice").unwrap().splice);
+        assert!(MountOptions::parse("splice=1").is_err());
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub use data::fallocate::{
     FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,
 };
+pub use data::read::HostRange;
 pub use error::{Corrupt, Error, Result};
 pub use fs::stats::{LockStat, OpStat, StatsReport};
 pub use fs::{ErrorBehavior, Fs, Options, PageCacheStats, WritebackStats};

@@ -83,6 +83,11 @@ impl Channel {
 pub(crate) struct ChannelSender(Arc<DevFuse>);
 
 impl ChannelSender {
+    /// The /dev/fuse file replies are written to.
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
         let rc = nix::sys::uio::writev(&self.0, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.

@@ -81,6 +81,8 @@ pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
 #[cfg(target_os = "linux")]
+pub use crate::splice::HostPiece;
+#[cfg(target_os = "linux")]
 pub use crate::uring::TransportStats;
 
 mod access_flags;
@@ -103,6 +105,8 @@ mod reply;
 mod request;
 mod request_param;
 mod session;
+#[cfg(target_os = "linux")]
+mod splice;
 mod time;
 #[cfg(target_os = "linux")]
 mod uring;

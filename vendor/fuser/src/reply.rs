@@ -217,6 +217,33 @@ impl ReplyData {
         self.reply.send_ll(&ll::ResponseSlice(data));
     }
 
+    /// Whether this reply goes through /dev/fuse, where [`ReplyData::data_spliced`] can send
+    /// it (not through FUSE over io_uring, whose replies are written into the ring).
+    pub fn can_splice(&self) -> bool {
+        cfg!(target_os = "linux") && matches!(self.reply.sender, Some(ReplySender::Channel(_)))
+    }
+
+    /// Replies with the bytes of `pieces`, one after another, spliced from their files into
+    /// /dev/fuse: they never pass through this process's memory. Gives the reply back,
+    /// nothing sent, where it cannot be spliced: replies through FUSE over io_uring, a reply
+    /// larger than the thread's pipe, a piece its file does not hold.
+    #[cfg(target_os = "linux")]
+    pub fn data_spliced(mut self, pieces: &[crate::HostPiece<'_>]) -> Result<(), ReplyData> {
+        if let Some(ReplySender::Channel(ch)) = &self.reply.sender {
+            if let crate::splice::Spliced::Sent(r) =
+                crate::splice::reply(ch.as_fd(), self.reply.unique, pieces)
+            {
+                // Sent: nothing left for the drop to answer.
+                self.reply.sender = None;
+                if let Err(err) = r {
+                    error!("Failed to send FUSE reply: {err}");
+                }
+                return Ok(());
+            }
+        }
+        Err(self)
+    }
+
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);

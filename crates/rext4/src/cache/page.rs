@@ -111,6 +111,8 @@ pub(crate) struct PageStats {
     pub misses: AtomicU64,
     pub readahead: AtomicU64,
     pub direct: AtomicU64,
+    /// Large reads handed over where their bytes lie in the host file (`read_in_place`).
+    pub spliced: AtomicU64,
 }
 
 pub(crate) struct PageCache {

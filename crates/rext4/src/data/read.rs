@@ -13,7 +13,20 @@ use crate::inode::Inode;
 use crate::map::Mapping;
 use crate::num::usize_from;
 use rext4_format::inode::{ENCRYPT_FL, INLINE_DATA_FL, S_IFDIR, S_IFLNK, S_IFREG};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+/// A run of a file's bytes where they lie in the host file under the image
+/// ([`crate::Fs::read_in_place`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HostRange<'a> {
+    /// The host file (the image, or the disk it is a partition of).
+    pub fd: BorrowedFd<'a>,
+    /// Where the bytes start in it.
+    pub offset: u64,
+    /// How many there are.
+    pub len: usize,
+}
 
 /// Reads at least this long go straight to the device, without the page cache: a stream
 /// gains nothing from copies of its blocks (and the device holds what the pages hold).
@@ -63,6 +76,77 @@ impl FsInner {
             self.touch_atime(inode, &facts);
         }
         Ok(n)
+    }
+
+    /// Where the `len` bytes of `inode` from `offset` lie in the host file under the image,
+    /// handed to `f` while no writer can change them (`data_sem` held): for a caller that moves
+    /// them on without reading them (a FUSE reply spliced from the image), as a large
+    /// [`FsInner::read`] would read them from the device. `None`, and `f` not called, where a
+    /// read would take anything else: a short read (the page cache serves those), a hole or
+    /// unwritten extent (zeros), delayed writes (pages in memory), inline data, an encrypted
+    /// file, a device that is no host file. At or past the end, `f` gets no ranges. Sets the
+    /// access time as `read` does, once `f` has run.
+    pub(crate) fn read_in_place<R>(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        len: usize,
+        touch: bool,
+        f: impl FnOnce(&[HostRange<'_>]) -> R,
+    ) -> Result<Option<R>> {
+        if len < DIRECT_READ {
+            return Ok(None);
+        }
+        let (r, facts) = {
+            let _d = inode.data_sem.read();
+            let touch = touch && self.atime_may_change();
+            let (file_type, flags, size, facts) = inode.with_disk(|d| {
+                (d.file_type(), d.flags(), d.size(), touch.then(|| AtimeFacts::of(d, self.sbi.inode_size)))
+            });
+            match file_type {
+                S_IFREG => {}
+                S_IFDIR => return Err(Error::IsDir),
+                _ => return Err(Error::InvalidInput("not a regular file")),
+            }
+            if flags & (ENCRYPT_FL | INLINE_DATA_FL) != 0 || inode.dirty_pages.load(Acquire) != 0 {
+                return Ok(None);
+            }
+            let total = u64::try_from(len).unwrap_or(u64::MAX).min(size.saturating_sub(offset));
+            let bs = u64::from(self.sbi.block_size);
+            let mut ranges: Vec<HostRange<'_>> = Vec::new();
+            let mut done = 0u64;
+            while done < total {
+                let pos = offset + done;
+                let Ok(lblk) = u32::try_from(pos / bs) else {
+                    return Ok(None);
+                };
+                let in_block = pos % bs;
+                let Mapping::Mapped { pblk, len: run, unwritten: false } = self.map_block(inode, lblk)?
+                else {
+                    return Ok(None);
+                };
+                let n = (total - done).min(run.saturating_mul(bs) - in_block);
+                let Some((fd, at)) = pblk.checked_mul(bs).and_then(|b| self.dev.host_range(b + in_block, n))
+                else {
+                    return Ok(None);
+                };
+                match ranges.last_mut() {
+                    Some(last)
+                        if last.fd.as_raw_fd() == fd.as_raw_fd() && last.offset + last.len as u64 == at =>
+                    {
+                        last.len += usize_from(n);
+                    }
+                    _ => ranges.push(HostRange { fd, offset: at, len: usize_from(n) }),
+                }
+                done += n;
+            }
+            self.pcache.stats.spliced.fetch_add(1, Relaxed);
+            (f(&ranges), facts)
+        };
+        if let Some(facts) = facts {
+            self.touch_atime(inode, &facts);
+        }
+        Ok(Some(r))
     }
 
     /// A read through the page cache: copies from the pages it finds; a miss reads the run of

@@ -29,6 +29,7 @@ use crate::dev::image_lock::ImageLock;
 use crate::sync::RwLock;
 use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -81,6 +82,14 @@ pub trait BlockDevice: Send + Sync {
     /// Gives up a writable open's claim on the image once the filesystem on it is closed
     /// clean, so the next writer need not wait for the last handle to be dropped.
     fn release_claim(&self) {}
+    /// Where the `len` bytes from `offset` lie in a host file, as that file and the position
+    /// there: for a caller that moves them on without reading them through memory (a FUSE
+    /// reply spliced from the image). `None` where they are not all in one, as for devices in
+    /// memory or over the network, or that keep writes elsewhere.
+    fn host_range(&self, offset: u64, len: u64) -> Option<(BorrowedFd<'_>, u64)> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// Bytes copied from a host file through a buffer, a MiB at a time: what a device that cannot
@@ -248,6 +257,9 @@ impl BlockDevice for FileDevice {
     }
     fn release_claim(&self) {
         self.lock.lock().take();
+    }
+    fn host_range(&self, offset: u64, len: u64) -> Option<(BorrowedFd<'_>, u64)> {
+        offset.checked_add(len).filter(|&end| end <= self.size).map(|_| (self.file.as_fd(), offset))
     }
 }
 

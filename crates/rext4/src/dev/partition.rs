@@ -158,6 +158,10 @@ impl BlockDevice for PartitionDevice {
     fn release_claim(&self) {
         self.base.release_claim();
     }
+    fn host_range(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        let at = self.at(offset, usize::try_from(len).ok()?).ok()?;
+        self.base.host_range(at, len)
+    }
 }
 
 fn invalid(msg: String) -> io::Error {

@@ -27,6 +27,7 @@ use crate::alloc::group::Groups;
 use crate::attr::{Attr, DirEntry, StatFs};
 use crate::cache::buffer::{Buffer, BufferCache};
 use crate::cache::ShardedCache;
+use crate::data::read::HostRange;
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
@@ -202,6 +203,9 @@ pub struct PageCacheStats {
     pub readahead: u64,
     /// Reads large enough to go straight to the device.
     pub direct_reads: u64,
+    /// Large reads whose bytes were handed over where they lie in the image file
+    /// ([`Fs::read_in_place`]), not read.
+    pub spliced_reads: u64,
 }
 
 /// Delayed writes and their writeback ([`Fs::writeback_stats`]).
@@ -446,6 +450,28 @@ impl Fs {
         })
     }
 
+    /// Where the `len` bytes of regular file `ino` from `offset` lie in the image file, handed
+    /// to `f` while no write can change them: what a large [`Fs::read`] would read, for a
+    /// caller that moves the bytes on without reading them (the mount's daemon splices them
+    /// into its reply). The ranges are clipped at the end of the file (none at or past it).
+    /// `None`, and `f` not called, where a read would take anything else (reads under 64 KiB,
+    /// which the page cache serves; holes, unwritten extents, delayed writes, inline data; a
+    /// device that is no host file): the caller then reads. With `touch`, sets the access
+    /// time as [`Fs::read`] does.
+    pub fn read_in_place<R>(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        len: usize,
+        touch: bool,
+        f: impl FnOnce(&[HostRange<'_>]) -> R,
+    ) -> Result<Option<R>> {
+        self.inner.op(crate::fs::stats::Op::Read, || {
+            let inode = self.inner.iget_by_number(ino)?;
+            self.inner.read_in_place(&inode, offset, len, touch, f)
+        })
+    }
+
     /// [`Fs::read`] leaving the access time alone, as a file opened with `O_NOATIME` is read.
     pub fn read_noatime(&self, ino: InodeNo, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.inner.op(crate::fs::stats::Op::Read, || {
@@ -549,6 +575,7 @@ impl Fs {
             misses: get(&p.stats.misses),
             readahead: get(&p.stats.readahead),
             direct_reads: get(&p.stats.direct),
+            spliced_reads: get(&p.stats.spliced),
         }
     }
 }

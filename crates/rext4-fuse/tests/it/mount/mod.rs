@@ -8,7 +8,8 @@
 //! reads against kernel ext4; `access.rs`: permissions, ACLs
 //! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
 //! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4;
-//! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4.
+//! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4;
+//! `splice.rs`: large reads spliced from the image.
 
 mod access;
 mod atime;
@@ -18,6 +19,7 @@ mod killpriv;
 mod label;
 mod options;
 mod requests;
+mod splice;
 mod statx;
 mod tmpfile;
 mod tree;
