@@ -97,9 +97,12 @@ fn fits(pieces: &[HostPiece<'_>], size: usize) -> bool {
 
 /// The outcome of a spliced reply.
 pub(crate) enum Spliced {
-    /// The reply went out (or /dev/fuse refused it, which a written reply would meet too).
+    /// The reply went out, or the request it answers is gone (`ENOENT`: interrupted), which a
+    /// written reply would meet too.
     Sent(io::Result<()>),
-    /// Nothing was sent: the caller still owes the reply.
+    /// Nothing was sent, or /dev/fuse refused the message for another reason: the caller
+    /// still owes the reply (should the kernel have ended the request after all, a second
+    /// reply only meets `ENOENT`, while a reply never sent would leave the reader waiting).
     NotSent,
 }
 
@@ -136,16 +139,16 @@ pub(crate) fn reply(dev: BorrowedFd<'_>, unique: RequestId, pieces: &[HostPiece<
                 total,
                 SpliceFFlags::SPLICE_F_MOVE,
             ) {
-                Ok(n) if n == total => break Ok(()),
-                Ok(n) => break Err(io::Error::other(format!("spliced {n} of {total} bytes"))),
+                Ok(n) if n == total => break Spliced::Sent(Ok(())),
                 Err(Errno::EINTR) => continue,
-                Err(e) => break Err(e.into()),
+                Err(Errno::ENOENT) => break Spliced::Sent(Err(Errno::ENOENT.into())),
+                Ok(_) | Err(_) => break Spliced::NotSent,
             }
         };
         // The kernel takes the whole message from the pipe even when it refuses it (an
         // interrupted request): whatever is left would corrupt the next reply.
         pipe.drain();
-        Spliced::Sent(r)
+        r
     })
 }
 

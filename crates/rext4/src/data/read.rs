@@ -125,7 +125,13 @@ impl FsInner {
                 else {
                     return Ok(None);
                 };
-                let n = (total - done).min(run.saturating_mul(bs) - in_block);
+                // A mapping covers at least the block asked for; anything else is not spliced.
+                let Some(avail) =
+                    run.checked_mul(bs).and_then(|b| b.checked_sub(in_block)).filter(|&a| a > 0)
+                else {
+                    return Ok(None);
+                };
+                let n = (total - done).min(avail);
                 let Some((fd, at)) = pblk.checked_mul(bs).and_then(|b| self.dev.host_range(b + in_block, n))
                 else {
                     return Ok(None);
