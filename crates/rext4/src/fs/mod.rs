@@ -325,20 +325,41 @@ impl Fs {
         if opts.norecovery && opts.writable {
             return Err(Error::InvalidInput("norecovery is for read-only opens"));
         }
-        let crate::jbd2::replay::Recovered { dev, sbi, report: recovery, fast_commits } = if opts.norecovery {
+        if opts.writable {
+            // Before recovery writes anything, as the kernel checks the features first.
+            sbi.check_writable()?;
+        }
+        let recovered = if opts.norecovery {
             crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new() }
         } else {
             crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable)?
         };
-        let mut inner = FsInner::new(dev, sbi, &opts)?;
-        inner.recovery = recovery;
+        Self::start(recovered, &opts)
+    }
+
+    /// The filesystem on a recovered device, made writable (with the fast commits applied)
+    /// when `opts` say.
+    fn start(recovered: crate::jbd2::replay::Recovered, opts: &Options) -> Result<Fs> {
+        let crate::jbd2::replay::Recovered { dev, sbi, report, fast_commits } = recovered;
+        let mut inner = FsInner::new(dev, sbi, opts)?;
+        inner.recovery = report;
         inner.protect_journal();
         if opts.writable {
-            inner.start_writing(&opts, &fast_commits)?;
+            inner.start_writing(opts, &fast_commits)?;
         }
         let inner = Arc::new(inner);
         crate::data::writeback::start_flusher(&inner)?;
         Ok(Fs { inner })
+    }
+
+    /// Recovers the image on `cow`, a copy-on-write view, as a writable open would (the logged
+    /// blocks, then the fast commits), whatever keeps the image itself read-only, and closes it
+    /// clean: how a read-only open applies fast commits (jbd2/replay.rs).
+    pub(crate) fn replay_in_memory(cow: Arc<dyn BlockDevice>) -> Result<()> {
+        let sbi = SbInfo::load(&*cow)?;
+        let mut recovered = crate::jbd2::replay::recover_at_open(cow, sbi, true)?;
+        recovered.sbi.ro_reasons.clear();
+        Self::start(recovered, &Options { writable: true, ..Options::default() })?.unmount()
     }
 
     /// What journal recovery replayed when this filesystem was opened; `None` if the image

@@ -33,9 +33,7 @@ impl FsInner {
         opts: &Options,
         fast_commits: &[rext4_format::fast_commit::Tag],
     ) -> Result<()> {
-        if let Some(why) = self.sbi.read_only_reasons().first() {
-            return Err(Error::Incompatible(format!("cannot open read-write: {why}")));
-        }
+        self.sbi.check_writable()?;
         self.groups.check_writable(&self.sbi)?;
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());

@@ -331,4 +331,12 @@ impl SbInfo {
     pub(crate) fn read_only_reasons(&self) -> &[String] {
         &self.ro_reasons
     }
+
+    /// `Incompatible` with the first reason the filesystem may not be modified, if any.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match self.ro_reasons.first() {
+            Some(why) => Err(Error::Incompatible(format!("cannot open read-write: {why}"))),
+            None => Ok(()),
+        }
+    }
 }

@@ -77,12 +77,12 @@ pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: 
     let (replay, journal) = recover(&dev, &sbi)?;
     if !replay.fast_commits.is_empty() {
         // Fast commits need a writable filesystem: run one over a copy-on-write view of the
-        // image, closed cleanly, and read that.
+        // image, closed cleanly, and read that. What keeps the image itself read-only
+        // (features rext4 does not write) does not stop it: the writes stay in memory, and
+        // the kernel replays fast commits on a read-only mount too.
         let report = replay.report;
         let cow: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::copy_on_write(dev, sbi.block_size)?);
-        let fs = crate::Fs::from_device(cow.clone(), Options { writable: true, ..Options::default() })?;
-        fs.unmount()?;
-        drop(fs);
+        crate::Fs::replay_in_memory(cow.clone())?;
         let mut sbi = SbInfo::load(&*cow)?;
         sbi.ro_reasons
             .push("the journal was replayed in memory only; the image itself still needs recovery".into());

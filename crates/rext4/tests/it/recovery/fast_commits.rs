@@ -245,6 +245,31 @@ fn kernel_fast_commits_replay() {
     }
 }
 
+/// An image rext4 may only read (here for `mmp`, which it does not keep when writing) still shows
+/// what its fast commits hold: they are applied over the copy-on-write view, whatever keeps
+/// the image read-only, as the kernel applies them on a read-only mount; the image is not
+/// written, and a writable open is refused.
+#[test]
+fn an_image_opened_read_only_for_its_features_replays_its_fast_commits() {
+    require_kernel!();
+    let tmp = scratch();
+    let (crash, model) = kernel_crash("creates", &["-O", "mmp"], "96M", tmp.path());
+    let snapshot = fs::read(&crash).unwrap();
+    let fs = Fs::open(&crash).unwrap();
+    let why = fs.read_only_reasons();
+    assert!(why.iter().any(|r| r.contains("mmp")), "{why:?}");
+    assert!(fs.recovery().unwrap().fast_commit_tags > 0, "the kernel logged no fast commit");
+    let ours = walk_rext4(&fs, None);
+    assert_no_diff(
+        "kernel before the crash vs rext4's read-only replay",
+        &diff_full("kernel", &comparable(&model, true), "rext4", &comparable(&ours, true)),
+    );
+    drop(fs);
+    let e = Fs::open_rw(&crash).err().expect("a writable open of an mmp image");
+    assert!(matches!(e, Error::Incompatible(_)), "{e}");
+    assert!(fs::read(&crash).unwrap() == snapshot, "the image was written");
+}
+
 /// A fast commit whose checksum fails, in the only fast commit there is, makes the kernel
 /// refuse the journal (`EFSBADCRC`): rext4 refuses the open and writes nothing.
 #[test]
