@@ -44,18 +44,8 @@ impl FsInner {
         let (n, facts) = {
             // Writers change the map under this lock exclusively (and fill new blocks first).
             let _d = inode.data_sem.read();
-            // The record once: every lock taken on a hot read is a cache line the readers of
-            // a file pass between cores. It also gives the times the access-time check needs,
-            // where a read may set one (and a read of no bytes touches nothing, `filemap_read`).
-            let touch = touch && !buf.is_empty() && self.atime_may_change();
-            let (file_type, flags, size, facts) = inode.with_disk(|d| {
-                (d.file_type(), d.flags(), d.size(), touch.then(|| AtimeFacts::of(d, self.sbi.inode_size)))
-            });
-            match file_type {
-                S_IFREG => {}
-                S_IFDIR => return Err(Error::IsDir),
-                _ => return Err(Error::InvalidInput("not a regular file")),
-            }
+            // A read of no bytes touches nothing (`filemap_read`).
+            let (flags, size, facts) = self.read_facts(inode, touch && !buf.is_empty())?;
             if flags & ENCRYPT_FL != 0 {
                 return Err(Error::NoKey);
             }
@@ -76,6 +66,22 @@ impl FsInner {
             self.touch_atime(inode, &facts);
         }
         Ok(n)
+    }
+
+    /// What a read of `inode` takes from its record, once, under the caller's `data_sem`: its
+    /// flags and size, and with `touch` (where the mount's mode may set an access time) the
+    /// times the access-time check needs. Every lock taken on a hot read is a cache line the
+    /// readers of a file pass between cores. Anything but a regular file is refused.
+    fn read_facts(&self, inode: &Inode, touch: bool) -> Result<(u32, u64, Option<AtimeFacts>)> {
+        let touch = touch && self.atime_may_change();
+        let (file_type, flags, size, facts) = inode.with_disk(|d| {
+            (d.file_type(), d.flags(), d.size(), touch.then(|| AtimeFacts::of(d, self.sbi.inode_size)))
+        });
+        match file_type {
+            S_IFREG => Ok((flags, size, facts)),
+            S_IFDIR => Err(Error::IsDir),
+            _ => Err(Error::InvalidInput("not a regular file")),
+        }
     }
 
     /// Where the `len` bytes of `inode` from `offset` lie in the host file under the image,
@@ -99,15 +105,7 @@ impl FsInner {
         }
         let (r, facts) = {
             let _d = inode.data_sem.read();
-            let touch = touch && self.atime_may_change();
-            let (file_type, flags, size, facts) = inode.with_disk(|d| {
-                (d.file_type(), d.flags(), d.size(), touch.then(|| AtimeFacts::of(d, self.sbi.inode_size)))
-            });
-            match file_type {
-                S_IFREG => {}
-                S_IFDIR => return Err(Error::IsDir),
-                _ => return Err(Error::InvalidInput("not a regular file")),
-            }
+            let (flags, size, facts) = self.read_facts(inode, touch)?;
             if flags & (ENCRYPT_FL | INLINE_DATA_FL) != 0 || inode.dirty_pages.load(Acquire) != 0 {
                 return Ok(None);
             }

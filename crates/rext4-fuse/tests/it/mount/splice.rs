@@ -25,14 +25,20 @@ fn spliced(fs: &rext4::Fs) -> u64 {
     fs.page_cache_stats().spliced_reads
 }
 
+/// A fresh image of `size` in `dir`, mounted with `opts`, and the filesystem the daemon serves.
+fn mounted(dir: &std::path::Path, size: &str, opts: &str) -> (std::path::PathBuf, rext4::Fs, FuseMount) {
+    let img = Image::ext4(size).build_in(dir, "splice.img");
+    let o = rext4_fuse::MountOptions::parse(opts).unwrap();
+    let fs = rext4::Fs::open_with(&img, o.engine_options()).unwrap();
+    let m = FuseMount::serve(fs.clone(), &o).unwrap();
+    (img, fs, m)
+}
+
 #[test]
 fn large_reads_splice_the_files_bytes() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let img = Image::ext4("256M").build_in(dir.path(), "splice.img");
-    let o = rext4_fuse::MountOptions::parse("rw,strictatime").unwrap();
-    let fs = rext4::Fs::open_with(&img, o.engine_options()).unwrap();
-    let m = FuseMount::serve(fs.clone(), &o).unwrap();
+    let (img, fs, m) = mounted(dir.path(), "256M", "rw,strictatime");
     let p = |s: &str| m.join(s);
     let mut rng = Rng::new(7);
 
@@ -114,10 +120,7 @@ fn large_reads_splice_the_files_bytes() {
 fn nosplice_reads_through_memory() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let img = Image::ext4("64M").build_in(dir.path(), "nosplice.img");
-    let o = rext4_fuse::MountOptions::parse("rw,nosplice").unwrap();
-    let fs = rext4::Fs::open_with(&img, o.engine_options()).unwrap();
-    let m = FuseMount::serve(fs.clone(), &o).unwrap();
+    let (img, fs, m) = mounted(dir.path(), "64M", "rw,nosplice");
     let data = Rng::new(9).bytes(3 << 20);
     fs::write(m.join("f"), &data).unwrap();
     File::open(m.join("f")).unwrap().sync_all().unwrap();
