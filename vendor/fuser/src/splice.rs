@@ -31,7 +31,9 @@ pub struct HostPiece<'a> {
 }
 
 /// What a pipe buffer holds at most: one page (a piece adds a buffer per page it touches).
-const PAGE: usize = 4096;
+fn page() -> usize {
+    page_size::get()
+}
 
 /// Pipe sizes asked for, in turn: room for a 1 MiB reply and its header (a power of two of
 /// pages), then the most `/proc/sys/fs/pipe-max-size` lets a process without
@@ -66,7 +68,7 @@ impl Pipe {
 
     /// Empties the pipe after a reply that was not sent.
     fn drain(&self) {
-        let mut scratch = [0u8; PAGE];
+        let mut scratch = [0u8; 4096];
         while let Ok(n) = nix::unistd::read(&self.read, &mut scratch) {
             if n == 0 {
                 break;
@@ -76,7 +78,7 @@ impl Pipe {
 }
 
 thread_local! {
-    /// This thread's pipe; `None` until its first spliced reply, or when it could not be made.
+    /// This thread's pipe, made at its first spliced reply (the error, if it could not be).
     static PIPE: RefCell<Option<io::Result<Pipe>>> = const { RefCell::new(None) };
 }
 
@@ -87,12 +89,12 @@ fn fits(pieces: &[HostPiece<'_>], size: usize) -> bool {
         if p.len == 0 {
             continue;
         }
-        // Cannot overflow: a page index of a u64 offset, plus a usize length in pages.
-        let first = p.offset / PAGE as u64;
-        let last = (p.offset + p.len as u64 - 1) / PAGE as u64;
+        let page = page() as u64;
+        let first = p.offset / page;
+        let last = p.offset.saturating_add(p.len as u64 - 1) / page;
         bufs = bufs.saturating_add(usize::try_from(last - first + 1).unwrap_or(usize::MAX));
     }
-    bufs.saturating_mul(PAGE) <= size
+    bufs.saturating_mul(page()) <= size
 }
 
 /// The outcome of a spliced reply.
@@ -189,8 +191,11 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
 
+    const PAGE: usize = 4096;
+
     #[test]
     fn pieces_fit_by_the_pages_they_touch() {
+        assert_eq!(page(), PAGE, "the figures are for 4 KiB pages");
         let f = std::fs::File::open("/dev/null").unwrap();
         let p = |offset, len| HostPiece {
             fd: f.as_fd(),
