@@ -26,6 +26,8 @@ fn spliced(fs: &rext4::Fs) -> u64 {
 }
 
 /// A fresh image of `size` in `dir`, mounted with `opts`, and the filesystem the daemon serves.
+/// The tests name `noio_uring`: replies through io_uring are not spliced, and uring.rs may
+/// turn the kernel's `enable_uring` on while they mount.
 fn mounted(dir: &std::path::Path, size: &str, opts: &str) -> (std::path::PathBuf, rext4::Fs, FuseMount) {
     let img = Image::ext4(size).build_in(dir, "splice.img");
     let o = rext4_fuse::MountOptions::parse(opts).unwrap();
@@ -38,7 +40,7 @@ fn mounted(dir: &std::path::Path, size: &str, opts: &str) -> (std::path::PathBuf
 fn large_reads_splice_the_files_bytes() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let (img, fs, m) = mounted(dir.path(), "256M", "rw,strictatime");
+    let (img, fs, m) = mounted(dir.path(), "256M", "rw,strictatime,noio_uring");
     let p = |s: &str| m.join(s);
     let mut rng = Rng::new(7);
 
@@ -120,7 +122,7 @@ fn large_reads_splice_the_files_bytes() {
 fn nosplice_reads_through_memory() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let (img, fs, m) = mounted(dir.path(), "64M", "rw,nosplice");
+    let (img, fs, m) = mounted(dir.path(), "64M", "rw,nosplice,noio_uring");
     let data = Rng::new(9).bytes(3 << 20);
     fs::write(m.join("f"), &data).unwrap();
     File::open(m.join("f")).unwrap().sync_all().unwrap();
