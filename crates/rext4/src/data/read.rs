@@ -31,6 +31,12 @@ pub struct HostRange<'a> {
 /// Reads at least this long go straight to the device, without the page cache: a stream
 /// gains nothing from copies of its blocks (and the device holds what the pages hold).
 const DIRECT_READ: usize = 64 << 10;
+/// Whether a read of `len` bytes may be handed over in place ([`FsInner::read_in_place`]):
+/// shorter ones go through the page cache.
+pub(crate) fn may_read_in_place(len: usize) -> bool {
+    len >= DIRECT_READ
+}
+
 /// Blocks a sequential miss reads ahead of itself (128 KiB of 4 KiB blocks, the kernel's
 /// default `read_ahead_kb`).
 const READAHEAD_BLOCKS: u64 = 32;
@@ -100,7 +106,7 @@ impl FsInner {
         touch: bool,
         f: impl FnOnce(&[HostRange<'_>]) -> R,
     ) -> Result<Option<R>> {
-        if len < DIRECT_READ {
+        if !may_read_in_place(len) {
             return Ok(None);
         }
         let (r, facts) = {

@@ -487,6 +487,11 @@ impl Fs {
         touch: bool,
         f: impl FnOnce(&[HostRange<'_>]) -> R,
     ) -> Result<Option<R>> {
+        // Short reads before anything is looked up or counted: every read through the mount
+        // asks, and most of them are short.
+        if !crate::data::read::may_read_in_place(len) {
+            return Ok(None);
+        }
         self.inner.op(crate::fs::stats::Op::Read, || {
             let inode = self.inner.iget_by_number(ino)?;
             self.inner.read_in_place(&inode, offset, len, touch, f)
