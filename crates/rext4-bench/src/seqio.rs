@@ -1,7 +1,10 @@
 //! `seqio`: data throughput. N workers each write their own large file sequentially in 1 MiB
 //! writes (the total size fixed, split between them) and fsync it, then read it back after
-//! the caches are dropped, checking every byte; MB/s. Then small files: each worker writes
-//! files of 16 KiB in its own directory, then the filesystem is synced; files per second.
+//! the caches are dropped, checking every byte; MB/s. Then a log writer's pattern: each
+//! worker sets space aside past the end of a new file (`fallocate` with `KEEP_SIZE`, as
+//! RocksDB and other log writers do) and appends to it 4 KiB at a time, with an `fsync` every
+//! 1 MiB; MB/s. Then small files: each worker writes files of 16 KiB in its own directory,
+//! then the filesystem is synced; files per second.
 
 use super::report::Out;
 use super::targets::{ImageSpec, Node, Target};
@@ -10,6 +13,9 @@ use crate::CliResult;
 
 const CHUNK: usize = 1 << 20;
 const SMALL: usize = 16 << 10;
+/// The log phase's appends, and how many of them go between two `fsync`s.
+const APPEND: usize = 4 << 10;
+const APPENDS_PER_SYNC: usize = CHUNK / APPEND;
 
 pub(crate) fn image(sz: &Sizes, max_workers: usize) -> ImageSpec {
     let small = (max_workers * sz.small_files * SMALL) as u64 >> 20;
@@ -55,6 +61,33 @@ pub(crate) fn run(t: &dyn Target, workers: usize, sz: &Sizes) -> CliResult<Out> 
     let mut out = Out::default();
     out.rate("write", "MB/s", total / wrote.as_secs_f64() / 1e6);
     out.rate("read", "MB/s", total / read.as_secs_f64() / 1e6);
+
+    // A quarter of the data again, as a log: preallocated, appended, synced every MiB.
+    let log_chunks = (chunks / 4).max(1);
+    let files: Vec<Node> =
+        (0..workers).map(|w| t.create(root, &format!("log.{w}"))).collect::<CliResult<_>>()?;
+    let logged = parallel(workers, |w| {
+        let f = &files[w];
+        t.preallocate(f, 0, (log_chunks * CHUNK) as u64)?;
+        let buf = &bufs[w % 4];
+        for i in 0..log_chunks * APPENDS_PER_SYNC {
+            let at = i * APPEND;
+            t.write_at(f, at as u64, &buf[at % CHUNK..at % CHUNK + APPEND])?;
+            if (i + 1) % APPENDS_PER_SYNC == 0 {
+                t.fsync(f)?;
+            }
+        }
+        Ok(())
+    })?;
+    for (w, f) in files.into_iter().enumerate() {
+        let mut back = vec![0u8; CHUNK];
+        if t.read_at(&f, ((log_chunks - 1) * CHUNK) as u64, &mut back)? != CHUNK || back != bufs[w % 4] {
+            return Err(format!("log file {w} reads back wrong"));
+        }
+        t.close(f)?;
+        t.unlink(root, &format!("log.{w}"))?;
+    }
+    out.rate("log_append", "MB/s", (log_chunks * workers * CHUNK) as f64 / logged.as_secs_f64() / 1e6);
 
     let dirs: Vec<Node> =
         (0..workers).map(|w| t.mkdir(root, &format!("small.{w}"))).collect::<CliResult<_>>()?;

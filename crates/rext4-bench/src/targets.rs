@@ -196,6 +196,9 @@ pub(crate) trait Target: Sync {
     fn read_at(&self, f: &Node, off: u64, buf: &mut [u8]) -> CliResult<usize>;
     /// `ftruncate`.
     fn set_len(&self, f: &Node, len: u64) -> CliResult;
+    /// `fallocate(FALLOC_FL_KEEP_SIZE)`: space set aside past the end. Whether the target
+    /// could (a filesystem without it says `EOPNOTSUPP`).
+    fn preallocate(&self, f: &Node, off: u64, len: u64) -> CliResult<bool>;
     fn fsync(&self, f: &Node) -> CliResult;
     /// `syncfs`.
     fn sync(&self) -> CliResult;
@@ -359,6 +362,9 @@ impl Target for InProc {
     fn set_len(&self, f: &Node, len: u64) -> CliResult {
         self.fs.setattr(ino(f)?, &SetAttr { size: Some(len), ..SetAttr::default() }).map(|_| ()).map_err(e)
     }
+    fn preallocate(&self, f: &Node, off: u64, len: u64) -> CliResult<bool> {
+        self.fs.fallocate(ino(f)?, rext4::FALLOC_FL_KEEP_SIZE, off, len).map(|_| true).map_err(e)
+    }
     fn fsync(&self, f: &Node) -> CliResult {
         self.fs.fsync(ino(f)?).map_err(e)
     }
@@ -499,6 +505,15 @@ impl Target for Mounted {
     }
     fn set_len(&self, f: &Node, len: u64) -> CliResult {
         fd(f)?.set_len(len).map_err(|x| format!("ftruncate: {x}"))
+    }
+    fn preallocate(&self, f: &Node, off: u64, len: u64) -> CliResult<bool> {
+        let mode = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        let (off, len) = (off as libc::off_t, len as libc::off_t);
+        match nix::fcntl::fallocate(fd(f)?, mode, off, len) {
+            Ok(()) => Ok(true),
+            Err(nix::Error::EOPNOTSUPP) => Ok(false),
+            Err(x) => Err(format!("fallocate: {x}")),
+        }
     }
     fn fsync(&self, f: &Node) -> CliResult {
         fd(f)?.sync_all().map_err(|x| format!("fsync: {x}"))

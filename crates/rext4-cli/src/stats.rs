@@ -60,9 +60,10 @@ fn write_tables(s: &mut String, r: &StatsReport) -> std::fmt::Result {
     let w = &r.writeback;
     writeln!(
         s,
-        "writeback: {} dirty pages in {} files; {} blocks written back in {} writebacks ({:.1} ms); {} writers throttled; {} flusher rounds",
+        "writeback: {} dirty pages in {} files, {} blocks reserved for them; {} blocks written back in {} writebacks ({:.1} ms); {} writers throttled; {} flusher rounds",
         w.dirty_pages,
         w.dirty_files,
+        w.delalloc_blocks,
         w.written_blocks,
         w.writebacks,
         w.writeback_ns as f64 / 1e6,
@@ -164,8 +165,8 @@ pub fn json(r: &StatsReport) -> String {
     let w = &r.writeback;
     let _ = write!(
         s,
-        ",\n  \"writeback\": {{\"dirty_pages\": {}, \"dirty_files\": {}, \"written_blocks\": {}, \"writebacks\": {}, \"writeback_ns\": {}, \"throttled\": {}, \"flusher_rounds\": {}}}",
-        w.dirty_pages, w.dirty_files, w.written_blocks, w.writebacks, w.writeback_ns, w.throttled, w.flusher_rounds
+        ",\n  \"writeback\": {{\"dirty_pages\": {}, \"dirty_files\": {}, \"delalloc_blocks\": {}, \"written_blocks\": {}, \"writebacks\": {}, \"writeback_ns\": {}, \"throttled\": {}, \"flusher_rounds\": {}}}",
+        w.dirty_pages, w.dirty_files, w.delalloc_blocks, w.written_blocks, w.writebacks, w.writeback_ns, w.throttled, w.flusher_rounds
     );
     let _ = write!(s, ",\n  \"every\": {}\n}}", r.every);
     s
@@ -237,6 +238,7 @@ mod tests {
             writeback: WritebackStats {
                 dirty_pages: 9,
                 dirty_files: 2,
+                delalloc_blocks: 7,
                 written_blocks: 30,
                 writebacks: 4,
                 writeback_ns: 1000,
@@ -290,6 +292,7 @@ mod tests {
         for (k, want) in [
             ("dirty_pages", 9),
             ("dirty_files", 2),
+            ("delalloc_blocks", 7),
             ("written_blocks", 30),
             ("writebacks", 4),
             ("writeback_ns", 1000),

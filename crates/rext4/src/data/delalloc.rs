@@ -1,25 +1,31 @@
 //! Delayed allocation (the kernel's `ext4_da_write_begin`/`ext4_da_write_end` and
 //! `ext4_da_reserve_space`): a write into a hole copies its bytes into the file's *dirty
 //! pages* and reserves one block per new page in a counter beside the free-block counts, so
-//! that `ENOSPC` comes from the write and never from writeback. Blocks are chosen later, when
+//! that `ENOSPC` comes from the write and never from writeback. A write into preallocated
+//! (unwritten) blocks is delayed the same way, without a reservation: writeback converts them. Blocks are chosen later, when
 //! the pages are written back (data/writeback.rs), for whole runs of pages at once, so a file
 //! written by many small appends, beside others, ends in few extents; a file deleted before
 //! then never allocates at all.
 //!
 //! # Invariants
-//! 1. A dirty page's block is a hole in the file's map: a write over mapped blocks writes
-//!    them in place (as `overwrite` does), and everything that changes or reads the map other
-//!    than `read(2)` (truncate, fallocate, SEEK_DATA/HOLE, the general write path) writes the
-//!    file back first, under `op_lock`.
-//! 2. Reads copy dirty pages over what the device holds (holes, so zeros), under `data_sem`
-//!    shared; writeback turns pages into mapped blocks under `data_sem` exclusive, so a read
-//!    sees a block either as a page or as written data.
+//! 1. A dirty page's block is a hole or an unwritten extent in the file's map: a write over
+//!    written blocks writes them in place (as `overwrite` does), and everything that changes
+//!    or reads the map other than `read(2)` (truncate, fallocate, SEEK_DATA/HOLE, the general
+//!    write path) writes the file back first, under `op_lock`. So what lies under a page
+//!    stays what it was when the page was made.
+//! 2. Reads copy dirty pages over what the device holds (holes and unwritten blocks, so
+//!    zeros), under `data_sem` shared; writeback turns pages into written blocks under
+//!    `data_sem` exclusive, so a read sees a block either as a page or as written data.
 //! 3. The bytes of a dirty page past the file's size are zeros (pages start zeroed, and the
 //!    size only shrinks after a writeback).
 //! 4. Size and times a delayed write sets are changed in memory only; the file is listed for
 //!    writeback until they are journaled (its listing holds the inode in the cache).
-//! 5. `Writeback::dirty_blocks` is the number of dirty pages of all files; allocations other
-//!    than writeback's leave that many free blocks untouched.
+//! 5. A page over a hole reserves a block; a page over an unwritten extent does not (its
+//!    block is allocated already: writeback converts it, as the kernel's end-of-I/O
+//!    conversion does, with the metadata slack for any extent split). `Writeback::dirty_blocks`
+//!    is the number of reserved pages of all files; allocations other than writeback's leave
+//!    that many free blocks untouched. `Writeback::dirty_pages` counts all dirty pages, for
+//!    the dirty limits.
 
 use crate::error::Result;
 use crate::fs::FsInner;
@@ -49,11 +55,14 @@ const RUN_CAP: u64 = 2048;
 /// device write, with no per-block allocation. [under `Inode::dirty`]
 #[derive(Default)]
 pub(crate) struct DirtyPages {
-    /// First logical block of a run -> its bytes (a whole number of blocks). Runs never
-    /// overlap; they may touch (an append past a full run starts a new one).
-    runs: BTreeMap<u64, Vec<u8>>,
+    /// First logical block of a run -> its pages. Runs never overlap; they may touch (an
+    /// append past a full run starts a new one, as does one that goes on from unwritten
+    /// blocks into a hole).
+    runs: BTreeMap<u64, PageRun>,
     /// Blocks in all runs.
     blocks: u64,
+    /// Blocks in runs over holes (each reserved in `Writeback::dirty_blocks`).
+    reserved: u64,
     /// The block size. [set by the first write]
     bs: u64,
     /// When the oldest change not yet written back was made.
@@ -63,6 +72,14 @@ pub(crate) struct DirtyPages {
     /// While delayed writes have moved the size past data not yet written back: the size
     /// to journal (the kernel's `i_disksize`; see `FsInner::mark_inode_dirty`).
     disk_size: Option<u64>,
+}
+
+/// The pages of one run of consecutive dirty blocks.
+pub(crate) struct PageRun {
+    /// The run's bytes (a whole number of blocks).
+    pub(crate) bytes: Vec<u8>,
+    /// Its blocks are holes, each reserved (invariant 5); else unwritten extents.
+    pub(crate) reserved: bool,
 }
 
 /// The size `inode`'s record may be journaled with while delayed writes extend it.
@@ -76,6 +93,11 @@ pub(crate) fn disk_size(inode: &Inode) -> Option<u64> {
 impl DirtyPages {
     pub(crate) fn pages_len(&self) -> u64 {
         self.blocks
+    }
+
+    /// Pages that hold a reserved block (over holes).
+    pub(crate) fn reserved_len(&self) -> u64 {
+        self.reserved
     }
 
     pub(crate) fn since(&self) -> Option<Instant> {
@@ -112,8 +134,8 @@ impl DirtyPages {
 
     /// The run of blocks `start..end` of the run that starts at or before `b`, if it holds `b`.
     fn run_at(&self, b: u64) -> Option<(u64, u64)> {
-        let (&start, v) = self.runs.range(..=b).next_back()?;
-        let end = start + v.len() as u64 / self.bs;
+        let (&start, r) = self.runs.range(..=b).next_back()?;
+        let end = start + r.bytes.len() as u64 / self.bs;
         (b < end).then_some((start, end))
     }
 
@@ -121,29 +143,34 @@ impl DirtyPages {
     fn missing(&self, lo: u64, hi: u64) -> u64 {
         let mut covered = 0;
         let first = self.run_at(lo).map_or(lo, |(s, _)| s);
-        for (&start, v) in self.runs.range(first..hi) {
-            let end = start + v.len() as u64 / self.bs;
+        for (&start, r) in self.runs.range(first..hi) {
+            let end = start + r.bytes.len() as u64 / self.bs;
             covered += end.min(hi).saturating_sub(start.max(lo));
         }
         (hi - lo) - covered
     }
 
     /// Makes blocks `lo..hi` dirty (new ones zeros) and returns how many were new. An append
-    /// grows the run it follows, up to `RUN_CAP` blocks; other writes keep the runs they
-    /// overlap and fill the gaps between them with new runs (runs may touch).
-    fn cover(&mut self, lo: u64, hi: u64, spares: &crate::sync::Mutex<Vec<Vec<u8>>>) -> u64 {
+    /// grows the run it follows, up to `RUN_CAP` blocks, if that run is of the same kind
+    /// (`reserved`: the new blocks are holes; else unwritten); other writes keep the runs
+    /// they overlap and fill the gaps between them with new runs (runs may touch).
+    fn cover(&mut self, lo: u64, hi: u64, reserved: bool, spares: &crate::sync::Mutex<Vec<Vec<u8>>>) -> u64 {
         let bs = self.bs;
         let new = self.missing(lo, hi);
         if new == 0 {
             return 0;
         }
+        self.blocks += new;
+        if reserved {
+            self.reserved += new;
+        }
         let overlaps = self.run_at(lo).is_some() || self.runs.range(lo..hi).next().is_some();
         if !overlaps && lo > 0 {
             if let Some((start, end)) = self.run_at(lo - 1) {
-                if end == lo && end - start + (hi - lo) <= RUN_CAP {
-                    if let Some(v) = self.runs.get_mut(&start) {
-                        v.resize(usize_from((hi - start) * bs), 0);
-                        self.blocks += new;
+                let same = self.runs.get(&start).is_some_and(|r| r.reserved == reserved);
+                if end == lo && same && end - start + (hi - lo) <= RUN_CAP {
+                    if let Some(r) = self.runs.get_mut(&start) {
+                        r.bytes.resize(usize_from((hi - start) * bs), 0);
                         return new;
                     }
                 }
@@ -153,8 +180,7 @@ impl DirtyPages {
                     let mut v = spares.lock().pop().unwrap_or_default();
                     v.clear();
                     v.resize(usize_from((hi - lo) * bs), 0);
-                    self.runs.insert(lo, v);
-                    self.blocks += new;
+                    self.runs.insert(lo, PageRun { bytes: v, reserved });
                     return new;
                 }
             }
@@ -163,8 +189,8 @@ impl DirtyPages {
         let mut gaps = Vec::new();
         let mut at = lo;
         let first = self.run_at(lo).map_or(lo, |(s, _)| s);
-        for (&start, v) in self.runs.range(first..hi) {
-            let end = start + v.len() as u64 / bs;
+        for (&start, r) in self.runs.range(first..hi) {
+            let end = start + r.bytes.len() as u64 / bs;
             if start > at {
                 gaps.push((at, start));
             }
@@ -174,9 +200,8 @@ impl DirtyPages {
             gaps.push((at, hi));
         }
         for (a, z) in gaps {
-            self.runs.insert(a, vec![0u8; usize_from((z - a) * bs)]);
+            self.runs.insert(a, PageRun { bytes: vec![0u8; usize_from((z - a) * bs)], reserved });
         }
-        self.blocks += new;
         new
     }
 
@@ -187,8 +212,8 @@ impl DirtyPages {
         let end = offset + len as u64;
         let first = self.run_at(offset / bs).map_or(offset / bs, |(s, _)| s);
         let mut out = Vec::new();
-        for (&k, v) in self.runs.range(first..end.div_ceil(bs)) {
-            let (s, e) = (k * bs, k * bs + v.len() as u64);
+        for (&k, r) in self.runs.range(first..end.div_ceil(bs)) {
+            let (s, e) = (k * bs, k * bs + r.bytes.len() as u64);
             let a = s.max(offset);
             let z = e.min(end);
             if a < z {
@@ -205,8 +230,8 @@ impl DirtyPages {
     /// Copies `data` (the file's bytes from `offset`) into the dirty blocks it covers.
     fn store(&mut self, offset: u64, data: &[u8]) {
         for (k, in_run, in_data) in self.spans(offset, data.len()) {
-            if let Some(v) = self.runs.get_mut(&k) {
-                v[in_run].copy_from_slice(&data[in_data]);
+            if let Some(r) = self.runs.get_mut(&k) {
+                r.bytes[in_run].copy_from_slice(&data[in_data]);
             }
         }
     }
@@ -215,34 +240,37 @@ impl DirtyPages {
     /// long.
     pub(crate) fn first_run(&self, max: u64) -> Option<(u64, u64)> {
         let mut it = self.runs.iter();
-        let (&lo, v) = it.next()?;
-        let mut hi = lo + v.len() as u64 / self.bs;
-        for (&start, v) in it {
+        let (&lo, r) = it.next()?;
+        let mut hi = lo + r.bytes.len() as u64 / self.bs;
+        for (&start, r) in it {
             if start != hi || hi - lo >= max {
                 break;
             }
-            hi = start + v.len() as u64 / self.bs;
+            hi = start + r.bytes.len() as u64 / self.bs;
         }
         Some((lo, hi.min(lo + max)))
     }
 
-    /// Takes the bytes of blocks `lo..hi` out, from the front of the first stretch, which
+    /// Takes the pages of blocks `lo..hi` out, from the front of the first stretch, which
     /// starts at `lo` (to be written back): the runs, each with its first block.
-    pub(crate) fn take_front(&mut self, lo: u64, hi: u64) -> Vec<(u64, Vec<u8>)> {
+    pub(crate) fn take_front(&mut self, lo: u64, hi: u64) -> Vec<(u64, PageRun)> {
         let bs = self.bs;
         let mut out = Vec::new();
         let mut at = lo;
         while at < hi {
-            let Some(mut v) = self.runs.remove(&at) else { break };
-            let n = v.len() as u64 / bs;
+            let Some(mut r) = self.runs.remove(&at) else { break };
+            let n = r.bytes.len() as u64 / bs;
             if at + n > hi {
                 // Split: the rest (at most a run's cap) stays dirty.
-                let rest = v.split_off(usize_from((hi - at) * bs));
-                self.runs.insert(hi, rest);
+                let rest = r.bytes.split_off(usize_from((hi - at) * bs));
+                self.runs.insert(hi, PageRun { bytes: rest, reserved: r.reserved });
             }
-            let taken = v.len() as u64 / bs;
+            let taken = r.bytes.len() as u64 / bs;
             self.blocks -= taken;
-            out.push((at, v));
+            if r.reserved {
+                self.reserved -= taken;
+            }
+            out.push((at, r));
             at += taken;
         }
         if self.runs.is_empty() && !self.record {
@@ -254,19 +282,20 @@ impl DirtyPages {
     /// Copies the dirty bytes of the file range `offset..offset + buf.len()` over `buf`.
     fn overlay(&self, offset: u64, buf: &mut [u8]) {
         for (k, in_run, in_buf) in self.spans(offset, buf.len()) {
-            if let Some(v) = self.runs.get(&k) {
-                buf[in_buf].copy_from_slice(&v[in_run]);
+            if let Some(r) = self.runs.get(&k) {
+                buf[in_buf].copy_from_slice(&r.bytes[in_run]);
             }
         }
     }
 }
 
 impl FsInner {
-    /// Writes `data` at `offset` into dirty pages where the file has holes, and in place where
-    /// its blocks are mapped and written, reserving a block per new page. Returns `None` when
-    /// the write must take the general path: delayed allocation is off, the write is large,
-    /// it covers unwritten extents, or the reservation failed (the general path allocates now
-    /// and reports `ENOSPC` or a short write as usual). The caller holds `op_lock`.
+    /// Writes `data` at `offset` into dirty pages where the file has holes or unwritten
+    /// extents, and in place where its blocks are written, reserving a block per new page
+    /// over a hole. Returns `None` when the write must take the general path: delayed
+    /// allocation is off, the write is large, or the reservation failed (the general path
+    /// allocates now and reports `ENOSPC` or a short write as usual). The caller holds
+    /// `op_lock`.
     pub(super) fn write_delayed(
         &self,
         inode: &Arc<Inode>,
@@ -290,11 +319,8 @@ impl FsInner {
             }
             (self.map_runs(inode, &raw, first, last)?, raw_size(&raw))
         };
-        if mapped.iter().any(|e| e.unwritten) {
-            return Ok(None);
-        }
-        // The runs of holes the write covers (between and around its mapped blocks).
-        let mut holes: Vec<(u64, u64)> = Vec::new();
+        // Pages go over the holes (reserved) and the unwritten extents (not: invariant 5).
+        let mut under: Vec<(u64, u64, bool)> = Vec::new();
         let mut at = first;
         for e in mapped.iter().chain(std::iter::once(&crate::map::extents_write::Ext {
             lblk: last,
@@ -303,24 +329,36 @@ impl FsInner {
             unwritten: false,
         })) {
             if e.lblk > at {
-                holes.push((at, e.lblk.min(last)));
+                under.push((at, e.lblk.min(last), true));
+            }
+            if e.unwritten && e.len > 0 {
+                under.push((e.lblk, e.lblk + e.len, false));
             }
             at = at.max(e.lblk + e.len);
         }
+        let written: Vec<_> = mapped.iter().filter(|e| !e.unwritten).copied().collect();
         // Check the reservation before writing anything in place.
-        let new = {
+        let (new, unreserved) = {
             let mut d = inode.dirty.lock();
             d.bs = bs;
-            holes.iter().map(|&(lo, hi)| d.missing(lo, hi)).sum::<u64>()
+            under.iter().fold((0, 0), |(r, u), &(lo, hi, hole)| {
+                let n = d.missing(lo, hi);
+                if hole {
+                    (r + n, u)
+                } else {
+                    (r, u + n)
+                }
+            })
         };
         if new > 0 && !self.delalloc_claim(new) {
             return Ok(None);
         }
-        let placed = self.place_delayed(inode, offset, data, size, &mapped, &holes);
+        let placed = self.place_delayed(inode, offset, data, size, &written, &under);
         if placed.is_err() {
             self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);
         } else {
-            inode.dirty_pages.fetch_add(new, Ordering::AcqRel);
+            inode.dirty_pages.fetch_add(new + unreserved, Ordering::AcqRel);
+            self.wb.pages.fetch_add(new + unreserved, Ordering::AcqRel);
         }
         placed?;
         {
@@ -338,16 +376,17 @@ impl FsInner {
         Ok(Some(data.len()))
     }
 
-    /// Writes the mapped part of a delayed write in place and copies the rest into dirty
-    /// pages (whose blocks `delalloc_claim` reserved).
+    /// Writes the written part of a delayed write in place and copies the rest into dirty
+    /// pages: `under` holds the runs of blocks they go over, each a hole (whose blocks
+    /// `delalloc_claim` reserved) or unwritten.
     fn place_delayed(
         &self,
         inode: &Inode,
         offset: u64,
         data: &[u8],
         size: u64,
-        mapped: &[crate::map::extents_write::Ext],
-        holes: &[(u64, u64)],
+        written: &[crate::map::extents_write::Ext],
+        under: &[(u64, u64, bool)],
     ) -> Result<()> {
         let bs = u64::from(self.sbi.block_size);
         let end = offset + data.len() as u64;
@@ -357,18 +396,18 @@ impl FsInner {
             let raw = inode.raw();
             self.zero_stored(inode, &raw, size, offset.min(size.div_ceil(bs) * bs))?;
         }
-        if !mapped.is_empty() {
-            let runs: Vec<super::write::Run> = mapped.iter().map(super::write::Run::mapped).collect();
+        if !written.is_empty() {
+            let runs: Vec<super::write::Run> = written.iter().map(super::write::Run::mapped).collect();
             self.write_runs(inode, &runs, offset, data)?;
             inode.data_dirty.store(true, Ordering::Release);
         }
         let mut d = inode.dirty.lock();
-        if end > size && !holes.is_empty() && d.disk_size.is_none() {
+        if end > size && !under.is_empty() && d.disk_size.is_none() {
             // The size moves past blocks whose data is only in memory.
             d.disk_size = Some(size);
         }
-        for &(lo, hi) in holes {
-            d.cover(lo, hi, &self.wb.spares);
+        for &(lo, hi, hole) in under {
+            d.cover(lo, hi, hole, &self.wb.spares);
             let a = (lo * bs).max(offset);
             let z = (hi * bs).min(end);
             d.store(a, &data[usize_from(a - offset)..usize_from(z - offset)]);
@@ -424,9 +463,13 @@ impl FsInner {
     }
 
     /// Blocks reserved for `inode`'s dirty pages (counted in `st_blocks`, as the kernel's
-    /// `ext4_getattr` counts delayed blocks).
+    /// `ext4_getattr` counts delayed blocks; pages over unwritten extents are counted in the
+    /// record already).
     pub(crate) fn delalloc_blocks(&self, inode: &Inode) -> u64 {
-        inode.dirty_pages.load(Ordering::Acquire)
+        if inode.dirty_pages.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        inode.dirty.lock().reserved_len()
     }
 }
 
@@ -439,14 +482,25 @@ mod tests {
 
     const BS: u64 = 16;
 
+    /// Whether block `b` is a hole in the tests' file (else it is unwritten): stretches of
+    /// each kind, of several lengths, so writes and appends cross between them.
+    fn hole(b: u64) -> bool {
+        !(b / 7 + b / 113).is_multiple_of(3)
+    }
+
     /// Checks every run against the model and the counts and invariants.
     fn check(d: &DirtyPages, model: &Model<u64, Vec<u8>>) {
         assert_eq!(d.pages_len(), model.len() as u64);
+        assert_eq!(d.reserved_len(), model.keys().filter(|&&b| hole(b)).count() as u64);
         let mut prev_end = 0;
-        for (&start, v) in &d.runs {
+        for (&start, r) in &d.runs {
             assert!(start >= prev_end, "runs overlap");
-            assert_eq!(v.len() as u64 % BS, 0);
-            prev_end = start + v.len() as u64 / BS;
+            assert_eq!(r.bytes.len() as u64 % BS, 0);
+            prev_end = start + r.bytes.len() as u64 / BS;
+            // A run is of one kind: holes (reserved) or unwritten blocks.
+            for b in start..prev_end {
+                assert_eq!(r.reserved, hole(b), "block {b} in the run at {start}");
+            }
         }
         let top = model.keys().next_back().map_or(0, |&b| b + 1) + 2;
         let mut buf = vec![0xEE; usize_from(top * BS)];
@@ -478,14 +532,15 @@ mod tests {
                         let reached = lo + (hi - lo).div_ceil(if byte % 2 == 0 { 1 } else { 2 });
                         let taken = d.take_front(lo, reached);
                         let mut at = lo;
-                        for (start, v) in taken {
+                        for (start, r) in taken {
                             prop_assert_eq!(start, at);
-                            for (i, blk) in v.chunks(BS as usize).enumerate() {
+                            for (i, blk) in r.bytes.chunks(BS as usize).enumerate() {
                                 let b = start + i as u64;
+                                prop_assert_eq!(r.reserved, hole(b), "block {}", b);
                                 let want = model.remove(&b);
                                 prop_assert_eq!(want.as_deref(), Some(blk), "block {}", b);
                             }
-                            at += v.len() as u64 / BS;
+                            at += r.bytes.len() as u64 / BS;
                         }
                         prop_assert_eq!(at, reached);
                     }
@@ -493,8 +548,14 @@ mod tests {
                     let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
                     let end = off + len as u64;
                     let (lo, hi) = (off / BS, end.div_ceil(BS));
-                    let missing = (lo..hi).filter(|b| !model.contains_key(b)).count() as u64;
-                    prop_assert_eq!(d.cover(lo, hi, &spares), missing);
+                    // Covered a stretch of one kind at a time, as `write_delayed` does.
+                    let mut a = lo;
+                    while a < hi {
+                        let z = (a..hi).find(|&b| hole(b) != hole(a)).unwrap_or(hi);
+                        let missing = (a..z).filter(|b| !model.contains_key(b)).count() as u64;
+                        prop_assert_eq!(d.cover(a, z, hole(a), &spares), missing);
+                        a = z;
+                    }
                     d.store(off, &data);
                     for b in lo..hi {
                         let blk = model.entry(b).or_insert_with(|| vec![0; BS as usize]);

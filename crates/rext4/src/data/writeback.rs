@@ -14,6 +14,7 @@
 //! `op_lock` -> handle -> `data_sem` (exclusive while pages become mapped blocks) -> `raw` ->
 //! `Inode::dirty`. `Writeback::files` shards are leaves: nothing is taken while one is held.
 
+use super::delalloc::PageRun;
 use super::write::{Filled, DATA_CREDITS};
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
@@ -47,9 +48,12 @@ pub(crate) struct Writeback {
     /// Buffers of full runs written back, kept for the next runs of streams (their memory
     /// stays mapped). [own mutex; a leaf, taken under `Inode::dirty`]
     pub spares: Mutex<Vec<Vec<u8>>>,
-    /// Dirty pages of all files: each is a block reserved for its writeback (the kernel's
-    /// `s_dirtyclusters_counter`). [atomic]
+    /// Dirty pages of all files over holes: each is a block reserved for its writeback (the
+    /// kernel's `s_dirtyclusters_counter`). [atomic]
     pub dirty_blocks: AtomicU64,
+    /// Dirty pages of all files, over holes and unwritten extents: what the dirty limits
+    /// bound. [atomic]
+    pub pages: AtomicU64,
     /// The flusher starts writing back above this many dirty blocks. [immutable]
     pub background: u64,
     /// Writers write back their own file above this many. [immutable]
@@ -118,6 +122,7 @@ impl Writeback {
             files: std::array::from_fn(|_| Mutex::new(HashMap::new())),
             spares: Mutex::new(Vec::new()),
             dirty_blocks: AtomicU64::new(0),
+            pages: AtomicU64::new(0),
             background,
             hard,
             expire,
@@ -147,11 +152,11 @@ impl Writeback {
     }
 
     /// Keeps the buffers of full runs for the next streams' runs (a few).
-    fn keep_spares(&self, taken: Vec<(u64, Vec<u8>)>) {
+    fn keep_spares(&self, taken: Vec<(u64, PageRun)>) {
         let mut s = self.spares.lock();
-        for (_, v) in taken {
-            if s.len() < SPARES && v.capacity() >= SPARE_MIN {
-                s.push(v);
+        for (_, r) in taken {
+            if s.len() < SPARES && r.bytes.capacity() >= SPARE_MIN {
+                s.push(r.bytes);
             }
         }
     }
@@ -192,7 +197,8 @@ impl FsInner {
         let mut blocks = 0u64;
         loop {
             // Whole runs at once (up to an extent's length), so that the allocator can find
-            // them one free run that holds them all.
+            // them one free run that holds them all; unwritten blocks among them are
+            // converted in the same handle.
             let range = inode.dirty.lock().first_run(RUN_BLOCKS);
             let Some((lo, hi)) = range else {
                 // No pages: the record's size and times still go to the journal.
@@ -216,10 +222,14 @@ impl FsInner {
             // The stretch's runs: each part of one that a piece the allocator found holds is
             // one write.
             let taken = inode.dirty.lock().take_front(lo, reached);
-            let mut n = 0;
-            for (start, data) in &taken {
+            let (mut n, mut reserved) = (0, 0);
+            for (start, run) in &taken {
+                let data = &run.bytes;
                 let end = start + data.len() as u64 / bs;
                 n += end - start;
+                if run.reserved {
+                    reserved += end - start;
+                }
                 for r in runs.iter().filter(|r| r.lblk < end && r.lblk + r.len > *start) {
                     let a = r.lblk.max(*start);
                     let z = (r.lblk + r.len).min(end);
@@ -248,7 +258,8 @@ impl FsInner {
             // Journaled while the count still covers what is left (see `disk_size`).
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
-            self.wb.dirty_blocks.fetch_sub(n, Ordering::AcqRel);
+            self.wb.pages.fetch_sub(n, Ordering::AcqRel);
+            self.wb.dirty_blocks.fetch_sub(reserved, Ordering::AcqRel);
             blocks += n;
             drop(raw);
             drop(_d);
@@ -321,7 +332,7 @@ impl FsInner {
     /// writer writes its own file back (`balance_dirty_pages`), past the background limit the
     /// flusher is woken.
     pub(crate) fn balance_dirty(&self, inode: &Arc<Inode>) -> Result<()> {
-        let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
+        let dirty = self.wb.pages.load(Ordering::Acquire);
         if dirty > self.wb.hard {
             self.wb.stats.throttled.fetch_add(1, Ordering::Relaxed);
             self.wb.kick();
@@ -339,9 +350,10 @@ impl FsInner {
         if !inode.wb_listed.load(Ordering::Acquire) {
             return;
         }
-        let n = std::mem::take(&mut *inode.dirty.lock()).pages_len();
-        inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
-        self.wb.dirty_blocks.fetch_sub(n, Ordering::AcqRel);
+        let d = std::mem::take(&mut *inode.dirty.lock());
+        inode.dirty_pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
+        self.wb.pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
+        self.wb.dirty_blocks.fetch_sub(d.reserved_len(), Ordering::AcqRel);
         self.wb.remove(inode);
     }
 
@@ -364,7 +376,7 @@ impl FsInner {
         files.sort_by_key(|(t, _)| *t);
         self.wb.stats.flusher_rounds.fetch_add(1, Ordering::Relaxed);
         for (since, inode) in files {
-            let over = self.wb.dirty_blocks.load(Ordering::Acquire) > self.wb.background / 2;
+            let over = self.wb.pages.load(Ordering::Acquire) > self.wb.background / 2;
             if !(urgent && over) && now.duration_since(since) < self.wb.expire {
                 continue;
             }

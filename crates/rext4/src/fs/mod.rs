@@ -211,8 +211,11 @@ pub struct PageCacheStats {
 /// Delayed writes and their writeback ([`Fs::writeback_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WritebackStats {
-    /// Dirty pages of delayed writes now, all files together; each holds a reserved block.
+    /// Dirty pages of delayed writes now, all files together.
     pub dirty_pages: u64,
+    /// Blocks reserved for the dirty pages over holes (delayed allocation's reservations;
+    /// pages over preallocated blocks need none).
+    pub delalloc_blocks: u64,
     /// Files with something to write back now.
     pub dirty_files: u64,
     /// Blocks written back since the filesystem was opened.
@@ -580,7 +583,8 @@ impl Fs {
         let wb = &self.inner.wb;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         WritebackStats {
-            dirty_pages: get(&wb.dirty_blocks),
+            dirty_pages: get(&wb.pages),
+            delalloc_blocks: get(&wb.dirty_blocks),
             dirty_files: wb.files_listed(),
             written_blocks: get(&wb.stats.blocks),
             writebacks: get(&wb.stats.files),

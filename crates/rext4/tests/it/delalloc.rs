@@ -25,9 +25,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 /// Writes `data` in pieces of `piece` bytes.
 fn write_pieces(fs: &Fs, ino: InodeNo, data: &[u8], piece: usize) {
-    for (k, p) in data.chunks(piece).enumerate() {
-        assert_eq!(fs.write(ino, (k * piece) as u64, p).unwrap(), p.len());
-    }
+    write_pieces_at(fs, ino, 0, data, piece);
 }
 
 /// Delayed writes read back (small and large reads) before writeback, take reservations that
@@ -73,6 +71,89 @@ fn delayed_writes_read_back_and_reach_the_disk_at_fsync() {
     let m = KernelMount::ro(&img).unwrap();
     assert_eq!(std::fs::read(m.path().join("a")).unwrap(), want, "the kernel reads the same");
     m.unmount().unwrap();
+}
+
+/// Writes into preallocated space (unwritten extents) are delayed too, without a
+/// reservation: their blocks are the file's already (counted once in `st_blocks`, not taken
+/// from `statfs` again), writeback converts them, and they succeed on a full filesystem, as
+/// fallocate promised. An append that goes on past the preallocation reserves its new block.
+#[test]
+fn writes_into_preallocated_space_are_delayed_without_a_reservation() {
+    const MIB: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "16M");
+    let fs = open_with(&img, |_| {});
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    fs.fallocate(a, rext4::FALLOC_FL_KEEP_SIZE, 0, MIB as u64).unwrap();
+    let free = fs.statfs().unwrap().blocks_free;
+    assert_eq!(fs.getattr(a).unwrap().blocks, 256 * 8);
+    let mut model = pattern(3, 300_000);
+    write_pieces(&fs, a, &model, 3001);
+    // Across the end of the preallocation: block 255 is unwritten, block 256 a hole.
+    let tail = pattern(9, 6000);
+    fs.write(a, (MIB - 2000) as u64, &tail).unwrap();
+    model.resize(MIB - 2000, 0);
+    model.extend_from_slice(&tail);
+    let st = fs.writeback_stats();
+    assert_eq!((st.dirty_pages, st.delalloc_blocks, st.written_blocks), (76, 1, 0), "{st:?}");
+    assert_eq!(fs.getattr(a).unwrap().blocks, 257 * 8, "st_blocks counts the new block once");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free - 1, "only the hole's page reserves");
+    assert_eq!(fs.read_file("/a").unwrap(), model, "read over pages and unwritten blocks");
+    let mut piece = vec![0u8; 5000];
+    assert_eq!(fs.read(a, 123_456, &mut piece).unwrap(), 5000);
+    assert_eq!(piece, model[123_456..128_456]);
+    // A dirty page written again is still one page.
+    fs.write(a, 4000, &[0xEE; 200]).unwrap();
+    model[4000..4200].fill(0xEE);
+    assert_eq!(fs.writeback_stats().dirty_pages, 76);
+    fs.fsync(a).unwrap();
+    let st = fs.writeback_stats();
+    assert_eq!((st.dirty_pages, st.delalloc_blocks, st.written_blocks), (0, 0, 76), "{st:?}");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free - 1);
+    assert_eq!(fs.getattr(a).unwrap().blocks, 257 * 8);
+    assert_eq!(fs.read_file("/a").unwrap(), model, "after writeback");
+
+    // Fill the filesystem; the preallocated blocks still take writes, delayed or not.
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    let chunk = vec![0x77u8; 256 << 10];
+    let mut at = 0u64;
+    loop {
+        match fs.write(b, at, &chunk) {
+            Ok(n) if n > 0 => at += n as u64,
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        }
+    }
+    fs.sync().unwrap();
+    assert_eq!(fs.write(b, at, &[1; 4096]).map_err(|e| e.errno()), Err(libc::ENOSPC), "full");
+    let body = pattern(5, 400_000);
+    write_pieces_at(&fs, a, 400_000, &body, 4096);
+    model[400_000..800_000].copy_from_slice(&body);
+    assert_eq!(fs.writeback_stats().dirty_pages, 99, "400,000 bytes over 99 unwritten blocks");
+    fs.fsync(a).unwrap();
+    assert_eq!(fs.read_file("/a").unwrap(), model);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    // Written 0..74, unwritten 74..97, written 97..196, unwritten 196..255, written 255..257.
+    assert_eq!(extent_count(&img, "/a"), 5);
+    let fs = Fs::open(&img).unwrap();
+    assert_eq!(fs.read_file("/a").unwrap(), model, "after reopen");
+    drop(fs);
+    rext4_testkit::require_kernel!();
+    let m = KernelMount::ro(&img).unwrap();
+    assert_eq!(std::fs::read(m.path().join("a")).unwrap(), model, "the kernel reads the same");
+    m.unmount().unwrap();
+}
+
+/// Writes `data` at `at` in pieces of `piece` bytes.
+fn write_pieces_at(fs: &Fs, ino: InodeNo, at: usize, data: &[u8], piece: usize) {
+    for (k, p) in data.chunks(piece).enumerate() {
+        assert_eq!(fs.write(ino, (at + k * piece) as u64, p).unwrap(), p.len());
+    }
 }
 
 /// A file written and deleted before writeback never allocates: its reservation goes back,

@@ -3,9 +3,10 @@
 use super::*;
 use rext4::SetAttr;
 
-/// File data (`data=ordered`): files that are only appended to must, after any crash, hold
-/// their own bytes over their whole size (data reaches the disk before the metadata that
-/// makes it reachable) and at least what was fsync'ed; files that are overwritten, truncated,
+/// File data (`data=ordered`): files that are only appended to (some of them into space
+/// preallocated past their end) must, after any crash, hold their own bytes over their whole
+/// size (data reaches the disk before the metadata that makes it reachable) and at least what
+/// was fsync'ed; files that are overwritten, truncated,
 /// punched and zeroed must never show another file's bytes (freed blocks are not reused
 /// before the freeing transaction commits).
 struct DataModel {
@@ -81,6 +82,13 @@ fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: 
             let buf = vec![tag(f); len as usize];
             if f < APPEND_FILES {
                 if sizes[f] <= 150_000 {
+                    if falloc && rng.next().is_multiple_of(4) {
+                        // Space set aside past the end first, as a log writer does: the
+                        // appends then land in unwritten extents (delayed, converted at
+                        // writeback) and must be as durable as appends into holes.
+                        let ahead = (rng.next() % 16 + 1) * 4096;
+                        fs.fallocate(inos[f], rext4::FALLOC_FL_KEEP_SIZE, sizes[f], ahead).unwrap();
+                    }
                     fs.write(inos[f], sizes[f], &buf).unwrap();
                     sizes[f] += len;
                 }
