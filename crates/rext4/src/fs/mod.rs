@@ -495,10 +495,17 @@ impl Fs {
         if !crate::data::read::may_read_in_place(len) {
             return Ok(None);
         }
-        self.inner.op(crate::fs::stats::Op::Read, || {
+        let op = crate::fs::stats::Op::Read;
+        let mut timed = self.inner.stats.time(op);
+        let r = self.inner.noting(op, || {
             let inode = self.inner.iget_by_number(ino)?;
             self.inner.read_in_place(&inode, offset, len, touch, f)
-        })
+        });
+        if matches!(r, Ok(None)) {
+            // The caller reads instead, and that read is the one counted.
+            timed.forget();
+        }
+        r
     }
 
     /// [`Fs::read`] leaving the access time alone, as a file opened with `O_NOATIME` is read.

@@ -221,6 +221,13 @@ pub(crate) struct Timed<'a> {
     start: Option<Instant>,
 }
 
+impl Timed<'_> {
+    /// Counts nothing for this operation: it handed its work to another that is counted.
+    pub(crate) fn forget(&mut self) {
+        self.start = None;
+    }
+}
+
 impl Drop for Timed<'_> {
     fn drop(&mut self) {
         TRACE.with(|t| t.depth.set(t.depth.get().saturating_sub(1)));

@@ -128,3 +128,36 @@ fn every_public_call_is_timed_under_its_name() {
     fs.unmount().unwrap();
     e2fsck_clean(&img);
 }
+
+/// A large read asked first where its bytes lie (`Fs::read_in_place`, as the mount's daemon
+/// does) counts once as `ext4_file_read_iter`: as itself when answered in place, and only as
+/// the read that follows when it cannot be (a hole).
+#[test]
+fn a_large_read_counts_once_whichever_way_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("r.img");
+    Image::ext4("64M").build(&img);
+    let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    // Before any operation: the sampling countdown starts at every one.
+    fs.set_stats_every(1);
+    let root = fs.root();
+    let written = fs.create(root, b"w", 0o644, 0, 0).unwrap().ino;
+    fs.write(written, 0, &vec![7u8; 256 << 10]).unwrap();
+    fs.fsync(written).unwrap();
+    let sparse = fs.create(root, b"s", 0o644, 0, 0).unwrap().ino;
+    fs.setattr(sparse, &SetAttr { size: Some(256 << 10), ..SetAttr::default() }).unwrap();
+    fs.reset_stats();
+    let reads = |fs: &Fs| op(&fs.stats(), "ext4_file_read_iter").count;
+    let bytes = fs.read_in_place(written, 0, 128 << 10, false, |r| r.iter().map(|r| r.len).sum::<usize>());
+    assert_eq!(bytes.unwrap(), Some(128 << 10), "the written file lies in the image file");
+    assert_eq!(reads(&fs), 1);
+    assert!(fs.read_in_place(sparse, 0, 128 << 10, false, |_| ()).unwrap().is_none(), "a hole");
+    assert_eq!(reads(&fs), 1, "the attempt that found a hole is not a read");
+    let mut buf = vec![1u8; 128 << 10];
+    assert_eq!(fs.read(sparse, 0, &mut buf).unwrap(), 128 << 10);
+    assert!(buf.iter().all(|&b| b == 0));
+    assert_eq!(reads(&fs), 2);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
