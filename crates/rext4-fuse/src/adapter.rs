@@ -244,10 +244,13 @@ impl Filesystem for Adapter {
         crate::init::negotiate(config, self.shared.opts.writeback_cache, self.shared.opts.uring_choice());
         // Under the writeback cache the kernel stamps a file's writes from its coarse clock
         // and the daemon stamps the rest: one clock for both keeps them in order (a file's
-        // birth never after its first write's modification time).
+        // birth never after its first write's modification time). The kernel sends its
+        // writes' times with a SETATTR when they changed; a WRITE arriving later must not
+        // stamp its own over what the kernel showed.
         if self.shared.opts.writeback_cache && config.capabilities().contains(InitFlags::FUSE_WRITEBACK_CACHE)
         {
             self.fs().set_coarse_time(true);
+            self.fs().set_caller_write_times(true);
         }
         self.negotiate_acl(config);
         if self.fs().is_writable() {

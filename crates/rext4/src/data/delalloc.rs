@@ -366,7 +366,9 @@ impl FsInner {
             if end > raw_size(&raw) {
                 crate::inode::write::raw_set_size(&mut raw, end);
             }
-            raw_touch_cm(&mut raw, self.now());
+            if self.write_stamps_times() {
+                raw_touch_cm(&mut raw, self.now());
+            }
         }
         self.wb.add(inode);
         drop(_d);

@@ -210,7 +210,9 @@ impl FsInner {
         if end as u64 > size {
             raw_set_size(&mut raw, end as u64);
         }
-        raw_touch_cm(&mut raw, self.now());
+        if self.write_stamps_times() {
+            raw_touch_cm(&mut raw, self.now());
+        }
         self.mark_inode_dirty(&h, inode, &mut raw)?;
         Ok(Some(data.len()))
     }

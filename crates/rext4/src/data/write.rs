@@ -441,6 +441,10 @@ impl FsInner {
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the
         // kernel's coarse clock makes them; otherwise only fsync needs to know.
+        if !self.write_stamps_times() {
+            inode.data_dirty.store(true, std::sync::atomic::Ordering::Release);
+            return Ok(true);
+        }
         let t = self.now();
         let d = inode.disk();
         let size = self.sbi.inode_size;
@@ -605,7 +609,9 @@ impl FsInner {
             if written_end > size {
                 crate::inode::write::raw_set_size(&mut raw, written_end);
             }
-            raw_touch_cm(&mut raw, self.now());
+            if self.write_stamps_times() {
+                raw_touch_cm(&mut raw, self.now());
+            }
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);
             drop(_d);

@@ -292,6 +292,9 @@ pub(crate) struct FsInner {
     pub nodiratime: bool,
     /// Inode times from the coarse clock (`Fs::set_coarse_time`). [atomic]
     pub coarse_time: std::sync::atomic::AtomicBool,
+    /// Data writes leave mtime and ctime to the caller (`Fs::set_caller_write_times`).
+    /// [atomic]
+    pub caller_write_times: std::sync::atomic::AtomicBool,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -673,6 +676,7 @@ impl FsInner {
             stopped: std::sync::atomic::AtomicBool::new(false),
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
             coarse_time: std::sync::atomic::AtomicBool::new(false),
+            caller_write_times: std::sync::atomic::AtomicBool::new(false),
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,

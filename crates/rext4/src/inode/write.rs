@@ -52,6 +52,12 @@ impl FsInner {
         };
         Timestamp { sec, nsec }
     }
+
+    /// Whether a data write stamps the file's mtime and ctime (not when the caller keeps
+    /// them: `Fs::set_caller_write_times`).
+    pub(crate) fn write_stamps_times(&self) -> bool {
+        !self.caller_write_times.load(Ordering::Relaxed)
+    }
 }
 
 /// Record `raw` for typed field writes.
@@ -274,6 +280,16 @@ impl Fs {
     /// gave its first write.
     pub fn set_coarse_time(&self, on: bool) {
         self.inner.coarse_time.store(on, Ordering::Relaxed);
+    }
+
+    /// Leaves the modification and change times of data writes to the caller from now on
+    /// (or stamps them again): for a user that stamps them at the write itself and sends
+    /// them with a later `setattr`, as the FUSE writeback cache does (the kernel sets them at
+    /// `write(2)` and sends its writes later, with its times only when they changed). A
+    /// write stamping its arrival would move them past what the kernel showed. Size changes
+    /// are still the write's.
+    pub fn set_caller_write_times(&self, on: bool) {
+        self.inner.caller_write_times.store(on, Ordering::Relaxed);
     }
 
     /// Makes the inode's changes durable (`fsync`): waits for the commit of the last

@@ -848,3 +848,39 @@ fn write_from_file_copies_a_host_files_bytes() {
     e2fsck_clean(&mem_img);
     kernel_reads(&mem_img, &expect[2..]);
 }
+
+/// With `Fs::set_caller_write_times` (the mount's writeback cache, whose kernel stamps
+/// writes itself), writes of every kind leave mtime and ctime as they were and still move
+/// the size; without it they stamp both again.
+#[test]
+fn writes_leave_times_to_a_caller_that_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("plain", &[][..]), ("inline", &["-O", "inline_data"][..])] {
+        let img = mkfs(dir.path(), &format!("{name}.img"), args, "64M");
+        let fs = rw(&img);
+        let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+        let before = fs.getattr(ino).unwrap();
+        fs.set_caller_write_times(true);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // Inline (on the inline image), delayed into holes, past 64 KiB (allocated at
+        // once), in place after an fsync.
+        fs.write(ino, 0, b"tiny").unwrap();
+        fs.write(ino, 4, &[1u8; 20_000]).unwrap();
+        fs.write(ino, 20_004, &[2u8; 100_000]).unwrap();
+        fs.fsync(ino).unwrap();
+        fs.write(ino, 10, &[3u8; 5000]).unwrap();
+        let kept = fs.getattr(ino).unwrap();
+        assert_eq!((kept.mtime, kept.ctime), (before.mtime, before.ctime), "{name}");
+        assert_eq!(kept.size, 120_004, "{name}");
+        fs.set_caller_write_times(false);
+        fs.write(ino, 0, b"x").unwrap();
+        let moved = fs.getattr(ino).unwrap();
+        assert!(moved.mtime != before.mtime && moved.ctime != before.ctime, "{name}: stamped again");
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+        let fs = Fs::open(&img).unwrap();
+        let a = fs.getattr(fs.lookup(fs.root(), b"f").unwrap().ino).unwrap();
+        assert_eq!((a.mtime, a.size), (moved.mtime, 120_004), "{name}: after reopen");
+    }
+}

@@ -17,15 +17,35 @@ struct Seen {
     utimes: Vec<(String, Option<i32>)>,
     born_before_written: Vec<bool>,
     ctime_kept: Vec<bool>,
+    /// Whether a file written right after its creation and closed a moment later (its
+    /// pages sent then) keeps the modification and change times the write showed.
+    written_late_kept: Vec<bool>,
 }
 
 fn result<T>(r: std::io::Result<T>) -> Option<i32> {
     r.err().map(|e| errno(&e))
 }
 
+/// (mtime, ctime) of `md`.
+fn mc_times(md: &fs::Metadata) -> (SystemTime, SystemTime) {
+    (
+        md.modified().unwrap(),
+        SystemTime::UNIX_EPOCH + Duration::new(md.ctime() as u64, md.ctime_nsec() as u32),
+    )
+}
+
 /// Makes the files and tries the calls under `root`; returns the change times to compare
-/// after the remount.
-fn before_remount(root: &Path, seen: &mut Seen) -> Vec<SystemTime> {
+/// after the remount, and the times the late-closed file showed.
+fn before_remount(root: &Path, seen: &mut Seen) -> (Vec<SystemTime>, (SystemTime, SystemTime)) {
+    // Written in the clock tick of its creation (so the kernel's cache keeps the times the
+    // creation gave), its pages sent to the daemon only at the close, ticks later.
+    let late = {
+        let mut f = File::create(root.join("late")).unwrap();
+        f.write_all(b"late\n").unwrap();
+        let times = mc_times(&f.metadata().unwrap());
+        std::thread::sleep(Duration::from_millis(30));
+        times
+    };
     let mut ctimes = Vec::new();
     for i in 0..4 {
         let f = root.join(format!("f{i}"));
@@ -79,10 +99,11 @@ fn before_remount(root: &Path, seen: &mut Seen) -> Vec<SystemTime> {
     ));
     let out = std::process::Command::new("chattr").arg("-a").arg(&log).output().unwrap();
     assert!(out.status.success());
-    ctimes
+    (ctimes, late)
 }
 
-fn after_remount(root: &Path, ctimes: &[SystemTime], seen: &mut Seen) {
+fn after_remount(root: &Path, (ctimes, late): &(Vec<SystemTime>, (SystemTime, SystemTime)), seen: &mut Seen) {
+    seen.written_late_kept.push(mc_times(&fs::metadata(root.join("late")).unwrap()) == *late);
     for (i, want) in ctimes.iter().enumerate() {
         let md = fs::metadata(root.join(format!("f{i}"))).unwrap();
         let got = SystemTime::UNIX_EPOCH + Duration::new(md.ctime() as u64, md.ctime_nsec() as u32);
@@ -92,7 +113,13 @@ fn after_remount(root: &Path, ctimes: &[SystemTime], seen: &mut Seen) {
 }
 
 fn empty() -> Seen {
-    Seen { opens: Vec::new(), utimes: Vec::new(), born_before_written: Vec::new(), ctime_kept: Vec::new() }
+    Seen {
+        opens: Vec::new(),
+        utimes: Vec::new(),
+        born_before_written: Vec::new(),
+        ctime_kept: Vec::new(),
+        written_late_kept: Vec::new(),
+    }
 }
 
 #[test]
@@ -132,6 +159,7 @@ fn times_and_append_only_as_kernel_ext4() {
     );
     assert_eq!(mine.born_before_written, [true; 4]);
     assert_eq!(mine.ctime_kept, [true; 4]);
+    assert_eq!(mine.written_late_kept, [true]);
 
     if kernel_can_mount() {
         let kimg = Image::ext4("64M").build_in(dir.path(), "kwb.img");
