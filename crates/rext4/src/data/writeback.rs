@@ -54,7 +54,7 @@ pub(crate) struct Writeback {
     /// Dirty pages of all files, over holes and unwritten extents: what the dirty limits
     /// bound. [atomic]
     pub pages: AtomicU64,
-    /// The flusher starts writing back above this many dirty blocks. [immutable]
+    /// The flusher starts writing back above this many dirty pages. [immutable]
     pub background: u64,
     /// Writers write back their own file above this many. [immutable]
     pub hard: u64,
