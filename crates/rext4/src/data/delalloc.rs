@@ -2,7 +2,8 @@
 //! `ext4_da_reserve_space`): a write into a hole copies its bytes into the file's *dirty
 //! pages* and reserves one block per new page in a counter beside the free-block counts, so
 //! that `ENOSPC` comes from the write and never from writeback. A write into preallocated
-//! (unwritten) blocks is delayed the same way, without a reservation: writeback converts them. Blocks are chosen later, when
+//! (unwritten) blocks is delayed the same way, without a reservation: writeback converts
+//! them. Blocks are chosen later, when
 //! the pages are written back (data/writeback.rs), for whole runs of pages at once, so a file
 //! written by many small appends, beside others, ends in few extents; a file deleted before
 //! then never allocates at all.
@@ -24,8 +25,8 @@
 //!    block is allocated already: writeback converts it, as the kernel's end-of-I/O
 //!    conversion does, with the metadata slack for any extent split). `Writeback::dirty_blocks`
 //!    is the number of reserved pages of all files; allocations other than writeback's leave
-//!    that many free blocks untouched. `Writeback::dirty_pages` counts all dirty pages, for
-//!    the dirty limits.
+//!    that many free blocks untouched. `Writeback::pages` counts all dirty pages, for the
+//!    dirty limits.
 
 use crate::error::Result;
 use crate::fs::FsInner;

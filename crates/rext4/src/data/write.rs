@@ -441,24 +441,23 @@ impl FsInner {
         }
         // mtime and ctime move when a coarse tick has passed since they were set, as the
         // kernel's coarse clock makes them; otherwise only fsync needs to know.
-        if !self.write_stamps_times() {
-            inode.data_dirty.store(true, std::sync::atomic::Ordering::Release);
-            return Ok(true);
-        }
-        let t = self.now();
-        let d = inode.disk();
-        let size = self.sbi.inode_size;
-        let stale = |x: Timestamp| {
-            let ns = |t: Timestamp| i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec);
-            ns(t) - ns(x) >= COARSE_TICK_NS || ns(t) < ns(x)
-        };
-        if stale(d.mtime(size)) || stale(d.ctime(size)) {
-            let h = journal.start(4)?;
-            let mut raw = inode.raw_mut();
-            raw_touch_cm(&mut raw, t);
-            self.mark_inode_dirty(&h, inode, &mut raw)?;
-            drop(raw);
-            h.stop();
+        // (Not when the caller keeps the times: `Fs::set_caller_write_times`.)
+        if self.write_stamps_times() {
+            let t = self.now();
+            let d = inode.disk();
+            let size = self.sbi.inode_size;
+            let stale = |x: Timestamp| {
+                let ns = |t: Timestamp| i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec);
+                ns(t) - ns(x) >= COARSE_TICK_NS || ns(t) < ns(x)
+            };
+            if stale(d.mtime(size)) || stale(d.ctime(size)) {
+                let h = journal.start(4)?;
+                let mut raw = inode.raw_mut();
+                raw_touch_cm(&mut raw, t);
+                self.mark_inode_dirty(&h, inode, &mut raw)?;
+                drop(raw);
+                h.stop();
+            }
         }
         inode.data_dirty.store(true, std::sync::atomic::Ordering::Release);
         Ok(true)
