@@ -132,6 +132,10 @@ impl FsInner {
         let mut cur = lo;
         let mut first = true;
         let mut retried = false;
+        // A caller that keeps the times (`Fs::set_caller_write_times`: FUSE's writeback cache)
+        // stamps mtime and ctime itself when fallocate grows the file, and sends them only if
+        // they changed: stamping here too would persist a time it never showed.
+        let caller_stamps = !keep && end > inode.size() && !self.write_stamps_times();
         loop {
             let h = journal.start(DATA_CREDITS)?;
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
@@ -181,14 +185,16 @@ impl FsInner {
                 }
             }
             let done = reached >= hi;
-            if done && !keep && end > raw_size(&raw) {
+            let grows = done && !keep && end > raw_size(&raw);
+            if grows {
                 crate::inode::write::raw_set_size(&mut raw, end);
-                raw_touch_cm(&mut raw, self.now());
-            } else {
-                raw_touch_c(&mut raw, self.now());
             }
-            if zero {
-                raw_touch_cm(&mut raw, self.now());
+            if !caller_stamps {
+                if grows || zero {
+                    raw_touch_cm(&mut raw, self.now());
+                } else {
+                    raw_touch_c(&mut raw, self.now());
+                }
             }
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             drop(raw);

@@ -884,3 +884,49 @@ fn writes_leave_times_to_a_caller_that_keeps_them() {
         assert_eq!((a.mtime, a.size), (moved.mtime, 120_004), "{name}: after reopen");
     }
 }
+
+/// Under a caller that keeps the write times (FUSE's writeback cache), an fallocate that
+/// grows the file leaves mtime and ctime to the caller, which stamps them for that case
+/// (`fuse_file_fallocate`); the modes the caller does not stamp for still change ctime, as
+/// ext4's do.
+#[test]
+fn a_growing_fallocate_leaves_times_to_a_caller_that_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = mkfs(dir.path(), "f.img", &[], "64M");
+    let fs = rw(&img);
+    let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, &[7u8; 8192]).unwrap();
+    fs.set_caller_write_times(true);
+    let times = |fs: &Fs| {
+        let a = fs.getattr(ino).unwrap();
+        (a.mtime, a.ctime, a.size)
+    };
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(30));
+    let (m0, c0, _) = times(&fs);
+    tick();
+    fs.fallocate(ino, 0, 4096, 100_000).unwrap();
+    fs.fallocate(ino, ZERO, 90_000, 30_000).unwrap();
+    assert_eq!(times(&fs), (m0, c0, 120_000), "growing modes keep the caller's times");
+    tick();
+    fs.fallocate(ino, KEEP, 0, 500_000).unwrap();
+    let (m1, c1, s1) = times(&fs);
+    assert_eq!((m1, s1), (m0, 120_000), "KEEP_SIZE changes neither mtime nor size");
+    assert_ne!(c1, c0, "KEEP_SIZE changes ctime, which the caller does not stamp");
+    tick();
+    fs.fallocate(ino, 0, 0, 50_000).unwrap();
+    let (m2, c2, _) = times(&fs);
+    assert_eq!(m2, m0, "an fallocate inside the size keeps mtime");
+    assert_ne!(c2, c1, "and changes ctime");
+    tick();
+    fs.fallocate(ino, PUNCH | KEEP, 0, 4096).unwrap();
+    let (m3, c3, _) = times(&fs);
+    assert!(m3 != m2 && c3 != c2, "a punched hole changes both");
+    fs.set_caller_write_times(false);
+    tick();
+    fs.fallocate(ino, 0, 0, 200_000).unwrap();
+    let (m4, c4, s4) = times(&fs);
+    assert!(m4 != m3 && c4 != c3 && s4 == 200_000, "stamped again without the flag");
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
