@@ -74,15 +74,32 @@ fn fsx_finds_no_miscompare() {
     }
 }
 
-/// stress-ng's directory, dentry, link, rename, xattr, open and seek stressors, a few seconds
-/// each with two workers, each followed by `e2fsck -fn`.
+/// stress-ng's directory, dentry, link, rename, xattr, open, seek, chattr (flags, `chattr
+/// +e`/`-e` conversions among them), fallocate, hole-punching, I/O-mix, OFD-lock and utime
+/// stressors, a few seconds each with two workers, each followed by `e2fsck -fn`. None may
+/// skip itself as unsupported.
 #[test]
 fn stress_ng_stressors_pass() {
     require_fuse!();
     let Some(sng) = tool_or_skip("stress-ng") else { return };
     let dir = tempfile::tempdir().unwrap();
     let img = Image::ext4("1G").build_in(dir.path(), "stress.img");
-    for stressor in ["dir", "dentry", "link", "symlink", "rename", "xattr", "open", "seek"] {
+    for stressor in [
+        "dir",
+        "dentry",
+        "link",
+        "symlink",
+        "rename",
+        "xattr",
+        "open",
+        "seek",
+        "chattr",
+        "fallocate",
+        "fpunch",
+        "iomix",
+        "lockofd",
+        "utime",
+    ] {
         let m = FuseMount::new(&img, "rw");
         let work = m.join(stressor);
         std::fs::create_dir(&work).unwrap();
@@ -90,6 +107,8 @@ fn stress_ng_stressors_pass() {
             .arg(format!("--{stressor}"))
             .arg("2")
             .args(["--timeout", "4", "--verify", "--metrics-brief"])
+            // iomix's file is 1 GiB by default, the image's size.
+            .args(if stressor == "iomix" { &["--iomix-bytes", "128m"][..] } else { &[] })
             .arg("--temp-path")
             .arg(&work)
             // Some stressors (open) also make files in the working directory.
@@ -100,6 +119,7 @@ fn stress_ng_stressors_pass() {
             format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "stress-ng --{stressor} failed:\n{}", tail(&text, 40));
         assert!(!text.contains("fail"), "stress-ng --{stressor} reported failures:\n{}", tail(&text, 40));
+        assert!(!text.contains("skipping stressor"), "stress-ng --{stressor} skipped:\n{}", tail(&text, 40));
         eprintln!("stress-ng --{stressor}: ok");
         m.unmount();
         e2fsck_clean(&img);

@@ -93,7 +93,7 @@ impl Source<'_> {
 
 impl FsInner {
     /// The largest size a file can have (`ext4_max_size`, `ext4_max_bitmap_size`).
-    pub(super) fn max_file_size(&self, extents: bool) -> u64 {
+    pub(crate) fn max_file_size(&self, extents: bool) -> u64 {
         let bits = self.sbi.block_size.trailing_zeros();
         // Without huge_file, i_blocks (32 bits of 512-byte units) bounds the blocks a file
         // may own, metadata included.

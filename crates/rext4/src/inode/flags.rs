@@ -55,9 +55,10 @@ pub const FL_USER_VISIBLE: u32 = FL_USER_MODIFIABLE
     | fi::VERITY_FL
     | fi::INLINE_DATA_FL;
 
-/// Flags that change how the data is stored or looked up; rext4 does not convert files
-/// between those forms, so changing one is `EOPNOTSUPP`.
-const CONVERTING: u32 = fi::JOURNAL_DATA_FL | fi::EXTENTS_FL | DAX_FL | fi::CASEFOLD_FL;
+/// Flags that change how the data is stored or looked up, other than `EXTENTS_FL` (which
+/// converts the file: map/migrate.rs); rext4 does not switch files between those forms, so
+/// changing one is `EOPNOTSUPP`.
+const CONVERTING: u32 = fi::JOURNAL_DATA_FL | DAX_FL | fi::CASEFOLD_FL;
 
 /// Credits: the inode.
 const CREDITS: u32 = 1;
@@ -145,13 +146,22 @@ impl FsInner {
         if (old ^ flags) & CONVERTING != 0 {
             return Err(Error::NotSupported("changing how a file is stored".into()));
         }
-        let new = (old & !FL_USER_MODIFIABLE) | flags;
+        // As `ext4_ioctl_setflags`: the other flags first, in their own handle; then the
+        // conversion, whose failure leaves them set.
+        let migrate = (old ^ flags) & fi::EXTENTS_FL != 0;
+        let new = (old & !FL_USER_MODIFIABLE) | (flags & !fi::EXTENTS_FL) | (old & fi::EXTENTS_FL);
         raw_set_flags(&mut raw, new);
         raw_touch_c(&mut raw, self.now());
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();
-        Ok(())
+        if !migrate {
+            Ok(())
+        } else if flags & fi::EXTENTS_FL != 0 {
+            self.ext_migrate(&inode)
+        } else {
+            self.ind_migrate(&inode)
+        }
     }
 }
 
@@ -159,7 +169,9 @@ impl Fs {
     /// `FS_IOC_SETFLAGS` (`chattr`): sets the inode's user-modifiable flags to those in
     /// `flags`, as `ext4_fileattr_set` does. Visible flags that cannot be set are ignored,
     /// others are `EOPNOTSUPP`, as are flags that do not apply to the file type and changes
-    /// that would convert the file (extents, data journaling, DAX, casefolding); an immutable
+    /// of how it is stored (data journaling, DAX, casefolding). Setting or clearing
+    /// `EXTENTS_FL` converts the file's map as the kernel does (`EOPNOTSUPP` for an extent
+    /// tree no block map can hold, `EINVAL` without the `extents` feature); an immutable
     /// inode changes nothing but that flag (`EPERM`). The caller makes the VFS's checks
     /// first: the caller owns the inode, and changing `APPEND_FL` or `IMMUTABLE_FL` needs
     /// `CAP_LINUX_IMMUTABLE`. The change time becomes now.

@@ -464,6 +464,82 @@ impl FsInner {
         Ok(())
     }
 
+    /// Tree blocks [`FsInner::ext_build`] needs for `runs` extents: leaves packed full,
+    /// index levels above them until the root in `i_block` holds the top.
+    pub(crate) fn ext_build_blocks(&self, runs: usize) -> u64 {
+        let per = self.ext_block_max();
+        let (mut total, mut nodes) = (0u64, runs);
+        while nodes > ROOT_MAX {
+            nodes = nodes.div_ceil(per);
+            total += nodes as u64;
+        }
+        total
+    }
+
+    /// Builds the extent tree of `runs` (sorted, disjoint, written, each at most an extent
+    /// long, below `LBLK_END`) in `raw`, whose `i_block` the caller has cleared: leaves
+    /// packed full, index levels above them, the top in the record (what `ext4_ext_migrate`
+    /// inserts extent by extent). Every tree block is allocated before anything is written
+    /// or the record changes, so that a full filesystem fails it with nothing changed.
+    /// `i_blocks` counts the tree blocks.
+    pub(crate) fn ext_build(&self, h: &Handle, inode: &Inode, raw: &mut [u8], runs: &[Ext]) -> Result<()> {
+        if runs.len() <= ROOT_MAX {
+            encode(&mut raw[I_BLOCK], 0, ROOT_MAX, &Entries::Leaf(runs.to_vec()));
+            return Ok(());
+        }
+        let per = self.ext_block_max();
+        let total = self.ext_build_blocks(runs.len());
+        let levels = {
+            let (mut n, mut v) = (runs.len(), 0usize);
+            while n > ROOT_MAX {
+                n = n.div_ceil(per);
+                v += 1;
+            }
+            v
+        };
+        if levels > usize::from(fe::MAX_DEPTH) {
+            return Err(Error::NoSpace);
+        }
+        let mut blocks: Vec<u64> = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        let goal = self.inode_goal(inode);
+        while (blocks.len() as u64) < total {
+            let want = u32::try_from(total - blocks.len() as u64).unwrap_or(u32::MAX);
+            match self.alloc_blocks(h, blocks.last().map_or(goal, |b| b + 1), want, true) {
+                Ok((b, n)) => blocks.extend(b..b + u64::from(n)),
+                Err(e) => {
+                    for &b in &blocks {
+                        self.free_blocks(h, b, 1, true)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut next = blocks.into_iter();
+        // (first logical block, node block) of the level below, starting with the leaves.
+        let mut below: Vec<(u64, u64)> = Vec::new();
+        for chunk in runs.chunks(per) {
+            let blk = next.next().ok_or(Error::NoSpace)?;
+            let buf = self.bcache.get_fresh(blk);
+            self.ext_write_node(h, inode, Some(&buf), 0, per, &Entries::Leaf(chunk.to_vec()))?;
+            below.push((chunk[0].lblk, blk));
+        }
+        let mut depth = 1u16;
+        while below.len() > ROOT_MAX {
+            let mut level = Vec::with_capacity(below.len().div_ceil(per));
+            for chunk in below.chunks(per) {
+                let blk = next.next().ok_or(Error::NoSpace)?;
+                let buf = self.bcache.get_fresh(blk);
+                self.ext_write_node(h, inode, Some(&buf), depth, per, &Entries::Index(chunk.to_vec()))?;
+                level.push((chunk[0].0, blk));
+            }
+            below = level;
+            depth += 1;
+        }
+        encode(&mut raw[I_BLOCK], depth, ROOT_MAX, &Entries::Index(below));
+        raw_add_blocks(raw, total * u64::from(self.sbi.block_size / 512));
+        Ok(())
+    }
+
     /// Allocates a block for `lblk` (a directory growing at its end), next to the block
     /// before it, and maps it. Returns the block; `i_blocks` counts it and any tree block.
     pub(crate) fn ext_append(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {

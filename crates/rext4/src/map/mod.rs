@@ -7,6 +7,7 @@
 //! | this file | `Mapping`, `map_block` |
 //! | `extents`, `extents_write` | extent trees: lookup; insert, split, merge, shift, remove |
 //! | `indirect`, `indirect_write` | block maps: lookup; allocate, truncate |
+//! | `migrate` | converting files between block maps and extents (`chattr +e` / `-e`) |
 //! | `block_validity` | the system zone |
 //!
 //! # Locking
@@ -22,6 +23,7 @@ pub(crate) mod extents;
 pub(crate) mod extents_write;
 pub(crate) mod indirect;
 pub(crate) mod indirect_write;
+pub(crate) mod migrate;
 
 use crate::error::Result;
 use crate::fs::FsInner;

@@ -21,6 +21,7 @@ mod flags;
 mod htree;
 mod journal;
 mod kernel_written;
+mod migrate;
 mod namespace;
 mod namespace_model;
 mod nbd;
