@@ -153,6 +153,26 @@ impl FsInner {
         let credits = 4 + tree * 3 + 2 * freed_groups;
         let journal = self.journal()?.clone();
         let credits = u32::try_from(credits).unwrap_or(u32::MAX);
+        match self.ext_migrate_in(&journal, inode, &map, credits) {
+            // Blocks freed by a transaction not yet committed come back at its commit
+            // (`ext4_should_retry_alloc`).
+            Err(Error::NoSpace) if self.has_busy_blocks() => {
+                journal.sync()?;
+                self.ext_migrate_in(&journal, inode, &map, credits)
+            }
+            r => r,
+        }
+    }
+
+    /// The handle of [`FsInner::ext_migrate`]: the record's map replaced by a tree of
+    /// `map`'s runs and its indirect blocks freed, or nothing changed.
+    fn ext_migrate_in(
+        &self,
+        journal: &crate::jbd2::journal::Journal,
+        inode: &Arc<Inode>,
+        map: &BlockMap,
+        credits: u32,
+    ) -> Result<()> {
         let h = journal.start(credits).map_err(|e| match e {
             Error::InvalidInput(_) => {
                 Error::NotSupported("a map too large to convert in one transaction".into())

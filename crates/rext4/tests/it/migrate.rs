@@ -245,3 +245,58 @@ fn extent_files_convert_to_block_maps_where_the_kernel_does() {
     assert_ne!(flags_of(&ka.path().join("s3")) & EXTENTS_FL, 0);
     ka.unmount().unwrap();
 }
+
+/// A conversion whose tree needs blocks a full filesystem does not have fails with `ENOSPC`
+/// and changes nothing: the same map, bytes and flags, the image clean. With space freed it
+/// goes through.
+#[test]
+fn a_conversion_without_space_for_its_tree_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("full.img");
+    // No blocks reserved for root: tree blocks may take those.
+    Image::ext4("8M").fs_type("ext3").block_size(1024).args(["-m", "0"]).build(&img);
+    let fs = rw(&img);
+    let (a, b) = (
+        fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino,
+        fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino,
+    );
+    // Written a block at a time in turn, each written back at once: a run per block.
+    for i in 0..300u64 {
+        for (f, seed) in [(a, 1u8), (b, 2)] {
+            fs.write(f, i * 1024, &pattern(seed, 1024)).unwrap();
+            fs.fsync(f).unwrap();
+        }
+    }
+    let filler = fs.create(fs.root(), b"filler", 0o644, 0, 0).unwrap().ino;
+    let mut off = 0u64;
+    while fs.write(filler, off, &[7u8; 65536]).is_ok() {
+        off += 65536;
+    }
+    while fs.write(filler, off, &[7u8; 1024]).is_ok() {
+        off += 1024;
+    }
+    fs.fsync(filler).unwrap();
+    assert_eq!(fs.statfs().unwrap().blocks_free, 0, "the filler took every block");
+    fs.unmount().unwrap();
+    drop(fs);
+    let st = Command::new(tool("tune2fs")).args(["-O", "extents"]).arg(&img).output().unwrap();
+    assert!(st.status.success(), "tune2fs: {}", String::from_utf8_lossy(&st.stderr));
+    let fs = rw(&img);
+    let before = fs.read_file("/a").unwrap();
+    let blocks = fs.getattr(ino(&fs, "/a")).unwrap().blocks;
+    assert_eq!(rext4_chflags(&fs, "/a", |f| f | EXTENTS_FL), libc::ENOSPC);
+    let attr = fs.getattr(ino(&fs, "/a")).unwrap();
+    assert_eq!((attr.flags & EXTENTS_FL, attr.blocks), (0, blocks), "the map is as it was");
+    assert_eq!(fs.read_file("/a").unwrap(), before);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = rw(&img);
+    fs.unlink(fs.root(), b"filler").unwrap();
+    assert_eq!(rext4_chflags(&fs, "/a", |f| f | EXTENTS_FL), 0);
+    assert_eq!(fs.read_file("/a").unwrap(), before);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert_eq!(extent_depth(&img, "/a"), 1, "300 runs: leaves under the root");
+}

@@ -12,6 +12,7 @@ mod checkpoint;
 mod data;
 mod fsync;
 mod metadata;
+mod migrate;
 
 use rext4::dev::CrashDevice;
 use rext4::{Fs, Options};
