@@ -54,7 +54,7 @@ fn conversions_survive_a_crash_at_any_point() {
     let fs = open_rw(&dev);
     let mut fsyncs = 0;
     let mut set = |i: usize, on: bool| {
-        let ino = fs.resolve(&format!("/m{i}"), false).unwrap();
+        let ino = fs.resolve(format!("/m{i}"), false).unwrap();
         let flags = fs.getattr(ino).unwrap().flags & rext4::FL_USER_VISIBLE;
         let r = fs.set_flags(ino, if on { flags | EXTENTS_FL } else { flags & !EXTENTS_FL });
         fs.fsync(ino).unwrap();
@@ -65,8 +65,8 @@ fn conversions_survive_a_crash_at_any_point() {
         set(i, true).unwrap_or_else(|e| panic!("m{i} +e: {e}"));
     }
     // Back to a block map where the direct pointers hold the file; refused elsewhere.
-    for i in 0..SIZES.len() {
-        let fits = SIZES[i] <= 12 * 1024;
+    for (i, &size) in SIZES.iter().enumerate() {
+        let fits = size <= 12 * 1024;
         assert_eq!(set(i, false).is_ok(), fits, "m{i} -e");
     }
     fs.unmount().unwrap();
