@@ -119,6 +119,15 @@ impl FsInner {
             }
             stack.extend(children.into_iter().rev());
         }
+        // No block named twice (data and indirect blocks alike): freeing an indirect block
+        // that is also named as data would hand out a block the file still maps.
+        let mut claimed: Vec<(u64, u64)> =
+            map.runs.iter().map(|e| (e.pblk, e.len)).chain(map.meta.iter().map(|&b| (b, 1))).collect();
+        claimed.sort_unstable();
+        if claimed.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+            let what = "block map names a block twice";
+            return corrupt(CorruptKind::Inode { ino: inode.ino, what });
+        }
         Ok(map)
     }
 

@@ -300,3 +300,42 @@ fn a_conversion_without_space_for_its_tree_changes_nothing() {
     e2fsck_clean(&img);
     assert_eq!(extent_depth(&img, "/a"), 1, "300 runs: leaves under the root");
 }
+
+/// A block map that names one block twice is damage: `chattr +e` refuses it (the
+/// filesystem is marked as needing a check) and frees nothing.
+#[test]
+fn a_map_naming_a_block_twice_is_not_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("dup.img");
+    Image::ext4("8M").fs_type("ext3").block_size(1024).build(&img);
+    let fs = rw(&img);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &pattern(1, 3 * 1024)).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let stat = Command::new(tool("debugfs")).args(["-R", "stat /f"]).arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&stat.stdout).into_owned();
+    // "BLOCKS:\n(0-2):1234-1236": the first data block.
+    let first: u64 = text
+        .split("BLOCKS:")
+        .nth(1)
+        .and_then(|b| b.split(':').nth(1))
+        .and_then(|b| b.trim().split(['-', ' ', '\n']).next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("no block list in:\n{text}"));
+    let st = Command::new(tool("debugfs"))
+        .args(["-w", "-R", &format!("sif /f block[1] {first}")])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let st = Command::new(tool("tune2fs")).args(["-O", "extents"]).arg(&img).output().unwrap();
+    assert!(st.status.success(), "tune2fs: {}", String::from_utf8_lossy(&st.stderr));
+    let fs = rw(&img);
+    let free = fs.statfs().unwrap().blocks_free;
+    let e = rext4_chflags(&fs, "/f", |f| f | EXTENTS_FL);
+    assert!(e == libc::EUCLEAN || e == libc::EIO, "errno {e}");
+    let attr = fs.getattr(ino(&fs, "/f")).unwrap();
+    assert_eq!(attr.flags & EXTENTS_FL, 0);
+    assert_eq!(fs.statfs().unwrap().blocks_free, free, "nothing freed");
+}
