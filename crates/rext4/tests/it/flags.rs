@@ -51,7 +51,7 @@ fn nix_errno<T>(r: nix::Result<T>) -> i32 {
     r.map_or_else(|e| e as i32, |_| 0)
 }
 
-fn ino(fs: &Fs, p: &str) -> InodeNo {
+pub(crate) fn ino(fs: &Fs, p: &str) -> InodeNo {
     fs.resolve(p, false).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
 
@@ -75,19 +75,19 @@ fn setflags(path: &Path, flags: u32) -> i32 {
 }
 
 /// `chattr` through rext4: `change` of the flags `lsattr` would show; the errno.
-fn rext4_chflags(fs: &Fs, path: &str, change: impl Fn(u32) -> u32) -> i32 {
+pub(crate) fn rext4_chflags(fs: &Fs, path: &str, change: impl Fn(u32) -> u32) -> i32 {
     let i = ino(fs, path);
     let flags = fs.getattr(i).unwrap().flags & rext4::FL_USER_VISIBLE;
     errno(fs.set_flags(i, change(flags)))
 }
 
 /// `chattr` through the kernel: `change` of `path`'s flags; the errno.
-fn kernel_chflags(path: &Path, change: impl Fn(u32) -> u32) -> i32 {
+pub(crate) fn kernel_chflags(path: &Path, change: impl Fn(u32) -> u32) -> i32 {
     setflags(path, change(flags_of(path)))
 }
 
 /// `lsattr`'s flags for `path` on a mount, read with FS_IOC_GETFLAGS.
-fn flags_of(path: &Path) -> u32 {
+pub(crate) fn flags_of(path: &Path) -> u32 {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap();
     let mut v: libc::c_int = 0;

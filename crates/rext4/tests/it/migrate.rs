@@ -3,53 +3,16 @@
 //! and once through the kernel. The errnos must match, both images must be clean, and the
 //! kernel must read the same bytes, flags and block counts from both.
 
+use crate::flags::{flags_of, ino, kernel_chflags, rext4_chflags};
 use rext4::format::inode::EXTENTS_FL;
-use rext4::{Fs, InodeNo, Options};
+use rext4::{Fs, Options};
 use rext4_testkit::{e2fsck_clean, extent_depth, require_kernel, tool, Image, KernelMount};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
-const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
-
 fn rw(img: &Path) -> Fs {
     Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
-}
-
-fn ino(fs: &Fs, p: &str) -> InodeNo {
-    fs.resolve(p, false).unwrap_or_else(|e| panic!("{p}: {e}"))
-}
-
-/// The flags `lsattr` shows for `path` on a kernel mount.
-fn flags_of(path: &Path) -> u32 {
-    let f = std::fs::File::open(path).unwrap();
-    let mut v: libc::c_int = 0;
-    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer, which outlives the call.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFLAGS as _, &mut v) };
-    assert_eq!(r, 0, "FS_IOC_GETFLAGS {}", path.display());
-    v as u32
-}
-
-/// `chattr` through the kernel: `change` of `path`'s flags; the errno.
-fn kernel_chflags(path: &Path, change: impl Fn(u32) -> u32) -> i32 {
-    let f = std::fs::File::open(path).unwrap();
-    let v = change(flags_of(path)) as libc::c_int;
-    // SAFETY: FS_IOC_SETFLAGS reads one int from the pointer, which outlives the call.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS as _, &v) };
-    if r == 0 {
-        0
-    } else {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-    }
-}
-
-/// `chattr` through rext4: `change` of the flags `lsattr` would show; the errno.
-fn rext4_chflags(fs: &Fs, path: &str, change: impl Fn(u32) -> u32) -> i32 {
-    let i = ino(fs, path);
-    let flags = fs.getattr(i).unwrap().flags & rext4::FL_USER_VISIBLE;
-    fs.set_flags(i, change(flags)).map_or_else(|e| e.errno(), |_| 0)
 }
 
 /// What the kernel shows of `p` under mount `m`: bytes (files) or names (directories),
