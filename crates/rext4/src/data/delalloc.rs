@@ -3,10 +3,9 @@
 //! pages* and reserves one block per new page in a counter beside the free-block counts, so
 //! that `ENOSPC` comes from the write and never from writeback. A write into preallocated
 //! (unwritten) blocks is delayed the same way, without a reservation: writeback converts
-//! them. Blocks are chosen later, when
-//! the pages are written back (data/writeback.rs), for whole runs of pages at once, so a file
-//! written by many small appends, beside others, ends in few extents; a file deleted before
-//! then never allocates at all.
+//! them. Blocks are chosen later, when the pages are written back (data/writeback.rs), for
+//! whole runs of pages at once, so a file written by many small appends, beside others, ends
+//! in few extents; a file deleted before then never allocates at all.
 //!
 //! # Invariants
 //! 1. A dirty page's block is a hole or an unwritten extent in the file's map: a write over

@@ -487,19 +487,10 @@ impl FsInner {
             encode(&mut raw[I_BLOCK], 0, ROOT_MAX, &Entries::Leaf(runs.to_vec()));
             return Ok(());
         }
+        // No deeper than `MAX_DEPTH` (5): runs lie below 2^32 blocks, and even 1 KiB blocks
+        // (84 entries a node) hold 4 * 84^5 > 2^32 of them in five levels.
         let per = self.ext_block_max();
         let total = self.ext_build_blocks(runs.len());
-        let levels = {
-            let (mut n, mut v) = (runs.len(), 0usize);
-            while n > ROOT_MAX {
-                n = n.div_ceil(per);
-                v += 1;
-            }
-            v
-        };
-        if levels > usize::from(fe::MAX_DEPTH) {
-            return Err(Error::NoSpace);
-        }
         let mut blocks: Vec<u64> = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         let goal = self.inode_goal(inode);
         while (blocks.len() as u64) < total {

@@ -13,7 +13,8 @@ use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
 
 const I_BLOCK: usize = 0x28;
 
-fn word(b: &[u8], i: usize) -> u64 {
+/// Pointer `i` of a block-map array (`i_block` or an indirect block).
+pub(super) fn word(b: &[u8], i: usize) -> u64 {
     u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
 }
 

@@ -20,6 +20,7 @@ use crate::fs::FsInner;
 use crate::inode::write::{raw_flags, raw_set_flags, raw_size, raw_sub_blocks};
 use crate::inode::Inode;
 use crate::map::extents_write::{Ext, I_BLOCK, LBLK_END};
+use crate::map::indirect_write::word;
 use crate::num::usize_from;
 use rext4_format::extent::INIT_MAX_LEN;
 use rext4_format::features::Incompat;
@@ -50,10 +51,6 @@ impl BlockMap {
         }
         Ok(())
     }
-}
-
-fn word(b: &[u8], i: usize) -> u64 {
-    u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
 }
 
 impl FsInner {
@@ -149,17 +146,14 @@ impl FsInner {
             let raw = inode.raw();
             self.ind_layout(inode, &raw)?
         };
-        let tree = self.ext_build_blocks(map.runs.len());
-        let groups = |blocks: &mut dyn Iterator<Item = u64>| {
-            let mut g: Vec<u64> = blocks.map(|b| b / u64::from(self.sbi.blocks_per_group)).collect();
-            g.sort_unstable();
-            g.dedup();
-            g.len() as u64
-        };
         // The record, the tree's blocks with a bitmap and descriptor for each group they may
         // span, and a bitmap and descriptor for each group an indirect block is freed from.
-        let freed_groups = groups(&mut map.meta.iter().copied());
-        let credits = 4 + tree * 3 + 2 * freed_groups;
+        let tree = self.ext_build_blocks(map.runs.len());
+        let mut freed_groups: Vec<u64> =
+            map.meta.iter().map(|b| b / u64::from(self.sbi.blocks_per_group)).collect();
+        freed_groups.sort_unstable();
+        freed_groups.dedup();
+        let credits = 4 + tree * 3 + 2 * freed_groups.len() as u64;
         let journal = self.journal()?.clone();
         let credits = u32::try_from(credits).unwrap_or(u32::MAX);
         match self.ext_migrate_in(&journal, inode, &map, credits) {
