@@ -8,7 +8,7 @@
 
 use crate::inode::{
     encode_time, Inode, Timestamp, GOOD_OLD_INODE_SIZE, N_BLOCKS, OFF_ATIME_EXTRA, OFF_CRTIME,
-    OFF_CRTIME_EXTRA, OFF_CTIME_EXTRA, OFF_EXTRA_ISIZE, OFF_MTIME_EXTRA,
+    OFF_CRTIME_EXTRA, OFF_CTIME_EXTRA, OFF_EXTRA_ISIZE, OFF_MTIME_EXTRA, OFF_PROJID,
 };
 use crate::split::{hi16, hi16_of_48, hi32, lo16, lo32};
 use core::mem::offset_of;
@@ -73,6 +73,25 @@ impl<B: AsRef<[u8]>> InodeRecord<B> {
     pub fn flags(&self) -> u32 {
         get::<U32>(self.raw(), offset_of!(Inode, i_flags)).get()
     }
+    /// Owner, both halves.
+    pub fn uid(&self) -> u32 {
+        u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_uid)).get())
+            | u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_uid_high)).get()) << 16
+    }
+    /// Group, both halves.
+    pub fn gid(&self) -> u32 {
+        u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_gid)).get())
+            | u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_gid_high)).get()) << 16
+    }
+    /// `i_projid`, 0 where the record's extra area does not reach it (as e2fsprogs and the
+    /// kernel read it).
+    pub fn projid(&self) -> u32 {
+        if self.has_field(OFF_PROJID, 4) {
+            get::<U32>(self.raw(), OFF_PROJID).get()
+        } else {
+            0
+        }
+    }
     pub fn links_count(&self) -> u16 {
         get::<U16>(self.raw(), offset_of!(Inode, i_links_count)).get()
     }
@@ -136,6 +155,12 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> InodeRecord<B> {
     }
     pub fn set_dtime(&mut self, v: u32) {
         self.put(offset_of!(Inode, i_dtime), U32::new(v));
+    }
+    /// Sets `i_projid` where the extra area reaches it.
+    pub fn set_projid(&mut self, v: u32) {
+        if self.has_field(OFF_PROJID, 4) {
+            self.put(OFF_PROJID, U32::new(v));
+        }
     }
     pub fn set_generation(&mut self, v: u32) {
         self.put(offset_of!(Inode, i_generation), U32::new(v));

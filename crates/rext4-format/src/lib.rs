@@ -18,6 +18,7 @@ pub mod inode;
 pub mod inode_record;
 pub mod jbd2;
 pub mod orphan;
+pub mod quota;
 pub mod split;
 pub mod superblock;
 pub mod types;

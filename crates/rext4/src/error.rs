@@ -284,6 +284,8 @@ pub(crate) enum CorruptKind {
         ino: InodeNo,
         block: PhysBlock,
     },
+    /// A quota file (its header, tree or free lists).
+    Quota(&'static str),
 }
 
 impl Corrupt {
@@ -308,7 +310,7 @@ impl Corrupt {
             Symlink { ino, .. } | OrphanFile { ino, .. } | OrphanFileChecksum { ino, .. } => Some(*ino),
             BlockRange { ino, .. } | SystemZone { ino, .. } => *ino,
             Superblock(_) | SuperblockChecksum | GroupDesc { .. } | GroupDescChecksum { .. } => None,
-            Journal(_) | JournalChecksum(_) => None,
+            Journal(_) | JournalChecksum(_) | Quota(_) => None,
         }
     }
 
@@ -400,6 +402,7 @@ impl fmt::Display for Corrupt {
             InlineData { ino, what } => write!(f, "inode {ino}: inline data: {what}"),
             Symlink { ino, what } => write!(f, "inode {ino}: symlink: {what}"),
             Journal(what) | JournalChecksum(what) => write!(f, "journal: {what}"),
+            Quota(what) => write!(f, "quota file: {what}"),
             OrphanFile { ino, block, what } => write!(f, "orphan file (inode {ino}){}: {what}", blk(block)),
             OrphanFileChecksum { ino, block } => {
                 write!(f, "orphan file (inode {ino}), block {block}: checksum mismatch")

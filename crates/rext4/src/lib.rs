@@ -57,6 +57,7 @@ mod mkfs;
 mod namei;
 mod num;
 mod path;
+mod quota;
 pub mod sync;
 #[cfg(test)]
 mod test_image;

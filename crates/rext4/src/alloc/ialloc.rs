@@ -12,12 +12,12 @@ use crate::alloc::bitmap;
 use crate::cache::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
-use crate::inode::write::{raw_init_times, raw_set_flags, rec};
+use crate::inode::write::{raw_init_times, raw_set_flags, rec, rec_ref};
 use crate::inode::{Inode, RawRecord};
 use crate::jbd2::transaction::Handle;
 use crate::sync::RwLockWriteGuard;
 use rext4_format::checksum::inode_csum_seed;
-use rext4_format::features::Incompat;
+use rext4_format::features::{Incompat, RoCompat};
 use rext4_format::group_desc::BG_INODE_UNINIT;
 use rext4_format::inode::{self as fi, EXTENTS_FL};
 use rext4_format::InodeNo;
@@ -409,11 +409,31 @@ impl FsInner {
         links: u16,
     ) -> Result<Arc<Inode>> {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        // A directory marked to pass its project on gives it to what is made in it
+        // (`__ext4_new_inode`); everything else starts in project 0.
+        let projid = if self.sbi.sb.ro_compat().contains(RoCompat::PROJECT) {
+            let dir = self.iget(parent)?;
+            let r = dir.raw();
+            let r = rec_ref(&r);
+            if r.flags() & fi::PROJINHERIT_FL != 0 {
+                r.projid()
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        if self.quota.is_on() {
+            self.quota_prepare(h, [uid, gid, projid])?;
+        }
         let ino = self.alloc_inode(h, parent, is_dir, goal)?;
         let generation = self.new_generation();
-        let raw = self.new_record(mode, uid, gid, links, generation);
+        let mut raw = self.new_record(mode, uid, gid, links, generation);
+        rec(&mut raw).set_projid(projid);
         let inode =
             Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
+        // Its first record write charges its quotas.
+        inode.quota_new.store(true, Ordering::Release);
         self.icache.insert(u64::from(ino.0), inode.clone());
         Ok(inode)
     }

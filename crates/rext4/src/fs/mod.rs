@@ -295,6 +295,8 @@ pub(crate) struct FsInner {
     /// Data writes leave mtime and ctime to the caller (`Fs::set_caller_write_times`).
     /// [atomic]
     pub caller_write_times: std::sync::atomic::AtomicBool,
+    /// Quota files kept on writes (quota/mod.rs). [set at the writable open; locks inside]
+    pub quota: crate::quota::Quotas,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -677,6 +679,7 @@ impl FsInner {
             abort_recorded: std::sync::atomic::AtomicBool::new(false),
             coarse_time: std::sync::atomic::AtomicBool::new(false),
             caller_write_times: std::sync::atomic::AtomicBool::new(false),
+            quota: crate::quota::Quotas::default(),
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,

@@ -191,10 +191,8 @@ impl SbInfo {
                 feature_names(FeatureKind::RoCompat, unknown_ro.bits()).join(", ")
             ));
         }
-        if ro.contains(RoCompat::QUOTA) {
-            // Usage lives in hidden quota inodes the kernel updates with every allocation;
-            // writing without them would leave the counts wrong.
-            ro_reasons.push("quota accounting is not implemented for writing".into());
+        if let Some(why) = crate::quota::unsupported(&sb) {
+            ro_reasons.push(why.into());
         }
         if sb.incompat().contains(Incompat::MMP) {
             ro_reasons.push("multi-mount protection (mmp) is not implemented for writing".into());

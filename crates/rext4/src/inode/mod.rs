@@ -65,6 +65,9 @@ pub(crate) struct Inode {
     /// (the kernel's `I_LINKABLE`). [atomic; set before the inode is published, cleared by
     /// `link` under `op_lock` or when the inode is freed]
     pub linkable: AtomicBool,
+    /// Made by `FsInner::new_inode` and not yet written: its first record write charges its
+    /// quotas whole (quota/mod.rs). [atomic]
+    pub quota_new: AtomicBool,
     pub ino: InodeNo,
     /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
     /// inode/orphan.rs for the state machine). [atomic]
@@ -164,6 +167,7 @@ impl Inode {
             data_sem: RwLock::new(()),
             data_dirty: AtomicBool::new(false),
             linkable: AtomicBool::new(false),
+            quota_new: AtomicBool::new(false),
             refs: AtomicU32::new(0),
             orphan: AtomicU32::new(ORPHAN_NONE),
             child_goal: AtomicU32::new(0),

@@ -363,6 +363,7 @@ impl FsInner {
         let mut raw = inode.raw_mut();
         self.clear_freed_record(&mut raw);
         self.mark_inode_dirty(h, inode, &mut raw)?;
+        self.quota_free_inode(h, inode, &raw)?;
         drop(raw);
         self.free_inode(h, inode.ino, is_dir)
     }

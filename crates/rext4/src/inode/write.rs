@@ -157,6 +157,13 @@ impl FsInner {
         }
         let (blk, off) = self.inode_location(inode.ino);
         let buf = self.bread(blk, Some(inode.ino))?;
+        if self.quota.is_on() {
+            // The bytes in the table are the record as last charged (stable: the caller holds
+            // the record's lock). Charged before the table is locked: adding a quota entry may
+            // write the quota inode's record, perhaps into this very block.
+            let old = buf.data()[off..off + raw.len()].to_vec();
+            self.quota_update(h, inode, &old, raw)?;
+        }
         let mut data = h.write(&buf)?;
         data[off..off + raw.len()].copy_from_slice(raw);
         if disk_size.is_some() {
@@ -174,6 +181,15 @@ impl FsInner {
         let journal = self.journal()?;
         let h = journal.start(1)?;
         let inode = self.iget_by_number(ino)?;
+        if self.quota.is_on() && (ch.uid.is_some() || ch.gid.is_some()) {
+            // Entries for the new owner before the record is locked (quota/mod.rs).
+            let (uid, gid, prj) = {
+                let raw = inode.raw();
+                let r = rec_ref(&raw);
+                (r.uid(), r.gid(), r.projid())
+            };
+            self.quota_prepare(&h, [ch.uid.unwrap_or(uid), ch.gid.unwrap_or(gid), prj])?;
+        }
         let mut raw = inode.raw_mut();
         let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;
         let mut mode = disk.mode();

@@ -247,6 +247,7 @@ impl FsInner {
         let mut craw = child.raw_mut();
         self.clear_freed_record(&mut craw);
         self.mark_inode_dirty(h, child, &mut craw)?;
+        self.quota_free_inode(h, child, &craw)?;
         drop(craw);
         self.free_inode(h, child.ino, is_dir)
     }

@@ -635,13 +635,11 @@ fn file_size_limits() {
 #[test]
 fn unsupported_write_features_refuse_writing() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, args) in
-        [("quota", &["-O", "quota"][..]), ("bigalloc", &["-O", "bigalloc", "-C", "16384"][..])]
-    {
+    for (name, args) in [("mmp", &["-O", "mmp"][..]), ("bigalloc", &["-O", "bigalloc", "-C", "16384"][..])] {
         let img = mkfs(dir.path(), name, args, "64M");
         let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
         assert!(r.is_err(), "{name}: writable open should be refused");
-        // Read-only opens still work where reading is supported (quota), or fail cleanly.
+        // Read-only opens still work where reading is supported (mmp), or fail cleanly.
         if let Ok(fs) = Fs::open(&img) {
             assert!(!fs.read_only_reasons().is_empty(), "{name}");
         }

@@ -29,6 +29,7 @@ mod orphan;
 mod page_cache;
 mod partition;
 mod prealloc;
+mod quota;
 mod read_variants;
 mod recovery;
 mod stats;

@@ -1,0 +1,185 @@
+//! Disk quotas (the kernel's `fs/quota/dquot.c` and ext4's quota inodes in `super.c`): with the
+//! `quota` feature, space and inodes used per user, group and (with `project`) project are kept
+//! in hidden quota files, changed in the same handle as the inode records they count, so a
+//! commit never holds one without the other.
+//!
+//! | module | owns |
+//! |---|---|
+//! | this file | `Quotas`, what a record is charged, moving usage as records change |
+//! | `tree` | one quota file: the v2 tree of entries, adding ids |
+//!
+//! What is counted is what e2fsck counts (`quota_compute_usage`): every inode in use from the
+//! root and the first non-reserved inode on, but the project quota file, the orphan file and
+//! EA inodes, each charged one inode and `i_blocks` in bytes to its owner, its group and its
+//! project. Limits are kept as they are and not enforced: the kernel enforces them only on
+//! mounts with `usrquota`/`grpquota`/`prjquota`.
+//!
+//! Charges follow the records: [`FsInner::mark_inode_dirty`] compares the record it writes with
+//! the one in the inode table (the last one written) and moves the difference; a new inode's
+//! first write charges it whole, and [`FsInner::quota_free_inode`] takes it back when it is
+//! freed. Entries for new ids are added before the record changes
+//! ([`FsInner::quota_prepare`]), so that adding one (which may grow the quota file) does not
+//! happen under another inode's record lock; a missing entry is still added when charged.
+//!
+//! # Locking
+//! Charges run under the caller's handle and `Inode::raw` (write) of the inode charged, then
+//! take `QuotaFile::entries` (read) and the entry's quota-file buffer. Adding an entry takes
+//! `QuotaFile::tree`, then the quota inode's `data_sem` and `raw`, then buffers; the quota
+//! inodes are never charged, so their locks are always the last inode locks taken.
+
+pub(crate) mod tree;
+
+use crate::error::Result;
+use crate::fs::FsInner;
+use crate::inode::write::rec_ref;
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use rext4_format::features::{Incompat, RoCompat};
+use rext4_format::inode::{EA_INODE_FL, HUGE_FILE_FL};
+use std::sync::atomic::Ordering;
+use tree::QuotaFile;
+
+/// Quota types, as the kernel numbers them.
+pub(crate) const TYPES: usize = 3;
+
+/// The quota files of a writable filesystem with the `quota` feature (none otherwise).
+#[derive(Default)]
+pub(crate) struct Quotas {
+    /// User, group and project files, where the superblock names one. [immutable after open;
+    /// locks inside]
+    files: [Option<QuotaFile>; TYPES],
+    /// Inodes at or past the first non-reserved one that are never charged: the project quota
+    /// file and the orphan file (0: none). [immutable]
+    exempt: [u32; 2],
+}
+
+/// What a record is charged: its user, group and project, and its space in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Charge {
+    ids: [u32; TYPES],
+    space: u64,
+}
+
+impl Quotas {
+    /// Whether any usage is kept.
+    pub(crate) fn is_on(&self) -> bool {
+        self.files.iter().any(Option::is_some)
+    }
+}
+
+impl FsInner {
+    /// Opens the quota files at a writable open (`ext4_enable_quotas`), before anything is
+    /// freed or replayed. A damaged quota file fails the open, as the kernel fails the mount.
+    pub(crate) fn load_quotas(&self) -> Result<Quotas> {
+        let sb = &self.sbi.sb;
+        if !sb.ro_compat().contains(RoCompat::QUOTA) {
+            return Ok(Quotas::default());
+        }
+        let inums = [
+            sb.s_usr_quota_inum.get(),
+            sb.s_grp_quota_inum.get(),
+            // Project usage only where inodes carry a project.
+            if sb.ro_compat().contains(RoCompat::PROJECT) { sb.s_prj_quota_inum.get() } else { 0 },
+        ];
+        let mut q =
+            Quotas { exempt: [sb.s_prj_quota_inum.get(), sb.s_orphan_file_inum.get()], ..Default::default() };
+        for (ty, &ino) in inums.iter().enumerate() {
+            if ino != 0 {
+                q.files[ty] = Some(self.quota_file_load(ty, ino)?);
+            }
+        }
+        Ok(q)
+    }
+
+    /// What the record `raw` of inode `inode` is charged; `None` for inodes no quota counts.
+    fn quota_charge(&self, inode: &Inode, raw: &[u8]) -> Option<Charge> {
+        let ino = inode.ino.0;
+        let first = self.sbi.sb.first_ino();
+        if (ino < first && ino != rext4_format::types::ROOT_INO.0) || self.quota.exempt.contains(&ino) {
+            return None;
+        }
+        let r = rec_ref(raw);
+        if r.flags() & EA_INODE_FL != 0 {
+            return None;
+        }
+        let unit = if self.sbi.huge_file && r.flags() & HUGE_FILE_FL != 0 {
+            u64::from(self.sbi.block_size)
+        } else {
+            512
+        };
+        Some(Charge { ids: [r.uid(), r.gid(), r.projid()], space: r.blocks().saturating_mul(unit) })
+    }
+
+    /// Makes sure each of `ids` (user, group, project) has an entry, adding missing ones under
+    /// `h`: called before a record that may name new ids is locked (a new inode, a `chown`).
+    pub(crate) fn quota_prepare(&self, h: &Handle, ids: [u32; TYPES]) -> Result<()> {
+        for (qf, id) in self.quota.files.iter().zip(ids) {
+            if let Some(qf) = qf {
+                self.quota_slot(h, qf, id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves usage for inode `inode` whose record goes from `old` (the bytes last written) to
+    /// `new`, under `h` (called by `mark_inode_dirty`). A new inode's first write charges the
+    /// whole record and one inode.
+    pub(crate) fn quota_update(&self, h: &Handle, inode: &Inode, old: &[u8], new: &[u8]) -> Result<()> {
+        if !self.quota.is_on() {
+            return Ok(());
+        }
+        let Some(to) = self.quota_charge(inode, new) else { return Ok(()) };
+        let from =
+            if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { self.quota_charge(inode, old) };
+        if from == Some(to) {
+            return Ok(());
+        }
+        for (ty, qf) in self.quota.files.iter().enumerate() {
+            let Some(qf) = qf else { continue };
+            let id = to.ids[ty];
+            // Cannot overflow in practice: i_blocks is 48 bits of 512 bytes (2^57 bytes).
+            let space = |c: &Charge| i64::try_from(c.space).unwrap_or(i64::MAX);
+            match from {
+                Some(f) if f.ids[ty] == id => {
+                    let d = space(&to) - space(&f);
+                    if d != 0 {
+                        let s = self.quota_slot(h, qf, id)?;
+                        self.quota_add(h, qf, s, d, 0)?;
+                    }
+                }
+                _ => {
+                    if let Some(f) = from {
+                        let s = self.quota_slot(h, qf, f.ids[ty])?;
+                        self.quota_add(h, qf, s, -space(&f), -1)?;
+                    }
+                    let s = self.quota_slot(h, qf, id)?;
+                    self.quota_add(h, qf, s, space(&to), 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back the inode a freed record (`raw`, already written with its blocks gone) was
+    /// charged (`dquot_free_inode`), under `h`.
+    pub(crate) fn quota_free_inode(&self, h: &Handle, inode: &Inode, raw: &[u8]) -> Result<()> {
+        if !self.quota.is_on() || inode.quota_new.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
+        let space = i64::try_from(c.space).unwrap_or(i64::MAX);
+        for (ty, qf) in self.quota.files.iter().enumerate() {
+            if let Some(qf) = qf {
+                let s = self.quota_slot(h, qf, c.ids[ty])?;
+                self.quota_add(h, qf, s, -space, -1)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why writing is refused for a quota setup this engine does not keep, if it is.
+pub(crate) fn unsupported(sb: &rext4_format::superblock::Superblock) -> Option<&'static str> {
+    (sb.ro_compat().contains(RoCompat::QUOTA) && sb.incompat().contains(Incompat::EA_INODE))
+        .then_some("quota accounting of values in EA inodes is not implemented for writing")
+}

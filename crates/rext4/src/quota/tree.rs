@@ -1,0 +1,347 @@
+//! One quota file (the kernel's `quota_tree.c` and `quota_v2.c`): where each id's entry is,
+//! reading the tree once at open, and adding entries for new ids. Format: rext4-format's
+//! `quota` module.
+//!
+//! # Locking
+//! `QuotaFile::tree` (adding an entry: the tree's blocks and the info record) -> the quota
+//! inode's `data_sem` and `raw` (growing the file) -> quota-file `Buffer::data`. Usage changes
+//! take only `QuotaFile::entries` (read) and then the entry's buffer (write).
+
+use crate::error::{corrupt, CorruptKind, Error, Result};
+use crate::fs::FsInner;
+use crate::inode::Inode;
+use crate::jbd2::transaction::Handle;
+use crate::map::Mapping;
+use crate::sync::{Mutex, RwLock};
+use rext4_format::quota::{
+    self as fq, DataHeader, DiskDquot, DiskHeader, DiskInfo, DATA_HEADER, ENTRIES_PER_BLOCK, ENTRY, QT_BLOCK,
+    QT_DEPTH, QT_TREEOFF,
+};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Where an id's entry is: its quota block and its byte offset in that block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub qblk: u32,
+    pub off: u16,
+}
+
+/// One quota type's file.
+pub(crate) struct QuotaFile {
+    /// The hidden quota inode, held while the filesystem is open. [immutable]
+    pub inode: Arc<Inode>,
+    /// Each id's entry. [own lock: read to charge, write to add]
+    entries: RwLock<HashMap<u32, Slot>>,
+    /// The info record as on disk (`dqi_blocks` and the free lists); held while an entry is
+    /// added. [own lock; before the quota inode's locks]
+    tree: Mutex<DiskInfo>,
+}
+
+/// Corruption of a quota file (the kernel refuses to turn quotas on, so the mount fails).
+fn bad<T>(what: &'static str) -> Result<T> {
+    corrupt(CorruptKind::Quota(what))
+}
+
+impl FsInner {
+    /// The buffer holding quota block `qblk` of `q` and the block's offset in it. The file
+    /// must already reach it.
+    fn quota_block(&self, q: &Inode, qblk: u32) -> Result<(Arc<crate::cache::buffer::Buffer>, usize)> {
+        let bs = self.sbi.block_size as usize;
+        let byte = u64::from(qblk) * QT_BLOCK as u64;
+        let lblk = u32::try_from(byte / bs as u64).map_err(|_| Error::FileTooBig)?;
+        match self.map_block(q, lblk)? {
+            Mapping::Mapped { pblk, unwritten: false, .. } => {
+                self.check_range(q.ino, pblk, 1)?;
+                Ok((self.bcache.get(pblk)?, (byte % bs as u64) as usize))
+            }
+            _ => bad("a block of the tree is not mapped"),
+        }
+    }
+
+    /// A copy of quota block `qblk`.
+    fn quota_read(&self, q: &Inode, qblk: u32) -> Result<Vec<u8>> {
+        let (buf, off) = self.quota_block(q, qblk)?;
+        let data = buf.data();
+        Ok(data[off..off + QT_BLOCK].to_vec())
+    }
+
+    /// Changes quota block `qblk` under `h`.
+    fn quota_edit<R>(&self, h: &Handle, q: &Inode, qblk: u32, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let (buf, off) = self.quota_block(q, qblk)?;
+        let mut data = h.write(&buf)?;
+        Ok(f(&mut data[off..off + QT_BLOCK]))
+    }
+
+    /// Opens the quota file in inode `ino` for quota type `ty`: checks its header and reads
+    /// where every id's entry is (`qtree_read_dquot` for all ids at once).
+    pub(crate) fn quota_file_load(&self, ty: usize, ino: u32) -> Result<QuotaFile> {
+        if ino == 0 || !self.ino_in_range(rext4_format::InodeNo(ino)) {
+            return bad("quota inode number out of range");
+        }
+        let inode = self.iget(rext4_format::InodeNo(ino))?;
+        let (size, regular) = inode.with_disk(|d| (d.size(), d.file_type() == rext4_format::inode::S_IFREG));
+        if !regular || inode.flags() & rext4_format::inode::INLINE_DATA_FL != 0 {
+            return bad("quota inode is not a regular file");
+        }
+        let head = self.quota_read(&inode, 0)?;
+        let (Ok((h, _)), Ok((info, _))) =
+            (DiskHeader::read_from_prefix(&head), DiskInfo::read_from_prefix(&head[fq::INFO_OFF..]))
+        else {
+            return bad("unreadable header");
+        };
+        if h.dqh_magic.get() != fq::MAGICS[ty] || h.dqh_version.get() != fq::V2_VERSION_R1 {
+            return bad("not a v2r1 quota file of its type");
+        }
+        let blocks = info.dqi_blocks.get();
+        if blocks <= QT_TREEOFF
+            || u64::from(blocks) * QT_BLOCK as u64 > size.next_multiple_of(QT_BLOCK as u64)
+        {
+            return bad("file size does not cover its blocks");
+        }
+        let mut entries = HashMap::new();
+        let mut seen = HashSet::new();
+        self.quota_scan(&inode, blocks, QT_TREEOFF, 0, 0, &mut seen, &mut entries)?;
+        Ok(QuotaFile { inode, entries: RwLock::new(entries), tree: Mutex::new(info) })
+    }
+
+    /// Reads tree block `blk` at `depth` whose ids start with `prefix`, recording entries.
+    /// Every tree block is read once: a block named twice is damage (and would make the walk
+    /// exponential).
+    #[allow(clippy::too_many_arguments)]
+    fn quota_scan(
+        &self,
+        q: &Inode,
+        blocks: u32,
+        blk: u32,
+        depth: usize,
+        prefix: u32,
+        seen: &mut HashSet<u32>,
+        entries: &mut HashMap<u32, Slot>,
+    ) -> Result<()> {
+        if blk >= blocks || !seen.insert(blk) {
+            return bad("tree block out of range or named twice");
+        }
+        let block = self.quota_read(q, blk)?;
+        for i in 0..fq::QT_REFS {
+            let r = fq::tree_ref(&block, i);
+            if r == 0 {
+                continue;
+            }
+            let id = prefix | (i as u32) << ((QT_DEPTH - 1 - depth) * 8);
+            if depth + 1 < QT_DEPTH {
+                self.quota_scan(q, blocks, r, depth + 1, id, seen, entries)?;
+                continue;
+            }
+            if r >= blocks || r == QT_TREEOFF {
+                return bad("data block out of range");
+            }
+            let data = self.quota_read(q, r)?;
+            let slot = (0..ENTRIES_PER_BLOCK).map(|k| DATA_HEADER + k * ENTRY).find(|&o| {
+                let e = &data[o..o + ENTRY];
+                !fq::entry_unused(e) && u32::from_le_bytes([e[0], e[1], e[2], e[3]]) == id
+            });
+            let Some(off) = slot else { return bad("tree names an entry its data block lacks") };
+            // Cannot fail: off < QT_BLOCK.
+            entries.insert(id, Slot { qblk: r, off: u16::try_from(off).unwrap_or(0) });
+        }
+        Ok(())
+    }
+}
+
+impl QuotaFile {
+    /// Where `id`'s entry is, if it has one.
+    pub(crate) fn slot(&self, id: u32) -> Option<Slot> {
+        self.entries.read().get(&id).copied()
+    }
+}
+
+impl FsInner {
+    /// `id`'s entry in `qf`, added (usage and limits zero) under `h` if it has none
+    /// (`qtree_write_dquot` of a new dquot: `dq_insert_tree`).
+    pub(crate) fn quota_slot(&self, h: &Handle, qf: &QuotaFile, id: u32) -> Result<Slot> {
+        if let Some(s) = qf.slot(id) {
+            return Ok(s);
+        }
+        let mut info = qf.tree.lock();
+        if let Some(s) = qf.slot(id) {
+            return Ok(s);
+        }
+        let before = *info;
+        let q = &qf.inode;
+        let mut blk = QT_TREEOFF;
+        for depth in 0..QT_DEPTH {
+            let idx = fq::tree_index(id, depth);
+            let r = fq::tree_ref(&self.quota_read(q, blk)?, idx);
+            if depth + 1 < QT_DEPTH {
+                let next = if r != 0 {
+                    r
+                } else {
+                    let n = self.quota_new_block(h, q, &mut info)?;
+                    self.quota_edit(h, q, n, |b| b.fill(0))?;
+                    self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, n))?;
+                    n
+                };
+                blk = next;
+                continue;
+            }
+            if r != 0 {
+                return bad("tree names an id the scan did not find");
+            }
+            let slot = self.quota_add_entry(h, q, &mut info, id)?;
+            self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, slot.qblk))?;
+            if before.as_bytes() != info.as_bytes() {
+                let info = *info;
+                self.quota_edit(h, q, 0, |b| {
+                    b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
+                })?;
+            }
+            qf.entries.write().insert(id, slot);
+            return Ok(slot);
+        }
+        unreachable!("the loop returns at the last level")
+    }
+
+    /// A block for the tree: the first wholly free one, or a new one at the file's end
+    /// (`get_free_dqblk`).
+    fn quota_new_block(&self, h: &Handle, q: &Inode, info: &mut DiskInfo) -> Result<u32> {
+        let free = info.dqi_free_blk.get();
+        if free != 0 {
+            if free >= info.dqi_blocks.get() || free == QT_TREEOFF {
+                return bad("free block out of range");
+            }
+            let b = self.quota_read(q, free)?;
+            let next = DataHeader::read_from_prefix(&b).map_or(0, |(d, _)| d.dqdh_next_free.get());
+            info.dqi_free_blk.set(next);
+            return Ok(free);
+        }
+        let n = info.dqi_blocks.get();
+        let bs = self.sbi.block_size as u64;
+        let byte = u64::from(n) * QT_BLOCK as u64;
+        let lblk = u32::try_from(byte / bs).map_err(|_| Error::FileTooBig)?;
+        let _d = q.data_sem.write();
+        // Mapped before the record is locked: the lookup reads it.
+        let hole = matches!(self.map_block(q, lblk)?, Mapping::Hole { .. });
+        let mut raw = q.raw_mut();
+        let size = crate::inode::write::raw_size(&raw);
+        if hole {
+            let pblk = self.append_block(h, q, &mut raw, lblk)?;
+            let buf = self.bcache.get_fresh(pblk);
+            h.write(&buf)?.fill(0);
+        }
+        // The kernel's `ext4_quota_write` grows the size to the end of what it wrote.
+        crate::inode::write::raw_set_size(&mut raw, size.max(byte + QT_BLOCK as u64));
+        self.mark_inode_dirty(h, q, &mut raw)?;
+        info.dqi_blocks.set(n + 1);
+        Ok(n)
+    }
+
+    /// Writes a new entry for `id` into a data block with room (`find_free_dqentry`).
+    fn quota_add_entry(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, id: u32) -> Result<Slot> {
+        let mut blk = info.dqi_free_entry.get();
+        if blk == 0 {
+            blk = self.quota_new_block(h, q, info)?;
+            self.quota_edit(h, q, blk, |b| b.fill(0))?;
+            self.quota_link_free(h, q, info, blk)?;
+        } else if blk >= info.dqi_blocks.get() || blk == QT_TREEOFF {
+            return bad("free-entry block out of range");
+        }
+        let mut entry = DiskDquot::default();
+        entry.dqb_id.set(id);
+        let disk = entry.to_disk();
+        let (off, full) = self
+            .quota_edit(h, q, blk, |b| {
+                let off = (0..ENTRIES_PER_BLOCK)
+                    .map(|k| DATA_HEADER + k * ENTRY)
+                    .find(|&o| fq::entry_unused(&b[o..o + ENTRY]))?;
+                b[off..off + ENTRY].copy_from_slice(&disk);
+                let (mut hd, _) = DataHeader::read_from_prefix(b).ok()?;
+                let n = hd.dqdh_entries.get() + 1;
+                hd.dqdh_entries.set(n);
+                b[..DATA_HEADER].copy_from_slice(hd.as_bytes());
+                Some((off, usize::from(n) >= ENTRIES_PER_BLOCK))
+            })?
+            .map_or_else(|| bad("block on the free-entry list is full"), Ok)?;
+        if full {
+            self.quota_unlink_free(h, q, info, blk)?;
+        }
+        // Cannot fail: off < QT_BLOCK.
+        Ok(Slot { qblk: blk, off: u16::try_from(off).unwrap_or(0) })
+    }
+
+    /// Puts data block `blk` at the head of the free-entry list (`insert_free_dqentry`).
+    fn quota_link_free(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, blk: u32) -> Result<()> {
+        let head = info.dqi_free_entry.get();
+        self.quota_header(h, q, blk, |d| {
+            d.dqdh_next_free.set(head);
+            d.dqdh_prev_free.set(0);
+        })?;
+        if head != 0 {
+            self.quota_header(h, q, head, |d| d.dqdh_prev_free.set(blk))?;
+        }
+        info.dqi_free_entry.set(blk);
+        Ok(())
+    }
+
+    /// Takes data block `blk` off the free-entry list (`remove_free_dqentry`).
+    fn quota_unlink_free(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, blk: u32) -> Result<()> {
+        let (mut next, mut prev) = (0, 0);
+        self.quota_header(h, q, blk, |d| {
+            (next, prev) = (d.dqdh_next_free.get(), d.dqdh_prev_free.get());
+            d.dqdh_next_free.set(0);
+            d.dqdh_prev_free.set(0);
+        })?;
+        let blocks = info.dqi_blocks.get();
+        if next >= blocks || prev >= blocks {
+            return bad("free-entry list out of range");
+        }
+        if next != 0 {
+            self.quota_header(h, q, next, |d| d.dqdh_prev_free.set(prev))?;
+        }
+        if prev != 0 {
+            self.quota_header(h, q, prev, |d| d.dqdh_next_free.set(next))?;
+        } else {
+            info.dqi_free_entry.set(next);
+        }
+        Ok(())
+    }
+
+    /// Changes the header of data block `blk`.
+    fn quota_header(&self, h: &Handle, q: &Inode, blk: u32, f: impl FnOnce(&mut DataHeader)) -> Result<()> {
+        self.quota_edit(h, q, blk, |b| {
+            if let Ok((mut d, _)) = DataHeader::read_from_prefix(b) {
+                f(&mut d);
+                b[..DATA_HEADER].copy_from_slice(d.as_bytes());
+            }
+        })
+    }
+
+    /// Adds `space` bytes and `inodes` inodes (either may be negative) to the entry at `slot`
+    /// under `h`, as `dquot_incr_space` / `dquot_decr_space` and the inode counterparts do:
+    /// usage never goes below zero, and falling to or under a soft limit ends its grace time.
+    pub(crate) fn quota_add(
+        &self,
+        h: &Handle,
+        qf: &QuotaFile,
+        slot: Slot,
+        space: i64,
+        inodes: i64,
+    ) -> Result<()> {
+        let off = usize::from(slot.off);
+        self.quota_edit(h, &qf.inode, slot.qblk, |b| {
+            let Ok(mut d) = DiskDquot::read_from_bytes(&b[off..off + ENTRY]) else { return };
+            let cur = d.dqb_curspace.get().saturating_add_signed(space);
+            d.dqb_curspace.set(cur);
+            if space < 0 && cur <= d.dqb_bsoftlimit.get().saturating_mul(QT_BLOCK as u64) {
+                d.dqb_btime.set(0);
+            }
+            let cur = d.dqb_curinodes.get().saturating_add_signed(inodes);
+            d.dqb_curinodes.set(cur);
+            if inodes < 0 && cur <= d.dqb_isoftlimit.get() {
+                d.dqb_itime.set(0);
+            }
+            b[off..off + ENTRY].copy_from_slice(&d.to_disk());
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! Quota usage (`quota` feature): every change rext4 makes keeps the hidden quota files'
+//! usage equal to what e2fsck counts from the inodes, for users, groups and projects, and the
+//! files take new ids (new tree and data blocks) as the kernel's format lays them out.
+//! e2fsck compares each id's space and inodes with its own count and reports any difference;
+//! `an_unaccounted_write_is_caught` shows it does on these images.
+
+use rext4::format::inode::PROJINHERIT_FL;
+use rext4::{Fs, InodeNo, Options, SetAttr};
+use rext4_testkit::{e2fsck_clean, tool, Image};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const QUOTA_ARGS: [&str; 6] =
+    ["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"];
+
+fn image(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let img = dir.join(name);
+    Image::ext4("64M").args(QUOTA_ARGS).args(extra).build(&img);
+    img
+}
+
+fn rw(img: &Path) -> Fs {
+    Fs::open_with(img, Options { writable: true, ..Options::default() }).unwrap()
+}
+
+/// `debugfs -R cmd img`'s output.
+fn debugfs(img: &Path, cmd: &str, write: bool) -> String {
+    let mut c = Command::new(tool("debugfs"));
+    if write {
+        c.arg("-w");
+    }
+    let o = c.arg("-R").arg(cmd).arg(img).output().unwrap();
+    assert!(o.status.success(), "debugfs {cmd}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// e2fsck's verdict, without asserting it.
+fn fsck_code(img: &Path) -> (i32, String) {
+    let o = Command::new(tool("e2fsck")).arg("-fn").arg(img).output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// `(space in bytes, inodes)` debugfs reads for `id` of quota type `ty`
+/// (`user`, `group`, `project`), or `None` without an entry.
+fn usage(img: &Path, ty: &str, id: u32) -> Option<(u64, u64)> {
+    let out = debugfs(img, &format!("get_quota {ty} {id}"), false);
+    // "   user id      space    quota    limit      inodes    quota    limit", then a row.
+    let row = out.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
+    let f: Vec<&str> = row.split_whitespace().collect();
+    Some((f.get(1)?.parse().ok()?, f.get(4)?.parse().ok()?))
+}
+
+/// Ids spread over every level of the tree: neighbours sharing data blocks, ids differing in
+/// each byte, and the largest.
+fn ids() -> Vec<u32> {
+    let mut v: Vec<u32> = (1000..1020).collect();
+    v.extend([1, 255, 256, 65_535, 65_536, 1 << 24, (1 << 24) + 5, 0x7fff_fffe, u32::MAX - 1]);
+    v
+}
+
+#[test]
+fn usage_follows_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let ids = ids();
+    let mut files = Vec::new();
+    for (k, &id) in ids.iter().enumerate() {
+        let d = fs.mkdir(root, format!("d{k}").as_bytes(), 0o755, id, id ^ 1).unwrap().ino;
+        let f = fs.create(d, b"f", 0o644, id, id.wrapping_add(7)).unwrap().ino;
+        let len = 1 + k * 9_000;
+        fs.write(f, 0, &vec![k as u8 + 1; len]).unwrap();
+        // A big file in some, written past a hole.
+        if k % 5 == 0 {
+            fs.write(f, 3 << 20, &vec![7u8; 200_000]).unwrap();
+        }
+        fs.symlink(d, b"fast", b"f", id, id).unwrap();
+        fs.symlink(d, &[b'l'; 4][..], &[b'x'; 300][..], id, id).unwrap();
+        // An xattr block charged to the owner.
+        fs.setxattr(f, b"user.big", &[9u8; 3000], 0).unwrap();
+        files.push((d, f));
+    }
+    fs.sync().unwrap();
+    // Ownership moves usage between ids, in both directions and to ids with no entry yet.
+    for (k, &(d, f)) in files.iter().enumerate() {
+        let to = ids[(k + 3) % ids.len()];
+        let ch = SetAttr {
+            uid: Some(to),
+            gid: (k % 2 == 0).then_some(to.wrapping_add(100)),
+            ..Default::default()
+        };
+        fs.setattr(f, &ch).unwrap();
+        if k % 4 == 0 {
+            fs.setattr(d, &SetAttr { gid: Some(4_000_000 + k as u32), ..Default::default() }).unwrap();
+        }
+    }
+    // Space shrinks and grows: truncate, punch, preallocate, hard links, rename over, removal.
+    for (k, &(d, f)) in files.iter().enumerate() {
+        match k % 6 {
+            0 => fs.setattr(f, &SetAttr { size: Some(100), ..Default::default() }).map(|_| ()).unwrap(),
+            1 => fs.fallocate(f, 0x02 | 0x01, 0, 4096).unwrap(),
+            2 => fs.fallocate(f, 0, 0, 1 << 20).unwrap(),
+            3 => {
+                fs.link(f, root, format!("hard{k}").as_bytes()).unwrap();
+                fs.unlink(d, b"f").unwrap();
+            }
+            4 => {
+                let g = fs.create(d, b"g", 0o600, 0, 0).unwrap().ino;
+                fs.write(g, 0, &[1u8; 10_000]).unwrap();
+                fs.rename(d, b"g", d, b"f", 0).unwrap();
+            }
+            _ => fs.removexattr(f, b"user.big").unwrap(),
+        }
+    }
+    // An open file loses its last name, is written while an orphan, then released; a tmpfile
+    // comes and goes; a tmpfile gets a name.
+    let (d0, _) = files[1];
+    let o = fs.create(d0, b"open", 0o644, 77, 78).unwrap().ino;
+    fs.hold(o).unwrap();
+    fs.unlink(d0, b"open").unwrap();
+    fs.write(o, 0, &[5u8; 50_000]).unwrap();
+    fs.sync().unwrap();
+    fs.release(o).unwrap();
+    let t = fs.tmpfile(d0, 0o600, 88, 89).unwrap().ino;
+    fs.write(t, 0, &[6u8; 20_000]).unwrap();
+    fs.release(t).unwrap();
+    let t = fs.tmpfile(d0, 0o600, 90, 91).unwrap().ino;
+    fs.write(t, 0, &[6u8; 20_000]).unwrap();
+    fs.link(t, d0, b"named").unwrap();
+    fs.release(t).unwrap();
+    // A whole tree goes.
+    let (d5, _) = files[5];
+    for name in [&b"f"[..], b"fast", b"llll"] {
+        fs.unlink(d5, name).unwrap();
+    }
+    fs.rmdir(root, b"d5").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    // Owners named above have entries with what e2fsck counts (spot checks; e2fsck checked
+    // every id): the tmpfile that got a name, and one removed tree's owner with nothing left
+    // of its own but the file given to it by a chown.
+    assert_eq!(usage(&img, "user", 90).map(|u| u.1), Some(1), "user 90");
+    assert_eq!(usage(&img, "user", 88).map(|u| u.1), Some(0), "user 88 (tmpfile released)");
+    assert_eq!(usage(&img, "user", 77).map(|u| u.1), Some(0), "user 77 (orphan released)");
+    let big = usage(&img, "user", u32::MAX - 1).expect("largest id has an entry");
+    assert!(big.1 >= 1, "{big:?}");
+    // The kernel's format: new ids went into new tree and data blocks of the quota files.
+    let size = debugfs(&img, "stat <3>", false);
+    assert!(!size.contains("Size: 6144\n"), "user quota file did not grow:\n{size}");
+}
+
+/// What e2fsck would say of a write nobody charged: the oracle of this file's tests sees it.
+#[test]
+fn an_unaccounted_write_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    let src = dir.path().join("data");
+    std::fs::write(&src, vec![1u8; 100_000]).unwrap();
+    // libext2fs's write keeps no quota.
+    debugfs(&img, &format!("write {} unaccounted", src.display()), true);
+    let (code, out) = fsck_code(&img);
+    assert_ne!(code, 0, "e2fsck missed the usage nobody recorded:\n{out}");
+    // The same write through rext4 is counted.
+    let img = image(dir.path(), "r.img", &[]);
+    let fs = rw(&img);
+    let f = fs.create(fs.root(), b"accounted", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[1u8; 100_000]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// A directory marked `PROJINHERIT` with a project gives it to what is made in it (the
+/// kernel's `__ext4_new_inode`), and the project's usage counts them.
+#[test]
+fn new_files_take_their_directorys_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    {
+        let fs = rw(&img);
+        fs.mkdir(fs.root(), b"proj", 0o755, 0, 0).unwrap();
+        fs.mkdir(fs.root(), b"plain", 0o755, 0, 0).unwrap();
+        fs.unmount().unwrap();
+    }
+    // Projects are set from outside (FS_IOC_FSSETXATTR), here with debugfs and the usage
+    // rebuilt by e2fsck.
+    debugfs(&img, "set_inode_field proj projid 4242", true);
+    let flags = u32::from_str_radix(
+        debugfs(&img, "stat proj", false)
+            .split("Flags: 0x")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap(),
+        16,
+    )
+    .unwrap();
+    debugfs(&img, &format!("set_inode_field proj flags {:#x}", flags | PROJINHERIT_FL), true);
+    let o = Command::new(tool("e2fsck")).arg("-fy").arg(&img).output().unwrap();
+    assert!(o.status.code().unwrap_or(8) < 4, "{}", String::from_utf8_lossy(&o.stdout));
+    e2fsck_clean(&img);
+    let fs = rw(&img);
+    let p = fs.resolve("/proj", false).unwrap();
+    let q = fs.resolve("/plain", false).unwrap();
+    let sub = fs.mkdir(p, b"sub", 0o755, 5, 5).unwrap().ino;
+    let a = fs.create(sub, b"a", 0o644, 5, 5).unwrap().ino;
+    fs.write(a, 0, &[1u8; 70_000]).unwrap();
+    let b = fs.create(q, b"b", 0o644, 5, 5).unwrap().ino;
+    fs.write(b, 0, &[1u8; 7_000]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    for (path, want) in [("proj/sub", 4242), ("proj/sub/a", 4242), ("plain/b", 0)] {
+        let st = debugfs(&img, &format!("stat {path}"), false);
+        assert!(st.contains(&format!("Project: {want:>5}")), "{path}:\n{st}");
+    }
+    let (space, inodes) = usage(&img, "project", 4242).expect("project 4242");
+    assert_eq!(inodes, 3, "the directory, its subdirectory and the file");
+    assert!(space >= 70_000, "{space}");
+}
+
+/// A quota file whose header is not a quota file's fails the writable open (the kernel's
+/// mount fails to turn quotas on); reading still works, and nothing was written.
+#[test]
+fn a_damaged_quota_file_refuses_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    let blk: u64 = debugfs(&img, "bmap <3> 0", false).trim().parse().unwrap();
+    let bs = 4096;
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(&[0xee; 8], blk * bs).unwrap();
+    }
+    let before = std::fs::read(&img).unwrap();
+    let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
+    let err = r.err().expect("writable open of a damaged quota file");
+    assert_eq!(err.errno(), libc::EUCLEAN, "{err}");
+    let fs = Fs::open(&img).unwrap();
+    assert!(fs.read_dir("/").is_ok());
+    drop(fs);
+    assert!(std::fs::read(&img).unwrap() == before, "the refused open wrote to the image");
+}
+
+/// Quota with values in EA inodes is not kept: writable opens are refused, reads work.
+#[test]
+fn quota_with_ea_inodes_opens_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &["-O", "ea_inode"]);
+    assert!(Fs::open_with(&img, Options { writable: true, ..Options::default() }).is_err());
+    let fs = Fs::open(&img).unwrap();
+    assert!(fs.read_only_reasons().iter().any(|r| r.contains("EA inodes")), "{:?}", fs.read_only_reasons());
+    let _: InodeNo = fs.root();
+}
