@@ -84,6 +84,13 @@ fn crash_upstream_features() {
     run("upstream", &["-O", "metadata_csum_seed,orphan_file"], 2);
 }
 
+/// Every change of owner names a new user: the quota files take a new entry each time, their
+/// tree and data blocks grow in the same transactions, and any crash leaves them consistent.
+#[test]
+fn crash_quota() {
+    run("quota", &["-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"], 9);
+}
+
 #[test]
 fn crash_no_metadata_csum() {
     run("nocsum", &["-O", "^metadata_csum,^64bit"], 3);
