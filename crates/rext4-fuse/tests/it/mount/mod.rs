@@ -9,7 +9,7 @@
 //! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
 //! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4;
 //! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4;
-//! `splice.rs`: large reads spliced from the image.
+//! `splice.rs`: large reads spliced from the image; `quota.rs`: quota usage kept through the mount.
 
 mod access;
 mod atime;
@@ -18,6 +18,7 @@ mod handles;
 mod killpriv;
 mod label;
 mod options;
+mod quota;
 mod requests;
 mod splice;
 mod statx;
