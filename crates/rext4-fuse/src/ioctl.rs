@@ -75,18 +75,26 @@ impl Adapter {
                 // struct fsxattr: xflags, extsize, nextents, projid, cowextsize, 8 pad bytes.
                 let mut out = vec![0u8; 28];
                 out[0..4].copy_from_slice(&flags_to_xflags(visible(&self.attr(ino)?)).to_le_bytes());
+                let projid = self.fs().project(e).map_err(|err| self.err(err))?;
+                out[12..16].copy_from_slice(&projid.to_le_bytes());
                 Ok(out)
             }
             FS_IOC_FSSETXATTR => {
                 let (xflags, projid) = (word(0)?, word(12)?);
-                if projid != 0 {
-                    // No project quotas here: every inode's project is 0.
-                    return Err(Errno::EOPNOTSUPP);
-                }
                 self.writable()?;
                 let old = visible(&self.attr(ino)?);
                 let flags = (old & !XFLAG_MAP.iter().fold(0, |m, &(f, _)| m | f)) | xflags_to_flags(xflags);
+                // `ext4_ioctl_check_immutable`: a file immutable before and after keeps its
+                // project; then the flags, then the project, as `ext4_fileattr_set` orders them.
+                let immutable = rext4::format::inode::IMMUTABLE_FL;
+                let moves = projid != self.fs().project(e).map_err(|err| self.err(err))?;
+                if old & flags & immutable != 0 && moves {
+                    return Err(Errno::EPERM);
+                }
                 self.fs().set_flags(e, flags).map_err(|err| self.err(err))?;
+                if moves {
+                    self.fs().set_project(e, projid).map_err(|err| self.err(err))?;
+                }
                 self.attributes_changed(ino);
                 Ok(Vec::new())
             }

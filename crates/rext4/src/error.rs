@@ -74,6 +74,9 @@ pub enum Error {
     Deadlock,
     /// A wait was cancelled before it was granted (`EINTR`).
     Interrupted,
+    /// A link or rename into a directory that passes on a project (`PROJINHERIT`) of a file in
+    /// another project (`EXDEV`, as ext4 answers so that tools copy instead).
+    CrossProject,
 }
 
 impl Error {
@@ -109,6 +112,7 @@ impl Error {
             Error::WouldBlock => libc::EAGAIN,
             Error::Deadlock => libc::EDEADLK,
             Error::Interrupted => libc::EINTR,
+            Error::CrossProject => libc::EXDEV,
         }
     }
 
@@ -153,6 +157,9 @@ impl fmt::Display for Error {
             Error::WouldBlock => f.write_str("resource temporarily unavailable"),
             Error::Deadlock => f.write_str("resource deadlock avoided"),
             Error::Interrupted => f.write_str("interrupted"),
+            Error::CrossProject => {
+                f.write_str("the file belongs to another project than the directory passes on")
+            }
         }
     }
 }

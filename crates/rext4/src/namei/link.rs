@@ -96,6 +96,12 @@ impl FsInner {
         if links >= LINK_MAX {
             return Err(Error::TooManyLinks);
         }
+        if let Err(e) = self.check_same_project(&dir, target) {
+            if first {
+                *evict = unclaim_linked(target);
+            }
+            return Err(e);
+        }
         let ft = crate::dir::dirent_type(target.disk().mode());
         let added = journal.start(CREDITS).and_then(|h| {
             self.add_entry_in(&h, &dir, name, ino, ft, room)?;

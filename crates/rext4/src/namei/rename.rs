@@ -151,14 +151,24 @@ impl FsInner {
             None => crate::inode::flags::check_dir_open(&ndir)?,
             Some(d) => crate::inode::flags::check_removable(&ndir, d)?,
         }
-        match (&dst, flags) {
-            (Some(d), f) if f & RENAME_EXCHANGE == 0 => match (src.is_dir(), d.is_dir()) {
+        let replaced = dst.as_ref().filter(|_| flags & RENAME_EXCHANGE == 0);
+        if let Some(d) = replaced {
+            match (src.is_dir(), d.is_dir()) {
                 (true, false) => return Err(Error::NotDir),
                 (false, true) => return Err(Error::IsDir),
-                (true, true) if !self.dir_is_empty(d)? => return Err(Error::NotEmpty),
                 _ => {}
-            },
-            _ => {}
+            }
+        }
+        // `ext4_rename` / `ext4_cross_rename`: nothing leaves the project its new directory
+        // passes on (the VFS's type checks come first, the emptiness check after).
+        self.check_same_project(&ndir, &src)?;
+        if let (Some(d), true) = (&dst, flags & RENAME_EXCHANGE != 0) {
+            self.check_same_project(&odir, d)?;
+        }
+        if let Some(d) = replaced {
+            if src.is_dir() && d.is_dir() && !self.dir_is_empty(d)? {
+                return Err(Error::NotEmpty);
+            }
         }
         let h = journal.start(CREDITS)?;
         // Made first, as the kernel does: a rename that cannot have its whiteout changes nothing.

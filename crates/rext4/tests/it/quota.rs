@@ -253,3 +253,48 @@ fn quota_with_ea_inodes_opens_read_only() {
     assert!(fs.read_only_reasons().iter().any(|r| r.contains("EA inodes")), "{:?}", fs.read_only_reasons());
     let _: InodeNo = fs.root();
 }
+
+/// `chattr -p` (`Fs::set_project`) moves a file's usage to its new project; a directory that
+/// passes its project on refuses links and renames of files from other projects (`EXDEV`,
+/// both ways for an exchange); quota files keep theirs (`EPERM`).
+#[test]
+fn projects_move_usage_and_fence_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let p = fs.mkdir(root, b"p", 0o755, 0, 0).unwrap().ino;
+    let flags = fs.getattr(p).unwrap().flags & rext4::FL_USER_VISIBLE;
+    fs.set_flags(p, flags | PROJINHERIT_FL).unwrap();
+    fs.set_project(p, 31).unwrap();
+    let a = fs.create(p, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &[1u8; 50_000]).unwrap();
+    assert_eq!(fs.project(a).unwrap(), 31, "inherited");
+    let x = fs.create(root, b"x", 0o644, 0, 0).unwrap().ino;
+    fs.write(x, 0, &[2u8; 20_000]).unwrap();
+    let exdev = |r: rext4::Result<()>| r.err().map(|e| e.errno());
+    assert_eq!(exdev(fs.link(x, p, b"x").map(|_| ())), Some(libc::EXDEV), "link");
+    assert_eq!(exdev(fs.rename(root, b"x", p, b"x", 0)), Some(libc::EXDEV), "rename");
+    assert_eq!(exdev(fs.rename(root, b"x", p, b"a", rext4::RENAME_EXCHANGE)), Some(libc::EXDEV), "exchange");
+    // Out of the project is allowed: root does not pass one on.
+    fs.rename(p, b"a", root, b"a", 0).unwrap();
+    fs.rename(root, b"a", p, b"a", 0).unwrap();
+    assert_eq!(fs.set_project(InodeNo(3), 31).err().map(|e| e.errno()), Some(libc::EPERM));
+    fs.set_project(x, 31).unwrap();
+    fs.link(x, p, b"x").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert_eq!(usage(&img, "project", 31).map(|u| u.1), Some(3), "p, a and x");
+    assert_eq!(usage(&img, "project", 0).map(|u| u.1), Some(2), "the root and lost+found");
+    // Without the feature only project 0 exists.
+    let plain = dir.path().join("plain.img");
+    Image::ext4("16M").build(&plain);
+    let fs = rw(&plain);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    assert_eq!(fs.set_project(f, 5).err().map(|e| e.errno()), Some(libc::EOPNOTSUPP));
+    fs.set_project(f, 0).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&plain);
+}
