@@ -65,3 +65,77 @@ fn quota_usage_through_the_mount() {
     assert_eq!(usage(&img, "user", 2005).map(|u| u.1), Some(1), "u5 keeps its directory");
     assert_eq!(usage(&img, "user", 2006).map(|u| u.1), Some(10), "u6's own and u5's files");
 }
+
+/// `chattr -p`, `chattr +P`, `lsattr -p`, and links and renames across projects, through the
+/// mount on an image with the `project` feature; the transcript must be kernel ext4's on a copy
+/// of the image, or, where this kernel mounts such images read-only only (built without
+/// quota support), what ext4's rules give (`ext4_link`, `ext4_rename`: `EXDEV`; new files
+/// take a `PROJINHERIT` directory's project).
+#[test]
+fn projects_as_kernel_ext4() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let kimg = dir.path().join("kernel.img");
+    let fimg = dir.path().join("fuse.img");
+    Image::ext4("32M").args(["-b", "4096", "-O", "project"]).build(&kimg);
+    fs::copy(&kimg, &fimg).unwrap();
+    let steps = |root: &std::path::Path| -> Vec<String> {
+        let sh = |cmd: &str| {
+            let o = std::process::Command::new("sh").args(["-c", cmd, "sh"]).arg(root).output().unwrap();
+            (o.status.success(), String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let code = |r: std::io::Result<()>| r.err().map_or(0, |e| errno(&e));
+        let mut out = Vec::new();
+        for d in ["p", "q", "d"] {
+            fs::create_dir(root.join(d)).unwrap();
+        }
+        fs::write(root.join("x"), b"x").unwrap();
+        out.push(format!("chattr p {:?}", sh("chattr +P -p 17 \"$1/p\"").0));
+        out.push(format!("chattr x {:?}", sh("chattr -p 23 \"$1/x\"").0));
+        fs::write(root.join("p/new"), b"n").unwrap();
+        fs::create_dir(root.join("p/sub")).unwrap();
+        fs::write(root.join("p/sub/deep"), b"d").unwrap();
+        out.push(format!("link {}", code(fs::hard_link(root.join("x"), root.join("p/x")))));
+        out.push(format!("rename {}", code(fs::rename(root.join("x"), root.join("p/x")))));
+        out.push(format!("rename out {}", code(fs::rename(root.join("p/new"), root.join("q/new")))));
+        out.push(format!("chattr x {:?}", sh("chattr -p 17 \"$1/x\"").0));
+        out.push(format!("link same {}", code(fs::hard_link(root.join("x"), root.join("p/x")))));
+        let (_, l) = sh("cd \"$1\" && lsattr -p -d p p/sub p/sub/deep q/new x d | awk '{print $1, $3}'");
+        out.extend(l.lines().map(String::from));
+        let (_, l) = sh("chattr -p 0 \"$1/q/new\" && lsattr -p \"$1/q/new\" | awk '{print $1}'");
+        out.push(format!("q/new back to {l}"));
+        out
+    };
+    let kernel = kernel_can_mount().then(|| KernelMount::with_options(&kimg, "loop").ok()).flatten();
+    let want: Vec<String> = match kernel {
+        Some(km) => {
+            let k = steps(km.path());
+            km.unmount().unwrap();
+            e2fsck_clean(&kimg);
+            k
+        }
+        None => [
+            "chattr p true",
+            "chattr x true",
+            "link 18",
+            "rename 18",
+            "rename out 0",
+            "chattr x true",
+            "link same 0",
+            "17 p",
+            "17 p/sub",
+            "17 p/sub/deep",
+            "17 q/new",
+            "17 x",
+            "0 d",
+            "q/new back to 0",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let m = FuseMount::new(&fimg, "rw,allow_other,default_permissions");
+    let ours = steps(m.path());
+    m.unmount();
+    e2fsck_clean(&fimg);
+    assert_eq!(ours, want, "through the mount vs kernel ext4 (or its rules)");
+}
