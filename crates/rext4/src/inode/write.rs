@@ -161,8 +161,8 @@ impl FsInner {
             // The bytes in the table are the record as last charged (stable: the caller holds
             // the record's lock). Charged before the table is locked: adding a quota entry may
             // write the quota inode's record, perhaps into this very block.
-            let old = buf.data()[off..off + raw.len()].to_vec();
-            self.quota_update(h, inode, &old, raw)?;
+            let old = self.quota_charge(inode, &buf.data()[off..off + raw.len()]);
+            self.quota_update(h, inode, old, raw)?;
         }
         let mut data = h.write(&buf)?;
         data[off..off + raw.len()].copy_from_slice(raw);

@@ -92,7 +92,7 @@ impl FsInner {
     }
 
     /// What the record `raw` of inode `inode` is charged; `None` for inodes no quota counts.
-    fn quota_charge(&self, inode: &Inode, raw: &[u8]) -> Option<Charge> {
+    pub(crate) fn quota_charge(&self, inode: &Inode, raw: &[u8]) -> Option<Charge> {
         let ino = inode.ino.0;
         let first = self.sbi.sb.first_ino();
         if (ino < first && ino != rext4_format::types::ROOT_INO.0) || self.quota.exempt.contains(&ino) {
@@ -121,16 +121,21 @@ impl FsInner {
         Ok(())
     }
 
-    /// Moves usage for inode `inode` whose record goes from `old` (the bytes last written) to
-    /// `new`, under `h` (called by `mark_inode_dirty`). A new inode's first write charges the
-    /// whole record and one inode.
-    pub(crate) fn quota_update(&self, h: &Handle, inode: &Inode, old: &[u8], new: &[u8]) -> Result<()> {
+    /// Moves usage for inode `inode` whose record goes from the one last written (charged
+    /// `old`) to `new`, under `h` (called by `mark_inode_dirty`). A new inode's first write
+    /// charges the whole record and one inode.
+    pub(crate) fn quota_update(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        old: Option<Charge>,
+        new: &[u8],
+    ) -> Result<()> {
         if !self.quota.is_on() {
             return Ok(());
         }
         let Some(to) = self.quota_charge(inode, new) else { return Ok(()) };
-        let from =
-            if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { self.quota_charge(inode, old) };
+        let from = if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { old };
         if from == Some(to) {
             return Ok(());
         }
@@ -144,16 +149,16 @@ impl FsInner {
                     let d = space(&to) - space(&f);
                     if d != 0 {
                         let s = self.quota_slot(h, qf, id)?;
-                        self.quota_add(h, qf, s, d, 0)?;
+                        self.quota_add(h, s, d, 0)?;
                     }
                 }
                 _ => {
                     if let Some(f) = from {
                         let s = self.quota_slot(h, qf, f.ids[ty])?;
-                        self.quota_add(h, qf, s, -space(&f), -1)?;
+                        self.quota_add(h, s, -space(&f), -1)?;
                     }
                     let s = self.quota_slot(h, qf, id)?;
-                    self.quota_add(h, qf, s, space(&to), 1)?;
+                    self.quota_add(h, s, space(&to), 1)?;
                 }
             }
         }
@@ -171,7 +176,7 @@ impl FsInner {
         for (ty, qf) in self.quota.files.iter().enumerate() {
             if let Some(qf) = qf {
                 let s = self.quota_slot(h, qf, c.ids[ty])?;
-                self.quota_add(h, qf, s, -space, -1)?;
+                self.quota_add(h, s, -space, -1)?;
             }
         }
         Ok(())

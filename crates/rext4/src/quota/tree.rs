@@ -21,11 +21,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
-/// Where an id's entry is: its quota block and its byte offset in that block.
+/// Where an id's entry is: its quota block, and the filesystem block and byte offset that
+/// hold it (quota files never move their blocks, so a charge needs no mapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub qblk: u32,
-    pub off: u16,
+    pub pblk: u64,
+    pub off: u32,
 }
 
 /// One quota type's file.
@@ -45,19 +47,32 @@ fn bad<T>(what: &'static str) -> Result<T> {
 }
 
 impl FsInner {
-    /// The buffer holding quota block `qblk` of `q` and the block's offset in it. The file
-    /// must already reach it.
-    fn quota_block(&self, q: &Inode, qblk: u32) -> Result<(Arc<crate::cache::buffer::Buffer>, usize)> {
+    /// The filesystem block holding quota block `qblk` of `q` and the quota block's offset in
+    /// it. The file must already reach it.
+    fn quota_pblk(&self, q: &Inode, qblk: u32) -> Result<(u64, usize)> {
         let bs = self.sbi.block_size as usize;
         let byte = u64::from(qblk) * QT_BLOCK as u64;
         let lblk = u32::try_from(byte / bs as u64).map_err(|_| Error::FileTooBig)?;
         match self.map_block(q, lblk)? {
             Mapping::Mapped { pblk, unwritten: false, .. } => {
                 self.check_range(q.ino, pblk, 1)?;
-                Ok((self.bcache.get(pblk)?, (byte % bs as u64) as usize))
+                Ok((pblk, (byte % bs as u64) as usize))
             }
             _ => bad("a block of the tree is not mapped"),
         }
+    }
+
+    /// The buffer holding quota block `qblk` of `q` and the block's offset in it.
+    fn quota_block(&self, q: &Inode, qblk: u32) -> Result<(Arc<crate::cache::buffer::Buffer>, usize)> {
+        let (pblk, off) = self.quota_pblk(q, qblk)?;
+        Ok((self.bcache.get(pblk)?, off))
+    }
+
+    /// The slot of the entry at byte `off` of quota block `qblk`.
+    fn quota_slot_at(&self, q: &Inode, qblk: u32, off: usize) -> Result<Slot> {
+        let (pblk, base) = self.quota_pblk(q, qblk)?;
+        // Cannot fail: both offsets lie within one filesystem block (at most 64 KiB).
+        Ok(Slot { qblk, pblk, off: u32::try_from(base + off).unwrap_or(u32::MAX) })
     }
 
     /// A copy of quota block `qblk`.
@@ -143,8 +158,7 @@ impl FsInner {
                 !fq::entry_unused(e) && u32::from_le_bytes([e[0], e[1], e[2], e[3]]) == id
             });
             let Some(off) = slot else { return bad("tree names an entry its data block lacks") };
-            // Cannot fail: off < QT_BLOCK.
-            entries.insert(id, Slot { qblk: r, off: u16::try_from(off).unwrap_or(0) });
+            entries.insert(id, self.quota_slot_at(q, r, off)?);
         }
         Ok(())
     }
@@ -266,8 +280,7 @@ impl FsInner {
         if full {
             self.quota_unlink_free(h, q, info, blk)?;
         }
-        // Cannot fail: off < QT_BLOCK.
-        Ok(Slot { qblk: blk, off: u16::try_from(off).unwrap_or(0) })
+        self.quota_slot_at(q, blk, off)
     }
 
     /// Puts data block `blk` at the head of the free-entry list (`insert_free_dqentry`).
@@ -320,17 +333,12 @@ impl FsInner {
     /// Adds `space` bytes and `inodes` inodes (either may be negative) to the entry at `slot`
     /// under `h`, as `dquot_incr_space` / `dquot_decr_space` and the inode counterparts do:
     /// usage never goes below zero, and falling to or under a soft limit ends its grace time.
-    pub(crate) fn quota_add(
-        &self,
-        h: &Handle,
-        qf: &QuotaFile,
-        slot: Slot,
-        space: i64,
-        inodes: i64,
-    ) -> Result<()> {
-        let off = usize::from(slot.off);
-        self.quota_edit(h, &qf.inode, slot.qblk, |b| {
-            let Ok(mut d) = DiskDquot::read_from_bytes(&b[off..off + ENTRY]) else { return };
+    pub(crate) fn quota_add(&self, h: &Handle, slot: Slot, space: i64, inodes: i64) -> Result<()> {
+        let off = slot.off as usize;
+        let buf = self.bcache.get(slot.pblk)?;
+        let mut b = h.write(&buf)?;
+        {
+            let Ok(mut d) = DiskDquot::read_from_bytes(&b[off..off + ENTRY]) else { return Ok(()) };
             let cur = d.dqb_curspace.get().saturating_add_signed(space);
             d.dqb_curspace.set(cur);
             if space < 0 && cur <= d.dqb_bsoftlimit.get().saturating_mul(QT_BLOCK as u64) {
@@ -342,6 +350,7 @@ impl FsInner {
                 d.dqb_itime.set(0);
             }
             b[off..off + ENTRY].copy_from_slice(&d.to_disk());
-        })
+        }
+        Ok(())
     }
 }
