@@ -328,12 +328,13 @@ impl FsInner {
                 return corrupt(CorruptKind::Inode { ino: n, what: "fast commit logs a bad i_extra_isize" });
             }
         }
-        if kind != 0 {
-            self.mark_inode_used(h, n, kind == fi::S_IFDIR)?;
-        }
+        // An inode the replay brings into use is charged to its quotas whole at its first write
+        // (the record the table holds is a free one's).
+        let fresh = kind != 0 && self.mark_inode_used(h, n, kind == fi::S_IFDIR)?;
         let generation = rec_ref(&raw).generation();
         let inode =
             Arc::new(Inode::new_in_memory(n, raw, inode_csum_seed(self.sbi.csum_seed, ino, generation)));
+        inode.quota_new.store(fresh, std::sync::atomic::Ordering::Release);
         self.icache.insert(u64::from(ino), inode.clone());
         let mut r = inode.raw_mut();
         self.mark_inode_dirty(h, &inode, &mut r)?;

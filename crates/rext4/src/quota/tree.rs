@@ -183,38 +183,43 @@ impl FsInner {
             return Ok(s);
         }
         let before = *info;
-        let q = &qf.inode;
+        let added = self.quota_insert(h, &qf.inode, &mut info, id);
+        // The info record follows the blocks taken, also when adding failed half way (the
+        // handle still carries what was done), so the file stays readable.
+        if before.as_bytes() != info.as_bytes() {
+            let info = *info;
+            self.quota_edit(h, &qf.inode, 0, |b| {
+                b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
+            })?;
+        }
+        let slot = added?;
+        qf.entries.write().insert(id, slot);
+        Ok(slot)
+    }
+
+    /// Walks the tree to `id`'s leaf, adding the blocks it lacks, and writes its new entry.
+    fn quota_insert(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, id: u32) -> Result<Slot> {
         let mut blk = QT_TREEOFF;
-        for depth in 0..QT_DEPTH {
+        for depth in 0..QT_DEPTH - 1 {
             let idx = fq::tree_index(id, depth);
             let r = fq::tree_ref(&self.quota_read(q, blk)?, idx);
-            if depth + 1 < QT_DEPTH {
-                let next = if r != 0 {
-                    r
-                } else {
-                    let n = self.quota_new_block(h, q, &mut info)?;
-                    self.quota_edit(h, q, n, |b| b.fill(0))?;
-                    self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, n))?;
-                    n
-                };
-                blk = next;
-                continue;
-            }
-            if r != 0 {
-                return bad("tree names an id the scan did not find");
-            }
-            let slot = self.quota_add_entry(h, q, &mut info, id)?;
-            self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, slot.qblk))?;
-            if before.as_bytes() != info.as_bytes() {
-                let info = *info;
-                self.quota_edit(h, q, 0, |b| {
-                    b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
-                })?;
-            }
-            qf.entries.write().insert(id, slot);
-            return Ok(slot);
+            blk = if r != 0 {
+                r
+            } else {
+                let n = self.quota_new_block(h, q, info)?;
+                self.quota_edit(h, q, n, |b| b.fill(0))?;
+                self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, n))?;
+                n
+            };
         }
-        unreachable!("the loop returns at the last level")
+        // The last level names the data block holding the entry.
+        let idx = fq::tree_index(id, QT_DEPTH - 1);
+        if fq::tree_ref(&self.quota_read(q, blk)?, idx) != 0 {
+            return bad("tree names an id the scan did not find");
+        }
+        let slot = self.quota_add_entry(h, q, info, id)?;
+        self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, slot.qblk))?;
+        Ok(slot)
     }
 
     /// A block for the tree: the first wholly free one, or a new one at the file's end
