@@ -238,6 +238,8 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     // A 1024-block journal whose superblock and first log blocks are among the patch targets
     // (set `needs_recovery` and a log start, and recovery runs at open).
     ("ext4-journal-1k", &["-b", "1024", "-J", "size=1"], "4M"),
+    // User and group quota files (inodes 3 and 4), whose blocks are among the patch targets.
+    ("quota-1k", &["-b", "1024", "-O", "^metadata_csum,quota,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -312,15 +314,25 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     let sb = Superblock::parse(&bytes[1024..2048]).unwrap();
     let block_size = sb.block_size().unwrap() as usize;
     let mut meta_blocks = record_metadata(&bytes, block_size);
+    // The journal's first log blocks and the quota files' blocks (header, tree, entries).
+    let mut files: Vec<(u32, u64)> = Vec::new();
     if sb.s_journal_inum.get() != 0 {
-        for n in 0..8 {
-            let out = Command::new(tool("debugfs"))
-                .arg("-R")
-                .arg(format!("bmap <8> {n}"))
-                .arg(&img)
-                .output()
-                .unwrap();
-            if let Ok(b) = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>() {
+        files.extend((0..8).map(|n| (sb.s_journal_inum.get(), n)));
+    }
+    for q in [sb.s_usr_quota_inum.get(), sb.s_grp_quota_inum.get()] {
+        if q != 0 {
+            files.extend((0..8).map(|n| (q, n)));
+        }
+    }
+    for (ino, n) in files {
+        let out = Command::new(tool("debugfs"))
+            .arg("-R")
+            .arg(format!("bmap <{ino}> {n}"))
+            .arg(&img)
+            .output()
+            .unwrap();
+        if let Ok(b) = String::from_utf8_lossy(&out.stdout).trim().parse::<u64>() {
+            if b != 0 && !meta_blocks.contains(&b) {
                 meta_blocks.push(b);
             }
         }
