@@ -56,7 +56,8 @@ impl FsInner {
         match self.map_block(q, lblk)? {
             Mapping::Mapped { pblk, unwritten: false, .. } => {
                 self.check_range(q.ino, pblk, 1)?;
-                Ok((pblk, (byte % bs as u64) as usize))
+                // Below the block size.
+                Ok((pblk, crate::num::usize_from(byte % bs as u64)))
             }
             _ => bad("a block of the tree is not mapped"),
         }
@@ -144,7 +145,8 @@ impl FsInner {
             if r == 0 {
                 continue;
             }
-            let id = prefix | (i as u32) << ((QT_DEPTH - 1 - depth) * 8);
+            // Cannot fail: i < 256.
+            let id = prefix | u32::try_from(i).unwrap_or(0) << ((QT_DEPTH - 1 - depth) * 8);
             if depth + 1 < QT_DEPTH {
                 self.quota_scan(q, blocks, r, depth + 1, id, seen, entries)?;
                 continue;
