@@ -57,6 +57,17 @@ pub fn extent_count(img: &Path, path: &str) -> usize {
         .count()
 }
 
+/// `(space in bytes, inodes)` that `debugfs`'s `get_quota` reads from the quota file of type
+/// `ty` (`user`, `group`, `project`) for `id`; `None` where the id has no entry.
+pub fn quota_usage(img: &Path, ty: &str, id: u32) -> Option<(u64, u64)> {
+    let o = run(Command::new(tool("debugfs")).arg("-R").arg(format!("get_quota {ty} {id}")).arg(img));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    // "   user id      space    quota    limit      inodes    quota    limit", then a row.
+    let row = out.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
+    let f: Vec<&str> = row.split_whitespace().collect();
+    Some((f.get(1)?.parse().ok()?, f.get(4)?.parse().ok()?))
+}
+
 /// The value of `key` in `dumpe2fs -h`'s listing of `img` ("" if it has no such line).
 pub fn sb_field(img: &Path, key: &str) -> String {
     let out = run(Command::new(tool("dumpe2fs")).arg("-h").arg(img));

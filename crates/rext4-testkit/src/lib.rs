@@ -44,7 +44,9 @@ pub use digest::{digest, sample_windows, Digest, CONTENT_LIMIT};
 pub use fsck::{e2fsck_clean, e2fsck_reindex};
 pub use fuse::{fuse_available, why_no_fuse};
 pub use image::Image;
-pub use inspect::{assert_features, extent_count, extent_depth, features, htree_levels, layout, sb_field};
+pub use inspect::{
+    assert_features, extent_count, extent_depth, features, htree_levels, layout, quota_usage, sb_field,
+};
 pub use kernel::{kernel_can_mount, skip_note, why_no_kernel_mount, KernelMount};
 pub use nbd::{why_no_tool, Listen, NbdServe};
 pub use rng::Rng;

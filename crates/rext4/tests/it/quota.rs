@@ -6,7 +6,7 @@
 
 use rext4::format::inode::PROJINHERIT_FL;
 use rext4::{Fs, InodeNo, Options, SetAttr};
-use rext4_testkit::{e2fsck_clean, tool, Image};
+use rext4_testkit::{e2fsck_clean, quota_usage, tool, Image};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,16 +38,6 @@ fn debugfs(img: &Path, cmd: &str, write: bool) -> String {
 fn fsck_code(img: &Path) -> (i32, String) {
     let o = Command::new(tool("e2fsck")).arg("-fn").arg(img).output().unwrap();
     (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-/// `(space in bytes, inodes)` debugfs reads for `id` of quota type `ty`
-/// (`user`, `group`, `project`), or `None` without an entry.
-fn usage(img: &Path, ty: &str, id: u32) -> Option<(u64, u64)> {
-    let out = debugfs(img, &format!("get_quota {ty} {id}"), false);
-    // "   user id      space    quota    limit      inodes    quota    limit", then a row.
-    let row = out.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
-    let f: Vec<&str> = row.split_whitespace().collect();
-    Some((f.get(1)?.parse().ok()?, f.get(4)?.parse().ok()?))
 }
 
 /// Ids spread over every level of the tree: neighbours sharing data blocks, ids differing in
@@ -141,10 +131,10 @@ fn usage_follows_every_change() {
     // Owners named above have entries with what e2fsck counts (spot checks; e2fsck checked
     // every id): the tmpfile that got a name, and one removed tree's owner with nothing left
     // of its own but the file given to it by a chown.
-    assert_eq!(usage(&img, "user", 90).map(|u| u.1), Some(1), "user 90");
-    assert_eq!(usage(&img, "user", 88).map(|u| u.1), Some(0), "user 88 (tmpfile released)");
-    assert_eq!(usage(&img, "user", 77).map(|u| u.1), Some(0), "user 77 (orphan released)");
-    let big = usage(&img, "user", u32::MAX - 1).expect("largest id has an entry");
+    assert_eq!(quota_usage(&img, "user", 90).map(|u| u.1), Some(1), "user 90");
+    assert_eq!(quota_usage(&img, "user", 88).map(|u| u.1), Some(0), "user 88 (tmpfile released)");
+    assert_eq!(quota_usage(&img, "user", 77).map(|u| u.1), Some(0), "user 77 (orphan released)");
+    let big = quota_usage(&img, "user", u32::MAX - 1).expect("largest id has an entry");
     assert!(big.1 >= 1, "{big:?}");
     // The kernel's format: new ids went into new tree and data blocks of the quota files.
     let size = debugfs(&img, "stat <3>", false);
@@ -215,7 +205,7 @@ fn new_files_take_their_directorys_project() {
         let st = debugfs(&img, &format!("stat {path}"), false);
         assert!(st.contains(&format!("Project: {want:>5}")), "{path}:\n{st}");
     }
-    let (space, inodes) = usage(&img, "project", 4242).expect("project 4242");
+    let (space, inodes) = quota_usage(&img, "project", 4242).expect("project 4242");
     assert_eq!(inodes, 3, "the directory, its subdirectory and the file");
     assert!(space >= 70_000, "{space}");
 }
@@ -285,8 +275,8 @@ fn projects_move_usage_and_fence_links() {
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
-    assert_eq!(usage(&img, "project", 31).map(|u| u.1), Some(3), "p, a and x");
-    assert_eq!(usage(&img, "project", 0).map(|u| u.1), Some(2), "the root and lost+found");
+    assert_eq!(quota_usage(&img, "project", 31).map(|u| u.1), Some(3), "p, a and x");
+    assert_eq!(quota_usage(&img, "project", 0).map(|u| u.1), Some(2), "the root and lost+found");
     // Without the feature only project 0 exists.
     let plain = dir.path().join("plain.img");
     Image::ext4("16M").build(&plain);

@@ -4,18 +4,6 @@
 use super::*;
 use std::os::unix::fs::chown;
 
-fn usage(img: &std::path::Path, ty: &str, id: u32) -> Option<(u64, u64)> {
-    let o = std::process::Command::new("debugfs")
-        .args(["-R", &format!("get_quota {ty} {id}")])
-        .arg(img)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    let row = out.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
-    let f: Vec<&str> = row.split_whitespace().collect();
-    Some((f.get(1)?.parse().ok()?, f.get(4)?.parse().ok()?))
-}
-
 #[test]
 fn quota_usage_through_the_mount() {
     require_fuse!();
@@ -61,9 +49,9 @@ fn quota_usage_through_the_mount() {
     }
     m.unmount();
     e2fsck_clean(&img);
-    assert_eq!(usage(&img, "user", 65534).map(|u| u.1), Some(3), "nobody: two files and a link");
-    assert_eq!(usage(&img, "user", 2005).map(|u| u.1), Some(1), "u5 keeps its directory");
-    assert_eq!(usage(&img, "user", 2006).map(|u| u.1), Some(10), "u6's own and u5's files");
+    assert_eq!(quota_usage(&img, "user", 65534).map(|u| u.1), Some(3), "nobody: two files and a link");
+    assert_eq!(quota_usage(&img, "user", 2005).map(|u| u.1), Some(1), "u5 keeps its directory");
+    assert_eq!(quota_usage(&img, "user", 2006).map(|u| u.1), Some(10), "u6's own and u5's files");
 }
 
 /// `chattr -p`, `chattr +P`, `lsattr -p`, and links and renames across projects, through the
