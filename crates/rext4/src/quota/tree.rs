@@ -238,6 +238,7 @@ impl FsInner {
             return Ok(free);
         }
         let n = info.dqi_blocks.get();
+        let Some(next) = n.checked_add(1) else { return bad("file has as many blocks as it can") };
         let bs = self.sbi.block_size as u64;
         let byte = u64::from(n) * QT_BLOCK as u64;
         let lblk = u32::try_from(byte / bs).map_err(|_| Error::FileTooBig)?;
@@ -254,7 +255,7 @@ impl FsInner {
         // The kernel's `ext4_quota_write` grows the size to the end of what it wrote.
         crate::inode::write::raw_set_size(&mut raw, size.max(byte + QT_BLOCK as u64));
         self.mark_inode_dirty(h, q, &mut raw)?;
-        info.dqi_blocks.set(n + 1);
+        info.dqi_blocks.set(next);
         Ok(n)
     }
 
@@ -278,7 +279,7 @@ impl FsInner {
                     .find(|&o| fq::entry_unused(&b[o..o + ENTRY]))?;
                 b[off..off + ENTRY].copy_from_slice(&disk);
                 let (mut hd, _) = DataHeader::read_from_prefix(b).ok()?;
-                let n = hd.dqdh_entries.get() + 1;
+                let n = hd.dqdh_entries.get().saturating_add(1);
                 hd.dqdh_entries.set(n);
                 b[..DATA_HEADER].copy_from_slice(hd.as_bytes());
                 Some((off, usize::from(n) >= ENTRIES_PER_BLOCK))
