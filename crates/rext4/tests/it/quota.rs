@@ -215,22 +215,30 @@ fn new_files_take_their_directorys_project() {
 #[test]
 fn a_damaged_quota_file_refuses_writing() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), "q.img", &[]);
-    let blk: u64 = debugfs(&img, "bmap <3> 0", false).trim().parse().unwrap();
-    let bs = 4096;
-    {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
-        f.write_all_at(&[0xee; 8], blk * bs).unwrap();
+    // (what, byte offset in the user quota file, bytes written there)
+    let damages: [(&str, u64, &[u8]); 4] = [
+        ("header magic", 0, &[0xee; 8]),
+        ("blocks in the info record beyond the file", 8 + 12, &0x10_0000u32.to_le_bytes()),
+        ("root naming a block beyond the file", 1024, &0xffff_ff00u32.to_le_bytes()),
+        ("root naming itself", 1024, &1u32.to_le_bytes()),
+    ];
+    for (k, (what, off, bytes)) in damages.into_iter().enumerate() {
+        let img = image(dir.path(), &format!("q{k}.img"), &[]);
+        let blk: u64 = debugfs(&img, "bmap <3> 0", false).trim().parse().unwrap();
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+            f.write_all_at(bytes, blk * 4096 + off).unwrap();
+        }
+        let before = std::fs::read(&img).unwrap();
+        let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
+        let err = r.err().unwrap_or_else(|| panic!("{what}: writable open of a damaged quota file"));
+        assert_eq!(err.errno(), libc::EUCLEAN, "{what}: {err}");
+        let fs = Fs::open(&img).unwrap();
+        assert!(fs.read_dir("/").is_ok(), "{what}");
+        drop(fs);
+        assert!(std::fs::read(&img).unwrap() == before, "{what}: the refused open wrote to the image");
     }
-    let before = std::fs::read(&img).unwrap();
-    let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
-    let err = r.err().expect("writable open of a damaged quota file");
-    assert_eq!(err.errno(), libc::EUCLEAN, "{err}");
-    let fs = Fs::open(&img).unwrap();
-    assert!(fs.read_dir("/").is_ok());
-    drop(fs);
-    assert!(std::fs::read(&img).unwrap() == before, "the refused open wrote to the image");
 }
 
 /// Quota with values in EA inodes is not kept: writable opens are refused, reads work.
