@@ -73,15 +73,17 @@ impl<B: AsRef<[u8]>> InodeRecord<B> {
     pub fn flags(&self) -> u32 {
         get::<U32>(self.raw(), offset_of!(Inode, i_flags)).get()
     }
+    /// A 32-bit id kept as 16-bit halves at `lo` and `hi`.
+    fn halves(&self, lo: usize, hi: usize) -> u32 {
+        u32::from(get::<U16>(self.raw(), lo).get()) | u32::from(get::<U16>(self.raw(), hi).get()) << 16
+    }
     /// Owner, both halves.
     pub fn uid(&self) -> u32 {
-        u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_uid)).get())
-            | u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_uid_high)).get()) << 16
+        self.halves(offset_of!(Inode, i_uid), offset_of!(Inode, i_uid_high))
     }
     /// Group, both halves.
     pub fn gid(&self) -> u32 {
-        u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_gid)).get())
-            | u32::from(get::<U16>(self.raw(), offset_of!(Inode, i_gid_high)).get()) << 16
+        self.halves(offset_of!(Inode, i_gid), offset_of!(Inode, i_gid_high))
     }
     /// `i_projid`, 0 where the record's extra area does not reach it (as e2fsprogs and the
     /// kernel read it).

@@ -225,11 +225,7 @@ impl FsInner {
         }
         let h = journal.start(CREDITS)?;
         if self.quota.is_on() {
-            let (uid, gid) = {
-                let raw = inode.raw();
-                let r = crate::inode::write::rec_ref(&raw);
-                (r.uid(), r.gid())
-            };
+            let [uid, gid, _] = Self::quota_ids(&inode);
             self.quota_prepare(&h, [uid, gid, projid])?;
         }
         let mut raw = inode.raw_mut();

@@ -183,11 +183,7 @@ impl FsInner {
         let inode = self.iget_by_number(ino)?;
         if self.quota.is_on() && (ch.uid.is_some() || ch.gid.is_some()) {
             // Entries for the new owner before the record is locked (quota/mod.rs).
-            let (uid, gid, prj) = {
-                let raw = inode.raw();
-                let r = rec_ref(&raw);
-                (r.uid(), r.gid(), r.projid())
-            };
+            let [uid, gid, prj] = Self::quota_ids(&inode);
             self.quota_prepare(&h, [ch.uid.unwrap_or(uid), ch.gid.unwrap_or(gid), prj])?;
         }
         let mut raw = inode.raw_mut();

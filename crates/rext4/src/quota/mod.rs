@@ -48,9 +48,10 @@ pub(crate) struct Quotas {
     /// User, group and project files, where the superblock names one. [immutable after open;
     /// locks inside]
     files: [Option<QuotaFile>; TYPES],
-    /// Inodes at or past the first non-reserved one that are never charged: the project quota
-    /// file and the orphan file (0: none). [immutable]
-    exempt: [u32; 2],
+    /// Inodes never charged besides the reserved ones: the quota files (wherever the
+    /// superblock puts them: a quota inode charged to itself would add entries to its own tree
+    /// while the tree is locked) and the orphan file (0: none). [immutable]
+    exempt: [u32; 4],
 }
 
 /// What a record is charged: its user, group and project, and its space in bytes.
@@ -81,8 +82,8 @@ impl FsInner {
             // Project usage only where inodes carry a project.
             if sb.ro_compat().contains(RoCompat::PROJECT) { sb.s_prj_quota_inum.get() } else { 0 },
         ];
-        let mut q =
-            Quotas { exempt: [sb.s_prj_quota_inum.get(), sb.s_orphan_file_inum.get()], ..Default::default() };
+        let exempt = [inums[0], inums[1], sb.s_prj_quota_inum.get(), sb.s_orphan_file_inum.get()];
+        let mut q = Quotas { exempt, ..Default::default() };
         for (ty, &ino) in inums.iter().enumerate() {
             if ino != 0 {
                 q.files[ty] = Some(self.quota_file_load(ty, ino)?);
@@ -110,6 +111,13 @@ impl FsInner {
         Some(Charge { ids: [r.uid(), r.gid(), r.projid()], space: r.blocks().saturating_mul(unit) })
     }
 
+    /// The user, group and project inode `inode` is charged to.
+    pub(crate) fn quota_ids(inode: &Inode) -> [u32; TYPES] {
+        let raw = inode.raw();
+        let r = rec_ref(&raw);
+        [r.uid(), r.gid(), r.projid()]
+    }
+
     /// Makes sure each of `ids` (user, group, project) has an entry, adding missing ones under
     /// `h`: called before a record that may name new ids is locked (a new inode, a `chown`).
     pub(crate) fn quota_prepare(&self, h: &Handle, ids: [u32; TYPES]) -> Result<()> {
@@ -122,8 +130,8 @@ impl FsInner {
     }
 
     /// Moves usage for inode `inode` whose record goes from the one last written (charged
-    /// `old`) to `new`, under `h` (called by `mark_inode_dirty`). A new inode's first write
-    /// charges the whole record and one inode.
+    /// `old`) to `new`, under `h` (called by `mark_inode_dirty` where quotas are on). A new
+    /// inode's first write charges the whole record and one inode.
     pub(crate) fn quota_update(
         &self,
         h: &Handle,
@@ -131,19 +139,16 @@ impl FsInner {
         old: Option<Charge>,
         new: &[u8],
     ) -> Result<()> {
-        if !self.quota.is_on() {
-            return Ok(());
-        }
         let Some(to) = self.quota_charge(inode, new) else { return Ok(()) };
         let from = if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { old };
         if from == Some(to) {
             return Ok(());
         }
+        // Cannot overflow in practice: i_blocks is 48 bits of 512 bytes (2^57 bytes).
+        let space = |c: &Charge| i64::try_from(c.space).unwrap_or(i64::MAX);
         for (ty, qf) in self.quota.files.iter().enumerate() {
             let Some(qf) = qf else { continue };
             let id = to.ids[ty];
-            // Cannot overflow in practice: i_blocks is 48 bits of 512 bytes (2^57 bytes).
-            let space = |c: &Charge| i64::try_from(c.space).unwrap_or(i64::MAX);
             match from {
                 Some(f) if f.ids[ty] == id => {
                     let d = space(&to) - space(&f);
@@ -165,10 +170,10 @@ impl FsInner {
         Ok(())
     }
 
-    /// Takes back the inode a freed record (`raw`, already written with its blocks gone) was
-    /// charged (`dquot_free_inode`), under `h`.
+    /// Takes back the inode a freed record (`raw`, already written with its blocks gone, so
+    /// charged by that write if it was new) was charged (`dquot_free_inode`), under `h`.
     pub(crate) fn quota_free_inode(&self, h: &Handle, inode: &Inode, raw: &[u8]) -> Result<()> {
-        if !self.quota.is_on() || inode.quota_new.load(Ordering::Acquire) {
+        if !self.quota.is_on() {
             return Ok(());
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
