@@ -39,7 +39,8 @@ pub(crate) struct MkfsArgs {
     #[arg(short = 'U')]
     uuid: Option<String>,
     /// Extended options: hash_seed=UUID, root_owner[=UID:GID], orphan_file_size=SIZE,
-    /// lazy_itable_init, lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
+    /// quotatype=usrquota:grpquota:prjquota (with -O quota), lazy_itable_init,
+    /// lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
     #[arg(short = 'E', action = clap::ArgAction::Append)]
     extended: Vec<String>,
     /// Percent of blocks reserved for root.
@@ -182,6 +183,19 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                     u.parse().map_err(|_| format!("invalid root_owner: {v}"))?,
                     g.parse().map_err(|_| format!("invalid root_owner: {v}"))?,
                 );
+            }
+            ("quotatype", Some(v)) => {
+                // mke2fs's `parse_quota_types`: colon-separated, with or without "quota".
+                let mut t = [false; 3];
+                for q in v.split(':').filter(|q| !q.is_empty()) {
+                    match q {
+                        "usr" | "usrquota" => t[0] = true,
+                        "grp" | "grpquota" => t[1] = true,
+                        "prj" | "prjquota" => t[2] = true,
+                        _ => return Err(format!("invalid quota type: {q}")),
+                    }
+                }
+                o.quota_types = Some(t);
             }
             ("orphan_file_size", Some(v)) => {
                 let bytes = parse_size(v, Some(1))?;

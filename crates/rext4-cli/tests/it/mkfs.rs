@@ -86,20 +86,25 @@ fn both(dir: &Path, name: &str, size: &str, args: &[&str]) -> (PathBuf, PathBuf)
     std::fs::write(&conf, UPSTREAM_CONF).expect("write mke2fs.conf");
     let theirs = dir.join(format!("{name}.mke2fs.img"));
     let ours = dir.join(format!("{name}.rext4.img"));
-    let mut pinned = vec!["-U", UUID, "-E"];
+    // mke2fs reads only the last -E: the hash seed joins the test's own, if it has one.
     let seed = format!("hash_seed={HASH_SEED}");
-    pinned.push(&seed);
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    match args.iter().position(|a| a == "-E") {
+        Some(i) if i + 1 < args.len() => args[i + 1] = format!("{},{seed}", args[i + 1]),
+        _ => args.extend(["-E".to_string(), seed]),
+    }
+    let pinned = ["-U", UUID];
     // An existing file, which mke2fs discards (punches) and then knows to read as zeroes,
     // as `rext4 mkfs` always does: its inode tables are then marked zeroed.
     std::fs::File::create(&theirs).and_then(|f| f.set_len(size_bytes(size))).expect("create image");
     Image::ext4(size)
-        .args(args)
-        .args(&pinned)
+        .args(&args)
+        .args(pinned)
         .env("MKE2FS_CONFIG", conf.to_str().expect("utf-8 path"))
         .env("E2FSPROGS_FAKE_TIME", TIME)
         .build(&theirs);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rext4"));
-    cmd.arg("mkfs").arg("-q").args(args).args(&pinned).arg(&ours).arg(size).env("E2FSPROGS_FAKE_TIME", TIME);
+    cmd.arg("mkfs").arg("-q").args(&args).args(pinned).arg(&ours).arg(size).env("E2FSPROGS_FAKE_TIME", TIME);
     let o = cmd.output().expect("run rext4 mkfs");
     ok(&o);
     (theirs, ours)
@@ -128,12 +133,67 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("options", "64M", &["-t", "ext4", "-G", "4", "-N", "30000", "-m", "1", "-L", "label", "-J", "size=8"]),
 ];
 
+/// Images with quota files, beside `VARIANTS`: this kernel may lack the quota format and then
+/// mounts them read-only only, so they are kept out of `the_kernel_mounts_every_variant`.
+const QUOTA_VARIANTS: &[(&str, &str, &[&str])] = &[
+    ("quota", "64M", &["-t", "ext4", "-O", "quota"]),
+    ("quota_project", "64M", &["-t", "ext4", "-O", "quota,project"]),
+    ("quota_prj_only", "64M", &["-t", "ext4", "-O", "quota", "-E", "quotatype=prjquota"]),
+    ("quota_usr_only", "64M", &["-t", "ext4", "-O", "quota", "-E", "quotatype=usr"]),
+    // Two ids in the user and group files: a second tree branch in the same data block.
+    (
+        "quota_owner",
+        "96M",
+        &["-t", "ext4", "-b", "1024", "-O", "quota,project", "-E", "root_owner=1000:1001"],
+    ),
+    ("quota_2k", "64M", &["-t", "ext4", "-b", "2048", "-O", "quota,project"]),
+    ("quota_4k", "600M", &["-t", "ext4", "-O", "quota,project"]),
+    ("quota_64k", "512M", &["-t", "ext4", "-b", "65536", "-O", "quota"]),
+    ("quota_ext3", "64M", &["-t", "ext3", "-O", "quota"]),
+    ("quota_ext2", "64M", &["-t", "ext2", "-O", "quota"]),
+    ("quota_debian", "64M", &["-t", "ext4", "-O", "quota,project,^metadata_csum_seed,^orphan_file"]),
+];
+
+/// The quota files `dumpe2fs -h` names, with their bytes and `debugfs stat`.
+fn quota_files(img: &Path) -> Vec<(u32, Vec<u8>, String)> {
+    let o = Command::new(tool("dumpe2fs")).arg("-h").arg(img).output().expect("dumpe2fs");
+    let head = String::from_utf8_lossy(&o.stdout).into_owned();
+    let inos = head
+        .lines()
+        .filter(|l| l.contains("quota inode:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok());
+    inos.map(|ino: u32| {
+        let cat = Command::new(tool("debugfs"))
+            .arg("-R")
+            .arg(format!("cat <{ino}>"))
+            .arg(img)
+            .output()
+            .expect("debugfs");
+        let stat = Command::new(tool("debugfs"))
+            .arg("-R")
+            .arg(format!("stat <{ino}>"))
+            .arg(img)
+            .output()
+            .expect("debugfs");
+        (ino, cat.stdout, String::from_utf8_lossy(&stat.stdout).into_owned())
+    })
+    .collect()
+}
+
 #[test]
 fn variants_match_mke2fs_and_pass_e2fsck() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut diffs = Vec::new();
-    for (name, size, args) in VARIANTS {
+    for (name, size, args) in VARIANTS.iter().chain(QUOTA_VARIANTS) {
         let (theirs, ours) = both(dir.path(), name, size, args);
+        let (qa, qb) = (quota_files(&theirs), quota_files(&ours));
+        assert_eq!(qa.len(), qb.len(), "{name}: quota files");
+        assert_eq!(qa.is_empty(), !QUOTA_VARIANTS.iter().any(|v| v.0 == *name), "{name}: quota files");
+        for ((ino, bytes, stat), (ino2, bytes2, stat2)) in qa.iter().zip(&qb) {
+            assert_eq!(ino, ino2, "{name}: quota inode");
+            assert!(bytes.len() >= 6 * 1024 && bytes == bytes2, "{name}: quota file in inode {ino} differs");
+            assert_eq!(stat, stat2, "{name}: quota inode {ino}");
+        }
         let (a, b) = (dump(&theirs), dump(&ours));
         if a != b {
             let first: Vec<String> = a
@@ -204,10 +264,63 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-O", "no_such_feature", p, "8M"][..],
         &["mkfs", "-q", "-b", "3000", p, "8M"],
         &["mkfs", "-q", "-I", "128", "-O", "inline_data", p, "8M"],
+        &["mkfs", "-q", "-I", "128", "-O", "quota,project", p, "8M"],
+        &["mkfs", "-q", "-O", "quota", "-E", "quotatype=usr:other", p, "8M"],
         &["mkfs", "-q", "-t", "ext5", p, "8M"],
         &["mkfs", "-q", p, "8X"],
     ] {
         let o = rext4(bad);
         assert!(!o.status.success(), "{bad:?} succeeded");
+    }
+}
+
+/// `mkfs -O quota,project --from` a tree whose files belong to several users and groups (by a
+/// manifest): e2fsck, which recounts every id's usage, agrees with the quota files; each id
+/// holds its own files; and the kernel reads the files (read-only where it lacks the quota
+/// format).
+#[test]
+fn quota_images_are_filled_from_a_tree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("d")).expect("mkdir");
+    std::fs::create_dir_all(src.join("e")).expect("mkdir");
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(src.join("d/a"), &big).expect("write");
+    std::fs::write(src.join("d/b"), b"small").expect("write");
+    std::os::unix::fs::symlink("a", src.join("d/s")).expect("symlink");
+    let mf = dir.path().join("manifest");
+    std::fs::write(&mf, "/d/a 1234 55 0644\n/e 77 88 0755\n").expect("manifest");
+    for (name, extra) in
+        [("ext4", &["-t", "ext4", "-O", "quota,project"][..]), ("ext3", &["-t", "ext3", "-O", "quota"])]
+    {
+        let img = dir.path().join(format!("{name}.img"));
+        let (s, m, i) =
+            (src.to_str().expect("utf-8"), mf.to_str().expect("utf-8"), img.to_str().expect("utf-8"));
+        let mut a = vec!["mkfs", "-q"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--from", s, "--manifest", m, i, "64M"]);
+        ok(&rext4(&a));
+        e2fsck_clean(&img);
+        let usage =
+            |ty, id| rext4_testkit::quota_usage(&img, ty, id).unwrap_or_else(|| panic!("{name}: {ty} {id}"));
+        let (space, inodes) = usage("user", 1234);
+        assert_eq!(inodes, 1, "{name}");
+        assert!((100_000..=110_000).contains(&space), "{name}: {space} bytes for a 100,000-byte file");
+        assert_eq!(usage("group", 55), (space, 1), "{name}");
+        assert_eq!(usage("user", 77).1, 1, "{name}");
+        assert_eq!(usage("group", 88).1, 1, "{name}");
+        // The root, lost+found, d, d/b and d/s.
+        assert_eq!(usage("user", 0).1, 5, "{name}");
+        if name == "ext4" {
+            assert_eq!(usage("project", 0).1, 7, "{name}: every file is in project 0");
+        }
+        if let Some(why) = rext4_testkit::why_no_kernel_mount() {
+            rext4_testkit::skip_note(module_path!(), line!(), "cannot loop-mount images here", why);
+            continue;
+        }
+        let m = KernelMount::rw(&img).or_else(|_| KernelMount::ro(&img)).expect("kernel mount");
+        assert_eq!(std::fs::read(m.path().join("d/a")).expect("read through the kernel"), big, "{name}");
+        m.unmount().expect("unmount");
+        e2fsck_clean(&img);
     }
 }

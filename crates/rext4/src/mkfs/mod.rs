@@ -13,6 +13,7 @@
 //! | `resize` | the resize inode (`res_gdt.c`) |
 //! | `journal` | the journal inode and jbd2 superblock (`mkjournal.c`) |
 //! | `orphan_file` | the orphan file (`orphan.c`) |
+//! | `quota` | the quota files and their usage (`mkquota.c`, `create_quota_inodes`) |
 //! | `write` | superblocks, descriptors, bitmaps, inode tables, checksums (`closefs.c`) |
 //!
 //! # Locking
@@ -24,6 +25,7 @@ mod journal;
 mod layout;
 mod orphan_file;
 pub(crate) mod params;
+mod quota;
 mod resize;
 mod root;
 mod write;
@@ -88,6 +90,10 @@ pub struct FormatOptions {
     pub flex_bg_size: Option<u32>,
     /// `-E orphan_file_size=` in blocks.
     pub orphan_file_blocks: Option<u32>,
+    /// `-E quotatype=`: which quota files the `quota` feature makes (user, group, project).
+    /// By default user and group, and project with the `project` feature; asking for project
+    /// quotas turns that feature on.
+    pub quota_types: Option<[bool; 3]>,
     /// Every timestamp the filesystem starts with (`E2FSPROGS_FAKE_TIME`); now by default.
     pub time: Option<i64>,
     /// The device reads as zeroes already (a new or truncated image file): inode tables and
@@ -227,6 +233,9 @@ impl Fs {
             }
         }
         overhead += b.l.geo.first_data_block;
+        if b.l.geo.features.has_r(RoCompat::QUOTA) {
+            b.make_quota_files(p.quota_types)?;
+        }
         if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
             let n = opts
                 .orphan_file_blocks

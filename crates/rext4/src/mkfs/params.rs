@@ -126,6 +126,8 @@ pub(crate) struct Params {
     pub(crate) log_groups_per_flex: u8,
     /// Journal blocks, 0 for none.
     pub(crate) journal_blocks: u32,
+    /// The quota files to make with the `quota` feature: user, group, project.
+    pub(crate) quota_types: [bool; 3],
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -228,18 +230,24 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     if features.has_i(Incompat::CSUM_SEED) && !features.has_r(RoCompat::METADATA_CSUM) {
         return Err(Error::Incompatible("metadata_csum_seed needs metadata_csum".into()));
     }
+    // mke2fs's `quotatype_bits`: user and group unless told, project with the feature (which
+    // asking for project quotas turns on).
+    let mut quota_types = opts.quota_types.unwrap_or([true, true, false]);
+    if quota_types[2] {
+        features.ro_compat |= RoCompat::PROJECT.bits();
+    }
+    if features.has_r(RoCompat::PROJECT) {
+        quota_types[2] = true;
+    }
     let unsupported = Incompat::COMPRESSION.bits()
         | Incompat::JOURNAL_DEV.bits()
         | Incompat::MMP.bits()
         | Incompat::DIRDATA.bits()
         | Incompat::ENCRYPT.bits()
         | Incompat::CASEFOLD.bits();
-    if features.incompat & unsupported != 0
-        || features.has_r(RoCompat::BIGALLOC)
-        || features.has_r(RoCompat::QUOTA)
-    {
+    if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) {
         return Err(Error::Incompatible(
-            "mkfs does not make bigalloc, quota, mmp, encrypt, casefold or journal_dev filesystems".into(),
+            "mkfs does not make bigalloc, mmp, encrypt, casefold or journal_dev filesystems".into(),
         ));
     }
     let known_c = Compat::all().bits()
@@ -275,6 +283,9 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     }
     if features.has_i(Incompat::INLINE_DATA) && inode_size == 128 {
         return Err(Error::InvalidInput("128-byte inodes are too small for inline data"));
+    }
+    if features.has_r(RoCompat::PROJECT) && inode_size == 128 {
+        return Err(Error::InvalidInput("128-byte inodes are too small for project quota"));
     }
     let log_groups_per_flex = if features.has_i(Incompat::FLEX_BG) {
         let n = opts.flex_bg_size.unwrap_or(16);
@@ -322,6 +333,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         inodes_count,
         log_groups_per_flex,
         journal_blocks: 0,
+        quota_types,
     })
 }
 

@@ -185,7 +185,7 @@ impl FsInner {
             return Ok(s);
         }
         let before = *info;
-        let added = self.quota_insert(h, &qf.inode, &mut info, id);
+        let added = insert(&mut Journaled { fs: self, h, q: &qf.inode }, &mut info, id);
         // The info record follows the blocks taken, also when adding failed half way (the
         // handle still carries what was done), so the file stays readable.
         if before.as_bytes() != info.as_bytes() {
@@ -194,148 +194,10 @@ impl FsInner {
                 b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
             })?;
         }
-        let slot = added?;
+        let (qblk, off) = added?;
+        let slot = self.quota_slot_at(&qf.inode, qblk, off)?;
         qf.entries.write().insert(id, slot);
         Ok(slot)
-    }
-
-    /// Walks the tree to `id`'s leaf, adding the blocks it lacks, and writes its new entry.
-    fn quota_insert(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, id: u32) -> Result<Slot> {
-        let mut blk = QT_TREEOFF;
-        for depth in 0..QT_DEPTH - 1 {
-            let idx = fq::tree_index(id, depth);
-            let r = fq::tree_ref(&self.quota_read(q, blk)?, idx);
-            blk = if r != 0 {
-                r
-            } else {
-                let n = self.quota_new_block(h, q, info)?;
-                self.quota_edit(h, q, n, |b| b.fill(0))?;
-                self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, n))?;
-                n
-            };
-        }
-        // The last level names the data block holding the entry.
-        let idx = fq::tree_index(id, QT_DEPTH - 1);
-        if fq::tree_ref(&self.quota_read(q, blk)?, idx) != 0 {
-            return bad("tree names an id the scan did not find");
-        }
-        let slot = self.quota_add_entry(h, q, info, id)?;
-        self.quota_edit(h, q, blk, |b| fq::set_tree_ref(b, idx, slot.qblk))?;
-        Ok(slot)
-    }
-
-    /// A block for the tree: the first wholly free one, or a new one at the file's end
-    /// (`get_free_dqblk`).
-    fn quota_new_block(&self, h: &Handle, q: &Inode, info: &mut DiskInfo) -> Result<u32> {
-        let free = info.dqi_free_blk.get();
-        if free != 0 {
-            if free >= info.dqi_blocks.get() || free == QT_TREEOFF {
-                return bad("free block out of range");
-            }
-            let b = self.quota_read(q, free)?;
-            let next = DataHeader::read_from_prefix(&b).map_or(0, |(d, _)| d.dqdh_next_free.get());
-            info.dqi_free_blk.set(next);
-            return Ok(free);
-        }
-        let n = info.dqi_blocks.get();
-        let Some(next) = n.checked_add(1) else { return bad("file has as many blocks as it can") };
-        let bs = self.sbi.block_size as u64;
-        let byte = u64::from(n) * QT_BLOCK as u64;
-        let lblk = u32::try_from(byte / bs).map_err(|_| Error::FileTooBig)?;
-        let _d = q.data_sem.write();
-        // Mapped before the record is locked: the lookup reads it.
-        let hole = matches!(self.map_block(q, lblk)?, Mapping::Hole { .. });
-        let mut raw = q.raw_mut();
-        let size = crate::inode::write::raw_size(&raw);
-        if hole {
-            let pblk = self.append_block(h, q, &mut raw, lblk)?;
-            let buf = self.bcache.get_fresh(pblk);
-            h.write(&buf)?.fill(0);
-        }
-        // The kernel's `ext4_quota_write` grows the size to the end of what it wrote.
-        crate::inode::write::raw_set_size(&mut raw, size.max(byte + QT_BLOCK as u64));
-        self.mark_inode_dirty(h, q, &mut raw)?;
-        info.dqi_blocks.set(next);
-        Ok(n)
-    }
-
-    /// Writes a new entry for `id` into a data block with room (`find_free_dqentry`).
-    fn quota_add_entry(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, id: u32) -> Result<Slot> {
-        let mut blk = info.dqi_free_entry.get();
-        if blk == 0 {
-            blk = self.quota_new_block(h, q, info)?;
-            self.quota_edit(h, q, blk, |b| b.fill(0))?;
-            self.quota_link_free(h, q, info, blk)?;
-        } else if blk >= info.dqi_blocks.get() || blk == QT_TREEOFF {
-            return bad("free-entry block out of range");
-        }
-        let mut entry = DiskDquot::default();
-        entry.dqb_id.set(id);
-        let disk = entry.to_disk();
-        let (off, full) = self
-            .quota_edit(h, q, blk, |b| {
-                let off = (0..ENTRIES_PER_BLOCK)
-                    .map(|k| DATA_HEADER + k * ENTRY)
-                    .find(|&o| fq::entry_unused(&b[o..o + ENTRY]))?;
-                b[off..off + ENTRY].copy_from_slice(&disk);
-                let (mut hd, _) = DataHeader::read_from_prefix(b).ok()?;
-                let n = hd.dqdh_entries.get().saturating_add(1);
-                hd.dqdh_entries.set(n);
-                b[..DATA_HEADER].copy_from_slice(hd.as_bytes());
-                Some((off, usize::from(n) >= ENTRIES_PER_BLOCK))
-            })?
-            .map_or_else(|| bad("block on the free-entry list is full"), Ok)?;
-        if full {
-            self.quota_unlink_free(h, q, info, blk)?;
-        }
-        self.quota_slot_at(q, blk, off)
-    }
-
-    /// Puts data block `blk` at the head of the free-entry list (`insert_free_dqentry`).
-    fn quota_link_free(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, blk: u32) -> Result<()> {
-        let head = info.dqi_free_entry.get();
-        self.quota_header(h, q, blk, |d| {
-            d.dqdh_next_free.set(head);
-            d.dqdh_prev_free.set(0);
-        })?;
-        if head != 0 {
-            self.quota_header(h, q, head, |d| d.dqdh_prev_free.set(blk))?;
-        }
-        info.dqi_free_entry.set(blk);
-        Ok(())
-    }
-
-    /// Takes data block `blk` off the free-entry list (`remove_free_dqentry`).
-    fn quota_unlink_free(&self, h: &Handle, q: &Inode, info: &mut DiskInfo, blk: u32) -> Result<()> {
-        let (mut next, mut prev) = (0, 0);
-        self.quota_header(h, q, blk, |d| {
-            (next, prev) = (d.dqdh_next_free.get(), d.dqdh_prev_free.get());
-            d.dqdh_next_free.set(0);
-            d.dqdh_prev_free.set(0);
-        })?;
-        let blocks = info.dqi_blocks.get();
-        if next >= blocks || prev >= blocks {
-            return bad("free-entry list out of range");
-        }
-        if next != 0 {
-            self.quota_header(h, q, next, |d| d.dqdh_prev_free.set(prev))?;
-        }
-        if prev != 0 {
-            self.quota_header(h, q, prev, |d| d.dqdh_next_free.set(next))?;
-        } else {
-            info.dqi_free_entry.set(next);
-        }
-        Ok(())
-    }
-
-    /// Changes the header of data block `blk`.
-    fn quota_header(&self, h: &Handle, q: &Inode, blk: u32, f: impl FnOnce(&mut DataHeader)) -> Result<()> {
-        self.quota_edit(h, q, blk, |b| {
-            if let Ok((mut d, _)) = DataHeader::read_from_prefix(b) {
-                f(&mut d);
-                b[..DATA_HEADER].copy_from_slice(d.as_bytes());
-            }
-        })
     }
 
     /// Adds `space` bytes and `inodes` inodes (either may be negative) to the entry at `slot`
@@ -360,5 +222,182 @@ impl FsInner {
             b[off..off + ENTRY].copy_from_slice(&d.to_disk());
         }
         Ok(())
+    }
+}
+
+/// The blocks of a quota file while an entry is added: the journaled file of an open
+/// filesystem ([`Journaled`]), or the bytes the formatter builds (mkfs). One insertion
+/// algorithm serves both, so a new file and a grown one have the same shape.
+pub(crate) trait QuotaBlocks {
+    /// A copy of quota block `qblk`.
+    fn read(&mut self, qblk: u32) -> Result<Vec<u8>>;
+    /// Changes quota block `qblk`.
+    fn edit(&mut self, qblk: u32, f: &mut dyn FnMut(&mut [u8])) -> Result<()>;
+    /// Makes block `qblk`, the first past the file's blocks, part of the file, zeroed.
+    fn grow(&mut self, qblk: u32) -> Result<()>;
+}
+
+/// Walks the tree to `id`'s leaf, adding the blocks it lacks, and writes its new entry (usage
+/// and limits zero). Returns the entry's quota block and its byte offset in that block.
+pub(crate) fn insert(s: &mut dyn QuotaBlocks, info: &mut DiskInfo, id: u32) -> Result<(u32, usize)> {
+    let mut blk = QT_TREEOFF;
+    for depth in 0..QT_DEPTH - 1 {
+        let idx = fq::tree_index(id, depth);
+        let r = fq::tree_ref(&s.read(blk)?, idx);
+        blk = if r != 0 {
+            r
+        } else {
+            let n = new_block(s, info)?;
+            s.edit(n, &mut |b| b.fill(0))?;
+            s.edit(blk, &mut |b| fq::set_tree_ref(b, idx, n))?;
+            n
+        };
+    }
+    // The last level names the data block holding the entry.
+    let idx = fq::tree_index(id, QT_DEPTH - 1);
+    if fq::tree_ref(&s.read(blk)?, idx) != 0 {
+        return bad("tree names an id the scan did not find");
+    }
+    let (qblk, off) = add_entry(s, info, id)?;
+    s.edit(blk, &mut |b| fq::set_tree_ref(b, idx, qblk))?;
+    Ok((qblk, off))
+}
+
+/// A block for the tree: the first wholly free one, or a new one at the file's end
+/// (`get_free_dqblk`).
+fn new_block(s: &mut dyn QuotaBlocks, info: &mut DiskInfo) -> Result<u32> {
+    let free = info.dqi_free_blk.get();
+    if free != 0 {
+        if free >= info.dqi_blocks.get() || free == QT_TREEOFF {
+            return bad("free block out of range");
+        }
+        let b = s.read(free)?;
+        let next = DataHeader::read_from_prefix(&b).map_or(0, |(d, _)| d.dqdh_next_free.get());
+        info.dqi_free_blk.set(next);
+        return Ok(free);
+    }
+    let n = info.dqi_blocks.get();
+    let Some(next) = n.checked_add(1) else { return bad("file has as many blocks as it can") };
+    s.grow(n)?;
+    info.dqi_blocks.set(next);
+    Ok(n)
+}
+
+/// Writes a new entry for `id` into a data block with room (`find_free_dqentry`).
+fn add_entry(s: &mut dyn QuotaBlocks, info: &mut DiskInfo, id: u32) -> Result<(u32, usize)> {
+    let mut blk = info.dqi_free_entry.get();
+    if blk == 0 {
+        blk = new_block(s, info)?;
+        s.edit(blk, &mut |b| b.fill(0))?;
+        link_free(s, info, blk)?;
+    } else if blk >= info.dqi_blocks.get() || blk == QT_TREEOFF {
+        return bad("free-entry block out of range");
+    }
+    let mut entry = DiskDquot::default();
+    entry.dqb_id.set(id);
+    let disk = entry.to_disk();
+    let mut placed = None;
+    s.edit(blk, &mut |b| {
+        let Some(off) = (0..ENTRIES_PER_BLOCK)
+            .map(|k| DATA_HEADER + k * ENTRY)
+            .find(|&o| fq::entry_unused(&b[o..o + ENTRY]))
+        else {
+            return;
+        };
+        let Ok((mut hd, _)) = DataHeader::read_from_prefix(b) else { return };
+        b[off..off + ENTRY].copy_from_slice(&disk);
+        let n = hd.dqdh_entries.get().saturating_add(1);
+        hd.dqdh_entries.set(n);
+        b[..DATA_HEADER].copy_from_slice(hd.as_bytes());
+        placed = Some((off, usize::from(n) >= ENTRIES_PER_BLOCK));
+    })?;
+    let Some((off, full)) = placed else { return bad("block on the free-entry list is full") };
+    if full {
+        unlink_free(s, info, blk)?;
+    }
+    Ok((blk, off))
+}
+
+/// Puts data block `blk` at the head of the free-entry list (`insert_free_dqentry`).
+fn link_free(s: &mut dyn QuotaBlocks, info: &mut DiskInfo, blk: u32) -> Result<()> {
+    let head = info.dqi_free_entry.get();
+    header(s, blk, &mut |d| {
+        d.dqdh_next_free.set(head);
+        d.dqdh_prev_free.set(0);
+    })?;
+    if head != 0 {
+        header(s, head, &mut |d| d.dqdh_prev_free.set(blk))?;
+    }
+    info.dqi_free_entry.set(blk);
+    Ok(())
+}
+
+/// Takes data block `blk` off the free-entry list (`remove_free_dqentry`).
+fn unlink_free(s: &mut dyn QuotaBlocks, info: &mut DiskInfo, blk: u32) -> Result<()> {
+    let (mut next, mut prev) = (0, 0);
+    header(s, blk, &mut |d| {
+        (next, prev) = (d.dqdh_next_free.get(), d.dqdh_prev_free.get());
+        d.dqdh_next_free.set(0);
+        d.dqdh_prev_free.set(0);
+    })?;
+    let blocks = info.dqi_blocks.get();
+    if next >= blocks || prev >= blocks {
+        return bad("free-entry list out of range");
+    }
+    if next != 0 {
+        header(s, next, &mut |d| d.dqdh_prev_free.set(prev))?;
+    }
+    if prev != 0 {
+        header(s, prev, &mut |d| d.dqdh_next_free.set(next))?;
+    } else {
+        info.dqi_free_entry.set(next);
+    }
+    Ok(())
+}
+
+/// Changes the header of data block `blk`.
+fn header(s: &mut dyn QuotaBlocks, blk: u32, f: &mut dyn FnMut(&mut DataHeader)) -> Result<()> {
+    s.edit(blk, &mut |b| {
+        if let Ok((mut d, _)) = DataHeader::read_from_prefix(b) {
+            f(&mut d);
+            b[..DATA_HEADER].copy_from_slice(d.as_bytes());
+        }
+    })
+}
+
+/// A quota file of an open filesystem: every change under the handle `h`.
+struct Journaled<'a, 'j> {
+    fs: &'a FsInner,
+    h: &'a Handle<'j>,
+    q: &'a Inode,
+}
+
+impl QuotaBlocks for Journaled<'_, '_> {
+    fn read(&mut self, qblk: u32) -> Result<Vec<u8>> {
+        self.fs.quota_read(self.q, qblk)
+    }
+
+    fn edit(&mut self, qblk: u32, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        self.fs.quota_edit(self.h, self.q, qblk, f)
+    }
+
+    fn grow(&mut self, qblk: u32) -> Result<()> {
+        let (fs, h, q) = (self.fs, self.h, self.q);
+        let bs = fs.sbi.block_size as u64;
+        let byte = u64::from(qblk) * QT_BLOCK as u64;
+        let lblk = u32::try_from(byte / bs).map_err(|_| Error::FileTooBig)?;
+        let _d = q.data_sem.write();
+        // Mapped before the record is locked: the lookup reads it.
+        let hole = matches!(fs.map_block(q, lblk)?, Mapping::Hole { .. });
+        let mut raw = q.raw_mut();
+        let size = crate::inode::write::raw_size(&raw);
+        if hole {
+            let pblk = fs.append_block(h, q, &mut raw, lblk)?;
+            let buf = fs.bcache.get_fresh(pblk);
+            h.write(&buf)?.fill(0);
+        }
+        // The kernel's `ext4_quota_write` grows the size to the end of what it wrote.
+        crate::inode::write::raw_set_size(&mut raw, size.max(byte + QT_BLOCK as u64));
+        fs.mark_inode_dirty(h, q, &mut raw)
     }
 }
