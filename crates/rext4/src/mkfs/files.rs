@@ -6,6 +6,7 @@ use super::Builder;
 use crate::error::{Error, Result};
 use crate::num::usize_from;
 use rext4_format::extent::{Extent, ExtentHeader, EXTENT_MAGIC, INIT_MAX_LEN};
+use rext4_format::features::Incompat;
 use rext4_format::inode::{Timestamp, EXTENTS_FL};
 use rext4_format::inode_record::{InodeRecord, TimeField};
 use rext4_format::split::{hi16_of_48, lo32};
@@ -40,6 +41,33 @@ impl Builder {
         let raw = self.inodes.entry(ino).or_insert_with(|| vec![0u8; isz]);
         // Cannot fail: as in `new_record`.
         InodeRecord::new(&mut raw[..]).expect("inode record of 128 bytes or more")
+    }
+
+    /// Maps the blocks `blks` (contiguous or not, at most 12) of a small file or directory
+    /// `ino` as its blocks from 0 on, and sets its size and block count to them.
+    pub(crate) fn map_small_file(&mut self, ino: u32, blks: &[u64]) -> Result<()> {
+        let bs = u64::from(self.l.geo.block_size);
+        if self.l.geo.features.has_i(Incompat::EXTENTS) {
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for &b in blks {
+                match runs.last_mut() {
+                    Some((s, l)) if *s + *l == b => *l += 1,
+                    _ => runs.push((b, 1)),
+                }
+            }
+            self.set_extents(ino, &runs)?;
+        } else {
+            let mut r = self.record(ino);
+            let ib = r.i_block_mut();
+            for (i, b) in blks.iter().enumerate() {
+                // At most 12 blocks: all direct.
+                ib[4 * i..4 * i + 4].copy_from_slice(&rext4_format::split::lo32(*b).to_le_bytes());
+            }
+        }
+        let mut r = self.record(ino);
+        r.set_size(blks.len() as u64 * bs);
+        r.set_blocks(blks.len() as u64 * bs / 512);
+        Ok(())
     }
 
     /// Maps `runs` of (first physical block, length), logically contiguous from block 0, into

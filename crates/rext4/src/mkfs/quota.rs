@@ -10,7 +10,6 @@ use super::Builder;
 use crate::error::Result;
 use crate::num::usize_from;
 use crate::quota::tree::{self, QuotaBlocks};
-use rext4_format::features::Incompat;
 use rext4_format::inode::{EA_INODE_FL, IMMUTABLE_FL, S_IFREG};
 use rext4_format::inode_record::InodeRecord;
 use rext4_format::quota::{
@@ -171,26 +170,9 @@ impl Builder {
         }
         self.new_record(ino, S_IFREG | 0o600, 1);
         self.record(ino).set_flags(IMMUTABLE_FL);
-        if self.l.geo.features.has_i(Incompat::EXTENTS) {
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            for &b in &pblk {
-                match runs.last_mut() {
-                    Some((s, l)) if *s + *l == b => *l += 1,
-                    _ => runs.push((b, 1)),
-                }
-            }
-            self.set_extents(ino, &runs)?;
-        } else {
-            // At most seven 1 KiB blocks: all direct.
-            let mut r = self.record(ino);
-            let ib = r.i_block_mut();
-            for (l, &b) in pblk.iter().enumerate() {
-                ib[4 * l..4 * l + 4].copy_from_slice(&rext4_format::split::lo32(b).to_le_bytes());
-            }
-        }
-        let mut r = self.record(ino);
-        r.set_size((qblocks.len() * QT_BLOCK) as u64);
-        r.set_blocks((nblk * bs / 512) as u64);
+        self.map_small_file(ino, &pblk)?;
+        // The size ends at the last quota block, within the last filesystem block.
+        self.record(ino).set_size((qblocks.len() * QT_BLOCK) as u64);
         Ok(())
     }
 }

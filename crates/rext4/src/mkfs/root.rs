@@ -50,32 +50,6 @@ impl Builder {
         b
     }
 
-    /// Maps the directory `ino`'s blocks `blks` (contiguous or not) and counts them.
-    fn map_dir(&mut self, ino: u32, blks: &[u64]) -> Result<()> {
-        let bs = u64::from(self.l.geo.block_size);
-        if self.l.geo.features.has_i(Incompat::EXTENTS) {
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            for &b in blks {
-                match runs.last_mut() {
-                    Some((s, l)) if *s + *l == b => *l += 1,
-                    _ => runs.push((b, 1)),
-                }
-            }
-            self.set_extents(ino, &runs)?;
-        } else {
-            let mut r = self.record(ino);
-            let ib = r.i_block_mut();
-            for (i, b) in blks.iter().enumerate() {
-                // Directories here have at most 12 blocks: all direct.
-                ib[4 * i..4 * i + 4].copy_from_slice(&rext4_format::split::lo32(*b).to_le_bytes());
-            }
-        }
-        let mut r = self.record(ino);
-        r.set_size(blks.len() as u64 * bs);
-        r.set_blocks(blks.len() as u64 * bs / 512);
-        Ok(())
-    }
-
     /// The root directory and lost+found.
     pub(crate) fn make_root_and_lpf(&mut self, root_owner: (u32, u32)) -> Result<()> {
         let flex_start = 0;
@@ -89,7 +63,7 @@ impl Builder {
             r.set_gid(root_owner.1);
         }
         self.dir_blocks.insert(root_blk, (ROOT_INO, block));
-        self.map_dir(ROOT_INO, &[root_blk])?;
+        self.map_small_file(ROOT_INO, &[root_blk])?;
         self.l.alloc_stats(root_blk);
         self.l.inode_alloc_stats(ROOT_INO, true);
 
@@ -132,7 +106,7 @@ impl Builder {
             self.l.inode_alloc_stats(LPF_INO, true);
         }
         self.new_record(LPF_INO, S_IFDIR | 0o700, 2);
-        self.map_dir(LPF_INO, &blks)?;
+        self.map_small_file(LPF_INO, &blks)?;
         if inline {
             // The in-inode xattr area that held `system.data` keeps its header.
             let raw = self.inodes.get_mut(&LPF_INO).map(|r| &mut r[160..164]);
