@@ -9,7 +9,7 @@
 use super::Builder;
 use crate::error::Result;
 use crate::num::usize_from;
-use crate::quota::tree::{self, QuotaBlocks};
+use crate::quota::tree::{self, InMemory, QuotaBlocks};
 use rext4_format::inode::{EA_INODE_FL, IMMUTABLE_FL, S_IFREG};
 use rext4_format::inode_record::InodeRecord;
 use rext4_format::quota::{
@@ -18,41 +18,6 @@ use rext4_format::quota::{
 use std::collections::BTreeMap;
 use zerocopy::{FromZeros, IntoBytes};
 
-/// A quota file built in memory: its 1 KiB quota blocks, and those added past its end, in
-/// the order they were added.
-#[derive(Default)]
-struct Built {
-    blocks: Vec<Vec<u8>>,
-    grown: Vec<u32>,
-}
-
-impl Built {
-    fn block(&mut self, qblk: u32) -> &mut Vec<u8> {
-        let i = usize_from(u64::from(qblk));
-        if self.blocks.len() <= i {
-            self.blocks.resize(i + 1, vec![0; QT_BLOCK]);
-        }
-        &mut self.blocks[i]
-    }
-}
-
-impl QuotaBlocks for Built {
-    fn read(&mut self, qblk: u32) -> Result<Vec<u8>> {
-        Ok(self.block(qblk).clone())
-    }
-
-    fn edit(&mut self, qblk: u32, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
-        f(self.block(qblk));
-        Ok(())
-    }
-
-    fn grow(&mut self, qblk: u32) -> Result<()> {
-        self.block(qblk);
-        self.grown.push(qblk);
-        Ok(())
-    }
-}
-
 /// Usage per id: (bytes, inodes).
 type Usage = BTreeMap<u32, (u64, u64)>;
 
@@ -60,7 +25,7 @@ type Usage = BTreeMap<u32, (u64, u64)>;
 /// first writes them: the header, the blocks the first id's insertion adds, the root (written
 /// last as that insertion unwinds), then what each later id adds.
 fn build(ty: usize, usage: &Usage) -> Result<(Vec<Vec<u8>>, Vec<u32>)> {
-    let mut b = Built::default();
+    let mut b = InMemory::default();
     let mut info = DiskInfo::new_zeroed();
     info.dqi_bgrace.set(MAX_DQ_TIME);
     info.dqi_igrace.set(MAX_DQ_TIME);

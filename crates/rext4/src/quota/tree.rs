@@ -365,6 +365,42 @@ fn header(s: &mut dyn QuotaBlocks, blk: u32, f: &mut dyn FnMut(&mut DataHeader))
     })
 }
 
+/// A quota file in memory (the formatter's, and the tests'): its quota blocks, and those
+/// added past its end in the order they were added.
+#[derive(Default)]
+pub(crate) struct InMemory {
+    pub blocks: Vec<Vec<u8>>,
+    pub grown: Vec<u32>,
+}
+
+impl InMemory {
+    /// Quota block `qblk`, the file growing to it if it is past the end.
+    pub(crate) fn block(&mut self, qblk: u32) -> &mut Vec<u8> {
+        let i = crate::num::usize_from(u64::from(qblk));
+        if self.blocks.len() <= i {
+            self.blocks.resize(i + 1, vec![0; QT_BLOCK]);
+        }
+        &mut self.blocks[i]
+    }
+}
+
+impl QuotaBlocks for InMemory {
+    fn read(&mut self, qblk: u32) -> Result<Vec<u8>> {
+        Ok(self.block(qblk).clone())
+    }
+
+    fn edit(&mut self, qblk: u32, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        f(self.block(qblk));
+        Ok(())
+    }
+
+    fn grow(&mut self, qblk: u32) -> Result<()> {
+        self.block(qblk);
+        self.grown.push(qblk);
+        Ok(())
+    }
+}
+
 /// A quota file of an open filesystem: every change under the handle `h`.
 struct Journaled<'a, 'j> {
     fs: &'a FsInner,
@@ -399,5 +435,110 @@ impl QuotaBlocks for Journaled<'_, '_> {
         // The kernel's `ext4_quota_write` grows the size to the end of what it wrote.
         crate::inode::write::raw_set_size(&mut raw, size.max(byte + QT_BLOCK as u64));
         fs.mark_inode_dirty(h, q, &mut raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use zerocopy::FromZeros;
+
+    /// An empty file as `v2_new_io` leaves it: the header's info, and the root.
+    fn empty() -> (InMemory, DiskInfo) {
+        let mut info = DiskInfo::new_zeroed();
+        info.dqi_blocks.set(QT_TREEOFF + 1);
+        let mut f = InMemory::default();
+        f.block(QT_TREEOFF);
+        (f, info)
+    }
+
+    /// Every (id, quota block, offset) the tree names, walking it as the engine's open does,
+    /// and checking that no block is named twice or past the file's end.
+    fn walk(
+        f: &InMemory,
+        blocks: u32,
+        blk: u32,
+        depth: usize,
+        prefix: u32,
+        seen: &mut Vec<u32>,
+        out: &mut Vec<(u32, u32, usize)>,
+    ) {
+        assert!(blk < blocks && !seen.contains(&blk), "tree block {blk} out of range or named twice");
+        seen.push(blk);
+        let b = &f.blocks[blk as usize];
+        for i in 0..fq::QT_REFS {
+            let r = fq::tree_ref(b, i);
+            if r == 0 {
+                continue;
+            }
+            let id = prefix | (i as u32) << ((QT_DEPTH - 1 - depth) * 8);
+            if depth + 1 < QT_DEPTH {
+                walk(f, blocks, r, depth + 1, id, seen, out);
+                continue;
+            }
+            let d = &f.blocks[r as usize];
+            let off = (0..ENTRIES_PER_BLOCK)
+                .map(|k| DATA_HEADER + k * ENTRY)
+                .find(|&o| !fq::entry_unused(&d[o..o + ENTRY]) && d[o..o + 4] == id.to_le_bytes())
+                .unwrap_or_else(|| panic!("id {id} not in its data block {r}"));
+            out.push((id, r, off));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Ids added one by one, in any order and spread (one leaf or many), are each found
+        /// where their insertion put them by a walk of the tree; every data block counts its
+        /// entries, and the free-entry list holds exactly the data blocks with room, linked
+        /// both ways; the file has exactly the blocks its info counts.
+        #[test]
+        fn inserted_ids_are_found_and_the_lists_hold(
+            ids in prop::collection::hash_set(prop_oneof![0u32..64, any::<u32>(), (0u32..4).prop_map(|k| k << 24)], 1..200),
+        ) {
+            let (mut f, mut info) = empty();
+            let mut placed = Vec::new();
+            for &id in &ids {
+                let (qblk, off) = insert(&mut f, &mut info, id).expect("insert");
+                placed.push((id, qblk, off));
+            }
+            // A second insertion of a present id is refused.
+            let some = *ids.iter().next().expect("one id");
+            prop_assert!(insert(&mut f, &mut info, some).is_err());
+            let blocks = info.dqi_blocks.get();
+            prop_assert_eq!(f.blocks.len(), blocks as usize);
+            let (mut seen, mut found) = (Vec::new(), Vec::new());
+            walk(&f, blocks, QT_TREEOFF, 0, 0, &mut seen, &mut found);
+            found.sort_unstable();
+            placed.sort_unstable();
+            prop_assert_eq!(&found, &placed);
+            // Data blocks: their entry counts, and which have room.
+            let mut data: Vec<u32> = placed.iter().map(|p| p.1).collect();
+            data.sort_unstable();
+            data.dedup();
+            let mut with_room = Vec::new();
+            for &d in &data {
+                let b = &f.blocks[d as usize];
+                let used = (0..ENTRIES_PER_BLOCK).filter(|k| !fq::entry_unused(&b[DATA_HEADER + k * ENTRY..][..ENTRY])).count();
+                let (h, _) = DataHeader::read_from_prefix(b).expect("header");
+                prop_assert_eq!(usize::from(h.dqdh_entries.get()), used);
+                if used < ENTRIES_PER_BLOCK {
+                    with_room.push(d);
+                }
+            }
+            let (mut listed, mut prev, mut at) = (Vec::new(), 0, info.dqi_free_entry.get());
+            while at != 0 {
+                prop_assert!(listed.len() <= data.len(), "free-entry list loops");
+                let (h, _) = DataHeader::read_from_prefix(&f.blocks[at as usize]).expect("header");
+                prop_assert_eq!(h.dqdh_prev_free.get(), prev);
+                listed.push(at);
+                (prev, at) = (at, h.dqdh_next_free.get());
+            }
+            listed.sort_unstable();
+            prop_assert_eq!(listed, with_room);
+            // Nothing unaccounted: every block is the header, a tree block or a data block.
+            prop_assert_eq!(blocks as usize, 1 + seen.len() + data.len());
+        }
     }
 }
