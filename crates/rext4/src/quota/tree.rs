@@ -472,7 +472,7 @@ mod tests {
             if r == 0 {
                 continue;
             }
-            let id = prefix | (i as u32) << ((QT_DEPTH - 1 - depth) * 8);
+            let id = prefix | u32::try_from(i).expect("i < 256") << ((QT_DEPTH - 1 - depth) * 8);
             if depth + 1 < QT_DEPTH {
                 walk(f, blocks, r, depth + 1, id, seen, out);
                 continue;
