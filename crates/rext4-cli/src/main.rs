@@ -16,6 +16,7 @@ mod mkfs_tar;
 mod modify;
 mod mount_cmd;
 mod mount_helper;
+mod quota_cmd;
 mod stats_cmd;
 mod xattr_cmd;
 
@@ -58,6 +59,34 @@ enum Cmd {
     Mkfs(Box<mkfs_cmd::MkfsArgs>),
     /// Print the superblock summary (like `dumpe2fs -h`).
     Info { image: PathBuf },
+    /// Show quota usage, limits and grace times (like `repquota`): user quotas, or those -u,
+    /// -g and -P pick. Ids are numeric.
+    Repquota {
+        #[arg(short = 'u')]
+        user: bool,
+        #[arg(short = 'g')]
+        group: bool,
+        #[arg(short = 'P')]
+        project: bool,
+        image: PathBuf,
+    },
+    /// Set quota limits (like `setquota`): `rext4 setquota -u|-g|-P ID BLOCK-SOFT BLOCK-HARD
+    /// INODE-SOFT INODE-HARD IMAGE`. Block limits in KiB, or with a K, M, G or T suffix; 0 is
+    /// no limit. rext4 keeps limits for the kernel to enforce; it does not enforce them.
+    Setquota {
+        #[arg(short = 'u', conflicts_with_all = ["group", "project"])]
+        user: bool,
+        #[arg(short = 'g', conflicts_with = "project")]
+        group: bool,
+        #[arg(short = 'P')]
+        project: bool,
+        id: String,
+        block_soft: String,
+        block_hard: String,
+        inode_soft: String,
+        inode_hard: String,
+        image: PathBuf,
+    },
     /// List a directory: `rext4 ls [-l] IMAGE:/dir`.
     Ls {
         /// Long format: mode, links, owner, size, time.
@@ -220,6 +249,13 @@ fn main() -> ExitCode {
         Cmd::Demo { keep, files } => demo::run(keep, files),
         Cmd::Mkfs(a) => mkfs_cmd::run(&a),
         Cmd::Info { image } => inspect::info(&image),
+        Cmd::Repquota { user, group, project, image } => {
+            quota_cmd::repquota(&image, &quota_cmd::types(user, group, project))
+        }
+        Cmd::Setquota { user, group, project, id, block_soft, block_hard, inode_soft, inode_hard, image } => {
+            let ty = quota_cmd::types(user, group, project)[0];
+            quota_cmd::setquota(&image, ty, &id, [&block_soft, &block_hard, &inode_soft, &inode_hard])
+        }
         Cmd::Ls { long, all, target } => inspect::ls(&target, long, all),
         Cmd::Cat { target } => inspect::cat(&target),
         Cmd::Chmod { mode, target } => modify::chmod(&mode, &target),

@@ -16,4 +16,5 @@ mod mkfs_fit;
 mod mkfs_from;
 mod mount;
 mod nbd;
+mod quota;
 mod readme;

@@ -72,6 +72,7 @@ named_enum! {
         Fsync = "ext4_sync_file",
         Sync = "ext4_sync_fs",
         Setxattr = "ext4_xattr_set",
+        SetQuota = "dquot_set_dqblk",
         JournalStart = "jbd2__journal_start",
         GetWriteAccess = "jbd2_journal_get_write_access",
         MarkInodeDirty = "ext4_mark_inode_dirty",

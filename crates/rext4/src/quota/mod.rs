@@ -7,6 +7,7 @@
 //! |---|---|
 //! | this file | `Quotas`, what a record is charged, moving usage as records change |
 //! | `tree` | one quota file: the v2 tree of entries, adding ids |
+//! | `report` | every id's entry for `repquota`, limits set as `setquota` does |
 //!
 //! What is counted is what e2fsck counts (`quota_compute_usage`): every inode in use from the
 //! root and the first non-reserved inode on, but the project quota file, the orphan file and
@@ -27,6 +28,7 @@
 //! `QuotaFile::tree`, then the quota inode's `data_sem` and `raw`, then buffers; the quota
 //! inodes are never charged, so their locks are always the last inode locks taken.
 
+pub(crate) mod report;
 pub(crate) mod tree;
 
 use crate::error::Result;

@@ -171,6 +171,18 @@ impl QuotaFile {
     pub(crate) fn slot(&self, id: u32) -> Option<Slot> {
         self.entries.read().get(&id).copied()
     }
+
+    /// Every id's entry place, in id order.
+    pub(crate) fn slots(&self) -> Vec<(u32, Slot)> {
+        let mut v: Vec<(u32, Slot)> = self.entries.read().iter().map(|(&id, &s)| (id, s)).collect();
+        v.sort_unstable_by_key(|e| e.0);
+        v
+    }
+
+    /// The info record as last written (grace periods, free lists).
+    pub(crate) fn info(&self) -> DiskInfo {
+        *self.tree.lock()
+    }
 }
 
 impl FsInner {

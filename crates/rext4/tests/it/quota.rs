@@ -295,3 +295,85 @@ fn projects_move_usage_and_fence_links() {
     drop(fs);
     e2fsck_clean(&plain);
 }
+
+/// Limits and usage of `id` as debugfs reads them from the file: (space, block soft, block
+/// hard, inodes, inode soft, inode hard).
+fn debugfs_entry(img: &Path, ty: &str, id: u32) -> Option<[u64; 6]> {
+    let out = debugfs(img, &format!("get_quota {ty} {id}"), false);
+    let row = out.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string()))?;
+    let f: Vec<u64> = row.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
+    f.try_into().ok()
+}
+
+/// `Fs::quota_report` lists every id's usage and limits as debugfs reads them from the file,
+/// from a writable open and a read-only one; `Fs::set_quota_limits` sets limits that debugfs
+/// shows and e2fsck keeps, and starts a grace time exactly where usage is over the new soft
+/// limit (the kernel's `do_set_dqblk`). Read-only opens and missing files refuse.
+#[test]
+fn reports_and_limits_match_debugfs() {
+    use rext4::{QuotaLimits, QuotaType};
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "q.img", &[]);
+    let fs = rw(&img);
+    let root = fs.root();
+    let owners = [1000u32, 1001, 70_000];
+    for (k, &id) in owners.iter().enumerate() {
+        let f = fs.create(root, format!("f{k}").as_bytes(), 0o644, id, id + 5).unwrap().ino;
+        fs.write(f, 0, &vec![7u8; 20_000 * (k + 1)]).unwrap();
+    }
+    // Over the soft limits (space and inodes) of 1000, under those of 1001; 4242 has no entry
+    // yet and gets one.
+    let over = QuotaLimits { space_soft_kib: 4, space_hard_kib: 1000, inodes_soft: 0, inodes_hard: 9 };
+    let under = QuotaLimits { space_soft_kib: 500, space_hard_kib: 0, inodes_soft: 3, inodes_hard: 0 };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let e = fs.set_quota_limits(QuotaType::User, 1000, over).unwrap();
+    assert_eq!((e.limits, e.inodes_grace_end), (over, 0));
+    assert!((now + 604_800..now + 604_810).contains(&e.space_grace_end), "{e:?}");
+    let e = fs.set_quota_limits(QuotaType::User, 1001, under).unwrap();
+    assert_eq!((e.space_grace_end, e.inodes_grace_end), (0, 0), "{e:?}");
+    let e = fs.set_quota_limits(QuotaType::Group, 4242, under).unwrap();
+    assert_eq!((e.space, e.inodes), (0, 0));
+    let e = fs
+        .set_quota_limits(QuotaType::Project, 0, QuotaLimits { inodes_soft: 1, ..Default::default() })
+        .unwrap();
+    assert!(e.inodes_grace_end > now, "{e:?}");
+    let live: Vec<_> = [QuotaType::User, QuotaType::Group, QuotaType::Project]
+        .map(|t| fs.quota_report(t).unwrap().expect("every type has a file"))
+        .into();
+    fs.unmount().unwrap();
+    e2fsck_clean(&img);
+    let ro = Fs::open(&img).unwrap();
+    for (k, (ty, name)) in
+        [(QuotaType::User, "user"), (QuotaType::Group, "group"), (QuotaType::Project, "project")]
+            .into_iter()
+            .enumerate()
+    {
+        let r = ro.quota_report(ty).unwrap().unwrap();
+        assert_eq!(r, live[k], "{name}: read-only report");
+        assert_eq!((r.space_grace, r.inodes_grace), (604_800, 604_800));
+        assert!(r.entries.windows(2).all(|w| w[0].id < w[1].id), "{name}: id order");
+        for e in &r.entries {
+            let l = e.limits;
+            let want = [e.space, l.space_soft_kib, l.space_hard_kib, e.inodes, l.inodes_soft, l.inodes_hard];
+            assert_eq!(debugfs_entry(&img, name, e.id), Some(want), "{name} {}", e.id);
+        }
+        let ids: Vec<u32> = r.entries.iter().map(|e| e.id).collect();
+        match ty {
+            QuotaType::User => assert_eq!(ids, [0, 1000, 1001, 70_000]),
+            QuotaType::Group => assert_eq!(ids, [0, 1005, 1006, 4242, 70_005]),
+            QuotaType::Project => assert_eq!(ids, [0]),
+        }
+    }
+    let err = ro.set_quota_limits(QuotaType::User, 1, QuotaLimits::default()).unwrap_err();
+    assert_eq!(err.errno(), libc::EROFS);
+    drop(ro);
+    // Without the project feature there is no project file.
+    let plain = dir.path().join("plain.img");
+    Image::ext4("64M").args(["-O", "quota"]).build(&plain);
+    let fs = rw(&plain);
+    assert!(fs.quota_report(QuotaType::Project).unwrap().is_none());
+    let err = fs.set_quota_limits(QuotaType::Project, 1, QuotaLimits::default()).unwrap_err();
+    assert_eq!(err.errno(), libc::EOPNOTSUPP);
+    fs.unmount().unwrap();
+    e2fsck_clean(&plain);
+}
