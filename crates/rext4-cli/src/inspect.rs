@@ -155,6 +155,15 @@ pub(crate) fn info(image: &Path) -> CliResult {
     if sb.s_journal_inum.get() != 0 {
         row("Journal inode", sb.s_journal_inum.get().to_string());
     }
+    for (what, ino) in [
+        ("User quota inode", sb.s_usr_quota_inum.get()),
+        ("Group quota inode", sb.s_grp_quota_inum.get()),
+        ("Project quota inode", sb.s_prj_quota_inum.get()),
+    ] {
+        if ino != 0 {
+            row(what, ino.to_string());
+        }
+    }
     if sb.s_orphan_file_inum.get() != 0 {
         row("Orphan file inode", sb.s_orphan_file_inum.get().to_string());
     }

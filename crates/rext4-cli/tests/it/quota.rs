@@ -57,6 +57,20 @@ fn setquota_limits_show_in_repquota_and_debugfs() {
     }
     assert!(text.contains("Block grace time: 7days; Inode grace time: 7days"), "{text}");
 
+    // `rext4 info` names the quota inodes as `dumpe2fs -h` does.
+    let quota_lines = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .filter(|l| l.contains("quota inode:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let dumpe2fs = Command::new(tool("dumpe2fs")).args(["-h", p]).output().expect("dumpe2fs");
+    let info = rext4(&["info", p]);
+    ok(&info);
+    assert_eq!(quota_lines(&info.stdout), quota_lines(&dumpe2fs.stdout));
+    assert_eq!(quota_lines(&info.stdout).len(), 3);
+
     // Bad requests fail and change nothing.
     let before = std::fs::read(&img).expect("image");
     for bad in [
