@@ -199,7 +199,7 @@ fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
         ("data", Some("journal")) => "data=journal: not supported (rext4 journals metadata, data=ordered)",
         ("journal_async_commit", _) => "journal_async_commit: not supported",
         ("quota" | "usrquota" | "grpquota" | "prjquota" | "usrjquota" | "grpjquota" | "jqfmt", _) => {
-            "quota options: not supported (usage is kept on images with the quota feature, limits are not enforced)"
+            "quota options: not supported (usage is kept on images with the quota feature, limits are not enforced; `rext4 repquota` and `rext4 setquota` read and set them on the image)"
         }
         ("journal_dev" | "journal_path", _) => "external journals are not supported",
         ("dax", _) => "dax: not supported on a FUSE mount",
