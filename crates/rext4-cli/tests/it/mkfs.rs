@@ -162,19 +162,10 @@ fn quota_files(img: &Path) -> Vec<(u32, Vec<u8>, String)> {
         .lines()
         .filter(|l| l.contains("quota inode:"))
         .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok());
+    let debugfs =
+        |cmd: String| Command::new(tool("debugfs")).arg("-R").arg(cmd).arg(img).output().expect("debugfs");
     inos.map(|ino: u32| {
-        let cat = Command::new(tool("debugfs"))
-            .arg("-R")
-            .arg(format!("cat <{ino}>"))
-            .arg(img)
-            .output()
-            .expect("debugfs");
-        let stat = Command::new(tool("debugfs"))
-            .arg("-R")
-            .arg(format!("stat <{ino}>"))
-            .arg(img)
-            .output()
-            .expect("debugfs");
+        let (cat, stat) = (debugfs(format!("cat <{ino}>")), debugfs(format!("stat <{ino}>")));
         (ino, cat.stdout, String::from_utf8_lossy(&stat.stdout).into_owned())
     })
     .collect()
