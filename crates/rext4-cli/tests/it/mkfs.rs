@@ -259,9 +259,15 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-O", "quota", "-E", "quotatype=usr:other", p, "8M"],
         &["mkfs", "-q", "-t", "ext5", p, "8M"],
         &["mkfs", "-q", p, "8X"],
+        // Fewer inodes than the reserved ones and lost+found (mke2fs fails too).
+        &["mkfs", "-q", "-N", "8", p, "2M"],
+        &["mkfs", "-q", "-O", "quota,project", "-N", "12", p, "2M"],
     ] {
         let o = rext4(bad);
         assert!(!o.status.success(), "{bad:?} succeeded");
+        // A refusal, not a crash.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{bad:?}: {:?}\n{err}", o.status);
     }
 }
 

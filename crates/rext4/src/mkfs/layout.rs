@@ -225,7 +225,7 @@ impl Layout {
     pub(crate) fn new_inode(&self) -> Result<u32> {
         (11..=self.geo.inodes_count())
             .find(|&i| !test(&self.inode_used, u64::from(i - 1)))
-            .ok_or(Error::NoSpace)
+            .ok_or(Error::InvalidInput("too few inodes for the files mkfs makes"))
     }
 
     /// Takes `n` blocks from `b` out of the counts of the groups they lie in (flex_bg tables).

@@ -159,6 +159,10 @@ impl Fs {
     pub fn format(dev: &dyn BlockDevice, opts: &FormatOptions) -> Result<FormatReport> {
         let mut p = params::resolve(opts, dev.size())?;
         let geo = geometry::compute(&p)?;
+        // Room for the reserved inodes and lost+found (mke2fs fails writing them otherwise).
+        if geo.inodes_count() < root::LPF_INO {
+            return Err(Error::InvalidInput("too few inodes for the files mkfs makes"));
+        }
         p.features = geo.features;
         let has_journal = geo.features.has_c(Compat::HAS_JOURNAL);
         if has_journal {
