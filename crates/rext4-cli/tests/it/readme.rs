@@ -63,4 +63,5 @@ fn the_command_examples_run_in_order() {
         assert!(o.status.success(), "{}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
     }
     e2fsck_clean(&img);
+    e2fsck_clean(&dir.path().join("q.img"));
 }
