@@ -38,6 +38,11 @@ pub fn change(fs: &Fs) {
     let ino = |dir: InodeNo, name: &[u8]| fs.lookup(dir, name).map(|a| a.ino).ok();
     let size = |i: InodeNo, len: u64| fs.setattr(i, &SetAttr { size: Some(len), ..SetAttr::default() });
     let data = vec![0x5Au8; 6000];
+    // Quota limits, for an id with an entry and one without (a new branch of the tree).
+    for id in [0, 4242] {
+        let l = rext4::QuotaLimits { space_soft_kib: 1, space_hard_kib: 64, inodes_soft: 1, inodes_hard: 2 };
+        let _ = fs.set_quota_limits(rext4::QuotaType::User, id, l);
+    }
 
     // Existing files: overwrite, extend, shrink, punch, zero, xattrs.
     if let Some(frag) = ino(root, b"frag") {
@@ -149,6 +154,10 @@ pub fn walk(fs: &Fs) {
     const MAX_READ: u64 = 64 << 10;
     let _ = fs.statfs();
     let _ = fs.read_only_reasons();
+    // The quota files, parsed again on a read-only open (a writable one loaded them).
+    for ty in [rext4::QuotaType::User, rext4::QuotaType::Group, rext4::QuotaType::Project] {
+        let _ = fs.quota_report(ty);
+    }
     let mut seen = HashSet::new();
     let mut stack = vec![(fs.root(), 0u32)];
     let mut buf = vec![0u8; 16 << 10];
