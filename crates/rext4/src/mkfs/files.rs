@@ -12,6 +12,18 @@ use rext4_format::inode_record::{InodeRecord, TimeField};
 use rext4_format::split::{hi16_of_48, lo32};
 use zerocopy::IntoBytes;
 
+/// `blks` in file order as runs of (first physical block, length).
+pub(crate) fn runs(blks: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &b in blks {
+        match runs.last_mut() {
+            Some((s, l)) if *s + *l == b => *l += 1,
+            _ => runs.push((b, 1)),
+        }
+    }
+    runs
+}
+
 impl Builder {
     /// A new record for `ino`: `mode`, one link, every time `now` (and `i_crtime` with an
     /// extra area), `i_extra_isize` as `ext2fs_write_new_inode` sets it.
@@ -48,14 +60,7 @@ impl Builder {
     pub(crate) fn map_small_file(&mut self, ino: u32, blks: &[u64]) -> Result<()> {
         let bs = u64::from(self.l.geo.block_size);
         if self.l.geo.features.has_i(Incompat::EXTENTS) {
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            for &b in blks {
-                match runs.last_mut() {
-                    Some((s, l)) if *s + *l == b => *l += 1,
-                    _ => runs.push((b, 1)),
-                }
-            }
-            self.set_extents(ino, &runs)?;
+            self.set_extents(ino, &runs(blks))?;
         } else {
             let mut r = self.record(ino);
             let ib = r.i_block_mut();

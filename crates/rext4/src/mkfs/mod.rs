@@ -155,7 +155,8 @@ fn random_uuid() -> Result<[u8; 16]> {
 impl Fs {
     /// Makes an empty filesystem on `dev` as `mke2fs` would with the same options: the same
     /// geometry, features and placement, a journal, lost+found, the resize inode, the quota
-    /// files and the orphan file as e2fsprogs 1.47 makes them. Open it with [`Fs::from_device`] afterwards.
+    /// files and the orphan file as e2fsprogs 1.47 makes them. Open it with
+    /// [`Fs::from_device`] afterwards.
     pub fn format(dev: &dyn BlockDevice, opts: &FormatOptions) -> Result<FormatReport> {
         let mut p = params::resolve(opts, dev.size())?;
         let geo = geometry::compute(&p)?;

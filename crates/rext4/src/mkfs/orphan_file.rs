@@ -22,13 +22,7 @@ impl Builder {
                 blks.push(b);
                 last = b;
             }
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            for &b in &blks {
-                match runs.last_mut() {
-                    Some((s, l)) if *s + *l == b => *l += 1,
-                    _ => runs.push((b, 1)),
-                }
-            }
+            let runs = super::files::runs(&blks);
             let before = self.extent_blocks.len();
             self.set_extents(ino, &runs)?;
             let extra = (self.extent_blocks.len() - before) as u64;

@@ -78,12 +78,7 @@ impl FsInner {
         if !sb.ro_compat().contains(RoCompat::QUOTA) {
             return Ok(Quotas::default());
         }
-        let inums = [
-            sb.s_usr_quota_inum.get(),
-            sb.s_grp_quota_inum.get(),
-            // Project usage only where inodes carry a project.
-            if sb.ro_compat().contains(RoCompat::PROJECT) { sb.s_prj_quota_inum.get() } else { 0 },
-        ];
+        let inums = self.quota_inums();
         let exempt = [inums[0], inums[1], sb.s_prj_quota_inum.get(), sb.s_orphan_file_inum.get()];
         let mut q = Quotas { exempt, ..Default::default() };
         for (ty, &ino) in inums.iter().enumerate() {
@@ -92,6 +87,18 @@ impl FsInner {
             }
         }
         Ok(q)
+    }
+
+    /// The user, group and project quota files' inodes where usage is kept (0: none): those
+    /// the superblock names under the `quota` feature, project only where inodes carry a
+    /// project.
+    pub(crate) fn quota_inums(&self) -> [u32; TYPES] {
+        let sb = &self.sbi.sb;
+        if !sb.ro_compat().contains(RoCompat::QUOTA) {
+            return [0; TYPES];
+        }
+        let prj = if sb.ro_compat().contains(RoCompat::PROJECT) { sb.s_prj_quota_inum.get() } else { 0 };
+        [sb.s_usr_quota_inum.get(), sb.s_grp_quota_inum.get(), prj]
     }
 
     /// What the record `raw` of inode `inode` is charged; `None` for inodes no quota counts.

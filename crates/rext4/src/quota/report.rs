@@ -7,7 +7,6 @@
 use super::tree::QuotaFile;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use rext4_format::features::RoCompat;
 use rext4_format::quota::{DiskDquot, ENTRY, QT_BLOCK};
 use zerocopy::FromBytes;
 
@@ -88,21 +87,6 @@ impl From<&DiskDquot> for QuotaEntry {
 }
 
 impl FsInner {
-    /// The inode of quota file `ty`, if the filesystem keeps one.
-    fn quota_inum(&self, ty: QuotaType) -> Option<u32> {
-        let sb = &self.sbi.sb;
-        if !sb.ro_compat().contains(RoCompat::QUOTA) {
-            return None;
-        }
-        let ino = match ty {
-            QuotaType::User => sb.s_usr_quota_inum.get(),
-            QuotaType::Group => sb.s_grp_quota_inum.get(),
-            QuotaType::Project if sb.ro_compat().contains(RoCompat::PROJECT) => sb.s_prj_quota_inum.get(),
-            QuotaType::Project => 0,
-        };
-        (ino != 0).then_some(ino)
-    }
-
     /// The entry at `slot`'s place.
     fn quota_entry(&self, slot: super::tree::Slot) -> Result<DiskDquot> {
         let buf = self.bcache.get(slot.pblk)?;
@@ -128,7 +112,10 @@ impl Fs {
     /// count (the kernel counts their reservations).
     pub fn quota_report(&self, ty: QuotaType) -> Result<Option<QuotaReport>> {
         let inner = &self.inner;
-        let Some(ino) = inner.quota_inum(ty) else { return Ok(None) };
+        let ino = inner.quota_inums()[ty.index()];
+        if ino == 0 {
+            return Ok(None);
+        }
         if inner.quota.is_on() {
             inner.writeback_all()?;
         }
@@ -148,11 +135,9 @@ impl Fs {
         let inner = &self.inner;
         inner.op(crate::fs::stats::Op::SetQuota, || {
             let journal = inner.journal()?.clone();
-            if inner.quota_inum(ty).is_none() {
-                return Err(Error::NotSupported("no quota file of that type".into()));
-            }
+            // A writable open loads every quota file the filesystem keeps.
             let Some(qf) = &inner.quota.files[ty.index()] else {
-                return Err(Error::NotSupported("quota files not kept on this open".into()));
+                return Err(Error::NotSupported("no quota file of that type".into()));
             };
             let kib =
                 |v: u64| v.checked_mul(QT_BLOCK as u64).ok_or(Error::InvalidInput("quota limit too large"));
@@ -162,8 +147,8 @@ impl Fs {
             inner.writeback_all()?;
             let h = journal.start(8)?;
             let slot = inner.quota_slot(&h, qf, id)?;
-            let (bgrace, igrace) =
-                (u64::from(qf.info().dqi_bgrace.get()), u64::from(qf.info().dqi_igrace.get()));
+            let info = qf.info();
+            let (bgrace, igrace) = (u64::from(info.dqi_bgrace.get()), u64::from(info.dqi_igrace.get()));
             let now = u64::try_from(inner.now().sec).unwrap_or(0);
             let buf = inner.bcache.get(slot.pblk)?;
             let mut b = h.write(&buf)?;
