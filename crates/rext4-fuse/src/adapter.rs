@@ -137,17 +137,26 @@ impl Adapter {
         }
     }
 
-    /// [`Adapter::guard`] for a request that may allocate blocks: the root-reserved blocks
-    /// are the sender's to fill where ext4 would let it (`ext4_has_free_clusters`): root
-    /// (taken for `CAP_SYS_RESOURCE`, which FUSE does not pass on), the superblock's
-    /// reserving user, or its reserving group when that is not root's.
+    /// [`Adapter::guard`] for a request that may allocate blocks or inodes, or move a file's
+    /// quota usage: the root-reserved blocks are the sender's to fill where ext4 would let it
+    /// (`ext4_has_free_clusters`): root (taken for `CAP_SYS_RESOURCE`, which FUSE does not
+    /// pass on), the superblock's reserving user, or its reserving group when that is not
+    /// root's; and root passes quota limits (`ignore_hardlimit`, `CAP_SYS_RESOURCE` again).
     fn guard_as(&self, req: &Request, op: &'static str, f: impl FnOnce()) {
         // The request names no supplementary groups.
         let (uid, gid) = (req.uid(), req.gid());
-        if rext4::may_use_reserved_blocks(self.fs().superblock(), uid, |g| g == gid, uid == 0) {
-            rext4::with_reserved_blocks(|| self.guard(op, f));
+        let reserve = rext4::may_use_reserved_blocks(self.fs().superblock(), uid, |g| g == gid, uid == 0);
+        let run = || {
+            if reserve {
+                rext4::with_reserved_blocks(|| self.guard(op, f));
+            } else {
+                self.guard(op, f);
+            }
+        };
+        if uid == 0 {
+            rext4::with_quota_limits_ignored(run);
         } else {
-            self.guard(op, f);
+            run();
         }
     }
 
@@ -353,7 +362,7 @@ impl Filesystem for Adapter {
         kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
-        self.guard("setattr", || {
+        self.guard_as(req, "setattr", || {
             let r = ino_of(ino).and_then(|e| {
                 let mut ch = SetAttr {
                     mode: mode.map(|m| (m & 0o7777) as u16),
@@ -935,7 +944,7 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.guard("ioctl", || match self.do_ioctl(req.uid(), ino, cmd, in_data) {
+        self.guard_as(req, "ioctl", || match self.do_ioctl(req.uid(), ino, cmd, in_data) {
             Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
             Err(e) => reply.error(e),
         });

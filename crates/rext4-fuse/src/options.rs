@@ -65,6 +65,10 @@ pub struct MountOptions {
     pub delalloc: bool,
     /// Who answers `fcntl` and `flock` locks (`locks=kernel`, the default, or `locks=engine`).
     pub locks: LockMode,
+    /// Quota types whose limits are enforced (`usrquota` or `quota`, `grpquota`, `prjquota`;
+    /// `noquota` none, the default). Needs an image with the quota feature; usage is kept on
+    /// such images either way (see `rext4::Options::quota_limits`).
+    pub quota: rext4::QuotaEnforcement,
     /// Generic mount flags passed on to the kernel (`noatime`, `nodev`, `noexec`, ...).
     pub kernel_flags: Vec<String>,
 }
@@ -94,6 +98,7 @@ impl Default for MountOptions {
             discard: false,
             delalloc: true,
             locks: LockMode::Kernel,
+            quota: rext4::QuotaEnforcement::default(),
             kernel_flags: Vec::new(),
         }
     }
@@ -173,7 +178,6 @@ const IGNORED: &[&str] = &[
     "min_batch_time",
     "stripe",
     "i_version",
-    "noquota",
     "mblk_io_submit",
     "nomblk_io_submit",
     "bh",
@@ -198,8 +202,8 @@ fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
     let why = match (key, val) {
         ("data", Some("journal")) => "data=journal: not supported (rext4 journals metadata, data=ordered)",
         ("journal_async_commit", _) => "journal_async_commit: not supported",
-        ("quota" | "usrquota" | "grpquota" | "prjquota" | "usrjquota" | "grpjquota" | "jqfmt", _) => {
-            "quota options: not supported (usage is kept on images with the quota feature, limits are not enforced; `rext4 repquota` and `rext4 setquota` read and set them on the image)"
+        ("usrjquota" | "grpjquota" | "jqfmt", _) => {
+            "journaled quota files (usrjquota, grpjquota, jqfmt): not supported (rext4 keeps quotas in the quota feature's hidden files: usrquota, grpquota, prjquota)"
         }
         ("journal_dev" | "journal_path", _) => "external journals are not supported",
         ("dax", _) => "dax: not supported on a FUSE mount",
@@ -337,6 +341,22 @@ impl MountOptions {
                     flag(val)?;
                     self.delalloc = key == "delalloc";
                 }
+                "quota" | "usrquota" => {
+                    flag(val)?;
+                    self.quota.user = true;
+                }
+                "grpquota" => {
+                    flag(val)?;
+                    self.quota.group = true;
+                }
+                "prjquota" => {
+                    flag(val)?;
+                    self.quota.project = true;
+                }
+                "noquota" => {
+                    flag(val)?;
+                    self.quota = rext4::QuotaEnforcement::default();
+                }
                 "grpid" | "bsdgroups" | "nogrpid" | "sysvgroups" => {
                     flag(val)?;
                     self.grpid = matches!(key, "grpid" | "bsdgroups");
@@ -420,6 +440,7 @@ impl MountOptions {
                 Atime::Strict => rext4::AtimeMode::StrictAtime,
             },
             nodiratime: self.nodiratime,
+            quota_limits: self.quota,
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {

@@ -32,6 +32,8 @@ pub enum Error {
     ReadOnly,
     /// No free blocks or inodes are left (`ENOSPC`).
     NoSpace,
+    /// A quota limit would be passed (`EDQUOT`; quota/limits.rs).
+    QuotaExceeded,
     /// The name already exists (`EEXIST`).
     Exists,
     /// The directory is not empty (`ENOTEMPTY`).
@@ -93,6 +95,7 @@ impl Error {
             Error::Range => libc::ERANGE,
             Error::ReadOnly => libc::EROFS,
             Error::NoSpace => libc::ENOSPC,
+            Error::QuotaExceeded => libc::EDQUOT,
             Error::Exists => libc::EEXIST,
             Error::NotEmpty => libc::ENOTEMPTY,
             Error::NotPermitted => libc::EPERM,
@@ -138,6 +141,7 @@ impl fmt::Display for Error {
             Error::Range => f.write_str("result too large for buffer"),
             Error::ReadOnly => f.write_str("read-only filesystem"),
             Error::NoSpace => f.write_str("no space left on device"),
+            Error::QuotaExceeded => f.write_str("disk quota exceeded"),
             Error::Exists => f.write_str("file exists"),
             Error::NotEmpty => f.write_str("directory not empty"),
             Error::NotPermitted => f.write_str("operation not permitted"),

@@ -86,6 +86,7 @@ pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::file::{File, OpenOptions};
 pub use path::ops::{bad_name, Leftover, Unremovable};
 pub use path::ReadDir;
+pub use quota::limits::{with_quota_limits_ignored, QuotaEnforcement};
 pub use quota::report::{QuotaEntry, QuotaLimits, QuotaReport, QuotaType};
 pub use rext4_format as format;
 pub use rext4_format::{InodeNo, PhysBlock};

@@ -424,6 +424,7 @@ impl FsInner {
             0
         };
         if self.quota.is_on() {
+            self.quota_inode_check([uid, gid, projid])?;
             self.quota_prepare(h, [uid, gid, projid])?;
         }
         let ino = self.alloc_inode(h, parent, is_dir, goal)?;

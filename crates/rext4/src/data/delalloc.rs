@@ -353,9 +353,18 @@ impl FsInner {
         if new > 0 && !self.delalloc_claim(new) {
             return Ok(None);
         }
+        // Over a quota limit the general path takes what fits and says `EDQUOT` after.
+        match self.quota_reserve(inode, &inode.raw(), new) {
+            Ok(true) => {}
+            r => {
+                self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);
+                return r.map(|_| None);
+            }
+        }
         let placed = self.place_delayed(inode, offset, data, size, &written, &under);
         if placed.is_err() {
             self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);
+            self.quota_unreserve(inode, &inode.raw(), new);
         } else {
             inode.dirty_pages.fetch_add(new + unreserved, Ordering::AcqRel);
             self.wb.pages.fetch_add(new + unreserved, Ordering::AcqRel);

@@ -273,8 +273,16 @@ impl FsInner {
                         // Nothing mapped past the hole: the file grows here, and a reserve
                         // keeps its next appends in the same run.
                         let appending = next.is_none();
-                        let got = match self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved)
-                        {
+                        // Delayed writes' blocks were checked against quotas when reserved.
+                        let fit = if reserved {
+                            Ok(want)
+                        } else {
+                            self.quota_blocks_allowed(inode, raw, u64::from(want))
+                                .map(|n| u32::try_from(n).unwrap_or(want))
+                        };
+                        let got = match fit.and_then(|want| {
+                            self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved)
+                        }) {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {
@@ -290,7 +298,8 @@ impl FsInner {
                         raw_add_blocks(raw, n * sectors);
                         Run { lblk: cur, len: n, pblk: p, fresh: true }
                     } else {
-                        let p = match self.ind_alloc(h, inode, raw, cur, goal) {
+                        let fit = if reserved { Ok(1) } else { self.quota_blocks_allowed(inode, raw, 1) };
+                        let p = match fit.and_then(|_| self.ind_alloc(h, inode, raw, cur, goal)) {
                             Ok(p) => p,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {
@@ -590,7 +599,8 @@ impl FsInner {
                         retried = true;
                         continue;
                     }
-                    Err(Error::NoSpace) if lblk * bs > offset => break,
+                    // Out of space or quota after some progress: a short write.
+                    Err(Error::NoSpace | Error::QuotaExceeded) if lblk * bs > offset => break,
                     Err(e) => return Err(e),
                 };
             if let Err(e) = self.write_runs_from(inode, &runs, offset, src) {

@@ -255,6 +255,8 @@ impl FsInner {
                 d.advance_disk_size(size);
                 d.take_record();
             }
+            // The reservation becomes usage as the record is charged.
+            self.quota_unreserve(inode, &raw, reserved);
             // Journaled while the count still covers what is left (see `disk_size`).
             self.mark_inode_dirty(&h, inode, &mut raw)?;
             inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
@@ -354,6 +356,7 @@ impl FsInner {
         inode.dirty_pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
         self.wb.pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
         self.wb.dirty_blocks.fetch_sub(d.reserved_len(), Ordering::AcqRel);
+        self.quota_unreserve(inode, &inode.raw(), d.reserved_len());
         self.wb.remove(inode);
     }
 

@@ -234,6 +234,7 @@ impl FsInner {
     /// Allocates a block and maps it at `lblk` of `inode` (record `raw`), growing size and
     /// block count, in an extent tree or a block map.
     pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
+        self.quota_blocks_allowed(inode, raw, 1)?;
         let bs = u64::from(self.sbi.block_size);
         if crate::inode::write::raw_flags(raw) & EXTENTS_FL != 0 {
             let pblk = self.ext_append(h, inode, raw, lblk)?;

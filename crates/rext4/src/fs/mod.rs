@@ -90,6 +90,10 @@ pub struct Options {
     pub atime: AtimeMode,
     /// Reads of directories leave their access time alone (the kernel's `nodiratime`).
     pub nodiratime: bool,
+    /// Writable opens: the quota types whose limits are enforced (`EDQUOT`; the kernel's
+    /// `usrquota`, `grpquota` and `prjquota`; default none). Needs the `quota` feature. Usage
+    /// is kept either way. See quota/limits.rs and [`crate::with_quota_limits_ignored`].
+    pub quota_limits: crate::quota::limits::QuotaEnforcement,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -186,6 +190,7 @@ impl Default for Options {
             dirty_background_ratio: 25,
             atime: AtimeMode::Relatime,
             nodiratime: false,
+            quota_limits: Default::default(),
         }
     }
 }

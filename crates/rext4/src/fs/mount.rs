@@ -38,7 +38,7 @@ impl FsInner {
         // Before anything is written: a damaged quota file refuses the open, as it fails the
         // kernel's mount. Usage counts from here on, so the fast-commit replay and the orphan
         // cleanup below are charged.
-        self.quota = self.load_quotas()?;
+        self.quota = self.load_quotas(opts.quota_limits)?;
         let log = self.load_log()?;
         let first_tid = log.jsb.as_ref().map_or(1, |j| j.sequence());
         // An abort the journal recorded without leaving anything to replay (recovery clears

@@ -223,12 +223,17 @@ impl FsInner {
         if quota_files.contains(&ino.0) {
             return Err(Error::NotPermitted);
         }
+        self.quota_transfer_prepare(&inode)?;
         let h = journal.start(CREDITS)?;
         if self.quota.is_on() {
             let [uid, gid, _] = Self::quota_ids(&inode);
             self.quota_prepare(&h, [uid, gid, projid])?;
         }
         let mut raw = inode.raw_mut();
+        {
+            let r = crate::inode::write::rec_ref(&raw);
+            self.quota_transfer_check(&inode, &raw, [r.uid(), r.gid(), projid])?;
+        }
         let mut r = crate::inode::write::rec(&mut raw);
         if !r.has_field(rext4_format::inode::OFF_PROJID, 4) {
             // The kernel would first grow the record's extra area; rext4 does not.

@@ -179,8 +179,16 @@ impl FsInner {
 
     fn setattr(&self, ino: InodeNo, ch: &SetAttr) -> Result<()> {
         let journal = self.journal()?;
-        let h = journal.start(1)?;
         let inode = self.iget_by_number(ino)?;
+        // Where quota limits are enforced, a new owner must have room for the file, delayed
+        // writes included: writers are kept out and the file is written back first
+        // (quota/limits.rs).
+        let transfer = self.quota.enforced() && (ch.uid.is_some() || ch.gid.is_some());
+        let _op = transfer.then(|| self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock));
+        if transfer {
+            self.quota_transfer_prepare(&inode)?;
+        }
+        let h = journal.start(1)?;
         if self.quota.is_on() && (ch.uid.is_some() || ch.gid.is_some()) {
             // Entries for the new owner before the record is locked (quota/mod.rs).
             let [uid, gid, prj] = Self::quota_ids(&inode);
@@ -188,6 +196,10 @@ impl FsInner {
         }
         let mut raw = inode.raw_mut();
         let disk = fi::Inode::parse(&raw).ok_or(Error::InvalidInput("inode record too short"))?;
+        if transfer {
+            let to = [ch.uid.unwrap_or(disk.uid()), ch.gid.unwrap_or(disk.gid()), rec_ref(&raw).projid()];
+            self.quota_transfer_check(&inode, &raw, to)?;
+        }
         let mut mode = disk.mode();
         if let Some(m) = ch.mode {
             mode = (mode & fi::S_IFMT) | (m & 0o7777);

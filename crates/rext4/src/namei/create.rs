@@ -94,10 +94,12 @@ impl FsInner {
             let own = raw_flags(&craw);
             raw_set_flags(&mut craw, own | inherited);
         }
-        if is_dir {
-            self.init_dir(&h, &child, &mut craw, parent)?;
-        }
-        if let Err(e) = self.add_entry_in(&h, &dir, name, child.ino, crate::dir::dirent_type(mode), room) {
+        // A directory without room for its first block (a full disk, a quota) is given up
+        // as a failed entry is.
+        let made = if is_dir { self.init_dir(&h, &child, &mut craw, parent) } else { Ok(()) };
+        if let Err(e) = made
+            .and_then(|()| self.add_entry_in(&h, &dir, name, child.ino, crate::dir::dirent_type(mode), room))
+        {
             drop(craw);
             self.abandon_new_inode(&h, &child, is_dir)?;
             return Err(e);

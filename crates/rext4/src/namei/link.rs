@@ -160,8 +160,16 @@ impl FsInner {
             b[..target.len()].copy_from_slice(target);
             raw_set_size(&mut craw, target.len() as u64);
         } else {
-            // Slow: one block, journaled like metadata (so freeing it revokes it).
-            let pblk = self.append_block(&h, &child, &mut craw, 0)?;
+            // Slow: one block, journaled like metadata (so freeing it revokes it). Without
+            // room for it (a full disk, a quota) the inode is given up.
+            let pblk = match self.append_block(&h, &child, &mut craw, 0) {
+                Ok(p) => p,
+                Err(e) => {
+                    drop(craw);
+                    self.abandon_new_inode(&h, &child, false)?;
+                    return Err(e);
+                }
+            };
             let buf = self.bcache.get_fresh(pblk);
             let mut block = h.write(&buf)?;
             block.fill(0);

@@ -7,13 +7,14 @@
 //! |---|---|
 //! | this file | `Quotas`, what a record is charged, moving usage as records change |
 //! | `tree` | one quota file: the v2 tree of entries, adding ids |
+//! | `limits` | enforcing limits: `EDQUOT`, grace times, delayed writes' reservations |
 //! | `report` | every id's entry for `repquota`, limits set as `setquota` does |
 //!
 //! What is counted is what e2fsck counts (`quota_compute_usage`): every inode in use from the
 //! root and the first non-reserved inode on, but the project quota file, the orphan file and
 //! EA inodes, each charged one inode and `i_blocks` in bytes to its owner, its group and its
-//! project. Limits are kept as they are and not enforced: the kernel enforces them only on
-//! mounts with `usrquota`/`grpquota`/`prjquota`.
+//! project. Limits are enforced only where the open asks for it (`limits`; the kernel's
+//! `usrquota`/`grpquota`/`prjquota` mount options), and kept as they are otherwise.
 //!
 //! Charges follow the records: [`FsInner::mark_inode_dirty`] compares the record it writes with
 //! the one in the inode table (the last one written) and moves the difference; a new inode's
@@ -28,10 +29,11 @@
 //! `QuotaFile::tree`, then the quota inode's `data_sem` and `raw`, then buffers; the quota
 //! inodes are never charged, so their locks are always the last inode locks taken.
 
+pub(crate) mod limits;
 pub(crate) mod report;
 pub(crate) mod tree;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::write::rec_ref;
 use crate::inode::Inode;
@@ -54,6 +56,13 @@ pub(crate) struct Quotas {
     /// superblock puts them: a quota inode charged to itself would add entries to its own tree
     /// while the tree is locked) and the orphan file (0: none). [immutable]
     exempt: [u32; 4],
+    /// Types whose limits are enforced (only where their file is loaded). [immutable]
+    enforce: [bool; TYPES],
+    /// Space and inode grace periods in seconds, per type, from the files' info records
+    /// (rext4 never changes them). [immutable]
+    grace: [[u64; 2]; TYPES],
+    /// Space reserved by delayed writes, per type (kept where limits are enforced).
+    rsv: [limits::Reserved; TYPES],
 }
 
 /// What a record is charged: its user, group and project, and its space in bytes.
@@ -73,9 +82,16 @@ impl Quotas {
 impl FsInner {
     /// Opens the quota files at a writable open (`ext4_enable_quotas`), before anything is
     /// freed or replayed. A damaged quota file fails the open, as the kernel fails the mount.
-    pub(crate) fn load_quotas(&self) -> Result<Quotas> {
+    /// `enforce`: the types whose limits the open enforces; asking for any on a filesystem
+    /// without the `quota` feature is refused (rext4 keeps no quota files outside it).
+    pub(crate) fn load_quotas(&self, enforce: limits::QuotaEnforcement) -> Result<Quotas> {
         let sb = &self.sbi.sb;
         if !sb.ro_compat().contains(RoCompat::QUOTA) {
+            if enforce.any() {
+                return Err(Error::NotSupported(
+                    "quota limits need the quota feature (tune2fs -O quota, or mkfs -O quota)".into(),
+                ));
+            }
             return Ok(Quotas::default());
         }
         let inums = self.quota_inums();
@@ -83,7 +99,11 @@ impl FsInner {
         let mut q = Quotas { exempt, ..Default::default() };
         for (ty, &ino) in inums.iter().enumerate() {
             if ino != 0 {
-                q.files[ty] = Some(self.quota_file_load(ty, ino)?);
+                let qf = self.quota_file_load(ty, ino)?;
+                let info = qf.info();
+                q.grace[ty] = [u64::from(info.dqi_bgrace.get()), u64::from(info.dqi_igrace.get())];
+                q.enforce[ty] = enforce.types()[ty];
+                q.files[ty] = Some(qf);
             }
         }
         Ok(q)
@@ -103,7 +123,11 @@ impl FsInner {
 
     /// What the record `raw` of inode `inode` is charged; `None` for inodes no quota counts.
     pub(crate) fn quota_charge(&self, inode: &Inode, raw: &[u8]) -> Option<Charge> {
-        let ino = inode.ino.0;
+        self.quota_charge_ino(inode.ino.0, raw)
+    }
+
+    /// [`FsInner::quota_charge`] of the record `raw` of inode number `ino`.
+    pub(crate) fn quota_charge_ino(&self, ino: u32, raw: &[u8]) -> Option<Charge> {
         let first = self.sbi.sb.first_ino();
         if (ino < first && ino != rext4_format::types::ROOT_INO.0) || self.quota.exempt.contains(&ino) {
             return None;
@@ -163,16 +187,16 @@ impl FsInner {
                     let d = space(&to) - space(&f);
                     if d != 0 {
                         let s = self.quota_slot(h, qf, id)?;
-                        self.quota_add(h, s, d, 0)?;
+                        self.quota_add(h, ty, s, d, 0)?;
                     }
                 }
                 _ => {
                     if let Some(f) = from {
                         let s = self.quota_slot(h, qf, f.ids[ty])?;
-                        self.quota_add(h, s, -space(&f), -1)?;
+                        self.quota_add(h, ty, s, -space(&f), -1)?;
                     }
                     let s = self.quota_slot(h, qf, id)?;
-                    self.quota_add(h, s, space(&to), 1)?;
+                    self.quota_add(h, ty, s, space(&to), 1)?;
                 }
             }
         }
@@ -190,7 +214,7 @@ impl FsInner {
         for (ty, qf) in self.quota.files.iter().enumerate() {
             if let Some(qf) = qf {
                 let s = self.quota_slot(h, qf, c.ids[ty])?;
-                self.quota_add(h, s, -space, -1)?;
+                self.quota_add(h, ty, s, -space, -1)?;
             }
         }
         Ok(())

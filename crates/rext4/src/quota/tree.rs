@@ -213,9 +213,10 @@ impl FsInner {
     }
 
     /// Adds `space` bytes and `inodes` inodes (either may be negative) to the entry at `slot`
-    /// under `h`, as `dquot_incr_space` / `dquot_decr_space` and the inode counterparts do:
-    /// usage never goes below zero, and falling to or under a soft limit ends its grace time.
-    pub(crate) fn quota_add(&self, h: &Handle, slot: Slot, space: i64, inodes: i64) -> Result<()> {
+    /// of type `ty` under `h`, as `dquot_incr_space` / `dquot_decr_space` and the inode
+    /// counterparts do: usage never goes below zero, falling to or under a soft limit ends its
+    /// grace time, and growing past one starts it where limits are enforced.
+    pub(crate) fn quota_add(&self, h: &Handle, ty: usize, slot: Slot, space: i64, inodes: i64) -> Result<()> {
         let off = slot.off as usize;
         let buf = self.bcache.get(slot.pblk)?;
         let mut b = h.write(&buf)?;
@@ -230,6 +231,13 @@ impl FsInner {
             d.dqb_curinodes.set(cur);
             if inodes < 0 && cur <= d.dqb_isoftlimit.get() {
                 d.dqb_itime.set(0);
+            }
+            let [btime, itime] = self.quota_grace_starts(ty, &d, space, inodes);
+            if let Some(t) = btime {
+                d.dqb_btime.set(t);
+            }
+            if let Some(t) = itime {
+                d.dqb_itime.set(t);
             }
             b[off..off + ENTRY].copy_from_slice(&d.to_disk());
         }

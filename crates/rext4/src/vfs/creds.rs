@@ -67,13 +67,21 @@ impl Creds {
         self.caps.contains(cap)
     }
 
-    /// Runs `f`, a call of this caller on `fs` that may allocate, with the root-reserved
-    /// blocks open to it if this caller may fill them.
+    /// Runs `f`, a call of this caller on `fs` that may allocate or move quota usage, with
+    /// the root-reserved blocks open to it if this caller may fill them, and quota limits
+    /// passed with `CAP_SYS_RESOURCE`.
     pub(crate) fn allocating<T>(&self, fs: &crate::Fs, f: impl FnOnce() -> T) -> T {
-        if self.may_use_reserved(fs.superblock()) {
-            crate::with_reserved_blocks(f)
+        let run = || {
+            if self.may_use_reserved(fs.superblock()) {
+                crate::with_reserved_blocks(f)
+            } else {
+                f()
+            }
+        };
+        if self.has(Caps::SYS_RESOURCE) {
+            crate::with_quota_limits_ignored(run)
         } else {
-            f()
+            run()
         }
     }
 

@@ -476,6 +476,10 @@ impl FsInner {
         let mut delta = 0i64;
         let shared =
             if !empty && shareable { self.xattr_block_share(h, ino, &content, old_blk)? } else { None };
+        if !empty && old_blk.is_none() {
+            // The inode takes a block it had not: its quotas must have room.
+            self.quota_xattr_block_check(ino, raw)?;
+        }
         let new_blk = if empty {
             None
         } else if let Some(b) = shared {

@@ -30,6 +30,7 @@ mod page_cache;
 mod partition;
 mod prealloc;
 mod quota;
+mod quota_limits;
 mod read_variants;
 mod recovery;
 mod stats;

@@ -1,0 +1,277 @@
+//! Quota limits enforced (`Options::quota_limits`, the kernel's `usrquota`/`grpquota`/
+//! `prjquota`): `EDQUOT` where ext4 returns it (`check_bdq`/`check_idq`), grace times started
+//! and run out, writes near a limit short as on ext4, owners and projects refused where the
+//! new id has no room, `CAP_SYS_RESOURCE` callers passing, and every image e2fsck-clean with
+//! usage as debugfs counts it. This kernel has no quota format, so the kernel's rules are the
+//! oracle (fs/quota/dquot.c), not a mount.
+
+use rext4::{
+    with_quota_limits_ignored, Error, Fs, InodeNo, Options, QuotaEnforcement, QuotaLimits, QuotaType, SetAttr,
+};
+use rext4_testkit::{e2fsck_clean, quota_usage, tool, Image};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const QUOTA_ARGS: [&str; 6] =
+    ["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"];
+
+const ALL: QuotaEnforcement = QuotaEnforcement { user: true, group: true, project: true };
+
+/// A 64 MiB image with user, group and project quotas; the user file's grace periods set to
+/// `grace` seconds (mke2fs leaves a week), as `setquota -t` would.
+fn image(dir: &Path, grace: Option<u32>) -> PathBuf {
+    let img = dir.join("q.img");
+    Image::ext4("64M").args(QUOTA_ARGS).build(&img);
+    if let Some(g) = grace {
+        // Quota block 0 of the user file (inode 3) holds the header and, at byte 8, the info
+        // record: space and inode grace periods.
+        let o = Command::new(tool("debugfs")).args(["-R", "bmap <3> 0"]).arg(&img).output().unwrap();
+        let blk: u64 =
+            String::from_utf8_lossy(&o.stdout).trim().parse().expect("bmap of the user quota file");
+        let mut f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.seek(SeekFrom::Start(blk * 4096 + 8)).unwrap();
+        f.write_all(&[g.to_le_bytes(), g.to_le_bytes()].concat()).unwrap();
+    }
+    img
+}
+
+fn open(img: &Path, limits: QuotaEnforcement) -> Fs {
+    Fs::open_with(img, Options { writable: true, quota_limits: limits, ..Options::default() }).unwrap()
+}
+
+fn limits(space_soft_kib: u64, space_hard_kib: u64, inodes_soft: u64, inodes_hard: u64) -> QuotaLimits {
+    QuotaLimits { space_soft_kib, space_hard_kib, inodes_soft, inodes_hard }
+}
+
+fn edquot<T: std::fmt::Debug>(r: rext4::Result<T>, what: &str) {
+    match r {
+        Err(e @ Error::QuotaExceeded) => assert_eq!(e.errno(), libc::EDQUOT, "{what}"),
+        other => panic!("{what}: expected EDQUOT, got {other:?}"),
+    }
+}
+
+fn user(fs: &Fs, id: u32) -> rext4::QuotaEntry {
+    let r = fs.quota_report(QuotaType::User).unwrap().unwrap();
+    *r.entries.iter().find(|e| e.id == id).unwrap_or_else(|| panic!("user {id} has an entry"))
+}
+
+fn new_file(fs: &Fs, name: &str, uid: u32) -> InodeNo {
+    fs.create(fs.root(), name.as_bytes(), 0o644, uid, uid).unwrap().ino
+}
+
+/// Writes `chunk`-byte pieces from offset 0 until the write fails; the bytes written and the
+/// error.
+fn fill(fs: &Fs, ino: InodeNo, chunk: usize) -> (u64, Error) {
+    let buf = vec![7u8; chunk];
+    let mut off = 0u64;
+    loop {
+        match fs.write(ino, off, &buf) {
+            Ok(n) => off += n as u64,
+            Err(e) => return (off, e),
+        }
+        assert!(off < 64 << 20, "writes never stopped");
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Hard limits on inodes and space: the file past the inode limit and the block past the
+/// space limit are `EDQUOT`, small (delayed) and large writes alike stop exactly at the limit
+/// (a large write is short first), other ids are untouched, and a caller passing limits goes
+/// on. Usage as e2fsck and debugfs count it after.
+#[test]
+fn hard_limits_stop_at_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), None);
+    let fs = open(&img, ALL);
+    for id in [1000, 1002] {
+        fs.set_quota_limits(QuotaType::User, id, limits(0, 1024, 0, 4)).unwrap();
+    }
+    let files: Vec<InodeNo> = (0..4).map(|k| new_file(&fs, &format!("f{k}"), 1000)).collect();
+    edquot(fs.create(fs.root(), b"f4", 0o644, 1000, 1000), "a fifth inode");
+    edquot(fs.mkdir(fs.root(), b"d4", 0o755, 1000, 1000), "a fifth inode (mkdir)");
+    edquot(fs.symlink(fs.root(), b"s4", b"target", 1000, 1000), "a fifth inode (symlink)");
+    // Another user, and a group limit's absence, are not concerned.
+    new_file(&fs, "other", 1001);
+    with_quota_limits_ignored(|| fs.create(fs.root(), b"f5", 0o644, 1000, 1000)).unwrap();
+    assert_eq!(user(&fs, 1000).inodes, 5);
+
+    // 4 KiB writes go through delayed allocation: their reservations count.
+    let (n, e) = fill(&fs, files[0], 4096);
+    assert!(matches!(e, Error::QuotaExceeded), "{e:?}");
+    assert_eq!(n, 1 << 20, "small writes stop at the hard limit");
+    edquot(fs.write(files[1], 0, &[1u8; 100_000]), "a large write with no room left");
+    fs.fsync(files[0]).unwrap();
+    assert_eq!(user(&fs, 1000).space, 1 << 20);
+
+    // A large write allocates at once and is cut short at the limit, as ext4's is.
+    let g = new_file(&fs, "g", 1002);
+    assert_eq!(fs.write(g, 0, &vec![3u8; 1536 << 10]).unwrap(), 1 << 20, "short write");
+    edquot(fs.write(g, 1 << 20, &[3u8; 4096]), "the write after the short one");
+    // Rewriting blocks already allocated needs no more space.
+    assert_eq!(fs.write(g, 0, &[4u8; 8192]).unwrap(), 8192);
+    edquot(fs.fallocate(g, 0, 1 << 20, 2 << 20), "fallocate past the limit");
+    // A caller passing limits goes on.
+    assert_eq!(with_quota_limits_ignored(|| fs.write(g, 1 << 20, &[5u8; 8192])).unwrap(), 8192);
+    fs.fsync(g).unwrap();
+    assert_eq!(user(&fs, 1002).space, (1 << 20) + 8192);
+
+    // Freeing space makes room again.
+    fs.setattr(g, &SetAttr { size: Some(512 << 10), ..SetAttr::default() }).unwrap();
+    assert_eq!(fs.write(g, 512 << 10, &vec![6u8; 256 << 10]).unwrap(), 256 << 10);
+
+    let report = fs.quota_report(QuotaType::User).unwrap().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    for e in report.entries.iter().filter(|e| [1000, 1001, 1002].contains(&e.id)) {
+        assert_eq!(quota_usage(&img, "user", e.id), Some((e.space, e.inodes)), "user {}", e.id);
+    }
+}
+
+/// Soft limits: passing one starts its grace time (now plus the file's grace period), growth
+/// goes on until the grace time runs out, then stops with `EDQUOT`; usage back under the soft
+/// limit ends the grace time and growth resumes. Inodes the same.
+#[test]
+fn soft_limits_start_grace_and_stop_when_it_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), Some(2));
+    let fs = open(&img, ALL);
+    fs.set_quota_limits(QuotaType::User, 1003, limits(256, 0, 2, 0)).unwrap();
+    let f = new_file(&fs, "f", 1003);
+    fs.write(f, 0, &vec![1u8; 300 << 10]).unwrap();
+    fs.fsync(f).unwrap();
+    let e = user(&fs, 1003);
+    let t = now();
+    assert!(e.space_grace_end >= t && e.space_grace_end <= t + 3, "grace end {} at {t}", e.space_grace_end);
+    assert_eq!(e.inodes_grace_end, 0, "one inode is under the inode soft limit");
+    // Within the grace time: growth goes on.
+    fs.write(f, 300 << 10, &[1u8; 4096]).unwrap();
+    new_file(&fs, "g", 1003);
+    new_file(&fs, "h", 1003);
+    let e = user(&fs, 1003);
+    assert!(e.inodes_grace_end >= now(), "three inodes pass the soft limit of two");
+    std::thread::sleep(Duration::from_secs(3));
+    edquot(fs.write(f, 1 << 20, &[1u8; 4096]), "growth after the space grace time");
+    edquot(fs.write(f, 2 << 20, &vec![1u8; 1 << 20]), "large growth after the space grace time");
+    edquot(fs.create(fs.root(), b"i", 0o644, 1003, 1003), "an inode after the inode grace time");
+    with_quota_limits_ignored(|| fs.write(f, 1 << 20, &[1u8; 4096])).unwrap();
+    // Back under the soft limits: the grace times end, growth resumes.
+    fs.setattr(f, &SetAttr { size: Some(100 << 10), ..SetAttr::default() }).unwrap();
+    fs.unlink(fs.root(), b"h").unwrap();
+    let e = user(&fs, 1003);
+    assert_eq!((e.space_grace_end, e.inodes_grace_end), (0, 0), "{e:?}");
+    fs.write(f, 100 << 10, &[2u8; 4096]).unwrap();
+    new_file(&fs, "h2", 1003);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+/// A change of owner, group or project moves the file's inode and space to the new ids:
+/// refused with `EDQUOT` where they have no room (delayed writes included: the file is written
+/// back first, so their blocks count), allowed for a caller passing limits.
+#[test]
+fn owners_and_projects_move_only_where_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), None);
+    let fs = open(&img, ALL);
+    fs.set_quota_limits(QuotaType::User, 1005, limits(0, 512, 0, 0)).unwrap();
+    fs.set_quota_limits(QuotaType::User, 1007, limits(0, 1024, 0, 0)).unwrap();
+    fs.set_quota_limits(QuotaType::Group, 2000, limits(0, 0, 0, 1)).unwrap();
+    fs.set_quota_limits(QuotaType::Project, 77, limits(0, 512, 0, 0)).unwrap();
+    let f = new_file(&fs, "f", 1000);
+    fs.write(f, 0, &vec![1u8; 1 << 20]).unwrap();
+    let chown = |ino, uid: Option<u32>, gid: Option<u32>| {
+        fs.setattr(ino, &SetAttr { uid, gid, ..SetAttr::default() })
+    };
+    edquot(chown(f, Some(1005), None), "chown to a user without room");
+    chown(f, Some(1006), None).unwrap();
+    with_quota_limits_ignored(|| chown(f, Some(1005), None)).unwrap();
+    assert_eq!(user(&fs, 1005).space, 1 << 20);
+
+    // Delayed writes count: 600 KiB of another file of 1007's and 600 KiB in memory.
+    let a = new_file(&fs, "a", 1007);
+    fs.write(a, 0, &vec![2u8; 600 << 10]).unwrap();
+    let b = new_file(&fs, "b", 1008);
+    for k in 0..150u64 {
+        fs.write(b, k * 4096, &[3u8; 4096]).unwrap();
+    }
+    edquot(chown(b, Some(1007), None), "chown of delayed writes to a user without room");
+    assert_eq!(fs.getattr(b).unwrap().uid, 1008);
+
+    // Groups: an inode limit.
+    let g1 = new_file(&fs, "g1", 1010);
+    let g2 = new_file(&fs, "g2", 1011);
+    chown(g1, None, Some(2000)).unwrap();
+    edquot(chown(g2, None, Some(2000)), "chgrp past an inode limit");
+
+    // Projects (`chattr -p`).
+    edquot(fs.set_project(f, 77), "a project without room");
+    assert_eq!(fs.project(f).unwrap(), 0);
+    fs.set_project(g1, 77).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert_eq!(quota_usage(&img, "user", 1005), Some((1 << 20, 1)));
+    assert_eq!(quota_usage(&img, "user", 1008).map(|u| u.0), Some(600 << 10));
+    assert_eq!(quota_usage(&img, "group", 2000), Some((0, 1)));
+}
+
+/// Blocks other than file data: a directory's first block and an attribute block are
+/// refused where the owner has no room, and leave nothing behind.
+#[test]
+fn directory_and_attribute_blocks_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), None);
+    let fs = open(&img, ALL);
+    fs.set_quota_limits(QuotaType::User, 1009, limits(0, 8, 0, 0)).unwrap();
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 1009, 1009).unwrap().ino;
+    let f = fs.create(d, b"f", 0o644, 1009, 1009).unwrap().ino;
+    fs.write(f, 0, &[1u8; 4096]).unwrap();
+    edquot(fs.mkdir(fs.root(), b"e", 0o755, 1009, 1009), "a directory's block");
+    assert!(matches!(fs.lookup(fs.root(), b"e"), Err(Error::NotFound)));
+    // A small value fits in the inode; a large one needs a block.
+    fs.setxattr(f, b"user.small", b"v", 0).unwrap();
+    edquot(fs.setxattr(f, b"user.big", &[9u8; 3000], 0), "an attribute block");
+    assert!(matches!(fs.getxattr(f, b"user.big"), Err(Error::NoData)));
+    with_quota_limits_ignored(|| fs.setxattr(f, b"user.big", &[9u8; 3000], 0)).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    assert_eq!(quota_usage(&img, "user", 1009), Some((12 << 10, 2)));
+}
+
+/// Limits are kept, not enforced, unless asked for (the default), and asking for them on an
+/// image without the quota feature is refused.
+#[test]
+fn limits_bind_only_where_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), None);
+    let fs = open(&img, QuotaEnforcement::default());
+    fs.set_quota_limits(QuotaType::User, 1000, limits(0, 4, 0, 1)).unwrap();
+    let f = new_file(&fs, "f", 1000);
+    new_file(&fs, "g", 1000);
+    fs.write(f, 0, &vec![1u8; 1 << 20]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    // Only group limits enforced: the user is over its limits and goes on.
+    let fs = open(&img, QuotaEnforcement { group: true, ..QuotaEnforcement::default() });
+    fs.write(f, 1 << 20, &[1u8; 4096]).unwrap();
+    new_file(&fs, "h", 1000);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+
+    let plain = dir.path().join("plain.img");
+    Image::ext4("16M").build(&plain);
+    match Fs::open_with(&plain, Options { writable: true, quota_limits: ALL, ..Options::default() }) {
+        Err(Error::NotSupported(_)) => {}
+        other => panic!("quota limits without the feature: {:?}", other.err()),
+    }
+}
