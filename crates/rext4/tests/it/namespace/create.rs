@@ -152,3 +152,58 @@ fn interleaved_growth_deepens_extent_trees() {
         fsck_clean(&img);
     }
 }
+
+/// On a filesystem with free inodes and no free blocks, a directory (its first block) and a
+/// slow symlink (its target's block) cannot be made: `ENOSPC`, and the inode each took is
+/// given back, so the image stays clean and the inode count where it was (extents and block
+/// maps).
+#[test]
+fn nodes_needing_a_block_on_a_full_disk_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("ext4", &["-m", "0"][..]), ("ext3", &["-t", "ext3", "-m", "0"][..])] {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let root = fs.root();
+        let f = fs.create(root, b"fill", 0o644, 0, 0).unwrap().ino;
+        let chunk = vec![1u8; 1 << 20];
+        let mut off = 0u64;
+        // Every block, the reserve for metadata included (a caller the root reserve is for).
+        rext4::with_reserved_blocks(|| loop {
+            match fs.write(f, off, &chunk).and_then(|n| fs.fsync(f).map(|_| n)) {
+                Ok(n) if n > 0 => off += n as u64,
+                _ => break,
+            }
+        });
+        // Block-sized writes end what large ones left, and directories take the blocks kept
+        // for metadata.
+        let bs = fs.statfs().unwrap().block_size as usize;
+        rext4::with_reserved_blocks(|| {
+            while fs.write(f, off, &vec![1u8; bs]).is_ok() && fs.fsync(f).is_ok() {
+                off += bs as u64;
+            }
+        });
+        let mut k = 0;
+        let err = loop {
+            match fs.mkdir(root, format!("m{k}").as_bytes(), 0o755, 0, 0) {
+                Ok(_) => k += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.errno(), libc::ENOSPC, "{name}: mkdir after {k}");
+        let inodes = fs.statfs().unwrap().files_free;
+        let long = [b'x'; 200];
+        for _ in 0..3 {
+            assert_eq!(fs.mkdir(root, b"d", 0o755, 0, 0).unwrap_err().errno(), libc::ENOSPC, "{name}: mkdir");
+            assert_eq!(
+                fs.symlink(root, b"s", &long, 0, 0).unwrap_err().errno(),
+                libc::ENOSPC,
+                "{name}: symlink"
+            );
+        }
+        assert!(fs.lookup(root, b"d").is_err() && fs.lookup(root, b"s").is_err());
+        assert_eq!(fs.statfs().unwrap().files_free, inodes, "{name}: inodes given back");
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+    }
+}
