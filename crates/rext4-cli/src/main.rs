@@ -72,7 +72,8 @@ enum Cmd {
     },
     /// Set quota limits (like `setquota`): `rext4 setquota -u|-g|-P ID BLOCK-SOFT BLOCK-HARD
     /// INODE-SOFT INODE-HARD IMAGE`. Block limits in KiB, or with a K, M, G or T suffix; 0 is
-    /// no limit. rext4 keeps limits for the kernel to enforce; it does not enforce them.
+    /// no limit. Enforced where the image is mounted with usrquota/grpquota/prjquota (by
+    /// `rext4 mount` or the kernel).
     Setquota {
         #[arg(short = 'u', conflicts_with_all = ["group", "project"])]
         user: bool,

@@ -543,4 +543,21 @@ mod tests {
         assert!(MountOptions::parse("norecovery").unwrap().validate().is_err());
         assert!(MountOptions::parse("ro,rw").map(|o| !o.read_only).unwrap());
     }
+
+    #[test]
+    fn quota_options_pick_the_enforced_types() {
+        let q = |s: &str| MountOptions::parse(s).map(|o| o.quota);
+        let t = |user, group, project| rext4::QuotaEnforcement { user, group, project };
+        assert_eq!(q("rw").unwrap(), t(false, false, false));
+        assert_eq!(q("usrquota,prjquota").unwrap(), t(true, false, true));
+        assert_eq!(q("quota,grpquota").unwrap(), t(true, true, false));
+        assert_eq!(q("usrquota,grpquota,noquota").unwrap(), t(false, false, false));
+        assert_eq!(
+            MountOptions::parse("grpquota").unwrap().engine_options().quota_limits,
+            t(false, true, false)
+        );
+        for bad in ["usrjquota=aquota.user", "grpjquota=x", "jqfmt=vfsv1", "usrquota=1"] {
+            assert!(q(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! Reading and setting quota entries as `repquota` and `setquota` do through `quotactl`, for
 //! images (a FUSE mount has no `quotactl`): every id's usage, limits and grace times from any
 //! open, read-only too, and limits set on a writable one, with the kernel's rules for grace
-//! times (`do_set_dqblk`). Limits are kept for whoever enforces them (the kernel, mounted with
-//! `usrquota`/`grpquota`/`prjquota`); rext4 itself does not (docs/design.md, "Quotas").
+//! times (`do_set_dqblk`). Limits bind opens that enforce them (quota/limits.rs; the kernel
+//! mounted with `usrquota`/`grpquota`/`prjquota`, or rext4's mount with the same options).
 
 use super::tree::QuotaFile;
 use crate::error::{Error, Result};

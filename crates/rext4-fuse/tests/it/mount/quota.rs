@@ -127,3 +127,48 @@ fn projects_as_kernel_ext4() {
     e2fsck_clean(&fimg);
     assert_eq!(ours, want, "through the mount vs kernel ext4 (or its rules)");
 }
+
+/// Quota limits through a mount with `usrquota,grpquota`: another user's writes stop with
+/// `EDQUOT` at its space limit and its creates at its inode limit, as `write(2)` and
+/// `open(2)` report them on ext4; root passes limits (`CAP_SYS_RESOURCE`), for writes,
+/// creates and a chown to the limited user; the usage after is what e2fsck counts.
+#[test]
+fn limits_through_the_mount() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("q.img");
+    Image::ext4("64M").args(["-b", "4096", "-O", "quota", "-E", "quotatype=usrquota:grpquota"]).build(&img);
+    {
+        let fs = rext4::Fs::open_with(&img, rext4::Options { writable: true, ..rext4::Options::default() })
+            .unwrap();
+        let lim =
+            rext4::QuotaLimits { space_soft_kib: 0, space_hard_kib: 1024, inodes_soft: 0, inodes_hard: 3 };
+        fs.set_quota_limits(rext4::QuotaType::User, 65534, lim).unwrap();
+        fs.unmount().unwrap();
+    }
+    let m = FuseMount::new(&img, "rw,allow_other,default_permissions,usrquota,grpquota");
+    let shared = m.join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let (ok, out) = as_nobody(&format!("head -c 3000000 /dev/zero > {}/a", shared.display()));
+    assert!(!ok && out.contains("Disk quota exceeded"), "{out}");
+    assert_eq!(fs::metadata(shared.join("a")).unwrap().len(), 1 << 20, "writes stop at the hard limit");
+    let (ok, out) = as_nobody(&format!("touch {0}/b {0}/c", shared.display()));
+    assert!(ok, "{out}");
+    let (ok, out) = as_nobody(&format!("touch {0}/d", shared.display()));
+    assert!(!ok && out.contains("Disk quota exceeded"), "a fourth inode: {out}");
+    // Root passes the limits, on the user's files too.
+    OpenOptions::new().append(true).open(shared.join("a")).unwrap().write_all(&[1u8; 100_000]).unwrap();
+    fs::write(m.join("big"), vec![2u8; 500_000]).unwrap();
+    chown(m.join("big"), Some(65534), None).unwrap();
+    let (ok, out) = as_nobody(&format!("head -c 4096 /dev/zero >> {}/b", shared.display()));
+    assert!(!ok && out.contains("Disk quota exceeded"), "over the limit after root's changes: {out}");
+    // Space given back is room again.
+    let (ok, out) = as_nobody(&format!("rm {0}/a && head -c 4096 /dev/zero >> {0}/b", shared.display()));
+    assert!(ok, "{out}");
+    m.unmount();
+    e2fsck_clean(&img);
+    let (space, inodes) = quota_usage(&img, "user", 65534).expect("nobody's entry");
+    assert_eq!(inodes, 3, "b, c and big");
+    assert!(space >= 500_000 && space < 600_000, "big and 4 KiB of b: {space}");
+}
