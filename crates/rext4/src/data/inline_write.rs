@@ -90,8 +90,18 @@ impl FsInner {
         let _moving = NamesMoving::new(dir);
         let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &dir.data_sem);
         let mut raw = dir.raw_mut();
-        self.clear_inline_record(dir.ino, &mut raw)?;
-        let pblk = self.append_block(h, dir, &mut raw, 0)?;
+        // Without a block (a full disk, a quota) the directory stays inline, in memory too.
+        let saved = raw.to_vec();
+        let pblk = match self
+            .clear_inline_record(dir.ino, &mut raw)
+            .and_then(|()| self.append_block(h, dir, &mut raw, 0))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                raw.copy_from_slice(&saved);
+                return Err(e);
+            }
+        };
         let buf = self.bcache.get_fresh(pblk);
         h.write(&buf)?.copy_from_slice(&block);
         self.mark_inode_dirty(h, dir, &mut raw)

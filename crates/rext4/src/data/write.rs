@@ -155,10 +155,22 @@ impl FsInner {
         let mut data = self.inline_bytes(inode)?;
         data.truncate(usize::try_from(size).unwrap_or(usize::MAX));
         let mut raw = inode.raw_mut();
-        self.clear_inline_record(inode.ino, &mut raw)?;
-        if !data.is_empty() {
+        // Without a block (a full disk, a quota) or its write, the file stays inline, in
+        // memory too.
+        let saved = raw.to_vec();
+        let moved = self.clear_inline_record(inode.ino, &mut raw).and_then(|()| {
+            if data.is_empty() {
+                return Ok(());
+            }
             let f = self.fill_map(&h, inode, &mut raw, 0, 1, false, false)?;
-            self.write_runs(inode, &f.runs, 0, &data)?;
+            self.write_runs(inode, &f.runs, 0, &data).or_else(|e| {
+                self.unmap_fresh(&h, inode, &mut raw, &f.runs)?;
+                Err(e)
+            })
+        });
+        if let Err(e) = moved {
+            raw.copy_from_slice(&saved);
+            return Err(e);
         }
         inode.invalidate_pages();
         self.mark_inode_dirty(&h, inode, &mut raw)?;

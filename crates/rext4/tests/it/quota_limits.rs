@@ -275,3 +275,48 @@ fn limits_bind_only_where_asked() {
         other => panic!("quota limits without the feature: {:?}", other.err()),
     }
 }
+
+/// Inline data (`inline_data`) moving to a block at a limit: the write or the new name is
+/// `EDQUOT`, and the file's bytes and the directory's names stay where they were, in memory
+/// and on disk.
+#[test]
+fn inline_files_and_directories_stay_whole_at_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("inline.img");
+    Image::ext4("64M")
+        .args(["-b", "4096", "-O", "quota,inline_data", "-E", "quotatype=usrquota:grpquota"])
+        .build(&img);
+    let fs = open(&img, ALL);
+    fs.set_quota_limits(QuotaType::User, 1011, limits(0, 1, 0, 0)).unwrap();
+    let f = new_file(&fs, "f", 1011);
+    fs.write(f, 0, b"forty bytes of inline data, kept inline.").unwrap();
+    edquot(fs.write(f, 40, &[1u8; 4000]), "a write that needs a block");
+    let mut buf = vec![0u8; 100];
+    let n = fs.read(f, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"forty bytes of inline data, kept inline.");
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 1011, 1011).unwrap().ino;
+    let mut names = Vec::new();
+    let err = loop {
+        let name = format!("entry-with-a-long-name-{:03}", names.len());
+        match fs.create(d, name.as_bytes(), 0o644, 0, 0) {
+            Ok(_) => names.push(name),
+            Err(e) => break e,
+        }
+        assert!(names.len() < 100, "the directory never left the inode");
+    };
+    assert!(matches!(err, Error::QuotaExceeded), "{err:?}");
+    assert!(!names.is_empty());
+    for n in &names {
+        fs.lookup(d, n.as_bytes()).unwrap();
+    }
+    assert_eq!(fs.getattr(d).unwrap().blocks, 0, "still inline");
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    let n = fs.read(f, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"forty bytes of inline data, kept inline.");
+    for n in &names {
+        fs.lookup(d, n.as_bytes()).unwrap();
+    }
+}
