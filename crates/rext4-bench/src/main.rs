@@ -127,6 +127,10 @@ pub struct BenchArgs {
     /// the daemon (`-o nodelalloc`).
     #[arg(long)]
     nodelalloc: bool,
+    /// In process: quota limits enforced (usrquota, grpquota, prjquota), with limits no
+    /// workload reaches set for root's ids; the image needs the quota feature (`--mkfs`).
+    #[arg(long)]
+    quota_limits: bool,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
     /// and the journal warmed up, as the seeds' mdtest runs did).
     #[arg(long)]
@@ -489,6 +493,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
         spec.cache_mib = a.cache;
         spec.fuse_opts = a.fuse_opts.clone();
         spec.nodelalloc = a.nodelalloc;
+        spec.quota_limits = a.quota_limits;
         // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
         if let Some(j) = journal_mib(&spec.extra) {
             spec.mib = spec.mib.max(2 * j + 256);

@@ -151,6 +151,10 @@ pub(crate) struct ImageSpec {
     pub fuse_opts: Option<String>,
     /// rext4 without delayed allocation (`--nodelalloc`), in process and for the daemon.
     pub nodelalloc: bool,
+    /// In process: quota limits enforced for every type, with limits no workload reaches set
+    /// for root's ids, so that every check reads an entry (`--quota-limits`; needs an image
+    /// made with `--mkfs "-O quota,..."`).
+    pub quota_limits: bool,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -278,7 +282,24 @@ impl InProc {
             o.inode_cache = o.inode_cache.max(mib.saturating_mul(4096));
             o.name_cache = o.name_cache.max(mib.saturating_mul(4096));
         }
+        if spec.quota_limits {
+            o.quota_limits = rext4::QuotaEnforcement { user: true, group: true, project: true };
+        }
         let fs = Fs::open_with(Path::new(address), o).map_err(e)?;
+        if spec.quota_limits {
+            let far = rext4::QuotaLimits {
+                space_soft_kib: 1 << 40,
+                space_hard_kib: 1 << 41,
+                inodes_soft: 1 << 40,
+                inodes_hard: 1 << 41,
+            };
+            for ty in [rext4::QuotaType::User, rext4::QuotaType::Group, rext4::QuotaType::Project] {
+                match fs.set_quota_limits(ty, 0, far) {
+                    Ok(_) | Err(rext4::Error::NotSupported(_)) => {}
+                    Err(x) => return Err(e(x)),
+                }
+            }
+        }
         let root = Node::Ino(fs.root());
         Ok(InProc { kind, fs, root, server, next_open: std::sync::atomic::AtomicU64::new(1) })
     }
