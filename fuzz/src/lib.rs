@@ -19,10 +19,22 @@ pub fn open_and_walk(bytes: Vec<u8>) {
 }
 
 /// Opens `bytes` writable, changes it with every kind of operation (see [`change`]), reads
-/// it back and unmounts. Errors are fine; panics and hangs are the fuzzer's to see.
-pub fn open_and_change(bytes: Vec<u8>) {
+/// it back and unmounts. `limits`: quota limits enforced where the image keeps quotas (the
+/// changes then meet the limits [`change`] sets). Errors are fine; panics and hangs are the
+/// fuzzer's to see.
+pub fn open_and_change(bytes: Vec<u8>, limits: bool) {
     let opts = Options { writable: true, ..Options::default() };
-    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(bytes)), opts) {
+    let enforced = rext4::QuotaEnforcement { user: true, group: true, project: true };
+    let dev = Arc::new(MemDevice::new(bytes));
+    let fs = match limits {
+        true => match Fs::from_device(dev.clone(), Options { quota_limits: enforced, ..opts.clone() }) {
+            // Without the quota feature limits are refused: open as usual.
+            Err(rext4::Error::NotSupported(_)) => Fs::from_device(dev, opts),
+            r => r,
+        },
+        false => Fs::from_device(dev, opts),
+    };
+    if let Ok(fs) = fs {
         change(&fs);
         walk(&fs);
         let _ = fs.sync();

@@ -15,13 +15,19 @@ thread_local! {
 /// Runs `f` with the root-reserved blocks available to the allocations it makes on this
 /// thread (for a caller ext4 would let use them). Nests; restored even if `f` unwinds.
 pub fn with_reserved_blocks<T>(f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
+    with_flag(&MAY_USE, f)
+}
+
+/// Runs `f` with the thread's `flag` set, restoring it after (also if `f` unwinds): a
+/// privilege the caller grants the calls it makes on this thread.
+pub(crate) fn with_flag<T>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> T) -> T {
+    struct Restore(&'static std::thread::LocalKey<Cell<bool>>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            MAY_USE.with(|m| m.set(self.0));
+            self.0.with(|m| m.set(self.1));
         }
     }
-    let _restore = Restore(MAY_USE.with(|m| m.replace(true)));
+    let _restore = Restore(flag, flag.with(|m| m.replace(true)));
     f()
 }
 

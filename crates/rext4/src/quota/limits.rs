@@ -67,14 +67,7 @@ thread_local! {
 /// caller marks the calls of such a caller, as the kernel reads the current task's
 /// capabilities.
 pub fn with_quota_limits_ignored<T>(f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IGNORE.with(|m| m.set(self.0));
-        }
-    }
-    let _restore = Restore(IGNORE.with(|m| m.replace(true)));
-    f()
+    crate::alloc::reserved::with_flag(&IGNORE, f)
 }
 
 fn ignoring() -> bool {
