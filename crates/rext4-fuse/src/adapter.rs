@@ -782,8 +782,10 @@ impl Filesystem for Adapter {
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.guard("statfs", || match self.fs().statfs() {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        // A project directory's own counts where project limits are enforced.
+        let st = |i| self.fs().statfs_at(i).map_err(|e| self.err(e));
+        self.guard("statfs", || match ino_of(ino).and_then(st) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.blocks_free,
@@ -794,7 +796,7 @@ impl Filesystem for Adapter {
                 s.name_max,
                 s.block_size,
             ),
-            Err(e) => reply.error(self.err(e)),
+            Err(e) => reply.error(e),
         });
     }
 

@@ -574,6 +574,19 @@ impl Fs {
         Ok(self.inner.statfs())
     }
 
+    /// `statfs(2)` of a path within inode `ino`: the filesystem's counts, or a project's where
+    /// `ino` is a directory that passes its project on and project limits are enforced
+    /// (`ext4_statfs_project`: `df` in a project directory shows its quota).
+    pub fn statfs_at(&self, ino: InodeNo) -> Result<StatFs> {
+        let _t = self.inner.stats.time(crate::fs::stats::Op::Statfs);
+        let mut st = self.inner.statfs();
+        // An inode gone meanwhile is in no project: the filesystem's counts.
+        if let Ok(inode) = self.inner.iget_by_number(ino) {
+            self.inner.quota_statfs_project(&inode, &mut st)?;
+        }
+        Ok(st)
+    }
+
     /// `FITRIM`: tells the device that the free blocks of `len` bytes from byte `start`, in
     /// runs of at least `minlen` bytes, hold nothing (an image file gets them punched out);
     /// returns the bytes discarded. Errors as ext4's: `EINVAL` for a start past the end, a

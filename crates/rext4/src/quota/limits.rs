@@ -321,3 +321,35 @@ impl FsInner {
         [b, i]
     }
 }
+
+impl FsInner {
+    /// `statfs` from inside directory `inode`: where project limits are enforced and the
+    /// directory passes its project on (`PROJINHERIT`), the counts are the project's, each
+    /// bounded by the filesystem's (`ext4_statfs_project`): its space limit (soft, else hard)
+    /// as the size and what is left of it as free, the same for inodes.
+    pub(crate) fn quota_statfs_project(&self, inode: &Inode, st: &mut crate::attr::StatFs) -> Result<()> {
+        const PRJ: usize = 2;
+        if !self.quota.enforce[PRJ] || inode.flags() & rext4_format::inode::PROJINHERIT_FL == 0 {
+            return Ok(());
+        }
+        let prj = Self::quota_ids(inode)[PRJ];
+        let Some(d) = self.quota_limited(PRJ, prj)? else { return Ok(()) };
+        let min_not_zero = |a: u64, b: u64| if a == 0 || b == 0 { a.max(b) } else { a.min(b) };
+        let bs = u64::from(self.sbi.block_size);
+        let k = QT_BLOCK as u64;
+        let limit = min_not_zero(d.dqb_bsoftlimit.get(), d.dqb_bhardlimit.get()).saturating_mul(k) / bs;
+        if limit != 0 {
+            let used = d.dqb_curspace.get().saturating_add(self.quota.rsv[PRJ].get(prj)) / bs;
+            let left = limit.saturating_sub(used);
+            st.blocks = st.blocks.min(limit);
+            st.blocks_free = st.blocks_free.min(left);
+            st.blocks_avail = st.blocks_avail.min(left);
+        }
+        let limit = min_not_zero(d.dqb_isoftlimit.get(), d.dqb_ihardlimit.get());
+        if limit != 0 {
+            st.files = st.files.min(limit);
+            st.files_free = st.files_free.min(limit.saturating_sub(d.dqb_curinodes.get()));
+        }
+        Ok(())
+    }
+}

@@ -320,3 +320,40 @@ fn inline_files_and_directories_stay_whole_at_a_limit() {
         fs.lookup(d, n.as_bytes()).unwrap();
     }
 }
+
+/// `statfs` inside a project directory (`PROJINHERIT`) where project limits are enforced
+/// shows the project's space and inodes (`ext4_statfs_project`: `df` there shows the
+/// quota); elsewhere, or without enforcement, the filesystem's.
+#[test]
+fn statfs_in_a_project_directory_shows_its_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), None);
+    let fs = open(&img, ALL);
+    let whole = fs.statfs().unwrap();
+    let p = fs.mkdir(fs.root(), b"p", 0o755, 0, 0).unwrap().ino;
+    let flags = fs.getattr(p).unwrap().flags & rext4::FL_USER_VISIBLE;
+    fs.set_flags(p, flags | rext4::format::inode::PROJINHERIT_FL).unwrap();
+    fs.set_project(p, 88).unwrap();
+    // No limits yet: the filesystem's counts.
+    assert_eq!(fs.statfs_at(p).unwrap().blocks, whole.blocks);
+    // The soft limit when both are set, as `min_not_zero` picks.
+    fs.set_quota_limits(QuotaType::Project, 88, limits(2048, 4096, 0, 10)).unwrap();
+    let a = fs.create(p, b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 0, &vec![1u8; 256 << 10]).unwrap();
+    let st = fs.statfs_at(p).unwrap();
+    assert_eq!((st.blocks, st.block_size), (512, 4096), "2 MiB of 4 KiB blocks");
+    // The directory's block and the file's 64 blocks (delayed: reserved) are in use.
+    assert_eq!(st.blocks_free, 512 - 65);
+    assert_eq!(st.blocks_avail, 512 - 65);
+    assert_eq!((st.files, st.files_free), (10, 8));
+    // Outside the project directory, and for a file in it (no PROJINHERIT), the filesystem's.
+    assert_eq!(fs.statfs_at(fs.root()).unwrap().blocks, whole.blocks);
+    assert_eq!(fs.statfs_at(a).unwrap().blocks, whole.blocks);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = open(&img, QuotaEnforcement { user: true, group: true, project: false });
+    assert_eq!(fs.statfs_at(p).unwrap().blocks, whole.blocks, "project limits not enforced");
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}

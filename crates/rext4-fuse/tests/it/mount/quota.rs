@@ -172,3 +172,44 @@ fn limits_through_the_mount() {
     assert_eq!(inodes, 3, "b, c and big");
     assert!(space >= 500_000 && space < 600_000, "big and 4 KiB of b: {space}");
 }
+
+/// `df` (statfs) in a project directory through a mount with `prjquota` shows the project's
+/// limit and what is left of it, as ext4 does (`ext4_statfs_project`); at the mount's root,
+/// the filesystem's.
+#[test]
+fn statfs_in_a_project_directory_through_the_mount() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("q.img");
+    Image::ext4("64M")
+        .args(["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"])
+        .build(&img);
+    {
+        let fs = rext4::Fs::open_with(&img, rext4::Options { writable: true, ..rext4::Options::default() })
+            .unwrap();
+        let lim =
+            rext4::QuotaLimits { space_soft_kib: 0, space_hard_kib: 4096, inodes_soft: 0, inodes_hard: 10 };
+        fs.set_quota_limits(rext4::QuotaType::Project, 88, lim).unwrap();
+        fs.unmount().unwrap();
+    }
+    let m = FuseMount::new(&img, "rw,prjquota");
+    let p = m.join("p");
+    fs::create_dir(&p).unwrap();
+    let o = std::process::Command::new("chattr").args(["+P", "-p", "88"]).arg(&p).output().unwrap();
+    assert!(o.status.success(), "chattr: {}", String::from_utf8_lossy(&o.stderr));
+    fs::write(p.join("a"), vec![1u8; 256 << 10]).unwrap();
+    let df = |path: &std::path::Path| {
+        let o = std::process::Command::new("stat")
+            .args(["-f", "-c", "%S %b %f %a %c %d"])
+            .arg(path)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // 4 MiB of 4 KiB blocks; the directory's block and the file's 64 in use; 10 inodes, 2 used.
+    assert_eq!(df(&p), "4096 1024 959 959 10 8");
+    let whole = df(&m.join(""));
+    assert!(!whole.starts_with("4096 1024 "), "the root shows the filesystem: {whole}");
+    m.unmount();
+    e2fsck_clean(&img);
+}
