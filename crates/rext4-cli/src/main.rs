@@ -32,7 +32,7 @@ pub(crate) use rext4_cli::{rng, CliResult};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -72,8 +72,9 @@ enum Cmd {
     },
     /// Set quota limits (like `setquota`): `rext4 setquota -u|-g|-P ID BLOCK-SOFT BLOCK-HARD
     /// INODE-SOFT INODE-HARD IMAGE`. Block limits in KiB, or with a K, M, G or T suffix; 0 is
-    /// no limit. Enforced where the image is mounted with usrquota/grpquota/prjquota (by
-    /// `rext4 mount` or the kernel).
+    /// no limit. Grace periods: `rext4 setquota -t -u|-g|-P BLOCK-GRACE INODE-GRACE IMAGE`, in
+    /// seconds or with an s, m, h or d suffix. Enforced where the image is mounted with
+    /// usrquota/grpquota/prjquota (by `rext4 mount` or the kernel).
     Setquota {
         #[arg(short = 'u', conflicts_with_all = ["group", "project"])]
         user: bool,
@@ -81,12 +82,13 @@ enum Cmd {
         group: bool,
         #[arg(short = 'P')]
         project: bool,
-        id: String,
-        block_soft: String,
-        block_hard: String,
-        inode_soft: String,
-        inode_hard: String,
-        image: PathBuf,
+        /// Set the grace periods instead of an id's limits.
+        #[arg(short = 't')]
+        times: bool,
+        /// ID BLOCK-SOFT BLOCK-HARD INODE-SOFT INODE-HARD IMAGE, or with -t BLOCK-GRACE
+        /// INODE-GRACE IMAGE.
+        #[arg(required = true, num_args = 3..=6)]
+        args: Vec<String>,
     },
     /// List a directory: `rext4 ls [-l] IMAGE:/dir`.
     Ls {
@@ -253,9 +255,18 @@ fn main() -> ExitCode {
         Cmd::Repquota { user, group, project, image } => {
             quota_cmd::repquota(&image, &quota_cmd::types(user, group, project))
         }
-        Cmd::Setquota { user, group, project, id, block_soft, block_hard, inode_soft, inode_hard, image } => {
+        Cmd::Setquota { user, group, project, times, args } => {
             let ty = quota_cmd::types(user, group, project)[0];
-            quota_cmd::setquota(&image, ty, &id, [&block_soft, &block_hard, &inode_soft, &inode_hard])
+            match (times, &args[..]) {
+                (true, [b, i, image]) => quota_cmd::setgrace(Path::new(image), ty, b, i),
+                (false, [id, bs, bh, is, ih, image]) => {
+                    quota_cmd::setquota(Path::new(image), ty, id, [bs, bh, is, ih])
+                }
+                (true, _) => Err("setquota -t takes BLOCK-GRACE INODE-GRACE IMAGE".into()),
+                (false, _) => {
+                    Err("setquota takes ID BLOCK-SOFT BLOCK-HARD INODE-SOFT INODE-HARD IMAGE".into())
+                }
+            }
         }
         Cmd::Ls { long, all, target } => inspect::ls(&target, long, all),
         Cmd::Cat { target } => inspect::cat(&target),

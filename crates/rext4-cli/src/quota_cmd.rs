@@ -143,3 +143,34 @@ pub(crate) fn setquota(image: &Path, ty: QuotaType, id: &str, limits: [&str; 4])
     r.map_err(|e| format!("{}: {e}", image.display()))?;
     closed.map_err(|e| format!("{}: {e}", image.display()))
 }
+
+/// A grace period: seconds, or a number with an s, m, h or d suffix (at most 2^32 - 1 s, what
+/// the quota file holds).
+fn grace(v: &str) -> CliResult<u32> {
+    let (n, unit) = match v.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&v[..i], &v[i..]),
+        None => (v, "s"),
+    };
+    let mul: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("invalid grace period (seconds, or with s, m, h, d): {v}")),
+    };
+    n.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .and_then(|s| u32::try_from(s).ok())
+        .ok_or_else(|| format!("invalid grace period: {v}"))
+}
+
+/// `setquota -t`: the grace periods of quota file `ty`.
+pub(crate) fn setgrace(image: &Path, ty: QuotaType, space: &str, inodes: &str) -> CliResult {
+    let (space, inodes) = (grace(space)?, grace(inodes)?);
+    let fs = Fs::open_with(image, writable_options()).map_err(|e| format!("{}: {e}", image.display()))?;
+    let r = fs.set_quota_grace(ty, space, inodes);
+    let closed = fs.unmount();
+    r.map_err(|e| format!("{}: {e}", image.display()))?;
+    closed.map_err(|e| format!("{}: {e}", image.display()))
+}

@@ -77,10 +77,30 @@ fn setquota_limits_show_in_repquota_and_debugfs() {
         &["setquota", "-u", "root", "1", "1", "1", "1", p][..],
         &["setquota", "-u", "1", "x", "1", "1", "1", p],
         &["setquota", "-u", "-g", "1", "1", "1", "1", "1", p],
+        &["setquota", "-u", "1", "1", "1", p],
+        &["setquota", "-t", "-u", "1", p],
+        &["setquota", "-t", "-u", "1x", "2", p],
+        &["setquota", "-t", "-u", "99999999999", "1", p],
+        &["setquota", "-t", "-u", "1", "2", "3", "4", p],
     ] {
         assert!(!rext4(bad).status.success(), "{bad:?} succeeded");
     }
     assert!(std::fs::read(&img).expect("image") == before, "a refused setquota wrote to the image");
+    // Grace periods (`setquota -t`): the group file's only.
+    ok(&rext4(&["setquota", "-t", "-g", "3600", "2m", p]));
+    let o = rext4(&["repquota", "-u", "-g", p]);
+    ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let graces: Vec<&str> = text.lines().filter(|l| l.starts_with("Block grace time")).collect();
+    assert_eq!(
+        graces,
+        [
+            "Block grace time: 7days; Inode grace time: 7days",
+            "Block grace time: 01:00; Inode grace time: 00:02"
+        ],
+        "{text}"
+    );
+    e2fsck_clean(&img);
     let plain = dir.path().join("plain.img");
     let q = plain.to_str().expect("utf-8 path");
     ok(&rext4(&["mkfs", "-q", q, "16M"]));

@@ -308,7 +308,8 @@ impl FsInner {
         if !self.quota.enforce[ty] {
             return [None, None];
         }
-        let [bgrace, igrace] = self.quota.grace[ty];
+        let [bgrace, igrace] =
+            self.quota.grace[ty].each_ref().map(|g| g.load(std::sync::atomic::Ordering::Relaxed));
         let t = now();
         let soft = d.dqb_bsoftlimit.get().saturating_mul(QT_BLOCK as u64);
         let b = (space > 0 && soft != 0 && d.dqb_curspace.get() > soft && d.dqb_btime.get() == 0)
@@ -323,6 +324,13 @@ impl FsInner {
 }
 
 impl FsInner {
+    /// Grace periods of type `ty` from now on (the info record is written by the caller).
+    pub(crate) fn quota_grace_changed(&self, ty: usize, space: u32, inodes: u32) {
+        for (g, v) in self.quota.grace[ty].iter().zip([space, inodes]) {
+            g.store(u64::from(v), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// `statfs` from inside directory `inode`: where project limits are enforced and the
     /// directory passes its project on (`PROJINHERIT`), the counts are the project's, each
     /// bounded by the filesystem's (`ext4_statfs_project`): its space limit (soft, else hard)

@@ -126,6 +126,24 @@ impl Fs {
         }
     }
 
+    /// Sets the grace periods of quota file `ty`, in seconds (`setquota -t`, `Q_SETINFO`):
+    /// how long usage may stay over a soft limit, for space and for inodes, for grace times
+    /// that start from now on (those running keep their ends, as in the kernel). `EROFS` on
+    /// a read-only open, `EOPNOTSUPP` where the filesystem keeps no such file.
+    pub fn set_quota_grace(&self, ty: QuotaType, space_secs: u32, inodes_secs: u32) -> Result<()> {
+        let inner = &self.inner;
+        inner.op(crate::fs::stats::Op::SetQuota, || {
+            let journal = inner.journal()?.clone();
+            let Some(qf) = &inner.quota.files[ty.index()] else {
+                return Err(Error::NotSupported("no quota file of that type".into()));
+            };
+            let h = journal.start(2)?;
+            inner.quota_set_grace(&h, qf, space_secs, inodes_secs)?;
+            inner.quota_grace_changed(ty.index(), space_secs, inodes_secs);
+            Ok(())
+        })
+    }
+
     /// Sets the limits of `id` in quota file `ty` (`setquota`), adding its entry if it has
     /// none. As the kernel's `do_set_dqblk`: a grace time starts now where usage is over a new
     /// soft limit, and ends where it is not (delayed writes are written back first, as for

@@ -212,6 +212,19 @@ impl FsInner {
         Ok(slot)
     }
 
+    /// Sets the grace periods in `qf`'s info record under `h` (`v2_write_file_info`).
+    pub(crate) fn quota_set_grace(&self, h: &Handle, qf: &QuotaFile, space: u32, inodes: u32) -> Result<()> {
+        let mut info = qf.tree.lock();
+        let mut new = *info;
+        new.dqi_bgrace.set(space);
+        new.dqi_igrace.set(inodes);
+        self.quota_edit(h, &qf.inode, 0, |b| {
+            b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(new.as_bytes())
+        })?;
+        *info = new;
+        Ok(())
+    }
+
     /// Adds `space` bytes and `inodes` inodes (either may be negative) to the entry at `slot`
     /// of type `ty` under `h`, as `dquot_incr_space` / `dquot_decr_space` and the inode
     /// counterparts do: usage never goes below zero, falling to or under a soft limit ends its

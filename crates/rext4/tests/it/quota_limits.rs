@@ -8,10 +8,8 @@
 use rext4::{
     with_quota_limits_ignored, Error, Fs, InodeNo, Options, QuotaEnforcement, QuotaLimits, QuotaType, SetAttr,
 };
-use rext4_testkit::{e2fsck_clean, quota_usage, tool, Image};
-use std::io::{Seek, SeekFrom, Write};
+use rext4_testkit::{e2fsck_clean, quota_usage, Image};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 const QUOTA_ARGS: [&str; 6] =
@@ -19,21 +17,10 @@ const QUOTA_ARGS: [&str; 6] =
 
 const ALL: QuotaEnforcement = QuotaEnforcement { user: true, group: true, project: true };
 
-/// A 64 MiB image with user, group and project quotas; the user file's grace periods set to
-/// `grace` seconds (mke2fs leaves a week), as `setquota -t` would.
-fn image(dir: &Path, grace: Option<u32>) -> PathBuf {
+/// A 64 MiB image with user, group and project quotas.
+fn image(dir: &Path) -> PathBuf {
     let img = dir.join("q.img");
     Image::ext4("64M").args(QUOTA_ARGS).build(&img);
-    if let Some(g) = grace {
-        // Quota block 0 of the user file (inode 3) holds the header and, at byte 8, the info
-        // record: space and inode grace periods.
-        let o = Command::new(tool("debugfs")).args(["-R", "bmap <3> 0"]).arg(&img).output().unwrap();
-        let blk: u64 =
-            String::from_utf8_lossy(&o.stdout).trim().parse().expect("bmap of the user quota file");
-        let mut f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
-        f.seek(SeekFrom::Start(blk * 4096 + 8)).unwrap();
-        f.write_all(&[g.to_le_bytes(), g.to_le_bytes()].concat()).unwrap();
-    }
     img
 }
 
@@ -86,7 +73,7 @@ fn now() -> u64 {
 #[test]
 fn hard_limits_stop_at_the_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), None);
+    let img = image(dir.path());
     let fs = open(&img, ALL);
     for id in [1000, 1002] {
         fs.set_quota_limits(QuotaType::User, id, limits(0, 1024, 0, 4)).unwrap();
@@ -139,8 +126,10 @@ fn hard_limits_stop_at_the_limit() {
 #[test]
 fn soft_limits_start_grace_and_stop_when_it_runs_out() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), Some(2));
+    let img = image(dir.path());
     let fs = open(&img, ALL);
+    // Grace periods of 2 s (`setquota -t`; mke2fs leaves a week).
+    fs.set_quota_grace(QuotaType::User, 2, 2).unwrap();
     fs.set_quota_limits(QuotaType::User, 1003, limits(256, 0, 2, 0)).unwrap();
     let f = new_file(&fs, "f", 1003);
     fs.write(f, 0, &vec![1u8; 300 << 10]).unwrap();
@@ -170,6 +159,11 @@ fn soft_limits_start_grace_and_stop_when_it_runs_out() {
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
+    // The grace periods are in the file, for the kernel and the next open.
+    let r = Fs::open(&img).unwrap().quota_report(QuotaType::User).unwrap().unwrap();
+    assert_eq!((r.space_grace, r.inodes_grace), (2, 2));
+    let r = Fs::open(&img).unwrap().quota_report(QuotaType::Group).unwrap().unwrap();
+    assert_eq!((r.space_grace, r.inodes_grace), (604_800, 604_800), "other types keep a week");
 }
 
 /// A change of owner, group or project moves the file's inode and space to the new ids:
@@ -178,7 +172,7 @@ fn soft_limits_start_grace_and_stop_when_it_runs_out() {
 #[test]
 fn owners_and_projects_move_only_where_there_is_room() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), None);
+    let img = image(dir.path());
     let fs = open(&img, ALL);
     fs.set_quota_limits(QuotaType::User, 1005, limits(0, 512, 0, 0)).unwrap();
     fs.set_quota_limits(QuotaType::User, 1007, limits(0, 1024, 0, 0)).unwrap();
@@ -227,7 +221,7 @@ fn owners_and_projects_move_only_where_there_is_room() {
 #[test]
 fn directory_and_attribute_blocks_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), None);
+    let img = image(dir.path());
     let fs = open(&img, ALL);
     fs.set_quota_limits(QuotaType::User, 1009, limits(0, 8, 0, 0)).unwrap();
     let d = fs.mkdir(fs.root(), b"d", 0o755, 1009, 1009).unwrap().ino;
@@ -251,7 +245,7 @@ fn directory_and_attribute_blocks_are_checked() {
 #[test]
 fn limits_bind_only_where_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), None);
+    let img = image(dir.path());
     let fs = open(&img, QuotaEnforcement::default());
     fs.set_quota_limits(QuotaType::User, 1000, limits(0, 4, 0, 1)).unwrap();
     let f = new_file(&fs, "f", 1000);
@@ -327,7 +321,7 @@ fn inline_files_and_directories_stay_whole_at_a_limit() {
 #[test]
 fn statfs_in_a_project_directory_shows_its_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let img = image(dir.path(), None);
+    let img = image(dir.path());
     let fs = open(&img, ALL);
     let whole = fs.statfs().unwrap();
     let p = fs.mkdir(fs.root(), b"p", 0o755, 0, 0).unwrap().ino;
