@@ -4,14 +4,20 @@
 use super::*;
 use std::os::unix::fs::chown;
 
+/// A 64 MiB image with user, group and project quotas in `dir`.
+fn quota_image(dir: &std::path::Path) -> std::path::PathBuf {
+    let img = dir.join("q.img");
+    Image::ext4("64M")
+        .args(["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"])
+        .build(&img);
+    img
+}
+
 #[test]
 fn quota_usage_through_the_mount() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("q.img");
-    Image::ext4("64M")
-        .args(["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"])
-        .build(&img);
+    let img = quota_image(dir.path());
     let m = FuseMount::new(&img, "rw,allow_other,default_permissions");
     let shared = m.join("shared");
     fs::create_dir(&shared).unwrap();
@@ -128,6 +134,16 @@ fn projects_as_kernel_ext4() {
     assert_eq!(ours, want, "through the mount vs kernel ext4 (or its rules)");
 }
 
+/// Sets hard limits (KiB, inodes) for `id` on the unmounted image `img`.
+fn hard_limits(img: &std::path::Path, ty: rext4::QuotaType, id: u32, kib: u64, inodes: u64) {
+    let fs =
+        rext4::Fs::open_with(img, rext4::Options { writable: true, ..rext4::Options::default() }).unwrap();
+    let lim =
+        rext4::QuotaLimits { space_soft_kib: 0, space_hard_kib: kib, inodes_soft: 0, inodes_hard: inodes };
+    fs.set_quota_limits(ty, id, lim).unwrap();
+    fs.unmount().unwrap();
+}
+
 /// Quota limits through a mount with `usrquota,grpquota`: another user's writes stop with
 /// `EDQUOT` at its space limit and its creates at its inode limit, as `write(2)` and
 /// `open(2)` report them on ext4; root passes limits (`CAP_SYS_RESOURCE`), for writes,
@@ -138,14 +154,7 @@ fn limits_through_the_mount() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("q.img");
     Image::ext4("64M").args(["-b", "4096", "-O", "quota", "-E", "quotatype=usrquota:grpquota"]).build(&img);
-    {
-        let fs = rext4::Fs::open_with(&img, rext4::Options { writable: true, ..rext4::Options::default() })
-            .unwrap();
-        let lim =
-            rext4::QuotaLimits { space_soft_kib: 0, space_hard_kib: 1024, inodes_soft: 0, inodes_hard: 3 };
-        fs.set_quota_limits(rext4::QuotaType::User, 65534, lim).unwrap();
-        fs.unmount().unwrap();
-    }
+    hard_limits(&img, rext4::QuotaType::User, 65534, 1024, 3);
     let m = FuseMount::new(&img, "rw,allow_other,default_permissions,usrquota,grpquota");
     let shared = m.join("shared");
     fs::create_dir(&shared).unwrap();
@@ -180,18 +189,8 @@ fn limits_through_the_mount() {
 fn statfs_in_a_project_directory_through_the_mount() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("q.img");
-    Image::ext4("64M")
-        .args(["-b", "4096", "-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"])
-        .build(&img);
-    {
-        let fs = rext4::Fs::open_with(&img, rext4::Options { writable: true, ..rext4::Options::default() })
-            .unwrap();
-        let lim =
-            rext4::QuotaLimits { space_soft_kib: 0, space_hard_kib: 4096, inodes_soft: 0, inodes_hard: 10 };
-        fs.set_quota_limits(rext4::QuotaType::Project, 88, lim).unwrap();
-        fs.unmount().unwrap();
-    }
+    let img = quota_image(dir.path());
+    hard_limits(&img, rext4::QuotaType::Project, 88, 4096, 10);
     let m = FuseMount::new(&img, "rw,prjquota");
     let p = m.join("p");
     fs::create_dir(&p).unwrap();
