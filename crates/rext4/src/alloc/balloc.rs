@@ -92,8 +92,11 @@ impl FsInner {
     }
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
-    /// block and the count. `reserved_ok` lets the allocation use the root-reserved blocks.
-    /// The blocks lie below 2^48, where extents and `i_file_acl` can name them.
+    /// block and the count. `reserved_ok` (metadata, and writeback's blocks for delayed
+    /// writes) lets the allocation use the root-reserved blocks and the metadata slack; the
+    /// blocks reserved for dirty pages stay free for them, but to writeback itself
+    /// ([`crate::alloc::reserved::writing_back`]). The blocks lie below 2^48, where extents
+    /// and `i_file_acl` can name them.
     pub(crate) fn alloc_blocks(
         &self,
         h: &Handle,
@@ -120,10 +123,14 @@ impl FsInner {
         // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's, and the
         // metadata slack is kept for extent splits and writeback (the kernel's
         // `ext4_has_free_clusters`).
-        let reserve = if reserved_ok {
-            0
-        } else {
-            self.root_reserve() + self.meta_slack() + self.wb.dirty_blocks.load(Ordering::Acquire)
+        let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
+        let reserve = match (reserved_ok, crate::alloc::reserved::in_writeback()) {
+            (true, true) => 0,
+            // Directories, attribute blocks, extent splits outside writeback: never the
+            // blocks delayed writes were promised (`ext4_has_free_clusters` always keeps
+            // the dirty clusters; writeback would otherwise run out of space).
+            (true, false) => dirty,
+            (false, _) => self.root_reserve() + self.meta_slack() + dirty,
         };
         if free <= reserve {
             return Err(Error::NoSpace);

@@ -10,6 +10,21 @@ use std::cell::Cell;
 thread_local! {
     /// Whether allocations on this thread may take the root-reserved blocks.
     static MAY_USE: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is writing delayed writes back (their blocks and the metadata
+    /// their mapping needs come out of the reservations and the slack).
+    static WRITING_BACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, writeback's allocation of delayed writes' blocks, as such: metadata it
+/// allocates (extent splits, unwritten conversions) may take what the dirty pages reserved,
+/// since the pages being written back are among them (the kernel takes their dirty clusters
+/// off as it allocates their blocks, before the extent is inserted).
+pub(crate) fn writing_back<T>(f: impl FnOnce() -> T) -> T {
+    with_flag(&WRITING_BACK, f)
+}
+
+pub(crate) fn in_writeback() -> bool {
+    WRITING_BACK.with(Cell::get)
 }
 
 /// Runs `f` with the root-reserved blocks available to the allocations it makes on this

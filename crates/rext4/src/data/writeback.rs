@@ -214,7 +214,9 @@ impl FsInner {
             let h = journal.start(DATA_CREDITS)?;
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
-            let Filled { runs, reached, .. } = self.fill_map(&h, inode, &mut raw, lo, hi, false, true)?;
+            let Filled { runs, reached, .. } = crate::alloc::reserved::writing_back(|| {
+                self.fill_map(&h, inode, &mut raw, lo, hi, false, true)
+            })?;
             if reached == lo {
                 // Cannot happen while the reservations hold: every dirty page has a block.
                 return Err(Error::NoSpace);

@@ -240,6 +240,55 @@ fn no_space_comes_from_the_write_never_from_writeback() {
     }
 }
 
+/// Blocks reserved for delayed writes are not anyone else's: once the disk is full of
+/// delayed writes, directories and attribute blocks (metadata, which may use the slack kept
+/// for extent splits) fail with `ENOSPC` rather than take them, and every accepted byte still
+/// reaches the disk (`ext4_has_free_clusters` counts dirty clusters for every allocation).
+#[test]
+fn metadata_never_takes_the_blocks_of_delayed_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d.img");
+    Image::ext4("32M").block_size(4096).args(["-m", "0"]).build(&img);
+    // Nothing written back before the test asks.
+    let fs = open_with(&img, |o| {
+        o.page_cache_bytes = 256 << 20;
+        o.dirty_ratio = 90;
+        o.dirty_background_ratio = 90;
+        o.dirty_expire = Duration::from_secs(3600);
+    });
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let data = pattern(3, 64 << 20);
+    let mut done = 0usize;
+    // Every block `statfs` offers, reserved by delayed writes (what is left is the slack
+    // kept for metadata).
+    while fs.statfs().unwrap().blocks_avail > 0 {
+        done += fs.write(f, done as u64, &data[done..done + 4096]).unwrap();
+    }
+    assert!(done > 16 << 20, "{done}");
+    assert_eq!(fs.writeback_stats().dirty_pages, done as u64 / 4096, "delayed writes wait in memory");
+    // Directories and attribute blocks until the disk refuses them.
+    let mut made = 0;
+    let err = loop {
+        let r = fs.mkdir(fs.root(), format!("d{made}").as_bytes(), 0o755, 0, 0).and_then(|a| {
+            fs.setxattr(a.ino, b"user.v", &[7u8; 3000], 0)?;
+            Ok(a)
+        });
+        match r {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 100_000);
+    };
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    fs.fsync(f).expect("writeback of accepted writes");
+    assert_eq!(fs.read_file("/f").unwrap(), &data[..done]);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), &data[..done], "after reopen");
+}
+
 /// With a small page cache, dirty pages stay within the hard limit, whether the flusher
 /// (woken past the background limit) or the writer itself writes them back.
 #[test]
