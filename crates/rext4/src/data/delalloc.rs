@@ -354,7 +354,7 @@ impl FsInner {
             return Ok(None);
         }
         // Over a quota limit the general path takes what fits and says `EDQUOT` after.
-        match self.quota_reserve(inode, &inode.raw(), new) {
+        match self.quota_reserve(inode, new) {
             Ok(true) => {}
             r => {
                 self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);

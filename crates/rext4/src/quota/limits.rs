@@ -31,10 +31,9 @@ use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::sync::Mutex;
-use rext4_format::quota::{DiskDquot, ENTRY, QT_BLOCK};
+use rext4_format::quota::{DiskDquot, QT_BLOCK};
 use std::cell::Cell;
 use std::collections::HashMap;
-use zerocopy::FromBytes;
 
 /// Which quota types' limits an open enforces (the kernel's `usrquota`, `grpquota` and
 /// `prjquota` mount options). Usage is kept either way on filesystems with the `quota`
@@ -132,10 +131,7 @@ impl FsInner {
             return Ok(None);
         }
         let Some(slot) = self.quota.files[ty].as_ref().and_then(|qf| qf.slot(id)) else { return Ok(None) };
-        let buf = self.bcache.get(slot.pblk)?;
-        let data = buf.data();
-        let off = slot.off as usize;
-        Ok(DiskDquot::read_from_bytes(&data[off..off + ENTRY]).ok())
+        self.quota_entry(slot).map(Some)
     }
 
     /// Bytes `ty`'s entry for `id` may still grow by (`None`: without limit).
@@ -262,13 +258,14 @@ impl FsInner {
         Ok(())
     }
 
-    /// Reserves `blocks` blocks of delayed writes to the ids of `inode` (record `raw`)
-    /// (`dquot_reserve_block`); whether they fit. The caller holds `op_lock`.
-    pub(crate) fn quota_reserve(&self, inode: &Inode, raw: &[u8], blocks: u64) -> Result<bool> {
+    /// Reserves `blocks` blocks of delayed writes to `inode`'s ids (`dquot_reserve_block`);
+    /// whether they fit. The caller holds `op_lock` (and no record lock).
+    pub(crate) fn quota_reserve(&self, inode: &Inode, blocks: u64) -> Result<bool> {
         if !self.quota.enforced() || blocks == 0 {
             return Ok(true);
         }
-        let Some(c) = self.quota_charge(inode, raw) else { return Ok(true) };
+        // Only here, off the path of opens that enforce nothing, is the record read.
+        let Some(c) = self.quota_charge(inode, &inode.raw()) else { return Ok(true) };
         let bytes = blocks.saturating_mul(u64::from(self.sbi.block_size));
         let t = now();
         for ty in 0..TYPES {
@@ -305,32 +302,22 @@ impl FsInner {
         space: i64,
         inodes: i64,
     ) -> [Option<u64>; 2] {
-        if !self.quota.enforce[ty] {
+        let Some(qf) = self.quota.files[ty].as_ref().filter(|_| self.quota.enforce[ty]) else {
             return [None, None];
-        }
-        let [bgrace, igrace] =
-            self.quota.grace[ty].each_ref().map(|g| g.load(std::sync::atomic::Ordering::Relaxed));
+        };
+        let [bgrace, igrace] = qf.grace();
         let t = now();
         let soft = d.dqb_bsoftlimit.get().saturating_mul(QT_BLOCK as u64);
         let b = (space > 0 && soft != 0 && d.dqb_curspace.get() > soft && d.dqb_btime.get() == 0)
             .then(|| t + bgrace);
         let soft = d.dqb_isoftlimit.get();
-        let itime = d.dqb_itime.get();
-        // An all-zero entry carries an inode time of 1 (quota/report.rs): not a grace time.
-        let running = itime != 0 && !(itime == 1 && soft == 0);
+        let running = super::report::inode_grace_end(d) != 0;
         let i = (inodes > 0 && soft != 0 && d.dqb_curinodes.get() > soft && !running).then(|| t + igrace);
         [b, i]
     }
 }
 
 impl FsInner {
-    /// Grace periods of type `ty` from now on (the info record is written by the caller).
-    pub(crate) fn quota_grace_changed(&self, ty: usize, space: u32, inodes: u32) {
-        for (g, v) in self.quota.grace[ty].iter().zip([space, inodes]) {
-            g.store(u64::from(v), std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
     /// `statfs` from inside directory `inode`: where project limits are enforced and the
     /// directory passes its project on (`PROJINHERIT`), the counts are the project's, each
     /// bounded by the filesystem's (`ext4_statfs_project`): its space limit (soft, else hard)

@@ -40,7 +40,7 @@ use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::features::{Incompat, RoCompat};
 use rext4_format::inode::{EA_INODE_FL, HUGE_FILE_FL};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use tree::QuotaFile;
 
 /// Quota types, as the kernel numbers them.
@@ -58,9 +58,6 @@ pub(crate) struct Quotas {
     exempt: [u32; 4],
     /// Types whose limits are enforced (only where their file is loaded). [immutable]
     enforce: [bool; TYPES],
-    /// Space and inode grace periods in seconds, per type, as the files' info records hold
-    /// them (read at open, changed with the record by `Fs::set_quota_grace`). [atomics]
-    grace: [[AtomicU64; 2]; TYPES],
     /// Space reserved by delayed writes, per type (kept where limits are enforced).
     rsv: [limits::Reserved; TYPES],
 }
@@ -99,12 +96,8 @@ impl FsInner {
         let mut q = Quotas { exempt, ..Default::default() };
         for (ty, &ino) in inums.iter().enumerate() {
             if ino != 0 {
-                let qf = self.quota_file_load(ty, ino)?;
-                let info = qf.info();
-                q.grace[ty] =
-                    [info.dqi_bgrace.get(), info.dqi_igrace.get()].map(|g| AtomicU64::new(u64::from(g)));
+                q.files[ty] = Some(self.quota_file_load(ty, ino)?);
                 q.enforce[ty] = enforce.types()[ty];
-                q.files[ty] = Some(qf);
             }
         }
         Ok(q)

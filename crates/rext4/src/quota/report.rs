@@ -76,19 +76,23 @@ impl From<&DiskDquot> for QuotaEntry {
                 inodes_hard: d.dqb_ihardlimit.get(),
             },
             space_grace_end: d.dqb_btime.get(),
-            // An entry otherwise all zero has an inode time of 1 to mark it in use.
-            inodes_grace_end: if d.dqb_itime.get() == 1 && d.dqb_isoftlimit.get() == 0 {
-                0
-            } else {
-                d.dqb_itime.get()
-            },
+            inodes_grace_end: inode_grace_end(d),
         }
+    }
+}
+
+/// When `d`'s inode grace time ends (0: none runs). An entry otherwise all zero has an inode
+/// time of 1 to mark it in use, which is no grace time.
+pub(super) fn inode_grace_end(d: &DiskDquot) -> u64 {
+    match d.dqb_itime.get() {
+        1 if d.dqb_isoftlimit.get() == 0 => 0,
+        t => t,
     }
 }
 
 impl FsInner {
     /// The entry at `slot`'s place.
-    fn quota_entry(&self, slot: super::tree::Slot) -> Result<DiskDquot> {
+    pub(super) fn quota_entry(&self, slot: super::tree::Slot) -> Result<DiskDquot> {
         let buf = self.bcache.get(slot.pblk)?;
         let data = buf.data();
         let off = slot.off as usize;
@@ -138,9 +142,7 @@ impl Fs {
                 return Err(Error::NotSupported("no quota file of that type".into()));
             };
             let h = journal.start(2)?;
-            inner.quota_set_grace(&h, qf, space_secs, inodes_secs)?;
-            inner.quota_grace_changed(ty.index(), space_secs, inodes_secs);
-            Ok(())
+            inner.quota_set_grace(&h, qf, space_secs, inodes_secs)
         })
     }
 
@@ -165,8 +167,7 @@ impl Fs {
             inner.writeback_all()?;
             let h = journal.start(8)?;
             let slot = inner.quota_slot(&h, qf, id)?;
-            let info = qf.info();
-            let (bgrace, igrace) = (u64::from(info.dqi_bgrace.get()), u64::from(info.dqi_igrace.get()));
+            let [bgrace, igrace] = qf.grace();
             let now = u64::try_from(inner.now().sec).unwrap_or(0);
             let buf = inner.bcache.get(slot.pblk)?;
             let mut b = h.write(&buf)?;

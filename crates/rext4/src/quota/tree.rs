@@ -18,6 +18,7 @@ use rext4_format::quota::{
     QT_DEPTH, QT_TREEOFF,
 };
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -39,6 +40,10 @@ pub(crate) struct QuotaFile {
     /// The info record as on disk (`dqi_blocks` and the free lists); held while an entry is
     /// added. [own lock; before the quota inode's locks]
     tree: Mutex<DiskInfo>,
+    /// Space and inode grace periods in seconds, as the info record holds them: read by
+    /// charges, which may not take `tree` under an entry's buffer. [atomics; written under
+    /// `tree`]
+    grace: [AtomicU32; 2],
 }
 
 /// Corruption of a quota file (the kernel refuses to turn quotas on, so the mount fails).
@@ -119,7 +124,8 @@ impl FsInner {
         let mut entries = HashMap::new();
         let mut seen = HashSet::new();
         self.quota_scan(&inode, blocks, QT_TREEOFF, 0, 0, &mut seen, &mut entries)?;
-        Ok(QuotaFile { inode, entries: RwLock::new(entries), tree: Mutex::new(info) })
+        let grace = [AtomicU32::new(info.dqi_bgrace.get()), AtomicU32::new(info.dqi_igrace.get())];
+        Ok(QuotaFile { inode, entries: RwLock::new(entries), tree: Mutex::new(info), grace })
     }
 
     /// Reads tree block `blk` at `depth` whose ids start with `prefix`, recording entries.
@@ -183,6 +189,11 @@ impl QuotaFile {
     pub(crate) fn info(&self) -> DiskInfo {
         *self.tree.lock()
     }
+
+    /// The space and inode grace periods, in seconds, without the info record's lock.
+    pub(crate) fn grace(&self) -> [u64; 2] {
+        self.grace.each_ref().map(|g| u64::from(g.load(Ordering::Relaxed)))
+    }
 }
 
 impl FsInner {
@@ -201,10 +212,7 @@ impl FsInner {
         // The info record follows the blocks taken, also when adding failed half way (the
         // handle still carries what was done), so the file stays readable.
         if before.as_bytes() != info.as_bytes() {
-            let info = *info;
-            self.quota_edit(h, &qf.inode, 0, |b| {
-                b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
-            })?;
+            self.quota_write_info(h, qf, &info)?;
         }
         let (qblk, off) = added?;
         let slot = self.quota_slot_at(&qf.inode, qblk, off)?;
@@ -212,16 +220,25 @@ impl FsInner {
         Ok(slot)
     }
 
-    /// Sets the grace periods in `qf`'s info record under `h` (`v2_write_file_info`).
+    /// Writes `info` as `qf`'s info record under `h` (`v2_write_file_info`). The caller
+    /// holds `qf.tree`.
+    fn quota_write_info(&self, h: &Handle, qf: &QuotaFile, info: &DiskInfo) -> Result<()> {
+        self.quota_edit(h, &qf.inode, 0, |b| {
+            b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(info.as_bytes())
+        })
+    }
+
+    /// Sets the grace periods in `qf`'s info record under `h`, for charges from now on too.
     pub(crate) fn quota_set_grace(&self, h: &Handle, qf: &QuotaFile, space: u32, inodes: u32) -> Result<()> {
         let mut info = qf.tree.lock();
         let mut new = *info;
         new.dqi_bgrace.set(space);
         new.dqi_igrace.set(inodes);
-        self.quota_edit(h, &qf.inode, 0, |b| {
-            b[fq::INFO_OFF..fq::INFO_OFF + size_of::<DiskInfo>()].copy_from_slice(new.as_bytes())
-        })?;
+        self.quota_write_info(h, qf, &new)?;
         *info = new;
+        for (g, v) in qf.grace.iter().zip([space, inodes]) {
+            g.store(v, Ordering::Relaxed);
+        }
         Ok(())
     }
 
