@@ -9,6 +9,7 @@
 //! won them (the inode allocator's shape, applied to blocks; docs/design.md, Allocation).
 
 use crate::alloc::bitmap;
+use crate::alloc::reserved::Pool;
 use crate::cache::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
@@ -92,19 +93,24 @@ impl FsInner {
     }
 
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
-    /// block and the count. `reserved_ok` (metadata, and writeback's blocks for delayed
-    /// writes) lets the allocation use the root-reserved blocks and the metadata slack; the
-    /// blocks reserved for dirty pages stay free for them, but to writeback itself
-    /// ([`crate::alloc::reserved::writing_back`]). The blocks lie below 2^48, where extents
-    /// and `i_file_acl` can name them.
-    pub(crate) fn alloc_blocks(
-        &self,
-        h: &Handle,
-        goal: u64,
-        want: u32,
-        reserved_ok: bool,
-    ) -> Result<(u64, u32)> {
-        self.alloc_blocks_below(h, goal, want, reserved_ok, ADDRESSABLE_END)
+    /// block and the count. `pool` says which held-back blocks the allocation may take
+    /// ([`Pool`]). The blocks lie below 2^48, where extents and `i_file_acl` can name them.
+    pub(crate) fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32, pool: Pool) -> Result<(u64, u32)> {
+        self.alloc_blocks_below(h, goal, want, pool, ADDRESSABLE_END)
+    }
+
+    /// The blocks an allocation from `pool` must leave free.
+    fn held_back(&self, pool: Pool) -> u64 {
+        // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's: the
+        // kernel's `ext4_has_free_clusters` always keeps the dirty clusters, or writeback
+        // would run out of space. Writeback's own allocations come out of them.
+        let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
+        match pool {
+            Pool::Reserved => 0,
+            Pool::NoFail if crate::alloc::reserved::in_writeback() => 0,
+            Pool::NoFail => dirty,
+            Pool::Ordinary => self.root_reserve() + self.meta_slack() + dirty,
+        }
     }
 
     /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end`.
@@ -113,25 +119,14 @@ impl FsInner {
         h: &Handle,
         goal: u64,
         want: u32,
-        reserved_ok: bool,
+        pool: Pool,
         end: u64,
     ) -> Result<(u64, u32)> {
         let _t = self.stats.time(crate::fs::stats::Op::NewBlocks);
         let sbi = &self.sbi;
         let want = want.max(1);
         let free = self.counters.free_blocks.sum_positive();
-        // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's, and the
-        // metadata slack is kept for extent splits and writeback (the kernel's
-        // `ext4_has_free_clusters`).
-        let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
-        let reserve = match (reserved_ok, crate::alloc::reserved::in_writeback()) {
-            (true, true) => 0,
-            // Directories, attribute blocks, extent splits outside writeback: never the
-            // blocks delayed writes were promised (`ext4_has_free_clusters` always keeps
-            // the dirty clusters; writeback would otherwise run out of space).
-            (true, false) => dirty,
-            (false, _) => self.root_reserve() + self.meta_slack() + dirty,
-        };
+        let reserve = self.held_back(pool);
         if free <= reserve {
             return Err(Error::NoSpace);
         }

@@ -16,6 +16,7 @@
 //! `Inode::prealloc` -> a group's bitmap data lock -> `GroupState::prealloc`. Discarding a
 //! reserve takes only the group's `prealloc` list.
 
+use crate::alloc::reserved::Pool;
 use crate::error::Result;
 use crate::fs::FsInner;
 use crate::inode::Inode;
@@ -42,8 +43,8 @@ pub(crate) struct Prealloc {
 impl FsInner {
     /// Allocates up to `want` blocks for logical block `lblk` of `inode`, which the file's
     /// data will fill (`appending`: nothing is mapped after it), near `goal`. Returns the
-    /// first block and the count, as [`FsInner::alloc_blocks`]. `reserved`: delayed writes
-    /// reserved the blocks (see `FsInner::fill_map`).
+    /// first block and the count, as [`FsInner::alloc_blocks`] from `pool` (`Reserved`:
+    /// delayed writes reserved the blocks, see `FsInner::fill_map`).
     #[allow(clippy::too_many_arguments)] // an allocation request's parts
     pub(crate) fn alloc_data_blocks(
         &self,
@@ -53,10 +54,10 @@ impl FsInner {
         goal: u64,
         want: u32,
         appending: bool,
-        reserved: bool,
+        pool: Pool,
     ) -> Result<(u64, u32)> {
         if !appending || !inode.is_held() {
-            return self.alloc_blocks(h, goal, want, reserved);
+            return self.alloc_blocks(h, goal, want, pool);
         }
         let mut pa = inode.prealloc.lock();
         if let Some(p) = pa.take() {
@@ -84,7 +85,7 @@ impl FsInner {
         let window = (end * bs).next_power_of_two().clamp(MIN_WINDOW_BYTES, MAX_WINDOW_BYTES) / bs;
         let extra = u32::try_from(window.saturating_sub(u64::from(want))).unwrap_or(0);
         let ask = want.saturating_add(extra);
-        let (p, got) = self.alloc_blocks(h, goal, ask, reserved)?;
+        let (p, got) = self.alloc_blocks(h, goal, ask, pool)?;
         if got > want {
             let rest = got - want;
             let start = p + u64::from(want);

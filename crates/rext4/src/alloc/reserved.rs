@@ -3,9 +3,27 @@
 //! (`ext4_has_free_clusters`), so root can still work on a filesystem users have filled. The
 //! engine has no caller identity on its write paths; the caller (the FUSE daemon, for the
 //! request's sender) marks the calls made for such a caller, on the calling thread, as the
-//! kernel's checks read the current task's credentials.
+//! kernel's checks read the current task's credentials. [`Pool`] says which of the held-back
+//! blocks (root reserve, metadata slack, delayed writes' reservations) an allocation may take.
 
 use std::cell::Cell;
+
+/// How far into the free blocks an allocation may reach: the tiers of the kernel's
+/// `ext4_has_free_clusters`. Every tier leaves the blocks delayed writes reserved, but to
+/// their own writeback ([`writing_back`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Pool {
+    /// Data allocated at once, and directory, attribute and symlink blocks: leaves the
+    /// metadata slack, and the root reserve unless the caller may use it.
+    Ordinary,
+    /// Blocks delayed writes reserved, allocated by their writeback: taken from those.
+    Reserved,
+    /// Index blocks of extent trees and block maps, and quota files' blocks: metadata a
+    /// change cannot do without once it has begun (`EXT4_GET_BLOCKS_METADATA_NOFAIL`). May
+    /// take the slack and the root reserve, which ordinary allocations leave for it, so that
+    /// writeback, unwritten conversions and punches find their tree blocks on a full disk.
+    NoFail,
+}
 
 thread_local! {
     /// Whether allocations on this thread may take the root-reserved blocks.

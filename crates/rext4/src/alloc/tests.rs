@@ -2,6 +2,7 @@
 //! an image e2fsck accepts, with the same counts; concurrent allocators never hand out the same
 //! block or inode twice.
 
+use crate::alloc::reserved::Pool;
 use crate::test_image::{fsck_clean, mkfs_image, open_mem as open};
 use std::collections::HashSet;
 
@@ -30,7 +31,9 @@ fn concurrent_block_and_inode_allocation_is_exclusive_and_balanced() {
                         for i in 0..50u64 {
                             let h = journal.start(8).unwrap();
                             let goal = inner.sbi.first_data_block + t * 5000 + i * 7;
-                            blocks.push(inner.alloc_blocks(&h, goal, 1 + (i % 9) as u32, true).unwrap());
+                            blocks.push(
+                                inner.alloc_blocks(&h, goal, 1 + (i % 9) as u32, Pool::NoFail).unwrap(),
+                            );
                             inodes.push(inner.alloc_inode(&h, root.ino, i % 3 == 0, None).unwrap().0);
                         }
                         (blocks, inodes)
@@ -81,7 +84,7 @@ fn allocation_runs_out_with_enospc() {
     let mut got = Vec::new();
     loop {
         let h = journal.start(8).unwrap();
-        match inner.alloc_blocks(&h, 0, 256, true) {
+        match inner.alloc_blocks(&h, 0, 256, Pool::NoFail) {
             Ok(r) => got.push(r),
             Err(e) => {
                 assert_eq!(e.errno(), libc::ENOSPC, "{e}");
@@ -246,7 +249,7 @@ fn allocation_below_a_limit_stays_in_the_groups_under_it() {
     assert_eq!(sbi.groups_below(u64::MAX), sbi.group_count);
     let h = inner.journal().unwrap().start(8).unwrap();
     for goal in [0, sbi.group_first_block(5), sbi.blocks_count - 1] {
-        let (b, n) = inner.alloc_blocks_below(&h, goal, 8, true, end).unwrap();
+        let (b, n) = inner.alloc_blocks_below(&h, goal, 8, Pool::NoFail, end).unwrap();
         assert!(b + u64::from(n) <= sbi.group_first_block(2), "blocks {b}+{n} for goal {goal}");
     }
 }
@@ -287,7 +290,7 @@ fn freed_blocks_wait_for_their_commit() {
     let inner = &fs.inner;
     let journal = inner.journal().unwrap().clone();
     let h = journal.start(8).unwrap();
-    let (start, n) = inner.alloc_blocks(&h, 0, 512, true).unwrap();
+    let (start, n) = inner.alloc_blocks(&h, 0, 512, Pool::NoFail).unwrap();
     assert_eq!(n, 512);
     drop(h);
     journal.sync().unwrap();
@@ -297,14 +300,14 @@ fn freed_blocks_wait_for_their_commit() {
     }
     // 256 busy ranges: no allocation with the run as its goal may land in them.
     for k in 0..40 {
-        let (b, got) = inner.alloc_blocks(&h, start + k, 1 + (k % 3) as u32, true).unwrap();
+        let (b, got) = inner.alloc_blocks(&h, start + k, 1 + (k % 3) as u32, Pool::NoFail).unwrap();
         assert!(b + u64::from(got) <= start || b >= start + 512, "busy block {b} handed out");
         inner.free_blocks(&h, b, u64::from(got), false).unwrap();
     }
     drop(h);
     journal.sync().unwrap();
     let h = journal.start(8).unwrap();
-    let (b, _) = inner.alloc_blocks(&h, start, 1, true).unwrap();
+    let (b, _) = inner.alloc_blocks(&h, start, 1, Pool::NoFail).unwrap();
     assert_eq!(b, start, "committed frees are free again");
     inner.free_blocks(&h, b, 1, false).unwrap();
     drop(h);

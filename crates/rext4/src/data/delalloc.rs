@@ -26,13 +26,17 @@
 //!    is the number of reserved pages of all files; allocations other than writeback's leave
 //!    that many free blocks untouched. `Writeback::pages` counts all dirty pages, for the
 //!    dirty limits.
+//! 6. Writeback needs no block beyond the reservations but tree blocks, and finds those: an
+//!    extent tree's come from the metadata slack, which only index blocks may take
+//!    (`alloc::reserved::Pool`); a block-mapped file's page is delayed only where its
+//!    indirect blocks exist already (a block map has no slack).
 
 use crate::error::Result;
 use crate::fs::FsInner;
 use crate::inode::write::{raw_flags, raw_size, raw_touch_cm};
 use crate::inode::Inode;
 use crate::num::usize_from;
-use rext4_format::inode::INLINE_DATA_FL;
+use rext4_format::inode::{EXTENTS_FL, INLINE_DATA_FL};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -336,6 +340,9 @@ impl FsInner {
             }
             at = at.max(e.lblk + e.len);
         }
+        if !self.delay_fits_block_map(inode, &under)? {
+            return Ok(None);
+        }
         let written: Vec<_> = mapped.iter().filter(|e| !e.unwritten).copied().collect();
         // Check the reservation before writing anything in place.
         let (new, unreserved) = {
@@ -385,6 +392,30 @@ impl FsInner {
         // the pages dirty, for `fsync` and `sync` to report.
         let _ = self.balance_dirty(inode);
         Ok(Some(data.len()))
+    }
+
+    /// Whether a block-mapped file's pages over the holes `under` find their indirect blocks
+    /// in place (always, for an extent-mapped file). A reservation counts data blocks only;
+    /// an extent tree's writeback takes its tree blocks from the metadata slack, which a
+    /// block map has not (`s_resv_clusters` is 0 without extents). A page that would need a
+    /// new indirect block therefore takes the general path, which allocates it now, so that
+    /// writeback never needs a block nobody reserved (invariant 6). Every change to the map
+    /// writes the file's dirty pages back first, so the indirect blocks found here stay.
+    fn delay_fits_block_map(&self, inode: &Inode, under: &[(u64, u64, bool)]) -> Result<bool> {
+        let raw = inode.raw();
+        if raw_flags(&raw) & EXTENTS_FL != 0 {
+            return Ok(true);
+        }
+        for &(lo, hi, hole) in under {
+            if hole {
+                for lblk in lo..hi {
+                    if !self.ind_index_present(inode, &raw, lblk)? {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Writes the written part of a delayed write in place and copies the rest into dirty

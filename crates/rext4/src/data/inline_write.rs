@@ -18,6 +18,7 @@
 //! `ext4_update_inline_dir` gives it. On `inline_data` filesystems new directories start
 //! inline, as the kernel's `ext4_try_create_inline_dir` makes them.
 
+use crate::alloc::reserved::Pool;
 use crate::data::inline::I_BLOCK_SIZE;
 use crate::dir::dx_write::NamesMoving;
 use crate::dir::write::put_entry;
@@ -94,7 +95,7 @@ impl FsInner {
         let saved = raw.to_vec();
         let pblk = match self
             .clear_inline_record(dir.ino, &mut raw)
-            .and_then(|()| self.append_block(h, dir, &mut raw, 0))
+            .and_then(|()| self.append_block(h, dir, &mut raw, 0, Pool::Ordinary))
         {
             Ok(p) => p,
             Err(e) => {

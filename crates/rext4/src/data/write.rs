@@ -12,6 +12,7 @@
 //! handle -> `data_sem` (exclusive while the map changes and new blocks are filled) ->
 //! `raw` (write). Readers take `data_sem` shared.
 
+use crate::alloc::reserved::Pool;
 use crate::attr::Timestamp;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
@@ -246,6 +247,7 @@ impl FsInner {
         reserved: bool,
     ) -> Result<Filled> {
         let extents = raw_flags(raw) & EXTENTS_FL != 0;
+        let pool = if reserved { Pool::Reserved } else { Pool::Ordinary };
         let mut short = false;
         let sectors = u64::from(self.sbi.block_size / 512);
         let mapped = self.map_runs(inode, raw, lo, hi)?;
@@ -293,7 +295,7 @@ impl FsInner {
                                 .map(|n| u32::try_from(n).unwrap_or(want))
                         };
                         let got = match fit.and_then(|want| {
-                            self.alloc_data_blocks(h, inode, cur, goal, want, appending, reserved)
+                            self.alloc_data_blocks(h, inode, cur, goal, want, appending, pool)
                         }) {
                             Ok(x) => x,
                             Err(e) if runs.is_empty() => return Err(e),
@@ -311,7 +313,7 @@ impl FsInner {
                         Run { lblk: cur, len: n, pblk: p, fresh: true }
                     } else {
                         let fit = if reserved { Ok(1) } else { self.quota_blocks_allowed(inode, raw, 1) };
-                        let p = match fit.and_then(|_| self.ind_alloc(h, inode, raw, cur, goal)) {
+                        let p = match fit.and_then(|_| self.ind_alloc(h, inode, raw, cur, goal, pool)) {
                             Ok(p) => p,
                             Err(e) if runs.is_empty() => return Err(e),
                             Err(_) => {

@@ -12,6 +12,7 @@
 //! ([`FsInner::names_stable`]). Adding or removing one entry in place moves nothing else, and
 //! each block is read and written whole under its own lock.
 
+use crate::alloc::reserved::Pool;
 use crate::cache::buffer::Buffer;
 use crate::dir::lookup::Room;
 use crate::dir::write::{put_entry, rec_len_disk};
@@ -447,7 +448,7 @@ impl FsInner {
         let pblk = {
             // Readers map directory blocks under data_sem: keep them off the tree being edited.
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &dir.data_sem);
-            self.append_block(h, dir, &mut dir.raw_mut(), lblk)?
+            self.append_block(h, dir, &mut dir.raw_mut(), lblk, Pool::Ordinary)?
         };
         Ok((lblk, self.bcache.get_fresh(pblk)))
     }

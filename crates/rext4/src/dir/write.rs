@@ -7,6 +7,7 @@
 //! The directory's `op_lock` is held by the caller; then the handle; then the directory's
 //! record and its blocks.
 
+use crate::alloc::reserved::Pool;
 use crate::cache::buffer::{Buffer, Verified};
 use crate::dir::lookup::Room;
 use crate::dir::DirBlockKind;
@@ -222,7 +223,7 @@ impl FsInner {
         // Readers map directory blocks under data_sem: keep them off the tree being edited,
         // and off the new block until it holds its entry.
         let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &dir.data_sem);
-        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk)?;
+        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk, Pool::Ordinary)?;
         let buf = self.bcache.get_fresh(pblk);
         let mut block = h.write(&buf)?;
         block.fill(0);
@@ -231,13 +232,20 @@ impl FsInner {
         Ok(())
     }
 
-    /// Allocates a block and maps it at `lblk` of `inode` (record `raw`), growing size and
-    /// block count, in an extent tree or a block map.
-    pub(crate) fn append_block(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
+    /// Allocates a block from `pool` and maps it at `lblk` of `inode` (record `raw`), growing
+    /// size and block count, in an extent tree or a block map.
+    pub(crate) fn append_block(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lblk: u32,
+        pool: Pool,
+    ) -> Result<u64> {
         self.quota_blocks_allowed(inode, raw, 1)?;
         let bs = u64::from(self.sbi.block_size);
         if crate::inode::write::raw_flags(raw) & EXTENTS_FL != 0 {
-            let pblk = self.ext_append(h, inode, raw, lblk)?;
+            let pblk = self.ext_append(h, inode, raw, lblk, pool)?;
             crate::inode::write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
             return Ok(pblk);
         }
@@ -247,7 +255,7 @@ impl FsInner {
             None => None,
         };
         let goal = prev.map_or_else(|| self.inode_goal(inode), |p| p + 1);
-        let pblk = self.ind_alloc(h, inode, raw, u64::from(lblk), goal)?;
+        let pblk = self.ind_alloc(h, inode, raw, u64::from(lblk), goal, pool)?;
         crate::inode::write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
         Ok(pblk)
     }

@@ -13,6 +13,7 @@
 //! Callers hold the inode's `data_sem` (regular files) or `op_lock` (directories) and its
 //! record for writing; the tree's blocks go through the journal handle.
 
+use crate::alloc::reserved::Pool;
 use crate::cache::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
@@ -365,7 +366,7 @@ impl FsInner {
             if usize::from(level.depth) >= usize::from(fe::MAX_DEPTH) {
                 return Err(Error::NoSpace);
             }
-            let (blk, _) = self.alloc_blocks(h, goal, 1, true)?;
+            let (blk, _) = self.alloc_blocks(h, goal, 1, Pool::NoFail)?;
             raw_add_blocks(raw, sectors);
             let buf = self.bcache.get_fresh(blk);
             let max = self.ext_block_max();
@@ -380,7 +381,7 @@ impl FsInner {
         // Split: the right part goes to a new block; the parent gains its index.
         let at = if tail && n - 1 <= level.max { n - 1 } else { n / 2 };
         let right = entries.split_off(at);
-        let (blk, _) = self.alloc_blocks(h, goal, 1, true)?;
+        let (blk, _) = self.alloc_blocks(h, goal, 1, Pool::NoFail)?;
         raw_add_blocks(raw, sectors);
         let buf = self.bcache.get_fresh(blk);
         self.ext_write_node(h, inode, Some(&buf), level.depth, self.ext_block_max(), &right)?;
@@ -495,7 +496,7 @@ impl FsInner {
         let goal = self.inode_goal(inode);
         while (blocks.len() as u64) < total {
             let want = u32::try_from(total - blocks.len() as u64).unwrap_or(u32::MAX);
-            match self.alloc_blocks(h, blocks.last().map_or(goal, |b| b + 1), want, true) {
+            match self.alloc_blocks(h, blocks.last().map_or(goal, |b| b + 1), want, Pool::NoFail) {
                 Ok((b, n)) => blocks.extend(b..b + u64::from(n)),
                 Err(e) => {
                     for &b in &blocks {
@@ -531,11 +532,19 @@ impl FsInner {
         Ok(())
     }
 
-    /// Allocates a block for `lblk` (a directory growing at its end), next to the block
-    /// before it, and maps it. Returns the block; `i_blocks` counts it and any tree block.
-    pub(crate) fn ext_append(&self, h: &Handle, inode: &Inode, raw: &mut [u8], lblk: u32) -> Result<u64> {
+    /// Allocates a block from `pool` for `lblk` (a directory growing at its end), next to the
+    /// block before it, and maps it. Returns the block; `i_blocks` counts it and any tree
+    /// block.
+    pub(crate) fn ext_append(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lblk: u32,
+        pool: Pool,
+    ) -> Result<u64> {
         let goal = self.ext_goal(inode, raw, u64::from(lblk))?;
-        let (pblk, _) = self.alloc_blocks(h, goal, 1, true)?;
+        let (pblk, _) = self.alloc_blocks(h, goal, 1, pool)?;
         let lblk = u64::from(lblk);
         if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((pblk, false))) {
             self.free_blocks(h, pblk, 1, false)?;

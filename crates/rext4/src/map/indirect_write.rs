@@ -3,6 +3,7 @@
 //! for writing; indirect blocks go through the journal like any metadata.
 
 use crate::alloc::balloc::BLOCK_MAP_END;
+use crate::alloc::reserved::Pool;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::write::{raw_add_blocks, raw_sub_blocks};
@@ -67,8 +68,27 @@ impl FsInner {
         Ok(Some(p))
     }
 
-    /// Maps `lblk` to a new block near `goal`, allocating the indirect blocks on the way.
-    /// Returns the data block; `i_blocks` counts every block allocated.
+    /// Whether every indirect block on the way to `lblk` exists in the block map of record
+    /// `raw` (a direct block needs none), so that mapping it takes its data block alone.
+    pub(crate) fn ind_index_present(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<bool> {
+        let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(false) };
+        let Some((_, above)) = offs.split_last() else { return Ok(true) };
+        let mut p = word(&raw[I_BLOCK..], slot);
+        for &o in above {
+            if p == 0 {
+                return Ok(false);
+            }
+            self.check_range(inode.ino, p, 1)?;
+            let buf = self.bread_owned(inode.ino, p)?;
+            p = word(&buf.data(), o);
+        }
+        Ok(p != 0)
+    }
+
+    /// Maps `lblk` to a new block near `goal` from `pool`, allocating the indirect blocks on
+    /// the way (from the same pool, but for writeback's: `NoFail`, as the slack an extent
+    /// tree's writeback takes its blocks from). Returns the data block; `i_blocks` counts
+    /// every block allocated.
     pub(crate) fn ind_alloc(
         &self,
         h: &Handle,
@@ -76,14 +96,16 @@ impl FsInner {
         raw: &mut [u8],
         lblk: u64,
         goal: u64,
+        pool: Pool,
     ) -> Result<u64> {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
+        let index_pool = if pool == Pool::Reserved { Pool::NoFail } else { pool };
         let sectors = u64::from(self.sbi.block_size / 512);
         let mut goal = goal;
         // Block maps hold 32-bit block numbers: allocate below 2^32 (a 64bit filesystem may
         // be larger), so that the number stored is the block allocated.
-        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64| -> Result<(u64, u32)> {
-            let (b, _) = self.alloc_blocks_below(h, *goal, 1, false, BLOCK_MAP_END)?;
+        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64, pool: Pool| -> Result<(u64, u32)> {
+            let (b, _) = self.alloc_blocks_below(h, *goal, 1, pool, BLOCK_MAP_END)?;
             raw_add_blocks(raw, sectors);
             *goal = b + 1;
             // Cannot fail for a block allocated so; refused rather than stored wrapped.
@@ -91,13 +113,13 @@ impl FsInner {
             Ok((b, b32))
         };
         if offs.is_empty() {
-            let (b, b32) = new_block(h, raw, &mut goal)?;
+            let (b, b32) = new_block(h, raw, &mut goal, pool)?;
             set_word(&mut raw[I_BLOCK..], slot, b32);
             return Ok(b);
         }
         let mut parent = word(&raw[I_BLOCK..], slot);
         if parent == 0 {
-            let (b, b32) = new_block(h, raw, &mut goal)?;
+            let (b, b32) = new_block(h, raw, &mut goal, index_pool)?;
             parent = b;
             self.zero_meta_block(h, parent)?;
             set_word(&mut raw[I_BLOCK..], slot, b32);
@@ -109,8 +131,9 @@ impl FsInner {
                 parent = cur;
                 continue;
             }
-            let (b, b32) = new_block(h, raw, &mut goal)?;
-            if depth + 1 < offs.len() {
+            let last = depth + 1 == offs.len();
+            let (b, b32) = new_block(h, raw, &mut goal, if last { pool } else { index_pool })?;
+            if !last {
                 self.zero_meta_block(h, b)?;
             }
             set_word(&mut h.write(&buf)?, o, b32);

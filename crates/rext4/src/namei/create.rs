@@ -6,6 +6,7 @@
 //! parent `op_lock` -> child `op_lock` -> journal handle -> inode records (parent, then child)
 //! -> buffers. Operations in different directories share no lock.
 
+use crate::alloc::reserved::Pool;
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
@@ -164,7 +165,7 @@ impl FsInner {
             }
         }
         let bs = self.sbi.block_size;
-        let pblk = self.append_block(h, dir, raw, 0)?;
+        let pblk = self.append_block(h, dir, raw, 0, Pool::Ordinary)?;
         let buf = self.bcache.get_fresh(pblk);
         let mut block = h.write(&buf)?;
         block.fill(0);

@@ -6,6 +6,7 @@
 //! As for other name operations: parent `op_lock` (and the target's for `link`) -> handle ->
 //! records -> buffers.
 
+use crate::alloc::reserved::Pool;
 use crate::attr::Attr;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
@@ -162,7 +163,7 @@ impl FsInner {
         } else {
             // Slow: one block, journaled like metadata (so freeing it revokes it). Without
             // room for it (a full disk, a quota) the inode is given up.
-            let pblk = match self.append_block(&h, &child, &mut craw, 0) {
+            let pblk = match self.append_block(&h, &child, &mut craw, 0, Pool::Ordinary) {
                 Ok(p) => p,
                 Err(e) => {
                     drop(craw);

@@ -7,6 +7,7 @@
 //! inode's `data_sem` and `raw` (growing the file) -> quota-file `Buffer::data`. Usage changes
 //! take only `QuotaFile::entries` (read) and then the entry's buffer (write).
 
+use crate::alloc::reserved::Pool;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
@@ -478,7 +479,9 @@ impl QuotaBlocks for Journaled<'_, '_> {
         let mut raw = q.raw_mut();
         let size = crate::inode::write::raw_size(&raw);
         if hole {
-            let pblk = fs.append_block(h, q, &mut raw, lblk)?;
+            // Quota files grow while writeback charges its blocks: they may take what
+            // index blocks may (the kernel gives them the root reserve).
+            let pblk = fs.append_block(h, q, &mut raw, lblk, Pool::NoFail)?;
             let buf = fs.bcache.get_fresh(pblk);
             h.write(&buf)?.fill(0);
         }

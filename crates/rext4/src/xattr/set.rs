@@ -19,6 +19,7 @@
 //! `Buffer::data` at a time -> xattr block cache shard. The record is changed in a copy and
 //! stored only when everything succeeded.
 
+use crate::alloc::reserved::Pool;
 use crate::cache::buffer::Buffer;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::{Fs, FsInner};
@@ -602,7 +603,7 @@ impl FsInner {
     /// for sharing.
     fn xattr_block_new(&self, h: &Handle, ino: InodeNo, content: &[u8], cache: bool) -> Result<u64> {
         let group = (ino.0 - 1) / self.sbi.inodes_per_group;
-        let (blk, _) = self.alloc_blocks(h, self.sbi.group_first_block(group), 1, true)?;
+        let (blk, _) = self.alloc_blocks(h, self.sbi.group_first_block(group), 1, Pool::Ordinary)?;
         let buf = self.bcache.get_fresh(blk);
         let mut d = h.write(&buf)?;
         d.copy_from_slice(content);

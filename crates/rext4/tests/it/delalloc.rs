@@ -289,6 +289,67 @@ fn metadata_never_takes_the_blocks_of_delayed_writes() {
     assert_eq!(fs.read_file("/f").unwrap(), &data[..done], "after reopen");
 }
 
+/// A sparse file's delayed writes need extent-tree blocks at writeback beyond the blocks they
+/// reserved; those come from the metadata slack, which directories and attribute blocks must
+/// therefore leave alone (as in `ext4_has_free_clusters`: only `METADATA_NOFAIL` mappings
+/// may take it). A user filling the disk with directories must not make writeback fail.
+#[test]
+fn directories_leave_the_slack_writeback_needs_for_tree_blocks() {
+    for ext3 in [false, true] {
+        for reserve in ["0", "5"] {
+            sparse_delayed_writes_then_directories(ext3, reserve);
+        }
+    }
+}
+
+fn sparse_delayed_writes_then_directories(ext3: bool, reserve: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d.img");
+    let image = Image::ext4("32M").block_size(4096).args(["-m", reserve]);
+    if ext3 { image.fs_type("ext3") } else { image }.build(&img);
+    let fs = open_with(&img, |o| {
+        o.page_cache_bytes = 256 << 20;
+        o.dirty_ratio = 90;
+        o.dirty_background_ratio = 90;
+        o.dirty_expire = Duration::from_secs(3600);
+    });
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let page = [5u8; 4096];
+    // Every other block: each written page is an extent of its own at writeback.
+    let mut pages = 0u64;
+    while fs.statfs().unwrap().blocks_avail > 0 {
+        fs.write(f, pages * 2 * 4096, &page).unwrap();
+        pages += 1;
+    }
+    assert!(pages > 3000, "{pages}");
+    let mut made = 0;
+    let err = loop {
+        let r = fs.mkdir(fs.root(), format!("d{made}").as_bytes(), 0o755, 0, 0).and_then(|a| {
+            fs.setxattr(a.ino, b"user.v", &[7u8; 3000], 0)?;
+            Ok(a)
+        });
+        match r {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 100_000);
+    };
+    assert_eq!(err.errno(), libc::ENOSPC, "ext3 {ext3}, -m {reserve}: {err}");
+    let synced = fs.fsync(f);
+    assert!(synced.is_ok(), "ext3 {ext3}, -m {reserve}: writeback of accepted writes: {synced:?}");
+    let mut buf = [0u8; 4096];
+    for p in [0, pages / 2, pages - 1] {
+        assert_eq!(fs.read(f, p * 2 * 4096, &mut buf).unwrap(), 4096);
+        assert_eq!(buf, page, "page {p}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    if !ext3 {
+        assert!(extent_count(&img, "/f") as u64 >= pages, "one extent a page");
+    }
+}
+
 /// With a small page cache, dirty pages stay within the hard limit, whether the flusher
 /// (woken past the background limit) or the writer itself writes them back.
 #[test]

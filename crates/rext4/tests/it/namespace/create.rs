@@ -153,6 +153,55 @@ fn interleaved_growth_deepens_extent_trees() {
     }
 }
 
+/// Directories and attribute blocks leave what data leaves (the kernel's
+/// `ext4_has_free_clusters` for an allocation without `METADATA_NOFAIL`): the root reserve,
+/// for a caller it is not for, and the metadata slack extent trees need on a full disk. Once
+/// a user's writes meet `ENOSPC`, so do the user's directories and attribute blocks; root
+/// goes on into the reserve, and stops short of the slack.
+#[test]
+fn directories_and_attribute_blocks_leave_the_reserves() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [("ext4", &["-m", "5"][..]), ("ext3", &["-t", "ext3", "-m", "5"][..])] {
+        let img = mkfs(dir.path(), name, args);
+        let fs = rw(&img);
+        let root = fs.root();
+        let st = fs.statfs().unwrap();
+        // The slack: 2% of the (64 MiB of) blocks, at most 4096, with extents; none with
+        // block maps.
+        let slack = if name == "ext4" { ((64 << 20) / u64::from(st.block_size) / 50).min(4096) } else { 0 };
+        let f = fs.create(root, b"fill", 0o644, 1000, 1000).unwrap().ino;
+        let bs = st.block_size as usize;
+        let mut off = 0u64;
+        for chunk in [1usize << 20, bs] {
+            let buf = vec![1u8; chunk];
+            while let Ok(n @ 1..) = fs.write(f, off, &buf).and_then(|n| fs.fsync(f).map(|_| n)) {
+                off += n as u64;
+            }
+        }
+        assert_eq!(fs.statfs().unwrap().blocks_avail, 0, "{name}: the user's writes took all they may");
+        let d = fs.mkdir(root, b"small", 0o755, 1000, 1000);
+        assert_eq!(d.unwrap_err().errno(), libc::ENOSPC, "{name}: the user's mkdir");
+        // An attribute too large for the inode needs a block.
+        let x = fs.setxattr(f, b"user.big", &[3u8; 3000], 0);
+        assert_eq!(x.unwrap_err().errno(), libc::ENOSPC, "{name}: the user's xattr block");
+        let mut made = 0u64;
+        rext4::with_reserved_blocks(|| {
+            while fs.mkdir(root, format!("r{made}").as_bytes(), 0o755, 0, 0).is_ok() {
+                made += 1;
+            }
+        });
+        let left = fs.statfs().unwrap();
+        // 5% of 64 MiB is 3,276 1 KiB blocks; root's directories take one each, their parent a
+        // few more.
+        assert!(made > 3000, "{name}: root made {made} directories in its reserve");
+        assert!(left.blocks_free >= slack, "{name}: {} free, slack {slack}", left.blocks_free);
+        assert!(left.blocks_free <= slack + 2, "{name}: {} free, slack {slack}", left.blocks_free);
+        fs.unmount().unwrap();
+        drop(fs);
+        fsck_clean(&img);
+    }
+}
+
 /// On a filesystem with free inodes and no free blocks, a directory (its first block) and a
 /// slow symlink (its target's block) cannot be made: `ENOSPC`, and the inode each took is
 /// given back, so the image stays clean and the inode count where it was (extents and block
