@@ -240,22 +240,41 @@ fn no_space_comes_from_the_write_never_from_writeback() {
     }
 }
 
+/// Opens `img` so that nothing is written back before the test asks.
+fn open_holding_dirty_pages(img: &Path) -> Fs {
+    open_with(img, |o| {
+        o.page_cache_bytes = 256 << 20;
+        o.dirty_ratio = 90;
+        o.dirty_background_ratio = 90;
+        o.dirty_expire = Duration::from_secs(3600);
+    })
+}
+
+/// Makes directories with a 3,000-byte attribute each (an attribute block) until the disk
+/// refuses one; returns the refusal.
+fn directories_until_refused(fs: &Fs) -> rext4::Error {
+    for made in 0..100_000 {
+        let r = fs.mkdir(fs.root(), format!("d{made}").as_bytes(), 0o755, 0, 0).and_then(|a| {
+            fs.setxattr(a.ino, b"user.v", &[7u8; 3000], 0)?;
+            Ok(a)
+        });
+        if let Err(e) = r {
+            return e;
+        }
+    }
+    panic!("100,000 directories on a full disk");
+}
+
 /// Blocks reserved for delayed writes are not anyone else's: once the disk is full of
-/// delayed writes, directories and attribute blocks (metadata, which may use the slack kept
-/// for extent splits) fail with `ENOSPC` rather than take them, and every accepted byte still
-/// reaches the disk (`ext4_has_free_clusters` counts dirty clusters for every allocation).
+/// delayed writes, directories and attribute blocks fail with `ENOSPC` rather than take
+/// them, and every accepted byte still reaches the disk (`ext4_has_free_clusters` counts
+/// dirty clusters for every allocation).
 #[test]
 fn metadata_never_takes_the_blocks_of_delayed_writes() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d.img");
     Image::ext4("32M").block_size(4096).args(["-m", "0"]).build(&img);
-    // Nothing written back before the test asks.
-    let fs = open_with(&img, |o| {
-        o.page_cache_bytes = 256 << 20;
-        o.dirty_ratio = 90;
-        o.dirty_background_ratio = 90;
-        o.dirty_expire = Duration::from_secs(3600);
-    });
+    let fs = open_holding_dirty_pages(&img);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let data = pattern(3, 64 << 20);
     let mut done = 0usize;
@@ -266,19 +285,7 @@ fn metadata_never_takes_the_blocks_of_delayed_writes() {
     }
     assert!(done > 16 << 20, "{done}");
     assert_eq!(fs.writeback_stats().dirty_pages, done as u64 / 4096, "delayed writes wait in memory");
-    // Directories and attribute blocks until the disk refuses them.
-    let mut made = 0;
-    let err = loop {
-        let r = fs.mkdir(fs.root(), format!("d{made}").as_bytes(), 0o755, 0, 0).and_then(|a| {
-            fs.setxattr(a.ino, b"user.v", &[7u8; 3000], 0)?;
-            Ok(a)
-        });
-        match r {
-            Ok(_) => made += 1,
-            Err(e) => break e,
-        }
-        assert!(made < 100_000);
-    };
+    let err = directories_until_refused(&fs);
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
     fs.fsync(f).expect("writeback of accepted writes");
     assert_eq!(fs.read_file("/f").unwrap(), &data[..done]);
@@ -307,12 +314,7 @@ fn sparse_delayed_writes_then_directories(ext3: bool, reserve: &str) {
     let img = dir.path().join("d.img");
     let image = Image::ext4("32M").block_size(4096).args(["-m", reserve]);
     if ext3 { image.fs_type("ext3") } else { image }.build(&img);
-    let fs = open_with(&img, |o| {
-        o.page_cache_bytes = 256 << 20;
-        o.dirty_ratio = 90;
-        o.dirty_background_ratio = 90;
-        o.dirty_expire = Duration::from_secs(3600);
-    });
+    let fs = open_holding_dirty_pages(&img);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let page = [5u8; 4096];
     // Every other block: each written page is an extent of its own at writeback.
@@ -322,18 +324,7 @@ fn sparse_delayed_writes_then_directories(ext3: bool, reserve: &str) {
         pages += 1;
     }
     assert!(pages > 3000, "{pages}");
-    let mut made = 0;
-    let err = loop {
-        let r = fs.mkdir(fs.root(), format!("d{made}").as_bytes(), 0o755, 0, 0).and_then(|a| {
-            fs.setxattr(a.ino, b"user.v", &[7u8; 3000], 0)?;
-            Ok(a)
-        });
-        match r {
-            Ok(_) => made += 1,
-            Err(e) => break e,
-        }
-        assert!(made < 100_000);
-    };
+    let err = directories_until_refused(&fs);
     assert_eq!(err.errno(), libc::ENOSPC, "ext3 {ext3}, -m {reserve}: {err}");
     let synced = fs.fsync(f);
     assert!(synced.is_ok(), "ext3 {ext3}, -m {reserve}: writeback of accepted writes: {synced:?}");
