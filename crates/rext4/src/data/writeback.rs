@@ -195,6 +195,7 @@ impl FsInner {
         let journal = self.journal()?.clone();
         let bs = u64::from(self.sbi.block_size);
         let mut blocks = 0u64;
+        let mut retried = false;
         loop {
             // Whole runs at once (up to an extent's length), so that the allocator can find
             // them one free run that holds them all; unwritten blocks among them are
@@ -214,13 +215,26 @@ impl FsInner {
             let h = journal.start(DATA_CREDITS)?;
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
-            let Filled { runs, reached, .. } = crate::alloc::reserved::writing_back(|| {
+            let filled = crate::alloc::reserved::writing_back(|| {
                 self.fill_map(&h, inode, &mut raw, lo, hi, false, true)
-            })?;
-            if reached == lo {
-                // Cannot happen while the reservations hold: every dirty page has a block.
-                return Err(Error::NoSpace);
-            }
+            });
+            let Filled { runs, reached, .. } = match filled {
+                Ok(f) if f.reached > lo => f,
+                // Every dirty page has a block while the reservations hold, but blocks freed
+                // by a transaction not yet committed count as free and are not for reuse
+                // (busy): commit them, and try again, as the general write path does.
+                Ok(_) | Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {
+                    drop(raw);
+                    drop(_d);
+                    h.stop();
+                    journal.sync()?;
+                    retried = true;
+                    continue;
+                }
+                Ok(_) => return Err(Error::NoSpace),
+                Err(e) => return Err(e),
+            };
+            retried = false;
             // The stretch's runs: each part of one that a piece the allocator found holds is
             // one write.
             let taken = inode.dirty.lock().take_front(lo, reached);

@@ -4,6 +4,7 @@
 
 use crate::alloc::balloc::BLOCK_MAP_END;
 use crate::alloc::reserved::Pool;
+use crate::cache::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::write::{raw_add_blocks, raw_sub_blocks};
@@ -11,6 +12,7 @@ use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use crate::num::usize_from;
 use rext4_format::inode::{DIND_BLOCK, IND_BLOCK, NDIR_BLOCKS, TIND_BLOCK};
+use std::sync::Arc;
 
 const I_BLOCK: usize = 0x28;
 
@@ -88,7 +90,10 @@ impl FsInner {
     /// Maps `lblk` to a new block near `goal` from `pool`, allocating the indirect blocks on
     /// the way (from the same pool, but for writeback's: `NoFail`, as the slack an extent
     /// tree's writeback takes its blocks from). Returns the data block; `i_blocks` counts
-    /// every block allocated.
+    /// every block allocated. Every block is allocated before anything is linked (the
+    /// kernel's `ext4_alloc_branch`, then `ext4_splice_branch`): a failure part way gives
+    /// back what it took and leaves the map as it was, so no block is left allocated that
+    /// nothing names.
     pub(crate) fn ind_alloc(
         &self,
         h: &Handle,
@@ -100,52 +105,66 @@ impl FsInner {
     ) -> Result<u64> {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
         let index_pool = if pool == Pool::Reserved { Pool::NoFail } else { pool };
-        let sectors = u64::from(self.sbi.block_size / 512);
-        let mut goal = goal;
+        // The chain is b0 (named by the record's `slot`), b1 = b0[offs[0]], ..., and the data
+        // block b[n] = b[n-1][offs[n-1]]. Find the first missing link and its parent.
+        let n = offs.len();
+        let mut first_missing = 0;
+        let mut parent: Option<Arc<Buffer>> = None;
+        let mut p = word(&raw[I_BLOCK..], slot);
+        if p != 0 {
+            for (depth, &o) in offs.iter().enumerate() {
+                let buf = self.bread_owned(inode.ino, p)?;
+                let cur = word(&buf.data(), o);
+                parent = Some(buf);
+                first_missing = depth + 1;
+                if cur == 0 {
+                    break;
+                }
+                p = cur;
+            }
+            if first_missing == n && parent.as_ref().is_some_and(|b| word(&b.data(), offs[n - 1]) != 0) {
+                return Ok(p);
+            }
+            if n == 0 {
+                return Ok(p);
+            }
+        }
         // Block maps hold 32-bit block numbers: allocate below 2^32 (a 64bit filesystem may
         // be larger), so that the number stored is the block allocated.
-        let new_block = |h: &Handle, raw: &mut [u8], goal: &mut u64, pool: Pool| -> Result<(u64, u32)> {
-            let (b, _) = self.alloc_blocks_below(h, *goal, 1, pool, BLOCK_MAP_END)?;
-            raw_add_blocks(raw, sectors);
-            *goal = b + 1;
-            // Cannot fail for a block allocated so; refused rather than stored wrapped.
-            let b32 = u32::try_from(b).map_err(|_| Error::FileTooBig)?;
-            Ok((b, b32))
-        };
-        if offs.is_empty() {
-            let (b, b32) = new_block(h, raw, &mut goal, pool)?;
-            set_word(&mut raw[I_BLOCK..], slot, b32);
-            return Ok(b);
-        }
-        let mut parent = word(&raw[I_BLOCK..], slot);
-        if parent == 0 {
-            let (b, b32) = new_block(h, raw, &mut goal, index_pool)?;
-            parent = b;
-            self.zero_meta_block(h, parent)?;
-            set_word(&mut raw[I_BLOCK..], slot, b32);
-        }
-        for (depth, &o) in offs.iter().enumerate() {
-            let buf = self.bread_owned(inode.ino, parent)?;
-            let cur = word(&buf.data(), o);
-            if cur != 0 {
-                parent = cur;
-                continue;
+        let mut new: Vec<u64> = Vec::with_capacity(n + 1 - first_missing);
+        let mut goal = goal;
+        for level in first_missing..=n {
+            let from = if level == n { pool } else { index_pool };
+            match self.alloc_blocks_below(h, goal, 1, from, BLOCK_MAP_END) {
+                Ok((b, _)) => {
+                    new.push(b);
+                    goal = b + 1;
+                }
+                Err(e) => {
+                    for (k, &b) in new.iter().enumerate() {
+                        // Index blocks are metadata (revoked); the data block is never one
+                        // here, as the last allocation is the one that failed.
+                        self.free_blocks(h, b, 1, first_missing + k < n)?;
+                    }
+                    return Err(e);
+                }
             }
-            let last = depth + 1 == offs.len();
-            let (b, b32) = new_block(h, raw, &mut goal, if last { pool } else { index_pool })?;
-            if !last {
-                self.zero_meta_block(h, b)?;
-            }
-            set_word(&mut h.write(&buf)?, o, b32);
-            parent = b;
         }
-        Ok(parent)
-    }
-
-    fn zero_meta_block(&self, h: &Handle, b: u64) -> Result<()> {
-        let buf = self.bcache.get_fresh(b);
-        h.write(&buf)?.fill(0);
-        Ok(())
+        let word32 = |b: u64| u32::try_from(b).map_err(|_| Error::FileTooBig);
+        // The new index blocks, each naming the next new block; then the splice.
+        for (k, pair) in new.windows(2).enumerate() {
+            let buf = self.bcache.get_fresh(pair[0]);
+            let mut d = h.write(&buf)?;
+            d.fill(0);
+            set_word(&mut d, offs[first_missing + k], word32(pair[1])?);
+        }
+        let top = word32(new[0])?;
+        match parent {
+            Some(buf) => set_word(&mut h.write(&buf)?, offs[first_missing - 1], top),
+            None => set_word(&mut raw[I_BLOCK..], slot, top),
+        }
+        raw_add_blocks(raw, new.len() as u64 * u64::from(self.sbi.block_size / 512));
+        Ok(new[new.len() - 1])
     }
 
     /// Frees every block of logical blocks `from..to` of the block map in `raw` (data, and the

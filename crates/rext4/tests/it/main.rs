@@ -18,6 +18,7 @@ mod delalloc;
 mod discard;
 mod file_write;
 mod flags;
+mod full_disk_model;
 mod htree;
 mod journal;
 mod kernel_written;
