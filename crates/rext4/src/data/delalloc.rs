@@ -316,12 +316,12 @@ impl FsInner {
             return Ok(None);
         }
         let _d = inode.data_sem.read();
-        let (mapped, size) = {
+        let (mapped, size, block_map) = {
             let raw = inode.raw();
             if raw_flags(&raw) & INLINE_DATA_FL != 0 {
                 return Ok(None);
             }
-            (self.map_runs(inode, &raw, first, last)?, raw_size(&raw))
+            (self.map_runs(inode, &raw, first, last)?, raw_size(&raw), raw_flags(&raw) & EXTENTS_FL == 0)
         };
         // Pages go over the holes (reserved) and the unwritten extents (not: invariant 5).
         let mut under: Vec<(u64, u64, bool)> = Vec::new();
@@ -340,7 +340,7 @@ impl FsInner {
             }
             at = at.max(e.lblk + e.len);
         }
-        if !self.delay_fits_block_map(inode, &under)? {
+        if block_map && !self.delay_fits_block_map(inode, &under)? {
             return Ok(None);
         }
         let written: Vec<_> = mapped.iter().filter(|e| !e.unwritten).copied().collect();
@@ -395,7 +395,7 @@ impl FsInner {
     }
 
     /// Whether a block-mapped file's pages over the holes `under` find their indirect blocks
-    /// in place (always, for an extent-mapped file). A reservation counts data blocks only;
+    /// in place. A reservation counts data blocks only;
     /// an extent tree's writeback takes its tree blocks from the metadata slack, which a
     /// block map has not (`s_resv_clusters` is 0 without extents). A page that would need a
     /// new indirect block therefore takes the general path, which allocates it now, so that
@@ -403,9 +403,6 @@ impl FsInner {
     /// writes the file's dirty pages back first, so the indirect blocks found here stay.
     fn delay_fits_block_map(&self, inode: &Inode, under: &[(u64, u64, bool)]) -> Result<bool> {
         let raw = inode.raw();
-        if raw_flags(&raw) & EXTENTS_FL != 0 {
-            return Ok(true);
-        }
         for &(lo, hi, hole) in under {
             if hole {
                 for lblk in lo..hi {

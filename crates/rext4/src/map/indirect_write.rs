@@ -16,6 +16,13 @@ use std::sync::Arc;
 
 const I_BLOCK: usize = 0x28;
 
+/// What [`FsInner::ind_walk`] found of a chain of blocks in a block map.
+struct Walk {
+    links: usize,
+    last: u64,
+    parent: Option<Arc<Buffer>>,
+}
+
 /// Pointer `i` of a block-map array (`i_block` or an indirect block).
 pub(super) fn word(b: &[u8], i: usize) -> u64 {
     u64::from(u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
@@ -52,22 +59,38 @@ impl FsInner {
         None
     }
 
+    /// How much of the chain to a block exists in the block map of record `raw`: the chain
+    /// is b0 (named by the record's `slot`), b1 = b0[offs[0]], and so on. `links` of its
+    /// blocks are there in a row, `last` is the deepest of them (0 when none is), and
+    /// `parent` the index block holding the first missing pointer.
+    fn ind_walk(&self, inode: &Inode, raw: &[u8], slot: usize, offs: &[usize]) -> Result<Walk> {
+        let mut w = Walk { links: 0, last: word(&raw[I_BLOCK..], slot), parent: None };
+        if w.last == 0 {
+            return Ok(w);
+        }
+        w.links = 1;
+        for &o in offs {
+            let buf = self.bread_owned(inode.ino, w.last)?;
+            let next = word(&buf.data(), o);
+            if next == 0 {
+                w.parent = Some(buf);
+                break;
+            }
+            w.last = next;
+            w.links += 1;
+        }
+        Ok(w)
+    }
+
     /// The physical block of `lblk` in the block map of record `raw`, if mapped.
     pub(crate) fn ind_lookup(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<Option<u64>> {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(None) };
-        let mut p = word(&raw[I_BLOCK..], slot);
-        for &o in &offs {
-            if p == 0 {
-                return Ok(None);
-            }
-            let buf = self.bread_owned(inode.ino, p)?;
-            p = word(&buf.data(), o);
-        }
-        if p == 0 {
+        let w = self.ind_walk(inode, raw, slot, &offs)?;
+        if w.links <= offs.len() {
             return Ok(None);
         }
-        self.check_range(inode.ino, p, 1)?;
-        Ok(Some(p))
+        self.check_range(inode.ino, w.last, 1)?;
+        Ok(Some(w.last))
     }
 
     /// Whether every indirect block on the way to `lblk` exists in the block map of record
@@ -75,16 +98,7 @@ impl FsInner {
     pub(crate) fn ind_index_present(&self, inode: &Inode, raw: &[u8], lblk: u64) -> Result<bool> {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Ok(false) };
         let Some((_, above)) = offs.split_last() else { return Ok(true) };
-        let mut p = word(&raw[I_BLOCK..], slot);
-        for &o in above {
-            if p == 0 {
-                return Ok(false);
-            }
-            self.check_range(inode.ino, p, 1)?;
-            let buf = self.bread_owned(inode.ino, p)?;
-            p = word(&buf.data(), o);
-        }
-        Ok(p != 0)
+        Ok(self.ind_walk(inode, raw, slot, above)?.links > above.len())
     }
 
     /// Maps `lblk` to a new block near `goal` from `pool`, allocating the indirect blocks on
@@ -105,29 +119,11 @@ impl FsInner {
     ) -> Result<u64> {
         let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
         let index_pool = if pool == Pool::Reserved { Pool::NoFail } else { pool };
-        // The chain is b0 (named by the record's `slot`), b1 = b0[offs[0]], ..., and the data
-        // block b[n] = b[n-1][offs[n-1]]. Find the first missing link and its parent.
+        // The chain's last block, b[n], is the data block; b[first_missing..=n] are new.
         let n = offs.len();
-        let mut first_missing = 0;
-        let mut parent: Option<Arc<Buffer>> = None;
-        let mut p = word(&raw[I_BLOCK..], slot);
-        if p != 0 {
-            for (depth, &o) in offs.iter().enumerate() {
-                let buf = self.bread_owned(inode.ino, p)?;
-                let cur = word(&buf.data(), o);
-                parent = Some(buf);
-                first_missing = depth + 1;
-                if cur == 0 {
-                    break;
-                }
-                p = cur;
-            }
-            if first_missing == n && parent.as_ref().is_some_and(|b| word(&b.data(), offs[n - 1]) != 0) {
-                return Ok(p);
-            }
-            if n == 0 {
-                return Ok(p);
-            }
+        let Walk { links: first_missing, last, parent } = self.ind_walk(inode, raw, slot, &offs)?;
+        if first_missing > n {
+            return Ok(last);
         }
         // Block maps hold 32-bit block numbers: allocate below 2^32 (a 64bit filesystem may
         // be larger), so that the number stored is the block allocated.
