@@ -140,23 +140,35 @@ impl FsInner {
             let h = journal.start(DATA_CREDITS)?;
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
+            // The map is edited in place: a failure part way still journals the inode with
+            // what this handle did (blocks it allocated, extents it converted), so memory and
+            // the log agree; the error is returned after.
+            let mut failed = None;
+            let mut reached = cur;
             if first && zero {
-                self.zero_partial(inode, &raw, offset, end)?;
+                if let Err(e) = self.zero_partial(inode, &raw, offset, end) {
+                    failed = Some(e);
+                }
             }
             first = false;
-            let mut reached = cur;
-            if cur < hi {
+            if cur < hi && failed.is_none() {
                 if zero {
                     // Stored blocks become unwritten in place (`ext4_zero_range`).
                     let upto = hi.min(cur + CHUNK_BLOCKS);
-                    let written: Vec<Ext> = self
-                        .map_runs(inode, &raw, cur, upto)?
-                        .into_iter()
-                        .filter(|e| !e.unwritten)
-                        .take(OPS_PER_HANDLE)
-                        .collect();
+                    let written: Vec<Ext> = match self.map_runs(inode, &raw, cur, upto) {
+                        Ok(runs) => runs.into_iter().filter(|e| !e.unwritten).take(OPS_PER_HANDLE).collect(),
+                        Err(e) => {
+                            failed = Some(e);
+                            Vec::new()
+                        }
+                    };
                     for e in &written {
-                        self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))?;
+                        if let Err(err) =
+                            self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))
+                        {
+                            failed = Some(err);
+                            break;
+                        }
                     }
                     if !written.is_empty() {
                         // Written blocks now read as zeros: their pages go.
@@ -167,22 +179,27 @@ impl FsInner {
                     } else {
                         upto
                     };
-                    reached = cur;
-                    while reached < conv_end {
+                    while reached < conv_end && failed.is_none() {
                         match self.fill_map(&h, inode, &mut raw, reached, conv_end, true, false) {
                             Ok(f) if f.reached > reached => reached = f.reached,
                             Ok(_) => break,
                             Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
-                            Err(e) => return Err(e),
+                            Err(e) => failed = Some(e),
                         }
                     }
                 } else {
                     match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true, false) {
                         Ok(f) => reached = f.reached,
                         Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
-                        Err(e) => return Err(e),
+                        Err(e) => failed = Some(e),
                     }
                 }
+            }
+            if let Some(e) = failed {
+                self.mark_inode_dirty(&h, inode, &mut raw)?;
+                drop(raw);
+                h.stop();
+                return Err(e);
             }
             let done = reached >= hi;
             let grows = done && !keep && end > raw_size(&raw);
@@ -263,10 +280,19 @@ impl FsInner {
                 Some(w) => {
                     let right_len = w.lblk + w.len - lo;
                     let right_pblk = w.pblk + (lo - w.lblk);
+                    // Cutting an extent's tail and shifting keys take no block; the right
+                    // part's new entry may (a split), and without one the cut is undone: the
+                    // part goes back to its left neighbour, which it merges with.
+                    let right = Some((right_pblk, w.unwritten));
                     self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, None)?;
                     self.ext_shift(&h, inode, &mut raw, lo, n as i64)?;
                     let moved = lo + n..lo + n + right_len;
-                    self.ext_remap(&h, inode, &mut raw, moved, Some((right_pblk, w.unwritten)))?;
+                    if let Err(e) = self.ext_remap(&h, inode, &mut raw, moved, right) {
+                        self.ext_shift(&h, inode, &mut raw, lo + n, -(n as i64))?;
+                        self.ext_remap(&h, inode, &mut raw, lo..lo + right_len, right)?;
+                        self.mark_inode_dirty(&h, inode, &mut raw)?;
+                        return Err(e);
+                    }
                 }
                 None => self.ext_shift(&h, inode, &mut raw, lo, n as i64)?,
             }

@@ -265,8 +265,16 @@ impl FsInner {
                 Some(e) if e.lblk <= cur => {
                     it.next();
                     if e.unwritten && !unwritten {
-                        // Written now: convert (`ext4_ext_convert_to_initialized`).
-                        self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false)))?;
+                        // Written now: convert (`ext4_ext_convert_to_initialized`). A split
+                        // the tree has no block for ends the runs here (the map is as it was).
+                        match self.ext_remap(h, inode, raw, e.lblk..e.lblk + e.len, Some((e.pblk, false))) {
+                            Ok(_) => {}
+                            Err(Error::NoSpace) if !runs.is_empty() => {
+                                short = true;
+                                break;
+                            }
+                            Err(err) => return Err(err),
+                        }
                         ops += 1;
                         runs.push(Run { lblk: e.lblk, len: e.len, pblk: e.pblk, fresh: true });
                     } else {
@@ -306,7 +314,13 @@ impl FsInner {
                         };
                         let (p, n) = (got.0, u64::from(got.1));
                         if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
+                            // The map is as it was (a split takes all its blocks or none):
+                            // runs already mapped stay, for the caller to write or unmap.
                             self.free_blocks(h, p, n, false)?;
+                            if matches!(e, Error::NoSpace) && !runs.is_empty() {
+                                short = true;
+                                break;
+                            }
                             return Err(e);
                         }
                         raw_add_blocks(raw, n * sectors);

@@ -305,7 +305,14 @@ impl FsInner {
             }
             if touched {
                 let last = path.len() - 1;
-                self.ext_store(h, inode, raw, &path, last, Entries::Leaf(exts), tail)?;
+                let mut spare = Vec::new();
+                let stored =
+                    self.ext_store(h, inode, raw, &path, last, Entries::Leaf(exts), tail, &mut spare);
+                // A store refused part way (damage found) gives back the blocks it did not use.
+                for b in spare {
+                    self.free_blocks(h, b, 1, true)?;
+                }
+                stored?;
             }
             cur = seg_hi;
         }
@@ -315,6 +322,10 @@ impl FsInner {
     /// Stores `entries` as the contents of `path[lvl]`, splitting, freeing or growing the tree
     /// as needed and fixing the parent's keys. `tail` says the change was at the node's end
     /// (an append), so a split moves only the last entry to the new node.
+    ///
+    /// A split that runs up the path takes every new block it needs before it changes any
+    /// node (`spare`, filled at the first overflow, as `ext4_ext_split` does): out of space,
+    /// the tree is left as it was, never with a split node its parent does not name.
     #[allow(clippy::too_many_arguments)]
     fn ext_store(
         &self,
@@ -325,6 +336,7 @@ impl FsInner {
         lvl: usize,
         mut entries: Entries,
         tail: bool,
+        spare: &mut Vec<u64>,
     ) -> Result<()> {
         let level = &path[lvl];
         let sectors = u64::from(self.sbi.block_size / 512);
@@ -337,7 +349,7 @@ impl FsInner {
             let parent = &path[lvl - 1];
             let Entries::Index(mut pv) = parent.entries.clone() else { return unreachable_leaf() };
             pv.remove(parent.pos);
-            return self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), false);
+            return self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), false, spare);
         }
         if n == 0 {
             // The tree is empty: the root becomes an empty leaf.
@@ -354,19 +366,20 @@ impl FsInner {
                 return Ok(());
             }
             self.ext_write_node(h, inode, level.buf.as_ref(), level.depth, level.max, &entries)?;
-            return self.ext_fix_key(h, inode, raw, path, lvl, entries.first_key());
+            return self.ext_fix_key(h, inode, raw, path, lvl, entries.first_key(), spare);
         }
         // Overflow.
         let goal = level
             .blk()
             .or_else(|| path.get(1).and_then(Level::blk))
             .unwrap_or_else(|| self.inode_goal(inode));
+        if spare.is_empty() {
+            self.ext_take_split_blocks(h, path, lvl, goal, spare)?;
+        }
+        // Filled just above with one block for each level the split reaches.
+        let Some(blk) = spare.pop() else { return Err(Error::NoSpace) };
         if lvl == 0 {
             // The root moves into a new block one level down (`ext4_ext_grow_indepth`).
-            if usize::from(level.depth) >= usize::from(fe::MAX_DEPTH) {
-                return Err(Error::NoSpace);
-            }
-            let (blk, _) = self.alloc_blocks(h, goal, 1, Pool::NoFail)?;
             raw_add_blocks(raw, sectors);
             let buf = self.bcache.get_fresh(blk);
             let max = self.ext_block_max();
@@ -381,7 +394,6 @@ impl FsInner {
         // Split: the right part goes to a new block; the parent gains its index.
         let at = if tail && n - 1 <= level.max { n - 1 } else { n / 2 };
         let right = entries.split_off(at);
-        let (blk, _) = self.alloc_blocks(h, goal, 1, Pool::NoFail)?;
         raw_add_blocks(raw, sectors);
         let buf = self.bcache.get_fresh(blk);
         self.ext_write_node(h, inode, Some(&buf), level.depth, self.ext_block_max(), &right)?;
@@ -391,11 +403,49 @@ impl FsInner {
         pv[parent.pos].0 = entries.first_key().unwrap_or(pv[parent.pos].0);
         pv.insert(parent.pos + 1, (right.first_key().unwrap_or(0), blk));
         let tail = tail && parent.pos + 2 == pv.len();
-        self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), tail)
+        self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), tail, spare)
+    }
+
+    /// Allocates, into `spare`, one block for each node a split of `path[lvl]` overflows:
+    /// that node, each full parent above it, and the root's move down if the split reaches
+    /// it. All of them or none.
+    fn ext_take_split_blocks(
+        &self,
+        h: &Handle,
+        path: &[Level],
+        lvl: usize,
+        goal: u64,
+        spare: &mut Vec<u64>,
+    ) -> Result<()> {
+        let mut need = 1;
+        let mut l = lvl;
+        while l > 0 && path[l - 1].entries.len() + 1 > path[l - 1].max {
+            need += 1;
+            l -= 1;
+        }
+        if l == 0 && usize::from(path[0].depth) >= usize::from(fe::MAX_DEPTH) {
+            // The root would have to move down past the deepest tree the format allows.
+            return Err(Error::NoSpace);
+        }
+        while spare.len() < need {
+            let want = u32::try_from(need - spare.len()).unwrap_or(1);
+            match self.alloc_blocks(h, goal, want, Pool::NoFail) {
+                Ok((blk, n)) => spare.extend((0..u64::from(n)).map(|k| blk + k).rev()),
+                Err(e) => {
+                    for &b in spare.iter() {
+                        self.free_blocks(h, b, 1, true)?;
+                    }
+                    spare.clear();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// After `path[lvl]` was stored with first key `first`: makes the parent's index key
     /// equal to it (and so on up while keys change).
+    #[allow(clippy::too_many_arguments)]
     fn ext_fix_key(
         &self,
         h: &Handle,
@@ -404,6 +454,7 @@ impl FsInner {
         path: &[Level],
         lvl: usize,
         first: Option<u64>,
+        spare: &mut Vec<u64>,
     ) -> Result<()> {
         if lvl == 0 {
             return Ok(());
@@ -415,7 +466,7 @@ impl FsInner {
             return Ok(());
         }
         pv[parent.pos].0 = first;
-        self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), false)
+        self.ext_store(h, inode, raw, path, lvl - 1, Entries::Index(pv), false, spare)
     }
 
     /// A root with a single child small enough to live in `i_block` takes the child's
@@ -799,3 +850,7 @@ mod tests {
         assert_eq!(v.len(), 2);
     }
 }
+
+#[cfg(test)]
+#[path = "extents_write_tests.rs"]
+mod full_disk_tests;
