@@ -194,6 +194,26 @@ impl FsInner {
         room: Option<Room>,
     ) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::AddEntry);
+        let added = self.add_entry_steps(h, dir, name, ino, ft, room);
+        if added.is_err() {
+            // Refused after a step that grew the directory (an index node split, an inline
+            // directory moved to a block, then no block for the leaf): the record in memory
+            // has the new block, and the log must too, as the caller journals the directory
+            // only on success.
+            self.mark_inode_dirty(h, dir, &mut dir.raw_mut())?;
+        }
+        added
+    }
+
+    fn add_entry_steps(
+        &self,
+        h: &Handle,
+        dir: &Inode,
+        name: &[u8],
+        ino: InodeNo,
+        ft: u8,
+        room: Option<Room>,
+    ) -> Result<()> {
         let bs = self.sbi.block_size;
         if self.is_dx(dir) {
             return self.dx_add_entry(h, dir, name, ino, ft, room);

@@ -527,3 +527,66 @@ fn readdir_positions_survive_splits() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+/// A directory that grows on a full disk, one block at a time: each refused name is
+/// followed by a check of the image and one block set free. Where the index had to grow (a
+/// new level) and then had no block for the leaf, the directory's record held the new block
+/// in memory only: the journaled index named a block past the directory's journaled end,
+/// until some later change to the directory journaled its record. Every name made stays,
+/// and the image is clean after every refusal.
+#[test]
+fn an_index_growing_on_a_full_disk_stays_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 1 KiB blocks: three 255-byte names to a leaf, 124 leaves under the root.
+    let img = mkfs(tmp.path(), "full", &["-b", "1024"], "8M");
+    let mut fs = rw(&img);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+    let spares: Vec<Vec<u8>> = (0..400).map(|k| format!("spare{k}").into_bytes()).collect();
+    for s in &spares {
+        let f = fs.create(root, s, 0o644, 0, 0).unwrap().ino;
+        fs.write(f, 0, b"x").unwrap();
+    }
+    let fill = fs.create(root, b"fill", 0o644, 0, 0).unwrap().ino;
+    let chunk = vec![1u8; 1 << 16];
+    let mut at = 0u64;
+    rext4::with_reserved_blocks(|| {
+        while let Ok(n) = fs.write(fill, at, &chunk) {
+            at += n as u64;
+        }
+    });
+    fs.sync().unwrap();
+    let name = |i: usize| {
+        let mut n = format!("{i:05}-").into_bytes();
+        n.resize(255, b'a' + (i % 26) as u8);
+        n
+    };
+    let (mut made, mut freed, mut refusals) = (Vec::new(), 0, 0);
+    while made.len() < 600 && freed < spares.len() {
+        let i = made.len();
+        match rext4::with_reserved_blocks(|| fs.create(d, &name(i), 0o644, 0, 0)) {
+            Ok(_) => made.push(name(i)),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "name {i}: {e}");
+                refusals += 1;
+                fs.unmount().unwrap();
+                drop(fs);
+                e2fsck_clean(&img);
+                fs = rw(&img);
+                fs.unlink(root, &spares[freed]).unwrap();
+                freed += 1;
+                fs.sync().unwrap();
+            }
+        }
+    }
+    assert!(refusals > 100, "the disk was full for most names: {refusals} refusals");
+    assert!(made.len() > 3 * 124, "the index grew a level: {} names", made.len());
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    assert_eq!(htree_levels(&img, "/d"), Some(1), "an index of two levels");
+    let have = names(&fs, d);
+    assert_eq!(have.len(), made.len());
+    assert!(made.iter().all(|n| have.contains(n)), "every name made is listed");
+}
