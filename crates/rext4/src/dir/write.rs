@@ -194,7 +194,45 @@ impl FsInner {
         room: Option<Room>,
     ) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::AddEntry);
-        let added = self.add_entry_steps(h, dir, name, ino, ft, room);
+        let steps = || -> Result<()> {
+            let bs = self.sbi.block_size;
+            if self.is_dx(dir) {
+                return self.dx_add_entry(h, dir, name, ino, ft, room);
+            }
+            let need = fd::rec_len_for(name.len());
+            let fits = |area: &[u8]| self.area_slot(area, need);
+            let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft);
+            if self.edit_leaf(h, dir, name, fits, put)?.is_some() {
+                return Ok(());
+            }
+            if self.has_inline_data(dir) {
+                // `i_block` is full: the attribute space takes the name if it can, once given to
+                // the directory; else the entries move into a block (`ext4_try_add_inline_entry`).
+                if self.inline_grow(h, dir)? && self.edit_inline(h, dir, fits, put)?.is_some() {
+                    return Ok(());
+                }
+                self.inline_dir_to_block(h, dir)?;
+                return self.add_entry(h, dir, name, ino, ft);
+            }
+            let nblocks = dir.size().div_ceil(u64::from(bs));
+            if nblocks == 1 && self.can_index(dir) {
+                return self.make_indexed_dir(h, dir, name, ino, ft);
+            }
+            // No room: a new block at the end.
+            let ft = if self.sbi.filetype { ft } else { 0 };
+            let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
+            // Readers map directory blocks under data_sem: keep them off the tree being edited,
+            // and off the new block until it holds its entry.
+            let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &dir.data_sem);
+            let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk, Pool::Ordinary)?;
+            let buf = self.bcache.get_fresh(pblk);
+            let mut block = h.write(&buf)?;
+            block.fill(0);
+            put_entry(&mut block, 0, bs, ino.0, self.entry_area(), name, ft);
+            self.seal_leaf_in(dir, &buf, &mut block);
+            Ok(())
+        };
+        let added = steps();
         if added.is_err() {
             // Refused after a step that grew the directory (an index node split, an inline
             // directory moved to a block, then no block for the leaf): the record in memory
@@ -203,53 +241,6 @@ impl FsInner {
             self.mark_inode_dirty(h, dir, &mut dir.raw_mut())?;
         }
         added
-    }
-
-    fn add_entry_steps(
-        &self,
-        h: &Handle,
-        dir: &Inode,
-        name: &[u8],
-        ino: InodeNo,
-        ft: u8,
-        room: Option<Room>,
-    ) -> Result<()> {
-        let bs = self.sbi.block_size;
-        if self.is_dx(dir) {
-            return self.dx_add_entry(h, dir, name, ino, ft, room);
-        }
-        let need = fd::rec_len_for(name.len());
-        let fits = |area: &[u8]| self.area_slot(area, need);
-        let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft);
-        if self.edit_leaf(h, dir, name, fits, put)?.is_some() {
-            return Ok(());
-        }
-        if self.has_inline_data(dir) {
-            // `i_block` is full: the attribute space takes the name if it can, once given to
-            // the directory; else the entries move into a block (`ext4_try_add_inline_entry`).
-            if self.inline_grow(h, dir)? && self.edit_inline(h, dir, fits, put)?.is_some() {
-                return Ok(());
-            }
-            self.inline_dir_to_block(h, dir)?;
-            return self.add_entry(h, dir, name, ino, ft);
-        }
-        let nblocks = dir.size().div_ceil(u64::from(bs));
-        if nblocks == 1 && self.can_index(dir) {
-            return self.make_indexed_dir(h, dir, name, ino, ft);
-        }
-        // No room: a new block at the end.
-        let ft = if self.sbi.filetype { ft } else { 0 };
-        let lblk = u32::try_from(nblocks).map_err(|_| Error::NoSpace)?;
-        // Readers map directory blocks under data_sem: keep them off the tree being edited,
-        // and off the new block until it holds its entry.
-        let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &dir.data_sem);
-        let pblk = self.append_block(h, dir, &mut dir.raw_mut(), lblk, Pool::Ordinary)?;
-        let buf = self.bcache.get_fresh(pblk);
-        let mut block = h.write(&buf)?;
-        block.fill(0);
-        put_entry(&mut block, 0, bs, ino.0, self.entry_area(), name, ft);
-        self.seal_leaf_in(dir, &buf, &mut block);
-        Ok(())
     }
 
     /// Allocates a block from `pool` and maps it at `lblk` of `inode` (record `raw`), growing
