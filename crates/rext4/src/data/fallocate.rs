@@ -140,67 +140,66 @@ impl FsInner {
             let h = journal.start(DATA_CREDITS)?;
             let _d = self.stats.write(crate::fs::stats::LockClass::DataSem, &inode.data_sem);
             let mut raw = inode.raw_mut();
-            // The map is edited in place: a failure part way still journals the inode with
-            // what this handle did (blocks it allocated, extents it converted), so memory and
-            // the log agree; the error is returned after.
-            let mut failed = None;
-            let mut reached = cur;
-            if first && zero {
-                if let Err(e) = self.zero_partial(inode, &raw, offset, end) {
-                    failed = Some(e);
+            // The map is edited in place: a step refused part way still journals the inode
+            // with what this handle did (blocks it allocated, extents it converted), so memory
+            // and the log agree; the error is returned after.
+            let step = (|| -> Result<u64> {
+                if first && zero {
+                    self.zero_partial(inode, &raw, offset, end)?;
                 }
-            }
-            first = false;
-            if cur < hi && failed.is_none() {
-                if zero {
-                    // Stored blocks become unwritten in place (`ext4_zero_range`).
-                    let upto = hi.min(cur + CHUNK_BLOCKS);
-                    let written: Vec<Ext> = match self.map_runs(inode, &raw, cur, upto) {
-                        Ok(runs) => runs.into_iter().filter(|e| !e.unwritten).take(OPS_PER_HANDLE).collect(),
-                        Err(e) => {
-                            failed = Some(e);
-                            Vec::new()
-                        }
-                    };
-                    for e in &written {
-                        if let Err(err) =
-                            self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))
-                        {
-                            failed = Some(err);
-                            break;
-                        }
-                    }
-                    if !written.is_empty() {
-                        // Written blocks now read as zeros: their pages go.
-                        inode.invalidate_pages();
-                    }
-                    let conv_end = if written.len() == OPS_PER_HANDLE {
-                        written.last().map_or(upto, |e| e.lblk + e.len)
-                    } else {
-                        upto
-                    };
-                    while reached < conv_end && failed.is_none() {
-                        match self.fill_map(&h, inode, &mut raw, reached, conv_end, true, false) {
-                            Ok(f) if f.reached > reached => reached = f.reached,
-                            Ok(_) => break,
-                            Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
-                            Err(e) => failed = Some(e),
-                        }
-                    }
-                } else {
+                let mut reached = cur;
+                if cur >= hi {
+                    return Ok(reached);
+                }
+                if !zero {
                     match self.fill_map(&h, inode, &mut raw, cur, hi.min(cur + CHUNK_BLOCKS), true, false) {
                         Ok(f) => reached = f.reached,
                         Err(Error::NoSpace) if !retried && self.has_busy_blocks() => {}
-                        Err(e) => failed = Some(e),
+                        Err(e) => return Err(e),
+                    }
+                    return Ok(reached);
+                }
+                // Stored blocks become unwritten in place (`ext4_zero_range`).
+                let upto = hi.min(cur + CHUNK_BLOCKS);
+                let written: Vec<Ext> = self
+                    .map_runs(inode, &raw, cur, upto)?
+                    .into_iter()
+                    .filter(|e| !e.unwritten)
+                    .take(OPS_PER_HANDLE)
+                    .collect();
+                if !written.is_empty() {
+                    // Written blocks are about to read as zeros: their pages go (no reader
+                    // fills a page while `data_sem` is held for writing).
+                    inode.invalidate_pages();
+                }
+                for e in &written {
+                    self.ext_remap(&h, inode, &mut raw, e.lblk..e.lblk + e.len, Some((e.pblk, true)))?;
+                }
+                let conv_end = if written.len() == OPS_PER_HANDLE {
+                    written.last().map_or(upto, |e| e.lblk + e.len)
+                } else {
+                    upto
+                };
+                while reached < conv_end {
+                    match self.fill_map(&h, inode, &mut raw, reached, conv_end, true, false) {
+                        Ok(f) if f.reached > reached => reached = f.reached,
+                        Ok(_) => break,
+                        Err(Error::NoSpace) if !retried && self.has_busy_blocks() => break,
+                        Err(e) => return Err(e),
                     }
                 }
-            }
-            if let Some(e) = failed {
-                self.mark_inode_dirty(&h, inode, &mut raw)?;
-                drop(raw);
-                h.stop();
-                return Err(e);
-            }
+                Ok(reached)
+            })();
+            first = false;
+            let reached = match step {
+                Ok(reached) => reached,
+                Err(e) => {
+                    self.mark_inode_dirty(&h, inode, &mut raw)?;
+                    drop(raw);
+                    h.stop();
+                    return Err(e);
+                }
+            };
             let done = reached >= hi;
             let grows = done && !keep && end > raw_size(&raw);
             if grows {
