@@ -408,21 +408,40 @@ impl FsInner {
         gid: u32,
         links: u16,
     ) -> Result<Arc<Inode>> {
-        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        // A directory marked to pass its project on gives it to what is made in it
-        // (`__ext4_new_inode`); everything else starts in project 0.
         let projid = if self.sbi.sb.ro_compat().contains(RoCompat::PROJECT) {
-            let dir = self.iget(parent)?;
-            let r = dir.raw();
-            let r = rec_ref(&r);
-            if r.flags() & fi::PROJINHERIT_FL != 0 {
-                r.projid()
-            } else {
-                0
-            }
+            self.inherited_project(&self.iget(parent)?.raw())
         } else {
             0
         };
+        self.new_inode_in(h, parent, goal, mode, uid, gid, links, projid)
+    }
+
+    /// The project a new inode made in the directory with record `dir_raw` starts in: the
+    /// directory's where it is marked to pass it on (`__ext4_new_inode`), else 0.
+    pub(crate) fn inherited_project(&self, dir_raw: &[u8]) -> u32 {
+        let r = rec_ref(dir_raw);
+        if self.sbi.sb.ro_compat().contains(RoCompat::PROJECT) && r.flags() & fi::PROJINHERIT_FL != 0 {
+            r.projid()
+        } else {
+            0
+        }
+    }
+
+    /// [`FsInner::new_inode`] in project `projid`, for a caller that cannot have the parent's
+    /// record read (it holds it for writing).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_inode_in(
+        &self,
+        h: &Handle,
+        parent: InodeNo,
+        goal: Option<&AtomicU32>,
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        links: u16,
+        projid: u32,
+    ) -> Result<Arc<Inode>> {
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         if self.quota.is_on() {
             self.quota_inode_check([uid, gid, projid])?;
             self.quota_prepare(h, [uid, gid, projid])?;

@@ -191,9 +191,6 @@ impl SbInfo {
                 feature_names(FeatureKind::RoCompat, unknown_ro.bits()).join(", ")
             ));
         }
-        if let Some(why) = crate::quota::unsupported(&sb) {
-            ro_reasons.push(why.into());
-        }
         if sb.incompat().contains(Incompat::MMP) {
             ro_reasons.push("multi-mount protection (mmp) is not implemented for writing".into());
         }

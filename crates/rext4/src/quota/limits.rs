@@ -185,6 +185,32 @@ impl FsInner {
         self.quota_fit(c, || Ok(0), 1).map(|_| ())
     }
 
+    /// Checks that inode `ino` (record `raw`) may be charged one more inode and the blocks of
+    /// a value of `len` bytes, for a value it is to keep in an EA inode
+    /// (`ext4_xattr_inode_alloc_quota`).
+    pub(crate) fn quota_ea_value_check(
+        &self,
+        ino: rext4_format::InodeNo,
+        raw: &[u8],
+        len: u64,
+    ) -> Result<()> {
+        if !self.quota.enforced() || ignoring() {
+            return Ok(());
+        }
+        let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
+        let t = now();
+        for (ty, &id) in c.ids.iter().enumerate() {
+            if !self.inodes_fit(ty, id, t, 1)? {
+                return Err(Error::QuotaExceeded);
+            }
+        }
+        let blocks = len.div_ceil(u64::from(self.sbi.block_size));
+        if blocks > 0 && self.quota_fit(c, || Ok(0), blocks)? < blocks {
+            return Err(Error::QuotaExceeded);
+        }
+        Ok(())
+    }
+
     /// How many of `want` blocks fit in the limits of `c`'s ids, `pending` bytes of the
     /// record not charged yet; `EDQUOT` when none.
     fn quota_fit(&self, c: super::Charge, pending: impl FnOnce() -> Result<u64>, want: u64) -> Result<u64> {
@@ -213,19 +239,19 @@ impl FsInner {
         }
         let t = now();
         for (ty, id) in ids.into_iter().enumerate() {
-            if !self.inode_fits(ty, id, t)? {
+            if !self.inodes_fit(ty, id, t, 1)? {
                 return Err(Error::QuotaExceeded);
             }
         }
         Ok(())
     }
 
-    /// Whether `ty`'s entry for `id` may count one more inode at time `now` (`check_idq`),
+    /// Whether `ty`'s entry for `id` may count `n` more inodes at time `now` (`check_idq`),
     /// for a caller bound by limits.
-    fn inode_fits(&self, ty: usize, id: u32, now: u64) -> Result<bool> {
+    fn inodes_fit(&self, ty: usize, id: u32, now: u64, n: u64) -> Result<bool> {
         let Some(d) = self.quota_limited(ty, id)? else { return Ok(true) };
         let lim = limit(d.dqb_ihardlimit.get(), d.dqb_isoftlimit.get(), d.dqb_itime.get(), now);
-        Ok(lim.is_none_or(|l| d.dqb_curinodes.get() < l))
+        Ok(lim.is_none_or(|l| d.dqb_curinodes.get().saturating_add(n) <= l))
     }
 
     /// Checks that `inode` (record `raw`: one inode and its space) fits in the ids it is
@@ -236,10 +262,12 @@ impl FsInner {
             return Ok(());
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
+        // The inode, and the values it keeps in EA inodes.
+        let inodes = c.inodes + self.block_ea_count(inode.ino, raw)?;
         let t = now();
         for (ty, (&from, &id)) in c.ids.iter().zip(&to).enumerate() {
             if from != id
-                && (!self.inode_fits(ty, id, t)?
+                && (!self.inodes_fit(ty, id, t, inodes)?
                     || self.space_room(ty, id, t)?.is_some_and(|room| c.space > room))
             {
                 return Err(Error::QuotaExceeded);

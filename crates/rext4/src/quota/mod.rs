@@ -10,16 +10,21 @@
 //! | `limits` | enforcing limits: `EDQUOT`, grace times, delayed writes' reservations |
 //! | `report` | every id's entry for `repquota`, limits set as `setquota` does |
 //!
-//! What is counted is what e2fsck counts (`quota_compute_usage`): every inode in use from the
-//! root and the first non-reserved inode on, but the project quota file, the orphan file and
-//! EA inodes, each charged one inode and `i_blocks` in bytes to its owner, its group and its
-//! project. Limits are enforced only where the open asks for it (`limits`; the kernel's
-//! `usrquota`/`grpquota`/`prjquota` mount options), and kept as they are otherwise.
+//! What is counted is what e2fsck counts (pass 1): every inode in use from the root and the
+//! first non-reserved inode on, but the project quota file, the orphan file and EA inodes,
+//! each charged `i_blocks` in bytes and one inode to its owner, its group and its project,
+//! plus one inode more for each of its attribute entries whose value lives in an EA inode
+//! (those values' blocks being in its `i_blocks` already; the kernel's
+//! `ext4_xattr_inode_alloc_quota` and `ext4_get_inode_usage`). EA inodes themselves are
+//! charged to nobody. Limits are enforced only where the open asks for it (`limits`; the
+//! kernel's `usrquota`/`grpquota`/`prjquota` mount options), and kept as they are otherwise.
 //!
 //! Charges follow the records: [`FsInner::mark_inode_dirty`] compares the record it writes with
 //! the one in the inode table (the last one written) and moves the difference; a new inode's
 //! first write charges it whole, and [`FsInner::quota_free_inode`] takes it back when it is
-//! freed. Entries for new ids are added before the record changes
+//! freed. The EA-inode entries of an inode's xattr block are not in its record: the block's
+//! changes charge them as they make or drop them ([`FsInner::quota_add_inodes`]), and a change
+//! of owner moves them with the rest. Entries for new ids are added before the record changes
 //! ([`FsInner::quota_prepare`]), so that adding one (which may grow the quota file) does not
 //! happen under another inode's record lock; a missing entry is still added when charged.
 //!
@@ -38,7 +43,7 @@ use crate::fs::FsInner;
 use crate::inode::write::rec_ref;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
-use rext4_format::features::{Incompat, RoCompat};
+use rext4_format::features::RoCompat;
 use rext4_format::inode::{EA_INODE_FL, HUGE_FILE_FL};
 use std::sync::atomic::Ordering;
 use tree::QuotaFile;
@@ -62,11 +67,13 @@ pub(crate) struct Quotas {
     rsv: [limits::Reserved; TYPES],
 }
 
-/// What a record is charged: its user, group and project, and its space in bytes.
+/// What a record is charged: its user, group and project, its space in bytes, and its
+/// inodes (itself and the EA-inode values its in-inode area names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Charge {
     ids: [u32; TYPES],
     space: u64,
+    inodes: u64,
 }
 
 impl Quotas {
@@ -135,7 +142,16 @@ impl FsInner {
         } else {
             512
         };
-        Some(Charge { ids: [r.uid(), r.gid(), r.projid()], space: r.blocks().saturating_mul(unit) })
+        let ea = if self.sbi.ea_inode {
+            crate::xattr::area::ibody_area(raw).map_or(0, |a| crate::xattr::area::ea_entry_count(a, 0))
+        } else {
+            0
+        };
+        Some(Charge {
+            ids: [r.uid(), r.gid(), r.projid()],
+            space: r.blocks().saturating_mul(unit),
+            inodes: 1 + ea,
+        })
     }
 
     /// The user, group and project inode `inode` is charged to.
@@ -171,27 +187,64 @@ impl FsInner {
         if from == Some(to) {
             return Ok(());
         }
-        // Cannot overflow in practice: i_blocks is 48 bits of 512 bytes (2^57 bytes).
+        // Cannot overflow in practice: i_blocks is 48 bits of 512 bytes (2^57 bytes), and a
+        // record names fewer EA inodes than it has bytes.
         let space = |c: &Charge| i64::try_from(c.space).unwrap_or(i64::MAX);
+        let inodes = |c: &Charge| i64::try_from(c.inodes).unwrap_or(i64::MAX);
+        // The xattr block's EA-inode values move with the inode to a new owner. (A change of
+        // owner and of attributes never share one record write, so the block `new` names is
+        // the one the old record named.)
+        let mut in_block = None;
         for (ty, qf) in self.quota.files.iter().enumerate() {
             let Some(qf) = qf else { continue };
             let id = to.ids[ty];
             match from {
                 Some(f) if f.ids[ty] == id => {
-                    let d = space(&to) - space(&f);
-                    if d != 0 {
+                    let (ds, di) = (space(&to) - space(&f), inodes(&to) - inodes(&f));
+                    if ds != 0 || di != 0 {
                         let s = self.quota_slot(h, qf, id)?;
-                        self.quota_add(h, ty, s, d, 0)?;
+                        self.quota_add(h, ty, s, ds, di)?;
                     }
                 }
                 _ => {
                     if let Some(f) = from {
+                        let b = match in_block {
+                            Some(b) => b,
+                            None => *in_block
+                                .insert(i64::try_from(self.block_ea_count(inode.ino, new)?).unwrap_or(0)),
+                        };
                         let s = self.quota_slot(h, qf, f.ids[ty])?;
-                        self.quota_add(h, ty, s, -space(&f), -1)?;
+                        self.quota_add(h, ty, s, -space(&f), -inodes(&f) - b)?;
+                        let s = self.quota_slot(h, qf, id)?;
+                        self.quota_add(h, ty, s, space(&to), inodes(&to) + b)?;
+                    } else {
+                        let s = self.quota_slot(h, qf, id)?;
+                        self.quota_add(h, ty, s, space(&to), inodes(&to))?;
                     }
-                    let s = self.quota_slot(h, qf, id)?;
-                    self.quota_add(h, ty, s, space(&to), 1)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges `delta` inodes (may be negative) to the ids of inode `ino`'s record `raw`
+    /// under `h`: EA-inode values its xattr block gained or lost (`ext4_xattr_inode_alloc_quota`,
+    /// `ext4_xattr_inode_free_quota`).
+    pub(crate) fn quota_add_inodes(
+        &self,
+        h: &Handle,
+        ino: rext4_format::InodeNo,
+        raw: &[u8],
+        delta: i64,
+    ) -> Result<()> {
+        if delta == 0 || !self.quota.is_on() {
+            return Ok(());
+        }
+        let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
+        for (ty, qf) in self.quota.files.iter().enumerate() {
+            if let Some(qf) = qf {
+                let s = self.quota_slot(h, qf, c.ids[ty])?;
+                self.quota_add(h, ty, s, 0, delta)?;
             }
         }
         Ok(())
@@ -205,18 +258,13 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
         let space = i64::try_from(c.space).unwrap_or(i64::MAX);
+        let inodes = i64::try_from(c.inodes).unwrap_or(i64::MAX);
         for (ty, qf) in self.quota.files.iter().enumerate() {
             if let Some(qf) = qf {
                 let s = self.quota_slot(h, qf, c.ids[ty])?;
-                self.quota_add(h, ty, s, -space, -1)?;
+                self.quota_add(h, ty, s, -space, -inodes)?;
             }
         }
         Ok(())
     }
-}
-
-/// Why writing is refused for a quota setup this engine does not keep, if it is.
-pub(crate) fn unsupported(sb: &rext4_format::superblock::Superblock) -> Option<&'static str> {
-    (sb.ro_compat().contains(RoCompat::QUOTA) && sb.incompat().contains(Incompat::EA_INODE))
-        .then_some("quota accounting of values in EA inodes is not implemented for writing")
 }

@@ -322,6 +322,12 @@ pub(crate) fn ibody_area(raw: &[u8]) -> Option<&[u8]> {
     ibody_first(raw).filter(|&first| has_ibody_magic(raw, first)).map(|first| &raw[first..])
 }
 
+/// How many entries of the area at `first` in `base` keep their value in an EA inode (0 for
+/// a malformed area: its inode's use of it reports the damage).
+pub(crate) fn ea_entry_count(base: &[u8], first: usize) -> u64 {
+    entries(base, first).map_or(0, |(ents, _)| ents.iter().filter(|e| e.value_inum != 0).count() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,20 +107,32 @@ impl FsInner {
     }
 
     /// A reference to an EA inode holding `value`: one already holding it, or a new one
-    /// owned by `uid`/`gid`, near inode `owner`. Returns its number and the value's hash.
+    /// owned by the owner of `owner` (its record copy `raw`, whose lock the caller holds for
+    /// writing), near it. Returns its number and the value's hash.
     pub(super) fn ea_inode_create(
         &self,
         h: &Handle,
         owner: InodeNo,
-        uid: u32,
-        gid: u32,
+        raw: &[u8],
         value: &[u8],
     ) -> Result<(u32, u32)> {
         let hash = self.ea_value_hash(value);
         if let Some(ea) = self.ea_inode_share(h, owner, value, hash)? {
             return Ok((ea, hash));
         }
-        let inode = self.new_inode(h, owner, None, fi::S_IFREG | 0o600, uid, gid, 1)?;
+        // As the kernel's `ext4_xattr_inode_create`: made in the root directory, whose project
+        // it takes where the root passes one on, with the inode after its owner as goal. (The
+        // root's record is the copy when the root is the owner: its lock is held.)
+        let root = rext4_format::types::ROOT_INO;
+        let projid = if owner == root {
+            self.inherited_project(raw)
+        } else {
+            self.inherited_project(&self.iget(root)?.raw())
+        };
+        let goal = std::sync::atomic::AtomicU32::new(owner.0 + 1);
+        let r = crate::inode::write::rec_ref(raw);
+        let (uid, gid) = (r.uid(), r.gid());
+        let inode = self.new_inode_in(h, root, Some(&goal), fi::S_IFREG | 0o600, uid, gid, 1, projid)?;
         match self.ea_inode_init(h, &inode, value, hash) {
             Ok(()) => {
                 self.ea_inode_cache.insert(hash, u64::from(inode.ino.0));

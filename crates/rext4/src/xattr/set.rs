@@ -377,9 +377,10 @@ impl FsInner {
     /// An EA inode holding `value`, for inode `ino` whose record copy is `raw` (the owner's
     /// ids go to the EA inode, as in the kernel).
     fn ea_inode_new(&self, h: &Handle, ino: InodeNo, raw: &[u8], value: &[u8]) -> Result<(u32, u32)> {
-        // Cannot fail: records are at least 128 bytes (checked at open).
-        let d = fi::Inode::parse(raw).unwrap();
-        self.ea_inode_create(h, ino, d.uid(), d.gid(), value)
+        // The owner is charged an inode and the value's blocks: its quotas must have room
+        // (`ext4_xattr_inode_alloc_quota`).
+        self.quota_ea_value_check(ino, raw, value.len() as u64)?;
+        self.ea_inode_create(h, ino, raw, value)
     }
 
     fn ibody_find(&self, ino: InodeNo, raw: &[u8], index: u8, name: &[u8]) -> Result<Option<IbodySearch>> {
@@ -517,6 +518,11 @@ impl FsInner {
         }
         let charge = if new_blk.is_some() { self.ea_charge(owner, &content, BLOCK_HEADER_SIZE) } else { 0 };
         self.raw_add_bytes(raw, charge - charged);
+        // One inode of quota for each entry naming an EA inode (the in-inode area's follow the
+        // record).
+        let had = bs.old.as_ref().map_or(0, |(_, _, d)| area::ea_entry_count(d, BLOCK_HEADER_SIZE));
+        let has = if new_blk.is_some() { eas.len() as u64 } else { 0 };
+        self.quota_add_inodes(h, ino, raw, has as i64 - had as i64)?;
         raw_set_file_acl(raw, new_blk.unwrap_or(0));
         if let Some(ob) = old_blk.filter(|&b| Some(b) != new_blk) {
             self.xattr_release_block(h, owner, ob)?;
@@ -709,6 +715,18 @@ impl FsInner {
             0
         };
         Ok(self.ibody_ea_charge(owner, raw) + block)
+    }
+
+    /// How many entries of the xattr block that inode `ino` (record `raw`) names keep their
+    /// value in an EA inode: what the block adds to the inode's quota inode count.
+    pub(crate) fn block_ea_count(&self, ino: InodeNo, raw: &[u8]) -> Result<u64> {
+        let blk = crate::inode::write::rec_ref(raw).file_acl();
+        if !self.sbi.ea_inode || blk == 0 {
+            return Ok(0);
+        }
+        let buf = self.xattr_block(ino, blk)?;
+        let d = buf.data();
+        Ok(area::ea_entry_count(&d, BLOCK_HEADER_SIZE))
     }
 
     /// [`FsInner::ea_charge`] of the record's in-inode area.

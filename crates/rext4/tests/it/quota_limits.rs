@@ -240,6 +240,43 @@ fn directory_and_attribute_blocks_are_checked() {
     assert_eq!(quota_usage(&img, "user", 1009), Some((12 << 10, 2)));
 }
 
+/// With `ea_inode`, a value kept in an EA inode costs its owner an inode and the value's
+/// blocks: past either limit it is refused with `EDQUOT` and nothing changes
+/// (`ext4_xattr_inode_alloc_quota`); values that fit in the inode or the block cost no inode.
+#[test]
+fn values_in_ea_inodes_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("q.img");
+    Image::ext4("64M").args(QUOTA_ARGS).args(["-O", "ea_inode"]).build(&img);
+    let fs = open(&img, ALL);
+    // Two inodes: the file and one value.
+    fs.set_quota_limits(QuotaType::User, 1010, limits(0, 0, 0, 2)).unwrap();
+    let f = new_file(&fs, "f", 1010);
+    fs.setxattr(f, b"user.a", &[1u8; 20_000], 0).unwrap();
+    edquot(fs.setxattr(f, b"user.b", &[2u8; 20_000], 0), "a second value's inode");
+    assert!(matches!(fs.getxattr(f, b"user.b"), Err(Error::NoData)));
+    fs.setxattr(f, b"user.c", &[3u8; 1000], 0).unwrap();
+    // Replacing the value takes a new EA inode before the old one goes, as in the kernel.
+    edquot(fs.setxattr(f, b"user.a", &[4u8; 20_000], 0), "a replacement's inode");
+    assert_eq!(fs.getxattr(f, b"user.a").unwrap(), vec![1u8; 20_000]);
+    assert_eq!(user(&fs, 1010).inodes, 2);
+    // Space: 64 KiB allowed; a file of 40 KiB and a value of 30,000 bytes (8 blocks) do not fit.
+    fs.set_quota_limits(QuotaType::User, 1011, limits(0, 64, 0, 0)).unwrap();
+    let g = new_file(&fs, "g", 1011);
+    fs.write(g, 0, &[5u8; 40 << 10]).unwrap();
+    fs.fsync(g).unwrap();
+    edquot(fs.setxattr(g, b"user.v", &[6u8; 30_000], 0), "a value's blocks");
+    fs.setxattr(g, b"user.v", &[6u8; 20_000], 0).unwrap();
+    with_quota_limits_ignored(|| fs.setxattr(g, b"user.w", &[7u8; 30_000], 0)).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    // The value's 5 blocks, and the xattr block `user.c` went to.
+    assert_eq!(quota_usage(&img, "user", 1010), Some(((5 + 1) << 12, 2)));
+    // 40 KiB, and 5 and 8 value blocks (both entries in the inode).
+    assert_eq!(quota_usage(&img, "user", 1011), Some(((10 + 5 + 8) << 12, 3)));
+}
+
 /// Limits are kept, not enforced, unless asked for (the default), and asking for them on an
 /// image without the quota feature is refused.
 #[test]

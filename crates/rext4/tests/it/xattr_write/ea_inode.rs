@@ -5,10 +5,16 @@ use super::*;
 /// With `ea_inode`: values too large for an xattr area go to EA inodes of their own, at once
 /// or when neither area has room left; replacing, removing and unlinking free them again. The
 /// kernel reads every value, and can go on removing them; e2fsck counts the references right.
+/// Also with `project` (a new EA inode's project is its root directory's, which was once read
+/// through the record the change holds, and waited for forever).
 #[test]
 fn values_in_ea_inodes() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, args) in [("4k", &["-O", "ea_inode"][..]), ("1k", &["-b", "1024", "-O", "ea_inode"][..])] {
+    for (name, args) in [
+        ("4k", &["-O", "ea_inode"][..]),
+        ("1k", &["-b", "1024", "-O", "ea_inode"][..]),
+        ("project", &["-O", "ea_inode,project"][..]),
+    ] {
         let img = mkfs(dir.path(), name, args);
         let in_use = inodes_in_use(&img);
         let fs = rw(&img);
