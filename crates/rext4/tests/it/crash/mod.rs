@@ -13,6 +13,7 @@ mod data;
 mod fsync;
 mod metadata;
 mod migrate;
+mod xattr;
 
 use rext4::dev::CrashDevice;
 use rext4::{Fs, Options};
