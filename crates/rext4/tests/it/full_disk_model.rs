@@ -1,9 +1,11 @@
 //! A full disk, checked against a model: random writes (delayed and not, sparse ones needing
-//! tree blocks, tiny ones that may stay inline), fallocate in every mode, directories with
-//! attribute blocks, slow symlinks, attributes on the files, files replaced by rename,
-//! truncates, punches, fsyncs and remounts, on a small image nearly filled first, as a user
-//! and as root, on extent and block-map layouts with 1 KiB and 4 KiB blocks, inline data,
-//! quota, and an image that runs out of inodes first.
+//! tree blocks, tiny ones that may stay inline), fallocate in every mode, directories sharing
+//! one attribute block, slow symlinks, attributes on the files (several names; values in the
+//! inode, in blocks that files share and copy when one changes, and in EA inodes), files
+//! replaced by rename, truncates, punches, fsyncs and remounts, on a small image nearly filled
+//! first, as a user and as root, on extent and block-map layouts with 1 KiB and 4 KiB blocks,
+//! inline data, quota, `ea_inode` with and without quota, and an image that runs out of inodes
+//! first.
 //!
 //! What must hold:
 //! - a refusal is only ever `ENOSPC` (or a short write), or the errno the kernel gives the
@@ -28,6 +30,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const FILES: usize = 3;
+/// Attribute names per file (`user.m0`..).
+const NAMES: u8 = 3;
 /// How far into a file the ops reach.
 const SPAN: u64 = 4 << 20;
 
@@ -42,16 +46,56 @@ enum Falloc {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Write { file: usize, off: u64, len: usize, root: bool },
-    Fallocate { file: usize, kind: Falloc, off: u64, len: u64, root: bool },
-    Dir { root: bool },
-    Symlink { len: usize, root: bool },
-    Xattr { file: usize, len: usize, root: bool },
-    RemoveXattr { file: usize },
-    Replace { file: usize, len: usize, root: bool },
-    Truncate { file: usize, size: u64 },
-    Punch { file: usize, off: u64, len: u64 },
-    Fsync { file: usize },
+    Write {
+        file: usize,
+        off: u64,
+        len: usize,
+        root: bool,
+    },
+    Fallocate {
+        file: usize,
+        kind: Falloc,
+        off: u64,
+        len: u64,
+        root: bool,
+    },
+    Dir {
+        root: bool,
+    },
+    Symlink {
+        len: usize,
+        root: bool,
+    },
+    /// Attribute `user.m{name}`; `shared`: a value every file may have too, so that files
+    /// share one attribute block and a change to it copies the block.
+    Xattr {
+        file: usize,
+        name: u8,
+        len: usize,
+        shared: bool,
+        root: bool,
+    },
+    RemoveXattr {
+        file: usize,
+        name: u8,
+    },
+    Replace {
+        file: usize,
+        len: usize,
+        root: bool,
+    },
+    Truncate {
+        file: usize,
+        size: u64,
+    },
+    Punch {
+        file: usize,
+        off: u64,
+        len: u64,
+    },
+    Fsync {
+        file: usize,
+    },
     RemoveDir,
     Remount,
 }
@@ -68,9 +112,16 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(file, kind, off, len, root)| Op::Fallocate { file, kind, off: off * 1024, len: len * 1024, root }),
         3 => any::<bool>().prop_map(|root| Op::Dir { root }),
         1 => (1usize..1024, any::<bool>()).prop_map(|(len, root)| Op::Symlink { len, root }),
-        1 => (file.clone(), prop_oneof![1usize..100, 500usize..3000], any::<bool>())
-            .prop_map(|(file, len, root)| Op::Xattr { file, len, root }),
-        1 => file.clone().prop_map(|file| Op::RemoveXattr { file }),
+        // In-inode, block-sized, and (with `ea_inode`) EA-inode values; without `ea_inode`
+        // a value larger than a block is refused with `ENOSPC`, as the kernel's is.
+        2 => (file.clone(), 0..NAMES, prop_oneof![2 => 1usize..100, 2 => 500usize..3000, 1 => 3000usize..20_000],
+              any::<bool>(), any::<bool>())
+            .prop_map(|(file, name, len, shared, root)| {
+                // Shared values come in a few sizes, so that equal ones meet.
+                let len = if shared { [40, 900, 2000, 6000][len % 4] } else { len };
+                Op::Xattr { file, name, len, shared, root }
+            }),
+        1 => (file.clone(), 0..NAMES).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => (file.clone(), 0usize..200_000, any::<bool>()).prop_map(|(file, len, root)| Op::Replace { file, len, root }),
         1 => (file.clone(), 0u64..SPAN).prop_map(|(file, size)| Op::Truncate { file, size }),
         1 => (file.clone(), 0u64..SPAN, 1u64..200_000).prop_map(|(file, off, len)| Op::Punch { file, off, len }),
@@ -105,11 +156,16 @@ fn expect_errno(e: rext4::Error, allowed: &[i32], what: &str) {
 struct Model {
     inos: Vec<InodeNo>,
     data: Vec<Vec<u8>>,
-    xattrs: Vec<Option<Vec<u8>>>,
+    /// Each file's attributes, by name.
+    xattrs: Vec<BTreeMap<u8, Vec<u8>>>,
     /// Directories made, by name.
     dirs: Vec<Vec<u8>>,
     /// Symlinks made: name -> target.
     links: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+fn xattr_name(name: u8) -> Vec<u8> {
+    format!("user.m{name}").into_bytes()
 }
 
 fn read_all(fs: &Fs, ino: InodeNo, len: usize, when: &str) -> Vec<u8> {
@@ -131,13 +187,21 @@ fn check(fs: &Fs, m: &Model, when: &str) {
         if let Some(at) = buf.iter().zip(data).position(|(a, b)| a != b) {
             panic!("{when}: file {k} differs at byte {at}: {} not {}", buf[at], data[at]);
         }
-        match (&m.xattrs[k], fs.getxattr(ino, b"user.m")) {
-            (Some(v), Ok(got)) => assert!(got == *v, "{when}: file {k}'s attribute"),
-            (None, Err(e)) => assert_eq!(e.errno(), libc::ENODATA, "{when}: file {k}'s attribute"),
-            (want, got) => {
-                panic!("{when}: file {k}'s attribute: want {:?}, got {:?}", want.is_some(), got.is_ok())
+        for name in 0..NAMES {
+            match (m.xattrs[k].get(&name), fs.getxattr(ino, &xattr_name(name))) {
+                (Some(v), Ok(got)) => assert!(got == *v, "{when}: file {k}'s attribute {name}"),
+                (None, Err(e)) => assert_eq!(e.errno(), libc::ENODATA, "{when}: file {k}'s attribute {name}"),
+                (want, got) => panic!(
+                    "{when}: file {k}'s attribute {name}: want {:?}, got {:?}",
+                    want.map(Vec::len),
+                    got.map(|v| v.len())
+                ),
             }
         }
+        let mut names = fs.listxattr(ino).unwrap_or_else(|e| panic!("{when}: listxattr: {e}"));
+        names.sort();
+        let want: Vec<Vec<u8>> = m.xattrs[k].keys().map(|&n| xattr_name(n)).collect();
+        assert_eq!(names, want, "{when}: file {k}'s attribute names");
     }
     for (name, target) in &m.links {
         let ino =
@@ -289,20 +353,28 @@ fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64) {
                 Err(e) => expect_errno(e, &[libc::ENOSPC], &what),
             }
         }
-        Op::Xattr { file, len, root } => {
-            let value = vec![(i % 251) as u8; len];
-            match as_caller(root, || fs.setxattr(m.inos[file], b"user.m", &value, 0)) {
-                Ok(()) => m.xattrs[file] = Some(value),
+        Op::Xattr { file, name, len, shared, root } => {
+            let value: Vec<u8> = if shared {
+                (0..len).map(|j| (len + j / 97) as u8).collect()
+            } else {
+                (0..len).map(|j| (i + j / 89) as u8).collect()
+            };
+            match as_caller(root, || fs.setxattr(m.inos[file], &xattr_name(name), &value, 0)) {
+                Ok(()) => {
+                    m.xattrs[file].insert(name, value);
+                }
                 Err(e) => expect_errno(e, &[libc::ENOSPC], &what),
             }
         }
-        Op::RemoveXattr { file } => match fs.removexattr(m.inos[file], b"user.m") {
+        Op::RemoveXattr { file, name } => match fs.removexattr(m.inos[file], &xattr_name(name)) {
             Ok(()) => {
-                assert!(m.xattrs[file].take().is_some(), "{what}: removed an attribute never set")
+                assert!(m.xattrs[file].remove(&name).is_some(), "{what}: removed an attribute never set")
             }
+            // Removing may need a block: one shared with other files is copied first.
+            Err(e) if e.errno() == libc::ENOSPC => assert!(m.xattrs[file].contains_key(&name), "{what}"),
             Err(e) => {
                 assert_eq!(e.errno(), libc::ENODATA, "{what}: {e}");
-                assert!(m.xattrs[file].is_none(), "{what}: the attribute is gone");
+                assert!(!m.xattrs[file].contains_key(&name), "{what}: the attribute is gone");
             }
         },
         Op::Replace { file, len, root } => {
@@ -327,7 +399,7 @@ fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64) {
                 .unwrap_or_else(|e| panic!("{what}: rename: {e}"));
             m.inos[file] = ino;
             m.data[file] = data[..n].to_vec();
-            m.xattrs[file] = None;
+            m.xattrs[file].clear();
         }
         Op::Truncate { file, size } => {
             match fs.setattr(m.inos[file], &SetAttr { size: Some(size), ..SetAttr::default() }) {
@@ -377,7 +449,7 @@ fn run(img: &Path, filler: u64, ops: &[Op], layout: Layout) {
             .map(|k| fs.create(root, format!("f{k}").as_bytes(), 0o666, 1000, 1000).unwrap().ino)
             .collect(),
         data: vec![Vec::new(); FILES],
-        xattrs: vec![None; FILES],
+        xattrs: vec![BTreeMap::new(); FILES],
         ..Model::default()
     };
     for (i, op) in ops.iter().enumerate() {
@@ -412,6 +484,9 @@ fn case(kind: &str, reserve: &str, filler: u64, ops: &[Op]) {
         "ext3-1k" => (image.block_size(1024).fs_type("ext3"), block_map),
         "inline_data" => (image.block_size(4096).features("inline_data"), inline),
         "quota" => (image.block_size(4096).features("quota"), extents),
+        // Values too large for a block's attribute area live in EA inodes.
+        "ea_inode" => (image.block_size(1024).features("ea_inode"), extents),
+        "ea_inode_quota" => (image.block_size(4096).features("ea_inode,quota"), extents),
         // Inodes run out before blocks do, in some cases.
         "few_inodes" => (image.block_size(4096).inodes(24), extents),
         _ => unreachable!("layout {kind}"),
@@ -459,6 +534,16 @@ proptest! {
     #[test]
     fn full_disk_few_inodes(filler in 20u64..26, reserve in reserve(), ops in ops()) {
         case("few_inodes", reserve, filler, &ops);
+    }
+
+    #[test]
+    fn full_disk_ea_inode(filler in 20u64..26, reserve in reserve(), ops in ops()) {
+        case("ea_inode", reserve, filler, &ops);
+    }
+
+    #[test]
+    fn full_disk_ea_inode_quota(filler in 20u64..26, reserve in reserve(), ops in ops()) {
+        case("ea_inode_quota", reserve, filler, &ops);
     }
 
     #[test]
