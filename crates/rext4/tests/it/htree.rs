@@ -532,8 +532,10 @@ fn readdir_positions_survive_splits() {
 /// followed by a check of the image and one block set free. Where the index had to grow (a
 /// new level) and then had no block for the leaf, the directory's record held the new block
 /// in memory only: the journaled index named a block past the directory's journaled end,
-/// until some later change to the directory journaled its record. Every name made stays,
-/// and the image is clean after every refusal.
+/// until some later change to the directory journaled its record. The directory grows on
+/// until index nodes under the root have split too (a node split taking the last block, the
+/// leaf split then refused). Every name made stays, and the image is clean after every
+/// refusal.
 #[test]
 fn an_index_growing_on_a_full_disk_stays_whole() {
     let tmp = tempfile::tempdir().unwrap();
@@ -542,7 +544,7 @@ fn an_index_growing_on_a_full_disk_stays_whole() {
     let mut fs = rw(&img);
     let root = fs.root();
     let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
-    let spares: Vec<Vec<u8>> = (0..400).map(|k| format!("spare{k}").into_bytes()).collect();
+    let spares: Vec<Vec<u8>> = (0..900).map(|k| format!("spare{k}").into_bytes()).collect();
     for s in &spares {
         let f = fs.create(root, s, 0o644, 0, 0).unwrap().ino;
         fs.write(f, 0, b"x").unwrap();
@@ -562,7 +564,7 @@ fn an_index_growing_on_a_full_disk_stays_whole() {
         n
     };
     let (mut made, mut freed, mut refusals) = (Vec::new(), 0, 0);
-    while made.len() < 600 && freed < spares.len() {
+    while made.len() < 1000 && freed < spares.len() {
         let i = made.len();
         match rext4::with_reserved_blocks(|| fs.create(d, &name(i), 0o644, 0, 0)) {
             Ok(_) => made.push(name(i)),
@@ -586,6 +588,15 @@ fn an_index_growing_on_a_full_disk_stays_whole() {
     e2fsck_clean(&img);
     let fs = Fs::open(&img).unwrap();
     assert_eq!(htree_levels(&img, "/d"), Some(1), "an index of two levels");
+    let dump =
+        std::process::Command::new(tool("debugfs")).args(["-R", "htree /d"]).arg(&img).output().unwrap();
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let root_count: usize = dump
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Number of entries (count):"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no root count in:\n{dump}"));
+    assert!(root_count > 2, "index nodes split: the root names {root_count} nodes");
     let have = names(&fs, d);
     assert_eq!(have.len(), made.len());
     assert!(made.iter().all(|n| have.contains(n)), "every name made is listed");
