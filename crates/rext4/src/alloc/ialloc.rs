@@ -394,26 +394,23 @@ impl FsInner {
         raw
     }
 
-    /// Allocates a new inode near `parent` (next to its last new child when `goal` is the
-    /// directory's `child_goal`) and makes its record in memory; the caller writes it
-    /// (`mark_inode_dirty`).
-    #[allow(clippy::too_many_arguments)]
+    /// Allocates a new inode in directory `dir` (next to its last new child) and makes its
+    /// record in memory; the caller writes it (`mark_inode_dirty`).
     pub(crate) fn new_inode(
         &self,
         h: &Handle,
-        parent: InodeNo,
-        goal: Option<&AtomicU32>,
+        dir: &Inode,
         mode: u16,
         uid: u32,
         gid: u32,
         links: u16,
     ) -> Result<Arc<Inode>> {
         let projid = if self.sbi.sb.ro_compat().contains(RoCompat::PROJECT) {
-            self.inherited_project(&self.iget(parent)?.raw())
+            self.inherited_project(&dir.raw())
         } else {
             0
         };
-        self.new_inode_in(h, parent, goal, mode, uid, gid, links, projid)
+        self.new_inode_in(h, dir.ino, Some(&dir.child_goal), mode, uid, gid, links, projid)
     }
 
     /// The project a new inode made in the directory with record `dir_raw` starts in: the
@@ -427,8 +424,9 @@ impl FsInner {
         }
     }
 
-    /// [`FsInner::new_inode`] in project `projid`, for a caller that cannot have the parent's
-    /// record read (it holds it for writing).
+    /// Allocates a new inode near `parent` (next to the inode `goal` names, where it is a
+    /// directory's `child_goal`), in project `projid`, and makes its record in memory; the
+    /// caller writes it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_inode_in(
         &self,

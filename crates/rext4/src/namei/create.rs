@@ -83,8 +83,7 @@ impl FsInner {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), mode);
         let h = journal.start(NAME_CREDITS)?;
-        let child =
-            self.new_inode(&h, dir.ino, Some(&dir.child_goal), mode, uid, gid, if is_dir { 2 } else { 1 })?;
+        let child = self.new_inode(&h, &dir, mode, uid, gid, if is_dir { 2 } else { 1 })?;
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();
@@ -134,7 +133,7 @@ impl FsInner {
         let mode = fi::S_IFREG | (mode & 0o7777);
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), mode);
         let h = journal.start(NAME_CREDITS)?;
-        let child = self.new_inode(&h, dir.ino, Some(&dir.child_goal), mode, uid, gid, 0)?;
+        let child = self.new_inode(&h, &dir, mode, uid, gid, 0)?;
         // Until it is published below, the new inode has no links and no holds: a caller that
         // names its number is refused (`ESTALE`, `ENOENT` for a hold), so its record and orphan
         // record are made without its `op_lock` (which may not be taken after the handle).

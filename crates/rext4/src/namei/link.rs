@@ -148,7 +148,7 @@ impl FsInner {
         crate::inode::flags::check_dir_open(&dir)?;
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), fi::S_IFLNK);
         let h = journal.start(CREDITS)?;
-        let child = self.new_inode(&h, dir.ino, Some(&dir.child_goal), fi::S_IFLNK | 0o777, uid, gid, 1)?;
+        let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();
         let fast = target.len() <= FAST_MAX;
         // A fast symlink's target lives in i_block, which then holds no block map.

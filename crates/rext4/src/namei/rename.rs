@@ -258,7 +258,7 @@ impl FsInner {
     ) -> Result<Arc<Inode>> {
         let mode = rext4_format::inode::S_IFCHR;
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), mode);
-        let w = self.new_inode(h, dir.ino, Some(&dir.child_goal), mode, owner.0, owner.1, 1)?;
+        let w = self.new_inode(h, dir, mode, owner.0, owner.1, 1)?;
         let mut raw = w.raw_mut();
         crate::namei::create::make_special(&mut raw, inherited, (0, 0));
         self.mark_inode_dirty(h, &w, &mut raw)?;
