@@ -520,7 +520,10 @@ impl FsInner {
         self.raw_add_bytes(raw, charge - charged);
         // One inode of quota for each entry naming an EA inode (the in-inode area's follow the
         // record).
-        let had = bs.old.as_ref().map_or(0, |(_, _, d)| area::ea_entry_count(d, BLOCK_HEADER_SIZE));
+        let had = match &bs.old {
+            Some((_, _, d)) if self.sbi.ea_inode => area::ea_entry_count(d, BLOCK_HEADER_SIZE),
+            _ => 0,
+        };
         let has = if new_blk.is_some() { eas.len() as u64 } else { 0 };
         self.quota_add_inodes(h, ino, raw, has as i64 - had as i64)?;
         raw_set_file_acl(raw, new_blk.unwrap_or(0));
