@@ -73,6 +73,9 @@ pub fn change(fs: &Fs) {
     if let Some(medium) = ino(root, b"medium") {
         let _ = fs.write(medium, 100, &data);
         let _ = fs.setxattr(medium, b"trusted.t", &data[..300], rext4::XATTR_CREATE);
+        // Over a 1 KiB block: an EA inode where the image has them (replacing one there).
+        let _ = fs.setxattr(medium, b"user.large", &data[..4000], 0);
+        let _ = fs.setattr(medium, &SetAttr { uid: Some(4242), ..SetAttr::default() });
     }
     // New files, sparse and dense.
     if let Ok(a) = fs.create(root, b"new1", 0o644, 0, 0) {
@@ -261,6 +264,8 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("ext4-journal-1k", &["-b", "1024", "-J", "size=1"], "4M"),
     // User and group quota files (inodes 3 and 4), whose blocks are among the patch targets.
     ("quota-1k", &["-b", "1024", "-O", "^metadata_csum,quota,^has_journal"], "2M"),
+    // Values in EA inodes, charged to their owners' quotas.
+    ("ea-quota-1k", &["-b", "1024", "-O", "^metadata_csum,ea_inode,quota,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -315,15 +320,18 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     assert_eq!(rc, 0, "mkfs.ext4 {args:?} failed");
     let val = dir.join("val");
     std::fs::write(&val, vec![b'x'; 700]).unwrap();
+    // Larger than a block: in an EA inode where the image has them.
+    let large = dir.join("large");
+    std::fs::write(&large, vec![b'y'; 3000]).unwrap();
     let cmds = dir.join("cmds");
-    std::fs::write(
-        &cmds,
-        format!(
-            "ea_set -f {} /small user.big\nea_set /small user.tiny abc\nea_set /dir1 user.d v\n",
-            val.display()
-        ),
-    )
-    .unwrap();
+    let mut script = format!(
+        "ea_set -f {} /small user.big\nea_set /small user.tiny abc\nea_set /dir1 user.d v\n",
+        val.display()
+    );
+    if args.iter().any(|a| a.contains("ea_inode")) {
+        script += &format!("ea_set -f {} /medium user.large\n", large.display());
+    }
+    std::fs::write(&cmds, script).unwrap();
     let quiet =
         |c: &mut Command| ok(c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()));
     quiet(Command::new(tool("debugfs")).arg("-w").arg("-f").arg(&cmds).arg(&img));
