@@ -129,12 +129,19 @@ impl FsInner {
         }
         if acl != 0 {
             let owner = crate::xattr::ea_inode::EaOwner { ino: inode.ino, gen: generation };
-            // The inode stops counting the block's EA-inode values (its record, freed next,
-            // takes back the rest of its charge).
-            let raw = inode.raw().to_vec();
-            let in_block = self.block_ea_count(inode.ino, &raw)?;
+            // The inode stops counting the block's EA-inode values in its quotas (its record,
+            // freed next, takes back the rest of its charge).
+            let uncharge = if self.quota.is_on() {
+                let raw = inode.raw().to_vec();
+                let n = self.block_ea_count(inode.ino, &raw)?;
+                Some((raw, -i64::try_from(n).unwrap_or(0)))
+            } else {
+                None
+            };
             self.xattr_release_block(h, owner, acl)?;
-            self.quota_add_inodes(h, inode.ino, &raw, -i64::try_from(in_block).unwrap_or(0))?;
+            if let Some((raw, n)) = uncharge {
+                self.quota_add_inodes(h, inode.ino, &raw, n)?;
+            }
         }
         Ok(())
     }

@@ -198,12 +198,7 @@ impl FsInner {
             return Ok(());
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
-        let t = now();
-        for (ty, &id) in c.ids.iter().enumerate() {
-            if !self.inodes_fit(ty, id, t, 1)? {
-                return Err(Error::QuotaExceeded);
-            }
-        }
+        self.quota_inode_check(c.ids)?;
         let blocks = len.div_ceil(u64::from(self.sbi.block_size));
         if blocks > 0 && self.quota_fit(c, || Ok(0), blocks)? < blocks {
             return Err(Error::QuotaExceeded);

@@ -503,53 +503,31 @@ fn reserve() -> impl Strategy<Value = &'static str> {
     prop_oneof![Just("0"), Just("5")]
 }
 
-proptest! {
-    #![proptest_config(config())]
+/// One proptest per layout, each with its own case count and regressions.
+macro_rules! layouts {
+    ($($test:ident => $kind:literal),* $(,)?) => {
+        proptest! {
+            #![proptest_config(config())]
+            $(
+                #[test]
+                fn $test(filler in 20u64..26, reserve in reserve(), ops in ops()) {
+                    case($kind, reserve, filler, &ops);
+                }
+            )*
+        }
+    };
+}
 
-    #[test]
-    fn full_disk_ext4(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ext4", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_ext4_1k(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ext4-1k", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_ext3(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ext3", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_ext3_1k(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ext3-1k", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_inline_data(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("inline_data", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_few_inodes(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("few_inodes", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_ea_inode(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ea_inode", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_ea_inode_quota(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("ea_inode_quota", reserve, filler, &ops);
-    }
-
-    #[test]
-    fn full_disk_quota(filler in 20u64..26, reserve in reserve(), ops in ops()) {
-        case("quota", reserve, filler, &ops);
-    }
+layouts! {
+    full_disk_ext4 => "ext4",
+    full_disk_ext4_1k => "ext4-1k",
+    full_disk_ext3 => "ext3",
+    full_disk_ext3_1k => "ext3-1k",
+    full_disk_inline_data => "inline_data",
+    full_disk_few_inodes => "few_inodes",
+    full_disk_ea_inode => "ea_inode",
+    full_disk_ea_inode_quota => "ea_inode_quota",
+    full_disk_quota => "quota",
 }
 
 /// The case that found a block map's new indirect blocks leaked when the data block after

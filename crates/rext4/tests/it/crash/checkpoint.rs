@@ -22,7 +22,7 @@ fn concurrent_workload(
 ) -> (Model, rext4::CommitStats) {
     let opts = Options { writable: true, commit_interval: Duration::from_millis(3), ..Options::default() };
     let fs = Fs::from_device(fs_dev, opts).unwrap();
-    let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    let inos = file_inos(&fs, FILES);
     let mut history: Vec<Vec<u32>> = inos.iter().map(|&ino| vec![fs.getattr(ino).unwrap().uid]).collect();
     let log_blocks = 1024u64;
     let per_thread = std::thread::scope(|s| {

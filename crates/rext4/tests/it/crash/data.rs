@@ -63,7 +63,7 @@ fn data_workload_nodelalloc(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) ->
 
 fn data_workload_with(dev: &Arc<CrashDevice>, rounds: usize, seed: u64, falloc: bool, fs: Fs) -> DataModel {
     let mut rng = Rng(seed);
-    let inos: Vec<_> = (0..DATA_FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    let inos = file_inos(&fs, DATA_FILES);
     // Held open, as a program's files are: appends then take blocks from reserves
     // (alloc/prealloc.rs), which must leave nothing behind across a crash.
     for &ino in &inos {

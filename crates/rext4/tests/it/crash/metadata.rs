@@ -15,7 +15,7 @@ pub(super) struct Model {
 pub(super) fn run_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
     let fs = open_rw(dev);
     let mut rng = Rng(seed);
-    let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    let inos = file_inos(&fs, FILES);
     let mut history: Vec<Vec<u32>> = inos.iter().map(|&ino| vec![fs.getattr(ino).unwrap().uid]).collect();
     let mut durable = Vec::new();
     let mut version = 10_000u32;

@@ -37,6 +37,11 @@ impl Rng {
     }
 }
 
+/// The inodes of the base image's files `/f0`.. `/f{n-1}` (see `make_image`).
+fn file_inos(fs: &Fs, n: usize) -> Vec<rext4::InodeNo> {
+    (0..n).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect()
+}
+
 fn tmpdir() -> tempfile::TempDir {
     // Hundreds of image files: keep them in memory where possible.
     if Path::new("/dev/shm").is_dir() {

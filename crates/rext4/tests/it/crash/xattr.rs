@@ -47,7 +47,7 @@ fn value(v: u32, len: usize) -> Vec<u8> {
 pub(super) fn run_workload(dev: &Arc<CrashDevice>, rounds: usize, seed: u64) -> Model {
     let fs = open_rw(dev);
     let mut rng = Rng(seed);
-    let inos: Vec<_> = (0..FILES).map(|i| fs.resolve(format!("/f{i}"), false).unwrap()).collect();
+    let inos = file_inos(&fs, FILES);
     let mut history: Vec<Vec<State>> = inos
         .iter()
         .map(|&ino| vec![State { attrs: BTreeMap::new(), uid: fs.getattr(ino).unwrap().uid }])
