@@ -25,7 +25,7 @@ pub fn open_and_walk(bytes: Vec<u8>) {
 pub fn open_and_change(bytes: Vec<u8>, limits: bool) {
     let opts = Options { writable: true, ..Options::default() };
     let enforced = rext4::QuotaEnforcement { user: true, group: true, project: true };
-    let dev = Arc::new(MemDevice::new(bytes));
+    let dev = Arc::new(MemDevice::new(without_mmp_wait(bytes)));
     let fs = match limits {
         true => match Fs::from_device(dev.clone(), Options { quota_limits: enforced, ..opts.clone() }) {
             // Without the quota feature limits are refused: open as usual.
@@ -40,6 +40,32 @@ pub fn open_and_change(bytes: Vec<u8>, limits: bool) {
         let _ = fs.sync();
         let _ = fs.unmount();
     }
+}
+
+/// `bytes` with a multi-mount protection block that says "in use" (any number but clean and
+/// e2fsck's) made clean: the writable open would wait 22 s on it, as the kernel's does, which
+/// the fuzzer would take for a hang. Everything else about the block (place, magic,
+/// checksum, e2fsck's number) is left to the open to judge.
+fn without_mmp_wait(mut bytes: Vec<u8>) -> Vec<u8> {
+    use rext4_format::mmp::{MmpBlock, SEQ_CLEAN, SEQ_FSCK};
+    use zerocopy::IntoBytes;
+    let Some(sb) = bytes.get(1024..2048).and_then(Superblock::parse) else { return bytes };
+    let Some(bs) = sb.block_size() else { return bytes };
+    let at = usize::try_from(sb.s_mmp_block.get()).ok().and_then(|b| b.checked_mul(bs as usize));
+    let Some(m) = at.and_then(|at| bytes.get(at..)).and_then(MmpBlock::parse) else { return bytes };
+    if matches!(m.mmp_seq.get(), SEQ_CLEAN | SEQ_FSCK) {
+        return bytes;
+    }
+    let (seed, csum) = (sb.csum_seed(), sb.has_metadata_csum());
+    let valid = m.verify_checksum(seed, csum);
+    let mut m = m;
+    m.mmp_seq.set(SEQ_CLEAN);
+    if valid {
+        m.update_checksum(seed, csum);
+    }
+    let at = at.unwrap_or_default();
+    bytes[at..at + m.as_bytes().len()].copy_from_slice(m.as_bytes());
+    bytes
 }
 
 /// Every kind of change, on the names the base images hold (see `build`) and on new ones,
@@ -266,6 +292,8 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("quota-1k", &["-b", "1024", "-O", "^metadata_csum,quota,^has_journal"], "2M"),
     // Values in EA inodes, charged to their owners' quotas.
     ("ea-quota-1k", &["-b", "1024", "-O", "^metadata_csum,ea_inode,quota,^has_journal"], "2M"),
+    // Multi-mount protection, with a journal: its MMP block is among the patch targets.
+    ("mmp-1k", &["-b", "1024", "-O", "^metadata_csum,mmp", "-J", "size=1"], "4M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -343,6 +371,9 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     let sb = Superblock::parse(&bytes[1024..2048]).unwrap();
     let block_size = sb.block_size().unwrap() as usize;
     let mut meta_blocks = record_metadata(&bytes, block_size);
+    if sb.s_mmp_block.get() != 0 {
+        meta_blocks.push(sb.s_mmp_block.get());
+    }
     // The journal's first log blocks and the quota files' blocks (header, tree, entries).
     let mut files: Vec<(u32, u64)> = Vec::new();
     if sb.s_journal_inum.get() != 0 {

@@ -39,7 +39,8 @@ pub(crate) struct MkfsArgs {
     #[arg(short = 'U')]
     uuid: Option<String>,
     /// Extended options: hash_seed=UUID, root_owner[=UID:GID], orphan_file_size=SIZE,
-    /// quotatype=usrquota:grpquota:prjquota (with -O quota), lazy_itable_init,
+    /// quotatype=usrquota:grpquota:prjquota (with -O quota), mmp_update_interval=SECONDS (with
+    /// -O mmp), lazy_itable_init,
     /// lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
     #[arg(short = 'E', action = clap::ArgAction::Append)]
     extended: Vec<String>,
@@ -197,6 +198,10 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                 }
                 o.quota_types = Some(t);
             }
+            ("mmp_update_interval", Some(v)) => {
+                o.mmp_update_interval =
+                    Some(v.parse().map_err(|_| format!("invalid mmp_update_interval: {v}"))?);
+            }
             ("orphan_file_size", Some(v)) => {
                 let bytes = parse_size(v, Some(1))?;
                 o.orphan_file_blocks = Some(u32::try_from(bytes).map_err(|_| "orphan file too large")?);
@@ -297,7 +302,10 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     if let Some(t) = epoch {
         rext4::clock::set_fixed_time(Some(t));
         o.time = Some(t);
+        // Nothing of the machine in a reproducible image.
+        o.node_name = Some(String::new());
     }
+    o.device_name = Some(a.image.display().to_string());
     let manifest = match &a.manifest {
         Some(p) => crate::mkfs_from::parse_manifest(
             &std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,

@@ -17,6 +17,7 @@ pub mod hash;
 pub mod inode;
 pub mod inode_record;
 pub mod jbd2;
+pub mod mmp;
 pub mod orphan;
 pub mod quota;
 pub mod split;

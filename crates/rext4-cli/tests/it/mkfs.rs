@@ -59,13 +59,16 @@ pub(crate) fn ok(o: &Output) {
 }
 
 /// `dumpe2fs` output without what cannot agree: the lifetime-writes count (each tool counts
-/// its own I/O) and the superblock checksum that covers it.
+/// its own I/O) and the superblock checksum that covers it; the MMP block's device name (each
+/// image's own path) and the time mke2fs stamps it with (the clock's, not the fake time).
 fn dump(img: &Path) -> String {
     let o = Command::new(tool("dumpe2fs")).arg(img).output().expect("dumpe2fs");
     assert!(o.status.success(), "dumpe2fs {}: {}", img.display(), String::from_utf8_lossy(&o.stderr));
+    let differs =
+        ["Lifetime writes:", "Checksum:", "mmp_device_name:", "mmp_update_date:", "mmp_update_time:"];
     String::from_utf8_lossy(&o.stdout)
         .lines()
-        .filter(|l| !l.starts_with("Lifetime writes:") && !l.starts_with("Checksum:"))
+        .filter(|l| !differs.iter().any(|d| l.trim_start().starts_with(d)))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -131,6 +134,9 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("no_journal", "64M", &["-t", "ext4", "-O", "^has_journal"]),
     ("tiny", "2M", &["-t", "ext4"]),
     ("options", "64M", &["-t", "ext4", "-G", "4", "-N", "30000", "-m", "1", "-L", "label", "-J", "size=8"]),
+    ("mmp", "64M", &["-t", "ext4", "-O", "mmp"]),
+    ("mmp_ext3", "64M", &["-t", "ext3", "-O", "mmp", "-E", "mmp_update_interval=17"]),
+    ("mmp_4k_no_journal", "600M", &["-t", "ext4", "-O", "mmp,^has_journal"]),
 ];
 
 /// Images with quota files, beside `VARIANTS`: this kernel may lack the quota format and then
@@ -257,6 +263,8 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-I", "128", "-O", "inline_data", p, "8M"],
         &["mkfs", "-q", "-I", "128", "-O", "quota,project", p, "8M"],
         &["mkfs", "-q", "-O", "quota", "-E", "quotatype=usr:other", p, "8M"],
+        &["mkfs", "-q", "-O", "mmp", "-E", "mmp_update_interval=301", p, "8M"],
+        &["mkfs", "-q", "-O", "mmp", "-E", "mmp_update_interval=soon", p, "8M"],
         &["mkfs", "-q", "-t", "ext5", p, "8M"],
         &["mkfs", "-q", p, "8X"],
         // Fewer inodes than the reserved ones and lost+found (mke2fs fails too).

@@ -19,6 +19,7 @@
 pub(crate) mod errors;
 pub(crate) mod fast_commit;
 pub(crate) mod label;
+pub(crate) mod mmp;
 pub(crate) mod mount;
 pub(crate) mod stats;
 pub(crate) mod super_block;
@@ -33,6 +34,7 @@ use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::inode::atime::{AtimeFacts, AtimeMode};
 use crate::inode::Inode;
+use rext4_format::features::Incompat;
 use rext4_format::superblock::Superblock;
 use rext4_format::{InodeNo, PhysBlock};
 use std::path::Path;
@@ -302,6 +304,9 @@ pub(crate) struct FsInner {
     pub caller_write_times: std::sync::atomic::AtomicBool,
     /// Quota files kept on writes (quota/mod.rs). [set at the writable open; locks inside]
     pub quota: crate::quota::Quotas,
+    /// Multi-mount protection of a writable open of an `mmp` image (fs/mmp.rs). [immutable
+    /// after open; its own lock inside]
+    pub mmp: Option<mmp::Mmp>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -326,14 +331,20 @@ impl Fs {
     /// address (see [`crate::dev::address`]): a partition (`disk.img@2`) or an NBD export
     /// (`nbd://host/export`, `nbd+unix:///export?socket=PATH`).
     pub fn open_with(path: impl AsRef<Path>, opts: Options) -> Result<Fs> {
-        let dev = crate::dev::open(path.as_ref(), opts.writable)?;
-        Self::from_device(dev, opts)
+        let path = path.as_ref();
+        let dev = crate::dev::open(path, opts.writable)?;
+        Self::open_device(dev, opts, path.as_os_str().as_encoded_bytes())
     }
 
     /// Opens a filesystem on any block device.
     /// A journal that needs recovery is replayed first: onto the device when writing, in
     /// memory when reading (the device is not modified).
     pub fn from_device(dev: Arc<dyn BlockDevice>, opts: Options) -> Result<Fs> {
+        Self::open_device(dev, opts, b"")
+    }
+
+    /// [`Fs::from_device`] for a device named `name` (what multi-mount protection records).
+    fn open_device(dev: Arc<dyn BlockDevice>, opts: Options, name: &[u8]) -> Result<Fs> {
         let sbi = SbInfo::load(&*dev)?;
         if opts.norecovery && opts.writable {
             return Err(Error::InvalidInput("norecovery is for read-only opens"));
@@ -342,21 +353,30 @@ impl Fs {
             // Before recovery writes anything, as the kernel checks the features first.
             sbi.check_writable()?;
         }
+        // Multi-mount protection, also before recovery: another machine may be writing.
+        let (dev, mmp) = if opts.writable && sbi.sb.incompat().contains(Incompat::MMP) {
+            let (mmp, fenced) = mmp::Mmp::protect(dev, &sbi, name)?;
+            (fenced, Some(mmp))
+        } else {
+            (dev, None)
+        };
         let recovered = if opts.norecovery {
             crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new() }
         } else {
             crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable)?
         };
-        Self::start(recovered, &opts)
+        Self::start(recovered, &opts, mmp)
     }
 
     /// The filesystem on a recovered device, made writable (with the fast commits applied)
-    /// when `opts` say.
-    fn start(recovered: crate::jbd2::replay::Recovered, opts: &Options) -> Result<Fs> {
+    /// when `opts` say, under multi-mount protection `mmp` where it has the feature.
+    fn start(recovered: crate::jbd2::replay::Recovered, opts: &Options, mmp: Option<mmp::Mmp>) -> Result<Fs> {
         let crate::jbd2::replay::Recovered { dev, sbi, report, fast_commits } = recovered;
         let mut inner = FsInner::new(dev, sbi, opts)?;
         inner.recovery = report;
         inner.protect_journal();
+        inner.protect_mmp(opts.writable)?;
+        inner.mmp = mmp;
         if opts.writable {
             inner.start_writing(opts, &fast_commits)?;
         }
@@ -372,7 +392,7 @@ impl Fs {
         let sbi = SbInfo::load(&*cow)?;
         let mut recovered = crate::jbd2::replay::recover_at_open(cow, sbi, true)?;
         recovered.sbi.ro_reasons.clear();
-        Self::start(recovered, &Options { writable: true, ..Options::default() })?.unmount()
+        Self::start(recovered, &Options { writable: true, ..Options::default() }, None)?.unmount()
     }
 
     /// What journal recovery replayed when this filesystem was opened; `None` if the image
@@ -698,6 +718,7 @@ impl FsInner {
             coarse_time: std::sync::atomic::AtomicBool::new(false),
             caller_write_times: std::sync::atomic::AtomicBool::new(false),
             quota: crate::quota::Quotas::default(),
+            mmp: None,
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,

@@ -234,17 +234,35 @@ impl FsInner {
         Ok(())
     }
 
-    /// Commits and checkpoints everything and marks the image clean. Idempotent.
+    /// Commits and checkpoints everything and marks the image clean, then ends multi-mount
+    /// protection (its block clean last) and gives up the claim. Idempotent.
     pub(crate) fn close(&self) -> Result<()> {
-        let Some(journal) = &self.journal else { return Ok(()) };
+        let closed = self.close_journal();
+        if let Some(mmp) = &self.mmp {
+            mmp.stop();
+            // What stopped the writes, rather than the failed write it caused.
+            if let (Err(_), Some(why)) = (&closed, mmp.conflict()) {
+                return Err(Error::InUse(why));
+            }
+        }
+        if closed? {
+            // Clean on disk: another writer may have the image now.
+            self.dev.release_claim();
+        }
+        Ok(())
+    }
+
+    /// The close up to the clean mark; `true` if it closed the filesystem just now.
+    fn close_journal(&self) -> Result<bool> {
+        let Some(journal) = &self.journal else { return Ok(false) };
         if self.committer.lock().is_none() {
-            return Ok(());
+            return Ok(false);
         }
         // Delayed writes go out before the last commit; the flusher stops first, so that
         // nothing is dirtied behind the final writeback by it.
         crate::data::writeback::stop_flusher(self);
         let written = if self.stopped_by_error() { Ok(()) } else { self.writeback_all() };
-        let Some(thread) = self.committer.lock().take() else { return Ok(()) };
+        let Some(thread) = self.committer.lock().take() else { return Ok(false) };
         let evicted = self.evict_held_orphans();
         journal.request_shutdown();
         let _ = thread.join();
@@ -267,9 +285,7 @@ impl FsInner {
             }
             sb.s_state.set(sb.s_state.get() | STATE_VALID);
         })?;
-        // Clean on disk: another writer may have the image now.
-        self.dev.release_claim();
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -191,9 +191,6 @@ impl SbInfo {
                 feature_names(FeatureKind::RoCompat, unknown_ro.bits()).join(", ")
             ));
         }
-        if sb.incompat().contains(Incompat::MMP) {
-            ro_reasons.push("multi-mount protection (mmp) is not implemented for writing".into());
-        }
 
         Ok(SbInfo {
             block_size,

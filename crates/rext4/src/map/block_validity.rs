@@ -168,6 +168,25 @@ impl FsInner {
             self.zones.add(runs);
         }
     }
+
+    /// Adds the MMP block (`mmp` feature) to the system zone, so that no inode may claim it.
+    /// A writable open, which writes the block from here on, refuses an image whose block
+    /// lies in other metadata (the journal, ...; `fs/mmp.rs` checked the rest before
+    /// recovery); a read-only open leaves such a block out.
+    pub(crate) fn protect_mmp(&mut self, writable: bool) -> Result<()> {
+        let sb = &self.sbi.sb;
+        if !sb.incompat().contains(rext4_format::features::Incompat::MMP) {
+            return Ok(());
+        }
+        let blk = sb.s_mmp_block.get();
+        let inside = blk >= self.sbi.first_data_block && blk < self.sbi.blocks_count;
+        if inside && self.zones.clear_of(None, blk, 1) {
+            self.zones.add([(blk, blk + 1, 0)]);
+        } else if writable {
+            return corrupt(CorruptKind::SystemZone { ino: None, block: PhysBlock(blk), len: 1 });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use layout::Layout;
 use rext4_format::features::{Compat, Incompat, RoCompat};
 use rext4_format::superblock::Superblock;
 use std::collections::BTreeMap;
-use zerocopy::FromZeros;
+use zerocopy::{FromZeros, IntoBytes};
 
 /// Which kind of filesystem `mke2fs -t` makes; it decides the default features.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,6 +94,15 @@ pub struct FormatOptions {
     /// By default user and group, and project with the `project` feature; asking for project
     /// quotas turns that feature on.
     pub quota_types: Option<[bool; 3]>,
+    /// `-E mmp_update_interval=`: seconds between updates of the multi-mount protection
+    /// block (`mmp` feature; 5 by default or for 0, at most 300).
+    pub mmp_update_interval: Option<u16>,
+    /// The device's name, which the `mmp` block records (as mke2fs records the path it was
+    /// given); nothing by default.
+    pub device_name: Option<String>,
+    /// The machine's name, which the `mmp` block records; this machine's (`uname -n`) by
+    /// default. Empty for an image that must not depend on where it was made.
+    pub node_name: Option<String>,
     /// Every timestamp the filesystem starts with (`E2FSPROGS_FAKE_TIME`); now by default.
     pub time: Option<i64>,
     /// The device reads as zeroes already (a new or truncated image file): inode tables and
@@ -137,7 +146,7 @@ pub(crate) struct Builder {
 }
 
 /// 16 random bytes from the kernel (UUIDs and hash seeds, as `uuid_generate`).
-fn random16() -> Result<[u8; 16]> {
+pub(crate) fn random16() -> Result<[u8; 16]> {
     use std::io::Read;
     let mut b = [0u8; 16];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
@@ -238,6 +247,12 @@ impl Fs {
             }
         }
         overhead += b.l.geo.first_data_block;
+        // After the journal, before the quota files, as mke2fs allocates it (the first free
+        // block); written once the superblock gives its checksum seed.
+        let mmp = match b.l.geo.features.has_i(Incompat::MMP) {
+            true => Some(b.l.alloc_block(0)?),
+            false => None,
+        };
         if b.l.geo.features.has_r(RoCompat::QUOTA) {
             b.make_quota_files(p.quota_types)?;
         }
@@ -248,6 +263,9 @@ impl Fs {
             b.make_orphan_file(n)?;
         }
         b.fill_superblock(&p, overhead);
+        if let Some(blk) = mmp {
+            b.make_mmp(blk, opts)?;
+        }
         b.write(dev, opts.device_zeroed)?;
         let geo = &b.l.geo;
         Ok(FormatReport {
@@ -264,6 +282,43 @@ impl Fs {
 }
 
 impl Builder {
+    /// The multi-mount protection block at `blk` (`ext2fs_mmp_init`, `ext2fs_mmp_reset`):
+    /// clean, the machine's and the device's names, and a check interval of the update
+    /// interval.
+    fn make_mmp(&mut self, blk: u64, opts: &FormatOptions) -> Result<()> {
+        use rext4_format::mmp::{self as fmt, MmpBlock};
+        // 0 is the default, as `ext2fs_mmp_init` takes it.
+        let interval = opts.mmp_update_interval.filter(|&i| i != 0).unwrap_or(fmt::UPDATE_INTERVAL);
+        if interval > fmt::MAX_UPDATE_INTERVAL {
+            return Err(Error::InvalidInput("mmp_update_interval must be at most 300 seconds"));
+        }
+        self.sb.s_mmp_block.set(blk);
+        self.sb.s_mmp_update_interval.set(interval);
+        let mut m = MmpBlock::new_zeroed();
+        m.mmp_magic.set(fmt::MMP_MAGIC);
+        m.mmp_seq.set(fmt::SEQ_CLEAN);
+        // `ext2fs_mmp_write` stamps it.
+        m.mmp_time.set(u64::try_from(self.now).unwrap_or(0));
+        let node = match &opts.node_name {
+            Some(n) => n.as_bytes().to_vec(),
+            None => {
+                let mut n = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_default();
+                n.retain(|&b| b != b'\n');
+                n
+            }
+        };
+        MmpBlock::set_name(&mut m.mmp_nodename, &node);
+        if let Some(name) = &opts.device_name {
+            MmpBlock::set_name(&mut m.mmp_bdevname, name.as_bytes());
+        }
+        m.mmp_check_interval.set(interval.max(fmt::MIN_CHECK_INTERVAL));
+        m.update_checksum(self.sb.csum_seed(), self.sb.has_metadata_csum());
+        let mut data = vec![0u8; self.l.geo.block_size as usize];
+        data[..fmt::MMP_SIZE].copy_from_slice(m.as_bytes());
+        self.blocks.push((blk, data));
+        Ok(())
+    }
+
     /// Every superblock field `mke2fs` sets, but the free counts and checksums (`write`).
     fn fill_superblock(&mut self, p: &params::Params, overhead: u64) {
         let geo = self.l.geo.clone();

@@ -241,13 +241,12 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     }
     let unsupported = Incompat::COMPRESSION.bits()
         | Incompat::JOURNAL_DEV.bits()
-        | Incompat::MMP.bits()
         | Incompat::DIRDATA.bits()
         | Incompat::ENCRYPT.bits()
         | Incompat::CASEFOLD.bits();
     if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) {
         return Err(Error::Incompatible(
-            "mkfs does not make bigalloc, mmp, encrypt, casefold or journal_dev filesystems".into(),
+            "mkfs does not make bigalloc, encrypt, casefold or journal_dev filesystems".into(),
         ));
     }
     let known_c = Compat::all().bits()

@@ -23,6 +23,7 @@ mod htree;
 mod journal;
 mod kernel_written;
 mod migrate;
+mod mmp;
 mod namespace;
 mod namespace_model;
 mod nbd;
