@@ -220,6 +220,48 @@ fn mount_recovers_the_journal() {
     assert_eq!(u32::from_le_bytes(w) & 0x4, 0, "needs_recovery cleared");
 }
 
+/// An `mmp` image left by a process that died writing it: its last number stands in the MMP
+/// block, the daemon's open waits it out (twice 11 s at a 1 s update interval), recovers the
+/// journal, keeps the number moving while mounted and leaves it clean at the unmount.
+#[test]
+fn an_mmp_image_left_by_a_crash_is_waited_out_and_recovered() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    Image::ext4("64M").features("mmp").extended("mmp_update_interval=1").build(&img);
+    let mp = dir.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let helper = concat!(module_path!(), "::crash_helper").split_once("::").unwrap().1;
+    let st = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", helper, "--ignored", "--quiet"])
+        .env("REXT4_CRASH_IMAGE", &img)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let seq = || {
+        let fs = rext4::Fs::open(&img).unwrap();
+        let at = fs.superblock().s_mmp_block.get() * u64::from(fs.block_size());
+        let mut w = [0u8; 4];
+        File::open(&img).unwrap().read_exact_at(&mut w, at + 4).unwrap();
+        u32::from_le_bytes(w)
+    };
+    let left = seq();
+    assert_ne!(left, rext4::format::mmp::SEQ_CLEAN, "the dead process's number stands");
+    let t = Instant::now();
+    let o = rext4(&["mount", img.to_str().unwrap(), mp.to_str().unwrap()]);
+    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.elapsed() >= Duration::from_secs(22), "waited {:?}", t.elapsed());
+    assert_eq!(fs::read(mp.join("journaled")).unwrap(), b"replayed");
+    let mounted = seq();
+    assert!(mounted != left && mounted <= rext4::format::mmp::SEQ_MAX, "{left:#x} then {mounted:#x}");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_ne!(seq(), mounted, "the daemon keeps the number moving");
+    umount(&mp);
+    wait_unlocked(&img);
+    assert_eq!(seq(), rext4::format::mmp::SEQ_CLEAN);
+    e2fsck_clean(&img);
+}
+
 /// Mounting an image marked as having errors warns, as the kernel does, and leaves the mark.
 #[test]
 fn mounting_an_image_with_errors_warns() {
