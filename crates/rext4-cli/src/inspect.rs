@@ -175,6 +175,10 @@ pub(crate) fn info(image: &Path) -> CliResult {
     );
     let seed: Vec<u8> = sb.s_hash_seed.iter().flat_map(|w| w.get().to_le_bytes()).collect();
     row("Directory Hash Seed", uuid(&seed.try_into().unwrap_or([0; 16])));
+    if sb.incompat().contains(rext4::format::features::Incompat::MMP) {
+        row("MMP block number", sb.s_mmp_block.get().to_string());
+        row("MMP update interval", sb.s_mmp_update_interval.get().to_string());
+    }
     if sb.has_metadata_csum() {
         row("Checksum type", "crc32c".into());
         row("Checksum", format!("0x{:08x}", sb.s_checksum.get()));

@@ -43,7 +43,18 @@ pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
     if !sbi.needs_recovery() {
         return Ok(RecoveryReport::default());
     }
-    let (report, fast_commits) = replay_in_place(&dev, &sbi)?;
+    // It writes the image: multi-mount protection first, as e2fsck takes it for its replay.
+    let (dev, mmp) = if sbi.sb.incompat().contains(rext4_format::features::Incompat::MMP) {
+        let name = path.as_ref().as_os_str().as_encoded_bytes();
+        let (mmp, fenced) = crate::fs::mmp::Mmp::protect(dev, &sbi, name)?;
+        (fenced, Some(mmp))
+    } else {
+        (dev, None)
+    };
+    let replayed = replay_in_place(&dev, &sbi);
+    // Clean again before the writable open below takes it.
+    drop(mmp);
+    let (report, fast_commits) = replayed?;
     if !fast_commits.is_empty() {
         // Fast commits are applied by a writable filesystem, which finds them again.
         drop(dev);
