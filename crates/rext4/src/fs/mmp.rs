@@ -241,6 +241,17 @@ fn check_interval(update: u64) -> u16 {
     u16::try_from(c).unwrap_or(u16::MAX).clamp(fmt::MIN_CHECK_INTERVAL, fmt::MAX_CHECK_INTERVAL)
 }
 
+/// How long an open waits to see whether a number moves (`wait_time` in
+/// `ext4_multi_mount_protect`): twice the check interval and a second, at most the interval and
+/// a minute. The check interval is the update interval, at least 5 s, or the one the block
+/// advertises if longer, but no longer than any writer advertises (300 s): a damaged or
+/// hostile block would otherwise hold the open for up to 18 hours.
+fn wait_time(update_s: u16, advertised: u16) -> Duration {
+    let advertised = advertised.min(fmt::MAX_CHECK_INTERVAL);
+    let interval = u64::from(update_s.max(fmt::MIN_CHECK_INTERVAL).max(advertised));
+    Duration::from_secs((interval * 2 + 1).min(interval + 60))
+}
+
 /// A random sequence number up to `SEQ_MAX`.
 fn new_seq() -> Result<u32> {
     let r = crate::mkfs::random16()?;
@@ -276,8 +287,10 @@ impl Mmp {
         check_place(sbi, &dev, block)?;
         let bs = sbi.block_size as usize;
         let io = Io::new(&dev, block * u64::from(sbi.block_size), bs);
-        // A zero interval would have the thread spin; the kernel takes it as given.
-        let update = u64::from(sb.s_mmp_update_interval.get()).max(1);
+        // Within what e2fsprogs accepts: a zero interval would have the thread spin, and one
+        // longer than the largest check interval would let a waiting machine take the image.
+        let update_s = sb.s_mmp_update_interval.get().clamp(1, fmt::MAX_UPDATE_INTERVAL);
+        let update = u64::from(update_s);
         let mut w = Writer {
             io,
             buf: Aligned::new(bs),
@@ -287,14 +300,10 @@ impl Mmp {
             update: Duration::from_secs(update),
         };
         let mut m = w.read(block)?;
-        let mut interval = sb.s_mmp_update_interval.get().max(fmt::MIN_CHECK_INTERVAL);
-        interval = interval.max(m.mmp_check_interval.get());
-        let interval = u64::from(interval);
         let seq = m.mmp_seq.get();
-        let wait = if seq == fmt::SEQ_CLEAN {
-            Duration::ZERO
-        } else {
-            Duration::from_secs((interval * 2 + 1).min(interval + 60))
+        let wait = match seq {
+            fmt::SEQ_CLEAN => Duration::ZERO,
+            _ => wait_time(update_s, m.mmp_check_interval.get()),
         };
         if seq == fmt::SEQ_FSCK {
             return Err(in_use(&m, "e2fsck is running on the filesystem"));
@@ -469,6 +478,17 @@ mod tests {
         let done = dev.snapshot();
         assert_eq!(block_of(&done).mmp_seq.get(), fmt::SEQ_CLEAN);
         fsck_clean(&done);
+    }
+
+    #[test]
+    fn waits_follow_the_kernel_within_the_largest_interval() {
+        let secs = |u, a| wait_time(u, a).as_secs();
+        assert_eq!(secs(1, 5), 11);
+        assert_eq!(secs(5, 10), 21, "after a kernel mount at its default interval");
+        assert_eq!(secs(5, 0), 11);
+        assert_eq!(secs(30, 60), 120, "an interval and a minute");
+        assert_eq!(secs(5, u16::MAX), 360, "a hostile interval waits no more than 300 s allow");
+        assert_eq!(secs(300, 300), 360);
     }
 
     #[test]
