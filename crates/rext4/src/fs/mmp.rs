@@ -260,7 +260,7 @@ fn new_seq() -> Result<u32> {
 }
 
 /// This machine's name, as `uname -n` gives it.
-fn node_name() -> Vec<u8> {
+pub(crate) fn node_name() -> Vec<u8> {
     std::fs::read("/proc/sys/kernel/hostname")
         .map(|mut n| {
             n.retain(|&b| b != b'\n');

@@ -301,11 +301,7 @@ impl Builder {
         m.mmp_time.set(u64::try_from(self.now).unwrap_or(0));
         let node = match &opts.node_name {
             Some(n) => n.as_bytes().to_vec(),
-            None => {
-                let mut n = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_default();
-                n.retain(|&b| b != b'\n');
-                n
-            }
+            None => crate::fs::mmp::node_name(),
         };
         MmpBlock::set_name(&mut m.mmp_nodename, &node);
         if let Some(name) = &opts.device_name {
