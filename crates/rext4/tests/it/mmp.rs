@@ -338,3 +338,29 @@ fn the_kernel_stays_away_while_rext4_writes_and_mounts_after() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+/// e2fsprogs keeps the same protocol: `e2fsck -fy`, which would write, refuses an image rext4
+/// has open (it waits, sees the number move, and stops), and checks it once rext4 let go.
+#[test]
+fn e2fsck_stays_away_while_rext4_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "e.img");
+    let fs = Fs::open_with(&img, rw()).unwrap();
+    fs.write_file("/f", vec![9; 20_000]).unwrap();
+    fs.sync().unwrap();
+    let before = read_mmp(&img, &place(&img));
+    let out = std::process::Command::new(tool("e2fsck")).arg("-fy").arg(&img).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "e2fsck must not check an image rext4 is writing:\n{text}");
+    assert!(text.contains("MMP"), "{text}");
+    // It left the block to us.
+    let after = read_mmp(&img, &place(&img));
+    assert_eq!(MmpBlock::name(&after.mmp_nodename), MmpBlock::name(&before.mmp_nodename));
+    fs.write_file("/g", b"still ours").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let out = std::process::Command::new(tool("e2fsck")).arg("-fy").arg(&img).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(read_mmp(&img, &place(&img)).mmp_seq.get(), mmp::SEQ_CLEAN, "e2fsck leaves it clean");
+}
