@@ -375,9 +375,11 @@ fn in_use(m: &MmpBlock, why: &str) -> Error {
 }
 
 /// The MMP block must lie inside the filesystem (`ext4_multi_mount_protect`) and, as this
-/// open is about to write it, outside the superblock and descriptor copies, the bitmaps and
-/// the inode tables (read from the descriptors as they are before recovery; the open checks
-/// again against the whole system zone afterwards: `FsInner::protect_mmp`).
+/// open is about to write it, outside every other metadata block: superblock and descriptor
+/// copies, bitmaps, inode tables and the journal, as the descriptors and the journal inode
+/// say before recovery (the way recovery itself reads them). Descriptors or a journal that
+/// only load after recovery (a torn checkpoint) leave that part to the check after it
+/// (`FsInner::protect_mmp`).
 fn check_place(sbi: &SbInfo, dev: &Arc<dyn BlockDevice>, block: u64) -> Result<()> {
     if block < sbi.first_data_block || block >= sbi.blocks_count {
         return Err(bad(block, "outside the filesystem"));
@@ -386,14 +388,11 @@ fn check_place(sbi: &SbInfo, dev: &Arc<dyn BlockDevice>, block: u64) -> Result<(
     if u64::from(off) < sbi.base_meta_blocks(g) {
         return Err(bad(block, "in the superblock or group descriptors"));
     }
-    let bcache =
-        Arc::new(crate::cache::buffer::BufferCache::new(dev.clone(), sbi.block_size as usize, 1 << 20));
-    // Descriptors that do not load before recovery may after it (a torn checkpoint): the
-    // check after recovery is then the one that holds.
-    let Ok(groups) = crate::alloc::group::Groups::load(sbi, &bcache) else { return Ok(()) };
-    let zones = crate::map::block_validity::SystemZones::build(sbi, &groups, |g| sbi.base_meta_blocks(g));
-    if !zones.clear_of(None, block, 1) {
-        return Err(bad(block, "in a bitmap or inode table"));
+    let opts = crate::fs::Options { cache_bytes: 1 << 20, inode_cache: 16, ..crate::fs::Options::default() };
+    let Ok(mut fs) = crate::fs::FsInner::new(dev.clone(), sbi.clone(), &opts) else { return Ok(()) };
+    fs.protect_journal();
+    if !fs.zones.clear_of(None, block, 1) {
+        return Err(bad(block, "in other metadata (a bitmap, an inode table or the journal)"));
     }
     Ok(())
 }

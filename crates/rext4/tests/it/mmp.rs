@@ -267,6 +267,9 @@ fn an_mmp_block_in_metadata_is_refused_for_writing() {
         String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap()
     };
     let bitmap = sb_group0_block_bitmap(&base);
+    let p = place(&base);
+    let valid = read_mmp(&base, &p);
+    let bs = p.offset / Fs::open(&base).unwrap().superblock().s_mmp_block.get();
     for (what, blk) in
         [("superblock", first), ("bitmap", bitmap), ("journal", journal_block), ("past the end", count + 10)]
     {
@@ -278,6 +281,13 @@ fn an_mmp_block_in_metadata_is_refused_for_writing() {
             .output()
             .unwrap();
         assert!(out.status.success());
+        assert_eq!(Fs::open(&img).unwrap().superblock().s_mmp_block.get(), blk, "{what}");
+        if blk > first && blk < count {
+            // A well-formed MMP block there (its checksum does not cover its place), so that
+            // only the place can refuse the open.
+            let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+            f.write_all_at(valid.as_bytes(), blk * bs).unwrap();
+        }
         let before = std::fs::read(&img).unwrap();
         let r = Fs::open_with(&img, rw());
         assert!(r.is_err(), "{what}: MMP block {blk} must refuse a writable open");
