@@ -21,8 +21,8 @@
 //!
 //! The block is read and written with `O_DIRECT` where the device is a host file or block
 //! device that allows it: another machine's writes reach the storage, not this machine's page
-//! cache, which a buffered read would return stale. Elsewhere (tmpfs, devices in memory or
-//! over the network) it goes through the device.
+//! cache, which a buffered read would return stale. Elsewhere (storage that refuses `O_DIRECT`
+//! at the block's offset, devices in memory or over the network) it goes through the device.
 //!
 //! Stricter than the kernel in one way: the kernel reads the block back only when an update
 //! came late (more than a check interval after the last); this thread reads it back every
@@ -398,7 +398,9 @@ fn check_place(sbi: &SbInfo, dev: &Arc<dyn BlockDevice>, block: u64) -> Result<(
 }
 
 /// The updating thread (the kernel's `kmmpd`); see the module comment.
-fn run(mut w: Writer, block: u64, mut seq: u32, shared: &(Mutex<State>, Condvar), fence: &MmpFence) {
+fn run(mut w: Writer, block: u64, first: u32, shared: &(Mutex<State>, Condvar), fence: &MmpFence) {
+    // The number last written: what the block must still hold.
+    let mut written = first;
     let (lock, cv) = shared;
     let mut last = Instant::now();
     loop {
@@ -420,7 +422,8 @@ fn run(mut w: Writer, block: u64, mut seq: u32, shared: &(Mutex<State>, Condvar)
         // was): stop writing before the next write of ours lands on its.
         let found = w.read(block);
         let ours = found.as_ref().is_ok_and(|m| {
-            m.mmp_seq.get() == seq && MmpBlock::name(&m.mmp_nodename) == MmpBlock::name(&w.mmp.mmp_nodename)
+            m.mmp_seq.get() == written
+                && MmpBlock::name(&m.mmp_nodename) == MmpBlock::name(&w.mmp.mmp_nodename)
         });
         if !ours {
             fence.fenced.store(true, Ordering::Release);
@@ -434,14 +437,17 @@ fn run(mut w: Writer, block: u64, mut seq: u32, shared: &(Mutex<State>, Condvar)
             lock.lock().conflict = Some(why);
             return;
         }
-        seq = if seq >= fmt::SEQ_MAX { 1 } else { seq + 1 };
+        let next = if written >= fmt::SEQ_MAX { 1 } else { written + 1 };
         let elapsed = last.elapsed().as_secs();
         w.mmp.mmp_check_interval.set(check_interval(elapsed.max(w.update.as_secs())));
-        w.stamp(seq);
+        w.stamp(next);
         last = Instant::now();
-        // A failed write is tried again at the next interval, as the kernel does; a machine
-        // waiting to take the filesystem sees the number stand still meanwhile.
-        let _ = w.write();
+        // A failed write is tried again at the next interval, as the kernel does (a machine
+        // waiting to take the filesystem sees the number stand still meanwhile), and the
+        // block is expected to hold the number before it.
+        if w.write().is_ok() {
+            written = next;
+        }
     }
     w.stamp(fmt::SEQ_CLEAN);
     let _ = w.write();
@@ -477,6 +483,64 @@ mod tests {
         let done = dev.snapshot();
         assert_eq!(block_of(&done).mmp_seq.get(), fmt::SEQ_CLEAN);
         fsck_clean(&done);
+    }
+
+    /// A memory device whose writes to one offset fail while `failing` is set.
+    struct Flaky {
+        inner: crate::dev::MemDevice,
+        at: std::sync::atomic::AtomicU64,
+        failing: AtomicBool,
+    }
+
+    impl BlockDevice for Flaky {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            if self.failing.load(Ordering::Acquire) && offset == self.at.load(Ordering::Acquire) {
+                return Err(io::Error::other("injected"));
+            }
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+    }
+
+    /// Updates that fail for a while are tried again; the block still holds this machine's
+    /// last number, so nothing is fenced, and updates go on once writes work again.
+    #[test]
+    fn failed_updates_are_retried_without_fencing() {
+        let bytes = mkfs_image(None, &["-O", "mmp", "-E", "mmp_update_interval=1"], "32M");
+        let sb = rext4_format::superblock::Superblock::parse(&bytes[1024..]).unwrap();
+        let at = sb.s_mmp_block.get() << (10 + sb.s_log_block_size.get());
+        let snapshot = |d: &Flaky| {
+            let mut b = vec![0u8; fmt::MMP_SIZE];
+            d.inner.read_at(&mut b, at).unwrap();
+            MmpBlock::parse(&b).unwrap().mmp_seq.get()
+        };
+        let dev = Arc::new(Flaky {
+            inner: crate::dev::MemDevice::new(bytes),
+            at: std::sync::atomic::AtomicU64::new(at),
+            failing: AtomicBool::new(false),
+        });
+        let fs = crate::Fs::from_device(dev.clone(), crate::Options { writable: true, ..Default::default() })
+            .unwrap();
+        dev.failing.store(true, Ordering::Release);
+        let stuck = snapshot(&dev);
+        std::thread::sleep(Duration::from_millis(2600));
+        assert_eq!(snapshot(&dev), stuck, "no update lands while writes fail");
+        dev.failing.store(false, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(2600));
+        assert_ne!(snapshot(&dev), stuck, "updates go on");
+        fs.write_file("/after", vec![1u8; 5000]).unwrap();
+        fs.sync().unwrap();
+        fs.unmount().unwrap();
+        assert_eq!(snapshot(&dev), fmt::SEQ_CLEAN);
+        fsck_clean(&dev.inner.snapshot());
     }
 
     #[test]
