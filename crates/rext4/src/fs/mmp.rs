@@ -195,6 +195,8 @@ pub(crate) struct Mmp {
 
 /// What the thread needs to write and check the block.
 struct Writer {
+    /// The MMP block's number, for errors.
+    block: u64,
     io: Io,
     buf: Aligned,
     mmp: MmpBlock,
@@ -206,7 +208,8 @@ struct Writer {
 impl Writer {
     /// Reads the block: magic and checksum checked (`EFSCORRUPTED`, `EFSBADCRC` in the
     /// kernel; here the open's typed errors).
-    fn read(&mut self, block: u64) -> Result<MmpBlock> {
+    fn read(&mut self) -> Result<MmpBlock> {
+        let block = self.block;
         self.io.read(&mut self.buf)?;
         let m = MmpBlock::parse(self.buf.get()).ok_or_else(|| bad(block, "block shorter than 1 KiB"))?;
         if m.mmp_magic.get() != fmt::MMP_MAGIC {
@@ -292,6 +295,7 @@ impl Mmp {
         let update_s = sb.s_mmp_update_interval.get().clamp(1, fmt::MAX_UPDATE_INTERVAL);
         let update = u64::from(update_s);
         let mut w = Writer {
+            block,
             io,
             buf: Aligned::new(bs),
             mmp: zerocopy::FromZeros::new_zeroed(),
@@ -299,18 +303,16 @@ impl Mmp {
             csum: sbi.metadata_csum,
             update: Duration::from_secs(update),
         };
-        let mut m = w.read(block)?;
+        let mut m = w.read()?;
         let seq = m.mmp_seq.get();
-        let wait = match seq {
-            fmt::SEQ_CLEAN => Duration::ZERO,
-            _ => wait_time(update_s, m.mmp_check_interval.get()),
-        };
         if seq == fmt::SEQ_FSCK {
             return Err(in_use(&m, "e2fsck is running on the filesystem"));
         }
+        let mut wait = Duration::ZERO;
         if seq != fmt::SEQ_CLEAN {
+            wait = wait_time(update_s, m.mmp_check_interval.get());
             std::thread::sleep(wait);
-            m = w.read(block)?;
+            m = w.read()?;
             if m.mmp_seq.get() != seq {
                 return Err(in_use(&m, "the filesystem is in use on another machine"));
             }
@@ -325,7 +327,7 @@ impl Mmp {
         w.stamp(mine);
         w.write()?;
         std::thread::sleep(wait);
-        let now = w.read(block)?;
+        let now = w.read()?;
         if now.mmp_seq.get() != mine {
             return Err(in_use(&now, "the filesystem is in use on another machine"));
         }
@@ -336,9 +338,23 @@ impl Mmp {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("rext4-mmp".into())
-                .spawn(move || run(w, block, mine, &shared, &fence))?
+                .spawn(move || run(w, mine, &shared, &fence))?
         };
         Ok((Mmp { shared, thread: Mutex::new(Some(thread)) }, fenced))
+    }
+
+    /// [`Mmp::protect`] where the filesystem has the `mmp` feature: the device to write it
+    /// through and the protection; `dev` as it is and none without the feature.
+    pub(crate) fn protect_if_needed(
+        dev: Arc<dyn BlockDevice>,
+        sbi: &SbInfo,
+        name: &[u8],
+    ) -> Result<(Arc<dyn BlockDevice>, Option<Mmp>)> {
+        if !sbi.sb.incompat().contains(Incompat::MMP) {
+            return Ok((dev, None));
+        }
+        let (mmp, fenced) = Mmp::protect(dev, sbi, name)?;
+        Ok((fenced, Some(mmp)))
     }
 
     /// Ends the protection: the thread writes `SEQ_CLEAN` (unless it found another machine
@@ -366,12 +382,17 @@ impl Drop for Mmp {
 }
 
 fn in_use(m: &MmpBlock, why: &str) -> Error {
+    Error::InUse(describe(m, why))
+}
+
+/// `why`, with who wrote block `m` last and when.
+fn describe(m: &MmpBlock, why: &str) -> String {
     let node = String::from_utf8_lossy(MmpBlock::name(&m.mmp_nodename)).into_owned();
     let dev = String::from_utf8_lossy(MmpBlock::name(&m.mmp_bdevname)).into_owned();
-    Error::InUse(format!(
+    format!(
         "multi-mount protection: {why} (last update at {} by node \"{node}\", device \"{dev}\")",
         m.mmp_time.get()
-    ))
+    )
 }
 
 /// The MMP block must lie inside the filesystem (`ext4_multi_mount_protect`) and, as this
@@ -398,7 +419,7 @@ fn check_place(sbi: &SbInfo, dev: &Arc<dyn BlockDevice>, block: u64) -> Result<(
 }
 
 /// The updating thread (the kernel's `kmmpd`); see the module comment.
-fn run(mut w: Writer, block: u64, first: u32, shared: &(Mutex<State>, Condvar), fence: &MmpFence) {
+fn run(mut w: Writer, first: u32, shared: &(Mutex<State>, Condvar), fence: &MmpFence) {
     // The number last written: what the block must still hold.
     let mut written = first;
     let (lock, cv) = shared;
@@ -420,7 +441,7 @@ fn run(mut w: Writer, block: u64, first: u32, shared: &(Mutex<State>, Condvar), 
         }
         // Still ours? Anything else is another machine's number (or damage where only ours
         // was): stop writing before the next write of ours lands on its.
-        let found = w.read(block);
+        let found = w.read();
         let ours = found.as_ref().is_ok_and(|m| {
             m.mmp_seq.get() == written
                 && MmpBlock::name(&m.mmp_nodename) == MmpBlock::name(&w.mmp.mmp_nodename)
@@ -428,10 +449,7 @@ fn run(mut w: Writer, block: u64, first: u32, shared: &(Mutex<State>, Condvar), 
         if !ours {
             fence.fenced.store(true, Ordering::Release);
             let why = match found {
-                Ok(m) => match in_use(&m, "the filesystem has been opened on another machine") {
-                    Error::InUse(s) => s,
-                    e => e.to_string(),
-                },
+                Ok(m) => describe(&m, "the filesystem has been opened on another machine"),
                 Err(e) => format!("multi-mount protection: cannot read the MMP block: {e}"),
             };
             lock.lock().conflict = Some(why);

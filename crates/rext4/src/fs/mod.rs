@@ -34,7 +34,6 @@ use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::inode::atime::{AtimeFacts, AtimeMode};
 use crate::inode::Inode;
-use rext4_format::features::Incompat;
 use rext4_format::superblock::Superblock;
 use rext4_format::{InodeNo, PhysBlock};
 use std::path::Path;
@@ -354,11 +353,9 @@ impl Fs {
             sbi.check_writable()?;
         }
         // Multi-mount protection, also before recovery: another machine may be writing.
-        let (dev, mmp) = if opts.writable && sbi.sb.incompat().contains(Incompat::MMP) {
-            let (mmp, fenced) = mmp::Mmp::protect(dev, &sbi, name)?;
-            (fenced, Some(mmp))
-        } else {
-            (dev, None)
+        let (dev, mmp) = match opts.writable {
+            true => mmp::Mmp::protect_if_needed(dev, &sbi, name)?,
+            false => (dev, None),
         };
         let recovered = if opts.norecovery {
             crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new() }

@@ -44,13 +44,8 @@ pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
         return Ok(RecoveryReport::default());
     }
     // It writes the image: multi-mount protection first, as e2fsck takes it for its replay.
-    let (dev, mmp) = if sbi.sb.incompat().contains(rext4_format::features::Incompat::MMP) {
-        let name = path.as_ref().as_os_str().as_encoded_bytes();
-        let (mmp, fenced) = crate::fs::mmp::Mmp::protect(dev, &sbi, name)?;
-        (fenced, Some(mmp))
-    } else {
-        (dev, None)
-    };
+    let name = path.as_ref().as_os_str().as_encoded_bytes();
+    let (dev, mmp) = crate::fs::mmp::Mmp::protect_if_needed(dev, &sbi, name)?;
     let replayed = replay_in_place(&dev, &sbi);
     // Clean again before the writable open below takes it.
     drop(mmp);

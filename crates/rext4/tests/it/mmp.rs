@@ -248,6 +248,12 @@ fn a_node_taking_the_image_over_stops_every_later_write() {
     assert!(std::fs::read(&img).unwrap() == snapshot, "nothing written after the takeover");
     let m = read_mmp(&img, &p);
     assert_eq!(m.as_bytes(), taken.as_bytes(), "the other node's block is left as it wrote it");
+    // What rext4 left is whole: once the other node lets go (clean), recovery makes it
+    // e2fsck-clean, with what was synced before the takeover.
+    write_mmp(&img, &p, |m| m.mmp_seq.set(mmp::SEQ_CLEAN));
+    rext4::recover_image(&img).unwrap();
+    e2fsck_clean(&img);
+    assert_eq!(Fs::open(&img).unwrap().read_file("/before").unwrap(), vec![1; 3000]);
 }
 
 #[test]
