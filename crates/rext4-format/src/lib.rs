@@ -6,6 +6,7 @@
 //! no I/O and holds no state: checksums and hashes are pure functions of bytes.
 #![forbid(unsafe_code)]
 
+pub mod casefold;
 pub mod checksum;
 pub mod dirent;
 pub mod dx;

@@ -11,6 +11,7 @@
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
 
 mod atime;
+mod casefold;
 mod corruption;
 mod corruption_write;
 mod crash;

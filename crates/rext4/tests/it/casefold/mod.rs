@@ -1,0 +1,3 @@
+//! Casefolded directories (`casefold` images, `chattr +F`).
+
+mod folding;
