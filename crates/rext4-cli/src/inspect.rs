@@ -175,6 +175,12 @@ pub(crate) fn info(image: &Path) -> CliResult {
     );
     let seed: Vec<u8> = sb.s_hash_seed.iter().flat_map(|w| w.get().to_le_bytes()).collect();
     row("Directory Hash Seed", uuid(&seed.try_into().unwrap_or([0; 16])));
+    if sb.incompat().contains(rext4::format::features::Incompat::CASEFOLD) {
+        let e = sb.s_encoding.get();
+        let name = rext4::format::casefold::encoding_name(e)
+            .map_or_else(|| format!("UNKNOWN_ENCODING_{e}"), String::from);
+        row("Character encoding", name);
+    }
     if sb.incompat().contains(rext4::format::features::Incompat::MMP) {
         row("MMP block number", sb.s_mmp_block.get().to_string());
         row("MMP update interval", sb.s_mmp_update_interval.get().to_string());

@@ -39,9 +39,9 @@ pub(crate) struct MkfsArgs {
     #[arg(short = 'U')]
     uuid: Option<String>,
     /// Extended options: hash_seed=UUID, root_owner[=UID:GID], orphan_file_size=SIZE,
-    /// quotatype=usrquota:grpquota:prjquota (with -O quota), mmp_update_interval=SECONDS (with
-    /// -O mmp), lazy_itable_init,
-    /// lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
+    /// quotatype=usrquota:grpquota:prjquota (with -O quota), encoding=utf8 (turns casefold
+    /// on), encoding_flags=strict (with casefold), mmp_update_interval=SECONDS (with -O mmp),
+    /// lazy_itable_init, lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
     #[arg(short = 'E', action = clap::ArgAction::Append)]
     extended: Vec<String>,
     /// Percent of blocks reserved for root.
@@ -197,6 +197,23 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                     }
                 }
                 o.quota_types = Some(t);
+            }
+            ("encoding", Some(v)) => {
+                // mke2fs: naming the encoding turns casefold on.
+                if rext4::format::casefold::encoding_from_name(v).is_none() {
+                    return Err(format!("invalid encoding: {v}"));
+                }
+                o.features.push_str(if o.features.is_empty() { "casefold" } else { ",casefold" });
+            }
+            ("encoding_flags", Some(v)) => {
+                // `e2p_str2encoding_flags`: flags joined by '-', each maybe prefixed "no".
+                for f in v.split('-') {
+                    match f {
+                        "strict" => o.strict_encoding = true,
+                        "nostrict" => o.strict_encoding = false,
+                        _ => return Err(format!("invalid encoding flag: {f}")),
+                    }
+                }
             }
             ("mmp_update_interval", Some(v)) => {
                 o.mmp_update_interval =

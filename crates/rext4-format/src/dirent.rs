@@ -194,6 +194,42 @@ pub struct Hit {
 /// slack (or, unused, whole length) holds the bytes asked for.
 pub type Room = (usize, usize, usize, u32);
 
+/// How a search compares names: byte for byte, or as a casefolded directory does (the same
+/// bytes, or the same folded form; crate::casefold).
+#[derive(Clone, Copy, Debug)]
+pub enum NameKey<'a> {
+    /// Names equal byte for byte.
+    Exact(&'a [u8]),
+    /// In a casefolded directory: `name`, and its folded form (`None` where it has none, when
+    /// only the same bytes match).
+    Folded { name: &'a [u8], folded: Option<&'a [u8]> },
+}
+
+impl NameKey<'_> {
+    /// The name's own bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match *self {
+            NameKey::Exact(name) | NameKey::Folded { name, .. } => name,
+        }
+    }
+
+    /// Whether the name is neither `.` nor `..` (which only the first block holds).
+    pub fn is_plain_name(&self) -> bool {
+        !matches!(self.bytes(), b"." | b"..")
+    }
+
+    /// Whether an entry named `entry` is this name.
+    #[inline(always)]
+    pub fn matches(&self, entry: &[u8]) -> bool {
+        match *self {
+            NameKey::Exact(name) => entry.len() == name.len() && entry.last() == name.last() && entry == name,
+            NameKey::Folded { name, folded } => {
+                entry == name || folded.is_some_and(|f| crate::casefold::matches_folded(f, entry))
+            }
+        }
+    }
+}
+
 /// One pass over the entries of `area`, as [`DirBlockIter`] walks them (stopping silently at
 /// the first invalid one): the live entry named `name`, and with `need` the first entry with
 /// room for that many more bytes, looked for until the name is found. The answers of a walk
@@ -202,11 +238,29 @@ pub type Room = (usize, usize, usize, u32);
 /// whole leaf this way (the name is absent), a remove half of one.
 #[inline]
 pub fn probe(area: &[u8], block_size: u32, name: &[u8], need: Option<usize>) -> (Option<Hit>, Option<Room>) {
+    probe_key(area, block_size, NameKey::Exact(name), need)
+}
+
+/// [`probe`] for the name `key` stands for.
+#[inline]
+pub fn probe_key(
+    area: &[u8],
+    block_size: u32,
+    key: NameKey<'_>,
+    need: Option<usize>,
+) -> (Option<Hit>, Option<Room>) {
     // Two copies of the loop, so that the 64 KiB `rec_len` encoding costs no branch per entry.
-    if block_size < 65536 {
-        probe_in::<false>(area, block_size, name, need)
-    } else {
-        probe_in::<true>(area, block_size, name, need)
+    match (key, block_size < 65536) {
+        (NameKey::Exact(name), true) => probe_in::<false>(area, block_size, name, need, |_| false),
+        (NameKey::Exact(name), false) => probe_in::<true>(area, block_size, name, need, |_| false),
+        (NameKey::Folded { name, .. }, small) => {
+            let other = |entry: &[u8]| key.matches(entry);
+            if small {
+                probe_in::<false>(area, block_size, name, need, other)
+            } else {
+                probe_in::<true>(area, block_size, name, need, other)
+            }
+        }
     }
 }
 
@@ -216,6 +270,8 @@ fn probe_in<const BIG: bool>(
     block_size: u32,
     name: &[u8],
     need: Option<usize>,
+    // Names other than `name`'s bytes that match it (a casefolded directory's).
+    also: impl Fn(&[u8]) -> bool,
 ) -> (Option<Hit>, Option<Room>) {
     const NONE: usize = usize::MAX;
     let header = |pos: usize| read_header::<BIG>(area, pos, block_size);
@@ -230,9 +286,9 @@ fn probe_in<const BIG: bool>(
         if rec_len % 4 != 0 || rec_len < rec_len_for(name_len.max(1)) || rec_len > area.len() - pos {
             break;
         }
-        if name_len == name.len() && inode != 0 {
+        if inode != 0 {
             let n = &area[pos + HEADER_SIZE..pos + HEADER_SIZE + name_len];
-            if n.last() == name.last() && n == name {
+            if n.len() == name.len() && n.last() == name.last() && n == name || also(n) {
                 let prev = (prev != NONE).then_some(prev);
                 let room = (room != NONE).then(|| room_of(header(room), room));
                 return (Some(Hit { prev, offset: pos, rec_len, inode }), room);

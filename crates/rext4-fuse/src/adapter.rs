@@ -203,10 +203,25 @@ impl Adapter {
         }
     }
 
-    fn entry(&self, r: R<Attr>, reply: ReplyEntry) {
+    /// Replies with the entry `r` made or found in `parent`.
+    fn entry(&self, parent: INodeNo, r: R<Attr>, reply: ReplyEntry) {
         match r.and_then(|a| self.take_lookup(a.ino).map(|()| a)) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(u64::from(a.generation))),
+            Ok(a) => {
+                let g = Generation(u64::from(a.generation));
+                reply.entry_with_ttls(&TTL, &self.entry_ttl(parent), &file_attr(&a), g);
+            }
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// How long the kernel may keep a name of directory `parent`: not at all where the
+    /// directory is casefolded. Its cache keys names by their bytes, so `Foo` and `foo` would
+    /// be two entries there for one on the disk: a removal through one would leave the other,
+    /// and a negative `foo` would hide a `Foo` created after it.
+    pub(crate) fn entry_ttl(&self, parent: INodeNo) -> Duration {
+        match ino_of(parent) {
+            Ok(p) if self.fs().folds_names(p) => Duration::ZERO,
+            _ => TTL,
         }
     }
 }
@@ -301,9 +316,9 @@ impl Filesystem for Adapter {
                 }
             })();
             match r {
-                Ok(Some(a)) => self.entry(Ok(a), reply),
+                Ok(Some(a)) => self.entry(parent, Ok(a), reply),
                 // A negative entry the kernel may cache: node id 0 with a timeout.
-                Ok(None) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+                Ok(None) => reply.entry(&self.entry_ttl(parent), &negative_attr(), Generation(0)),
                 Err(e) => reply.error(e),
             }
         });
@@ -422,7 +437,7 @@ impl Filesystem for Adapter {
                 let a = r.map_err(|e| self.err(e))?;
                 self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, false))
             })();
-            self.entry(r, reply);
+            self.entry(parent, r, reply);
         });
     }
 
@@ -436,7 +451,7 @@ impl Filesystem for Adapter {
                 let a = self.fs().mkdir(p, n, m, uid, gid).map_err(|e| self.err(e))?;
                 self.dir_synced(p, self.store_inherited_acl(p, n, a, &acl, true))
             })();
-            self.entry(r, reply);
+            self.entry(parent, r, reply);
         });
     }
 
@@ -474,7 +489,7 @@ impl Filesystem for Adapter {
                 let t = target.as_os_str().as_bytes();
                 self.dir_synced(p, self.fs().symlink(p, n, t, uid, gid).map_err(|e| self.err(e)))
             })();
-            self.entry(r, reply);
+            self.entry(parent, r, reply);
         });
     }
 
@@ -526,7 +541,7 @@ impl Filesystem for Adapter {
                 let (i, p, n) = (ino_of(ino)?, ino_of(newparent)?, name_of(newname)?);
                 self.dir_synced(p, self.fs().link(i, p, n).map_err(|e| self.err(e)))
             })();
-            self.entry(r, reply);
+            self.entry(newparent, r, reply);
         });
     }
 
@@ -897,7 +912,7 @@ impl Filesystem for Adapter {
                 self.take_lookup(a.ino)?;
                 Ok(a)
             })();
-            self.created(r, flags, reply);
+            self.created(parent, r, flags, reply);
         });
     }
 
@@ -931,7 +946,7 @@ impl Filesystem for Adapter {
                 }
                 stored.map_err(|e| self.err_in("tmpfile (ACL)", e))
             })();
-            self.created(r, flags, reply);
+            self.created(parent, r, flags, reply);
         });
     }
 

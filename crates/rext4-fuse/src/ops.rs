@@ -2,7 +2,7 @@
 //! append-only rules the kernel cannot apply on a FUSE inode, `copy_file_range`, xattr
 //! replies and `access(2)`, each through the engine's VFS layer where it has one.
 
-use crate::adapter::{gen, ino_of, supplementary_groups, Adapter, COPY_CHUNK, COPY_MAX, R, TTL};
+use crate::adapter::{gen, ino_of, supplementary_groups, Adapter, COPY_CHUNK, COPY_MAX, R};
 use crate::attr::file_attr;
 use crate::options::LockMode;
 use fuser::{
@@ -50,13 +50,15 @@ impl Adapter {
         Ok((acl, m, uid, gid))
     }
 
-    /// Replies to a `create` or `tmpfile` that made `r` (its lookup counted), opening it with
-    /// `flags`.
-    pub(crate) fn created(&self, r: R<Attr>, flags: i32, reply: ReplyCreate) {
+    /// Replies to a `create` or `tmpfile` in `parent` that made `r` (its lookup counted),
+    /// opening it with `flags`.
+    pub(crate) fn created(&self, parent: INodeNo, r: R<Attr>, flags: i32, reply: ReplyCreate) {
         match r {
             Ok(a) => {
                 let fh = self.shared.handles.open(u64::from(a.ino.0), flags);
-                reply.created(&TTL, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags());
+                // One validity for the entry and the attributes (the entry's decides).
+                let ttl = self.entry_ttl(parent);
+                reply.created(&ttl, &file_attr(&a), gen(&a), FileHandle(fh), self.open_flags());
             }
             Err(e) => reply.error(e),
         }

@@ -3,7 +3,7 @@
 //! access time as the mount's options say (the engine's `readdir`), unless it was opened
 //! with `O_NOATIME`.
 
-use crate::adapter::{gen, ino_of, Adapter, R, TTL};
+use crate::adapter::{gen, ino_of, Adapter, R};
 use crate::attr::{file_attr, fuse_type, stat_attr, visible};
 use fuser::{FileHandle, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use std::ffi::OsStr;
@@ -72,6 +72,7 @@ impl Adapter {
         reply: &mut ReplyDirectoryPlus,
     ) -> R<()> {
         let dir = ino_of(ino)?;
+        let ttl = self.entry_ttl(ino);
         let mut failed = None;
         let mut added = 0usize;
         let res = self.list(dir, fh, offset, |e| {
@@ -98,7 +99,7 @@ impl Adapter {
             // The kernel links no dentry for `.` and `..`: they carry `st_ino` values.
             let fa = if dots { stat_attr(&a) } else { file_attr(&a) };
             let d_ino = INodeNo(u64::from(a.ino.0));
-            let full = reply.add(d_ino, e.next, OsStr::from_bytes(&e.name), &TTL, &fa, gen(&a));
+            let full = reply.add(d_ino, e.next, OsStr::from_bytes(&e.name), &ttl, &fa, gen(&a));
             if full && !dots {
                 self.forget_one(fa.ino, 1);
             }

@@ -26,7 +26,7 @@ use crate::error::{Corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use rext4_format::dirent::DirBlockIter;
-use rext4_format::hash::{dx_hash, HashAlgo};
+use rext4_format::hash::HashAlgo;
 use rext4_format::inode::INDEX_FL;
 use rext4_format::PhysBlock;
 use std::collections::HashSet;
@@ -220,7 +220,7 @@ impl FsInner {
                 b"." if dots => (0, 0),
                 b".." if dots => (2, DOTDOT_POS),
                 n => {
-                    let h = dx_hash(n, algo, self.sbi.hash_seed);
+                    let h = self.name_hash(dir, n, algo);
                     (h.major, hash2pos(h.major, h.minor))
                 }
             };

@@ -23,7 +23,7 @@ use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent as fd;
 use rext4_format::dx;
-use rext4_format::hash::{dx_hash, DxHash, HashAlgo};
+use rext4_format::hash::{DxHash, HashAlgo};
 use rext4_format::inode::{ENCRYPT_FL, INDEX_FL};
 use rext4_format::{InodeNo, PhysBlock};
 use std::sync::atomic::Ordering;
@@ -235,10 +235,10 @@ impl FsInner {
             (algo, usize::from(r.info.indirect_levels), level)
         };
         let hash = match key {
-            DxKey::Name(n) => dx_hash(n, algo, self.sbi.hash_seed),
+            DxKey::Name(n) => self.name_hash(dir, n, algo),
             DxKey::Hash(h) => DxHash { major: h, minor: 0 },
             DxKey::Hashed(_, a, h) if a == algo => h,
-            DxKey::Hashed(n, _, _) => dx_hash(n, algo, self.sbi.hash_seed),
+            DxKey::Hashed(n, _, _) => self.name_hash(dir, n, algo),
         };
         let mut path = DxPath { levels: vec![level], algo, hash, leaf: 0, lo: 0 };
         loop {
@@ -544,13 +544,7 @@ impl FsInner {
         let mut map: Vec<(u32, usize, usize)> = self
             .leaf_iter(&src)
             .filter(|e| e.inode != 0)
-            .map(|e| {
-                (
-                    dx_hash(e.name, path.algo, self.sbi.hash_seed).major,
-                    e.offset,
-                    fd::rec_len_for(e.name.len()),
-                )
-            })
+            .map(|e| (self.name_hash(dir, e.name, path.algo).major, e.offset, fd::rec_len_for(e.name.len())))
             .collect();
         if map.is_empty() {
             return Err(self.dx_corrupt(dir, Some(leaf.blk), "full htree leaf without entries"));

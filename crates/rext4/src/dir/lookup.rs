@@ -4,6 +4,7 @@
 
 use crate::cache::buffer::Buffer;
 use crate::cache::dcache::Hit;
+use crate::dir::casefold::DirName;
 use crate::dir::DirBlockKind;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::fs::FsInner;
@@ -82,7 +83,8 @@ impl FsInner {
         if name == b"." || name == b".." {
             return self.iget_live(self.lookup_uncached(dir, name)?);
         }
-        match self.dcache.get(dir.ino, name) {
+        let cached = if self.is_casefolded(dir) { None } else { self.dcache.get(dir.ino, name) };
+        match cached {
             Some(Hit::Linked(inode)) => {
                 self.check_live(&inode)?;
                 return Ok(inode);
@@ -103,7 +105,9 @@ impl FsInner {
             return corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what });
         }
         let inode = self.iget_live(found)?;
-        self.dcache.insert_found(dir, gen, name, &inode);
+        if !self.is_casefolded(dir) {
+            self.dcache.insert_found(dir, gen, name, &inode);
+        }
         Ok(inode)
     }
 
@@ -113,10 +117,11 @@ impl FsInner {
     }
 
     fn lookup_once(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+        let name = &self.dir_name(dir, name);
         if self.has_inline_data(dir) {
             return self.lookup_inline(dir, name);
         }
-        if self.is_dx(dir) && name != b"." && name != b".." {
+        if self.is_dx(dir) && name.key().is_plain_name() {
             match self.dx_lookup(dir, name, None) {
                 Ok((r, _)) => return r.ok_or(Error::NotFound),
                 Err(DxFail::Err(e)) => return Err(e),
@@ -126,9 +131,10 @@ impl FsInner {
         self.lookup_linear(dir, name)
     }
 
-    fn lookup_inline(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+    fn lookup_inline(&self, dir: &Inode, name: &DirName<'_>) -> Result<InodeNo> {
         let (parent, data) = self.inline_dir(dir)?;
-        match name {
+        let key = name.key();
+        match key.bytes() {
             b"." => return Ok(dir.ino),
             b".." => return Ok(parent),
             _ => {}
@@ -137,7 +143,7 @@ impl FsInner {
         let areas = [&data[4..ib.min(data.len())], data.get(ib..).unwrap_or(&[])];
         for area in areas {
             for e in DirBlockIter::new(area, self.sbi.block_size).flatten() {
-                if e.is_named(name) {
+                if e.inode != 0 && key.matches(e.name) {
                     return Ok(InodeNo(e.inode));
                 }
             }
@@ -145,7 +151,7 @@ impl FsInner {
         Err(Error::NotFound)
     }
 
-    fn lookup_linear(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
+    fn lookup_linear(&self, dir: &Inode, name: &DirName<'_>) -> Result<InodeNo> {
         let bs = u64::from(self.sbi.block_size);
         let nblocks = dir.size().div_ceil(bs);
         let mut next = 0u64;
@@ -164,10 +170,10 @@ impl FsInner {
         Err(Error::NotFound)
     }
 
-    fn search_leaf(&self, buf: &Buffer, name: &[u8], whole: bool) -> Option<InodeNo> {
+    fn search_leaf(&self, buf: &Buffer, name: &DirName<'_>, whole: bool) -> Option<InodeNo> {
         let data = buf.data();
         let area = if whole { &data[..] } else { self.leaf_entries(&data) };
-        let (hit, _) = rext4_format::dirent::probe(area, self.sbi.block_size, name, None);
+        let (hit, _) = rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), None);
         hit.map(|h| InodeNo(h.inode))
     }
 
@@ -185,16 +191,20 @@ impl FsInner {
                 return Err(Error::Exists);
             }
             let need = rext4_format::dirent::rec_len_for(name.len());
-            match self.names_stable(dir, || Ok(self.dx_lookup(dir, name, Some(need))))? {
+            let key = self.dir_name(dir, name);
+            match self.names_stable(dir, || Ok(self.dx_lookup(dir, &key, Some(need))))? {
                 Ok((Some(_), _)) => return Err(Error::Exists),
-                Ok((None, room)) => return Ok(room),
+                Ok((None, room)) => {
+                    self.check_new_name(dir, name)?;
+                    return Ok(room);
+                }
                 Err(DxFail::Err(e)) => return Err(e),
                 Err(DxFail::Fallback) => {}
             }
         }
         match self.lookup(dir, name) {
             Ok(_) => Err(Error::Exists),
-            Err(Error::NotFound) => Ok(None),
+            Err(Error::NotFound) => self.check_new_name(dir, name).map(|()| None),
             Err(e) => Err(e),
         }
     }
@@ -205,7 +215,7 @@ impl FsInner {
     fn scan_leaf(
         &self,
         buf: &Buffer,
-        name: &[u8],
+        name: &DirName<'_>,
         need: usize,
     ) -> (Option<InodeNo>, Option<Option<rext4_format::dirent::Room>>) {
         let data = buf.data();
@@ -213,7 +223,7 @@ impl FsInner {
         if self.leaf_entries(&data).len() != area.len() {
             return (self.search_leaf(buf, name, false), None);
         }
-        match rext4_format::dirent::probe(area, self.sbi.block_size, name, Some(need)) {
+        match rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), Some(need)) {
             (Some(hit), _) => (Some(InodeNo(hit.inode)), None),
             (None, room) => (None, Some(room)),
         }
@@ -224,7 +234,7 @@ impl FsInner {
     fn dx_lookup(
         &self,
         dir: &Inode,
-        name: &[u8],
+        name: &DirName<'_>,
         need: Option<usize>,
     ) -> Result<(Option<InodeNo>, Option<Room>), DxFail> {
         let Some((_, root)) = self.dir_block(dir, 0, DirBlockKind::Index)? else {
@@ -241,7 +251,7 @@ impl FsInner {
                 HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
             (algo, r.info.indirect_levels)
         };
-        let full = dx_hash(name, algo, self.sbi.hash_seed);
+        let full = dx_hash(name.hashed(), algo, self.sbi.hash_seed);
         let hash = full.major;
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;

@@ -8,6 +8,7 @@
 //! | `dx_readdir` | hash-order readdir of htree directories |
 //! | `write` | adding and removing entries, room in leaves |
 //! | `dx_write` | htree inserts, leaf and index splits |
+//! | `casefold` | how casefolded directories compare and hash names |
 //!
 //! # Locking
 //! The directory's `op_lock` serialises its changes; readers take none and read blocks under
@@ -18,6 +19,7 @@
 //! leaf and index blocks, linear iteration with byte-position cookies, inline directories
 //! (hash-order iteration is in dir/dx_readdir.rs).
 
+pub(crate) mod casefold;
 pub(crate) mod dx_readdir;
 pub(crate) mod dx_write;
 pub(crate) mod lookup;

@@ -281,8 +281,9 @@ impl FsInner {
     pub(crate) fn remove_entry(&self, h: &Handle, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         let _t = self.stats.time(crate::fs::stats::Op::DeleteEntry);
         let bs = self.sbi.block_size;
+        let key = self.dir_name(dir, name);
         let find = |area: &[u8]| {
-            let hit = fd::probe(area, bs, name, None).0?;
+            let hit = fd::probe_key(area, bs, key.key(), None).0?;
             Some((hit.prev, hit.offset, hit.rec_len, hit.inode))
         };
         let remove = |block: &mut [u8], (prev, off, rec_len, ino): (Option<usize>, usize, usize, u32)| {
@@ -318,7 +319,9 @@ impl FsInner {
         }
         let ft = if self.sbi.filetype { ft } else { 0 };
         let bs = self.sbi.block_size;
-        let find = |area: &[u8]| fd::probe(area, bs, name, None).0.map(|hit| (hit.offset, hit.inode));
+        let key = self.dir_name(dir, name);
+        let find =
+            |area: &[u8]| fd::probe_key(area, bs, key.key(), None).0.map(|hit| (hit.offset, hit.inode));
         let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
             block[off + 7] = ft;

@@ -438,6 +438,13 @@ impl Fs {
         })
     }
 
+    /// Whether directory `dir` finds names by their folded form (`chattr +F` on an image with
+    /// `casefold`): `Foo` there is the entry `foo`. A cache of names by their bytes (the
+    /// kernel's, in front of the mount) must not keep this directory's.
+    pub fn folds_names(&self, dir: InodeNo) -> bool {
+        self.inner.sbi.casefold && self.inner.iget_by_number(dir).is_ok_and(|d| self.inner.is_casefolded(&d))
+    }
+
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.
     pub fn lookup(&self, dir: InodeNo, name: &[u8]) -> Result<Attr> {
         self.inner.op(crate::fs::stats::Op::Lookup, || {

@@ -4,6 +4,7 @@
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Error, Result};
 use crate::num::usize_from;
+use rext4_format::casefold;
 use rext4_format::features::{feature_names, Compat, FeatureKind, Incompat, RoCompat};
 use rext4_format::superblock::{self as fsb, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
@@ -19,6 +20,7 @@ const INCOMPAT_SUPPORTED: Incompat = Incompat::FILETYPE
     .union(Incompat::LARGEDIR)
     .union(Incompat::INLINE_DATA)
     .union(Incompat::ENCRYPT)
+    .union(Incompat::CASEFOLD)
     // Replayed at open (jbd2/replay.rs) before anything else is read.
     .union(Incompat::RECOVER);
 
@@ -65,6 +67,12 @@ pub(crate) struct SbInfo {
     pub ea_inode: bool,
     pub hash_seed: [u32; 4],
     pub hash_unsigned: bool,
+    /// The `casefold` feature (with the one encoding there is): directories with
+    /// `CASEFOLD_FL` hash and compare names by their folded form (dir/casefold.rs).
+    pub casefold: bool,
+    /// `s_encoding_flags` asks for strict encoding: casefolded directories refuse names that
+    /// are not valid UTF-8.
+    pub strict_encoding: bool,
     /// Why the image may only be read (unknown ro_compat features, ...); empty if writable.
     pub ro_reasons: Vec<String>,
 }
@@ -114,6 +122,13 @@ impl SbInfo {
         if !unsupported.is_empty() {
             let names = feature_names(FeatureKind::Incompat, unsupported.bits()).join(", ");
             return Err(Error::Incompatible(format!("unsupported incompat feature(s): {names}")));
+        }
+        if incompat.contains(Incompat::CASEFOLD) && casefold::encoding_name(sb.s_encoding.get()).is_none() {
+            // The kernel's `ext4_encoding_init`: a name hashed with unknown tables is lost.
+            return Err(Error::Incompatible(format!(
+                "casefold with an unknown encoding ({})",
+                sb.s_encoding.get()
+            )));
         }
         if sb.ro_compat().contains(RoCompat::METADATA_CSUM) && sb.ro_compat().contains(RoCompat::GDT_CSUM) {
             return Err(bad("both metadata_csum and uninit_bg are set"));
@@ -216,6 +231,9 @@ impl SbInfo {
             ea_inode: sb.incompat().contains(Incompat::EA_INODE),
             hash_seed: sb.hash_seed(),
             hash_unsigned: sb.s_flags.get() & fsb::FLAGS_UNSIGNED_HASH != 0,
+            casefold: sb.incompat().contains(Incompat::CASEFOLD),
+            strict_encoding: sb.incompat().contains(Incompat::CASEFOLD)
+                && sb.s_encoding_flags.get() & casefold::ENCODING_FLAG_STRICT != 0,
             ro_reasons,
             sb,
         })

@@ -55,10 +55,10 @@ pub const FL_USER_VISIBLE: u32 = FL_USER_MODIFIABLE
     | fi::VERITY_FL
     | fi::INLINE_DATA_FL;
 
-/// Flags that change how the data is stored or looked up, other than `EXTENTS_FL` (which
-/// converts the file: map/migrate.rs); rext4 does not switch files between those forms, so
-/// changing one is `EOPNOTSUPP`.
-const CONVERTING: u32 = fi::JOURNAL_DATA_FL | DAX_FL | fi::CASEFOLD_FL;
+/// Flags that change how the data is stored, other than `EXTENTS_FL` (which converts the
+/// file: map/migrate.rs); rext4 does not switch files between those forms, so changing one is
+/// `EOPNOTSUPP`.
+const CONVERTING: u32 = fi::JOURNAL_DATA_FL | DAX_FL;
 
 /// Credits: the inode.
 const CREDITS: u32 = 1;
@@ -136,6 +136,18 @@ impl FsInner {
         if mask_flags(inode.disk().file_type(), flags) != flags {
             return Err(Error::NotSupported("flag for this file type".into()));
         }
+        // `ext4_ioctl_setflags`: how a directory compares names changes only while it has none.
+        if (inode.flags() ^ flags) & fi::CASEFOLD_FL != 0 {
+            if !self.sbi.casefold {
+                return Err(Error::NotSupported("casefolding without the casefold feature".into()));
+            }
+            if !inode.is_dir() {
+                return Err(Error::NotDir);
+            }
+            if !self.dir_is_empty(&inode)? {
+                return Err(Error::NotEmpty);
+            }
+        }
         let h = journal.start(CREDITS)?;
         let mut raw = inode.raw_mut();
         let old = raw_flags(&raw);
@@ -169,7 +181,8 @@ impl Fs {
     /// `FS_IOC_SETFLAGS` (`chattr`): sets the inode's user-modifiable flags to those in
     /// `flags`, as `ext4_fileattr_set` does. Visible flags that cannot be set are ignored,
     /// others are `EOPNOTSUPP`, as are flags that do not apply to the file type and changes
-    /// of how it is stored (data journaling, DAX, casefolding). Setting or clearing
+    /// of how it is stored (data journaling, DAX). Casefolding (`chattr +F`) changes only on
+    /// an empty directory (`ENOTEMPTY`) of an image with `casefold`. Setting or clearing
     /// `EXTENTS_FL` converts the file's map as the kernel does (`EOPNOTSUPP` for an extent
     /// tree no block map can hold, `EINVAL` without the `extents` feature); an immutable
     /// inode changes nothing but that flag (`EPERM`). The caller makes the VFS's checks

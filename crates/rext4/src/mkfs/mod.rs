@@ -94,6 +94,9 @@ pub struct FormatOptions {
     /// By default user and group, and project with the `project` feature; asking for project
     /// quotas turns that feature on.
     pub quota_types: Option<[bool; 3]>,
+    /// `-E encoding_flags=strict` (with `casefold`): casefolded directories refuse names that
+    /// are not valid UTF-8.
+    pub strict_encoding: bool,
     /// `-E mmp_update_interval=`: seconds between updates of the multi-mount protection
     /// block (`mmp` feature; 5 by default or for 0, at most 300).
     pub mmp_update_interval: Option<u16>,
@@ -345,6 +348,13 @@ impl Builder {
         sb.s_inode_size.set(geo.inode_size);
         sb.s_reserved_gdt_blocks.set(u16::try_from(geo.reserved_gdt_blocks).unwrap_or(0));
         sb.s_def_hash_version = 1; // half_md4
+        if f.has_i(Incompat::CASEFOLD) {
+            // The one encoding there is (mke2fs's `encoding=utf8`).
+            sb.s_encoding.set(rext4_format::casefold::ENCODING_UTF8_12_1);
+            if p.strict_encoding {
+                sb.s_encoding_flags.set(rext4_format::casefold::ENCODING_FLAG_STRICT);
+            }
+        }
         sb.s_desc_size.set(geo.desc_size_field);
         // acl, user_xattr
         sb.s_default_mount_opts.set(0x000C);

@@ -128,6 +128,8 @@ pub(crate) struct Params {
     pub(crate) journal_blocks: u32,
     /// The quota files to make with the `quota` feature: user, group, project.
     pub(crate) quota_types: [bool; 3],
+    /// `s_encoding_flags`' strict bit (with `casefold`).
+    pub(crate) strict_encoding: bool,
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -242,12 +244,14 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     let unsupported = Incompat::COMPRESSION.bits()
         | Incompat::JOURNAL_DEV.bits()
         | Incompat::DIRDATA.bits()
-        | Incompat::ENCRYPT.bits()
-        | Incompat::CASEFOLD.bits();
+        | Incompat::ENCRYPT.bits();
     if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) {
         return Err(Error::Incompatible(
-            "mkfs does not make bigalloc, encrypt, casefold or journal_dev filesystems".into(),
+            "mkfs does not make bigalloc, encrypt or journal_dev filesystems".into(),
         ));
+    }
+    if opts.strict_encoding && !features.has_i(Incompat::CASEFOLD) {
+        return Err(Error::InvalidInput("encoding_flags need casefold (an encoding)"));
     }
     let known_c = Compat::all().bits()
         & !(Compat::FAST_COMMIT.bits()
@@ -333,6 +337,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         log_groups_per_flex,
         journal_blocks: 0,
         quota_types,
+        strict_encoding: opts.strict_encoding,
     })
 }
 

@@ -104,7 +104,7 @@ impl FsInner {
             self.abandon_new_inode(&h, &child, is_dir)?;
             return Err(e);
         }
-        self.dcache.insert(dir.ino, name, &child);
+        self.cache_name(&dir, name, &child);
         let mut draw = dir.raw_mut();
         if is_dir {
             let links = raw_links(&draw);

@@ -120,7 +120,7 @@ impl FsInner {
         if first {
             self.orphan_del(&h, target)?;
         }
-        self.dcache.insert(dir.ino, name, target);
+        self.cache_name(&dir, name, target);
         let t = self.now();
         let mut traw = target.raw_mut();
         let links = raw_links(&traw);
@@ -183,7 +183,7 @@ impl FsInner {
             self.abandon_new_inode(&h, &child, false)?;
             return Err(e);
         }
-        self.dcache.insert(dir.ino, name, &child);
+        self.cache_name(&dir, name, &child);
         self.mark_inode_dirty(&h, &child, &mut craw)?;
         drop(craw);
         let mut draw = dir.raw_mut();

@@ -104,6 +104,9 @@ impl FsInner {
         if flags & RENAME_EXCHANGE != 0 && dst_ino.is_none() {
             return Err(Error::NotFound);
         }
+        if dst.is_none() {
+            self.check_new_name(&ndir, nn)?;
+        }
         if src.is_dir() && op != np && self.is_within(np, src_ino)? {
             return Err(Error::InvalidInput("directory moved into itself"));
         }

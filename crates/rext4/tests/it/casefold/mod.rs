@@ -1,3 +1,4 @@
 //! Casefolded directories (`casefold` images, `chattr +F`).
 
+mod dirs;
 mod folding;
