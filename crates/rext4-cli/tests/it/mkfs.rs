@@ -160,6 +160,14 @@ const QUOTA_VARIANTS: &[(&str, &str, &[&str])] = &[
     ("quota_debian", "64M", &["-t", "ext4", "-O", "quota,project,^metadata_csum_seed,^orphan_file"]),
 ];
 
+/// Images with casefolding (`s_encoding`, strict or not), beside `VARIANTS`: this kernel
+/// lacks `CONFIG_UNICODE` and mounts none.
+const CASEFOLD_VARIANTS: &[(&str, &str, &[&str])] = &[
+    ("casefold", "64M", &["-t", "ext4", "-O", "casefold"]),
+    ("casefold_strict", "64M", &["-t", "ext4", "-E", "encoding=utf8,encoding_flags=strict"]),
+    ("casefold_ext2", "64M", &["-t", "ext2", "-E", "encoding=utf8-12.1"]),
+];
+
 /// The quota files `dumpe2fs -h` names, with their bytes and `debugfs stat`.
 fn quota_files(img: &Path) -> Vec<(u32, Vec<u8>, String)> {
     let o = Command::new(tool("dumpe2fs")).arg("-h").arg(img).output().expect("dumpe2fs");
@@ -181,7 +189,7 @@ fn quota_files(img: &Path) -> Vec<(u32, Vec<u8>, String)> {
 fn variants_match_mke2fs_and_pass_e2fsck() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut diffs = Vec::new();
-    for (name, size, args) in VARIANTS.iter().chain(QUOTA_VARIANTS) {
+    for (name, size, args) in VARIANTS.iter().chain(QUOTA_VARIANTS).chain(CASEFOLD_VARIANTS) {
         let (theirs, ours) = both(dir.path(), name, size, args);
         let (qa, qb) = (quota_files(&theirs), quota_files(&ours));
         assert_eq!(qa.len(), qb.len(), "{name}: quota files");
@@ -266,6 +274,9 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-O", "mmp", "-E", "mmp_update_interval=301", p, "8M"],
         &["mkfs", "-q", "-O", "mmp", "-E", "mmp_update_interval=soon", p, "8M"],
         &["mkfs", "-q", "-t", "ext5", p, "8M"],
+        &["mkfs", "-q", "-E", "encoding=utf16", p, "8M"],
+        &["mkfs", "-q", "-E", "encoding_flags=strict", p, "8M"],
+        &["mkfs", "-q", "-O", "casefold", "-E", "encoding_flags=loose", p, "8M"],
         &["mkfs", "-q", p, "8X"],
         // Fewer inodes than the reserved ones and lost+found (mke2fs fails too).
         &["mkfs", "-q", "-N", "8", p, "2M"],
@@ -353,5 +364,28 @@ fn mmp_images_are_made_shown_and_written() {
     assert!(mmp.contains(&format!("device_name: {}", &p[..p.len().min(32)])), "{mmp}");
     let o = Command::new(tool("debugfs")).args(["-R", "cat /f"]).arg(&img).output().expect("debugfs");
     assert_eq!(o.stdout, b"under protection");
+    e2fsck_clean(&img);
+}
+
+/// A `casefold` image from `rext4 mkfs`: `rext4 info` names its encoding as dumpe2fs does, and
+/// a file copied in is found by e2fsprogs in a directory rext4 then casefolds.
+#[test]
+fn casefold_images_are_made_and_shown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let img = dir.path().join("c.img");
+    let p = img.to_str().expect("utf-8 path");
+    ok(&rext4(&["mkfs", "-q", "-E", "encoding=utf8,encoding_flags=strict", p, "32M"]));
+    let info = String::from_utf8_lossy(&rext4(&["info", p]).stdout).into_owned();
+    assert_eq!(rext4_testkit::sb_field(&img, "Character encoding"), "utf8-12.1");
+    assert!(info.contains("Character encoding:       utf8-12.1\n"), "{info}");
+    assert!(info.contains("casefold"), "{info}");
+    // dumpe2fs does not show the flags: `s_encoding` 1 and `s_encoding_flags` strict.
+    let raw = std::fs::read(&img).expect("image");
+    assert_eq!(raw[1024 + 0x27C..1024 + 0x280], [1, 0, 1, 0]);
+    let src = dir.path().join("f");
+    std::fs::write(&src, b"folded").expect("write source");
+    ok(&rext4(&["cp", src.to_str().expect("utf-8 path"), &format!("{p}:/Readme")]));
+    let o = Command::new(tool("debugfs")).args(["-R", "cat /Readme"]).arg(&img).output().expect("debugfs");
+    assert_eq!(o.stdout, b"folded");
     e2fsck_clean(&img);
 }

@@ -9,10 +9,12 @@
 //! and group ownership for other users; `statx.rs`: birth times against kernel ext4; `tmpfile.rs`:
 //! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4;
 //! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4;
-//! `splice.rs`: large reads spliced from the image; `quota.rs`: quota usage kept through the mount.
+//! `splice.rs`: large reads spliced from the image; `quota.rs`: quota usage kept through the mount;
+//! `casefold.rs`: casefolded directories and the kernel's name cache.
 
 mod access;
 mod atime;
+mod casefold;
 mod data;
 mod handles;
 mod killpriv;
