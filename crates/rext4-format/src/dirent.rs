@@ -250,27 +250,22 @@ pub fn probe_key(
     need: Option<usize>,
 ) -> (Option<Hit>, Option<Room>) {
     // Two copies of the loop, so that the 64 KiB `rec_len` encoding costs no branch per entry.
+    let other = |entry: &[u8]| key.matches(entry);
     match (key, block_size < 65536) {
-        (NameKey::Exact(name), true) => probe_in::<false>(area, block_size, name, need, |_| false),
-        (NameKey::Exact(name), false) => probe_in::<true>(area, block_size, name, need, |_| false),
-        (NameKey::Folded { name, .. }, small) => {
-            let other = |entry: &[u8]| key.matches(entry);
-            if small {
-                probe_in::<false>(area, block_size, name, need, other)
-            } else {
-                probe_in::<true>(area, block_size, name, need, other)
-            }
-        }
+        (NameKey::Exact(name), true) => probe_in::<false, false>(area, block_size, name, need, other),
+        (NameKey::Exact(name), false) => probe_in::<true, false>(area, block_size, name, need, other),
+        (NameKey::Folded { name, .. }, true) => probe_in::<false, true>(area, block_size, name, need, other),
+        (NameKey::Folded { name, .. }, false) => probe_in::<true, true>(area, block_size, name, need, other),
     }
 }
 
 #[inline(always)]
-fn probe_in<const BIG: bool>(
+fn probe_in<const BIG: bool, const FOLDED: bool>(
     area: &[u8],
     block_size: u32,
     name: &[u8],
     need: Option<usize>,
-    // Names other than `name`'s bytes that match it (a casefolded directory's).
+    // With `FOLDED`, whether an entry name other than `name`'s bytes matches it.
     also: impl Fn(&[u8]) -> bool,
 ) -> (Option<Hit>, Option<Room>) {
     const NONE: usize = usize::MAX;
@@ -286,9 +281,9 @@ fn probe_in<const BIG: bool>(
         if rec_len % 4 != 0 || rec_len < rec_len_for(name_len.max(1)) || rec_len > area.len() - pos {
             break;
         }
-        if inode != 0 {
+        if inode != 0 && (FOLDED || name_len == name.len()) {
             let n = &area[pos + HEADER_SIZE..pos + HEADER_SIZE + name_len];
-            if n.len() == name.len() && n.last() == name.last() && n == name || also(n) {
+            if n.len() == name.len() && n.last() == name.last() && n == name || FOLDED && also(n) {
                 let prev = (prev != NONE).then_some(prev);
                 let room = (room != NONE).then(|| room_of(header(room), room));
                 return (Some(Hit { prev, offset: pos, rec_len, inode }), room);

@@ -49,64 +49,109 @@ pub fn is_valid(name: &[u8]) -> bool {
 /// kernel's buffer).
 pub fn fold(name: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(c_string(name)).ok()?;
-    let mut out = Folder { out: String::with_capacity(text.len()), marks: Vec::new() };
+    let mut f = Folder { sink: String::with_capacity(text.len()), marks: Vec::new() };
     for c in text.chars() {
-        out.push_folded(c);
+        f.push_folded(c);
     }
-    out.end_run();
-    (out.out.len() < FOLD_LIMIT).then(|| out.out.into_bytes())
+    f.end_run();
+    (f.sink.len() < FOLD_LIMIT).then(|| f.sink.into_bytes())
 }
 
 /// Whether two names are the same name in a casefolded directory: the same bytes, or the same
 /// folded form (the kernel's `generic_ci_match`).
 pub fn names_match(a: &[u8], b: &[u8]) -> bool {
-    a == b || matches!((fold(a), fold(b)), (Some(x), Some(y)) if x == y)
+    a == b || fold(a).is_some_and(|f| matches_folded(&f, b))
 }
 
-/// Whether `name` matches a name whose folded form is `folded` (looked up once per search).
+/// Whether `name` folds to `folded` (another name's folded form, computed once per search).
+/// Stops at the first byte that differs, as the kernel's `utf8_strncasecmp_folded`, and
+/// allocates nothing unless `name` has combining marks to put in order.
 pub fn matches_folded(folded: &[u8], name: &[u8]) -> bool {
-    fold(name).is_some_and(|f| f == folded)
+    let Ok(text) = std::str::from_utf8(c_string(name)) else { return false };
+    let mut f = Folder { sink: Compare { want: folded, at: 0 }, marks: Vec::new() };
+    text.chars().all(|c| f.push_folded(c)) && f.end_run() && f.sink.at == folded.len()
 }
 
-/// The folded form being built: combining marks wait in `marks` until the next starter, then
+/// Where a folded form goes, a character at a time; `false` stops the folding.
+trait Sink {
+    fn put(&mut self, c: char) -> bool;
+}
+
+impl Sink for String {
+    fn put(&mut self, c: char) -> bool {
+        self.push(c);
+        true
+    }
+}
+
+/// Compares a folded form with one known already.
+struct Compare<'a> {
+    want: &'a [u8],
+    at: usize,
+}
+
+impl Sink for Compare<'_> {
+    fn put(&mut self, c: char) -> bool {
+        let mut buf = [0u8; 4];
+        let bytes = c.encode_utf8(&mut buf).as_bytes();
+        let end = self.at + bytes.len();
+        if self.want.get(self.at..end) != Some(bytes) {
+            return false;
+        }
+        self.at = end;
+        true
+    }
+}
+
+/// A folded form being built: combining marks wait in `marks` until the next starter, then
 /// go out in ascending combining class (a stable sort, as canonical ordering requires).
-struct Folder {
-    out: String,
+struct Folder<S> {
+    sink: S,
     marks: Vec<(u8, char)>,
 }
 
-impl Folder {
-    fn push_folded(&mut self, c: char) {
+impl<S: Sink> Folder<S> {
+    fn push_folded(&mut self, c: char) -> bool {
+        if c.is_ascii() {
+            // No ASCII character is ignorable, decomposes or combines: the common case needs
+            // no table.
+            return self.push_starter(c.to_ascii_lowercase());
+        }
         let cp = u32::from(c);
         if is_ignorable(cp) {
             // Folds to nothing, but ends a run of marks as a starter would.
-            self.end_run();
+            self.end_run()
         } else if let Some(jamo) = hangul(cp) {
-            for j in jamo.into_iter().flatten() {
-                self.push(j);
-            }
+            jamo.into_iter().flatten().all(|j| self.push(j))
         } else if let Some(mapped) = mapping(cp) {
-            for m in mapped.chars() {
-                self.push(m);
-            }
+            mapped.chars().all(|m| self.push(m))
         } else {
-            self.push(c);
+            self.push(c)
         }
     }
 
-    fn push(&mut self, c: char) {
+    fn push(&mut self, c: char) -> bool {
         match combining_class(u32::from(c)) {
-            0 => {
-                self.end_run();
-                self.out.push(c);
+            0 => self.push_starter(c),
+            class => {
+                self.marks.push((class, c));
+                true
             }
-            class => self.marks.push((class, c)),
         }
     }
 
-    fn end_run(&mut self) {
+    fn push_starter(&mut self, c: char) -> bool {
+        self.end_run() && self.sink.put(c)
+    }
+
+    fn end_run(&mut self) -> bool {
+        if self.marks.is_empty() {
+            return true;
+        }
         self.marks.sort_by_key(|&(class, _)| class);
-        self.out.extend(self.marks.drain(..).map(|(_, c)| c));
+        let ok = self.marks.iter().all(|&(_, c)| self.sink.put(c));
+        self.marks.clear();
+        ok
     }
 }
 
@@ -169,6 +214,44 @@ mod tests {
         assert_eq!(f("a\u{301}\u{323}"), "a\u{323}\u{301}");
         // ... but an ignorable between them ends the run, as in the kernel.
         assert_eq!(f("a\u{301}\u{200B}\u{323}"), "a\u{301}\u{323}");
+    }
+
+    /// The streaming comparison says what comparing whole folded forms says, for names of
+    /// letters, marks in and out of order, ignorables and invalid bytes.
+    #[test]
+    fn matching_agrees_with_folding() {
+        const POOL: &[&str] = &[
+            "a", "A", "ß", "SS", "s", "\u{301}", "\u{323}", "\u{200B}", "\u{C5}", "\u{212B}", "e",
+            "\u{1E9E}", "\u{D55C}", "\u{1112}", "\u{345}", "\u{3B9}", "\u{FB03}", "ffi", "\u{FF}",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let mut name = |next: &mut dyn FnMut(usize) -> usize| -> Vec<u8> {
+            let mut s = String::new();
+            for _ in 0..1 + next(5) {
+                s.push_str(POOL[next(POOL.len())]);
+            }
+            let mut b = s.into_bytes();
+            if next(10) == 0 {
+                b.push(0xff);
+            }
+            b
+        };
+        let (mut same, mut checked) = (0, 0);
+        for _ in 0..200_000 {
+            let (a, b) = (name(&mut next), name(&mut next));
+            let Some(fa) = fold(&a) else { continue };
+            let whole = fold(&b).is_some_and(|fb| fb == fa);
+            assert_eq!(matches_folded(&fa, &b), whole, "{a:x?} / {b:x?}");
+            checked += 1;
+            same += usize::from(whole);
+        }
+        assert!(checked > 100_000 && same > 500, "{checked} pairs, {same} the same");
     }
 
     #[test]
