@@ -1,8 +1,9 @@
-//! Directory hashes (legacy, half-MD4, TEA; signed and unsigned) and xattr hashes, on any name
-//! and seed.
+//! Directory hashes (legacy, half-MD4, TEA; signed and unsigned), xattr hashes and casefolding,
+//! on any name and seed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rext4_format::casefold;
 use rext4_format::hash::{self, HashAlgo};
 
 fuzz_target!(|data: &[u8]| {
@@ -24,4 +25,8 @@ fuzz_target!(|data: &[u8]| {
     let a = hash::xattr_entry_hash(&name[..split], &name[split..], signed);
     let b = hash::xattr_entry_hash_ea_inode(&name[..split], a, signed);
     let _ = hash::xattr_block_hash([a, b, seed[0]]);
+    if let Some(folded) = casefold::fold(name) {
+        assert!(casefold::matches_folded(&folded, name), "a name does not match its own folded form");
+        assert!(casefold::is_valid(name));
+    }
 });

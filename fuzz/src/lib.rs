@@ -295,6 +295,8 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     // Multi-mount protection (turned on after the files are in: e2fsprogs' writable opens of
     // an mmp image wait 11 s each), with a journal: its MMP block is among the patch targets.
     ("mmp-1k", &["-b", "1024", "-O", "^metadata_csum", "-J", "size=1"], "4M"),
+    // Casefolding: `big` is casefolded (its index rebuilt by e2fsck with folded hashes).
+    ("casefold-1k", &["-b", "1024", "-O", "^metadata_csum,casefold,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -359,6 +361,9 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     );
     if args.iter().any(|a| a.contains("ea_inode")) {
         script += &format!("ea_set -f {} /medium user.large\n", large.display());
+    }
+    if args.iter().any(|a| a.contains("casefold")) {
+        script += "set_inode_field /big flags 0x40001000\n";
     }
     std::fs::write(&cmds, script).unwrap();
     let quiet =
