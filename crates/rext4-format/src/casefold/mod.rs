@@ -229,9 +229,9 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x % n as u64) as usize
+            usize::try_from(x % n as u64).unwrap_or(0)
         };
-        let mut name = |next: &mut dyn FnMut(usize) -> usize| -> Vec<u8> {
+        let name = |next: &mut dyn FnMut(usize) -> usize| -> Vec<u8> {
             let mut s = String::new();
             for _ in 0..1 + next(5) {
                 s.push_str(POOL[next(POOL.len())]);

@@ -99,7 +99,7 @@ fn random_strings_fold_as_e2fsprogs_folds_them() {
         0xAC00, 0xD55C, 0x1100, 0x1161, 0x11A8, 0x3164, 0x1D15E, 0x1D160, 0x1D165, 0x0F73, 0x0F75, 0x0F81,
         0x2126, 0x3A9, 0x1C80, 0xA7C0, 0x10400, 0x16E40,
     ];
-    let mut rng = Rng::new(0x00ca_5e_f01d);
+    let mut rng = Rng::new(0xca5e_f01d);
     let names: Vec<String> = (0..20_000)
         .map(|_| {
             let len = 1 + rng.below(8) as usize;
