@@ -266,3 +266,35 @@ fn an_unknown_encoding_is_refused() {
         Ok(_) => panic!("an image with an unknown encoding opened"),
     }
 }
+
+/// Without strict encoding, names that are not UTF-8 are hashed by their bytes in an indexed
+/// casefolded directory (the kernel's `ext4fs_dirhash`): e2fsck finds them where they are, and
+/// after e2fsck rebuilds the index rext4 still finds them.
+#[test]
+fn names_without_a_folded_form_in_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path(), "inv", "");
+    let bad: [&[u8]; 3] = [b"bad-\xff-x", b"\xff", b"\xed\xa0\x80surrogate"];
+    {
+        let fs = rw(&img);
+        let d = folded_dir(&fs, b"d");
+        for i in 0..400 {
+            fs.create(d, format!("name-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        for b in bad {
+            fs.create(d, b, 0o644, 0, 0).unwrap();
+        }
+        assert_ne!(fs.getattr(d).unwrap().flags & INDEX_FL, 0, "the directory is indexed");
+        fs.unmount().unwrap();
+    }
+    e2fsck_clean(&img);
+    let o = std::process::Command::new(tool("e2fsck")).args(["-fyD"]).arg(&img).output().unwrap();
+    assert!(o.status.code().is_some_and(|c| c <= 1), "e2fsck -fyD: {}", String::from_utf8_lossy(&o.stdout));
+    e2fsck_clean(&img);
+    let fs = Fs::open(&img).unwrap();
+    let d = fs.lookup(fs.root(), b"d").unwrap().ino;
+    for b in bad {
+        assert!(fs.lookup(d, b).is_ok(), "{b:x?}");
+    }
+    assert!(fs.lookup(d, b"NAME-0399").is_ok());
+}
