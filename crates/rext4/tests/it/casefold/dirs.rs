@@ -5,7 +5,7 @@
 //! `casefold` images), so e2fsprogs is the oracle.
 
 use rext4::{Error, Fs, InodeNo, Options};
-use rext4_testkit::{e2fsck_clean, tool, Image};
+use rext4_testkit::{e2fsck_clean, e2fsck_reindex, tool, Image};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -105,17 +105,23 @@ fn many_names(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// `img` opened for writing with a new casefolded directory `dir` holding `names`.
+fn filled(img: &Path, dir: &[u8], names: &[String]) -> (Fs, InodeNo) {
+    let fs = rw(img);
+    let d = folded_dir(&fs, dir);
+    for n in names {
+        fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    (fs, d)
+}
+
 #[test]
 fn an_indexed_casefolded_directory_hashes_folded_names() {
     let dir = tempfile::tempdir().unwrap();
     let img = image(dir.path(), "dx", "");
     let names_in = many_names(3000);
     {
-        let fs = rw(&img);
-        let d = folded_dir(&fs, b"big");
-        for n in &names_in {
-            fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap();
-        }
+        let (fs, d) = filled(&img, b"big", &names_in);
         assert_ne!(fs.getattr(d).unwrap().flags & INDEX_FL, 0, "the directory is indexed");
         for n in &names_in {
             let up = n.to_uppercase();
@@ -146,17 +152,9 @@ fn directories_e2fsprogs_indexed_are_searched_by_folded_hash() {
     let dir = tempfile::tempdir().unwrap();
     let img = image(dir.path(), "e2", "");
     let names_in = many_names(1500);
-    {
-        let fs = rw(&img);
-        let d = folded_dir(&fs, b"d");
-        for n in &names_in {
-            fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap();
-        }
-        fs.unmount().unwrap();
-    }
+    filled(&img, b"d", &names_in).0.unmount().unwrap();
     // e2fsck rebuilds every index with its own hashes.
-    let o = std::process::Command::new(tool("e2fsck")).args(["-fyD"]).arg(&img).output().unwrap();
-    assert!(o.status.code().is_some_and(|c| c <= 1), "e2fsck -fyD: {}", String::from_utf8_lossy(&o.stdout));
+    e2fsck_reindex(&img);
     e2fsck_clean(&img);
     let fs = rw(&img);
     let d = fs.lookup(fs.root(), b"d").unwrap().ino;
@@ -288,8 +286,7 @@ fn names_without_a_folded_form_in_an_index() {
         fs.unmount().unwrap();
     }
     e2fsck_clean(&img);
-    let o = std::process::Command::new(tool("e2fsck")).args(["-fyD"]).arg(&img).output().unwrap();
-    assert!(o.status.code().is_some_and(|c| c <= 1), "e2fsck -fyD: {}", String::from_utf8_lossy(&o.stdout));
+    e2fsck_reindex(&img);
     e2fsck_clean(&img);
     let fs = Fs::open(&img).unwrap();
     let d = fs.lookup(fs.root(), b"d").unwrap().ino;
