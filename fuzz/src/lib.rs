@@ -128,6 +128,12 @@ pub fn change(fs: &Fs) {
         if let Some(small) = ino(root, b"small") {
             let _ = fs.link(small, big, b"hard");
         }
+        // Other cases of names (the same names where `big` is casefolded).
+        for i in 70..80 {
+            let _ = fs.unlink(big, format!("ENTRY_{i:04}_Padding").as_bytes());
+        }
+        let _ = fs.create(big, "Entry_0090_PADDING\u{200B}".as_bytes(), 0o600, 0, 0);
+        let _ = fs.create(big, b"bad\xff", 0o600, 0, 0);
     }
     // Directories: make, move across parents, empty and remove.
     if let Some(dir1) = ino(root, b"dir1") {
