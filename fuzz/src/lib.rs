@@ -119,7 +119,13 @@ pub fn change(fs: &Fs) {
             let _ = fs.create(big, format!("a_new_entry_{i}_with_a_longer_name").as_bytes(), 0o600, 0, 0);
         }
         for i in 40..50 {
-            let _ = fs.rename(big, format!("entry_{i:04}_padding").as_bytes(), big, format!("r{i}").as_bytes(), 0);
+            let _ = fs.rename(
+                big,
+                format!("entry_{i:04}_padding").as_bytes(),
+                big,
+                format!("r{i}").as_bytes(),
+                0,
+            );
         }
         if let Some(dir1) = ino(root, b"dir1") {
             let _ = fs.rename(big, b"entry_0060_padding", dir1, b"moved", 0);
