@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 const CASEFOLD_FL: u32 = 0x4000_0000;
 const INDEX_FL: u32 = 0x1000;
+const INLINE_DATA_FL: u32 = 0x1000_0000;
 
 fn image(dir: &Path, name: &str, extended: &str) -> PathBuf {
     let mut i = Image::ext4("32M").features("casefold");
@@ -294,4 +295,31 @@ fn names_without_a_folded_form_in_an_index() {
         assert!(fs.lookup(d, b).is_ok(), "{b:x?}");
     }
     assert!(fs.lookup(d, b"NAME-0399").is_ok());
+}
+
+/// A casefolded directory that starts inline (`inline_data`), moves to a block and then to an
+/// index as it grows: names are found by another case at every stage.
+#[test]
+fn inline_casefolded_directories_grow_into_an_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = Image::ext4("32M").features("casefold,inline_data").build_in(dir.path(), "inline");
+    let fs = rw(&img);
+    let d = folded_dir(&fs, b"d");
+    let all = many_names(600);
+    for (i, n) in all.iter().enumerate() {
+        fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap();
+        if i == 2 {
+            assert_ne!(fs.getattr(d).unwrap().flags & INLINE_DATA_FL, 0, "the directory is inline");
+            assert!(fs.lookup(d, all[1].to_uppercase().as_bytes()).is_ok(), "inline");
+            fs.unlink(d, all[0].to_lowercase().as_bytes()).unwrap();
+            fs.create(d, all[0].as_bytes(), 0o644, 0, 0).unwrap();
+        }
+    }
+    assert_ne!(fs.getattr(d).unwrap().flags & INDEX_FL, 0, "the directory is indexed by now");
+    for n in &all {
+        assert!(fs.lookup(d, n.to_uppercase().as_bytes()).is_ok(), "{n}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
 }
