@@ -131,6 +131,10 @@ pub struct BenchArgs {
     /// workload reaches set for root's ids; the image needs the quota feature (`--mkfs`).
     #[arg(long)]
     quota_limits: bool,
+    /// In process: every directory the workloads make is casefolded (`chattr +F`); the image
+    /// needs the casefold feature (`--mkfs "-O casefold"`).
+    #[arg(long)]
+    casefold_dirs: bool,
     /// Skip the unrecorded first run of each workload on each target (caches, daemon threads
     /// and the journal warmed up, as the seeds' mdtest runs did).
     #[arg(long)]
@@ -494,6 +498,7 @@ fn run_suite(a: &BenchArgs, suite: &[&str], kinds: &[Kind], work: &Path) -> CliR
         spec.fuse_opts = a.fuse_opts.clone();
         spec.nodelalloc = a.nodelalloc;
         spec.quota_limits = a.quota_limits;
+        spec.casefold_dirs = a.casefold_dirs;
         // mkfs refuses a journal over half the filesystem (seed 000 used `-J size=4096`).
         if let Some(j) = journal_mib(&spec.extra) {
             spec.mib = spec.mib.max(2 * j + 256);

@@ -155,6 +155,8 @@ pub(crate) struct ImageSpec {
     /// for root's ids, so that every check reads an entry (`--quota-limits`; needs an image
     /// made with `--mkfs "-O quota,..."`).
     pub quota_limits: bool,
+    /// In process: directories made by workloads are casefolded (`--casefold-dirs`).
+    pub casefold_dirs: bool,
 }
 
 /// An open directory or file on a target (in process: a held inode; `close` releases it).
@@ -256,6 +258,8 @@ pub(crate) struct InProc {
     server: Option<NbdServer>,
     /// Identity of the next open file description. [atomic]
     next_open: std::sync::atomic::AtomicU64,
+    /// New directories are casefolded.
+    casefold_dirs: bool,
 }
 
 fn e(e: rext4::Error) -> String {
@@ -301,7 +305,8 @@ impl InProc {
             }
         }
         let root = Node::Ino(fs.root());
-        Ok(InProc { kind, fs, root, server, next_open: std::sync::atomic::AtomicU64::new(1) })
+        let next_open = std::sync::atomic::AtomicU64::new(1);
+        Ok(InProc { kind, fs, root, server, next_open, casefold_dirs: spec.casefold_dirs })
     }
 
     /// An open file or directory: held, as the kernel holds an open file, until closed.
@@ -331,7 +336,12 @@ impl Target for InProc {
         &self.root
     }
     fn mkdir(&self, dir: &Node, name: &str) -> CliResult<Node> {
-        self.held(self.fs.mkdir(ino(dir)?, name.as_bytes(), 0o755, 0, 0).map_err(e)?.ino)
+        let a = self.fs.mkdir(ino(dir)?, name.as_bytes(), 0o755, 0, 0).map_err(e)?;
+        if self.casefold_dirs {
+            const CASEFOLD_FL: u32 = 0x4000_0000;
+            self.fs.set_flags(a.ino, a.flags | CASEFOLD_FL).map_err(e)?;
+        }
+        self.held(a.ino)
     }
     fn rmdir(&self, dir: &Node, name: &str) -> CliResult {
         self.fs.rmdir(ino(dir)?, name.as_bytes()).map_err(e)
