@@ -48,7 +48,12 @@ pub fn is_valid(name: &[u8]) -> bool {
 /// The folded form of `name`, or `None` where it has none (not UTF-8, or folding past the
 /// kernel's buffer).
 pub fn fold(name: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(c_string(name)).ok()?;
+    let name = c_string(name);
+    if name.is_ascii() {
+        // No ASCII character is ignorable, decomposes or combines: its lower case.
+        return Some(name.to_ascii_lowercase());
+    }
+    let text = std::str::from_utf8(name).ok()?;
     let mut f = Folder { sink: String::with_capacity(text.len()), marks: Vec::new() };
     for c in text.chars() {
         f.push_folded(c);
@@ -67,7 +72,12 @@ pub fn names_match(a: &[u8], b: &[u8]) -> bool {
 /// Stops at the first byte that differs, as the kernel's `utf8_strncasecmp_folded`, and
 /// allocates nothing unless `name` has combining marks to put in order.
 pub fn matches_folded(folded: &[u8], name: &[u8]) -> bool {
-    let Ok(text) = std::str::from_utf8(c_string(name)) else { return false };
+    let name = c_string(name);
+    if name.is_ascii() {
+        return name.len() == folded.len()
+            && name.iter().zip(folded).all(|(a, b)| a.to_ascii_lowercase() == *b);
+    }
+    let Ok(text) = std::str::from_utf8(name) else { return false };
     let mut f = Folder { sink: Compare { want: folded, at: 0 }, marks: Vec::new() };
     text.chars().all(|c| f.push_folded(c)) && f.end_run() && f.sink.at == folded.len()
 }

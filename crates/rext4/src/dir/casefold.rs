@@ -5,7 +5,7 @@
 //! finds the entry `foo`, creating `Foo` beside it is `EEXIST`, and the index hashes the folded
 //! form. Entries keep the bytes they were created with. A name that has no folded form (not
 //! UTF-8) is hashed and matched by its bytes, or refused (`EINVAL`) on images with strict
-//! encoding. The name cache is not used for these directories: its keys are bytes.
+//! encoding. The name cache keys these directories' names by their folded form.
 
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
@@ -14,6 +14,7 @@ use rext4_format::casefold;
 use rext4_format::dirent::NameKey;
 use rext4_format::hash::{dx_hash, DxHash, HashAlgo};
 use rext4_format::inode::{CASEFOLD_FL, ENCRYPT_FL};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// A name as one directory compares it.
@@ -68,10 +69,24 @@ impl FsInner {
         Ok(())
     }
 
-    /// Caches `name` -> `inode` in `dir`'s names, except where `dir` is casefolded.
-    pub(crate) fn cache_name(&self, dir: &Inode, name: &[u8], inode: &Arc<Inode>) {
-        if !self.is_casefolded(dir) {
-            self.dcache.insert(dir.ino, name, inode);
+    /// The key of `name` in `dir`'s part of the name cache: in a casefolded directory its
+    /// folded form, so that every case of a name finds (and a removal through any case
+    /// drops) one entry. A name without a folded form keeps its bytes, which no folded form
+    /// equals (those are UTF-8).
+    pub(crate) fn dcache_key<'a>(&self, dir: &Inode, name: &'a [u8]) -> Cow<'a, [u8]> {
+        match self.is_casefolded(dir).then(|| casefold::fold(name)).flatten() {
+            Some(folded) => Cow::Owned(folded),
+            None => Cow::Borrowed(name),
         }
+    }
+
+    /// Caches `name` -> `inode` in `dir`'s names.
+    pub(crate) fn cache_name(&self, dir: &Inode, name: &[u8], inode: &Arc<Inode>) {
+        self.dcache.insert(dir.ino, &self.dcache_key(dir, name), inode);
+    }
+
+    /// Drops `name` from `dir`'s cached names.
+    pub(crate) fn uncache_name(&self, dir: &Inode, name: &[u8]) {
+        self.dcache.remove(dir.ino, &self.dcache_key(dir, name));
     }
 }

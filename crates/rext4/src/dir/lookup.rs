@@ -83,15 +83,15 @@ impl FsInner {
         if name == b"." || name == b".." {
             return self.iget_live(self.lookup_uncached(dir, name)?);
         }
-        let cached = if self.is_casefolded(dir) { None } else { self.dcache.get(dir.ino, name) };
-        match cached {
+        let key = self.dcache_key(dir, name);
+        match self.dcache.get(dir.ino, &key) {
             Some(Hit::Linked(inode)) => {
                 self.check_live(&inode)?;
                 return Ok(inode);
             }
             Some(Hit::Unlinked(ino)) => {
                 let inode = self.iget_live(ino)?;
-                self.dcache.relink(dir.ino, name, &inode);
+                self.dcache.relink(dir.ino, &key, &inode);
                 return Ok(inode);
             }
             None => {}
@@ -105,9 +105,7 @@ impl FsInner {
             return corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what });
         }
         let inode = self.iget_live(found)?;
-        if !self.is_casefolded(dir) {
-            self.dcache.insert_found(dir, gen, name, &inode);
-        }
+        self.dcache.insert_found(dir, gen, &key, &inode);
         Ok(inode)
     }
 
@@ -187,7 +185,7 @@ impl FsInner {
             || self.has_inline_data(dir)
             || !self.is_dx(dir);
         if !plain {
-            if self.dcache.contains(dir.ino, name) {
+            if self.dcache.contains(dir.ino, &self.dcache_key(dir, name)) {
                 return Err(Error::Exists);
             }
             let need = rext4_format::dirent::rec_len_for(name.len());

@@ -384,7 +384,7 @@ impl FsInner {
         let is_dir = inode.is_dir();
         st.dirs.insert(parent);
         st.named.insert(ino);
-        self.dcache.remove(dir.ino, name);
+        self.uncache_name(&dir, name);
         let found = match self.lookup_uncached(&dir, name) {
             Ok(i) => Some(i),
             Err(Error::NotFound) => None,

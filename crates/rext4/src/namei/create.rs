@@ -202,7 +202,7 @@ impl FsInner {
         dir.names_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let removed = self.remove_entry(&h, &dir, name);
         dir.names_gen.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.dcache.remove(dir.ino, name);
+        self.uncache_name(&dir, name);
         let removed = removed?;
         if removed != ino {
             return Err(Error::InvalidInput("directory changed under its lock"));

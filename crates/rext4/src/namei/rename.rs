@@ -226,8 +226,8 @@ impl FsInner {
         for d in dirs {
             d.names_gen.fetch_add(1, Ordering::AcqRel);
         }
-        self.dcache.remove(odir.ino, on);
-        self.dcache.remove(ndir.ino, nn);
+        self.uncache_name(&odir, on);
+        self.uncache_name(&ndir, nn);
         if let (Err(_), Some(w), false) = (&result, &whiteout, whiteout_named.get()) {
             // Not named yet: dropped, as the kernel's failed rename drops it.
             self.abandon_new_inode(&h, w, false)?;
