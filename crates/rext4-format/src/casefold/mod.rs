@@ -51,7 +51,7 @@ pub fn fold(name: &[u8]) -> Option<Vec<u8>> {
     let name = c_string(name);
     if name.is_ascii() {
         // No ASCII character is ignorable, decomposes or combines: its lower case.
-        return Some(name.to_ascii_lowercase());
+        return (name.len() < FOLD_LIMIT).then(|| name.to_ascii_lowercase());
     }
     let text = std::str::from_utf8(name).ok()?;
     let mut f = Folder { sink: String::with_capacity(text.len()), marks: Vec::new() };
