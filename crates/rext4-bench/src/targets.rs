@@ -338,8 +338,7 @@ impl Target for InProc {
     fn mkdir(&self, dir: &Node, name: &str) -> CliResult<Node> {
         let a = self.fs.mkdir(ino(dir)?, name.as_bytes(), 0o755, 0, 0).map_err(e)?;
         if self.casefold_dirs {
-            const CASEFOLD_FL: u32 = 0x4000_0000;
-            self.fs.set_flags(a.ino, a.flags | CASEFOLD_FL).map_err(e)?;
+            self.fs.set_flags(a.ino, a.flags | rext4::format::inode::CASEFOLD_FL).map_err(e)?;
         }
         self.held(a.ino)
     }

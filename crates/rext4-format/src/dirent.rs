@@ -112,10 +112,7 @@ impl RawEntry<'_> {
     /// mismatches are settled without a full comparison.
     #[inline]
     pub fn is_named(&self, name: &[u8]) -> bool {
-        self.inode != 0
-            && self.name.len() == name.len()
-            && self.name.last() == name.last()
-            && self.name == name
+        self.inode != 0 && NameKey::Exact(name).matches(self.name)
     }
 }
 
@@ -221,11 +218,16 @@ impl NameKey<'_> {
     /// Whether an entry named `entry` is this name.
     #[inline(always)]
     pub fn matches(&self, entry: &[u8]) -> bool {
+        let name = self.bytes();
+        entry.len() == name.len() && entry.last() == name.last() && entry == name
+            || self.matches_folded(entry)
+    }
+
+    /// Whether `entry`, other bytes than the name's, has the name's folded form.
+    fn matches_folded(&self, entry: &[u8]) -> bool {
         match *self {
-            NameKey::Exact(name) => entry.len() == name.len() && entry.last() == name.last() && entry == name,
-            NameKey::Folded { name, folded } => {
-                entry == name || folded.is_some_and(|f| crate::casefold::matches_folded(f, entry))
-            }
+            NameKey::Exact(_) | NameKey::Folded { folded: None, .. } => false,
+            NameKey::Folded { folded: Some(f), .. } => crate::casefold::matches_folded(f, entry),
         }
     }
 }
@@ -250,7 +252,7 @@ pub fn probe_key(
     need: Option<usize>,
 ) -> (Option<Hit>, Option<Room>) {
     // Two copies of the loop, so that the 64 KiB `rec_len` encoding costs no branch per entry.
-    let other = |entry: &[u8]| key.matches(entry);
+    let other = |entry: &[u8]| key.matches_folded(entry);
     match (key, block_size < 65536) {
         (NameKey::Exact(name), true) => probe_in::<false, false>(area, block_size, name, need, other),
         (NameKey::Exact(name), false) => probe_in::<true, false>(area, block_size, name, need, other),

@@ -14,7 +14,6 @@ use rext4_format::casefold;
 use rext4_format::dirent::NameKey;
 use rext4_format::hash::{dx_hash, DxHash, HashAlgo};
 use rext4_format::inode::{CASEFOLD_FL, ENCRYPT_FL};
-use std::borrow::Cow;
 use std::sync::Arc;
 
 /// A name as one directory compares it.
@@ -33,8 +32,11 @@ impl DirName<'_> {
         }
     }
 
-    /// What the directory's index hashes.
-    pub(crate) fn hashed(&self) -> &[u8] {
+    /// The form the directory hashes the name in, and keys it under in the name cache: the
+    /// folded form in a casefolded directory (so every case of a name finds, and a removal
+    /// through any case drops, one cached entry), else the bytes. A name without a folded form
+    /// keeps its bytes, which no folded form equals (those are UTF-8).
+    pub(crate) fn canonical(&self) -> &[u8] {
         match &self.folded {
             Some(Some(f)) => f,
             _ => self.name,
@@ -57,7 +59,7 @@ impl FsInner {
 
     /// The index hash of `name` in `dir` (the kernel's `ext4fs_dirhash`).
     pub(crate) fn name_hash(&self, dir: &Inode, name: &[u8], algo: HashAlgo) -> DxHash {
-        dx_hash(self.dir_name(dir, name).hashed(), algo, self.sbi.hash_seed)
+        dx_hash(self.dir_name(dir, name).canonical(), algo, self.sbi.hash_seed)
     }
 
     /// Whether a new entry `name` may go into `dir`: on strict-encoding images a casefolded
@@ -69,24 +71,13 @@ impl FsInner {
         Ok(())
     }
 
-    /// The key of `name` in `dir`'s part of the name cache: in a casefolded directory its
-    /// folded form, so that every case of a name finds (and a removal through any case
-    /// drops) one entry. A name without a folded form keeps its bytes, which no folded form
-    /// equals (those are UTF-8).
-    pub(crate) fn dcache_key<'a>(&self, dir: &Inode, name: &'a [u8]) -> Cow<'a, [u8]> {
-        match self.is_casefolded(dir).then(|| casefold::fold(name)).flatten() {
-            Some(folded) => Cow::Owned(folded),
-            None => Cow::Borrowed(name),
-        }
-    }
-
-    /// Caches `name` -> `inode` in `dir`'s names.
+    /// Caches `name` -> `inode` in `dir`'s names (under [`DirName::canonical`]).
     pub(crate) fn cache_name(&self, dir: &Inode, name: &[u8], inode: &Arc<Inode>) {
-        self.dcache.insert(dir.ino, &self.dcache_key(dir, name), inode);
+        self.dcache.insert(dir.ino, self.dir_name(dir, name).canonical(), inode);
     }
 
     /// Drops `name` from `dir`'s cached names.
     pub(crate) fn uncache_name(&self, dir: &Inode, name: &[u8]) {
-        self.dcache.remove(dir.ino, &self.dcache_key(dir, name));
+        self.dcache.remove(dir.ino, self.dir_name(dir, name).canonical());
     }
 }

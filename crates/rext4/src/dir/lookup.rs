@@ -83,21 +83,22 @@ impl FsInner {
         if name == b"." || name == b".." {
             return self.iget_live(self.lookup_uncached(dir, name)?);
         }
-        let key = self.dcache_key(dir, name);
-        match self.dcache.get(dir.ino, &key) {
+        let name = &self.dir_name(dir, name);
+        let key = name.canonical();
+        match self.dcache.get(dir.ino, key) {
             Some(Hit::Linked(inode)) => {
                 self.check_live(&inode)?;
                 return Ok(inode);
             }
             Some(Hit::Unlinked(ino)) => {
                 let inode = self.iget_live(ino)?;
-                self.dcache.relink(dir.ino, &key, &inode);
+                self.dcache.relink(dir.ino, key, &inode);
                 return Ok(inode);
             }
             None => {}
         }
         let gen = dir.names_gen.load(std::sync::atomic::Ordering::Acquire);
-        let found = self.lookup_uncached(dir, name)?;
+        let found = self.names_stable(dir, || self.lookup_once(dir, name))?;
         if found == dir.ino {
             // A name (not `.`) for its own directory: every operation on it would lock the
             // directory twice (`ext4_lookup`: "linked to parent dir").
@@ -105,17 +106,17 @@ impl FsInner {
             return corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what });
         }
         let inode = self.iget_live(found)?;
-        self.dcache.insert_found(dir, gen, &key, &inode);
+        self.dcache.insert_found(dir, gen, key, &inode);
         Ok(inode)
     }
 
     pub(crate) fn lookup_uncached(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
         // An htree split moving names between blocks must not make a name look absent.
+        let name = &self.dir_name(dir, name);
         self.names_stable(dir, || self.lookup_once(dir, name))
     }
 
-    fn lookup_once(&self, dir: &Inode, name: &[u8]) -> Result<InodeNo> {
-        let name = &self.dir_name(dir, name);
+    fn lookup_once(&self, dir: &Inode, name: &DirName<'_>) -> Result<InodeNo> {
         if self.has_inline_data(dir) {
             return self.lookup_inline(dir, name);
         }
@@ -185,11 +186,11 @@ impl FsInner {
             || self.has_inline_data(dir)
             || !self.is_dx(dir);
         if !plain {
-            if self.dcache.contains(dir.ino, &self.dcache_key(dir, name)) {
+            let key = self.dir_name(dir, name);
+            if self.dcache.contains(dir.ino, key.canonical()) {
                 return Err(Error::Exists);
             }
             let need = rext4_format::dirent::rec_len_for(name.len());
-            let key = self.dir_name(dir, name);
             match self.names_stable(dir, || Ok(self.dx_lookup(dir, &key, Some(need))))? {
                 Ok((Some(_), _)) => return Err(Error::Exists),
                 Ok((None, room)) => {
@@ -249,7 +250,7 @@ impl FsInner {
                 HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
             (algo, r.info.indirect_levels)
         };
-        let full = dx_hash(name.hashed(), algo, self.sbi.hash_seed);
+        let full = dx_hash(name.canonical(), algo, self.sbi.hash_seed);
         let hash = full.major;
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;

@@ -4,14 +4,11 @@
 //! directories e2fsprogs indexed. The kernel here has no `CONFIG_UNICODE` (it cannot mount
 //! `casefold` images), so e2fsprogs is the oracle.
 
+use rext4::format::inode::{CASEFOLD_FL, INDEX_FL, INLINE_DATA_FL};
 use rext4::{Error, Fs, InodeNo, Options};
 use rext4_testkit::{e2fsck_clean, e2fsck_reindex, tool, Image};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-const CASEFOLD_FL: u32 = 0x4000_0000;
-const INDEX_FL: u32 = 0x1000;
-const INLINE_DATA_FL: u32 = 0x1000_0000;
 
 fn image(dir: &Path, name: &str, extended: &str) -> PathBuf {
     let mut i = Image::ext4("32M").features("casefold");
