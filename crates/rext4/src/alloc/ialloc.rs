@@ -410,7 +410,7 @@ impl FsInner {
         } else {
             0
         };
-        self.new_inode_in(h, dir.ino, Some(&dir.child_goal), mode, uid, gid, links, projid)
+        self.new_inode_in(h, dir.ino, Some(&dir.child_goal), mode, uid, gid, links, projid, true)
     }
 
     /// The project a new inode made in the directory with record `dir_raw` starts in: the
@@ -426,7 +426,8 @@ impl FsInner {
 
     /// Allocates a new inode near `parent` (next to the inode `goal` names, where it is a
     /// directory's `child_goal`), in project `projid`, and makes its record in memory; the
-    /// caller writes it.
+    /// caller writes it. `charged`: quotas count it (all but EA inodes, whose values are
+    /// charged to their owner: `ext4_new_inode` skips `dquot_alloc_inode` for them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_inode_in(
         &self,
@@ -438,13 +439,25 @@ impl FsInner {
         gid: u32,
         links: u16,
         projid: u32,
+        charged: bool,
     ) -> Result<Arc<Inode>> {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        if self.quota.is_on() {
-            self.quota_inode_check([uid, gid, projid])?;
-            self.quota_prepare(h, [uid, gid, projid])?;
+        let mut claim = None;
+        if self.quota.is_on() && charged {
+            claim = self.quota_inode_check([uid, gid, projid])?;
+            if let Err(e) = self.quota_prepare(h, [uid, gid, projid]) {
+                self.quota_inode_unclaimed(claim);
+                return Err(e);
+            }
         }
-        let ino = self.alloc_inode(h, parent, is_dir, goal)?;
+        let ino = match self.alloc_inode(h, parent, is_dir, goal) {
+            Ok(ino) => ino,
+            Err(e) => {
+                self.quota_inode_unclaimed(claim);
+                return Err(e);
+            }
+        };
+        self.quota_inode_claimed(ino, claim);
         let generation = self.new_generation();
         let mut raw = self.new_record(mode, uid, gid, links, generation);
         rec(&mut raw).set_projid(projid);

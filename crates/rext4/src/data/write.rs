@@ -302,20 +302,27 @@ impl FsInner {
                             self.quota_blocks_allowed(inode, raw, u64::from(want))
                                 .map(|n| u32::try_from(n).unwrap_or(want))
                         };
+                        // Quota claimed beyond what is mapped in the end goes back.
+                        let claimed = if reserved { 0 } else { fit.as_ref().map_or(0, |&n| u64::from(n)) };
                         let got = match fit.and_then(|want| {
                             self.alloc_data_blocks(h, inode, cur, goal, want, appending, pool)
                         }) {
                             Ok(x) => x,
-                            Err(e) if runs.is_empty() => return Err(e),
-                            Err(_) => {
+                            Err(e) => {
+                                self.quota_unclaim_blocks(inode.ino, claimed);
+                                if runs.is_empty() {
+                                    return Err(e);
+                                }
                                 short = true;
                                 break;
                             }
                         };
                         let (p, n) = (got.0, u64::from(got.1));
+                        self.quota_unclaim_blocks(inode.ino, claimed.saturating_sub(n));
                         if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
                             // The map is as it was (a split takes all its blocks or none):
                             // runs already mapped stay, for the caller to write or unmap.
+                            self.quota_unclaim_blocks(inode.ino, claimed.min(n));
                             self.free_blocks(h, p, n, false)?;
                             if matches!(e, Error::NoSpace) && !runs.is_empty() {
                                 short = true;
@@ -327,10 +334,14 @@ impl FsInner {
                         Run { lblk: cur, len: n, pblk: p, fresh: true }
                     } else {
                         let fit = if reserved { Ok(1) } else { self.quota_blocks_allowed(inode, raw, 1) };
+                        let claimed = u64::from(!reserved && fit.is_ok());
                         let p = match fit.and_then(|_| self.ind_alloc(h, inode, raw, cur, goal, pool)) {
                             Ok(p) => p,
-                            Err(e) if runs.is_empty() => return Err(e),
-                            Err(_) => {
+                            Err(e) => {
+                                self.quota_unclaim_blocks(inode.ino, claimed);
+                                if runs.is_empty() {
+                                    return Err(e);
+                                }
                                 short = true;
                                 break;
                             }

@@ -271,10 +271,12 @@ impl FsInner {
                 d.advance_disk_size(size);
                 d.take_record();
             }
-            // The reservation becomes usage as the record is charged.
+            // Journaled while the count still covers what is left (see `disk_size`). The
+            // reservation becomes usage as the record is charged, and is given back after
+            // it, so that a check racing this one counts the blocks one way or the other.
+            let written = self.mark_inode_dirty(&h, inode, &mut raw);
             self.quota_unreserve(inode, &raw, reserved);
-            // Journaled while the count still covers what is left (see `disk_size`).
-            self.mark_inode_dirty(&h, inode, &mut raw)?;
+            written?;
             inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
             self.wb.pages.fetch_sub(n, Ordering::AcqRel);
             self.wb.dirty_blocks.fetch_sub(reserved, Ordering::AcqRel);

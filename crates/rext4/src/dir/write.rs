@@ -254,6 +254,21 @@ impl FsInner {
         pool: Pool,
     ) -> Result<u64> {
         self.quota_blocks_allowed(inode, raw, 1)?;
+        let added = self.append_block_claimed(h, inode, raw, lblk, pool);
+        if added.is_err() {
+            self.quota_unclaim_blocks(inode.ino, 1);
+        }
+        added
+    }
+
+    fn append_block_claimed(
+        &self,
+        h: &Handle,
+        inode: &Inode,
+        raw: &mut [u8],
+        lblk: u32,
+        pool: Pool,
+    ) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
         if crate::inode::write::raw_flags(raw) & EXTENTS_FL != 0 {
             let pblk = self.ext_append(h, inode, raw, lblk, pool)?;

@@ -243,18 +243,23 @@ impl FsInner {
             self.quota_prepare(&h, [uid, gid, projid])?;
         }
         let mut raw = inode.raw_mut();
+        if !crate::inode::write::rec(&mut raw).has_field(rext4_format::inode::OFF_PROJID, 4) {
+            // The kernel would first grow the record's extra area; rext4 does not.
+            return Err(Error::NotSupported("a record whose extra area has no project field".into()));
+        }
         {
             let r = crate::inode::write::rec_ref(&raw);
             self.quota_transfer_check(&inode, &raw, [r.uid(), r.gid(), projid])?;
         }
-        let mut r = crate::inode::write::rec(&mut raw);
-        if !r.has_field(rext4_format::inode::OFF_PROJID, 4) {
-            // The kernel would first grow the record's extra area; rext4 does not.
-            return Err(Error::NotSupported("a record whose extra area has no project field".into()));
-        }
-        r.set_projid(projid);
+        crate::inode::write::rec(&mut raw).set_projid(projid);
         raw_touch_c(&mut raw, self.now());
-        self.mark_inode_dirty(&h, &inode, &mut raw)
+        // The record write charges the new project (and ends the claim), or the claim ends
+        // with the failure.
+        let written = self.mark_inode_dirty(&h, &inode, &mut raw);
+        if written.is_err() {
+            self.quota_settle(inode.ino);
+        }
+        written
     }
 }
 

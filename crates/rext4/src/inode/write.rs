@@ -234,7 +234,12 @@ impl FsInner {
             r.set_time(TimeField::Mtime, pick(m));
         }
         r.set_time(TimeField::Ctime, t);
-        self.mark_inode_dirty(&h, &inode, &mut raw)?;
+        let written = self.mark_inode_dirty(&h, &inode, &mut raw);
+        if written.is_err() {
+            // A transfer's claim ends with the failure (a charge would have ended it).
+            self.quota_settle(inode.ino);
+        }
+        written?;
         drop(raw);
         h.stop();
         Ok(())

@@ -15,10 +15,13 @@
 //!   `dquot_alloc_block_nofail` or under a reservation), so metadata may pass a limit by a
 //!   block or two, as on ext4.
 //!
-//! Checks read the entry's usage and add what the caller's record holds but has not been
-//! charged yet (blocks mapped earlier in the same handle). A check and the charge that
-//! follows are not one atomic step: writers of one id racing each other may pass a limit by
-//! what they allocate at once, where the kernel's check-and-add under `dq_dqb_lock` would not.
+//! Usage is charged when the record holding it is written, after the check: a check counts
+//! the entry's usage and what is held for the id in memory ([`Pending`]: delayed writes'
+//! reservations, and changes admitted and not charged yet), and adds what it grants, under
+//! the id's lock, as the kernel checks and charges under `dq_dqb_lock`. What a change was
+//! granted is its inode's [`Claim`] until the inode's record write charges it (released after
+//! the charge) or the change fails, so writers of one id racing each other never pass its
+//! limits together.
 //!
 //! # Invariant
 //! While a file has delayed writes over holes, the ids in its record are those its
@@ -73,32 +76,83 @@ fn ignoring() -> bool {
     IGNORE.with(Cell::get)
 }
 
-/// Shards of the reservation table: writers of different ids rarely share a lock.
+/// Shards of the pending tables: writers of different ids, and changes of different inodes,
+/// rarely share a lock.
 const SHARDS: usize = 16;
 
-/// Bytes reserved by delayed writes and not yet allocated, by id (`dqb_rsvspace`), for one
-/// quota type. [each shard its own lock; a leaf: taken under `Inode::dirty` or nothing]
-#[derive(Default)]
-pub(crate) struct Reserved([Mutex<HashMap<u32, u64>>; SHARDS]);
+/// What one id of one quota type holds beyond its entry's usage: admitted against its limits
+/// and not charged yet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Held {
+    /// Bytes reserved by delayed writes (`dqb_rsvspace`), until written back or dropped.
+    rsv: u64,
+    /// Bytes and inodes of changes admitted and not charged yet (their [`Claim`]s).
+    space: u64,
+    inodes: u64,
+}
 
-impl Reserved {
-    fn shard(&self, id: u32) -> &Mutex<HashMap<u32, u64>> {
+/// One quota type's [`Held`] amounts by id. [each shard its own lock; taken in type order
+/// (user, group, project), one shard per type at most, before a quota file's buffers]
+#[derive(Default)]
+pub(crate) struct Pending([Mutex<HashMap<u32, Held>>; SHARDS]);
+
+impl Pending {
+    fn shard(&self, id: u32) -> &Mutex<HashMap<u32, Held>> {
         &self.0[id as usize % SHARDS]
     }
 
-    fn get(&self, id: u32) -> u64 {
-        self.shard(id).lock().get(&id).copied().unwrap_or(0)
+    fn get(&self, id: u32) -> Held {
+        self.shard(id).lock().get(&id).copied().unwrap_or_default()
     }
 
-    fn sub(&self, id: u32, bytes: u64) {
+    /// Takes back `space` bytes and `inodes` inodes held for `id` (as a reservation where
+    /// `rsv`).
+    fn release(&self, id: u32, space: u64, inodes: u64, rsv: bool) {
         let mut m = self.shard(id).lock();
-        if let Some(v) = m.get_mut(&id) {
-            *v = v.saturating_sub(bytes);
-            if *v == 0 {
+        if let Some(h) = m.get_mut(&id) {
+            if rsv {
+                h.rsv = h.rsv.saturating_sub(space);
+            } else {
+                h.space = h.space.saturating_sub(space);
+                h.inodes = h.inodes.saturating_sub(inodes);
+            }
+            if *h == Held::default() {
                 m.remove(&id);
             }
         }
     }
+}
+
+/// A change admitted for one inode and not charged yet: the ids it is held under (per type,
+/// `None` where it holds nothing), its bytes and its inodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Claim {
+    ids: [Option<u32>; TYPES],
+    space: u64,
+    inodes: u64,
+}
+
+/// Claims by inode number, until the inode's next record write charges them or the inode is
+/// freed. [each shard its own lock; a leaf]
+#[derive(Default)]
+pub(crate) struct Claims([Mutex<HashMap<u32, Vec<Claim>>>; SHARDS]);
+
+impl Claims {
+    fn shard(&self, ino: u32) -> &Mutex<HashMap<u32, Vec<Claim>>> {
+        &self.0[ino as usize % SHARDS]
+    }
+}
+
+/// What a change asks of its ids' limits.
+#[derive(Clone, Copy)]
+struct Ask {
+    /// Bytes, in `unit`s: with `shrink` as many units as fit (at least one), else all.
+    space: u64,
+    unit: u64,
+    shrink: bool,
+    inodes: u64,
+    /// Held as a delayed write's reservation, not as a claim.
+    rsv: bool,
 }
 
 /// The limit an entry puts on its usage now, for a caller bound by limits: its hard limit,
@@ -134,55 +188,157 @@ impl FsInner {
         self.quota_entry(slot).map(Some)
     }
 
-    /// Bytes `ty`'s entry for `id` may still grow by (`None`: without limit).
-    fn space_room(&self, ty: usize, id: u32, now: u64) -> Result<Option<u64>> {
-        if ignoring() {
-            return Ok(None);
+    /// Checks `ask` against the limits of `ids` (per type; `None`: not concerned) and holds
+    /// what it grants in the pending tables, in one critical section per id (the kernel's
+    /// check and charge under `dq_dqb_lock`): the bytes granted, fewer than asked only with
+    /// `shrink`; `EDQUOT` when nothing fits. A caller passing limits is granted all, and its
+    /// change is held too, so that others count it.
+    ///
+    /// Why this cannot be passed by racing writers: every admission of an id reads the entry's
+    /// usage and what is held under the id's shard lock and adds to what is held before
+    /// unlocking; a charge adds to the entry's usage before its claim is released (under the
+    /// same lock), so an admission sees a change in usage, in the held amounts, or in both.
+    fn quota_admit(&self, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
+        let ids: [Option<u32>; TYPES] = std::array::from_fn(|ty| ids[ty].filter(|_| self.quota.enforce[ty]));
+        // In type order, one shard of each type's own table: no two admissions wait on
+        // each other in a cycle.
+        let mut locked: [Option<_>; TYPES] =
+            std::array::from_fn(|ty| ids[ty].map(|id| self.quota.pending[ty].shard(id).lock()));
+        let mut grant = ask.space;
+        if !ignoring() {
+            let t = now();
+            for ty in 0..TYPES {
+                let (Some(id), Some(m)) = (ids[ty], &locked[ty]) else { continue };
+                let Some(d) = self.quota_limited(ty, id)? else { continue };
+                let held = m.get(&id).copied().unwrap_or_default();
+                if ask.inodes > 0 {
+                    let lim = limit(d.dqb_ihardlimit.get(), d.dqb_isoftlimit.get(), d.dqb_itime.get(), t);
+                    let used = d.dqb_curinodes.get().saturating_add(held.inodes);
+                    if lim.is_some_and(|l| used.saturating_add(ask.inodes) > l) {
+                        return Err(Error::QuotaExceeded);
+                    }
+                }
+                let k = QT_BLOCK as u64;
+                let lim = limit(
+                    d.dqb_bhardlimit.get().saturating_mul(k),
+                    d.dqb_bsoftlimit.get().saturating_mul(k),
+                    d.dqb_btime.get(),
+                    t,
+                );
+                if let (true, Some(l)) = (ask.space > 0, lim) {
+                    let used = d.dqb_curspace.get().saturating_add(held.rsv).saturating_add(held.space);
+                    let room = l.saturating_sub(used);
+                    grant = match ask.shrink {
+                        true => grant.min(room / ask.unit * ask.unit),
+                        false if room < ask.space => 0,
+                        false => grant,
+                    };
+                }
+            }
+            if ask.space > 0 && grant == 0 {
+                return Err(Error::QuotaExceeded);
+            }
         }
-        let Some(d) = self.quota_limited(ty, id)? else { return Ok(None) };
-        let k = QT_BLOCK as u64;
-        let lim = limit(
-            d.dqb_bhardlimit.get().saturating_mul(k),
-            d.dqb_bsoftlimit.get().saturating_mul(k),
-            d.dqb_btime.get(),
-            now,
-        );
-        let used = d.dqb_curspace.get().saturating_add(self.quota.rsv[ty].get(id));
-        Ok(lim.map(|l| l.saturating_sub(used)))
+        for ty in 0..TYPES {
+            let (Some(id), Some(m)) = (ids[ty], &mut locked[ty]) else { continue };
+            let h = m.entry(id).or_default();
+            if ask.rsv {
+                h.rsv = h.rsv.saturating_add(grant);
+            } else {
+                h.space = h.space.saturating_add(grant);
+                h.inodes = h.inodes.saturating_add(ask.inodes);
+            }
+        }
+        Ok(grant)
     }
 
-    /// Bytes the record `raw` of `inode` holds beyond what its quotas were charged (blocks
-    /// mapped in the caller's handle, charged when the record is next written).
-    fn quota_uncharged(&self, inode: &Inode, raw: &[u8]) -> Result<u64> {
-        let Some(now) = self.quota_charge(inode, raw) else { return Ok(0) };
-        if inode.quota_new.load(std::sync::atomic::Ordering::Acquire) {
-            return Ok(now.space);
+    /// Admits `ask` for inode `ino` and keeps it as the inode's claim (see [`Claims`]).
+    fn quota_admit_for(&self, ino: u32, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
+        let granted = self.quota_admit(ids, ask)?;
+        self.quota_claim_attach(ino, Claim { ids, space: granted, inodes: ask.inodes });
+        Ok(granted)
+    }
+
+    /// Keeps `c` as a claim of inode `ino`, charged by its next record write.
+    fn quota_claim_attach(&self, ino: u32, c: Claim) {
+        self.quota.claims.shard(ino).lock().entry(ino).or_default().push(c);
+    }
+
+    /// Takes back what claim `c` holds.
+    fn quota_claim_release(&self, c: Claim) {
+        for (ty, id) in c.ids.iter().enumerate() {
+            if let Some(id) = *id {
+                self.quota.pending[ty].release(id, c.space, c.inodes, false);
+            }
         }
-        let (blk, off) = self.inode_location(inode.ino);
-        let buf = self.bread(blk, Some(inode.ino))?;
-        let before = self.quota_charge(inode, &buf.data()[off..off + raw.len()]);
-        Ok(now.space.saturating_sub(before.map_or(0, |c| c.space)))
+    }
+
+    /// Ends the claims of inode `ino`: its record was just charged (`quota_update`, after the
+    /// charge, so that no admission sees neither), it is freed, or the change failed.
+    pub(crate) fn quota_settle(&self, ino: rext4_format::InodeNo) {
+        if !self.quota.enforced() {
+            return;
+        }
+        let Some(claims) = self.quota.claims.shard(ino.0).lock().remove(&ino.0) else { return };
+        for c in claims {
+            self.quota_claim_release(c);
+        }
+    }
+
+    /// Takes back `blocks` blocks of the data claims of inode `ino` that were not allocated
+    /// after all (the allocator found fewer, or mapping them failed).
+    pub(crate) fn quota_unclaim_blocks(&self, ino: rext4_format::InodeNo, blocks: u64) {
+        if !self.quota.enforced() || blocks == 0 {
+            return;
+        }
+        let mut left = blocks.saturating_mul(u64::from(self.sbi.block_size));
+        let mut gone = Vec::new();
+        {
+            let mut m = self.quota.claims.shard(ino.0).lock();
+            let Some(claims) = m.get_mut(&ino.0) else { return };
+            for c in claims.iter_mut().rev().filter(|c| c.inodes == 0) {
+                let n = left.min(c.space);
+                c.space -= n;
+                left -= n;
+                gone.push(Claim { space: n, ..*c });
+                if left == 0 {
+                    break;
+                }
+            }
+            claims.retain(|c| c.space > 0 || c.inodes > 0);
+            if claims.is_empty() {
+                m.remove(&ino.0);
+            }
+        }
+        for c in gone {
+            self.quota_claim_release(c);
+        }
     }
 
     /// How many of `want` blocks the file `inode` (record `raw`) may be given now; `EDQUOT`
-    /// when none (`dquot_alloc_block`, with `ext4_mb_new_blocks`'s shrinking request).
+    /// when none (`dquot_alloc_block`, with `ext4_mb_new_blocks`'s shrinking request). What
+    /// it grants is the inode's claim until its record is written: a caller that ends up
+    /// with fewer blocks gives the rest back ([`FsInner::quota_unclaim_blocks`]).
     pub(crate) fn quota_blocks_allowed(&self, inode: &Inode, raw: &[u8], want: u64) -> Result<u64> {
-        if !self.quota.enforced() || ignoring() {
+        if !self.quota.enforced() {
             return Ok(want);
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(want) };
-        self.quota_fit(c, || self.quota_uncharged(inode, raw), want)
+        let bs = u64::from(self.sbi.block_size);
+        let ask = Ask { space: want.saturating_mul(bs), unit: bs, shrink: true, inodes: 0, rsv: false };
+        Ok(self.quota_admit_for(inode.ino.0, c.ids.map(Some), ask)? / bs)
     }
 
     /// Checks that the inode `ino` (record `raw`) may take one more block for its extended
     /// attributes, a new or a shared one (`ext4_xattr_block_set`'s `dquot_alloc_block`).
     pub(crate) fn quota_xattr_block_check(&self, ino: rext4_format::InodeNo, raw: &[u8]) -> Result<()> {
-        if !self.quota.enforced() || ignoring() {
+        if !self.quota.enforced() {
             return Ok(());
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
-        // Attribute blocks change outside data allocation: nothing of the record is pending.
-        self.quota_fit(c, || Ok(0), 1).map(|_| ())
+        let bs = u64::from(self.sbi.block_size);
+        let ask = Ask { space: bs, unit: bs, shrink: false, inodes: 0, rsv: false };
+        self.quota_admit_for(ino.0, c.ids.map(Some), ask).map(|_| ())
     }
 
     /// Checks that inode `ino` (record `raw`) may be charged one more inode and the blocks of
@@ -194,81 +350,61 @@ impl FsInner {
         raw: &[u8],
         len: u64,
     ) -> Result<()> {
-        if !self.quota.enforced() || ignoring() {
+        if !self.quota.enforced() {
             return Ok(());
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
-        self.quota_inode_check(c.ids)?;
-        let blocks = len.div_ceil(u64::from(self.sbi.block_size));
-        if blocks > 0 && self.quota_fit(c, || Ok(0), blocks)? < blocks {
-            return Err(Error::QuotaExceeded);
-        }
-        Ok(())
-    }
-
-    /// How many of `want` blocks fit in the limits of `c`'s ids, `pending` bytes of the
-    /// record not charged yet; `EDQUOT` when none.
-    fn quota_fit(&self, c: super::Charge, pending: impl FnOnce() -> Result<u64>, want: u64) -> Result<u64> {
         let bs = u64::from(self.sbi.block_size);
-        let t = now();
-        let mut pending = Some(pending);
-        let mut known = 0;
-        let mut fit = want;
-        for ty in 0..TYPES {
-            let Some(room) = self.space_room(ty, c.ids[ty], t)? else { continue };
-            if let Some(p) = pending.take() {
-                known = p()?;
-            }
-            fit = fit.min(room.saturating_sub(known) / bs);
-        }
-        if fit == 0 {
-            return Err(Error::QuotaExceeded);
-        }
-        Ok(fit)
+        let space = len.div_ceil(bs).saturating_mul(bs);
+        let ask = Ask { space, unit: bs, shrink: false, inodes: 1, rsv: false };
+        self.quota_admit_for(ino.0, c.ids.map(Some), ask).map(|_| ())
     }
 
-    /// Checks that one more inode of `ids` (user, group, project) fits (`dquot_alloc_inode`).
-    pub(crate) fn quota_inode_check(&self, ids: [u32; TYPES]) -> Result<()> {
-        if !self.quota.enforced() || ignoring() {
-            return Ok(());
+    /// Checks that one more inode of `ids` (user, group, project) fits (`dquot_alloc_inode`)
+    /// and holds it: the claim goes to the new inode once it has a number
+    /// ([`FsInner::quota_inode_claimed`]), or is given back
+    /// ([`FsInner::quota_inode_unclaimed`]).
+    pub(crate) fn quota_inode_check(&self, ids: [u32; TYPES]) -> Result<Option<Claim>> {
+        if !self.quota.enforced() {
+            return Ok(None);
         }
-        let t = now();
-        for (ty, id) in ids.into_iter().enumerate() {
-            if !self.inodes_fit(ty, id, t, 1)? {
-                return Err(Error::QuotaExceeded);
-            }
-        }
-        Ok(())
+        let ids = ids.map(Some);
+        let ask = Ask { space: 0, unit: 1, shrink: false, inodes: 1, rsv: false };
+        self.quota_admit(ids, ask)?;
+        Ok(Some(Claim { ids, space: 0, inodes: 1 }))
     }
 
-    /// Whether `ty`'s entry for `id` may count `n` more inodes at time `now` (`check_idq`),
-    /// for a caller bound by limits.
-    fn inodes_fit(&self, ty: usize, id: u32, now: u64, n: u64) -> Result<bool> {
-        let Some(d) = self.quota_limited(ty, id)? else { return Ok(true) };
-        let lim = limit(d.dqb_ihardlimit.get(), d.dqb_isoftlimit.get(), d.dqb_itime.get(), now);
-        Ok(lim.is_none_or(|l| d.dqb_curinodes.get().saturating_add(n) <= l))
+    /// The claim of [`FsInner::quota_inode_check`] now belongs to inode `ino`.
+    pub(crate) fn quota_inode_claimed(&self, ino: rext4_format::InodeNo, c: Option<Claim>) {
+        if let Some(c) = c {
+            self.quota_claim_attach(ino.0, c);
+        }
+    }
+
+    /// The claim of [`FsInner::quota_inode_check`] is given back: no inode was made.
+    pub(crate) fn quota_inode_unclaimed(&self, c: Option<Claim>) {
+        if let Some(c) = c {
+            self.quota_claim_release(c);
+        }
     }
 
     /// Checks that `inode` (record `raw`: one inode and its space) fits in the ids it is
-    /// about to move to (`__dquot_transfer`). The caller holds `op_lock` and has written
-    /// back the file's delayed writes ([`FsInner::quota_transfer_prepare`]).
+    /// about to move to (`__dquot_transfer`), and holds it there until the record is written.
+    /// The caller holds `op_lock` and has written back the file's delayed writes
+    /// ([`FsInner::quota_transfer_prepare`]), and settles the claim if the change fails.
     pub(crate) fn quota_transfer_check(&self, inode: &Inode, raw: &[u8], to: [u32; TYPES]) -> Result<()> {
-        if !self.quota.enforced() || ignoring() {
+        if !self.quota.enforced() {
             return Ok(());
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
+        let ids: [Option<u32>; TYPES] = std::array::from_fn(|ty| (c.ids[ty] != to[ty]).then_some(to[ty]));
+        if ids.iter().all(Option::is_none) {
+            return Ok(());
+        }
         // The inode, and the values it keeps in EA inodes.
         let inodes = c.inodes + self.block_ea_count(inode.ino, raw)?;
-        let t = now();
-        for (ty, (&from, &id)) in c.ids.iter().zip(&to).enumerate() {
-            if from != id
-                && (!self.inodes_fit(ty, id, t, inodes)?
-                    || self.space_room(ty, id, t)?.is_some_and(|room| c.space > room))
-            {
-                return Err(Error::QuotaExceeded);
-            }
-        }
-        Ok(())
+        let ask = Ask { space: c.space, unit: 1, shrink: false, inodes, rsv: false };
+        self.quota_admit_for(inode.ino.0, ids, ask).map(|_| ())
     }
 
     /// Before a change of `inode`'s owner or project where limits are enforced: writes its
@@ -289,21 +425,18 @@ impl FsInner {
         }
         // Only here, off the path of opens that enforce nothing, is the record read.
         let Some(c) = self.quota_charge(inode, &inode.raw()) else { return Ok(true) };
-        let bytes = blocks.saturating_mul(u64::from(self.sbi.block_size));
-        let t = now();
-        for ty in 0..TYPES {
-            if self.quota.enforce[ty] && self.space_room(ty, c.ids[ty], t)?.is_some_and(|room| bytes > room) {
-                return Ok(false);
-            }
+        let bs = u64::from(self.sbi.block_size);
+        let ask = Ask { space: blocks.saturating_mul(bs), unit: bs, shrink: false, inodes: 0, rsv: true };
+        match self.quota_admit(c.ids.map(Some), ask) {
+            Ok(_) => Ok(true),
+            Err(Error::QuotaExceeded) => Ok(false),
+            Err(e) => Err(e),
         }
-        for ty in (0..TYPES).filter(|&ty| self.quota.enforce[ty]) {
-            *self.quota.rsv[ty].shard(c.ids[ty]).lock().entry(c.ids[ty]).or_insert(0) += bytes;
-        }
-        Ok(true)
     }
 
     /// Gives back `blocks` blocks reserved for the delayed writes of `inode` (record `raw`):
-    /// written back (now counted as usage) or dropped.
+    /// dropped, or written back, in which case the record write that charged them came
+    /// first.
     pub(crate) fn quota_unreserve(&self, inode: &Inode, raw: &[u8], blocks: u64) {
         if !self.quota.enforced() || blocks == 0 {
             return;
@@ -311,7 +444,7 @@ impl FsInner {
         let Some(c) = self.quota_charge(inode, raw) else { return };
         let bytes = blocks.saturating_mul(u64::from(self.sbi.block_size));
         for ty in (0..TYPES).filter(|&ty| self.quota.enforce[ty]) {
-            self.quota.rsv[ty].sub(c.ids[ty], bytes);
+            self.quota.pending[ty].release(c.ids[ty], bytes, 0, true);
         }
     }
 
@@ -357,7 +490,8 @@ impl FsInner {
         let k = QT_BLOCK as u64;
         let limit = min_not_zero(d.dqb_bsoftlimit.get(), d.dqb_bhardlimit.get()).saturating_mul(k) / bs;
         if limit != 0 {
-            let used = d.dqb_curspace.get().saturating_add(self.quota.rsv[PRJ].get(prj)) / bs;
+            let held = self.quota.pending[PRJ].get(prj);
+            let used = d.dqb_curspace.get().saturating_add(held.rsv).saturating_add(held.space) / bs;
             let left = limit.saturating_sub(used);
             st.blocks = st.blocks.min(limit);
             st.blocks_free = st.blocks_free.min(left);

@@ -63,8 +63,11 @@ pub(crate) struct Quotas {
     exempt: [u32; 4],
     /// Types whose limits are enforced (only where their file is loaded). [immutable]
     enforce: [bool; TYPES],
-    /// Space reserved by delayed writes, per type (kept where limits are enforced).
-    rsv: [limits::Reserved; TYPES],
+    /// Reservations of delayed writes and changes admitted against limits and not charged
+    /// yet, per type and id (kept where limits are enforced).
+    pending: [limits::Pending; TYPES],
+    /// The admitted changes of each inode, until its record is charged.
+    claims: limits::Claims,
 }
 
 /// What a record is charged: its user, group and project, its space in bytes, and its
@@ -175,6 +178,7 @@ impl FsInner {
     /// Moves usage for inode `inode` whose record goes from the one last written (charged
     /// `old`) to `new`, under `h` (called by `mark_inode_dirty` where quotas are on). A new
     /// inode's first write charges the whole record and one inode.
+    /// Ends the claims the record's change was admitted under (limits.rs), after the charge.
     pub(crate) fn quota_update(
         &self,
         h: &Handle,
@@ -182,6 +186,12 @@ impl FsInner {
         old: Option<Charge>,
         new: &[u8],
     ) -> Result<()> {
+        let charged = self.quota_move(h, inode, old, new);
+        self.quota_settle(inode.ino);
+        charged
+    }
+
+    fn quota_move(&self, h: &Handle, inode: &Inode, old: Option<Charge>, new: &[u8]) -> Result<()> {
         let Some(to) = self.quota_charge(inode, new) else { return Ok(()) };
         let from = if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { old };
         if from == Some(to) {
@@ -256,6 +266,7 @@ impl FsInner {
         if !self.quota.is_on() {
             return Ok(());
         }
+        self.quota_settle(inode.ino);
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
         let space = i64::try_from(c.space).unwrap_or(i64::MAX);
         let inodes = i64::try_from(c.inodes).unwrap_or(i64::MAX);

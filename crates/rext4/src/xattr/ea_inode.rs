@@ -132,7 +132,8 @@ impl FsInner {
         let goal = std::sync::atomic::AtomicU32::new(owner.0 + 1);
         let r = crate::inode::write::rec_ref(raw);
         let (uid, gid) = (r.uid(), r.gid());
-        let inode = self.new_inode_in(h, root, Some(&goal), fi::S_IFREG | 0o600, uid, gid, 1, projid)?;
+        let inode =
+            self.new_inode_in(h, root, Some(&goal), fi::S_IFREG | 0o600, uid, gid, 1, projid, false)?;
         match self.ea_inode_init(h, &inode, value, hash) {
             Ok(()) => {
                 self.ea_inode_cache.insert(hash, u64::from(inode.ino.0));

@@ -132,10 +132,16 @@ impl FsInner {
             return Err(Error::NotFound);
         }
         let mut raw = guard.to_vec();
-        if f(&h, &mut raw)? {
+        let changed = f(&h, &mut raw);
+        if let Ok(true) = changed {
             raw_touch_c(&mut raw, self.now());
             guard.copy_from_slice(&raw);
             self.mark_inode_dirty(&h, inode, &mut guard)?;
+        } else {
+            // Quota admitted for a change that was not made is given back (a record write
+            // ends it otherwise).
+            self.quota_settle(inode.ino);
+            changed?;
         }
         drop(guard);
         h.stop();

@@ -388,3 +388,95 @@ fn statfs_in_a_project_directory_shows_its_limits() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+/// Writers of one id racing each other never pass its hard limits together (the kernel checks
+/// and charges under one lock, `dq_dqb_lock`): 8 threads writing their own files in large
+/// (allocated at once) and small (delayed) pieces, and 8 threads creating files, each until
+/// `EDQUOT`, several rounds; 8 threads giving files to one id. Usage stays within the limits (extent-tree blocks excepted, which
+/// are not checked: at most one per file), and e2fsck agrees with it after.
+#[test]
+fn racing_writers_of_one_id_stay_within_its_limits() {
+    const UID: u32 = 2000;
+    const THREADS: usize = 8;
+    const LIMIT: u64 = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let img = image(dir.path());
+    let fs = open(&img, ALL);
+    fs.set_quota_limits(QuotaType::User, UID, limits(0, LIMIT >> 10, 0, 64)).unwrap();
+    let files: Vec<InodeNo> = (0..THREADS).map(|k| new_file(&fs, &format!("w{k}"), UID)).collect();
+    let bs = 4096u64;
+    for round in 0..16 {
+        let chunk = if round % 2 == 0 { 192 << 10 } else { 4096 };
+        std::thread::scope(|s| {
+            for &f in &files {
+                let fs = &fs;
+                s.spawn(move || {
+                    let (_, e) = fill(fs, f, chunk);
+                    assert!(matches!(e, Error::QuotaExceeded), "{e:?}");
+                });
+            }
+        });
+        for &f in &files {
+            fs.fsync(f).unwrap();
+        }
+        let used = user(&fs, UID).space;
+        assert!(used <= LIMIT + THREADS as u64 * bs, "round {round}: {used} bytes in use, limit {LIMIT}");
+        for &f in &files {
+            fs.setattr(f, &SetAttr { size: Some(0), ..SetAttr::default() }).unwrap();
+        }
+    }
+    // Inodes: 64 allowed, 8 in use; each thread in a directory of its own (root's), so
+    // that no directory lock orders the creates.
+    let dirs: Vec<InodeNo> = (0..THREADS)
+        .map(|t| fs.mkdir(fs.root(), format!("d{t}").as_bytes(), 0o755, 0, 0).unwrap().ino)
+        .collect();
+    let made = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for &d in &dirs {
+            let (fs, made) = (&fs, &made);
+            s.spawn(move || {
+                for k in 0.. {
+                    match fs.create(d, format!("c{k}").as_bytes(), 0o644, UID, UID) {
+                        Ok(_) => made.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        Err(e) => {
+                            assert!(matches!(e, Error::QuotaExceeded), "{e:?}");
+                            break;
+                        }
+                    };
+                }
+            });
+        }
+    });
+    assert_eq!(made.into_inner(), 64 - THREADS, "creates stop exactly at the inode limit");
+    assert_eq!(user(&fs, UID).inodes, 64);
+    // Changes of owner: eight files of 1 MiB given at once to an id with room for four.
+    fs.set_quota_limits(QuotaType::User, UID + 1, limits(0, LIMIT >> 10, 0, 0)).unwrap();
+    let owned: Vec<InodeNo> = (0..THREADS)
+        .map(|k| {
+            let f = new_file(&fs, &format!("o{k}"), 0);
+            fs.write(f, 0, &vec![1u8; 1 << 20]).unwrap();
+            fs.fsync(f).unwrap();
+            f
+        })
+        .collect();
+    let moved = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for &f in &owned {
+            let (fs, moved) = (&fs, &moved);
+            s.spawn(move || match fs.setattr(f, &SetAttr { uid: Some(UID + 1), ..SetAttr::default() }) {
+                Ok(_) => _ = moved.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => assert!(matches!(e, Error::QuotaExceeded), "{e:?}"),
+            });
+        }
+    });
+    assert_eq!(moved.into_inner(), 4, "four files of 1 MiB fit in 4 MiB");
+    assert_eq!(user(&fs, UID + 1).space, LIMIT);
+    let report = fs.quota_report(QuotaType::User).unwrap().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    for id in [UID, UID + 1] {
+        let e = report.entries.iter().find(|e| e.id == id).unwrap();
+        assert_eq!(quota_usage(&img, "user", id), Some((e.space, e.inodes)), "user {id}");
+    }
+}
