@@ -457,14 +457,14 @@ impl FsInner {
                 return Err(e);
             }
         };
-        self.quota_inode_claimed(ino, claim);
         let generation = self.new_generation();
         let mut raw = self.new_record(mode, uid, gid, links, generation);
         rec(&mut raw).set_projid(projid);
         let inode =
             Arc::new(Inode::new_in_memory(ino, raw, inode_csum_seed(self.sbi.csum_seed, ino.0, generation)));
-        // Its first record write charges its quotas.
+        // Its first record write charges its quotas, and ends the claim.
         inode.quota_new.store(true, Ordering::Release);
+        Self::quota_inode_claimed(&inode, claim);
         self.icache.insert(u64::from(ino.0), inode.clone());
         Ok(inode)
     }

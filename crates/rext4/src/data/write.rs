@@ -309,7 +309,7 @@ impl FsInner {
                         }) {
                             Ok(x) => x,
                             Err(e) => {
-                                self.quota_unclaim_blocks(inode.ino, claimed);
+                                self.quota_unclaim_blocks(inode, claimed);
                                 if runs.is_empty() {
                                     return Err(e);
                                 }
@@ -318,11 +318,11 @@ impl FsInner {
                             }
                         };
                         let (p, n) = (got.0, u64::from(got.1));
-                        self.quota_unclaim_blocks(inode.ino, claimed.saturating_sub(n));
+                        self.quota_unclaim_blocks(inode, claimed.saturating_sub(n));
                         if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
                             // The map is as it was (a split takes all its blocks or none):
                             // runs already mapped stay, for the caller to write or unmap.
-                            self.quota_unclaim_blocks(inode.ino, claimed.min(n));
+                            self.quota_unclaim_blocks(inode, claimed.min(n));
                             self.free_blocks(h, p, n, false)?;
                             if matches!(e, Error::NoSpace) && !runs.is_empty() {
                                 short = true;
@@ -338,7 +338,7 @@ impl FsInner {
                         let p = match fit.and_then(|_| self.ind_alloc(h, inode, raw, cur, goal, pool)) {
                             Ok(p) => p,
                             Err(e) => {
-                                self.quota_unclaim_blocks(inode.ino, claimed);
+                                self.quota_unclaim_blocks(inode, claimed);
                                 if runs.is_empty() {
                                     return Err(e);
                                 }

@@ -256,7 +256,7 @@ impl FsInner {
         self.quota_blocks_allowed(inode, raw, 1)?;
         let added = self.append_block_claimed(h, inode, raw, lblk, pool);
         if added.is_err() {
-            self.quota_unclaim_blocks(inode.ino, 1);
+            self.quota_unclaim_blocks(inode, 1);
         }
         added
     }

@@ -257,7 +257,7 @@ impl FsInner {
         // with the failure.
         let written = self.mark_inode_dirty(&h, &inode, &mut raw);
         if written.is_err() {
-            self.quota_settle(inode.ino);
+            self.quota_settle(&inode);
         }
         written
     }

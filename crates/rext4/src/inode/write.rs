@@ -237,7 +237,7 @@ impl FsInner {
         let written = self.mark_inode_dirty(&h, &inode, &mut raw);
         if written.is_err() {
             // A transfer's claim ends with the failure (a charge would have ended it).
-            self.quota_settle(inode.ino);
+            self.quota_settle(&inode);
         }
         written?;
         drop(raw);

@@ -34,9 +34,11 @@ use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::sync::Mutex;
-use rext4_format::quota::{DiskDquot, QT_BLOCK};
+use rext4_format::quota::{DiskDquot, ENTRY, QT_BLOCK};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use zerocopy::FromBytes;
 
 /// Which quota types' limits an open enforces (the kernel's `usrquota`, `grpquota` and
 /// `prjquota` mount options). Usage is kept either way on filesystems with the `quota`
@@ -116,31 +118,19 @@ impl Pending {
                 h.space = h.space.saturating_sub(space);
                 h.inodes = h.inodes.saturating_sub(inodes);
             }
-            if *h == Held::default() {
-                m.remove(&id);
-            }
+            // Kept at zero: the id's next admission finds its place without inserting.
         }
     }
 }
 
-/// A change admitted for one inode and not charged yet: the ids it is held under (per type,
-/// `None` where it holds nothing), its bytes and its inodes.
+/// A change admitted for one inode and not charged yet (kept in `Inode::quota_claims` until
+/// the inode's next record write charges it, or the change fails): the ids it is held under
+/// (per type, `None` where it holds nothing), its bytes and its inodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Claim {
     ids: [Option<u32>; TYPES],
     space: u64,
     inodes: u64,
-}
-
-/// Claims by inode number, until the inode's next record write charges them or the inode is
-/// freed. [each shard its own lock; a leaf]
-#[derive(Default)]
-pub(crate) struct Claims([Mutex<HashMap<u32, Vec<Claim>>>; SHARDS]);
-
-impl Claims {
-    fn shard(&self, ino: u32) -> &Mutex<HashMap<u32, Vec<Claim>>> {
-        &self.0[ino as usize % SHARDS]
-    }
 }
 
 /// What a change asks of its ids' limits.
@@ -200,6 +190,16 @@ impl FsInner {
     /// same lock), so an admission sees a change in usage, in the held amounts, or in both.
     fn quota_admit(&self, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
         let ids: [Option<u32>; TYPES] = std::array::from_fn(|ty| ids[ty].filter(|_| self.quota.enforce[ty]));
+        // Each entry's buffer is found before any lock is taken; only its bytes are read
+        // under the lock (an entry's place never changes once made).
+        let mut bufs: [Option<(std::sync::Arc<crate::cache::buffer::Buffer>, usize)>; TYPES] =
+            [None, None, None];
+        for ty in 0..TYPES {
+            let slot = ids[ty].and_then(|id| self.quota.files[ty].as_ref()?.slot(id));
+            if let Some(slot) = slot {
+                bufs[ty] = Some((self.bcache.get(slot.pblk)?, slot.off as usize));
+            }
+        }
         // In type order, one shard of each type's own table: no two admissions wait on
         // each other in a cycle.
         let mut locked: [Option<_>; TYPES] =
@@ -208,8 +208,11 @@ impl FsInner {
         if !ignoring() {
             let t = now();
             for ty in 0..TYPES {
-                let (Some(id), Some(m)) = (ids[ty], &locked[ty]) else { continue };
-                let Some(d) = self.quota_limited(ty, id)? else { continue };
+                let (Some(id), Some(m), Some((buf, off))) = (ids[ty], &locked[ty], &bufs[ty]) else {
+                    continue;
+                };
+                let d = DiskDquot::read_from_bytes(&buf.data()[*off..*off + ENTRY])
+                    .map_err(|_| Error::InvalidInput("quota entry"))?;
                 let held = m.get(&id).copied().unwrap_or_default();
                 if ask.inodes > 0 {
                     let lim = limit(d.dqb_ihardlimit.get(), d.dqb_isoftlimit.get(), d.dqb_itime.get(), t);
@@ -252,16 +255,18 @@ impl FsInner {
         Ok(grant)
     }
 
-    /// Admits `ask` for inode `ino` and keeps it as the inode's claim (see [`Claims`]).
-    fn quota_admit_for(&self, ino: u32, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
+    /// Admits `ask` for `inode` and keeps it as the inode's claim.
+    fn quota_admit_for(&self, inode: &Inode, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
         let granted = self.quota_admit(ids, ask)?;
-        self.quota_claim_attach(ino, Claim { ids, space: granted, inodes: ask.inodes });
+        Self::quota_claim_attach(inode, Claim { ids, space: granted, inodes: ask.inodes });
         Ok(granted)
     }
 
-    /// Keeps `c` as a claim of inode `ino`, charged by its next record write.
-    fn quota_claim_attach(&self, ino: u32, c: Claim) {
-        self.quota.claims.shard(ino).lock().entry(ino).or_default().push(c);
+    /// Keeps `c` as a claim of `inode`, charged by its next record write.
+    fn quota_claim_attach(inode: &Inode, c: Claim) {
+        let mut claims = inode.quota_claims.lock();
+        claims.push(c);
+        inode.quota_claimed.store(true, Ordering::Release);
     }
 
     /// Takes back what claim `c` holds.
@@ -273,29 +278,31 @@ impl FsInner {
         }
     }
 
-    /// Ends the claims of inode `ino`: its record was just charged (`quota_update`, after the
+    /// Ends the claims of `inode`: its record was just charged (`quota_update`, after the
     /// charge, so that no admission sees neither), it is freed, or the change failed.
-    pub(crate) fn quota_settle(&self, ino: rext4_format::InodeNo) {
-        if !self.quota.enforced() {
+    pub(crate) fn quota_settle(&self, inode: &Inode) {
+        if !inode.quota_claimed.load(Ordering::Acquire) {
             return;
         }
-        let Some(claims) = self.quota.claims.shard(ino.0).lock().remove(&ino.0) else { return };
-        for c in claims {
-            self.quota_claim_release(c);
+        let mut claims = inode.quota_claims.lock();
+        inode.quota_claimed.store(false, Ordering::Release);
+        for c in claims.iter() {
+            self.quota_claim_release(*c);
         }
+        // Emptied with its capacity kept: the next claim of this inode allocates nothing.
+        claims.clear();
     }
 
-    /// Takes back `blocks` blocks of the data claims of inode `ino` that were not allocated
-    /// after all (the allocator found fewer, or mapping them failed).
-    pub(crate) fn quota_unclaim_blocks(&self, ino: rext4_format::InodeNo, blocks: u64) {
-        if !self.quota.enforced() || blocks == 0 {
+    /// Takes back `blocks` blocks of the data claims of `inode` that were not allocated after
+    /// all (the allocator found fewer, or mapping them failed).
+    pub(crate) fn quota_unclaim_blocks(&self, inode: &Inode, blocks: u64) {
+        if blocks == 0 || !inode.quota_claimed.load(Ordering::Acquire) {
             return;
         }
         let mut left = blocks.saturating_mul(u64::from(self.sbi.block_size));
         let mut gone = Vec::new();
         {
-            let mut m = self.quota.claims.shard(ino.0).lock();
-            let Some(claims) = m.get_mut(&ino.0) else { return };
+            let mut claims = inode.quota_claims.lock();
             for c in claims.iter_mut().rev().filter(|c| c.inodes == 0) {
                 let n = left.min(c.space);
                 c.space -= n;
@@ -307,7 +314,7 @@ impl FsInner {
             }
             claims.retain(|c| c.space > 0 || c.inodes > 0);
             if claims.is_empty() {
-                m.remove(&ino.0);
+                inode.quota_claimed.store(false, Ordering::Release);
             }
         }
         for c in gone {
@@ -326,7 +333,7 @@ impl FsInner {
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(want) };
         let bs = u64::from(self.sbi.block_size);
         let ask = Ask { space: want.saturating_mul(bs), unit: bs, shrink: true, inodes: 0, rsv: false };
-        Ok(self.quota_admit_for(inode.ino.0, c.ids.map(Some), ask)? / bs)
+        Ok(self.quota_admit_for(inode, c.ids.map(Some), ask)? / bs)
     }
 
     /// Checks that the inode `ino` (record `raw`) may take one more block for its extended
@@ -338,7 +345,7 @@ impl FsInner {
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
         let bs = u64::from(self.sbi.block_size);
         let ask = Ask { space: bs, unit: bs, shrink: false, inodes: 0, rsv: false };
-        self.quota_admit_for(ino.0, c.ids.map(Some), ask).map(|_| ())
+        self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
     /// Checks that inode `ino` (record `raw`) may be charged one more inode and the blocks of
@@ -357,7 +364,7 @@ impl FsInner {
         let bs = u64::from(self.sbi.block_size);
         let space = len.div_ceil(bs).saturating_mul(bs);
         let ask = Ask { space, unit: bs, shrink: false, inodes: 1, rsv: false };
-        self.quota_admit_for(ino.0, c.ids.map(Some), ask).map(|_| ())
+        self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
     /// Checks that one more inode of `ids` (user, group, project) fits (`dquot_alloc_inode`)
@@ -374,10 +381,10 @@ impl FsInner {
         Ok(Some(Claim { ids, space: 0, inodes: 1 }))
     }
 
-    /// The claim of [`FsInner::quota_inode_check`] now belongs to inode `ino`.
-    pub(crate) fn quota_inode_claimed(&self, ino: rext4_format::InodeNo, c: Option<Claim>) {
+    /// The claim of [`FsInner::quota_inode_check`] now belongs to the new inode `inode`.
+    pub(crate) fn quota_inode_claimed(inode: &Inode, c: Option<Claim>) {
         if let Some(c) = c {
-            self.quota_claim_attach(ino.0, c);
+            Self::quota_claim_attach(inode, c);
         }
     }
 
@@ -404,7 +411,7 @@ impl FsInner {
         // The inode, and the values it keeps in EA inodes.
         let inodes = c.inodes + self.block_ea_count(inode.ino, raw)?;
         let ask = Ask { space: c.space, unit: 1, shrink: false, inodes, rsv: false };
-        self.quota_admit_for(inode.ino.0, ids, ask).map(|_| ())
+        self.quota_admit_for(inode, ids, ask).map(|_| ())
     }
 
     /// Before a change of `inode`'s owner or project where limits are enforced: writes its

@@ -66,8 +66,6 @@ pub(crate) struct Quotas {
     /// Reservations of delayed writes and changes admitted against limits and not charged
     /// yet, per type and id (kept where limits are enforced).
     pending: [limits::Pending; TYPES],
-    /// The admitted changes of each inode, until its record is charged.
-    claims: limits::Claims,
 }
 
 /// What a record is charged: its user, group and project, its space in bytes, and its
@@ -187,7 +185,7 @@ impl FsInner {
         new: &[u8],
     ) -> Result<()> {
         let charged = self.quota_move(h, inode, old, new);
-        self.quota_settle(inode.ino);
+        self.quota_settle(inode);
         charged
     }
 
@@ -266,7 +264,7 @@ impl FsInner {
         if !self.quota.is_on() {
             return Ok(());
         }
-        self.quota_settle(inode.ino);
+        self.quota_settle(inode);
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(()) };
         let space = i64::try_from(c.space).unwrap_or(i64::MAX);
         let inodes = i64::try_from(c.inodes).unwrap_or(i64::MAX);

@@ -140,7 +140,7 @@ impl FsInner {
         } else {
             // Quota admitted for a change that was not made is given back (a record write
             // ends it otherwise).
-            self.quota_settle(inode.ino);
+            self.quota_settle(inode);
             changed?;
         }
         drop(guard);
