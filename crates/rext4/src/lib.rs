@@ -78,7 +78,7 @@ pub use inode::atime::AtimeMode;
 pub use inode::flags::{FL_USER_MODIFIABLE, FL_USER_VISIBLE};
 pub use inode::write::{SetAttr, TimeSet};
 pub use jbd2::recovery::RecoveryReport;
-pub use jbd2::replay::recover_image;
+pub use jbd2::replay::{recover_image, recover_image_with};
 pub use jbd2::{CommitStats, CommitSummary};
 pub use locks::{Cancel, FileLock, FlockOp, LockOwner, LockType, Wait};
 pub use mkfs::{FormatOptions, FormatReport, FsType};

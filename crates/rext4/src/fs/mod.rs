@@ -95,6 +95,12 @@ pub struct Options {
     /// `usrquota`, `grpquota` and `prjquota`; default none). Needs the `quota` feature. Usage
     /// is kept either way. See quota/limits.rs and [`crate::with_quota_limits_ignored`].
     pub quota_limits: crate::quota::limits::QuotaEnforcement,
+    /// The journal device of a filesystem whose journal is on one of its own (made with
+    /// `mkfs.ext4 -J device=`; the kernel's `journal_path=`): an image file or a block
+    /// device. Needed to open such a filesystem for writing, and for reading when its journal
+    /// needs recovery; refused for a filesystem without an external journal. See
+    /// jbd2/external.rs.
+    pub journal_path: Option<std::path::PathBuf>,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -192,6 +198,7 @@ impl Default for Options {
             atime: AtimeMode::Relatime,
             nodiratime: false,
             quota_limits: Default::default(),
+            journal_path: None,
         }
     }
 }
@@ -306,6 +313,9 @@ pub(crate) struct FsInner {
     /// Multi-mount protection of a writable open of an `mmp` image (fs/mmp.rs). [immutable
     /// after open; its own lock inside]
     pub mmp: Option<mmp::Mmp>,
+    /// The journal's own device, where the filesystem's journal is external (jbd2/external.rs).
+    /// [immutable after open]
+    pub ext_journal: Option<Arc<crate::jbd2::external::ExternalJournal>>,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -357,10 +367,11 @@ impl Fs {
             true => mmp::Mmp::protect_if_needed(dev, &sbi, name)?,
             false => (dev, None),
         };
+        let journal = crate::jbd2::replay::open_external(opts.journal_path.as_deref(), &sbi, opts.writable)?;
         let recovered = if opts.norecovery {
-            crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new() }
+            crate::jbd2::replay::Recovered { dev, sbi, report: None, fast_commits: Vec::new(), journal }
         } else {
-            crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable)?
+            crate::jbd2::replay::recover_at_open(dev, sbi, opts.writable, journal)?
         };
         Self::start(recovered, &opts, mmp)
     }
@@ -368,9 +379,10 @@ impl Fs {
     /// The filesystem on a recovered device, made writable (with the fast commits applied)
     /// when `opts` say, under multi-mount protection `mmp` where it has the feature.
     fn start(recovered: crate::jbd2::replay::Recovered, opts: &Options, mmp: Option<mmp::Mmp>) -> Result<Fs> {
-        let crate::jbd2::replay::Recovered { dev, sbi, report, fast_commits } = recovered;
+        let crate::jbd2::replay::Recovered { dev, sbi, report, fast_commits, journal } = recovered;
         let mut inner = FsInner::new(dev, sbi, opts)?;
         inner.recovery = report;
+        inner.ext_journal = journal;
         inner.protect_journal();
         inner.protect_mmp(opts.writable)?;
         inner.mmp = mmp;
@@ -385,9 +397,12 @@ impl Fs {
     /// Recovers the image on `cow`, a copy-on-write view, as a writable open would (the logged
     /// blocks, then the fast commits), whatever keeps the image itself read-only, and closes it
     /// clean: how a read-only open applies fast commits (jbd2/replay.rs).
-    pub(crate) fn replay_in_memory(cow: Arc<dyn BlockDevice>) -> Result<()> {
+    pub(crate) fn replay_in_memory(
+        cow: Arc<dyn BlockDevice>,
+        journal: Option<Arc<crate::jbd2::external::ExternalJournal>>,
+    ) -> Result<()> {
         let sbi = SbInfo::load(&*cow)?;
-        let mut recovered = crate::jbd2::replay::recover_at_open(cow, sbi, true)?;
+        let mut recovered = crate::jbd2::replay::recover_at_open(cow, sbi, true, journal)?;
         recovered.sbi.ro_reasons.clear();
         Self::start(recovered, &Options { writable: true, ..Options::default() }, None)?.unmount()
     }
@@ -723,6 +738,7 @@ impl FsInner {
             caller_write_times: std::sync::atomic::AtomicBool::new(false),
             quota: crate::quota::Quotas::default(),
             mmp: None,
+            ext_journal: None,
             zones,
             locks: crate::locks::FileLocks::default(),
             grpid: opts.grpid,

@@ -139,7 +139,7 @@ impl FsInner {
                 jsb.set_errno(0);
                 let (start, sequence) = (jsb.start(), jsb.sequence());
                 let bs = self.sbi.block_size as usize;
-                crate::jbd2::checkpoint::write_jsb(&*self.dev, bs, &mut log, start, sequence)?;
+                crate::jbd2::checkpoint::write_jsb(bs, &mut log, start, sequence)?;
             }
         }
         let j = journal.clone();
@@ -164,11 +164,19 @@ impl FsInner {
             return Ok(none);
         }
         let jino = sb.s_journal_inum.get();
-        if jino == 0 {
-            return Err(Error::NotSupported("external journal devices".into()));
-        }
-        // The same checks and mapping recovery uses (`ext4_get_journal_inode`).
-        let (map, mut jsb, _) = self.journal_log(InodeNo(jino))?;
+        // The same checks and mapping recovery uses (`ext4_get_journal_inode`,
+        // `ext4_open_dev_journal`).
+        let (map, mut jsb, _) = match (&self.ext_journal, jino) {
+            (Some(ext), 0) => ext.log(self.sbi.block_size)?,
+            (None, 0) => {
+                return Err(Error::Incompatible(
+                    "the journal is on an external device: give its path (Options::journal_path, \
+                     --journal, -o journal_path=)"
+                        .into(),
+                ))
+            }
+            (_, ino) => self.journal_log(InodeNo(ino))?,
+        };
         // Features as the kernel sets them at mount: checksums v3 with metadata_csum, 64-bit
         // block numbers on 64bit filesystems, revoke records.
         let mut inc = jsb.incompat() | JournalIncompat::REVOKE;
@@ -206,7 +214,7 @@ impl FsInner {
         // blocks in the log have smaller sequences and are never taken as part of it.
         let seq = log.jsb.as_ref().map_or(1, |j| j.sequence());
         log.tail_tid = seq;
-        crate::jbd2::checkpoint::write_jsb(&*self.dev, self.sbi.block_size as usize, &mut log, first, seq)?;
+        crate::jbd2::checkpoint::write_jsb(self.sbi.block_size as usize, &mut log, first, seq)?;
         Ok(log)
     }
 

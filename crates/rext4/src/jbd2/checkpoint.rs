@@ -166,9 +166,9 @@ impl Journal {
                 Some(t) => (t.start, t.tid),
                 None => (log.head, log.txns[pop - 1].tid.wrapping_add(1)),
             };
-            (pop, start, sequence, jsb, geo.dev_block(0))
+            (pop, start, sequence, jsb, (geo.map.dev().clone(), geo.dev_block(geo.map.sb_block())))
         };
-        write_jsb_at(&*self.dev, self.block_size, jsb_at, &mut jsb, start, sequence)?;
+        write_jsb_at(&*jsb_at.0, self.block_size, jsb_at.1, &mut jsb, start, sequence)?;
         let mut log = self.log.lock();
         for _ in 0..pop {
             if let Some(t) = log.txns.pop_front() {
@@ -207,7 +207,7 @@ impl Journal {
     /// Records the log tail in the journal superblock (`start` 0 marks the log empty and
     /// clean) and makes it durable.
     pub(super) fn write_log_tail(&self, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
-        write_jsb(&*self.dev, self.block_size, log, start, sequence)
+        write_jsb(self.block_size, log, start, sequence)
     }
 
     /// Closes the journal (after the commit and checkpoint threads have stopped): writes
@@ -227,15 +227,9 @@ impl Journal {
 
 /// Writes the journal superblock with the log starting at `start` and transaction `sequence`
 /// next, and flushes: used at open (before the journal object exists) and at close.
-pub(crate) fn write_jsb(
-    dev: &dyn BlockDevice,
-    block_size: usize,
-    log: &mut Log,
-    start: u32,
-    sequence: u32,
-) -> Result<()> {
+pub(crate) fn write_jsb(block_size: usize, log: &mut Log, start: u32, sequence: u32) -> Result<()> {
     let (Some(geo), Some(jsb)) = (log.geo.as_ref(), log.jsb.as_mut()) else { return Ok(()) };
-    write_jsb_at(dev, block_size, geo.dev_block(0), jsb, start, sequence)
+    write_jsb_at(&**geo.map.dev(), block_size, geo.dev_block(geo.map.sb_block()), jsb, start, sequence)
 }
 
 /// Writes `jsb` at device block `at` with the given start and sequence, and flushes.

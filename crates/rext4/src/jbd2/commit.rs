@@ -158,7 +158,12 @@ impl Journal {
     /// Ends a transaction written into the log: everything before must be durable before its
     /// commit block, and the commit block before the commit counts as done.
     fn write_commit_block(&self, log: &mut Log, tid: u32, shape: &LogShape) -> Result<()> {
+        // The filesystem's device: ordered data, and the log itself when it lives there.
         self.dev.flush()?;
+        if let Some(g) = log.geo.as_ref().filter(|g| g.map.is_external()) {
+            // The log's own device, as jbd2 flushes `j_fs_dev` and `j_dev` apart.
+            g.map.dev().flush()?;
+        }
         let (sec, nsec) = crate::clock::now();
         let commit = CommitHeader::new(tid, sec.cast_unsigned(), nsec).to_block(&shape.params);
         // Durable when written: one forced-unit-access write where the device has them,
@@ -190,10 +195,11 @@ impl Journal {
                 n += 1;
             }
             let at = dev_start * self.block_size as u64;
+            let dev = g.map.dev();
             if durable {
-                self.dev.write_durable(&rest[..n as usize].concat(), at)?;
+                dev.write_durable(&rest[..n as usize].concat(), at)?;
             } else {
-                self.dev.write_vectored_at(&rest[..n as usize], at)?;
+                dev.write_vectored_at(&rest[..n as usize], at)?;
             }
             rest = &rest[n as usize..];
             log.head += n;

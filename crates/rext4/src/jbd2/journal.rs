@@ -404,7 +404,7 @@ impl Journal {
         let Some(jsb) = log.jsb.as_mut() else { return };
         let (start, sequence) = (jsb.start(), jsb.sequence());
         jsb.set_errno(-errno);
-        let _ = super::checkpoint::write_jsb(&*self.dev, self.block_size, &mut log, start, sequence);
+        let _ = super::checkpoint::write_jsb(self.block_size, &mut log, start, sequence);
     }
 
     fn notify_everyone(&self) {

@@ -1,6 +1,7 @@
 //! Where the log lives: the journal's blocks on the device, resolved once from the journal
 //! inode's map when the journal is loaded (the kernel's `jbd2_journal_bmap`, done ahead), as
-//! runs of (first journal block, first device block, length) in journal order.
+//! runs of (first journal block, first device block, length) in journal order. An external
+//! journal's blocks are its device's own, one to one (jbd2/external.rs).
 
 use crate::dev::BlockDevice;
 use crate::error::{corrupt, CorruptKind, Result};
@@ -12,12 +13,40 @@ pub(crate) struct JournalLog {
     dev: Arc<dyn BlockDevice>,
     block_size: u64,
     runs: Vec<(u32, u64, u32)>,
+    /// The journal block holding the journal superblock: 0 in a journal inode; on an external
+    /// device the block after its ext4 superblock (the kernel's `j_blk_offset`).
+    sb_block: u32,
+    /// Whether `dev` is a device of its own, not the filesystem's.
+    external: bool,
 }
 
 impl JournalLog {
     /// An empty map of a log on `dev` with blocks of `block_size` bytes.
     pub(crate) fn new(dev: Arc<dyn BlockDevice>, block_size: u64) -> Self {
-        JournalLog { dev, block_size, runs: Vec::new() }
+        JournalLog { dev, block_size, runs: Vec::new(), sb_block: 0, external: false }
+    }
+
+    /// The log of an external journal device `dev` of `blocks` blocks, its superblock in
+    /// block `sb_block`: journal block n is the device's block n.
+    pub(crate) fn external(dev: Arc<dyn BlockDevice>, block_size: u64, blocks: u32, sb_block: u32) -> Self {
+        let mut log = JournalLog { dev, block_size, runs: Vec::new(), sb_block, external: true };
+        log.push(0, blocks);
+        log
+    }
+
+    /// The device the log is on.
+    pub(crate) fn dev(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The journal block of the journal superblock.
+    pub(crate) fn sb_block(&self) -> u32 {
+        self.sb_block
+    }
+
+    /// Whether the log is on a device of its own.
+    pub(crate) fn is_external(&self) -> bool {
+        self.external
     }
 
     /// How many journal blocks, from the first, are mapped.

@@ -3,6 +3,7 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod commit;
+pub(crate) mod external;
 pub(crate) mod journal;
 pub(crate) mod log_map;
 pub(crate) mod recovery;

@@ -9,6 +9,7 @@ use crate::dev::BlockDevice;
 use crate::error::{corrupt, Corrupt, CorruptKind, Error, Result};
 use crate::fs::super_block::SbInfo;
 use crate::fs::{FsInner, Options};
+use crate::jbd2::external::ExternalJournal;
 use crate::jbd2::log_map::JournalLog;
 use crate::jbd2::recovery::{self, JournalBlocks, RecoveryReport, Replay};
 use crate::map::Mapping;
@@ -38,25 +39,53 @@ const ERR_RANGE: core::ops::Range<usize> = 0x194..0x200;
 /// anything is written. Orphans are not processed: the kernel does that at mount, e2fsck
 /// when checking.
 pub fn recover_image(path: impl AsRef<Path>) -> Result<RecoveryReport> {
+    recover_image_with(path, None)
+}
+
+/// [`recover_image`] for an image whose journal is on the external device `journal` (see
+/// [`Options::journal_path`]).
+pub fn recover_image_with(path: impl AsRef<Path>, journal: Option<&Path>) -> Result<RecoveryReport> {
     let dev = crate::dev::open(path.as_ref(), true)?;
     let sbi = SbInfo::load(&*dev)?;
     if !sbi.needs_recovery() {
         return Ok(RecoveryReport::default());
     }
+    let ext = open_external(journal, &sbi, true)?;
     // It writes the image: multi-mount protection first, as e2fsck takes it for its replay.
     let name = path.as_ref().as_os_str().as_encoded_bytes();
     let (dev, mmp) = crate::fs::mmp::Mmp::protect_if_needed(dev, &sbi, name)?;
-    let replayed = replay_in_place(&dev, &sbi);
+    let replayed = replay_in_place(&dev, &sbi, ext.as_deref());
     // Clean again before the writable open below takes it.
     drop(mmp);
     let (report, fast_commits) = replayed?;
     if !fast_commits.is_empty() {
         // Fast commits are applied by a writable filesystem, which finds them again.
         drop(dev);
-        let fs = crate::Fs::open_with(path, Options { writable: true, ..Options::default() })?;
+        drop(ext);
+        let opts = Options { writable: true, journal_path: journal.map(Path::to_path_buf), ..Options::default() };
+        let fs = crate::Fs::open_with(path, opts)?;
         fs.unmount()?;
     }
     Ok(report)
+}
+
+/// The external journal device at `path`, for a filesystem (`sbi`) whose journal is on one;
+/// `None` for one with an internal journal or none. A journal device for a filesystem that
+/// has none of its own is refused, as the kernel refuses `journal_path=` there.
+pub(crate) fn open_external(
+    path: Option<&Path>,
+    sbi: &SbInfo,
+    writable: bool,
+) -> Result<Option<Arc<ExternalJournal>>> {
+    let external = sbi.sb.compat().contains(Compat::HAS_JOURNAL) && sbi.sb.s_journal_inum.get() == 0;
+    match (path, external) {
+        (None, _) => Ok(None),
+        (Some(_), false) => Err(Error::InvalidInput("a journal device for a filesystem without an external journal")),
+        (Some(p), true) => {
+            let dev = crate::dev::open(p, writable)?;
+            Ok(Some(Arc::new(ExternalJournal::load(dev, sbi)?)))
+        }
+    }
 }
 
 /// What an open continues with after recovery.
@@ -67,20 +96,27 @@ pub(crate) struct Recovered {
     pub report: Option<RecoveryReport>,
     /// Fast commits a writable open must apply (`fs/fast_commit.rs`).
     pub fast_commits: Vec<FcTag>,
+    /// The external journal device, where the filesystem has one and the open named it.
+    pub journal: Option<Arc<ExternalJournal>>,
 }
 
 /// What the open path does when the superblock says the journal needs recovery: replays it in
 /// place when writing, over an in-memory overlay when reading.
-pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: bool) -> Result<Recovered> {
+pub(crate) fn recover_at_open(
+    dev: Arc<dyn BlockDevice>,
+    sbi: SbInfo,
+    writable: bool,
+    ext: Option<Arc<ExternalJournal>>,
+) -> Result<Recovered> {
     if !sbi.needs_recovery() {
-        return Ok(Recovered { dev, sbi, report: None, fast_commits: Vec::new() });
+        return Ok(Recovered { dev, sbi, report: None, fast_commits: Vec::new(), journal: ext });
     }
     if writable {
-        let (report, fast_commits) = replay_in_place(&dev, &sbi)?;
+        let (report, fast_commits) = replay_in_place(&dev, &sbi, ext.as_deref())?;
         let sbi = SbInfo::load(&*dev)?;
-        return Ok(Recovered { dev, sbi, report: Some(report), fast_commits });
+        return Ok(Recovered { dev, sbi, report: Some(report), fast_commits, journal: ext });
     }
-    let (replay, journal) = recover(&dev, &sbi)?;
+    let (replay, journal) = recover(&dev, &sbi, ext.as_deref())?;
     if !replay.fast_commits.is_empty() {
         // Fast commits need a writable filesystem: run one over a copy-on-write view of the
         // image, closed cleanly, and read that. What keeps the image itself read-only
@@ -88,11 +124,18 @@ pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: 
         // the kernel replays fast commits on a read-only mount too.
         let report = replay.report;
         let cow: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::copy_on_write(dev, sbi.block_size)?);
-        crate::Fs::replay_in_memory(cow.clone())?;
+        // An external journal's device is not written either.
+        let ext_cow = match &ext {
+            Some(e) => Some(Arc::new(
+                e.on(Arc::new(OverlayDevice::copy_on_write(e.dev().clone(), sbi.block_size)?)),
+            )),
+            None => None,
+        };
+        crate::Fs::replay_in_memory(cow.clone(), ext_cow)?;
         let mut sbi = SbInfo::load(&*cow)?;
         sbi.ro_reasons
             .push("the journal was replayed in memory only; the image itself still needs recovery".into());
-        return Ok(Recovered { dev: cow, sbi, report: Some(report), fast_commits: Vec::new() });
+        return Ok(Recovered { dev: cow, sbi, report: Some(report), fast_commits: Vec::new(), journal: ext });
     }
     let mut blocks: BTreeMap<u64, Box<[u8]>> = replay.blocks.into_iter().map(|(b, d)| (b.0, d)).collect();
     let bs = u64::from(sbi.block_size);
@@ -115,7 +158,7 @@ pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: 
     }
     sbi.ro_reasons
         .push("the journal was replayed in memory only; the image itself still needs recovery".into());
-    Ok(Recovered { dev: overlay, sbi, report: Some(replay.report), fast_commits: Vec::new() })
+    Ok(Recovered { dev: overlay, sbi, report: Some(replay.report), fast_commits: Vec::new(), journal: ext })
 }
 
 /// Replays onto `dev`, whose superblock `sbi` needs recovery, and marks it recovered.
@@ -124,8 +167,12 @@ pub(crate) fn recover_at_open(dev: Arc<dyn BlockDevice>, sbi: SbInfo, writable: 
 /// transaction, with its fast-commit area, and the superblock still needs recovery: a crash
 /// before a writable open has applied and committed them finds them again
 /// (`fs/fast_commit.rs`).
-fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(RecoveryReport, Vec<FcTag>)> {
-    let (replay, journal) = recover(dev, sbi)?;
+fn replay_in_place(
+    dev: &Arc<dyn BlockDevice>,
+    sbi: &SbInfo,
+    ext: Option<&ExternalJournal>,
+) -> Result<(RecoveryReport, Vec<FcTag>)> {
+    let (replay, journal) = recover(dev, sbi, ext)?;
     let bs = u64::from(sbi.block_size);
     for (blk, data) in &replay.blocks {
         dev.write_at(data, blk.0 * bs)?;
@@ -148,11 +195,12 @@ fn replay_in_place(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(Recovery
         jsb.set_errno(0);
         jsb.update_checksum();
         // Always mapped: the superblock was read from it.
-        let Some(at) = journal.log.device_block(0) else {
+        let Some(at) = journal.log.device_block(journal.log.sb_block()) else {
             return corrupt(CorruptKind::Journal("cannot locate the journal superblock"));
         };
-        dev.write_at(jsb.as_bytes(), at * bs)?;
-        dev.flush()?;
+        let log_dev = journal.log.dev();
+        log_dev.write_at(jsb.as_bytes(), at * bs)?;
+        log_dev.flush()?;
     }
     let mut raw = [0u8; SUPERBLOCK_SIZE];
     dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
@@ -193,33 +241,36 @@ fn finish_superblock(
     Ok(())
 }
 
-/// An internal journal ready for recovery.
+/// A journal ready for recovery.
 struct Journal {
     log: JournalLog,
     jsb: JournalSuperblock,
 }
 
 /// Finds the journal of the filesystem on `dev` (superblock `sbi`) and runs recovery on it.
-fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<(Replay, Journal)> {
+fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo, ext: Option<&ExternalJournal>) -> Result<(Replay, Journal)> {
     let sb = &sbi.sb;
     if !sb.compat().contains(Compat::HAS_JOURNAL) {
         return corrupt(CorruptKind::Journal("needs recovery but has no journal"));
     }
     let ino = sb.s_journal_inum.get();
-    if ino == 0 {
+    if ino == 0 && ext.is_none() {
         return Err(Error::Incompatible(
-            "the journal needs recovery and is on an external device, which is not supported; \
-             run e2fsck with the journal device"
+            "the journal needs recovery and is on an external device: give its path \
+             (Options::journal_path, --journal, -o journal_path=)"
                 .into(),
         ));
     }
-    if sb.s_journal_dev.get() != 0 {
+    if ino != 0 && sb.s_journal_dev.get() != 0 {
         return corrupt(CorruptKind::Journal("both a journal inode and a journal device"));
     }
     // Just enough of a filesystem to read the journal inode: the descriptors and that inode.
     let opts = Options { cache_bytes: 4 << 20, inode_cache: 64, ..Options::default() };
     let mut fs = FsInner::new(dev.clone(), sbi.clone(), &opts)?;
-    let (log, jsb, params) = fs.journal_log(InodeNo(ino))?;
+    let (log, jsb, params) = match ext {
+        Some(e) => e.log(sbi.block_size)?,
+        None => fs.journal_log(InodeNo(ino))?,
+    };
     let replay = recovery::recover(&jsb, params, &log, sbi.blocks_count, sbi.inode_size)?;
     if !replay.fast_commits.is_empty() {
         // Fast commits naming what they may not are refused before anything is written.

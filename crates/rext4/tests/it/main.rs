@@ -34,6 +34,7 @@ mod partition;
 mod prealloc;
 mod quota;
 mod quota_limits;
+mod external_journal;
 mod read_variants;
 mod recovery;
 mod stats;
