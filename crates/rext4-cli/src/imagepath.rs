@@ -51,7 +51,8 @@ impl ImagePath {
 
     /// Opens the image.
     pub(crate) fn open(&self) -> CliResult<Fs> {
-        Fs::open(&self.image).map_err(|e| format!("{}: {e}", self.image.display()))
+        Fs::open_with(&self.image, crate::modify::read_options())
+            .map_err(|e| format!("{}: {e}", self.image.display()))
     }
 
     /// The entries of directory `dir` other than its `.` and `..`, in on-disk order. Only

@@ -56,7 +56,8 @@ fn error_code(code: u8) -> String {
 
 /// `rext4 info IMAGE`: the superblock in the spirit of `dumpe2fs -h`.
 pub(crate) fn info(image: &Path) -> CliResult {
-    let fs = Fs::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let fs = Fs::open_with(image, crate::modify::read_options())
+        .map_err(|e| format!("{}: {e}", image.display()))?;
     let sb = fs.superblock();
     let st = fs.statfs().map_err(|e| e.to_string())?;
     let mut features = feature_names(FeatureKind::Compat, sb.s_feature_compat.get());

@@ -40,6 +40,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// The journal device of an image whose journal is on one of its own (`mkfs.ext4 -J
+    /// device=`): needed to change such an image, or to read it when its journal needs
+    /// recovery (the kernel's `journal_path=`; for `mount`, the same as `-o journal_path=`).
+    #[arg(long, global = true, value_name = "PATH")]
+    journal: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -243,7 +248,11 @@ fn main() -> ExitCode {
     if let Some(code) = mount_helper::helper_main() {
         return code;
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    modify::set_journal(cli.journal.clone());
+    if let (Some(j), Cmd::Mount { options, .. }) = (&cli.journal, &mut cli.cmd) {
+        options.push(format!("journal_path={}", j.display()));
+    }
     // Reproducible builds: every time the command stamps is SOURCE_DATE_EPOCH.
     if let Some(t) = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()) {
         rext4::clock::set_fixed_time(Some(t));

@@ -21,8 +21,21 @@ pub(crate) fn writable_options() -> Options {
         writable: true,
         delalloc: rext4::clock::fixed_time().is_none(),
         atime: rext4::AtimeMode::NoAtime,
-        ..Options::default()
+        ..read_options()
     }
+}
+
+/// The journal device `--journal` names, for every open of the command.
+static JOURNAL: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Records `--journal` (once, at start).
+pub(crate) fn set_journal(path: Option<std::path::PathBuf>) {
+    let _ = JOURNAL.set(path);
+}
+
+/// How commands that only read open an image: with the journal device `--journal` names.
+pub(crate) fn read_options() -> Options {
+    Options { journal_path: JOURNAL.get().cloned().flatten(), ..Options::default() }
 }
 
 fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {

@@ -2,7 +2,7 @@
 //! tools show and set them through `quotactl` on a mounted filesystem (which a FUSE mount does
 //! not offer). Ids are numeric: an image's owners need not exist on this host.
 
-use crate::modify::writable_options;
+use crate::modify::{read_options, writable_options};
 use crate::CliResult;
 use rext4::{Fs, QuotaEntry, QuotaLimits, QuotaType};
 use std::path::Path;
@@ -76,7 +76,7 @@ fn row(e: &QuotaEntry, now: u64) -> String {
 }
 
 pub(crate) fn repquota(image: &Path, types: &[QuotaType]) -> CliResult {
-    let fs = Fs::open(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    let fs = Fs::open_with(image, read_options()).map_err(|e| format!("{}: {e}", image.display()))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut out = String::new();
     for &ty in types {

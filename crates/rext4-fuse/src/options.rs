@@ -41,6 +41,9 @@ pub struct MountOptions {
     pub subtype: String,
     /// Do not replay the journal (`norecovery`, read-only mounts only).
     pub norecovery: bool,
+    /// The journal device of a filesystem whose journal is on one of its own
+    /// (`journal_path=PATH`, as the kernel's option; an image file or a block device).
+    pub journal_path: Option<std::path::PathBuf>,
     /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
     pub cache_bytes: Option<usize>,
     /// POSIX ACLs enforced and inherited (`acl`, the default, or `noacl`).
@@ -88,6 +91,7 @@ impl Default for MountOptions {
             fsname: None,
             subtype: "rext4".into(),
             norecovery: false,
+            journal_path: None,
             cache_bytes: None,
             acl: true,
             atime: Atime::Relatime,
@@ -273,6 +277,9 @@ impl MountOptions {
                     flag(val)?;
                     self.norecovery = true;
                 }
+                "journal_path" => {
+                    self.journal_path = Some(std::path::PathBuf::from(need(key, val)?));
+                }
                 "commit" => {
                     let v = need(key, val)?;
                     let secs: u64 = v.parse().map_err(|_| format!("commit={v}: not a number of seconds"))?;
@@ -441,6 +448,7 @@ impl MountOptions {
             },
             nodiratime: self.nodiratime,
             quota_limits: self.quota,
+            journal_path: self.journal_path.clone(),
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {

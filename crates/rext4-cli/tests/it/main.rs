@@ -11,6 +11,7 @@ mod cli;
 mod first_steps;
 mod hostile;
 mod image_lock;
+mod journal_dev;
 mod mkfs;
 mod mkfs_fit;
 mod mkfs_from;

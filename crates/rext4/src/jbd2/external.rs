@@ -40,7 +40,9 @@ impl ExternalJournal {
         let mut raw = [0u8; SUPERBLOCK_SIZE];
         dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
         // Cannot fail: the buffer is a superblock's size.
-        let Some(jsb_dev) = Superblock::parse(&raw) else { return bad("external journal has bad superblock") };
+        let Some(jsb_dev) = Superblock::parse(&raw) else {
+            return bad("external journal has bad superblock");
+        };
         if jsb_dev.s_magic.get() != rext4_format::superblock::EXT4_MAGIC
             || !jsb_dev.incompat().contains(Incompat::JOURNAL_DEV)
         {
@@ -53,7 +55,9 @@ impl ExternalJournal {
             return bad("journal UUID does not match");
         }
         if jsb_dev.block_size() != Some(sbi.block_size) {
-            return Err(Error::Incompatible("the journal device's block size is not the filesystem's".into()));
+            return Err(Error::Incompatible(
+                "the journal device's block size is not the filesystem's".into(),
+            ));
         }
         let blocks = u32::try_from(jsb_dev.blocks_count())
             .map_err(|_| Error::Incompatible("journal device longer than 2^32 blocks".into()))?;

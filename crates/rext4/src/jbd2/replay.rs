@@ -62,7 +62,8 @@ pub fn recover_image_with(path: impl AsRef<Path>, journal: Option<&Path>) -> Res
         // Fast commits are applied by a writable filesystem, which finds them again.
         drop(dev);
         drop(ext);
-        let opts = Options { writable: true, journal_path: journal.map(Path::to_path_buf), ..Options::default() };
+        let opts =
+            Options { writable: true, journal_path: journal.map(Path::to_path_buf), ..Options::default() };
         let fs = crate::Fs::open_with(path, opts)?;
         fs.unmount()?;
     }
@@ -80,7 +81,9 @@ pub(crate) fn open_external(
     let external = sbi.sb.compat().contains(Compat::HAS_JOURNAL) && sbi.sb.s_journal_inum.get() == 0;
     match (path, external) {
         (None, _) => Ok(None),
-        (Some(_), false) => Err(Error::InvalidInput("a journal device for a filesystem without an external journal")),
+        (Some(_), false) => {
+            Err(Error::InvalidInput("a journal device for a filesystem without an external journal"))
+        }
         (Some(p), true) => {
             let dev = crate::dev::open(p, writable)?;
             Ok(Some(Arc::new(ExternalJournal::load(dev, sbi)?)))
@@ -126,9 +129,9 @@ pub(crate) fn recover_at_open(
         let cow: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::copy_on_write(dev, sbi.block_size)?);
         // An external journal's device is not written either.
         let ext_cow = match &ext {
-            Some(e) => Some(Arc::new(
-                e.on(Arc::new(OverlayDevice::copy_on_write(e.dev().clone(), sbi.block_size)?)),
-            )),
+            Some(e) => {
+                Some(Arc::new(e.on(Arc::new(OverlayDevice::copy_on_write(e.dev().clone(), sbi.block_size)?))))
+            }
             None => None,
         };
         crate::Fs::replay_in_memory(cow.clone(), ext_cow)?;
@@ -248,7 +251,11 @@ struct Journal {
 }
 
 /// Finds the journal of the filesystem on `dev` (superblock `sbi`) and runs recovery on it.
-fn recover(dev: &Arc<dyn BlockDevice>, sbi: &SbInfo, ext: Option<&ExternalJournal>) -> Result<(Replay, Journal)> {
+fn recover(
+    dev: &Arc<dyn BlockDevice>,
+    sbi: &SbInfo,
+    ext: Option<&ExternalJournal>,
+) -> Result<(Replay, Journal)> {
     let sb = &sbi.sb;
     if !sb.compat().contains(Compat::HAS_JOURNAL) {
         return corrupt(CorruptKind::Journal("needs recovery but has no journal"));

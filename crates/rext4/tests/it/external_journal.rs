@@ -164,7 +164,10 @@ fn a_crash_recovers_from_the_external_journal() {
     assert!(ro.recovery().is_some());
     check_rext4(&ro, &files);
     drop(ro);
-    assert!(before == (std::fs::read(&ours.0).unwrap(), std::fs::read(&ours.1).unwrap()), "read-only open wrote");
+    assert!(
+        before == (std::fs::read(&ours.0).unwrap(), std::fs::read(&ours.1).unwrap()),
+        "read-only open wrote"
+    );
     // Writable: replayed in place.
     let rw = Fs::open_with(&ours.0, opts(Some(&ours.1), true)).unwrap();
     assert!(rw.recovery().is_some_and(|r| r.blocks_replayed > 0));
