@@ -254,36 +254,27 @@ impl FsInner {
         pool: Pool,
     ) -> Result<u64> {
         self.quota_blocks_allowed(inode, raw, 1)?;
-        let added = self.append_block_claimed(h, inode, raw, lblk, pool);
-        if added.is_err() {
-            self.quota_unclaim_blocks(inode, 1);
+        let map = |raw: &mut [u8]| -> Result<u64> {
+            if crate::inode::write::raw_flags(raw) & EXTENTS_FL != 0 {
+                return self.ext_append(h, inode, raw, lblk, pool);
+            }
+            // A block map (an indexed ext3 directory soon outgrows its twelve direct blocks).
+            let prev = match lblk.checked_sub(1) {
+                Some(p) => self.ind_lookup(inode, raw, u64::from(p))?,
+                None => None,
+            };
+            let goal = prev.map_or_else(|| self.inode_goal(inode), |p| p + 1);
+            self.ind_alloc(h, inode, raw, u64::from(lblk), goal, pool)
+        };
+        let added = map(raw);
+        match added {
+            Ok(_) => {
+                crate::inode::write::raw_set_size(raw, (u64::from(lblk) + 1) * u64::from(self.sbi.block_size))
+            }
+            // The quota claimed for the block goes back with it.
+            Err(_) => self.quota_unclaim_blocks(inode, 1),
         }
         added
-    }
-
-    fn append_block_claimed(
-        &self,
-        h: &Handle,
-        inode: &Inode,
-        raw: &mut [u8],
-        lblk: u32,
-        pool: Pool,
-    ) -> Result<u64> {
-        let bs = u64::from(self.sbi.block_size);
-        if crate::inode::write::raw_flags(raw) & EXTENTS_FL != 0 {
-            let pblk = self.ext_append(h, inode, raw, lblk, pool)?;
-            crate::inode::write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
-            return Ok(pblk);
-        }
-        // A block map (an indexed ext3 directory soon outgrows its twelve direct blocks).
-        let prev = match lblk.checked_sub(1) {
-            Some(p) => self.ind_lookup(inode, raw, u64::from(p))?,
-            None => None,
-        };
-        let goal = prev.map_or_else(|| self.inode_goal(inode), |p| p + 1);
-        let pblk = self.ind_alloc(h, inode, raw, u64::from(lblk), goal, pool)?;
-        crate::inode::write::raw_set_size(raw, (u64::from(lblk) + 1) * bs);
-        Ok(pblk)
     }
 
     /// Where new blocks of `inode` should go by default: the start of its group's data.
