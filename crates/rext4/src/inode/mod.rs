@@ -68,14 +68,6 @@ pub(crate) struct Inode {
     /// Made by `FsInner::new_inode` and not yet written: its first record write charges its
     /// quotas whole (quota/mod.rs). [atomic]
     pub quota_new: AtomicBool,
-    /// Whether `quota_claims` holds anything (read without its lock on every record write).
-    /// [atomic; set under `quota_claims`]
-    pub quota_claimed: AtomicBool,
-    /// Changes admitted against quota limits and not charged yet, until the next record write
-    /// charges them or the change fails (quota/limits.rs). [own lock, before the pending
-    /// tables' shards; changed by the holder of the record's lock, or by the maker of a new
-    /// inode]
-    pub quota_claims: crate::sync::Mutex<Vec<crate::quota::limits::Claim>>,
     pub ino: InodeNo,
     /// References taken by `Fs::hold`, plus the `REF_UNLINKED` / `REF_DEAD` bits (see
     /// inode/orphan.rs for the state machine). [atomic]
@@ -124,6 +116,14 @@ pub(crate) struct Inode {
     pub dirty_pages: std::sync::atomic::AtomicU64,
     /// Listed in `Writeback`'s set of files to write back. [atomic]
     pub wb_listed: AtomicBool,
+    /// Whether `quota_claims` holds anything (read without its lock on every record write).
+    /// [atomic; set under `quota_claims`]
+    pub quota_claimed: AtomicBool,
+    /// Changes admitted against quota limits and not charged yet, until the next record write
+    /// charges them or the change fails (quota/limits.rs). [own lock, before the pending
+    /// tables' shards; changed by the holder of the record's lock, or by the maker of a new
+    /// inode]
+    pub quota_claims: crate::sync::Mutex<Vec<crate::quota::limits::Claim>>,
 }
 
 impl Cached for Inode {
