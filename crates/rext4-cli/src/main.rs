@@ -43,8 +43,8 @@ struct Cli {
     /// The journal device of an image whose journal is on one of its own (`mkfs.ext4 -J
     /// device=`): needed to change such an image, or to read it when its journal needs
     /// recovery (the kernel's `journal_path=`; for `mount`, the same as `-o journal_path=`).
-    #[arg(long, global = true, value_name = "PATH")]
-    journal: Option<PathBuf>,
+    #[arg(long = "journal", id = "journal_device", global = true, value_name = "PATH")]
+    journal_device: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -249,8 +249,8 @@ fn main() -> ExitCode {
         return code;
     }
     let mut cli = Cli::parse();
-    modify::set_journal(cli.journal.clone());
-    if let (Some(j), Cmd::Mount { options, .. }) = (&cli.journal, &mut cli.cmd) {
+    modify::set_journal(cli.journal_device.clone());
+    if let (Some(j), Cmd::Mount { options, .. }) = (&cli.journal_device, &mut cli.cmd) {
         options.push(format!("journal_path={}", j.display()));
     }
     // Reproducible builds: every time the command stamps is SOURCE_DATE_EPOCH.
