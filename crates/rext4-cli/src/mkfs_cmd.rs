@@ -162,6 +162,8 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                 Some(("size", v)) => {
                     o.journal_size_mib = Some(v.parse().map_err(|_| format!("invalid journal size: {v}"))?)
                 }
+                // Taken by `run`, which opens the device.
+                Some(("device", _)) => {}
                 _ => return Err(format!("unsupported journal option: {opt}")),
             }
         }
@@ -311,6 +313,44 @@ fn build_epoch(a: &MkfsArgs) -> CliResult<Option<i64>> {
 
 pub(crate) fn run(a: &MkfsArgs) -> CliResult {
     let mut o = options(a)?;
+    // `-O journal_dev`: an external journal device, not a filesystem.
+    let edits: Vec<&str> = o.features.split(',').filter(|f| !f.is_empty()).collect();
+    if edits.iter().rev().find(|f| f.trim_start_matches('^') == "journal_dev") == Some(&"journal_dev") {
+        o.features = edits
+            .into_iter()
+            .filter(|f| f.trim_start_matches('^') != "journal_dev")
+            .collect::<Vec<_>>()
+            .join(",");
+        return journal_device(a, o);
+    }
+    // `-J device=PATH`: the journal is on that device.
+    let jdev_path = a
+        .journal
+        .as_deref()
+        .into_iter()
+        .flat_map(|j| j.split(','))
+        .find_map(|opt| opt.strip_prefix("device="));
+    let jdev = match jdev_path {
+        Some(p) => {
+            let dev = rext4::dev::FileDevice::open(Path::new(p), true).map_err(|e| format!("{p}: {e}"))?;
+            let (uuid, bs) = rext4::Fs::journal_device(&dev).map_err(|e| format!("{p}: {e}"))?;
+            // mke2fs takes the journal's block size where none is given.
+            match o.block_size {
+                None => o.block_size = Some(bs),
+                Some(b) if b != bs => {
+                    return Err(format!("{p}: journal block size {bs} is not the filesystem's {b}"))
+                }
+                Some(_) => {}
+            }
+            let dev_number = std::fs::metadata(p)
+                .ok()
+                .filter(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
+                .map_or(0, |m| u32::try_from(std::os::unix::fs::MetadataExt::rdev(&m)).unwrap_or(0));
+            o.journal_device = Some(rext4::JournalDeviceRef { uuid, dev_number });
+            Some((p, dev))
+        }
+        None => None,
+    };
     let mut size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
     if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
         o.time = t.trim().parse().ok();
@@ -397,6 +437,9 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
             Ok(()) => break r,
         }
     };
+    if let Some((p, dev)) = &jdev {
+        rext4::Fs::add_journal_user(dev, r.uuid).map_err(|e| format!("{p}: {e}"))?;
+    }
     if let Some(t) = epoch {
         seal(&a.image, &r, t)?;
     }
@@ -408,7 +451,9 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
             r.block_size,
             r.inodes_count,
             r.group_count,
-            if r.journal_blocks > 0 {
+            if let Some((p, _)) = &jdev {
+                format!(", journal on {p}")
+            } else if r.journal_blocks > 0 {
                 format!(", journal of {} blocks", r.journal_blocks)
             } else {
                 String::new()
@@ -416,6 +461,28 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         );
     }
     let _ = a.force;
+    Ok(())
+}
+
+/// `rext4 mkfs -O journal_dev IMAGE [SIZE]`: an external journal device, as mke2fs makes
+/// one (block size, size, UUID, hash seed and time as for a filesystem).
+fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
+    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
+        o.time = t.trim().parse().ok();
+    }
+    let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
+    o.size = size;
+    let (dev, zeroed) = prepare_image(&a.image, size)?;
+    o.device_zeroed = zeroed;
+    let r = rext4::Fs::format_journal_device(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    if !a.quiet {
+        println!(
+            "{}: journal device of {} blocks of {} bytes",
+            a.image.display(),
+            r.blocks_count,
+            r.block_size
+        );
+    }
     Ok(())
 }
 

@@ -22,6 +22,7 @@
 mod files;
 mod geometry;
 mod journal;
+mod journal_dev;
 mod layout;
 mod orphan_file;
 pub(crate) mod params;
@@ -33,6 +34,7 @@ mod write;
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+pub use journal_dev::JournalDeviceRef;
 use layout::Layout;
 use rext4_format::features::{Compat, Incompat, RoCompat};
 use rext4_format::superblock::Superblock;
@@ -111,6 +113,11 @@ pub struct FormatOptions {
     /// The device reads as zeroes already (a new or truncated image file): inode tables and
     /// the journal need not be written.
     pub device_zeroed: bool,
+    /// `-J device=`: the journal is on this external journal device (made by
+    /// [`Fs::format_journal_device`], checked with [`Fs::journal_device`]); no journal inode
+    /// is made. The caller lists the new filesystem on the device afterwards
+    /// ([`Fs::add_journal_user`]).
+    pub journal_device: Option<JournalDeviceRef>,
 }
 
 /// What [`Fs::format`] made.
@@ -178,7 +185,10 @@ impl Fs {
         }
         p.features = geo.features;
         let has_journal = geo.features.has_c(Compat::HAS_JOURNAL);
-        if has_journal {
+        if opts.journal_device.is_some() && !has_journal {
+            return Err(Error::InvalidInput("a journal device for a filesystem without has_journal"));
+        }
+        if has_journal && opts.journal_device.is_none() {
             let blocks = match (opts.journal_blocks, opts.journal_size_mib) {
                 (Some(b), _) => Some(b),
                 (None, Some(mib)) => Some(mib * 1024 / (geo.block_size / 1024)),
@@ -238,7 +248,7 @@ impl Fs {
             b.make_resize_inode()?;
         }
         let mut journal_blocks = 0;
-        if has_journal {
+        if has_journal && opts.journal_device.is_none() {
             if p.journal_blocks == 0 {
                 // Too small for a journal: mke2fs drops the feature (and the orphan file).
                 b.l.geo.features.clear_c(Compat::HAS_JOURNAL);
@@ -266,6 +276,10 @@ impl Fs {
             b.make_orphan_file(n)?;
         }
         b.fill_superblock(&p, overhead);
+        if let Some(j) = &opts.journal_device {
+            b.sb.s_journal_uuid = j.uuid;
+            b.sb.s_journal_dev.set(j.dev_number);
+        }
         if let Some(blk) = mmp {
             b.make_mmp(blk, opts)?;
         }
