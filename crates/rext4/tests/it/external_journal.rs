@@ -255,3 +255,75 @@ fn wrong_journal_devices_are_refused() {
         other => panic!("journal for an internal one: {:?}", other.err()),
     }
 }
+
+/// A filesystem and its journal device made by rext4's own mkfs (image files, no root).
+fn rext4_images(dir: &Path) -> (PathBuf, PathBuf) {
+    use rext4::dev::FileDevice;
+    let (img, jimg) = (dir.join("own.img"), dir.join("own.j"));
+    std::fs::File::create(&jimg).unwrap().set_len(8 << 20).unwrap();
+    std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let jdev = FileDevice::open(&jimg, true).unwrap();
+    let fmt = rext4::FormatOptions { block_size: Some(4096), device_zeroed: true, ..Default::default() };
+    Fs::format_journal_device(&jdev, &fmt).unwrap();
+    let (uuid, bs) = Fs::journal_device(&jdev).unwrap();
+    assert_eq!(bs, 4096);
+    let dev = FileDevice::open(&img, true).unwrap();
+    let journal_device = Some(rext4::JournalDeviceRef { uuid, dev_number: 0 });
+    let r = Fs::format(&dev, &rext4::FormatOptions { journal_device, ..fmt }).unwrap();
+    Fs::add_journal_user(&jdev, r.uuid).unwrap();
+    (img, jimg)
+}
+
+/// Damaged journal devices: each field the open checks, changed on a journal device rext4
+/// made, is refused with a typed error and nothing written; a device shorter than its
+/// superblock says fails with an error, not a panic, when the log reaches past its end.
+#[test]
+fn damaged_journal_devices_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, jimg) = rext4_images(dir.path());
+    // The pair works as made.
+    let fs = Fs::open_with(&img, opts(Some(&jimg), true)).unwrap();
+    workload(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&img, &jimg);
+    let good = std::fs::read(&jimg).unwrap();
+    let fs_bytes = std::fs::read(&img).unwrap();
+    let jsb = 4096;
+    let be = |v: u32| v.to_be_bytes().to_vec();
+    let cases: Vec<(&str, usize, Vec<u8>)> = vec![
+        ("ext4 magic", 1024 + 0x38, vec![0, 0]),
+        ("journal_dev feature", 1024 + 0x60, vec![0, 0, 0, 0]),
+        ("uuid", 1024 + 0x68, vec![0xaa; 16]),
+        ("block size", 1024 + 0x18, vec![0, 0, 0, 0]),
+        ("device blocks", 1024 + 0x04, vec![1, 0, 0, 0]),
+        ("journal magic", jsb, vec![0, 0, 0, 0]),
+        ("journal block size", jsb + 0xc, be(1024)),
+        ("journal length", jsb + 0x10, be(1 << 30)),
+        ("first log block", jsb + 0x14, be(1)),
+        ("two users", jsb + 0x40, be(2)),
+    ];
+    for (what, at, bytes) in cases {
+        let mut j = good.clone();
+        j[at..at + bytes.len()].copy_from_slice(&bytes);
+        std::fs::write(&jimg, &j).unwrap();
+        match Fs::open_with(&img, opts(Some(&jimg), true)) {
+            Err(Error::Corrupt(_) | Error::Incompatible(_)) => {}
+            other => panic!("{what}: {:?}", other.err()),
+        }
+        assert!(std::fs::read(&img).unwrap() == fs_bytes, "{what}: the filesystem was written");
+        assert!(std::fs::read(&jimg).unwrap() == j, "{what}: the journal was written");
+    }
+    // Cut short: its superblock still says 8 MiB. An image file grows as the log reaches
+    // past its end; either way no panic, and a clean pair after.
+    std::fs::write(&jimg, &good[..64 << 10]).unwrap();
+    let r = Fs::open_with(&img, opts(Some(&jimg), true)).and_then(|fs| {
+        let f = fs.create(fs.root(), b"big", 0o644, 0, 0)?.ino;
+        fs.write(f, 0, &vec![5u8; 2 << 20])?;
+        fs.fsync(f)?;
+        fs.unmount()
+    });
+    if r.is_ok() {
+        fsck_clean(&img, &jimg);
+    }
+}
