@@ -34,11 +34,10 @@ use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::sync::Mutex;
-use rext4_format::quota::{DiskDquot, ENTRY, QT_BLOCK};
+use rext4_format::quota::{DiskDquot, QT_BLOCK};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use zerocopy::FromBytes;
 
 /// Which quota types' limits an open enforces (the kernel's `usrquota`, `grpquota` and
 /// `prjquota` mount options). Usage is kept either way on filesystems with the `quota`
@@ -190,16 +189,10 @@ impl FsInner {
     /// same lock), so an admission sees a change in usage, in the held amounts, or in both.
     fn quota_admit(&self, ids: [Option<u32>; TYPES], ask: Ask) -> Result<u64> {
         let ids: [Option<u32>; TYPES] = std::array::from_fn(|ty| ids[ty].filter(|_| self.quota.enforce[ty]));
-        // Each entry's buffer is found before any lock is taken; only its bytes are read
-        // under the lock (an entry's place never changes once made).
-        let mut bufs: [Option<(std::sync::Arc<crate::cache::buffer::Buffer>, usize)>; TYPES] =
-            [None, None, None];
-        for ty in 0..TYPES {
-            let slot = ids[ty].and_then(|id| self.quota.files[ty].as_ref()?.slot(id));
-            if let Some(slot) = slot {
-                bufs[ty] = Some((self.bcache.get(slot.pblk)?, slot.off as usize));
-            }
-        }
+        // Each entry's place is found before any lock is taken (it never changes once made);
+        // its buffer is taken from the cache under the lock, where a charge finds it too.
+        let slots: [Option<super::tree::Slot>; TYPES] =
+            std::array::from_fn(|ty| ids[ty].and_then(|id| self.quota.files[ty].as_ref()?.slot(id)));
         // In type order, one shard of each type's own table: no two admissions wait on
         // each other in a cycle.
         let mut locked: [Option<_>; TYPES] =
@@ -208,11 +201,8 @@ impl FsInner {
         if !ignoring() {
             let t = now();
             for ty in 0..TYPES {
-                let (Some(id), Some(m), Some((buf, off))) = (ids[ty], &locked[ty], &bufs[ty]) else {
-                    continue;
-                };
-                let d = DiskDquot::read_from_bytes(&buf.data()[*off..*off + ENTRY])
-                    .map_err(|_| Error::InvalidInput("quota entry"))?;
+                let (Some(id), Some(m), Some(slot)) = (ids[ty], &locked[ty], slots[ty]) else { continue };
+                let d = self.quota_entry(slot)?;
                 let held = m.get(&id).copied().unwrap_or_default();
                 if ask.inodes > 0 {
                     let lim = limit(d.dqb_ihardlimit.get(), d.dqb_isoftlimit.get(), d.dqb_itime.get(), t);
