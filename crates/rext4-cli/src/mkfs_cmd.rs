@@ -347,6 +347,12 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
                 .filter(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
                 .map_or(0, |m| u32::try_from(std::os::unix::fs::MetadataExt::rdev(&m)).unwrap_or(0));
             o.journal_device = Some(rext4::JournalDeviceRef { uuid, dev_number });
+            // -J asks for a journal, as `-J size=` does (mke2fs turns the feature on).
+            o.features = if o.features.is_empty() {
+                "has_journal".into()
+            } else {
+                format!("{},has_journal", o.features)
+            };
             Some((p, dev))
         }
         None => None,
