@@ -29,7 +29,8 @@ pub(crate) struct MkfsArgs {
     /// Features: `name` to add, `^name` to remove (repeatable, comma-separated).
     #[arg(short = 'O', action = clap::ArgAction::Append)]
     features: Vec<String>,
-    /// Journal options: `size=MiB`.
+    /// Journal options: `size=MiB`, or `device=PATH` for a journal device made with
+    /// `rext4 mkfs -O journal_dev` (or mke2fs's).
     #[arg(short = 'J')]
     journal: Option<String>,
     /// Volume label.
