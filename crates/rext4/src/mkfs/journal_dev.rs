@@ -5,7 +5,7 @@
 //! rest of the device, and zeroes; the filesystem names it by UUID and lists nothing of it
 //! itself, and the journal lists the filesystem's UUID among its users.
 
-use super::{params, random_uuid, FormatOptions, FormatReport};
+use super::{identity, params, put_hash_seed, FormatOptions, FormatReport};
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -48,15 +48,7 @@ impl Fs {
         if blocks32 < jsb_block(bs) + 1024 {
             return Err(Error::InvalidInput("journal device too small (at least 1024 log blocks)"));
         }
-        let now = opts.time.unwrap_or_else(crate::fs::mount::now_secs);
-        let uuid = match opts.uuid {
-            Some(u) => u,
-            None => random_uuid()?,
-        };
-        let hash_seed = match opts.hash_seed {
-            Some(h) => h,
-            None => random_uuid()?,
-        };
+        let (now, uuid, hash_seed) = identity(opts)?;
         let inode_size = opts.inode_size.unwrap_or(256);
         let mut sb = Superblock::new_zeroed();
         let log = bs.trailing_zeros() - 10;
@@ -78,15 +70,7 @@ impl Fs {
         sb.s_inode_size.set(inode_size);
         sb.s_feature_incompat.set(Incompat::JOURNAL_DEV.bits());
         sb.s_uuid = uuid;
-        for i in 0..4 {
-            let w = u32::from_le_bytes([
-                hash_seed[4 * i],
-                hash_seed[4 * i + 1],
-                hash_seed[4 * i + 2],
-                hash_seed[4 * i + 3],
-            ]);
-            sb.s_hash_seed[i].set(w);
-        }
+        put_hash_seed(&mut sb, hash_seed);
         sb.s_def_hash_version = 1;
         sb.s_default_mount_opts.set(0x0c);
         sb.s_mkfs_time.set(t);

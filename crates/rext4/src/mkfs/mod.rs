@@ -163,6 +163,28 @@ pub(crate) fn random16() -> Result<[u8; 16]> {
     Ok(b)
 }
 
+/// The time, UUID and hash seed a new filesystem (or journal device) starts with: the
+/// options', else now and random ones.
+pub(crate) fn identity(opts: &FormatOptions) -> Result<(i64, [u8; 16], [u8; 16])> {
+    let now = opts.time.unwrap_or_else(crate::fs::mount::now_secs);
+    let uuid = match opts.uuid {
+        Some(u) => u,
+        None => random_uuid()?,
+    };
+    let hash_seed = match opts.hash_seed {
+        Some(h) => h,
+        None => random_uuid()?,
+    };
+    Ok((now, uuid, hash_seed))
+}
+
+/// Puts `seed` in the superblock's directory-hash seed (four little-endian words).
+pub(crate) fn put_hash_seed(sb: &mut Superblock, seed: [u8; 16]) {
+    for (i, w) in seed.chunks_exact(4).enumerate() {
+        sb.s_hash_seed[i].set(u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    }
+}
+
 /// A random (version 4) UUID.
 fn random_uuid() -> Result<[u8; 16]> {
     let mut u = random16()?;
@@ -202,18 +224,7 @@ impl Fs {
                 }
             }
         }
-        let now = match opts.time {
-            Some(t) => t,
-            None => crate::fs::mount::now_secs(),
-        };
-        let uuid = match opts.uuid {
-            Some(u) => u,
-            None => random_uuid()?,
-        };
-        let hash_seed = match opts.hash_seed {
-            Some(h) => h,
-            None => random_uuid()?,
-        };
+        let (now, uuid, hash_seed) = identity(opts)?;
         let mut b = Builder {
             l: Layout::new(geo)?,
             sb: Superblock::new_zeroed(),
@@ -226,15 +237,7 @@ impl Fs {
             zero_ranges: Vec::new(),
         };
         b.sb.s_uuid = uuid;
-        for i in 0..4 {
-            let w = u32::from_le_bytes([
-                hash_seed[4 * i],
-                hash_seed[4 * i + 1],
-                hash_seed[4 * i + 2],
-                hash_seed[4 * i + 3],
-            ]);
-            b.sb.s_hash_seed[i].set(w);
-        }
+        put_hash_seed(&mut b.sb, hash_seed);
         if let Some(label) = &opts.label {
             let n = label.len().min(16);
             b.sb.s_volume_name[..n].copy_from_slice(&label.as_bytes()[..n]);
