@@ -651,6 +651,8 @@ impl FsInner {
                     journal
                         .abort(format!("data write to inode {} failed: {e}; {undo}", inode.ino.0), libc::EIO);
                 }
+                // The blocks quota admitted for them went back with them.
+                self.quota_settle(inode);
                 return Err(e);
             }
             let written_end = (reached * bs).min(end);
