@@ -442,15 +442,10 @@ impl FsInner {
         charged: bool,
     ) -> Result<Arc<Inode>> {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        let mut claim = None;
-        if self.quota.is_on() && charged {
-            claim = self.quota_inode_check([uid, gid, projid])?;
-            if let Err(e) = self.quota_prepare(h, [uid, gid, projid]) {
-                self.quota_inode_unclaimed(claim);
-                return Err(e);
-            }
-        }
-        let ino = match self.alloc_inode(h, parent, is_dir, goal) {
+        let quota = self.quota.is_on() && charged;
+        let claim = if quota { self.quota_inode_check([uid, gid, projid])? } else { None };
+        let prepared = if quota { self.quota_prepare(h, [uid, gid, projid]) } else { Ok(()) };
+        let ino = match prepared.and_then(|()| self.alloc_inode(h, parent, is_dir, goal)) {
             Ok(ino) => ino,
             Err(e) => {
                 self.quota_inode_unclaimed(claim);

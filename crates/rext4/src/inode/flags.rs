@@ -253,13 +253,7 @@ impl FsInner {
         }
         crate::inode::write::rec(&mut raw).set_projid(projid);
         raw_touch_c(&mut raw, self.now());
-        // The record write charges the new project (and ends the claim), or the claim ends
-        // with the failure.
-        let written = self.mark_inode_dirty(&h, &inode, &mut raw);
-        if written.is_err() {
-            self.quota_settle(&inode);
-        }
-        written
+        self.mark_inode_dirty(&h, &inode, &mut raw)
     }
 }
 

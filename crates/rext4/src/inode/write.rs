@@ -152,6 +152,22 @@ impl FsInner {
         if let Some(d) = disk_size {
             raw_set_size(raw, d);
         }
+        let written = self.write_record(h, inode, raw);
+        // The copy in memory keeps its size, whether or not the record went out.
+        if disk_size.is_some() {
+            raw_set_size(raw, size);
+            if self.sbi.metadata_csum {
+                set_inode_checksum(raw, inode.csum_seed);
+            }
+        }
+        // The quota claims of the change this record carries end with its write: after its
+        // charge, or with its failure (quota/limits.rs).
+        self.quota_settle(inode);
+        written
+    }
+
+    /// [`FsInner::mark_inode_dirty`]'s write of `raw` as it is: checksum, quota charge, block.
+    fn write_record(&self, h: &Handle, inode: &Inode, raw: &mut [u8]) -> Result<()> {
         if self.sbi.metadata_csum {
             set_inode_checksum(raw, inode.csum_seed);
         }
@@ -166,12 +182,6 @@ impl FsInner {
         }
         let mut data = h.write(&buf)?;
         data[off..off + raw.len()].copy_from_slice(raw);
-        if disk_size.is_some() {
-            raw_set_size(raw, size);
-            if self.sbi.metadata_csum {
-                set_inode_checksum(raw, inode.csum_seed);
-            }
-        }
         inode.last_tid.store(h.tid(), Ordering::Release);
         inode.dirtied.store(true, Ordering::Release);
         Ok(())
@@ -234,12 +244,7 @@ impl FsInner {
             r.set_time(TimeField::Mtime, pick(m));
         }
         r.set_time(TimeField::Ctime, t);
-        let written = self.mark_inode_dirty(&h, &inode, &mut raw);
-        if written.is_err() {
-            // A transfer's claim ends with the failure (a charge would have ended it).
-            self.quota_settle(&inode);
-        }
-        written?;
+        self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();
         Ok(())

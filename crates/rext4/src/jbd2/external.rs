@@ -19,7 +19,7 @@ use crate::jbd2::log_map::JournalLog;
 use crate::jbd2::recovery::{self, JournalBlocks};
 use rext4_format::features::Incompat;
 use rext4_format::jbd2::{JournalParams, JournalSuperblock};
-use rext4_format::superblock::{Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{Superblock, EXT4_MAGIC, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use std::sync::Arc;
 
 /// An external journal device, checked against the filesystem that uses it. [immutable]
@@ -37,17 +37,7 @@ impl ExternalJournal {
     /// `metadata_csum`, the UUID the filesystem names, and the filesystem's block size.
     pub(crate) fn load(dev: Arc<dyn BlockDevice>, sbi: &SbInfo) -> Result<Self> {
         let bad = |what| corrupt(CorruptKind::Journal(what));
-        let mut raw = [0u8; SUPERBLOCK_SIZE];
-        dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
-        // Cannot fail: the buffer is a superblock's size.
-        let Some(jsb_dev) = Superblock::parse(&raw) else {
-            return bad("external journal has bad superblock");
-        };
-        if jsb_dev.s_magic.get() != rext4_format::superblock::EXT4_MAGIC
-            || !jsb_dev.incompat().contains(Incompat::JOURNAL_DEV)
-        {
-            return bad("external journal has bad superblock");
-        }
+        let jsb_dev = device_superblock(&*dev)?;
         if !jsb_dev.verify_checksum() {
             return bad("external journal has corrupt superblock");
         }
@@ -61,8 +51,7 @@ impl ExternalJournal {
         }
         let blocks = u32::try_from(jsb_dev.blocks_count())
             .map_err(|_| Error::Incompatible("journal device longer than 2^32 blocks".into()))?;
-        // The block after the one holding the ext4 superblock (block 1 with 1 KiB blocks).
-        let sb_block = (1024 / sbi.block_size) + 1;
+        let sb_block = jsb_block(sbi.block_size);
         if blocks <= sb_block {
             return bad("journal device too short");
         }
@@ -99,5 +88,22 @@ impl ExternalJournal {
     /// read-only open that replays in memory).
     pub(crate) fn on(&self, dev: Arc<dyn BlockDevice>) -> Self {
         ExternalJournal { dev, blocks: self.blocks, sb_block: self.sb_block }
+    }
+}
+
+/// The block of a journal device's journal superblock, for `block_size`-byte blocks: the one
+/// after the block holding its ext4 superblock (1, or 2 with 1 KiB blocks).
+pub(crate) fn jsb_block(block_size: u32) -> u32 {
+    1024 / block_size + 1
+}
+
+/// The ext4 superblock of a journal device: the ext4 magic and the `journal_dev` feature, or
+/// `EUCLEAN` (the kernel's "external journal has bad superblock").
+pub(crate) fn device_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut raw = [0u8; SUPERBLOCK_SIZE];
+    dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
+    match Superblock::parse(&raw) {
+        Some(sb) if sb.s_magic.get() == EXT4_MAGIC && sb.incompat().contains(Incompat::JOURNAL_DEV) => Ok(sb),
+        _ => corrupt(CorruptKind::Journal("external journal has bad superblock")),
     }
 }

@@ -9,10 +9,11 @@ use super::{identity, params, put_hash_seed, FormatOptions, FormatReport};
 use crate::dev::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+use crate::jbd2::external::{device_superblock, jsb_block};
 use rext4_format::features::Incompat;
 use rext4_format::jbd2::superblock::USERS_MAX;
 use rext4_format::jbd2::JournalSuperblock;
-use rext4_format::superblock::{Superblock, EXT4_MAGIC, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use rext4_format::superblock::{Superblock, EXT4_MAGIC, SUPERBLOCK_OFFSET};
 use zerocopy::{FromZeros, IntoBytes};
 
 /// What a filesystem records of the journal device it uses.
@@ -23,12 +24,6 @@ pub struct JournalDeviceRef {
     /// Its device number where it is a block device (`s_journal_dev`, what the kernel looks
     /// for when no `journal_path=` is given); 0 for an image file.
     pub dev_number: u32,
-}
-
-/// The block of the journal superblock on a journal device with `block_size`-byte blocks:
-/// the one after the block holding the ext4 superblock (1 or 2).
-fn jsb_block(block_size: u32) -> u32 {
-    1024 / block_size + 1
 }
 
 /// Bytes of zeroes written at a time.
@@ -145,13 +140,8 @@ impl Fs {
 
 /// The ext4 and journal superblocks of a journal device.
 fn read_journal_device(dev: &dyn BlockDevice) -> Result<(Superblock, JournalSuperblock)> {
+    let sb = device_superblock(dev)?;
     let not = || Error::InvalidInput("not an external journal device (mke2fs -O journal_dev)");
-    let mut raw = [0u8; SUPERBLOCK_SIZE];
-    dev.read_at(&mut raw, SUPERBLOCK_OFFSET)?;
-    let sb = Superblock::parse(&raw).ok_or_else(not)?;
-    if sb.s_magic.get() != EXT4_MAGIC || !sb.incompat().contains(Incompat::JOURNAL_DEV) {
-        return Err(not());
-    }
     let bs = sb.block_size().ok_or_else(not)?;
     let mut block = vec![0u8; bs as usize];
     dev.read_at(&mut block, u64::from(jsb_block(bs)) * u64::from(bs))?;

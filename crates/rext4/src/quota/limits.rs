@@ -135,10 +135,9 @@ pub(crate) struct Claim {
 /// What a change asks of its ids' limits.
 #[derive(Clone, Copy)]
 struct Ask {
-    /// Bytes, in `unit`s: with `shrink` as many units as fit (at least one), else all.
+    /// Bytes: all of them, or with `shrink` (a unit) as many whole units as fit, at least one.
     space: u64,
-    unit: u64,
-    shrink: bool,
+    shrink: Option<u64>,
     inodes: u64,
     /// Held as a delayed write's reservation, not as a claim.
     rsv: bool,
@@ -222,9 +221,9 @@ impl FsInner {
                     let used = d.dqb_curspace.get().saturating_add(held.rsv).saturating_add(held.space);
                     let room = l.saturating_sub(used);
                     grant = match ask.shrink {
-                        true => grant.min(room / ask.unit * ask.unit),
-                        false if room < ask.space => 0,
-                        false => grant,
+                        Some(unit) => grant.min(room / unit * unit),
+                        None if room < ask.space => 0,
+                        None => grant,
                     };
                 }
             }
@@ -268,10 +267,12 @@ impl FsInner {
         }
     }
 
-    /// Ends the claims of `inode`: its record was just charged (`quota_update`, after the
+    /// Ends the claims of `inode`: its record was just written (`mark_inode_dirty`, after the
     /// charge, so that no admission sees neither), it is freed, or the change failed.
     pub(crate) fn quota_settle(&self, inode: &Inode) {
-        if !inode.quota_claimed.load(Ordering::Acquire) {
+        // The enforcement flags first: every record write comes here, and the inode's flag
+        // lies on a line of its own.
+        if !self.quota.enforced() || !inode.quota_claimed.load(Ordering::Acquire) {
             return;
         }
         let mut claims = inode.quota_claims.lock();
@@ -290,25 +291,19 @@ impl FsInner {
             return;
         }
         let mut left = blocks.saturating_mul(u64::from(self.sbi.block_size));
-        let mut gone = Vec::new();
-        {
-            let mut claims = inode.quota_claims.lock();
-            for c in claims.iter_mut().rev().filter(|c| c.inodes == 0) {
-                let n = left.min(c.space);
-                c.space -= n;
-                left -= n;
-                gone.push(Claim { space: n, ..*c });
-                if left == 0 {
-                    break;
-                }
-            }
-            claims.retain(|c| c.space > 0 || c.inodes > 0);
-            if claims.is_empty() {
-                inode.quota_claimed.store(false, Ordering::Release);
+        let mut claims = inode.quota_claims.lock();
+        for c in claims.iter_mut().rev().filter(|c| c.inodes == 0) {
+            let n = left.min(c.space);
+            c.space -= n;
+            left -= n;
+            self.quota_claim_release(Claim { space: n, ..*c });
+            if left == 0 {
+                break;
             }
         }
-        for c in gone {
-            self.quota_claim_release(c);
+        claims.retain(|c| c.space > 0 || c.inodes > 0);
+        if claims.is_empty() {
+            inode.quota_claimed.store(false, Ordering::Release);
         }
     }
 
@@ -322,7 +317,7 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(want) };
         let bs = u64::from(self.sbi.block_size);
-        let ask = Ask { space: want.saturating_mul(bs), unit: bs, shrink: true, inodes: 0, rsv: false };
+        let ask = Ask { space: want.saturating_mul(bs), shrink: Some(bs), inodes: 0, rsv: false };
         Ok(self.quota_admit_for(inode, c.ids.map(Some), ask)? / bs)
     }
 
@@ -334,7 +329,7 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
         let bs = u64::from(self.sbi.block_size);
-        let ask = Ask { space: bs, unit: bs, shrink: false, inodes: 0, rsv: false };
+        let ask = Ask { space: bs, shrink: None, inodes: 0, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
@@ -353,7 +348,7 @@ impl FsInner {
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
         let bs = u64::from(self.sbi.block_size);
         let space = len.div_ceil(bs).saturating_mul(bs);
-        let ask = Ask { space, unit: bs, shrink: false, inodes: 1, rsv: false };
+        let ask = Ask { space, shrink: None, inodes: 1, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
@@ -366,7 +361,7 @@ impl FsInner {
             return Ok(None);
         }
         let ids = ids.map(Some);
-        let ask = Ask { space: 0, unit: 1, shrink: false, inodes: 1, rsv: false };
+        let ask = Ask { space: 0, shrink: None, inodes: 1, rsv: false };
         self.quota_admit(ids, ask)?;
         Ok(Some(Claim { ids, space: 0, inodes: 1 }))
     }
@@ -388,7 +383,8 @@ impl FsInner {
     /// Checks that `inode` (record `raw`: one inode and its space) fits in the ids it is
     /// about to move to (`__dquot_transfer`), and holds it there until the record is written.
     /// The caller holds `op_lock` and has written back the file's delayed writes
-    /// ([`FsInner::quota_transfer_prepare`]), and settles the claim if the change fails.
+    /// ([`FsInner::quota_transfer_prepare`]); the record write that follows ends the claim,
+    /// whatever its outcome.
     pub(crate) fn quota_transfer_check(&self, inode: &Inode, raw: &[u8], to: [u32; TYPES]) -> Result<()> {
         if !self.quota.enforced() {
             return Ok(());
@@ -400,7 +396,7 @@ impl FsInner {
         }
         // The inode, and the values it keeps in EA inodes.
         let inodes = c.inodes + self.block_ea_count(inode.ino, raw)?;
-        let ask = Ask { space: c.space, unit: 1, shrink: false, inodes, rsv: false };
+        let ask = Ask { space: c.space, shrink: None, inodes, rsv: false };
         self.quota_admit_for(inode, ids, ask).map(|_| ())
     }
 
@@ -423,7 +419,7 @@ impl FsInner {
         // Only here, off the path of opens that enforce nothing, is the record read.
         let Some(c) = self.quota_charge(inode, &inode.raw()) else { return Ok(true) };
         let bs = u64::from(self.sbi.block_size);
-        let ask = Ask { space: blocks.saturating_mul(bs), unit: bs, shrink: false, inodes: 0, rsv: true };
+        let ask = Ask { space: blocks.saturating_mul(bs), shrink: None, inodes: 0, rsv: true };
         match self.quota_admit(c.ids.map(Some), ask) {
             Ok(_) => Ok(true),
             Err(Error::QuotaExceeded) => Ok(false),

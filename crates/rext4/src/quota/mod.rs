@@ -176,7 +176,8 @@ impl FsInner {
     /// Moves usage for inode `inode` whose record goes from the one last written (charged
     /// `old`) to `new`, under `h` (called by `mark_inode_dirty` where quotas are on). A new
     /// inode's first write charges the whole record and one inode.
-    /// Ends the claims the record's change was admitted under (limits.rs), after the charge.
+    /// The claims the record's change was admitted under (limits.rs) end after this, in
+    /// `mark_inode_dirty`.
     pub(crate) fn quota_update(
         &self,
         h: &Handle,
@@ -184,12 +185,6 @@ impl FsInner {
         old: Option<Charge>,
         new: &[u8],
     ) -> Result<()> {
-        let charged = self.quota_move(h, inode, old, new);
-        self.quota_settle(inode);
-        charged
-    }
-
-    fn quota_move(&self, h: &Handle, inode: &Inode, old: Option<Charge>, new: &[u8]) -> Result<()> {
         let Some(to) = self.quota_charge(inode, new) else { return Ok(()) };
         let from = if inode.quota_new.swap(false, Ordering::AcqRel) { None } else { old };
         if from == Some(to) {
