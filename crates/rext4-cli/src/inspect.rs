@@ -133,9 +133,17 @@ pub(crate) fn info(image: &Path) -> CliResult {
     row("Free inodes", st.files_free.to_string());
     row("First block", sb.s_first_data_block.get().to_string());
     row("Block size", fs.block_size().to_string());
+    let bigalloc = sb.ro_compat().contains(rext4::format::features::RoCompat::BIGALLOC);
+    if bigalloc {
+        // Cannot be out of range: the open checked it.
+        row("Cluster size", sb.cluster_size().unwrap_or(0).to_string());
+    }
     row("Group descriptor size", sb.desc_size().to_string());
     row("Reserved GDT blocks", sb.s_reserved_gdt_blocks.get().to_string());
     row("Blocks per group", sb.s_blocks_per_group.get().to_string());
+    if bigalloc {
+        row("Clusters per group", sb.s_clusters_per_group.get().to_string());
+    }
     row("Inodes per group", sb.s_inodes_per_group.get().to_string());
     if sb.s_log_groups_per_flex != 0 && sb.s_log_groups_per_flex < 32 {
         row("Flex block group size", (1u64 << sb.s_log_groups_per_flex).to_string());

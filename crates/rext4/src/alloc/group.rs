@@ -383,7 +383,7 @@ impl Groups {
             // bg_flags is 16 bits wide; the atomic holds it widened and gains no other bits.
             d.bg_flags.set(lo16(st.flags.load(Ordering::Relaxed)));
             if sbi.metadata_csum {
-                if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.blocks_per_group / 8) as usize) {
+                if let Some(c) = bitmap_csum(d.block_bitmap(ds), (sbi.clusters_per_group / 8) as usize) {
                     d.bg_block_bitmap_csum_lo.set(lo16(c));
                     d.bg_block_bitmap_csum_hi.set(hi16(c));
                 }

@@ -486,7 +486,8 @@ impl FsInner {
     pub(crate) fn meta_slack(&self) -> u64 {
         let extents = self.sbi.sb.incompat().contains(rext4_format::features::Incompat::EXTENTS);
         if extents {
-            (self.sbi.blocks_count / 50).min(4096)
+            // `s_resv_clusters`: a fiftieth of the clusters, at most 4096 of them.
+            self.sbi.c2b(((self.sbi.blocks_count >> self.sbi.cluster_bits) / 50).min(4096))
         } else {
             0
         }

@@ -757,7 +757,8 @@ impl FsInner {
 
     fn statfs(&self) -> StatFs {
         let sbi = &self.sbi;
-        let (free_blocks, free_inodes, _) = self.groups.totals();
+        let (free_clusters, free_inodes, _) = self.groups.totals();
+        let free_blocks = sbi.c2b(free_clusters);
         let overhead = self.overhead();
         let sb = &sbi.sb;
         // The root-reserved blocks and the kernel's own slack for extent splits and unwritten
@@ -788,7 +789,12 @@ impl FsInner {
         let sbi = &self.sbi;
         let stored = u64::from(sbi.sb.s_overhead_clusters.get());
         if stored != 0 {
-            return stored;
+            return sbi.c2b(stored);
+        }
+        if sbi.cluster_bits > 0 {
+            // Each cluster that holds any metadata is lost whole (`count_overhead`).
+            let journal = self.journal_blocks().unwrap_or(0).div_ceil(sbi.c2b(1));
+            return sbi.c2b(self.zones.meta_clusters(sbi.cluster_bits) + journal);
         }
         let mut total = sbi.first_data_block;
         for g in 0..sbi.group_count {

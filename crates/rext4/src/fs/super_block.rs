@@ -36,7 +36,9 @@ const RO_COMPAT_KNOWN: RoCompat = RoCompat::SPARSE_SUPER
     .union(RoCompat::METADATA_CSUM)
     .union(RoCompat::PROJECT)
     .union(RoCompat::VERITY)
-    .union(RoCompat::ORPHAN_PRESENT);
+    .union(RoCompat::ORPHAN_PRESENT)
+    // Read; a writable open is refused with a reason of its own (see `geometry`).
+    .union(RoCompat::BIGALLOC);
 
 /// Geometry and policy derived from the superblock; constant while the filesystem is open.
 #[derive(Clone)]
@@ -47,6 +49,11 @@ pub(crate) struct SbInfo {
     pub blocks_count: u64,
     pub first_data_block: u64,
     pub blocks_per_group: u32,
+    /// log2 of blocks per cluster: 0 without bigalloc. Block bitmaps, group descriptors'
+    /// free counts and `s_overhead_clusters` count clusters; everything else counts blocks.
+    pub cluster_bits: u32,
+    /// Bits in a block bitmap (`s_clusters_per_group`; `blocks_per_group` without bigalloc).
+    pub clusters_per_group: u32,
     pub inodes_per_group: u32,
     pub inodes_count: u32,
     pub inode_size: usize,
@@ -139,24 +146,48 @@ impl SbInfo {
     fn geometry(sb: Superblock, dev_size: u64) -> Result<Self> {
         let block_size = sb.block_size().ok_or(bad("block size out of range"))?;
         let ro = sb.ro_compat();
-        if ro.contains(RoCompat::BIGALLOC) {
-            if sb.cluster_size() != Some(u64::from(block_size)) {
-                return Err(Error::Incompatible("bigalloc (clusters) is not supported".into()));
+        let bigalloc = ro.contains(RoCompat::BIGALLOC);
+        let blocks_per_group = sb.s_blocks_per_group.get();
+        let bits_per_block = block_size * 8;
+        // `ext4_handle_clustersize`: with bigalloc a bitmap bit is a cluster of 2^n blocks.
+        let (cluster_bits, clusters_per_group) = if bigalloc {
+            let log_block = sb.s_log_block_size.get();
+            let log_cluster = sb.s_log_cluster_size.get();
+            if log_cluster < log_block {
+                return Err(bad("cluster size smaller than block size"));
             }
-        } else if sb.s_log_cluster_size.get() != sb.s_log_block_size.get() {
-            return Err(bad("cluster size differs from block size without bigalloc"));
-        }
+            // The kernel's EXT4_MAX_CLUSTER_LOG_SIZE: clusters of at most 1 GiB.
+            if sb.cluster_size().is_none_or(|c| c > 1 << 30) {
+                return Err(bad("cluster size out of range"));
+            }
+            let bits = log_cluster - log_block;
+            let cpg = sb.s_clusters_per_group.get();
+            if cpg == 0 || cpg > bits_per_block {
+                return Err(bad("clusters per group out of range"));
+            }
+            if u64::from(cpg) << bits != u64::from(blocks_per_group) {
+                return Err(bad("blocks per group and clusters per group inconsistent"));
+            }
+            if !sb.incompat().contains(Incompat::EXTENTS) {
+                // The kernel refuses to mount such a filesystem at all.
+                return Err(Error::Incompatible("bigalloc without the extent feature".into()));
+            }
+            (bits, cpg)
+        } else {
+            if sb.s_log_cluster_size.get() != sb.s_log_block_size.get() {
+                return Err(bad("cluster size differs from block size without bigalloc"));
+            }
+            if blocks_per_group == 0 || blocks_per_group > bits_per_block {
+                return Err(bad("blocks per group out of range"));
+            }
+            (0, blocks_per_group)
+        };
         let blocks_count = sb.blocks_count();
         let first_data_block = u64::from(sb.s_first_data_block.get());
-        let blocks_per_group = sb.s_blocks_per_group.get();
         let inodes_per_group = sb.s_inodes_per_group.get();
         let inodes_count = sb.s_inodes_count.get();
         let inode_size = usize::from(sb.inode_size());
-        let bits_per_block = block_size * 8;
 
-        if blocks_per_group == 0 || blocks_per_group > bits_per_block {
-            return Err(bad("blocks per group out of range"));
-        }
         if inodes_per_group == 0 || inodes_per_group > bits_per_block {
             return Err(bad("inodes per group out of range"));
         }
@@ -169,7 +200,13 @@ impl SbInfo {
         if first_data_block >= blocks_count {
             return Err(bad("first data block beyond block count"));
         }
-        if block_size == 1024 && first_data_block != 1 || block_size > 1024 && first_data_block != 0 {
+        // 1 KiB blocks start the filesystem at block 1, but for bigalloc, whose first cluster
+        // holds the boot block and the superblock (`ext4_check_geometry`).
+        let first_ok = match block_size {
+            1024 => first_data_block == 1 || first_data_block == 0 && cluster_bits > 0,
+            _ => first_data_block == 0,
+        };
+        if !first_ok {
             return Err(bad("first data block does not match block size"));
         }
         if blocks_count.saturating_mul(u64::from(block_size)) > dev_size {
@@ -199,6 +236,11 @@ impl SbInfo {
             (u64::from(inodes_per_group) * inode_size as u64).div_ceil(u64::from(block_size));
 
         let mut ro_reasons = Vec::new();
+        if bigalloc {
+            ro_reasons.push(
+                "bigalloc: rext4 reads filesystems that allocate in clusters but does not write them".into(),
+            );
+        }
         let unknown_ro = ro.difference(RO_COMPAT_KNOWN);
         if !unknown_ro.is_empty() {
             ro_reasons.push(format!(
@@ -212,6 +254,8 @@ impl SbInfo {
             blocks_count,
             first_data_block,
             blocks_per_group,
+            cluster_bits,
+            clusters_per_group,
             inodes_per_group,
             inodes_count,
             inode_size,
@@ -275,8 +319,9 @@ impl SbInfo {
 
     /// Blocks at the start of group `g` taken by superblock and descriptor copies
     /// (`ext4_num_base_meta_blocks`).
+    /// Group 0's count includes a boot block before the superblock where it has one.
     pub(crate) fn base_meta_blocks(&self, g: u32) -> u64 {
-        let has_super = u64::from(self.group_has_super(g));
+        let has_super = u64::from(self.group_has_super(g)) + u64::from(g == 0) * self.boot_block();
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = self.sb.s_first_meta_bg.get();
         if !meta_bg || g / self.descs_per_block < first_meta_bg {
@@ -324,12 +369,25 @@ impl SbInfo {
         let meta_bg = self.sb.incompat().contains(Incompat::META_BG);
         let first_meta_bg = u64::from(self.sb.s_first_meta_bg.get());
         if !meta_bg || i < first_meta_bg {
-            return self.first_data_block + 1 + i;
+            // After the superblock's block (block 1 of 1 KiB blocks also where bigalloc
+            // starts the filesystem at block 0).
+            return self.sb_location().0 + 1 + i;
         }
         // With meta_bg, descriptor block i lives in the first group of its meta group.
         let g = i * u64::from(self.descs_per_block);
         let g = u32::try_from(g).unwrap_or(u32::MAX);
-        self.group_first_block(g) + u64::from(self.group_has_super(g))
+        self.group_first_block(g) + u64::from(self.group_has_super(g)) + u64::from(g == 0) * self.boot_block()
+    }
+
+    /// 1 where group 0 starts with a block of its own before the superblock (1 KiB blocks
+    /// under bigalloc, whose first data block is 0), else 0.
+    pub(crate) fn boot_block(&self) -> u64 {
+        self.sb_location().0.saturating_sub(self.first_data_block)
+    }
+
+    /// Blocks in `n` clusters.
+    pub(crate) fn c2b(&self, n: u64) -> u64 {
+        n << self.cluster_bits
     }
 
     /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).

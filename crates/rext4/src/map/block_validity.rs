@@ -104,6 +104,27 @@ impl SystemZones {
         true
     }
 
+    /// Clusters of `2^bits` blocks holding any of the filesystem's own metadata (the
+    /// journal's blocks not counted).
+    pub(crate) fn meta_clusters(&self, bits: u32) -> u64 {
+        let mut count = 0;
+        // The last cluster counted: zones are sorted, so a cluster shared by two is met
+        // by the second as its first.
+        let mut last: Option<u64> = None;
+        for z in self.zones.iter().filter(|z| z.owner == 0) {
+            let (first, end) = (z.start >> bits, (z.end - 1) >> bits);
+            let first = match last {
+                Some(l) if l >= first => l + 1,
+                _ => first,
+            };
+            if first <= end {
+                count += end - first + 1;
+                last = Some(end);
+            }
+        }
+        count
+    }
+
     /// Number of runs (for tests and statistics).
     #[cfg(test)]
     fn len(&self) -> usize {

@@ -99,6 +99,14 @@ fn kernel_written_inline_data() {
     kernel_writes("inline", source(), &["-O", "inline_data"], &["inline_data"]);
 }
 
+/// ... with bigalloc (16 KiB clusters): the kernel's partial clusters, fallocated and
+/// punched ranges, read back by rext4 read-only.
+#[test]
+fn kernel_written_bigalloc() {
+    require_kernel!();
+    kernel_writes("bigalloc", source(), &["-O", "bigalloc", "-C", "16384"], &["bigalloc"]);
+}
+
 /// ... as ext3 (block maps, written and freed by the kernel's indirect-block code).
 #[test]
 fn kernel_written_ext3() {

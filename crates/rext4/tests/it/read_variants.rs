@@ -333,6 +333,37 @@ fn block_size_64k() {
     });
 }
 
+/// bigalloc, 64 KiB clusters of 4 KiB blocks: files start on cluster boundaries, block
+/// bitmaps and free counts count clusters (statfs compared with the kernel's).
+#[test]
+fn bigalloc() {
+    check_variant(Variant {
+        name: "bigalloc",
+        args: &["-O", "bigalloc", "-C", "65536"],
+        tree: medium(),
+        reindex: true,
+        on: &["bigalloc", "extent", "metadata_csum"],
+        off: &[],
+        kernel_may_refuse: None,
+    });
+}
+
+/// bigalloc with 1 KiB blocks in 16 KiB clusters: the filesystem starts at block 0 (a boot
+/// block, then the superblock at block 1 and the descriptors after it).
+#[test]
+fn bigalloc_1k() {
+    let b = check_variant(Variant {
+        name: "bigalloc-1k",
+        args: &["-b", "1024", "-O", "bigalloc", "-C", "16384"],
+        tree: medium_1k(),
+        reindex: true,
+        on: &["bigalloc", "extent"],
+        off: &[],
+        kernel_may_refuse: None,
+    });
+    assert_eq!(sb_field(&b.img, "First block"), "0", "fixture");
+}
+
 /// 128-byte inodes: no extra fields (no nanoseconds, no crtime, no in-inode xattrs).
 #[test]
 fn inode_size_128() {

@@ -98,10 +98,13 @@ enum Variant {
     Inline,
     /// metadata_csum with 1 KiB blocks and a 3000-entry directory (a two-level htree).
     Csum1k,
+    /// bigalloc: 1 KiB blocks in 4 KiB clusters (first data block 0, a boot block before the
+    /// superblock), a 3000-entry directory; opened read-only.
+    Bigalloc,
 }
 
-const ALL_VARIANTS: [Variant; 5] =
-    [Variant::Csum4k, Variant::NoCsum4k, Variant::Ext2, Variant::Inline, Variant::Csum1k];
+const ALL_VARIANTS: [Variant; 6] =
+    [Variant::Csum4k, Variant::NoCsum4k, Variant::Ext2, Variant::Inline, Variant::Csum1k, Variant::Bigalloc];
 
 impl Variant {
     fn mkfs_args(self) -> &'static [&'static str] {
@@ -111,10 +114,11 @@ impl Variant {
             Variant::Ext2 => &["-t", "ext2", "-b", "1024", "-N", "4096"],
             Variant::Inline => &["-b", "4096", "-O", "inline_data,ea_inode"],
             Variant::Csum1k => &["-b", "1024", "-N", "4096"],
+            Variant::Bigalloc => &["-b", "1024", "-O", "bigalloc", "-C", "4096", "-N", "4096"],
         }
     }
     fn has_huge_dir(self) -> bool {
-        matches!(self, Variant::Ext2 | Variant::Csum1k)
+        matches!(self, Variant::Ext2 | Variant::Csum1k | Variant::Bigalloc)
     }
 }
 
@@ -273,8 +277,8 @@ fn build_fixture(variant: Variant) -> Option<Fixture> {
 }
 
 fn fixture(variant: Variant) -> Option<&'static Fixture> {
-    static CELLS: [OnceLock<Option<Fixture>>; 5] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static CELLS: [OnceLock<Option<Fixture>>; ALL_VARIANTS.len()] =
+        [const { OnceLock::new() }; ALL_VARIANTS.len()];
     let i = ALL_VARIANTS.iter().position(|&v| v == variant).unwrap();
     CELLS[i].get_or_init(|| build_fixture(variant)).as_ref()
 }

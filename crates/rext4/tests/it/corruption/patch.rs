@@ -17,7 +17,9 @@ use rext4::Fs;
 #[derive(Clone, Copy)]
 pub(super) struct Geo {
     pub(super) bs: usize,
-    pub(super) first_data_block: u64,
+    /// The superblock's block (1 on 1 KiB blocks, also under bigalloc where the first data
+    /// block is 0); the descriptors follow it.
+    pub(super) sb_block: u64,
     pub(super) blocks_count: u64,
     pub(super) inodes_count: u32,
     pub(super) ipg: u32,
@@ -43,7 +45,7 @@ impl Img {
         let sb = Superblock::parse(&f.bytes[SB..SB + 1024]).unwrap();
         let g = Geo {
             bs: sb.block_size().unwrap() as usize,
-            first_data_block: u64::from(sb.s_first_data_block.get()),
+            sb_block: (SB / sb.block_size().unwrap() as usize) as u64,
             blocks_count: sb.blocks_count(),
             inodes_count: sb.s_inodes_count.get(),
             ipg: sb.s_inodes_per_group.get(),
@@ -117,7 +119,7 @@ impl Img {
     // --- group descriptors ---
 
     pub(super) fn gd_off(&self, g: u32) -> usize {
-        self.block_off(self.g.first_data_block + 1) + g as usize * self.g.desc_size
+        self.block_off(self.g.sb_block + 1) + g as usize * self.g.desc_size
     }
     pub(super) fn gd(&self, g: u32) -> GroupDesc {
         let o = self.gd_off(g);

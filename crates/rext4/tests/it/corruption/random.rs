@@ -95,8 +95,8 @@ impl MetaMap {
         }
         let mut blocks: BTreeSet<u64> = owners.keys().copied().collect();
         blocks.extend(itable.iter().copied());
-        blocks.insert(img.g.first_data_block); // superblock (block 0 on 4 KiB, 1 on 1 KiB)
-        blocks.insert(img.g.first_data_block + 1); // descriptors
+        blocks.insert(img.g.sb_block); // superblock (block 0 on 4 KiB, 1 on 1 KiB)
+        blocks.insert(img.g.sb_block + 1); // descriptors
         let gd = img.gd(0);
         blocks.insert(gd.block_bitmap(img.g.desc_size));
         blocks.insert(gd.inode_bitmap(img.g.desc_size));

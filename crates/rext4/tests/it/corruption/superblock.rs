@@ -127,6 +127,46 @@ fn sb_unknown_ro_compat_feature_opens_read_only() {
     assert_eq!(fs.read_file("/dir1/sub/file").unwrap(), b"hello\n");
 }
 
+/// bigalloc opens read-only (rext4 does not write clusters); its geometry is checked as the
+/// kernel's `ext4_handle_clustersize` checks it.
+#[test]
+fn sb_bigalloc_geometry() {
+    let img = img!(Variant::Bigalloc);
+    let why = img.fs().read_only_reasons().to_vec();
+    assert!(why.iter().any(|r| r.contains("bigalloc")), "{why:?}");
+    let dev = Arc::new(MemDevice::new(img.b.clone()));
+    let r = Fs::from_device(dev, Options { writable: true, ..Options::default() });
+    incompatible(r, "bigalloc");
+    // Clusters smaller than blocks.
+    let mut img = img!(Variant::Bigalloc);
+    img.sb32(0x1C, 0);
+    img.sb32(0x18, 1);
+    message_has(&sb_corrupt(img.open()), "smaller than block size");
+    // Clusters of one block: then blocks and clusters per group must be equal.
+    let mut img = img!(Variant::Bigalloc);
+    img.sb32(0x1C, 0);
+    message_has(&sb_corrupt(img.open()), "inconsistent");
+    // Clusters per group: zero, more than a bitmap holds, not blocks per group / ratio.
+    for v in [0u32, 1024 * 8 + 1, 8191] {
+        let mut img = img!(Variant::Bigalloc);
+        img.sb32(0x24, v);
+        message_has(&sb_corrupt(img.open()), "clusters per group");
+    }
+    // Clusters over 1 GiB.
+    let mut img = img!(Variant::Bigalloc);
+    img.sb32(0x1C, 21);
+    message_has(&sb_corrupt(img.open()), "cluster size out of range");
+    // Without extents the kernel refuses the filesystem.
+    let mut img = img!(Variant::Bigalloc);
+    let f = img.u32_at(SB + 0x60);
+    img.sb32(0x60, f & !0x40);
+    incompatible(img.open(), "extent");
+    // A first data block neither 0 nor 1.
+    let mut img = img!(Variant::Bigalloc);
+    img.sb32(0x14, 2);
+    message_has(&sb_corrupt(img.open()), "first data block");
+}
+
 #[test]
 fn sb_needs_recovery_with_an_empty_log_opens_and_journal_device_is_refused() {
     let mut img = img!(Variant::Csum4k);
@@ -168,7 +208,7 @@ fn device_too_small() {
 fn sb_field_sweep() {
     run_cases(test_path!("sb_field_sweep"), Duration::from_secs(5), || {
         let mut cases = Vec::new();
-        for v in [Variant::Csum4k, Variant::Ext2] {
+        for v in [Variant::Csum4k, Variant::Ext2, Variant::Bigalloc] {
             let Some(f) = fixture(v) else { return cases };
             let img = Img::new(f);
             let orig = &img.b[SB..SB + 1024];
