@@ -33,22 +33,24 @@ impl FsInner {
     }
 
     /// Builds the block bitmap of a BLOCK_UNINIT group (`ext4_init_block_bitmap`); returns it
-    /// and the number of free blocks it leaves.
+    /// and the number of free clusters it leaves (a bit is a cluster: a block without bigalloc).
     pub(super) fn init_block_bitmap(&self, g: u32) -> (Vec<u8>, u32) {
         let sbi = &self.sbi;
         let bs = sbi.block_size as usize;
+        let bits = sbi.cluster_bits;
         let mut map = vec![0u8; bs];
         let first = sbi.group_first_block(g);
-        let n32 = sbi.blocks_in_group(g);
+        let blocks = sbi.blocks_in_group(g);
+        let n32 = sbi.clusters_in_group(g);
         let n = n32 as usize;
-        let meta = u32::try_from(self.sbi.base_meta_blocks(g)).map_or(n32, |m| m.min(n32));
-        bitmap::set_range(&mut map, 0, meta as usize);
+        let meta = u32::try_from(self.sbi.base_meta_blocks(g)).map_or(blocks, |m| m.min(blocks));
+        bitmap::set_range(&mut map, 0, meta.div_ceil(1 << bits) as usize);
         let d = self.groups.get(g);
         let ds = sbi.desc_size;
         let mut own = |b: u64, len: u64| {
             for x in b..b + len {
-                if let Some(i) = x.checked_sub(first).filter(|&i| i < u64::from(n32)) {
-                    bitmap::set(&mut map, usize_from(i));
+                if let Some(i) = x.checked_sub(first).filter(|&i| i < u64::from(blocks)) {
+                    bitmap::set(&mut map, usize_from(i >> bits));
                 }
             }
         };
@@ -95,26 +97,60 @@ impl FsInner {
     /// Allocates up to `want` contiguous blocks near `goal` (at least one); returns the first
     /// block and the count. `pool` says which held-back blocks the allocation may take
     /// ([`Pool`]). The blocks lie below 2^48, where extents and `i_file_acl` can name them.
+    /// Each block may serve as a metadata block of its own: with bigalloc, where such a
+    /// block takes a cluster, this is one block (the first of a cluster) at a time. File
+    /// data takes clusters through [`FsInner::alloc_clusters`].
     pub(crate) fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32, pool: Pool) -> Result<(u64, u32)> {
-        self.alloc_blocks_below(h, goal, want, pool, ADDRESSABLE_END)
+        if self.sbi.cluster_bits > 0 {
+            let (blk, _) = self.alloc_units_below(h, goal, 1, pool, ADDRESSABLE_END)?;
+            return Ok((blk, 1));
+        }
+        self.alloc_units_below(h, goal, want, pool, ADDRESSABLE_END)
     }
 
-    /// The blocks an allocation from `pool` must leave free.
+    /// Allocates up to `want` contiguous clusters near block `goal` (at least one); returns
+    /// the first block (the start of a cluster) and the number of clusters. Without bigalloc
+    /// a cluster is a block.
+    pub(crate) fn alloc_clusters(&self, h: &Handle, goal: u64, want: u32, pool: Pool) -> Result<(u64, u32)> {
+        self.alloc_units_below(h, goal, want, pool, ADDRESSABLE_END)
+    }
+
+    /// The clusters an allocation from `pool` must leave free.
     fn held_back(&self, pool: Pool) -> u64 {
         // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's: the
         // kernel's `ext4_has_free_clusters` always keeps the dirty clusters, or writeback
-        // would run out of space. Writeback's own allocations come out of them.
+        // would run out of space. Writeback's own allocations come out of them. (bigalloc
+        // writes without delayed allocation: none there.)
         let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
+        let bits = self.sbi.cluster_bits;
         match pool {
             Pool::Reserved => 0,
             Pool::NoFail if crate::alloc::reserved::in_writeback() => 0,
             Pool::NoFail => dirty,
-            Pool::Ordinary => self.root_reserve() + self.meta_slack() + dirty,
+            Pool::Ordinary => (self.root_reserve() >> bits) + (self.meta_slack() >> bits) + dirty,
         }
     }
 
-    /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end`.
+    /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end` (block
+    /// maps: no bigalloc).
     pub(crate) fn alloc_blocks_below(
+        &self,
+        h: &Handle,
+        goal: u64,
+        want: u32,
+        pool: Pool,
+        end: u64,
+    ) -> Result<(u64, u32)> {
+        if self.sbi.cluster_bits > 0 {
+            // The kernel maps blocks of such files one at a time, never clusters.
+            return Err(Error::NotSupported("block-mapped files on a bigalloc filesystem".into()));
+        }
+        self.alloc_units_below(h, goal, want, pool, end)
+    }
+
+    /// Allocates up to `want` bitmap bits (clusters) in a row near block `goal`, in the
+    /// groups wholly below block `end`; returns the first block and the count of bits.
+    fn alloc_units_below(
         &self,
         h: &Handle,
         goal: u64,
@@ -130,7 +166,7 @@ impl FsInner {
         if free <= reserve {
             return Err(Error::NoSpace);
         }
-        let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.blocks_per_group);
+        let want = want.min(u32::try_from(free - reserve).unwrap_or(u32::MAX)).min(sbi.clusters_per_group);
         let n = sbi.groups_below(end);
         if n == 0 {
             return Err(Error::NoSpace);
@@ -161,18 +197,22 @@ impl FsInner {
                 if avail == 0 || (full && avail < want) {
                     continue;
                 }
-                let start = if g == goal_group { sbi.block_group_offset(goal).1 as usize } else { 0 };
+                let start = if g == goal_group {
+                    (sbi.block_group_offset(goal).1 >> sbi.cluster_bits) as usize
+                } else {
+                    0
+                };
                 if let Some((off, len)) = self.take_run(h, g, start, want, full)? {
-                    return Ok((sbi.group_first_block(g) + off as u64, len));
+                    return Ok((sbi.group_first_block(g) + sbi.c2b(off as u64), len));
                 }
             }
         }
         Err(Error::NoSpace)
     }
 
-    /// Takes a run of free blocks in group `g` from offset `start` on (wrapping to the group
-    /// start); `full` asks for exactly `want`. Blocks freed by uncommitted transactions are
-    /// skipped as if in use. Returns the run's offset in the group and its length.
+    /// Takes a run of free bits (clusters) in group `g` from bit `start` on (wrapping to the
+    /// group start); `full` asks for exactly `want`. Clusters freed by uncommitted
+    /// transactions are skipped as if in use. Returns the run's bit offset and its length.
     fn take_run(
         &self,
         h: &Handle,
@@ -181,7 +221,7 @@ impl FsInner {
         want32: u32,
         full: bool,
     ) -> Result<Option<(usize, u32)>> {
-        let n = self.sbi.blocks_in_group(g) as usize;
+        let n = self.sbi.clusters_in_group(g) as usize;
         let want = want32 as usize;
         let buf = self.block_bitmap(h, g)?;
         let search = |map: &[u8], avoid: &Avoid<'_>| {
@@ -221,20 +261,21 @@ impl FsInner {
         #[allow(clippy::cast_possible_truncation)]
         let len32 = len as u32;
         let first = self.sbi.group_first_block(g);
-        if !self.zones.clear_of(None, first + off as u64, len as u64) {
+        let c2b = |i: usize| self.sbi.c2b(i as u64);
+        if !self.zones.clear_of(None, first + c2b(off), c2b(len)) {
             // The bitmap calls metadata free (the kernel's "Allocating blocks which overlap fs
             // metadata"): mark those blocks in use, as they are, and fail this allocation with
             // the damage, to be recorded; the next one searches the corrected bitmap. The free
             // counts stay as they are, as the kernel leaves them: only the bitmap was wrong.
             let meta: Vec<usize> =
-                (off..off + len).filter(|&i| !self.zones.clear_of(None, first + i as u64, 1)).collect();
+                (off..off + len).filter(|&i| !self.zones.clear_of(None, first + c2b(i), c2b(1))).collect();
             for &i in &meta {
                 bitmap::set(&mut map, i);
             }
             drop(map);
-            // Cannot be empty: the run overlaps a zone, so one of its blocks is in it.
-            let block = PhysBlock(first + meta[0] as u64);
-            return corrupt(CorruptKind::SystemZone { ino: None, block, len: meta.len() as u64 });
+            // Cannot be empty: the run overlaps a zone, so one of its clusters is in it.
+            let block = PhysBlock(first + c2b(meta[0]));
+            return corrupt(CorruptKind::SystemZone { ino: None, block, len: c2b(meta.len()) });
         }
         bitmap::set_range(&mut map, off, off + len);
         let st = &self.groups.state[g as usize];
@@ -272,6 +313,8 @@ impl FsInner {
     /// file's next appends: they go back to free in the bitmap and the counts, and on the
     /// group's list of reserved ranges. Returns the reserve's epoch.
     pub(crate) fn reserve(&self, h: &Handle, start: u64, len: u32) -> Result<u64> {
+        // Reserves are made without bigalloc only (alloc/prealloc.rs): offsets are bits.
+        debug_assert_eq!(self.sbi.cluster_bits, 0);
         let (g, off) = self.sbi.block_group_offset(start);
         let buf = self.block_bitmap(h, g)?;
         let mut map = h.write(&buf)?;
@@ -296,6 +339,7 @@ impl FsInner {
     /// the reserve is gone (all were given back) or its blocks are not free: the caller
     /// allocates anew.
     pub(crate) fn take_reserved(&self, h: &Handle, start: u64, n: u32) -> Result<bool> {
+        debug_assert_eq!(self.sbi.cluster_bits, 0);
         let (g, off) = self.sbi.block_group_offset(start);
         let buf = self.block_bitmap(h, g)?;
         let mut map = h.write(&buf)?;
@@ -329,10 +373,12 @@ impl FsInner {
         (0..self.sbi.group_count).any(|g| !self.busy_list(g).is_empty())
     }
 
-    /// The pieces of blocks `start..end` in each group they cross: (group, the group's first
-    /// block, piece start, piece end).
-    fn group_spans(&self, start: u64, end: u64) -> impl Iterator<Item = (u32, u64, u64, u64)> + '_ {
+    /// The clusters (bitmap bits) that blocks `start..end` touch, in each group they cross:
+    /// (group, the group's first block, first bit, one past the last bit). A cluster is a
+    /// block without bigalloc.
+    fn group_spans(&self, start: u64, end: u64) -> impl Iterator<Item = (u32, u64, usize, usize)> + '_ {
         let sbi = &self.sbi;
+        let bits = sbi.cluster_bits;
         let mut b = start;
         std::iter::from_fn(move || {
             if b >= end {
@@ -341,34 +387,43 @@ impl FsInner {
             let g = self.block_group(b);
             let gfirst = sbi.group_first_block(g);
             let gend = (gfirst + u64::from(sbi.blocks_in_group(g))).min(end);
-            let piece = (g, gfirst, b, gend);
+            let piece =
+                (g, gfirst, usize_from((b - gfirst) >> bits), usize_from((gend - 1 - gfirst) >> bits) + 1);
             b = gend;
             Some(piece)
         })
     }
 
-    /// Frees `len` blocks from `start`. Freed metadata blocks are revoked, so that no older
+    /// `start..start + len` widened to the clusters it touches (itself without bigalloc).
+    pub(crate) fn cluster_span(&self, start: u64, len: u64) -> (u64, u64) {
+        let mask = self.sbi.cluster_mask();
+        let first = start & !mask;
+        let end = start.saturating_add(len).saturating_add(mask) & !mask;
+        (first, end - first)
+    }
+
+    /// Frees `len` blocks from `start`: with bigalloc, the whole clusters they touch (the
+    /// caller knows no other block of them is in use; data goes through
+    /// `FsInner::free_file_data`). Freed metadata blocks are revoked, so that no older
     /// journal copy is replayed over whatever they hold next.
     pub(crate) fn free_blocks(&self, h: &Handle, start: u64, len: u64, metadata: bool) -> Result<()> {
         let _t = self.stats.time(crate::fs::stats::Op::FreeBlocks);
-        self.check_block_range(start, len)?;
-        let end = start + len;
-        for (g, gfirst, b, gend) in self.group_spans(start, end) {
-            // Below the group's block count, a u32.
-            #[allow(clippy::cast_possible_truncation)]
-            let boff = (b - gfirst) as u32;
+        let (cstart, clen) = self.cluster_span(start, len);
+        self.check_block_range(cstart, clen)?;
+        for (g, _, lo, hi) in self.group_spans(cstart, cstart + clen) {
             let buf = self.block_bitmap(h, g)?;
             let mut map = h.write(&buf)?;
             let mut freed = 0u32;
-            for x in b..gend {
-                let i = usize_from(x - gfirst);
+            for i in lo..hi {
                 if !bitmap::test(&map, i) {
                     return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
                 }
                 bitmap::clear(&mut map, i);
                 freed += 1;
             }
-            self.groups.state[g as usize].busy.lock().push(boff, freed, h.tid());
+            // Below the group's bit count, a u32.
+            #[allow(clippy::cast_possible_truncation)]
+            self.groups.state[g as usize].busy.lock().push(lo as u32, freed, h.tid());
             self.groups.state[g as usize].trimmed.store(0, Ordering::Release);
             self.groups.discard.freed(h.tid());
             drop(map);
@@ -377,31 +432,33 @@ impl FsInner {
             self.touch_group_desc(h, g)?;
         }
         if metadata {
-            for x in start..end {
+            for x in start..start + len {
                 h.revoke(x, self.bcache.peek(x).as_ref());
             }
         }
         Ok(())
     }
 
-    /// Marks the free blocks among `len` from `start` in use (a replay that names blocks
-    /// already chosen: the kernel's `ext4_mb_mark_bb`). Returns the runs it changed, as
-    /// `(start, len)`.
+    /// Marks the free clusters among those `len` blocks from `start` touch in use (a replay
+    /// that names blocks already chosen: the kernel's `ext4_mb_mark_bb`). Returns the runs it
+    /// changed, as `(start, len)` in blocks.
     pub(crate) fn claim_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<Vec<(u64, u64)>> {
-        self.check_block_range(start, len)?;
+        let (cstart, clen) = self.cluster_span(start, len);
+        self.check_block_range(cstart, clen)?;
+        let unit = self.sbi.c2b(1);
         let mut taken = Vec::new();
-        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
+        for (g, gfirst, lo, hi) in self.group_spans(cstart, cstart + clen) {
             let buf = self.block_bitmap(h, g)?;
             let mut map = h.write(&buf)?;
             let mut n = 0u32;
-            for x in b..gend {
-                let i = usize_from(x - gfirst);
+            for i in lo..hi {
                 if !bitmap::test(&map, i) {
                     bitmap::set(&mut map, i);
                     n += 1;
+                    let x = gfirst + self.sbi.c2b(i as u64);
                     match taken.last_mut() {
-                        Some((s, l)) if *s + *l == x => *l += 1,
-                        _ => taken.push((x, 1)),
+                        Some((s, l)) if *s + *l == x => *l += unit,
+                        _ => taken.push((x, unit)),
                     }
                 }
             }
@@ -415,15 +472,16 @@ impl FsInner {
         Ok(taken)
     }
 
-    /// Frees the blocks in use among `len` from `start` (the other half of
-    /// [`FsInner::claim_blocks`]), as [`FsInner::free_blocks`] frees them.
+    /// Frees the clusters in use among those `len` blocks from `start` touch (the other half
+    /// of [`FsInner::claim_blocks`]), as [`FsInner::free_blocks`] frees them.
     pub(crate) fn release_blocks(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
-        self.check_block_range(start, len)?;
-        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
-            let used: Vec<u64> = {
+        let (cstart, clen) = self.cluster_span(start, len);
+        self.check_block_range(cstart, clen)?;
+        for (g, gfirst, lo, hi) in self.group_spans(cstart, cstart + clen) {
+            let used: Vec<usize> = {
                 let buf = self.block_bitmap(h, g)?;
                 let map = buf.data();
-                (b..gend).filter(|&x| bitmap::test(&map, usize_from(x - gfirst))).collect()
+                (lo..hi).filter(|&i| bitmap::test(&map, i)).collect()
             };
             let mut i = 0;
             while i < used.len() {
@@ -431,7 +489,8 @@ impl FsInner {
                 while j < used.len() && used[j] == used[j - 1] + 1 {
                     j += 1;
                 }
-                self.free_blocks(h, used[i], (j - i) as u64, true)?;
+                let first = gfirst + self.sbi.c2b(used[i] as u64);
+                self.free_blocks(h, first, self.sbi.c2b((j - i) as u64), true)?;
                 i = j;
             }
         }
@@ -456,11 +515,12 @@ impl FsInner {
     /// changing anything: a deletion checks all its blocks first, so that damage does not stop
     /// it half way with some of them freed and still named by the inode.
     pub(crate) fn check_blocks_in_use(&self, h: &Handle, start: u64, len: u64) -> Result<()> {
-        self.check_block_range(start, len)?;
-        for (g, gfirst, b, gend) in self.group_spans(start, start + len) {
+        let (cstart, clen) = self.cluster_span(start, len);
+        self.check_block_range(cstart, clen)?;
+        for (g, _, lo, hi) in self.group_spans(cstart, cstart + clen) {
             let buf = self.block_bitmap(h, g)?;
             let map = buf.data();
-            if (b..gend).any(|x| !bitmap::test(&map, usize_from(x - gfirst))) {
+            if (lo..hi).any(|i| !bitmap::test(&map, i)) {
                 return corrupt(CorruptKind::GroupDesc { group: g, what: "freeing a free block" });
             }
         }

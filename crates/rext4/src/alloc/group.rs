@@ -191,19 +191,22 @@ impl Groups {
                 }
                 ranges.sort_unstable();
                 let first = sbi.group_first_block(g);
+                // Busy ranges are in bitmap bits (clusters); the device takes blocks.
+                let mut discard =
+                    |s: u32, l: u32| discard(first + sbi.c2b(u64::from(s)), sbi.c2b(u64::from(l)));
                 let mut run: Option<(u32, u32)> = None;
                 for (off, len) in ranges {
                     run = match run {
                         Some((s, l)) if s + l >= off => Some((s, l.max(off + len - s))),
                         Some((s, l)) => {
-                            discard(first + u64::from(s), u64::from(l));
+                            discard(s, l);
                             Some((off, len))
                         }
                         None => Some((off, len)),
                     };
                 }
                 if let Some((s, l)) = run {
-                    discard(first + u64::from(s), u64::from(l));
+                    discard(s, l);
                 }
             }
         }

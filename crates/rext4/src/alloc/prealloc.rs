@@ -59,6 +59,8 @@ impl FsInner {
         if !appending || !inode.is_held() {
             return self.alloc_blocks(h, goal, want, pool);
         }
+        // No reserves under bigalloc (a cluster is already a run; fill_map allocates those).
+        debug_assert_eq!(self.sbi.cluster_bits, 0);
         let mut pa = inode.prealloc.lock();
         if let Some(p) = pa.take() {
             if p.epoch == self.pa_epoch.load(Ordering::Acquire) && p.lblk == lblk && p.len > 0 {

@@ -35,8 +35,10 @@ impl FsInner {
         let first = start / bs;
         let blocks = len / bs;
         // At least one block: runs are whole blocks (the device's discard granularity here).
-        let min = (minlen / bs).max(1);
-        if min > u64::from(sbi.blocks_per_group) || first >= sbi.blocks_count || blocks == 0 {
+        // In clusters from here on, as the bitmaps count (a cluster is a block without bigalloc).
+        let bits = sbi.cluster_bits;
+        let min = (minlen / bs).max(1).div_ceil(sbi.c2b(1));
+        if min > u64::from(sbi.clusters_per_group) || first >= sbi.blocks_count || blocks == 0 {
             return Err(Error::InvalidInput("trim range"));
         }
         let last = first.saturating_add(blocks - 1).min(sbi.blocks_count - 1);
@@ -53,9 +55,9 @@ impl FsInner {
                 continue;
             }
             let gfirst = sbi.group_first_block(g);
-            let n = u64::from(sbi.blocks_in_group(g));
-            let lo = first.saturating_sub(gfirst);
-            let hi = (last - gfirst).min(n - 1);
+            let n = u64::from(sbi.clusters_in_group(g));
+            let lo = first.saturating_sub(gfirst) >> bits;
+            let hi = ((last - gfirst) >> bits).min(n - 1);
             let whole = lo == 0 && hi == n - 1;
             let was = st.trimmed.load(Ordering::Acquire);
             if whole && was != 0 && min >= u64::from(was) {
@@ -66,7 +68,7 @@ impl FsInner {
         Ok(trimmed * bs)
     }
 
-    /// Discards the free runs of at least `min` blocks between offsets `lo` and `hi` of group
+    /// Discards the free runs of at least `min` clusters between bits `lo` and `hi` of group
     /// `g`; returns the blocks discarded. `whole`: the range is the whole group, which is
     /// then marked trimmed unless some of its free blocks were busy (blocks set aside for a
     /// file's appends clear the mark when they are given back).
@@ -93,8 +95,9 @@ impl FsInner {
         let gfirst = self.sbi.group_first_block(g);
         let bs = u64::from(self.sbi.block_size);
         let mut done = 0u64;
+        let min_blocks = self.sbi.c2b(min as u64);
         for (off, len) in runs {
-            let (start, len) = (gfirst + off as u64, len as u64);
+            let (start, len) = (gfirst + self.sbi.c2b(off as u64), self.sbi.c2b(len as u64));
             let mut discard = |s: u64, l: u64| {
                 // Advice to the device: one that cannot discard does nothing, and a failed
                 // discard loses nothing (the blocks are free either way).
@@ -112,7 +115,7 @@ impl FsInner {
                 match (run, clear) {
                     (None, true) => run = Some(b),
                     (Some(s), false) => {
-                        if b - s >= min as u64 {
+                        if b - s >= min_blocks {
                             discard(s, b - s);
                         }
                         run = None;

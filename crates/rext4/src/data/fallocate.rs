@@ -243,6 +243,7 @@ impl FsInner {
         if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
             return Err(Error::InvalidInput("range not block-aligned"));
         }
+        self.check_cluster_aligned(offset, len)?;
         let size = inode.size();
         let (lo, n) = (offset / bs, len / bs);
         if insert {

@@ -272,7 +272,7 @@ impl FsInner {
         if d.flags() & rext4_format::inode::EA_INODE_FL != 0 {
             return d.size() > 0 && d.size() < 60;
         }
-        let ea_blocks = if d.file_acl() != 0 { u64::from(self.sbi.block_size / 512) } else { 0 };
+        let ea_blocks = if d.file_acl() != 0 { self.meta_sectors() } else { 0 };
         d.blocks_512(self.sbi.huge_file, self.sbi.block_size).saturating_sub(ea_blocks) == 0
     }
 }

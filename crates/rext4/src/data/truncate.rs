@@ -95,6 +95,24 @@ impl FsInner {
         Ok(out)
     }
 
+    /// Frees `owned` (the blocks of a file going whole, or truncated to nothing): data
+    /// clusters once each, and the tree or indirect blocks. `journaled`: the data went
+    /// through the journal (directories, symlinks) and is revoked as metadata is.
+    pub(crate) fn free_owned(&self, h: &Handle, owned: &Owned, journaled: bool) -> Result<()> {
+        self.free_all_data(h, &owned.data)?;
+        if journaled {
+            for &(b, n) in &owned.data {
+                for x in b..b + n {
+                    h.revoke(x, self.bcache.peek(x).as_ref());
+                }
+            }
+        }
+        for &b in &owned.meta {
+            self.free_blocks(h, b, 1, true)?;
+        }
+        Ok(())
+    }
+
     /// What freeing all of `inode` takes, read and checked before anything changes: its block
     /// map, the bitmaps of the blocks it names, its xattr block, and the EA inodes it names. A
     /// deletion that fails half way would leave the record naming free blocks or dropped
@@ -121,12 +139,7 @@ impl FsInner {
         // Directory and symlink blocks went through the journal: revoke them like metadata, so
         // an old copy is never replayed over the block's next owner.
         let journaled = inode.with_disk(|d| matches!(d.file_type(), rext4_format::inode::S_IFDIR | S_IFLNK));
-        for (b, n) in owned.data {
-            self.free_blocks(h, b, n, journaled)?;
-        }
-        for b in owned.meta {
-            self.free_blocks(h, b, 1, true)?;
-        }
+        self.free_owned(h, &owned, journaled)?;
         if acl != 0 {
             let owner = crate::xattr::ea_inode::EaOwner { ino: inode.ino, gen: generation };
             // The inode stops counting the block's EA-inode values in its quotas (its record,

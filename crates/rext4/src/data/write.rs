@@ -296,20 +296,11 @@ impl FsInner {
                         // keeps its next appends in the same run.
                         let appending = next.is_none();
                         // Delayed writes' blocks were checked against quotas when reserved.
-                        let fit = if reserved {
-                            Ok(want)
-                        } else {
-                            self.quota_blocks_allowed(inode, raw, u64::from(want))
-                                .map(|n| u32::try_from(n).unwrap_or(want))
-                        };
-                        // Quota claimed beyond what is mapped in the end goes back.
-                        let claimed = if reserved { 0 } else { fit.as_ref().map_or(0, |&n| u64::from(n)) };
-                        let got = match fit.and_then(|want| {
-                            self.alloc_data_blocks(h, inode, cur, goal, want, appending, pool)
-                        }) {
-                            Ok(x) => x,
+                        let a = match self
+                            .ext_alloc_data(h, inode, raw, cur, goal, want, appending, pool, !reserved)
+                        {
+                            Ok(a) => a,
                             Err(e) => {
-                                self.quota_unclaim_blocks(inode, claimed);
                                 if runs.is_empty() {
                                     return Err(e);
                                 }
@@ -317,20 +308,21 @@ impl FsInner {
                                 break;
                             }
                         };
-                        let (p, n) = (got.0, u64::from(got.1));
-                        self.quota_unclaim_blocks(inode, claimed.saturating_sub(n));
+                        let (p, n) = (a.p, a.n);
                         if let Err(e) = self.ext_remap(h, inode, raw, cur..cur + n, Some((p, unwritten))) {
                             // The map is as it was (a split takes all its blocks or none):
                             // runs already mapped stay, for the caller to write or unmap.
-                            self.quota_unclaim_blocks(inode, claimed.min(n));
-                            self.free_blocks(h, p, n, false)?;
+                            self.quota_unclaim_blocks(inode, a.claimed);
+                            if a.fresh.1 > 0 {
+                                self.free_blocks(h, a.fresh.0, a.fresh.1, false)?;
+                            }
                             if matches!(e, Error::NoSpace) && !runs.is_empty() {
                                 short = true;
                                 break;
                             }
                             return Err(e);
                         }
-                        raw_add_blocks(raw, n * sectors);
+                        raw_add_blocks(raw, a.fresh.1 * sectors);
                         Run { lblk: cur, len: n, pblk: p, fresh: true }
                     } else {
                         let fit = if reserved { Ok(1) } else { self.quota_blocks_allowed(inode, raw, 1) };
@@ -367,10 +359,9 @@ impl FsInner {
         let sectors = u64::from(self.sbi.block_size / 512);
         for r in runs.iter().filter(|r| r.fresh) {
             if raw_flags(raw) & EXTENTS_FL != 0 {
-                for e in self.ext_remap(h, inode, raw, r.lblk..r.lblk + r.len, None)? {
-                    self.free_blocks(h, e.pblk, e.len, false)?;
-                    raw_sub_blocks(raw, e.len * sectors);
-                }
+                let old = self.ext_remap(h, inode, raw, r.lblk..r.lblk + r.len, None)?;
+                let freed = self.free_file_data(h, inode, raw, &old)?;
+                raw_sub_blocks(raw, freed * sectors);
             } else {
                 self.ind_remove(h, inode, raw, r.lblk, r.lblk + r.len)?;
             }
@@ -703,10 +694,8 @@ impl FsInner {
                 let start = match self.ext_tail_start(inode, &raw, lo, hi, FREES_PER_HANDLE)? {
                     Some(start) => {
                         let old = self.ext_remap(&hd, inode, &mut raw, start..hi, None)?;
-                        for e in old {
-                            self.free_blocks(&hd, e.pblk, e.len, false)?;
-                            raw_sub_blocks(&mut raw, e.len * sectors);
-                        }
+                        let freed = self.free_file_data(&hd, inode, &raw, &old)?;
+                        raw_sub_blocks(&mut raw, freed * sectors);
                         start
                     }
                     None => lo,

@@ -150,6 +150,10 @@ impl FsInner {
     /// Refuses tags naming what no fast commit of a sound filesystem names: inodes out of
     /// range or reserved (the root aside), blocks outside the data area, bad names.
     pub(crate) fn check_fast_commit_tags(&self, tags: &[Tag]) -> Result<()> {
+        if self.sbi.cluster_bits > 0 && !tags.is_empty() {
+            // Their ranges name blocks; applying them in clusters is not done here.
+            return Err(Error::NotSupported("fast commits to replay on a bigalloc filesystem".into()));
+        }
         let sb = &self.sbi.sb;
         let special = [
             sb.s_journal_inum.get(),

@@ -701,7 +701,7 @@ impl FsInner {
         });
         let pcache = crate::cache::page::PageCache::new(opts.page_cache_bytes, sbi.block_size as usize);
         let wb = crate::data::writeback::Writeback::new(
-            opts.delalloc && opts.writable && opts.page_cache_bytes > 0,
+            opts.delalloc && opts.writable && sbi.cluster_bits == 0 && opts.page_cache_bytes > 0,
             crate::data::writeback::DirtyLimits {
                 page_cache_bytes: opts.page_cache_bytes,
                 block_size: sbi.block_size,

@@ -80,7 +80,7 @@ impl FsInner {
             }
             if blk == sb_blk {
                 if let Some(mut sb) = Superblock::parse(&data[sb_off..]) {
-                    sb.set_free_blocks_count(counters.free_blocks.sum_positive());
+                    sb.set_free_blocks_count(sbi.c2b(counters.free_blocks.sum_positive()));
                     sb.s_free_inodes_count.set(free_inodes_u32(&counters));
                     sb.s_last_orphan.set(orphans.head());
                     sb.update_checksum();
@@ -228,7 +228,7 @@ impl FsInner {
         let Some(mut sb) = Superblock::parse(&data[off..]) else {
             return corrupt(CorruptKind::Superblock("unreadable"));
         };
-        sb.set_free_blocks_count(self.counters.free_blocks.sum_positive());
+        sb.set_free_blocks_count(self.sbi.c2b(self.counters.free_blocks.sum_positive()));
         sb.s_free_inodes_count.set(free_inodes_u32(&self.counters));
         sb.s_last_orphan.set(self.orphans.head());
         f(&mut sb);

@@ -236,10 +236,10 @@ impl SbInfo {
             (u64::from(inodes_per_group) * inode_size as u64).div_ceil(u64::from(block_size));
 
         let mut ro_reasons = Vec::new();
-        if bigalloc {
-            ro_reasons.push(
-                "bigalloc: rext4 reads filesystems that allocate in clusters but does not write them".into(),
-            );
+        if bigalloc && blocks_count & ((1 << cluster_bits) - 1) != 0 {
+            // mke2fs rounds the size down to whole clusters; a last cluster cut short would
+            // have blocks past the end to hand out.
+            ro_reasons.push("bigalloc: the block count is not a whole number of clusters".into());
         }
         let unknown_ro = ro.difference(RO_COMPAT_KNOWN);
         if !unknown_ro.is_empty() {
@@ -388,6 +388,16 @@ impl SbInfo {
     /// Blocks in `n` clusters.
     pub(crate) fn c2b(&self, n: u64) -> u64 {
         n << self.cluster_bits
+    }
+
+    /// Blocks in a cluster, less one: the offset of a block in its cluster is `blk & mask`.
+    pub(crate) fn cluster_mask(&self) -> u64 {
+        self.c2b(1) - 1
+    }
+
+    /// Bits of group `g`'s block bitmap in use: its clusters (the last group may be short).
+    pub(crate) fn clusters_in_group(&self, g: u32) -> u32 {
+        self.blocks_in_group(g).div_ceil(1 << self.cluster_bits)
     }
 
     /// Whether the journal must be replayed before the filesystem is read (`needs_recovery`).

@@ -651,12 +651,7 @@ impl FsInner {
         let journaled = inode.with_disk(|d| {
             matches!(d.file_type(), rext4_format::inode::S_IFDIR | rext4_format::inode::S_IFLNK)
         });
-        for &(b, n) in &owned.data {
-            self.free_blocks(h, b, n, journaled)?;
-        }
-        for &b in &owned.meta {
-            self.free_blocks(h, b, 1, true)?;
-        }
+        self.free_owned(h, &owned, journaled)?;
         let acl = inode.with_disk(|d| d.file_acl());
         // A sum of value sizes: never negative.
         let charged = u64::try_from(self.ea_charge_total(inode.ino, &inode.raw())?).unwrap_or(0);
@@ -669,7 +664,8 @@ impl FsInner {
         } else {
             512
         };
-        let left = (if acl != 0 { u64::from(self.sbi.block_size) } else { 0 } + charged) / unit;
+        let xattr_block = self.meta_sectors() * 512;
+        let left = (if acl != 0 { xattr_block } else { 0 } + charged) / unit;
         let mut r = rec(&mut raw);
         // Below 2^32 (value sizes are checked to 2^24 per entry), so i_blocks_high stays 0,
         // as it must without huge_file.

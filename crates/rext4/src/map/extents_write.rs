@@ -339,7 +339,7 @@ impl FsInner {
         spare: &mut Vec<u64>,
     ) -> Result<()> {
         let level = &path[lvl];
-        let sectors = u64::from(self.sbi.block_size / 512);
+        let sectors = self.meta_sectors();
         let n = entries.len();
         if n == 0 && lvl > 0 {
             // An empty node goes; its parent loses the index.
@@ -493,8 +493,14 @@ impl FsInner {
             return Ok(None);
         }
         self.free_blocks(h, child, 1, true)?;
-        raw_sub_blocks(raw, u64::from(self.sbi.block_size / 512));
+        raw_sub_blocks(raw, self.meta_sectors());
         Ok(Some(centries))
+    }
+
+    /// What a metadata block of a file (a tree block, an xattr block) adds to its `i_blocks`:
+    /// the sectors of a cluster (a block without bigalloc; map/cluster.rs invariant 5).
+    pub(crate) fn meta_sectors(&self) -> u64 {
+        self.sbi.c2b(1) * u64::from(self.sbi.block_size / 512)
     }
 
     /// Writes a tree block (new or existing) through the journal, with its checksum.
@@ -579,7 +585,7 @@ impl FsInner {
             depth += 1;
         }
         encode(&mut raw[I_BLOCK], depth, ROOT_MAX, &Entries::Index(below));
-        raw_add_blocks(raw, total * u64::from(self.sbi.block_size / 512));
+        raw_add_blocks(raw, total * self.meta_sectors());
         Ok(())
     }
 
@@ -595,14 +601,18 @@ impl FsInner {
         pool: Pool,
     ) -> Result<u64> {
         let goal = self.ext_goal(inode, raw, u64::from(lblk))?;
-        let (pblk, _) = self.alloc_blocks(h, goal, 1, pool)?;
         let lblk = u64::from(lblk);
-        if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((pblk, false))) {
-            self.free_blocks(h, pblk, 1, false)?;
+        // Quota was asked by the caller; with bigalloc the block may go in a cluster the
+        // directory has (map/cluster.rs).
+        let a = self.ext_alloc_data(h, inode, raw, lblk, goal, 1, false, pool, false)?;
+        if let Err(e) = self.ext_remap(h, inode, raw, lblk..lblk + 1, Some((a.p, false))) {
+            if a.fresh.1 > 0 {
+                self.free_blocks(h, a.fresh.0, a.fresh.1, false)?;
+            }
             return Err(e);
         }
-        raw_add_blocks(raw, u64::from(self.sbi.block_size / 512));
-        Ok(pblk)
+        raw_add_blocks(raw, a.fresh.1 * u64::from(self.sbi.block_size / 512));
+        Ok(a.p)
     }
 
     /// Where a new block for `lblk` should go (`ext4_ext_find_goal`): continuing the nearest

@@ -135,6 +135,12 @@ impl FsInner {
         if !self.sbi.sb.incompat().contains(Incompat::EXTENTS) || flags & (EXTENTS_FL | INLINE_DATA_FL) != 0 {
             return Err(Error::InvalidInput("not a block-mapped file on an extents filesystem"));
         }
+        if self.sbi.cluster_bits > 0 {
+            // Its blocks were never placed by clusters (map/cluster.rs invariant 2).
+            return Err(Error::NotSupported(
+                "converting a block-mapped file on a bigalloc filesystem".into(),
+            ));
+        }
         let (kind, blocks) = inode.with_disk(|d| (d.file_type(), d.i_blocks_lo.get()));
         if kind == S_IFLNK && blocks == 0 {
             // A fast symlink has no map: nothing to convert (and the flag stays off).
@@ -221,6 +227,10 @@ impl FsInner {
         let no = |why: &str| Err(Error::NotSupported(format!("converting to a block map: {why}")));
         if self.sbi.blocks_count > u64::from(u32::MAX) {
             return no("block numbers past 32 bits");
+        }
+        if self.sbi.cluster_bits > 0 {
+            // As `ext4_ind_migrate`: block maps cannot hold clusters.
+            return no("a bigalloc filesystem");
         }
         let exts = self.ext_collect(inode, &raw, 0, LBLK_END)?;
         // `eh_depth`, the fourth field of the root's header.

@@ -9,6 +9,7 @@
 //! | `indirect`, `indirect_write` | block maps: lookup; allocate, truncate |
 //! | `migrate` | converting files between block maps and extents (`chattr +e` / `-e`) |
 //! | `block_validity` | the system zone |
+//! | `cluster` | new data blocks and freed ones in clusters (`bigalloc`) |
 //!
 //! # Locking
 //! Callers hold the inode's `data_sem` (shared to read, exclusive to change) and, to change,
@@ -19,6 +20,7 @@
 //! read side of `ext4_map_blocks`).
 
 pub(crate) mod block_validity;
+pub(crate) mod cluster;
 pub(crate) mod extents;
 pub(crate) mod extents_write;
 pub(crate) mod indirect;

@@ -317,7 +317,10 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge(inode, raw) else { return Ok(want) };
         let bs = u64::from(self.sbi.block_size);
-        let ask = Ask { space: want.saturating_mul(bs), shrink: Some(bs), inodes: 0, rsv: false };
+        // With bigalloc a new block may take a cluster: asked and shrunk by whole clusters.
+        let unit = self.sbi.c2b(1);
+        let want = want.div_ceil(unit) * unit;
+        let ask = Ask { space: want.saturating_mul(bs), shrink: Some(unit * bs), inodes: 0, rsv: false };
         Ok(self.quota_admit_for(inode, c.ids.map(Some), ask)? / bs)
     }
 
@@ -328,8 +331,8 @@ impl FsInner {
             return Ok(());
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
-        let bs = u64::from(self.sbi.block_size);
-        let ask = Ask { space: bs, shrink: None, inodes: 0, rsv: false };
+        // A cluster with bigalloc.
+        let ask = Ask { space: self.meta_sectors() * 512, shrink: None, inodes: 0, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
@@ -346,8 +349,9 @@ impl FsInner {
             return Ok(());
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
-        let bs = u64::from(self.sbi.block_size);
-        let space = len.div_ceil(bs).saturating_mul(bs);
+        // Whole clusters with bigalloc (`round_up_cluster`).
+        let unit = self.meta_sectors() * 512;
+        let space = len.div_ceil(unit).saturating_mul(unit);
         let ask = Ask { space, shrink: None, inodes: 1, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }

@@ -682,9 +682,11 @@ impl FsInner {
         self.block_ea_inodes(ino, Some(blk), &data)
     }
 
-    /// Adds `n` xattr blocks (may be negative) to the record's `i_blocks`.
+    /// Adds `n` xattr blocks (may be negative) to the record's `i_blocks`: a cluster each
+    /// with bigalloc.
     fn raw_add_xattr_blocks(&self, raw: &mut [u8], n: i64) {
-        self.raw_add_bytes(raw, n * i64::from(self.sbi.block_size));
+        // A cluster is at most 1 GiB (checked at open).
+        self.raw_add_bytes(raw, n * (self.meta_sectors() * 512) as i64);
     }
 
     /// The EA inodes xattr block `data` (block `blk` of inode `ino`, if it has one yet) names.
@@ -703,7 +705,8 @@ impl FsInner {
         if !self.sbi.ea_inode {
             return 0;
         }
-        let bs = u64::from(self.sbi.block_size);
+        // Whole clusters with bigalloc (`round_up_cluster`).
+        let bs = self.meta_sectors() * 512;
         let Ok((ents, _)) = area::entries(base, first) else { return 0 };
         ents.iter()
             .filter(|e| e.value_inum != 0 && !self.ea_is_lustre(owner, e.value_inum))

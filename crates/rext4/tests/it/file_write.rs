@@ -140,6 +140,16 @@ fn op(extents: bool) -> impl Strategy<Value = Op> {
     .boxed()
 }
 
+/// [`op`] on a bigalloc image with `ratio` blocks a cluster: collapses and inserts by whole
+/// clusters too (most of `op`'s are off the clusters, refused).
+fn cluster_op(ratio: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op(true),
+        1 => (0u64..75, 1u64..5).prop_map(move |(c, n)| Op::Collapse { blk: c * ratio, n: n * ratio }),
+        1 => (0u64..75, 1u64..5).prop_map(move |(c, n)| Op::Insert { blk: c * ratio, n: n * ratio }),
+    ]
+}
+
 /// Small writes and truncates around the inline limit (60 bytes of `i_block`, about 128 in
 /// a 256-byte record), with now and then an operation that needs blocks.
 fn small_op() -> impl Strategy<Value = Op> {
@@ -153,7 +163,9 @@ fn small_op() -> impl Strategy<Value = Op> {
 }
 
 /// Applies `op` to the engine and the model; both must agree on success or the errno.
-fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
+/// `cluster`: the cluster size in bytes (the block size without bigalloc), which collapse
+/// and insert range must be aligned to.
+fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64, cluster: u64) {
     let size = model.len() as u64;
     match *op {
         Op::Write { off, len, byte } => {
@@ -192,7 +204,9 @@ fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
         Op::Collapse { blk, n } => {
             let (off, len) = (blk * bs, n * bs);
             let r = fs.fallocate(ino, COLLAPSE, off, len);
-            if off + len >= size {
+            if off % cluster != 0 || len % cluster != 0 {
+                assert!(matches!(r, Err(Error::InvalidInput(_))), "collapse off the clusters: {r:?}");
+            } else if off + len >= size {
                 assert!(matches!(r, Err(Error::InvalidInput(_))), "collapse past the end: {r:?}");
             } else {
                 r.unwrap();
@@ -203,7 +217,9 @@ fn apply(fs: &Fs, ino: InodeNo, model: &mut Vec<u8>, op: &Op, bs: u64) {
         Op::Insert { blk, n } => {
             let (off, len) = (blk * bs, n * bs);
             let r = fs.fallocate(ino, INSERT, off, len);
-            if off >= size {
+            if off % cluster != 0 || len % cluster != 0 {
+                assert!(matches!(r, Err(Error::InvalidInput(_))), "insert off the clusters: {r:?}");
+            } else if off >= size {
                 assert!(matches!(r, Err(Error::InvalidInput(_))), "insert past the end: {r:?}");
             } else {
                 r.unwrap();
@@ -222,11 +238,16 @@ fn run_model(img: &Path, ops: &[Op], bs: u64) {
 /// straight from the device (so every operation meets pages cached by the reads before it),
 /// then checks the image with e2fsck and the kernel.
 fn run_model_with(img: &Path, ops: &[Op], bs: u64, opts: Options) {
+    run_model_clusters(img, ops, bs, bs, opts);
+}
+
+/// [`run_model_with`] on a bigalloc image of `cluster`-byte clusters.
+fn run_model_clusters(img: &Path, ops: &[Op], bs: u64, cluster: u64, opts: Options) {
     let fs = Fs::open_with(img, opts).unwrap();
     let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let mut model = Vec::new();
     for (i, op) in ops.iter().enumerate() {
-        apply(&fs, ino, &mut model, op, bs);
+        apply(&fs, ino, &mut model, op, bs, cluster);
         check_both(&fs, ino, &model, &format!("after op {i} {op:?}"));
     }
     fs.unmount().unwrap();
@@ -251,6 +272,20 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let img = mkfs(dir.path(), "m", &[], "256M");
         run_model(&img, &ops, 4096);
+    }
+
+    #[test]
+    fn model_bigalloc(ops in proptest::collection::vec(cluster_op(4), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &["-O", "bigalloc", "-C", "16384"], "256M");
+        run_model_clusters(&img, &ops, 4096, 16384, Options { writable: true, ..Options::default() });
+    }
+
+    #[test]
+    fn model_bigalloc_1k(ops in proptest::collection::vec(cluster_op(4), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let img = mkfs(dir.path(), "m", &["-b", "1024", "-O", "bigalloc", "-C", "4096"], "256M");
+        run_model_clusters(&img, &ops, 1024, 4096, Options { writable: true, ..Options::default() });
     }
 
     #[test]
@@ -546,8 +581,20 @@ fn enospc_from_many_threads() {
 #[test]
 fn kernel_written_files_are_extended_and_truncated() {
     require_kernel!();
+    kernel_files_changed(&[]);
+}
+
+/// ... on bigalloc (16 KiB clusters): the kernel's partial clusters are extended into, and
+/// punched and truncated clusters freed as the kernel would.
+#[test]
+fn kernel_written_files_are_extended_and_truncated_in_clusters() {
+    require_kernel!();
+    kernel_files_changed(&["-O", "bigalloc", "-C", "16384"]);
+}
+
+fn kernel_files_changed(mkfs_args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "k", &[], "128M");
+    let img = mkfs(dir.path(), "k", mkfs_args, "128M");
     let mut rng = Rng::new(3);
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     {
@@ -628,21 +675,6 @@ fn file_size_limits() {
             m.unmount().unwrap();
         }
     }
-}
-
-/// Images whose features rext4 cannot keep right when writing refuse a writable open rather
-/// than being damaged (`mmp` images are written: tests/it/mmp.rs).
-#[test]
-fn unsupported_write_features_refuse_writing() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "bigalloc", &["-O", "bigalloc", "-C", "16384"], "64M");
-    let r = Fs::open_with(&img, Options { writable: true, ..Options::default() });
-    assert!(r.is_err(), "bigalloc: writable open should be refused");
-    // A read-only open fails cleanly, or says why it is read-only.
-    if let Ok(fs) = Fs::open(&img) {
-        assert!(!fs.read_only_reasons().is_empty());
-    }
-    e2fsck_clean(&img);
 }
 
 /// Small files the kernel stored inline (`inline_data`) are moved into blocks when rext4
