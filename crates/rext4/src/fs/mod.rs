@@ -423,6 +423,12 @@ impl Fs {
         self.inner.sbi.block_size
     }
 
+    /// Allocation unit in bytes: the cluster of a `bigalloc` filesystem, else the block.
+    /// Collapse and insert range take whole ones.
+    pub fn cluster_size(&self) -> u64 {
+        self.inner.sbi.c2b(u64::from(self.inner.sbi.block_size))
+    }
+
     /// Why this filesystem could only be opened read-only (unknown ro_compat features, ...).
     pub fn read_only_reasons(&self) -> &[String] {
         self.inner.sbi.read_only_reasons()

@@ -245,7 +245,8 @@ struct Layout {
     inline: bool,
 }
 
-fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64) {
+/// `unit`: the bytes collapse and insert range shift by (a block, or a cluster with bigalloc).
+fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64, unit: u64) {
     let what = format!("op {i} {op:?}");
     let root = fs.root();
     match *op {
@@ -265,8 +266,8 @@ fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64) {
         }
         Op::Fallocate { file, kind, off, len, root } => {
             let (off, len) = match kind {
-                // The shifts take whole blocks.
-                Falloc::Collapse | Falloc::Insert => (off / bs * bs, len.div_ceil(bs) * bs),
+                // The shifts take whole blocks (clusters with bigalloc).
+                Falloc::Collapse | Falloc::Insert => (off / unit * unit, len.div_ceil(unit) * unit),
                 _ => (off, len),
             };
             let mode = match kind {
@@ -435,7 +436,7 @@ fn step(fs: &Fs, m: &mut Model, i: usize, op: &Op, layout: Layout, bs: u64) {
 
 fn run(img: &Path, filler: u64, ops: &[Op], layout: Layout) {
     let mut fs = open(img);
-    let bs = u64::from(fs.block_size());
+    let (bs, unit) = (u64::from(fs.block_size()), fs.cluster_size());
     let root = fs.root();
     // Most of the disk, written and committed, so that the ops meet the end of it.
     let fill = fs.create(root, b"filler", 0o644, 0, 0).unwrap().ino;
@@ -459,7 +460,7 @@ fn run(img: &Path, filler: u64, ops: &[Op], layout: Layout) {
     for (i, op) in ops.iter().enumerate() {
         match op {
             Op::Remount => fs = remount(fs, img, &m, &format!("op {i} remount")),
-            op => step(&fs, &mut m, i, op, layout, bs),
+            op => step(&fs, &mut m, i, op, layout, bs, unit),
         }
     }
     remount(fs, img, &m, "at the end");
@@ -493,6 +494,8 @@ fn case(kind: &str, reserve: &str, filler: u64, ops: &[Op]) {
         "ea_inode_quota" => (image.block_size(4096).features("ea_inode,quota"), extents),
         // Inodes run out before blocks do, in some cases.
         "few_inodes" => (image.block_size(4096).inodes(24), extents),
+        "bigalloc" => (image.block_size(4096).features("bigalloc").args(["-C", "16384"]), extents),
+        "bigalloc-1k" => (image.block_size(1024).features("bigalloc").args(["-C", "4096"]), extents),
         _ => unreachable!("layout {kind}"),
     };
     image.build(&img);
@@ -532,6 +535,8 @@ layouts! {
     full_disk_ea_inode => "ea_inode",
     full_disk_ea_inode_quota => "ea_inode_quota",
     full_disk_quota => "quota",
+    full_disk_bigalloc => "bigalloc",
+    full_disk_bigalloc_1k => "bigalloc-1k",
 }
 
 /// The case that found a block map's new indirect blocks leaked when the data block after

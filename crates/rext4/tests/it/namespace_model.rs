@@ -379,6 +379,12 @@ proptest! {
         run(&["-t", "ext3", "-b", "1024"], &ops)?;
     }
 
+    /// Clusters of four 1 KiB blocks: directories grow inside their clusters first.
+    #[test]
+    fn namespace_model_bigalloc(ops in proptest::collection::vec(op(), 1..80)) {
+        run(&["-b", "1024", "-O", "bigalloc", "-C", "4096"], &ops)?;
+    }
+
     /// Directories kept inline (in the inode) while their names fit.
     #[test]
     fn namespace_model_inline_data(ops in proptest::collection::vec(op(), 1..80)) {

@@ -177,6 +177,12 @@ fn crash_file_data_nodelalloc() {
 /// The data workload on an `inline_data` filesystem: files start inline (100 bytes fit in
 /// the record), and writes, truncates and fallocates move them into blocks or keep them
 /// inline; every crash image must show each file's own bytes only.
+/// bigalloc: data into the file's partial clusters and fresh ones, freed by whole clusters.
+#[test]
+fn crash_file_data_bigalloc() {
+    run_with("data-bigalloc", &["-O", "bigalloc", "-C", "4096"], 11, data_workload, check_data);
+}
+
 #[test]
 fn crash_file_data_inline() {
     run_with("data-inline", &["-O", "inline_data"], 6, data_workload, check_data);

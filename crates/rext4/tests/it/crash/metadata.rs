@@ -91,6 +91,13 @@ fn crash_quota() {
     run("quota", &["-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota"], 9);
 }
 
+/// bigalloc (1 KiB blocks in 4 KiB clusters): cluster bitmaps, partial clusters of
+/// directories and files, a cluster per tree and xattr block.
+#[test]
+fn crash_bigalloc() {
+    run("bigalloc", &["-O", "bigalloc", "-C", "4096"], 10);
+}
+
 #[test]
 fn crash_no_metadata_csum() {
     run("nocsum", &["-O", "^metadata_csum,^64bit"], 3);

@@ -131,13 +131,16 @@ proptest! {
         ..ProptestConfig::default()
     })]
     #[test]
-    fn random_sequences_match_a_map(ops in proptest::collection::vec(op(), 1..80), variant in 0..3u8) {
+    fn random_sequences_match_a_map(ops in proptest::collection::vec(op(), 1..80), variant in 0..4u8) {
         static DEFAULT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         static SMALL: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         static EA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        static BIGALLOC: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         let bytes = match variant {
             0 => SMALL.get_or_init(|| image(&["-I", "128", "-b", "1024", "-O", "^metadata_csum"])),
             1 => DEFAULT.get_or_init(|| image(&["-b", "4096"])),
+            // Each attribute block a cluster of its own, counted whole in i_blocks.
+            2 => BIGALLOC.get_or_init(|| image(&["-b", "1024", "-O", "bigalloc,ea_inode", "-C", "4096"])),
             // Values in EA inodes, at once (over 968 bytes) or when the block is full.
             _ => EA.get_or_init(|| image(&["-b", "1024", "-O", "ea_inode"])),
         };
