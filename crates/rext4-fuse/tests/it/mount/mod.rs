@@ -10,10 +10,12 @@
 //! `O_TMPFILE` against kernel ext4; `handles.rs`: file handles against kernel ext4; `trim.rs`: `FITRIM` against kernel ext4; `label.rs`: the volume label against kernel ext4;
 //! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4;
 //! `splice.rs`: large reads spliced from the image; `quota.rs`: quota usage kept through the mount;
-//! `casefold.rs`: casefolded directories and the kernel's name cache.
+//! `casefold.rs`: casefolded directories and the kernel's name cache; `bigalloc.rs`: a tree
+//! written into a bigalloc image against the host and kernel ext4.
 
 mod access;
 mod atime;
+mod bigalloc;
 mod casefold;
 mod data;
 mod handles;
