@@ -309,6 +309,8 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("mmp-1k", &["-b", "1024", "-O", "^metadata_csum", "-J", "size=1"], "4M"),
     // Casefolding: `big` is casefolded (its index rebuilt by e2fsck with folded hashes).
     ("casefold-1k", &["-b", "1024", "-O", "^metadata_csum,casefold,^has_journal"], "2M"),
+    // Clusters of four blocks (the filesystem starting at block 0), with a journal.
+    ("bigalloc-1k", &["-b", "1024", "-O", "^metadata_csum,bigalloc", "-C", "4096", "-J", "size=1"], "4M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
