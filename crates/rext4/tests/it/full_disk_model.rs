@@ -496,6 +496,10 @@ fn case(kind: &str, reserve: &str, filler: u64, ops: &[Op]) {
         "few_inodes" => (image.block_size(4096).inodes(24), extents),
         "bigalloc" => (image.block_size(4096).features("bigalloc").args(["-C", "16384"]), extents),
         "bigalloc-1k" => (image.block_size(1024).features("bigalloc").args(["-C", "4096"]), extents),
+        // Usage charged in whole clusters, which e2fsck checks for every id.
+        "bigalloc-quota" => {
+            (image.block_size(4096).features("bigalloc,quota").args(["-C", "16384"]), extents)
+        }
         _ => unreachable!("layout {kind}"),
     };
     image.build(&img);
@@ -537,6 +541,7 @@ layouts! {
     full_disk_quota => "quota",
     full_disk_bigalloc => "bigalloc",
     full_disk_bigalloc_1k => "bigalloc-1k",
+    full_disk_bigalloc_quota => "bigalloc-quota",
 }
 
 /// The case that found a block map's new indirect blocks leaked when the data block after
