@@ -468,7 +468,11 @@ fn seek_data_and_hole_match_the_kernel() {
 #[test]
 fn concurrent_writers_share_groups() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, args) in [("ext4", &[][..]), ("ext3", &["-t", "ext3"][..])] {
+    for (name, args) in [
+        ("ext4", &[][..]),
+        ("ext3", &["-t", "ext3"][..]),
+        ("bigalloc", &["-O", "bigalloc", "-C", "16384"][..]),
+    ] {
         let img = mkfs(dir.path(), name, args, "256M");
         let fs = rw(&img);
         let threads = 8;
