@@ -150,10 +150,6 @@ impl FsInner {
     /// Refuses tags naming what no fast commit of a sound filesystem names: inodes out of
     /// range or reserved (the root aside), blocks outside the data area, bad names.
     pub(crate) fn check_fast_commit_tags(&self, tags: &[Tag]) -> Result<()> {
-        if self.sbi.cluster_bits > 0 && !tags.is_empty() {
-            // Their ranges name blocks; applying them in clusters is not done here.
-            return Err(Error::NotSupported("fast commits to replay on a bigalloc filesystem".into()));
-        }
         let sb = &self.sbi.sb;
         let special = [
             sb.s_journal_inum.get(),
@@ -267,11 +263,16 @@ impl FsInner {
         Ok(())
     }
 
-    /// The blocks `inode`'s map names (data and tree), as runs, and how many.
+    /// The blocks `inode`'s map names (data and tree), as runs, and how many: with bigalloc
+    /// the whole clusters they touch, each once (a cluster is the file's, or free, whole).
     fn mapped_runs(&self, inode: &Inode) -> Result<(Vec<Run>, u64)> {
         let owned = self.owned_blocks(inode)?;
         let mut runs: Vec<Run> = owned.data.iter().map(|&(s, l)| (s, s + l)).collect();
         runs.extend(owned.meta.iter().map(|&b| (b, b + 1)));
+        if self.sbi.cluster_bits > 0 {
+            let mask = self.sbi.cluster_mask();
+            runs = merged(runs.into_iter().map(|(s, e)| (s & !mask, (e + mask) & !mask)).collect());
+        }
         let n = runs.iter().map(|(s, e)| e - s).sum();
         Ok((runs, n))
     }
@@ -461,7 +462,8 @@ impl FsInner {
             if raw_flags(&raw) & (HUGE_FILE_FL | INLINE_DATA_FL) == 0 {
                 let other = match was {
                     Some((_, other)) => *other,
-                    None if rec_ref(&raw).file_acl() != 0 => spb,
+                    // An attribute block: a cluster's worth with bigalloc.
+                    None if rec_ref(&raw).file_acl() != 0 => self.meta_sectors(),
                     None => 0,
                 };
                 rec(&mut raw).set_blocks(mapped * spb + other);

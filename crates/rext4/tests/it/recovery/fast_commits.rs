@@ -212,18 +212,24 @@ fn fast_commit_case(name: &str, mkfs: &[&str]) {
     fs.unmount().unwrap();
     assert_fsck_clean(&again, name);
 
-    // The kernel's own replay of the same copy shows the same files.
+    // The kernel's own replay of the same copy shows the same files, once e2fsck has
+    // mended what that replay gets wrong (on bigalloc, `i_blocks` counted by blocks where
+    // clusters are due; rext4's is clean, checked above).
     let theirs = copy(&crash, &dir.join("theirs"));
+    RwMount::new(&theirs, "noatime").unwrap_or_else(|e| panic!("{name}: kernel replay: {e}")).unmount();
+    let kernel_problems = fsck_problems(&theirs);
+    eprintln!("{name}: {report:?}; e2fsck after the kernel's own replay: {kernel_problems:?}");
+    if !kernel_problems.is_empty() {
+        e2fsck(&theirs, "-fy");
+    }
     {
-        let m = RwMount::new(&theirs, "noatime").unwrap_or_else(|e| panic!("{name}: kernel replay: {e}"));
+        let m = KernelMount::ro(&theirs).unwrap_or_else(|e| panic!("{name}: {e}"));
         let k = walk_kernel(m.path());
         assert_no_diff(
             &format!("{name}: rext4's replay vs the kernel's"),
             &diff_full("rext4", &comparable(&ours_walk, false), "kernel", &comparable(&k, false)),
         );
     }
-    let kernel_problems = fsck_problems(&theirs);
-    eprintln!("{name}: {report:?}; e2fsck after the kernel's own replay: {kernel_problems:?}");
 }
 
 #[test]
@@ -240,6 +246,10 @@ fn kernel_fast_commits_replay() {
         // Small files and directories inside their inodes.
         ("creates", &["-O", "inline_data"][..]),
         ("late", &["-O", "inline_data", "-b", "4096"][..]),
+        // Clusters of four blocks: ranges added and removed inside them.
+        ("ranges", &["-b", "4096", "-O", "bigalloc", "-C", "16384"][..]),
+        ("reuse", &["-b", "1024", "-O", "bigalloc", "-C", "4096"][..]),
+        ("handover", &["-b", "4096", "-O", "bigalloc", "-C", "16384"][..]),
     ] {
         fast_commit_case(name, mkfs);
     }
