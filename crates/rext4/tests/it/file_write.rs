@@ -534,8 +534,18 @@ fn concurrent_writers_share_groups() {
 /// ENOSPC, the image stays clean, and freeing space makes writes work again.
 #[test]
 fn enospc_from_many_threads() {
+    enospc_from_threads(&[]);
+}
+
+/// ... on bigalloc (4 KiB clusters of 1 KiB blocks): the last clusters go, then `ENOSPC`.
+#[test]
+fn enospc_from_many_threads_in_clusters() {
+    enospc_from_threads(&["-b", "1024", "-O", "bigalloc", "-C", "4096"]);
+}
+
+fn enospc_from_threads(mkfs_args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path(), "full", &[], "32M");
+    let img = mkfs(dir.path(), "full", mkfs_args, "32M");
     let fs = rw(&img);
     let written: Vec<(String, u64)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..4)
