@@ -37,7 +37,7 @@ const RO_COMPAT_KNOWN: RoCompat = RoCompat::SPARSE_SUPER
     .union(RoCompat::PROJECT)
     .union(RoCompat::VERITY)
     .union(RoCompat::ORPHAN_PRESENT)
-    // Read; a writable open is refused with a reason of its own (see `geometry`).
+    // Read and written (map/cluster.rs); `geometry` keeps odd layouts read-only.
     .union(RoCompat::BIGALLOC);
 
 /// Geometry and policy derived from the superblock; constant while the filesystem is open.
@@ -236,10 +236,15 @@ impl SbInfo {
             (u64::from(inodes_per_group) * inode_size as u64).div_ceil(u64::from(block_size));
 
         let mut ro_reasons = Vec::new();
-        if bigalloc && blocks_count & ((1 << cluster_bits) - 1) != 0 {
+        if bigalloc && blocks_count & ((1u64 << cluster_bits) - 1) != 0 {
             // mke2fs rounds the size down to whole clusters; a last cluster cut short would
             // have blocks past the end to hand out.
             ro_reasons.push("bigalloc: the block count is not a whole number of clusters".into());
+        }
+        if bigalloc && first_data_block != 0 {
+            // Clusters are counted from block 0 (a block's offset in its cluster is
+            // `blk & mask`); groups starting at block 1 would cut every cluster in two.
+            ro_reasons.push("bigalloc: the first data block is not 0".into());
         }
         let unknown_ro = ro.difference(RO_COMPAT_KNOWN);
         if !unknown_ro.is_empty() {
