@@ -101,18 +101,15 @@ impl FsInner {
     /// block takes a cluster, this is one block (the first of a cluster) at a time. File
     /// data takes clusters through [`FsInner::alloc_clusters`].
     pub(crate) fn alloc_blocks(&self, h: &Handle, goal: u64, want: u32, pool: Pool) -> Result<(u64, u32)> {
-        if self.sbi.cluster_bits > 0 {
-            let (blk, _) = self.alloc_units_below(h, goal, 1, pool, ADDRESSABLE_END)?;
-            return Ok((blk, 1));
-        }
-        self.alloc_units_below(h, goal, want, pool, ADDRESSABLE_END)
+        let want = if self.sbi.cluster_bits > 0 { 1 } else { want };
+        self.alloc_blocks_below(h, goal, want, pool, ADDRESSABLE_END)
     }
 
     /// Allocates up to `want` contiguous clusters near block `goal` (at least one); returns
     /// the first block (the start of a cluster) and the number of clusters. Without bigalloc
     /// a cluster is a block.
     pub(crate) fn alloc_clusters(&self, h: &Handle, goal: u64, want: u32, pool: Pool) -> Result<(u64, u32)> {
-        self.alloc_units_below(h, goal, want, pool, ADDRESSABLE_END)
+        self.alloc_blocks_below(h, goal, want, pool, ADDRESSABLE_END)
     }
 
     /// The clusters an allocation from `pool` must leave free.
@@ -131,26 +128,10 @@ impl FsInner {
         }
     }
 
-    /// [`FsInner::alloc_blocks`] in the groups that lie wholly below block `end` (block
-    /// maps: no bigalloc).
+    /// Allocates up to `want` bitmap bits (clusters; blocks without bigalloc) in a row near
+    /// block `goal`, in the groups that lie wholly below block `end`; returns the first block
+    /// and the count of bits.
     pub(crate) fn alloc_blocks_below(
-        &self,
-        h: &Handle,
-        goal: u64,
-        want: u32,
-        pool: Pool,
-        end: u64,
-    ) -> Result<(u64, u32)> {
-        if self.sbi.cluster_bits > 0 {
-            // The kernel maps blocks of such files one at a time, never clusters.
-            return Err(Error::NotSupported("block-mapped files on a bigalloc filesystem".into()));
-        }
-        self.alloc_units_below(h, goal, want, pool, end)
-    }
-
-    /// Allocates up to `want` bitmap bits (clusters) in a row near block `goal`, in the
-    /// groups wholly below block `end`; returns the first block and the count of bits.
-    fn alloc_units_below(
         &self,
         h: &Handle,
         goal: u64,

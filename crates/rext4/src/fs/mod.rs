@@ -426,7 +426,7 @@ impl Fs {
     /// Allocation unit in bytes: the cluster of a `bigalloc` filesystem, else the block.
     /// Collapse and insert range take whole ones.
     pub fn cluster_size(&self) -> u64 {
-        self.inner.sbi.c2b(u64::from(self.inner.sbi.block_size))
+        self.inner.sbi.cluster_bytes()
     }
 
     /// Why this filesystem could only be opened read-only (unknown ro_compat features, ...).

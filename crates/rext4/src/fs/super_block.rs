@@ -395,6 +395,12 @@ impl SbInfo {
         n << self.cluster_bits
     }
 
+    /// Bytes in a cluster (a block without bigalloc): what a file's metadata block costs
+    /// its `i_blocks`, and the unit collapse and insert range shift by.
+    pub(crate) fn cluster_bytes(&self) -> u64 {
+        self.c2b(u64::from(self.block_size))
+    }
+
     /// Blocks in a cluster, less one: the offset of a block in its cluster is `blk & mask`.
     pub(crate) fn cluster_mask(&self) -> u64 {
         self.c2b(1) - 1

@@ -664,8 +664,7 @@ impl FsInner {
         } else {
             512
         };
-        let xattr_block = self.meta_sectors() * 512;
-        let left = (if acl != 0 { xattr_block } else { 0 } + charged) / unit;
+        let left = (if acl != 0 { self.sbi.cluster_bytes() } else { 0 } + charged) / unit;
         let mut r = rec(&mut raw);
         // Below 2^32 (value sizes are checked to 2^24 per entry), so i_blocks_high stays 0,
         // as it must without huge_file.

@@ -60,47 +60,36 @@ impl FsInner {
         quota: bool,
     ) -> Result<DataAlloc> {
         let bits = self.sbi.cluster_bits;
-        if bits == 0 {
-            let want = if quota {
-                u32::try_from(self.quota_blocks_allowed(inode, raw, u64::from(want))?).unwrap_or(want)
-            } else {
-                want
-            };
-            let claimed = if quota { u64::from(want) } else { 0 };
-            let (p, n) = match self.alloc_data_blocks(h, inode, lblk, goal, want, appending, pool) {
-                Ok(x) => x,
-                Err(e) => {
-                    self.quota_unclaim_blocks(inode, claimed);
-                    return Err(e);
-                }
-            };
-            let n = u64::from(n);
-            self.quota_unclaim_blocks(inode, claimed.saturating_sub(n));
-            return Ok(DataAlloc { p, n, fresh: (p, n), claimed: claimed.min(n) });
-        }
         let mask = self.sbi.cluster_mask();
-        let ratio = mask + 1;
         let lc = lblk & !mask;
-        if let Some(pc) = self.file_cluster(inode, raw, lc)? {
-            // Invariant 2: the rest of this logical cluster is already the file's.
-            let n = u64::from(want).min(lc + ratio - lblk);
-            return Ok(DataAlloc { p: pc + (lblk & mask), n, fresh: (0, 0), claimed: 0 });
-        }
-        // Fresh clusters, stopping before a logical cluster the file has a block of (its
-        // blocks in the hole go in that one's cluster, on a later call).
         let mut end = lblk + u64::from(want);
-        if end & mask != 0 && end & !mask > lc && self.file_cluster(inode, raw, end & !mask)?.is_some() {
-            end &= !mask;
+        if bits > 0 {
+            if let Some(pc) = self.file_cluster(inode, raw, lc)? {
+                // Invariant 2: the rest of this logical cluster is already the file's.
+                let n = u64::from(want).min(lc + mask + 1 - lblk);
+                return Ok(DataAlloc { p: pc + (lblk & mask), n, fresh: (0, 0), claimed: 0 });
+            }
+            // Fresh clusters, stopping before a logical cluster the file has a block of (its
+            // blocks in the hole go in that one's cluster, on a later call).
+            if end & mask != 0 && end & !mask > lc && self.file_cluster(inode, raw, end & !mask)?.is_some() {
+                end &= !mask;
+            }
         }
         let off = lblk & mask;
-        let mut clusters = (off + end - lblk).div_ceil(ratio);
+        let mut clusters = (off + end - lblk).div_ceil(mask + 1);
         let mut claimed = 0;
         if quota {
             claimed = self.quota_blocks_allowed(inode, raw, self.sbi.c2b(clusters))?;
             clusters = clusters.min(claimed >> bits);
         }
         let ask = u32::try_from(clusters).unwrap_or(u32::MAX);
-        let (c0, got) = match self.alloc_clusters(h, goal, ask, pool) {
+        // Per-inode reserves only without bigalloc (a cluster is already a run).
+        let got = if bits == 0 {
+            self.alloc_data_blocks(h, inode, lblk, goal, ask, appending, pool)
+        } else {
+            self.alloc_clusters(h, goal, ask, pool)
+        };
+        let (c0, got) = match got {
             Ok(x) => x,
             Err(e) => {
                 self.quota_unclaim_blocks(inode, claimed);
@@ -205,7 +194,7 @@ impl FsInner {
     /// Collapse and insert range move blocks by whole clusters only (invariant 2): `EINVAL`
     /// for an offset or length in bytes that is not a multiple of the cluster size.
     pub(crate) fn check_cluster_aligned(&self, offset: u64, len: u64) -> Result<()> {
-        let unit = self.sbi.c2b(1) * u64::from(self.sbi.block_size);
+        let unit = self.sbi.cluster_bytes();
         if !offset.is_multiple_of(unit) || !len.is_multiple_of(unit) {
             return Err(Error::InvalidInput("range not aligned to the cluster size"));
         }

@@ -500,7 +500,7 @@ impl FsInner {
     /// What a metadata block of a file (a tree block, an xattr block) adds to its `i_blocks`:
     /// the sectors of a cluster (a block without bigalloc; map/cluster.rs invariant 5).
     pub(crate) fn meta_sectors(&self) -> u64 {
-        self.sbi.c2b(1) * u64::from(self.sbi.block_size / 512)
+        self.sbi.cluster_bytes() / 512
     }
 
     /// Writes a tree block (new or existing) through the journal, with its checksum.

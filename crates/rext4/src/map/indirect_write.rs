@@ -117,6 +117,11 @@ impl FsInner {
         goal: u64,
         pool: Pool,
     ) -> Result<u64> {
+        if self.sbi.cluster_bits > 0 {
+            // Block maps take blocks one at a time, never clusters (mke2fs and the kernel make
+            // no such file on bigalloc).
+            return Err(Error::NotSupported("block-mapped files on a bigalloc filesystem".into()));
+        }
         let Some((slot, offs)) = self.ind_path(lblk) else { return Err(Error::FileTooBig) };
         let index_pool = if pool == Pool::Reserved { Pool::NoFail } else { pool };
         // The chain's last block, b[n], is the data block; b[first_missing..=n] are new.

@@ -332,7 +332,7 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
         // A cluster with bigalloc.
-        let ask = Ask { space: self.meta_sectors() * 512, shrink: None, inodes: 0, rsv: false };
+        let ask = Ask { space: self.sbi.cluster_bytes(), shrink: None, inodes: 0, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())
     }
 
@@ -350,7 +350,7 @@ impl FsInner {
         }
         let Some(c) = self.quota_charge_ino(ino.0, raw) else { return Ok(()) };
         // Whole clusters with bigalloc (`round_up_cluster`).
-        let unit = self.meta_sectors() * 512;
+        let unit = self.sbi.cluster_bytes();
         let space = len.div_ceil(unit).saturating_mul(unit);
         let ask = Ask { space, shrink: None, inodes: 1, rsv: false };
         self.quota_admit_for(&*self.iget(ino)?, c.ids.map(Some), ask).map(|_| ())

@@ -686,7 +686,7 @@ impl FsInner {
     /// with bigalloc.
     fn raw_add_xattr_blocks(&self, raw: &mut [u8], n: i64) {
         // A cluster is at most 1 GiB (checked at open).
-        self.raw_add_bytes(raw, n * (self.meta_sectors() * 512) as i64);
+        self.raw_add_bytes(raw, n * self.sbi.cluster_bytes() as i64);
     }
 
     /// The EA inodes xattr block `data` (block `blk` of inode `ino`, if it has one yet) names.
@@ -706,7 +706,7 @@ impl FsInner {
             return 0;
         }
         // Whole clusters with bigalloc (`round_up_cluster`).
-        let bs = self.meta_sectors() * 512;
+        let bs = self.sbi.cluster_bytes();
         let Ok((ents, _)) = area::entries(base, first) else { return 0 };
         ents.iter()
             .filter(|e| e.value_inum != 0 && !self.ea_is_lustre(owner, e.value_inum))
