@@ -45,6 +45,13 @@ struct Cli {
     /// recovery (the kernel's `journal_path=`; for `mount`, the same as `-o journal_path=`).
     #[arg(long = "journal", id = "journal_device", global = true, value_name = "PATH")]
     journal_device: Option<PathBuf>,
+    /// A master key of encrypted directories, as raw bytes in FILE (what `fscryptctl add_key`
+    /// reads), for v2 policies; may be given more than once (for `mount`, `-o key=FILE`).
+    #[arg(long = "key", global = true, value_name = "FILE")]
+    keys: Vec<String>,
+    /// A master key for v1 policies, named by its 16-hex-digit descriptor (`-o key_v1=`).
+    #[arg(long = "key-v1", global = true, value_name = "DESCRIPTOR:FILE")]
+    v1_keys: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -249,9 +256,21 @@ fn main() -> ExitCode {
         return code;
     }
     let mut cli = Cli::parse();
-    modify::set_journal(cli.journal_device.clone());
-    if let (Some(j), Cmd::Mount { options, .. }) = (&cli.journal_device, &mut cli.cmd) {
-        options.push(format!("journal_path={}", j.display()));
+    let keys = cli.keys.iter().map(|k| ("key", k)).chain(cli.v1_keys.iter().map(|k| ("key_v1", k)));
+    let keys = match keys.map(|(o, k)| rext4_fuse::load_key(o, k)).collect::<Result<Vec<_>, _>>() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("rext4: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    modify::set_open_args(cli.journal_device.clone(), keys);
+    if let Cmd::Mount { options, .. } = &mut cli.cmd {
+        if let Some(j) = &cli.journal_device {
+            options.push(format!("journal_path={}", j.display()));
+        }
+        options.extend(cli.keys.iter().map(|k| format!("key={k}")));
+        options.extend(cli.v1_keys.iter().map(|k| format!("key_v1={k}")));
     }
     // Reproducible builds: every time the command stamps is SOURCE_DATE_EPOCH.
     if let Some(t) = std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|v| v.trim().parse().ok()) {

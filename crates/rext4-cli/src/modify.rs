@@ -25,17 +25,20 @@ pub(crate) fn writable_options() -> Options {
     }
 }
 
-/// The journal device `--journal` names, for every open of the command.
-static JOURNAL: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+/// The journal device `--journal` names and the keys `--key` and `--key-v1` give, for every
+/// open of the command.
+static OPEN_ARGS: std::sync::OnceLock<(Option<std::path::PathBuf>, Vec<rext4::EncryptionKey>)> =
+    std::sync::OnceLock::new();
 
-/// Records `--journal` (once, at start).
-pub(crate) fn set_journal(path: Option<std::path::PathBuf>) {
-    let _ = JOURNAL.set(path);
+/// Records `--journal`, `--key` and `--key-v1` (once, at start).
+pub(crate) fn set_open_args(journal: Option<std::path::PathBuf>, keys: Vec<rext4::EncryptionKey>) {
+    let _ = OPEN_ARGS.set((journal, keys));
 }
 
-/// How commands that only read open an image: with the journal device `--journal` names.
+/// How commands that only read open an image: with the journal device and keys given.
 pub(crate) fn read_options() -> Options {
-    Options { journal_path: JOURNAL.get().cloned().flatten(), ..Options::default() }
+    let (journal_path, encryption_keys) = OPEN_ARGS.get().cloned().unwrap_or_default();
+    Options { journal_path, encryption_keys, ..Options::default() }
 }
 
 fn apply(target: &str, ch: &SetAttr, follow: bool) -> CliResult {

@@ -13,6 +13,7 @@ pub mod dx;
 pub mod extent;
 pub mod fast_commit;
 pub mod features;
+pub mod fscrypt;
 pub mod group_desc;
 pub mod hash;
 pub mod inode;

@@ -40,7 +40,7 @@ pub use bind::{bind, mounted_image};
 pub use diagnose::{check_mountpoint, mount_error};
 pub use fuser::TransportStats;
 pub use memfs::serve_memfs;
-pub use options::{Atime, ErrorBehavior, LockMode, MountOptions};
+pub use options::{load_key, Atime, ErrorBehavior, LockMode, MountOptions};
 
 use adapter::{Adapter, Shared};
 use errno::ErrorPolicy;

@@ -44,6 +44,9 @@ pub struct MountOptions {
     /// The journal device of a filesystem whose journal is on one of its own
     /// (`journal_path=PATH`, as the kernel's option; an image file or a block device).
     pub journal_path: Option<std::path::PathBuf>,
+    /// Master keys of encrypted directories (`key=FILE`, raw key bytes, for v2 policies;
+    /// `key_v1=DESCRIPTOR:FILE` for v1 ones; each may be given more than once).
+    pub keys: Vec<rext4::EncryptionKey>,
     /// Bytes of metadata to cache (`cache=MiB`); `None` keeps the engine's default.
     pub cache_bytes: Option<usize>,
     /// POSIX ACLs enforced and inherited (`acl`, the default, or `noacl`).
@@ -92,6 +95,7 @@ impl Default for MountOptions {
             subtype: "rext4".into(),
             norecovery: false,
             journal_path: None,
+            keys: Vec::new(),
             cache_bytes: None,
             acl: true,
             atime: Atime::Relatime,
@@ -217,6 +221,20 @@ fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
     Some(why.to_string())
 }
 
+/// A master key named by `key=FILE` (v2) or `key_v1=DESCRIPTOR:FILE` (v1), also what the
+/// command's `--key` and `--key-v1` take.
+pub fn load_key(option: &str, spec: &str) -> Result<rext4::EncryptionKey, String> {
+    let (desc, file) = match option {
+        "key_v1" => match spec.split_once(':') {
+            Some((d, f)) => (Some(d), f),
+            None => return Err(format!("{option}={spec}: expected DESCRIPTOR:FILE")),
+        },
+        _ => (None, spec),
+    };
+    rext4::EncryptionKey::from_file(std::path::Path::new(file), desc)
+        .map_err(|e| format!("{option}={spec}: {e}"))
+}
+
 fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
     v.ok_or_else(|| format!("option {key} needs a value"))
 }
@@ -280,6 +298,7 @@ impl MountOptions {
                 "journal_path" => {
                     self.journal_path = Some(std::path::PathBuf::from(need(key, val)?));
                 }
+                "key" | "key_v1" => self.keys.push(load_key(key, need(key, val)?)?),
                 "commit" => {
                     let v = need(key, val)?;
                     let secs: u64 = v.parse().map_err(|_| format!("commit={v}: not a number of seconds"))?;
@@ -449,6 +468,7 @@ impl MountOptions {
             nodiratime: self.nodiratime,
             quota_limits: self.quota,
             journal_path: self.journal_path.clone(),
+            encryption_keys: self.keys.clone(),
             ..rext4::Options::default()
         };
         if let Some(c) = self.commit {

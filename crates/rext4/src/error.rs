@@ -79,6 +79,9 @@ pub enum Error {
     /// A link or rename into a directory that passes on a project (`PROJINHERIT`) of a file in
     /// another project (`EXDEV`, as ext4 answers so that tools copy instead).
     CrossProject,
+    /// A link or rename into an encrypted directory of a file without its policy (`EXDEV`,
+    /// the kernel's `fscrypt_has_permitted_context`).
+    CrossPolicy,
 }
 
 impl Error {
@@ -115,7 +118,7 @@ impl Error {
             Error::WouldBlock => libc::EAGAIN,
             Error::Deadlock => libc::EDEADLK,
             Error::Interrupted => libc::EINTR,
-            Error::CrossProject => libc::EXDEV,
+            Error::CrossProject | Error::CrossPolicy => libc::EXDEV,
         }
     }
 
@@ -164,6 +167,7 @@ impl fmt::Display for Error {
             Error::CrossProject => {
                 f.write_str("the file belongs to another project than the directory passes on")
             }
+            Error::CrossPolicy => f.write_str("the file is not encrypted with the directory's policy"),
         }
     }
 }

@@ -8,6 +8,7 @@
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, unreachable_pub)]
 
 mod cli;
+mod encrypt;
 mod first_steps;
 mod hostile;
 mod image_lock;

@@ -306,7 +306,10 @@ impl FsInner {
         offset: u64,
         data: &[u8],
     ) -> Result<Option<usize>> {
-        if !self.wb.enabled || data.len() >= DELAY_MAX {
+        // Encrypted files allocate at once: their pages would have to be encrypted at
+        // writeback, and reads of them go to the device (crypto/contents.rs).
+        if !self.wb.enabled || data.len() >= DELAY_MAX || inode.flags() & rext4_format::inode::ENCRYPT_FL != 0
+        {
             return Ok(None);
         }
         let bs = u64::from(self.sbi.block_size);

@@ -53,6 +53,13 @@ impl FsInner {
         {
             return Err(Error::NotPermitted);
         }
+        // Encrypted blocks are bound to their logical numbers (the XTS tweak): moving them
+        // would need them encrypted again (`ext4_fallocate`).
+        if flags & rext4_format::inode::ENCRYPT_FL != 0
+            && mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE) != 0
+        {
+            return Err(Error::NotSupported("collapse or insert range on an encrypted file".into()));
+        }
         if flags & INLINE_DATA_FL != 0 {
             let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
             self.inline_to_blocks(&journal, &inode)?;

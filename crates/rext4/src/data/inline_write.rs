@@ -288,6 +288,10 @@ impl FsInner {
 /// a block may, whatever its size (the kernel's `EXT4_STATE_MAY_INLINE_DATA`), unless delayed
 /// writes hold its data until they get blocks (data/delalloc.rs).
 fn may_inline(inode: &Inode, raw: &[u8]) -> bool {
+    // Encrypted contents are never inline (`ext4_set_context` moves them out).
+    if raw_flags(raw) & rext4_format::inode::ENCRYPT_FL != 0 {
+        return false;
+    }
     raw_flags(raw) & INLINE_DATA_FL != 0
         || (raw_blocks(raw) == 0 && inode.dirty_pages.load(std::sync::atomic::Ordering::Acquire) == 0)
 }

@@ -41,7 +41,7 @@ pub(crate) fn may_read_in_place(len: usize) -> bool {
 /// default `read_ahead_kb`).
 const READAHEAD_BLOCKS: u64 = 32;
 /// Most blocks one miss reads.
-const MAX_RUN_BLOCKS: u64 = 64;
+pub(crate) const MAX_RUN_BLOCKS: u64 = 64;
 
 impl FsInner {
     /// `read(2)` on a regular file; with `touch`, then its access time as the mount's mode
@@ -52,10 +52,9 @@ impl FsInner {
             let _d = inode.data_sem.read();
             // A read of no bytes touches nothing (`filemap_read`).
             let (flags, size, facts) = self.read_facts(inode, touch && !buf.is_empty())?;
-            if flags & ENCRYPT_FL != 0 {
-                return Err(Error::NoKey);
-            }
-            let n = if buf.len() >= DIRECT_READ || !self.pcache.enabled() || flags & INLINE_DATA_FL != 0 {
+            let n = if flags & ENCRYPT_FL != 0 {
+                self.read_encrypted(inode, size, offset, buf)?
+            } else if buf.len() >= DIRECT_READ || !self.pcache.enabled() || flags & INLINE_DATA_FL != 0 {
                 if buf.len() >= DIRECT_READ {
                     self.pcache.stats.direct.fetch_add(1, Relaxed);
                 }

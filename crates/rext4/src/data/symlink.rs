@@ -28,9 +28,18 @@ impl FsInner {
         if d.file_type() != S_IFLNK {
             return Err(Error::InvalidInput("not a symbolic link"));
         }
-        if d.flags() & ENCRYPT_FL != 0 {
-            return Err(Error::NoKey);
+        let encrypted = d.flags() & ENCRYPT_FL != 0;
+        let stored = self.readlink_stored(inode, encrypted)?;
+        if encrypted {
+            return self.present_symlink(inode, &stored);
         }
+        Ok(stored)
+    }
+
+    /// The bytes a symbolic link stores as its target (ciphertext and its length, for an
+    /// encrypted one).
+    fn readlink_stored(&self, inode: &Inode, encrypted: bool) -> Result<Vec<u8>> {
+        let d = inode.disk();
         let ino = inode.ino;
         let size = d.size();
         let bad = |what| corrupt(CorruptKind::Symlink { ino, what });
@@ -61,7 +70,8 @@ impl FsInner {
                 _ => return bad("target block missing"),
             }
         };
-        if v.contains(&0) {
+        // Ciphertext may hold any byte.
+        if !encrypted && v.contains(&0) {
             return bad("target shorter than its size");
         }
         Ok(v)

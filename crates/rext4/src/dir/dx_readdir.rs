@@ -43,6 +43,11 @@ fn hash2pos(major: u32, minor: u32) -> u64 {
     (u64::from(major >> 1) << 32) | u64::from(minor)
 }
 
+/// The position of an entry of hash `(major, minor)` in a hash-order listing.
+pub(crate) fn hash_pos(major: u32, minor: u32) -> u64 {
+    hash2pos(major, minor)
+}
+
 /// The major hash a position starts at (`pos2maj_hash`, which keeps the low 32 bits too).
 fn pos2major(pos: u64) -> u32 {
     rext4_format::split::lo32((pos >> 32) << 1)
@@ -62,7 +67,7 @@ type Where = (u32, usize);
 impl FsInner {
     /// Whether `dir` is read in hash order: indexed, or a single block, on a dir_index
     /// filesystem (the kernel's `is_dx_dir`).
-    pub(super) fn hash_order_readdir(&self, dir: &Inode) -> bool {
+    pub(crate) fn hash_order_readdir(&self, dir: &Inode) -> bool {
         if !self.sbi.dir_index {
             return false;
         }
@@ -70,17 +75,18 @@ impl FsInner {
             || (dir.size() == u64::from(self.sbi.block_size) && self.default_dx_hash().is_some())
     }
 
-    /// Hash-order readdir of `dir` from position `pos`.
+    /// Hash-order readdir of `dir` from position `pos`; `f` gets each entry with its own
+    /// position (`None` when the index is unusable and blocks are read in order).
     pub(super) fn dx_readdir(
         &self,
         dir: &Inode,
         pos: u64,
-        mut f: impl FnMut(DirEntry) -> bool,
+        mut f: impl FnMut(DirEntry, Option<u64>) -> bool,
     ) -> Result<()> {
         if pos & LINEAR_POS != 0 {
             return self.readdir_linear(dir, pos & !LINEAR_POS, |mut e| {
                 e.next |= LINEAR_POS;
-                f(e)
+                f(e, None)
             });
         }
         // What this call has handed out, in case the index turns out to be unusable midway.
@@ -103,7 +109,7 @@ impl FsInner {
                 if let Some(g) = given.as_mut() {
                     g.insert(w);
                 }
-                if !f(e) {
+                if !f(e, Some(p)) {
                     return Ok(());
                 }
             }
@@ -120,7 +126,7 @@ impl FsInner {
         &self,
         dir: &Inode,
         given: Option<HashSet<Where>>,
-        mut f: impl FnMut(DirEntry) -> bool,
+        mut f: impl FnMut(DirEntry, Option<u64>) -> bool,
     ) -> Result<()> {
         let Some(given) = given else {
             let what = "htree index unusable while reading the directory";
@@ -133,7 +139,7 @@ impl FsInner {
             let off = crate::num::usize_from(e.next - lblk * bs);
             let given_here = u32::try_from(lblk).is_ok_and(|l| given.contains(&(l, off)));
             e.next |= LINEAR_POS;
-            given_here || f(e)
+            given_here || f(e, None)
         })
     }
 

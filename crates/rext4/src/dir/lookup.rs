@@ -76,8 +76,14 @@ impl FsInner {
             return Err(Error::InvalidInput("name contains '/' or NUL"));
         }
         if dir.flags() & ENCRYPT_FL != 0 {
-            return Err(Error::NoKey);
+            let disk = self.disk_name(dir, name, crate::crypto::fname::NameUse::Find)?;
+            return self.lookup_disk(dir, &disk);
         }
+        self.lookup_disk(dir, name)
+    }
+
+    /// [`FsInner::lookup`] of an on-disk name (ciphertext in an encrypted directory).
+    pub(crate) fn lookup_disk(&self, dir: &Inode, name: &[u8]) -> Result<Arc<Inode>> {
         // `.` and `..` are not cached: a removed directory's number may come back as another
         // directory with another parent.
         if name == b"." || name == b".." {
@@ -201,7 +207,7 @@ impl FsInner {
                 Err(DxFail::Fallback) => {}
             }
         }
-        match self.lookup(dir, name) {
+        match self.lookup_disk(dir, name) {
             Ok(_) => Err(Error::Exists),
             Err(Error::NotFound) => self.check_new_name(dir, name).map(|()| None),
             Err(e) => Err(e),

@@ -166,17 +166,60 @@ impl FsInner {
     /// `readdir`: calls `f` for each entry from position `pos` until it returns false.
     /// Indexed and one-block directories use hash positions (dir/dx_readdir.rs), others byte
     /// positions.
-    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+    /// Names are as stored (ciphertext in an encrypted directory: [`FsInner::readdir_shown`]
+    /// shows them).
+    pub(crate) fn readdir(&self, dir: &Inode, pos: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        self.readdir_at(dir, pos, |e, _| f(e))
+    }
+
+    /// `readdir` as a caller sees it: in an encrypted directory, names decrypted or shown as
+    /// no-key names (crypto/fname.rs).
+    pub(crate) fn readdir_shown(
+        &self,
+        dir: &Inode,
+        pos: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        if dir.flags() & ENCRYPT_FL == 0 || !dir.is_dir() {
+            return self.readdir(dir, pos, f);
+        }
+        let crypt = self.inode_crypt(dir)?;
+        let mut failed = None;
+        self.readdir_at(dir, pos, |mut e, at| {
+            // An entry's dirhash is its position's (`hash2pos` keeps all but the major's low
+            // bit, which ext4's hashes never set); none outside hash order.
+            let (major, minor) = at.map_or((0, 0), |p| {
+                (rext4_format::split::lo32((p >> 32) << 1), rext4_format::split::lo32(p))
+            });
+            match self.present_name(&crypt, major, minor, &e.name) {
+                Ok(n) => {
+                    e.name = n;
+                    f(e)
+                }
+                Err(x) => {
+                    failed = Some(x);
+                    false
+                }
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// `readdir` whose callback also gets each entry's own hash position, where the listing
+    /// is in hash order.
+    fn readdir_at(
+        &self,
+        dir: &Inode,
+        pos: u64,
+        mut f: impl FnMut(DirEntry, Option<u64>) -> bool,
+    ) -> Result<()> {
         if !dir.is_dir() {
             return Err(Error::NotDir);
-        }
-        if dir.flags() & ENCRYPT_FL != 0 {
-            return Err(Error::NoKey);
         }
         if self.has_inline_data(dir) {
             // Taken whole, while its entries are not moving into a block (data/inline_write.rs).
             match self.names_stable(dir, || self.inline_dir(dir)) {
-                Ok((parent, data)) => return self.readdir_inline(dir, parent, &data, pos, f),
+                Ok((parent, data)) => return self.readdir_inline(dir, parent, &data, pos, |e| f(e, None)),
                 // Moved meanwhile: go on in the block, with the same position, as the
                 // kernel's readdir does after a conversion.
                 Err(_) if !self.has_inline_data(dir) => {}
@@ -186,7 +229,7 @@ impl FsInner {
         if self.hash_order_readdir(dir) {
             return self.dx_readdir(dir, pos, f);
         }
-        self.readdir_linear(dir, pos, f)
+        self.readdir_linear(dir, pos, |e| f(e, None))
     }
 
     /// `readdir` in block order, with byte positions.

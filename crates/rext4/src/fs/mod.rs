@@ -101,6 +101,10 @@ pub struct Options {
     /// needs recovery; refused for a filesystem without an external journal. See
     /// jbd2/external.rs.
     pub journal_path: Option<std::path::PathBuf>,
+    /// Master keys of encrypted directories (`mkfs.ext4 -O encrypt`; what `fscrypt unlock`
+    /// or `fscryptctl add_key` gives the kernel). Files whose key is not here are shown as
+    /// the kernel shows them without it (crypto/mod.rs).
+    pub encryption_keys: Vec<crate::crypto::EncryptionKey>,
 }
 
 /// What to do when an operation finds the image corrupt (the kernel's `errors=`). Either way
@@ -199,6 +203,7 @@ impl Default for Options {
             nodiratime: false,
             quota_limits: Default::default(),
             journal_path: None,
+            encryption_keys: Vec::new(),
         }
     }
 }
@@ -316,6 +321,8 @@ pub(crate) struct FsInner {
     /// The journal's own device, where the filesystem's journal is external (jbd2/external.rs).
     /// [immutable after open]
     pub ext_journal: Option<Arc<crate::jbd2::external::ExternalJournal>>,
+    /// `Options::encryption_keys` (crypto/keysetup.rs). [immutable]
+    pub keyring: crate::crypto::keysetup::Keyring,
 }
 
 /// An open ext4 filesystem. Cheap to clone; every clone is the same filesystem, and all
@@ -511,7 +518,7 @@ impl Fs {
             let d = self.inner.iget_dir(dir)?;
             let facts = (touch && self.inner.atime_may_change())
                 .then(|| d.with_disk(|r| AtimeFacts::of(r, self.inner.sbi.inode_size)));
-            self.inner.readdir(&d, pos, f)?;
+            self.inner.readdir_shown(&d, pos, f)?;
             // After the listing, as `iterate_dir` calls `file_accessed`.
             if let Some(facts) = facts {
                 self.inner.touch_atime(&d, &facts);
@@ -750,6 +757,7 @@ impl FsInner {
             grpid: opts.grpid,
             atime: opts.atime,
             nodiratime: opts.nodiratime,
+            keyring: crate::crypto::keysetup::Keyring::new(&opts.encryption_keys),
         })
     }
 

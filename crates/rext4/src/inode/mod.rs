@@ -124,6 +124,9 @@ pub(crate) struct Inode {
     /// tables' shards; changed by the holder of the record's lock, or by the maker of a new
     /// inode]
     pub quota_claims: crate::sync::Mutex<Vec<crate::quota::limits::Claim>>,
+    /// An encrypted inode's context and keys (crypto/mod.rs), from its first use on.
+    /// [set once]
+    pub crypt: std::sync::OnceLock<Arc<crate::crypto::InodeCrypt>>,
 }
 
 impl Cached for Inode {
@@ -187,6 +190,7 @@ impl Inode {
             dirty: crate::sync::Mutex::default(),
             dirty_pages: std::sync::atomic::AtomicU64::new(0),
             wb_listed: AtomicBool::new(false),
+            crypt: std::sync::OnceLock::new(),
         }
     }
 
@@ -387,6 +391,11 @@ impl FsInner {
         // Blocks reserved for delayed writes count, as in the kernel's `ext4_getattr`, so
         // that a file just written does not look sparse.
         a.blocks += self.delalloc_blocks(inode) * u64::from(self.sbi.block_size / 512);
+        // An encrypted symlink's size is its target's as shown, decrypted or as a no-key
+        // name (`fscrypt_symlink_getattr`), not the stored ciphertext's.
+        if a.kind == FileType::Symlink && inode.flags() & fi::ENCRYPT_FL != 0 {
+            a.size = self.readlink(inode)?.len() as u64;
+        }
         Ok(a)
     }
 

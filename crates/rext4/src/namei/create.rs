@@ -78,6 +78,13 @@ impl FsInner {
     ) -> Result<InodeNo> {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
+        let kind = mode & fi::S_IFMT;
+        // In an encrypted directory: the name's ciphertext, and the new inode's context.
+        let (disk, ctx) = match dir.flags() & fi::ENCRYPT_FL {
+            0 => (None, None),
+            _ => self.prepare_new_encrypted(&dir, Some(name), kind)?,
+        };
+        let name = disk.as_deref().unwrap_or(name);
         let room = self.ensure_absent(&dir, name)?;
         crate::inode::flags::check_dir_open(&dir)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
@@ -87,7 +94,6 @@ impl FsInner {
         // Record locks are taken only around changes to the records: reading a directory
         // (to find room for the entry) reads its record too.
         let mut craw = child.raw_mut();
-        let kind = mode & fi::S_IFMT;
         if [fi::S_IFCHR, fi::S_IFBLK, fi::S_IFIFO, fi::S_IFSOCK].contains(&kind) {
             make_special(&mut craw, inherited, rdev);
         } else {
@@ -96,7 +102,12 @@ impl FsInner {
         }
         // A directory without room for its first block (a full disk, a quota) is given up
         // as a failed entry is.
-        let made = if is_dir { self.init_dir(&h, &child, &mut craw, parent) } else { Ok(()) };
+        let made = match &ctx {
+            Some(c) => self.set_new_context(&child, &mut craw, c),
+            None => Ok(()),
+        };
+        let made =
+            made.and_then(|()| if is_dir { self.init_dir(&h, &child, &mut craw, parent) } else { Ok(()) });
         if let Err(e) = made
             .and_then(|()| self.add_entry_in(&h, &dir, name, child.ino, crate::dir::dirent_type(mode), room))
         {
@@ -129,6 +140,10 @@ impl FsInner {
         }
         // For the directory's allocation hint only: no name changes.
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
+        let ctx = match dir.flags() & fi::ENCRYPT_FL {
+            0 => None,
+            _ => self.prepare_new_encrypted(&dir, None, fi::S_IFREG)?.1,
+        };
         crate::inode::flags::check_dir_open(&dir)?;
         let mode = fi::S_IFREG | (mode & 0o7777);
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), mode);
@@ -141,6 +156,9 @@ impl FsInner {
             let mut craw = child.raw_mut();
             let own = raw_flags(&craw);
             raw_set_flags(&mut craw, own | inherited);
+            if let Some(c) = &ctx {
+                self.set_new_context(&child, &mut craw, c)?;
+            }
             self.mark_inode_dirty(&h, &child, &mut craw)?;
             drop(craw);
             self.orphan_add(&h, &child)
@@ -157,7 +175,8 @@ impl FsInner {
     /// A new directory's `.` and `..`: inline where the filesystem has `inline_data` and the
     /// record has room, else in a first block.
     pub(crate) fn init_dir(&self, h: &Handle, dir: &Inode, raw: &mut [u8], parent: InodeNo) -> Result<()> {
-        if self.sbi.inline_data {
+        // Never inline when encrypted (`ext4_set_context` clears `MAY_INLINE_DATA`).
+        if self.sbi.inline_data && raw_flags(raw) & fi::ENCRYPT_FL == 0 {
             match self.init_inline_dir(dir, raw, parent) {
                 Err(Error::NoSpace) => {}
                 r => return r,
@@ -184,7 +203,9 @@ impl FsInner {
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
-        let child = self.lookup(&dir, name)?;
+        // Found by its on-disk name from here on; no key is needed to remove one.
+        let name = &*self.disk_name(&dir, name, crate::crypto::fname::NameUse::Find)?;
+        let child = self.lookup_disk(&dir, name)?;
         let ino = child.ino;
         let _cl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &child.op_lock);
         crate::inode::flags::check_removable(&dir, &child)?;

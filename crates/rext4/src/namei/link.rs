@@ -78,10 +78,22 @@ impl FsInner {
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
         // A taken name is EEXIST before anything about the target, as the kernel's
-        // filename_create answers before vfs_link looks at it.
+        // filename_create answers before vfs_link looks at it; in an encrypted directory the
+        // name is then found by its ciphertext, which needs the key (`fscrypt_prepare_link`).
+        let encrypted = dir.flags() & fi::ENCRYPT_FL != 0;
+        if encrypted {
+            if self.lookup(&dir, name).is_ok() {
+                return Err(Error::Exists);
+            }
+            self.require_key(&dir)?;
+        }
+        let name = &*self.disk_name(&dir, name, crate::crypto::fname::NameUse::Make)?;
         let room = self.ensure_absent(&dir, name)?;
         if target.is_dir() {
             return Err(Error::NotPermitted);
+        }
+        if encrypted && !self.permitted_context(&dir, target)? {
+            return Err(Error::CrossPolicy);
         }
         let _tl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &target.op_lock);
         crate::inode::flags::check_dir_open(&dir)?;
@@ -144,12 +156,36 @@ impl FsInner {
         }
         let (journal, dir) = self.name_op_target(parent, name)?;
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
+        let (disk, ctx) = match dir.flags() & fi::ENCRYPT_FL {
+            0 => (None, None),
+            _ => self.prepare_new_encrypted(&dir, Some(name), fi::S_IFLNK)?,
+        };
+        let name = disk.as_deref().unwrap_or(name);
+        if ctx.is_some() && target.len() > self.sbi.block_size as usize - 3 {
+            return Err(Error::NameTooLong);
+        }
         let room = self.ensure_absent(&dir, name)?;
         crate::inode::flags::check_dir_open(&dir)?;
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), fi::S_IFLNK);
         let h = journal.start(CREDITS)?;
         let child = self.new_inode(&h, &dir, fi::S_IFLNK | 0o777, uid, gid, 1)?;
         let mut craw = child.raw_mut();
+        // Encrypted: the stored target is its ciphertext with a length before it.
+        let stored = match &ctx {
+            Some(c) => match self
+                .encrypt_symlink(child.ino, c, target)
+                .and_then(|s| self.set_new_context(&child, &mut craw, c).map(|()| s))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    drop(craw);
+                    self.abandon_new_inode(&h, &child, false)?;
+                    return Err(e);
+                }
+            },
+            None => target.to_vec(),
+        };
+        let target = &stored[..];
         let fast = target.len() <= FAST_MAX;
         // A fast symlink's target lives in i_block, which then holds no block map.
         let own = if fast { raw_flags(&craw) & !EXTENTS_FL } else { raw_flags(&craw) };

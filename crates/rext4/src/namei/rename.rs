@@ -12,6 +12,7 @@
 //! or replaced (parent before child, as in every name operation; ascending inode order within
 //! each group, each inode once); then the handle.
 
+use crate::crypto::fname::NameUse;
 use crate::dir::dirent_type;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
@@ -19,6 +20,7 @@ use crate::inode::write::{raw_links, raw_set_links, raw_touch_c, raw_touch_cm};
 use crate::inode::Inode;
 use crate::namei::create::LINK_MAX;
 use rext4_format::dirent::{FT_CHRDEV, FT_DIR};
+use rext4_format::inode::ENCRYPT_FL;
 use rext4_format::InodeNo;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -88,12 +90,21 @@ impl FsInner {
         let (_, ndir) = self.name_op_target(np, nn)?;
         let _cross =
             (op != np).then(|| self.stats.lock(crate::fs::stats::LockClass::Rename, &self.rename_lock));
-        let src = self.lookup(&odir, on)?;
-        let src_ino = src.ino;
-        let dst = match self.lookup(&ndir, nn) {
-            Ok(i) => Some(i),
-            Err(Error::NotFound) => None,
+        // In encrypted directories the names are found by their on-disk form (crypto/mod.rs);
+        // a new name needs the key, checked below in the kernel's order.
+        let encrypted = (odir.flags() | ndir.flags()) & ENCRYPT_FL != 0;
+        let on_disk = self.disk_name(&odir, on, NameUse::Find)?;
+        let nn_found = match self.disk_name(&ndir, nn, NameUse::Find) {
+            Ok(d) => Some(d),
+            Err(Error::NotFound) if encrypted => None,
             Err(e) => return Err(e),
+        };
+        let src = self.lookup_disk(&odir, &on_disk)?;
+        let src_ino = src.ino;
+        let dst = match nn_found.as_deref().map(|d| self.lookup_disk(&ndir, d)) {
+            Some(Ok(i)) => Some(i),
+            None | Some(Err(Error::NotFound)) => None,
+            Some(Err(e)) => return Err(e),
         };
         let dst_ino = dst.as_ref().map(|d| d.ino);
         // The kernel's order of checks (`do_renameat2`): the flags, then the source moving
@@ -119,6 +130,21 @@ impl FsInner {
                 });
             }
         }
+        if encrypted {
+            // `fscrypt_prepare_rename`: names without the key are no-key names, which cannot
+            // be given; across directories, each inode must be of its new directory's policy.
+            self.require_key(&odir)?;
+            self.require_key(&ndir)?;
+            if op != np
+                && (!self.permitted_context(&ndir, &src)?
+                    || flags & RENAME_EXCHANGE != 0
+                        && dst.as_ref().map(|d| self.permitted_context(&odir, d)).transpose()? == Some(false))
+            {
+                return Err(Error::CrossPolicy);
+            }
+        }
+        let nn_disk = self.disk_name(&ndir, nn, NameUse::Make)?;
+        let (on, nn) = (&*on_disk, &*nn_disk);
         // Replacing a file by one written a moment ago (write a temporary, rename it over the
         // old): the new file's delayed writes go to the disk first, so that a crash after the
         // rename's commit shows its data, not holes (the kernel's `auto_da_alloc`).
@@ -142,7 +168,9 @@ impl FsInner {
             .map(|i| self.stats.lock(crate::fs::stats::LockClass::OpLock, &i.op_lock))
             .collect();
         // Look again under the locks: the names may have changed meanwhile.
-        if self.lookup(&odir, on)?.ino != src_ino || self.lookup(&ndir, nn).ok().map(|d| d.ino) != dst_ino {
+        if self.lookup_disk(&odir, on)?.ino != src_ino
+            || self.lookup_disk(&ndir, nn).ok().map(|d| d.ino) != dst_ino
+        {
             return Err(Error::Busy);
         }
         if dst_ino == Some(src_ino) {

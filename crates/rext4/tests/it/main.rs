@@ -17,6 +17,7 @@ mod corruption_write;
 mod crash;
 mod delalloc;
 mod discard;
+mod encrypt;
 mod external_journal;
 mod file_write;
 mod flags;

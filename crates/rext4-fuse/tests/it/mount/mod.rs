@@ -11,13 +11,15 @@
 //! `writeback.rs`: times and append-only files under the writeback cache against kernel ext4;
 //! `splice.rs`: large reads spliced from the image; `quota.rs`: quota usage kept through the mount;
 //! `casefold.rs`: casefolded directories and the kernel's name cache; `bigalloc.rs`: a tree
-//! written into a bigalloc image against the host and kernel ext4.
+//! written into a bigalloc image against the host and kernel ext4; `encrypt.rs`: encrypted
+//! directories with and without their key against kernel ext4.
 
 mod access;
 mod atime;
 mod bigalloc;
 mod casefold;
 mod data;
+mod encrypt;
 mod handles;
 mod killpriv;
 mod label;

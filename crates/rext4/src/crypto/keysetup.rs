@@ -1,0 +1,193 @@
+//! Master keys and the keys derived from them (the kernel's `fs/crypto/keysetup.c`,
+//! `keysetup_v1.c` and `hkdf.c`).
+//!
+//! - v2 policies name a master key by its identifier, HKDF-SHA512 of the key (no salt) with
+//!   the info `"fscrypt\0"`, context byte 1; a file's key is the same HKDF with context 2
+//!   and the file's nonce; with `IV_INO_LBLK_64`, one key per mode (context 4, the mode number
+//!   and the filesystem's UUID) and the inode number in the IV.
+//! - v1 policies name it by a descriptor its user chose; a file's key is the master key
+//!   encrypted with AES-128-ECB under the file's nonce.
+
+use super::{ContentsCipher, NamesCipher};
+use crate::error::{Error, Result};
+use aes::cipher::{BlockEncrypt, KeyInit};
+use hkdf::Hkdf;
+use rext4_format::fscrypt::{
+    Context, KeySpec, FLAG_DIRECT_KEY, FLAG_IV_INO_LBLK_32, FLAG_IV_INO_LBLK_64, KEY_DESCRIPTOR_SIZE,
+    KEY_IDENTIFIER_SIZE, MODE_AES_256_CTS, MODE_AES_256_XTS,
+};
+use sha2::Sha512;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const HKDF_CONTEXT_KEY_IDENTIFIER: u8 = 1;
+const HKDF_CONTEXT_PER_FILE_ENC_KEY: u8 = 2;
+const HKDF_CONTEXT_IV_INO_LBLK_64_KEY: u8 = 4;
+
+/// Master keys are 16 to 64 bytes (`FSCRYPT_MIN_KEY_SIZE`, `FSCRYPT_MAX_KEY_SIZE`).
+const MIN_KEY: usize = 16;
+const MAX_KEY: usize = 64;
+
+/// A master key given to [`crate::Options::encryption_keys`]: what `fscrypt add_key` or
+/// `fscryptctl add_key` hands the kernel. Its bytes are never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncryptionKey {
+    raw: Vec<u8>,
+    spec: KeySpec,
+}
+
+impl EncryptionKey {
+    /// A key for v2 policies (the default of `fscrypt` and `fscryptctl`), 16 to 64 bytes;
+    /// found by its identifier.
+    pub fn new(raw: Vec<u8>) -> Result<EncryptionKey> {
+        check_size(&raw)?;
+        let id = identifier(&raw);
+        Ok(EncryptionKey { raw, spec: KeySpec::Identifier(id) })
+    }
+
+    /// A key for v1 policies, which name it by an 8-byte descriptor of the user's choosing.
+    pub fn v1(descriptor: [u8; KEY_DESCRIPTOR_SIZE], raw: Vec<u8>) -> Result<EncryptionKey> {
+        check_size(&raw)?;
+        Ok(EncryptionKey { raw, spec: KeySpec::Descriptor(descriptor) })
+    }
+
+    /// A key from a file of its raw bytes (what `fscryptctl add_key` reads), for v2 policies;
+    /// or, with `v1_descriptor` (16 hex digits), for v1 policies naming that descriptor.
+    pub fn from_file(path: &std::path::Path, v1_descriptor: Option<&str>) -> Result<EncryptionKey> {
+        let raw = std::fs::read(path)?;
+        match v1_descriptor {
+            None => EncryptionKey::new(raw),
+            Some(hex) => {
+                let bad = || Error::InvalidInput("a v1 key descriptor is 16 hex digits");
+                if hex.len() != 2 * KEY_DESCRIPTOR_SIZE || !hex.is_ascii() {
+                    return Err(bad());
+                }
+                let mut d = [0u8; KEY_DESCRIPTOR_SIZE];
+                for (i, b) in d.iter_mut().enumerate() {
+                    *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+                }
+                EncryptionKey::v1(d, raw)
+            }
+        }
+    }
+
+    /// The identifier (v2) or descriptor (v1) policies name this key by, in hex, as
+    /// `fscryptctl get_policy` prints it.
+    pub fn id_hex(&self) -> String {
+        let b: &[u8] = match &self.spec {
+            KeySpec::Identifier(id) => id,
+            KeySpec::Descriptor(d) => d,
+        };
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+}
+
+impl std::fmt::Debug for EncryptionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EncryptionKey({})", self.id_hex())
+    }
+}
+
+fn check_size(raw: &[u8]) -> Result<()> {
+    if !(MIN_KEY..=MAX_KEY).contains(&raw.len()) {
+        return Err(Error::InvalidInput("an encryption key has 16 to 64 bytes"));
+    }
+    Ok(())
+}
+
+/// HKDF-SHA512 output for `context` and `info` (`fscrypt_hkdf_expand`).
+fn hkdf_expand(raw: &[u8], context: u8, info: &[&[u8]], out: &mut [u8]) {
+    let hk = Hkdf::<Sha512>::new(None, raw);
+    let mut parts: Vec<&[u8]> = vec![b"fscrypt\0", std::slice::from_ref(&context)];
+    parts.extend_from_slice(info);
+    // Cannot fail: outputs here are at most 64 bytes, far under HKDF's 255 * 64.
+    hk.expand_multi_info(&parts, out).expect("HKDF output within its limit");
+}
+
+/// A v2 master key's identifier.
+fn identifier(raw: &[u8]) -> [u8; KEY_IDENTIFIER_SIZE] {
+    let mut id = [0u8; KEY_IDENTIFIER_SIZE];
+    hkdf_expand(raw, HKDF_CONTEXT_KEY_IDENTIFIER, &[], &mut id);
+    id
+}
+
+/// The keys an open filesystem was given. [immutable after open]
+#[derive(Default)]
+pub(crate) struct Keyring {
+    keys: HashMap<KeySpec, Arc<Vec<u8>>>,
+}
+
+/// What a policy needs that this engine does not do; such files are shown as without
+/// their key (as the kernel shows files whose policy it does not support to `lookup`).
+pub(crate) fn policy_supported(ctx: &Context) -> bool {
+    ctx.flags_known()
+        && ctx.contents_mode == MODE_AES_256_XTS
+        && ctx.filenames_mode == MODE_AES_256_CTS
+        && ctx.flags & (FLAG_DIRECT_KEY | FLAG_IV_INO_LBLK_32) == 0
+        && (ctx.flags & FLAG_IV_INO_LBLK_64 == 0 || matches!(ctx.key, KeySpec::Identifier(_)))
+        && (ctx.log2_data_unit_size == 0 || (9..=16).contains(&ctx.log2_data_unit_size))
+        && (ctx.log2_data_unit_size == 0 || matches!(ctx.key, KeySpec::Identifier(_)))
+}
+
+impl Keyring {
+    pub(crate) fn new(keys: &[EncryptionKey]) -> Keyring {
+        Keyring { keys: keys.iter().map(|k| (k.spec, Arc::new(k.raw.clone()))).collect() }
+    }
+
+    /// The key of one file of policy `ctx`, if its master key was given: its size is the
+    /// mode's (64 bytes for AES-256-XTS contents, 32 for AES-256-CTS names).
+    fn file_key(&self, ctx: &Context, uuid: &[u8; 16], mode: u8, size: usize) -> Option<Vec<u8>> {
+        let raw = self.keys.get(&ctx.key)?;
+        let mut key = vec![0u8; size];
+        match ctx.key {
+            KeySpec::Identifier(_) if ctx.flags & FLAG_IV_INO_LBLK_64 != 0 => {
+                hkdf_expand(raw, HKDF_CONTEXT_IV_INO_LBLK_64_KEY, &[&[mode], uuid], &mut key);
+            }
+            KeySpec::Identifier(_) => {
+                hkdf_expand(raw, HKDF_CONTEXT_PER_FILE_ENC_KEY, &[&ctx.nonce], &mut key)
+            }
+            KeySpec::Descriptor(_) => {
+                // The master key must hold the whole derived key (`find_and_lock_process_key`).
+                if raw.len() < size {
+                    return None;
+                }
+                let ecb = aes::Aes128::new(&ctx.nonce.into());
+                for (out, chunk) in key.chunks_exact_mut(16).zip(raw.chunks_exact(16)) {
+                    let mut b = aes::Block::clone_from_slice(chunk);
+                    ecb.encrypt_block(&mut b);
+                    out.copy_from_slice(&b);
+                }
+            }
+        }
+        Some(key)
+    }
+
+    /// A directory's or symlink's names cipher.
+    pub(crate) fn names_cipher(&self, ctx: &Context, uuid: &[u8; 16]) -> Option<NamesCipher> {
+        let key = self.file_key(ctx, uuid, ctx.filenames_mode, 32)?;
+        Some(NamesCipher::new(&key))
+    }
+
+    /// A regular file's contents cipher.
+    pub(crate) fn contents_cipher(&self, ctx: &Context, uuid: &[u8; 16]) -> Option<ContentsCipher> {
+        let key = self.file_key(ctx, uuid, ctx.contents_mode, 64)?;
+        Some(ContentsCipher::new(&key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The identifier of a known key, as `fscryptctl add_key` prints it for 64 bytes 0..63
+    /// (checked against the kernel by the integration tests too).
+    #[test]
+    fn identifiers_are_hkdf_of_the_key() {
+        let k = EncryptionKey::new((0..64u8).collect()).unwrap();
+        assert_eq!(k.id_hex().len(), 32);
+        assert_ne!(identifier(&[1; 64]), identifier(&[2; 64]));
+        assert!(EncryptionKey::new(vec![0; 15]).is_err());
+        assert!(EncryptionKey::new(vec![0; 65]).is_err());
+        assert!(!format!("{k:?}").contains("0001"));
+    }
+}

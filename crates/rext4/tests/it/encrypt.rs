@@ -1,0 +1,495 @@
+//! Encrypted directories (`mkfs.ext4 -O encrypt`, fscrypt) against the kernel: the kernel
+//! sets v2 and v1 policies on directories of a loop mount and writes files, names of every
+//! length (up to the digested no-key form), symlinks short and long, sparse and preallocated
+//! files and an indexed directory into them. rext4 must then show what the kernel shows with
+//! the keys (every byte, name and attribute), and without them exactly the kernel's no-key
+//! names, symlink targets and sizes, with `ENOKEY` for contents; it must remove files by
+//! no-key names, refuse what needs a key as the kernel does, and leave e2fsck and the kernel
+//! content after each change.
+
+use rext4::{EncryptionKey, Error, Fs, Options};
+use rext4_format::InodeNo;
+use rext4_testkit::*;
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+const V1_DESC: [u8; 8] = *b"rext4v1!";
+
+fn keys() -> (Vec<u8>, Vec<u8>) {
+    let mut rng = Rng::new(0xfc);
+    let v2: Vec<u8> = (0..64).map(|_| rng.next_u64() as u8).collect();
+    let v1: Vec<u8> = (0..64).map(|_| rng.next_u64() as u8).collect();
+    (v2, v1)
+}
+
+fn with_keys(writable: bool) -> Options {
+    let (v2, v1) = keys();
+    Options {
+        writable,
+        encryption_keys: vec![EncryptionKey::new(v2).unwrap(), EncryptionKey::v1(V1_DESC, v1).unwrap()],
+        ..Options::default()
+    }
+}
+
+fn add_both_keys(mnt: &Path) -> [u8; 16] {
+    let (v2, v1) = keys();
+    fscrypt_add_key(mnt, &v1, Some(V1_DESC));
+    fscrypt_add_key(mnt, &v2, None)
+}
+
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    (0..n).map(|_| r.next_u64() as u8).collect()
+}
+
+/// The kernel makes the encrypted tree (keys added, policies set on empty directories).
+fn kernel_writes_tree(img: &Path) {
+    let m = KernelMount::rw(img).expect("mount");
+    let root = m.path();
+    let id = add_both_keys(root);
+    let (v2, _) = keys();
+    assert_eq!(
+        EncryptionKey::new(v2).unwrap().id_hex(),
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    std::fs::create_dir(root.join("plain")).unwrap();
+    std::fs::write(root.join("plain/a.txt"), b"not encrypted").unwrap();
+    for (d, key, flags) in [("enc", &id[..], 3u8), ("enc4", &id[..], 0), ("encv1", &V1_DESC[..], 2)] {
+        let dir = root.join(d);
+        std::fs::create_dir(&dir).unwrap();
+        fscrypt_set_policy(&dir, key, flags);
+        std::fs::write(dir.join("small.txt"), b"hello, encrypted world\n").unwrap();
+        std::fs::write(dir.join("empty"), b"").unwrap();
+        for (i, n) in [1usize, 4095, 4096, 5000, (1 << 20) + 123].into_iter().enumerate() {
+            std::fs::write(dir.join(format!("size-{n}")), bytes(i as u64, n)).unwrap();
+        }
+        let f = std::fs::File::create(dir.join("sparse")).unwrap();
+        f.write_all_at(&bytes(40, 4096), 0).unwrap();
+        f.write_all_at(&bytes(41, 5000), 1 << 20).unwrap();
+        f.set_len(3 << 20).unwrap();
+        let f = std::fs::File::create(dir.join("prealloc")).unwrap();
+        rustix_fallocate(&f, 65536);
+        f.write_all_at(&bytes(42, 100), 10_000).unwrap();
+        for n in [1usize, 15, 16, 17, 31, 32, 33, 100, 144, 145, 149, 150, 200, 255] {
+            let name: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            std::fs::write(dir.join(&name), format!("named {n}")).unwrap();
+        }
+        std::fs::write(dir.join("é".repeat(127)), b"two-byte letters").unwrap();
+        std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+        std::fs::write(dir.join("sub/deeper/x"), b"x").unwrap();
+        std::os::unix::fs::symlink("small.txt", dir.join("link-short")).unwrap();
+        std::os::unix::fs::symlink("/".to_string() + &"long/".repeat(60), dir.join("link-long")).unwrap();
+        std::fs::hard_link(dir.join("small.txt"), dir.join("hardlink")).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let big = dir.join("bigdir");
+        std::fs::create_dir(&big).unwrap();
+        for i in 0..700 {
+            std::fs::write(big.join(format!("file-{i:04}-with-a-longer-name")), i.to_string()).unwrap();
+        }
+    }
+    m.unmount().expect("umount");
+}
+
+fn rustix_fallocate(f: &std::fs::File, len: i64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor; fallocate writes nothing to our memory.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) };
+    assert_eq!(r, 0, "fallocate");
+}
+
+/// What a caller without the key sees of one entry.
+#[derive(Debug, PartialEq, Eq)]
+struct NoKeyView {
+    mode: u32,
+    size: u64,
+    nlink: u64,
+    target: Option<Vec<u8>>,
+    read: Result<Vec<u8>, i32>,
+}
+
+/// Every path under `dir` (relative, by shown names) as the kernel shows it without keys.
+fn kernel_nokey(root: &Path, rel: &str, out: &mut BTreeMap<Vec<u8>, NoKeyView>) {
+    use std::os::unix::fs::MetadataExt;
+    for e in std::fs::read_dir(root.join(rel.trim_start_matches('/'))).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().as_bytes().to_vec();
+        let path = e.path();
+        let md = std::fs::symlink_metadata(&path).unwrap();
+        let target = md
+            .file_type()
+            .is_symlink()
+            .then(|| std::fs::read_link(&path).unwrap().as_os_str().as_bytes().to_vec());
+        let read = if md.file_type().is_file() {
+            std::fs::read(&path).map_err(|e| e.raw_os_error().unwrap_or(0))
+        } else {
+            Err(0)
+        };
+        let key = [rel.as_bytes(), b"/", &name].concat();
+        out.insert(
+            key.clone(),
+            NoKeyView { mode: md.mode(), size: md.size(), nlink: md.nlink(), target, read },
+        );
+        if md.is_dir() {
+            kernel_nokey(
+                root,
+                std::str::from_utf8(&key).unwrap_or_else(|_| panic!("no-key names are ASCII")),
+                out,
+            );
+        }
+    }
+}
+
+fn rext4_nokey(fs: &Fs, dir: InodeNo, rel: &str, out: &mut BTreeMap<Vec<u8>, NoKeyView>) {
+    for e in fs.children(dir).unwrap() {
+        let a = fs
+            .lookup(dir, &e.name)
+            .unwrap_or_else(|x| panic!("lookup {rel}/{:?}: {x}", String::from_utf8_lossy(&e.name)));
+        assert_eq!(a.ino, e.ino);
+        let target = (a.kind == rext4::FileType::Symlink).then(|| fs.readlink(a.ino).unwrap());
+        let read = if a.kind == rext4::FileType::RegularFile {
+            let mut b = vec![0u8; a.size as usize];
+            fs.read(a.ino, 0, &mut b).map(|n| b[..n].to_vec()).map_err(|e| e.errno())
+        } else {
+            Err(0)
+        };
+        let key = [rel.as_bytes(), b"/", &e.name].concat();
+        let mode = u32::from(a.mode);
+        out.insert(key.clone(), NoKeyView { mode, size: a.size, nlink: u64::from(a.nlink), target, read });
+        if a.kind == rext4::FileType::Directory {
+            rext4_nokey(fs, a.ino, std::str::from_utf8(&key).unwrap(), out);
+        }
+    }
+}
+
+fn nokey_views(img: &Path) -> (BTreeMap<Vec<u8>, NoKeyView>, BTreeMap<Vec<u8>, NoKeyView>) {
+    let m = KernelMount::ro(img).expect("mount");
+    let mut k = BTreeMap::new();
+    kernel_nokey(m.path(), "", &mut k);
+    m.unmount().unwrap();
+    let fs = Fs::open(img).unwrap();
+    let mut r = BTreeMap::new();
+    rext4_nokey(&fs, fs.root(), "", &mut r);
+    (k, r)
+}
+
+fn assert_same_views(what: &str, k: &BTreeMap<Vec<u8>, NoKeyView>, r: &BTreeMap<Vec<u8>, NoKeyView>) {
+    let only = |a: &BTreeMap<Vec<u8>, NoKeyView>, b: &BTreeMap<Vec<u8>, NoKeyView>| {
+        a.keys()
+            .filter(|p| !b.contains_key(*p))
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .take(5)
+            .collect::<Vec<_>>()
+    };
+    let (ko, ro) = (only(k, r), only(r, k));
+    assert!(ko.is_empty() && ro.is_empty(), "{what}: names only the kernel shows {ko:?}, only rext4 {ro:?}");
+    for (p, kv) in k {
+        assert_eq!(Some(kv), r.get(p), "{what}: {}", String::from_utf8_lossy(p));
+    }
+}
+
+/// Shown with the keys, rext4 and a kernel mount with the same keys must agree on
+/// everything: names, bytes, attributes, xattrs, link targets.
+fn with_keys_matches_kernel(img: &Path, what: &str) {
+    let fs = Fs::open_with(img, with_keys(false)).unwrap();
+    let walk = walk_rext4(&fs, None);
+    let m = KernelMount::ro(img).expect("mount");
+    add_both_keys(m.path());
+    let k = walk_kernel(m.path());
+    m.unmount().unwrap();
+    let mut report = Report::default();
+    report
+        .add(format!("{what}: rext4 with keys vs kernel with keys"), diff_full("kernel", &k, "rext4", &walk));
+    report.finish();
+    assert!(walk.recs.contains_key(b"/enc/size-5000".as_slice()), "{what}: decrypted names are shown");
+}
+
+#[test]
+fn kernel_encrypted_tree_read_with_and_without_keys() {
+    require_kernel!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("enc.img");
+    Image::ext4("256M").features("encrypt").build(&img);
+    kernel_writes_tree(&img);
+    e2fsck_clean(&img);
+    with_keys_matches_kernel(&img, "fresh");
+
+    // The encrypted trees' bytes, by plaintext path, read through rext4.
+    let fs = Fs::open_with(&img, with_keys(false)).unwrap();
+    let mut f = fs.resolve("/enc/size-5000", true).map(|i| fs.getattr(i).unwrap()).unwrap();
+    let mut b = vec![0u8; 5000];
+    assert_eq!(fs.read(f.ino, 0, &mut b).unwrap(), 5000);
+    assert_eq!(b, bytes(3, 5000));
+    // Reads at every offset across block and run boundaries.
+    f = fs.getattr(fs.resolve("/encv1/sparse", true).unwrap()).unwrap();
+    let mut want = vec![0u8; 3 << 20];
+    want[..4096].copy_from_slice(&bytes(40, 4096));
+    want[1 << 20..(1 << 20) + 5000].copy_from_slice(&bytes(41, 5000));
+    for (off, len) in
+        [(0u64, 10usize), (4000, 200), (4095, 2), ((1 << 20) - 5, 5010), (1 << 20, 1 << 20), (3 << 20, 9)]
+    {
+        let mut got = vec![0xEEu8; len];
+        let n = fs.read(f.ino, off, &mut got).unwrap();
+        let end = (off as usize + len).min(want.len());
+        assert_eq!(&got[..n], &want[(off as usize).min(end)..end], "sparse at {off}+{len}");
+    }
+    drop(fs);
+
+    // Without keys: the kernel's no-key names (with the index's hashes in /enc*/bigdir),
+    // symlink targets and sizes, ENOKEY for contents.
+    let (k, r) = nokey_views(&img);
+    assert!(k.values().any(|v| v.read == Err(libc::ENOKEY)), "the kernel refuses contents without keys");
+    assert!(k.keys().any(|p| p.len() > 240), "some no-key names are of the digested form");
+    assert_same_views("without keys", &k, &r);
+}
+
+/// Without keys: removal by no-key name (whole and digested forms, a subtree), and the
+/// kernel's refusals of what needs a key; with keys: renames and links within a policy,
+/// `EXDEV` across policies, removal by plaintext names.
+#[test]
+fn encrypted_names_changed_with_and_without_keys() {
+    require_kernel!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("enc.img");
+    Image::ext4("256M").features("encrypt").build(&img);
+    kernel_writes_tree(&img);
+
+    let (k, _) = nokey_views(&img);
+    let shown = |d: &str, pred: &dyn Fn(&NoKeyView) -> bool| -> Vec<Vec<u8>> {
+        k.iter()
+            .filter(|(p, v)| {
+                p.starts_with(format!("/{d}/").as_bytes())
+                    && p.iter().filter(|&&c| c == b'/').count() == 2
+                    && pred(v)
+            })
+            .map(|(p, _)| p[d.len() + 2..].to_vec())
+            .collect()
+    };
+    let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    let enc = fs.resolve("/enc", true).unwrap();
+    // The longest names (digested) and a short one, without the key.
+    let mut gone = shown("enc", &|v| v.read.is_err() && v.mode & 0o170000 == 0o100000);
+    gone.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    gone.truncate(3);
+    gone.push(shown("enc", &|v| v.size == 23 && v.nlink == 2)[0].clone());
+    assert!(gone[0].len() > 240, "a digested no-key name is removed");
+    for n in &gone {
+        fs.unlink(enc, n).unwrap_or_else(|e| panic!("unlink {}: {e}", String::from_utf8_lossy(n)));
+        assert!(matches!(fs.lookup(enc, n), Err(Error::NotFound)));
+    }
+    // A subtree by no-key names, as `rm -r` walks it.
+    let sub_name = shown("enc", &|v| v.mode & 0o170000 == 0o040000 && v.nlink == 3)[0].clone();
+    let sub = fs.lookup(enc, &sub_name).unwrap().ino;
+    let deeper = fs.children(sub).unwrap()[0].clone();
+    let x = fs.children(deeper.ino).unwrap()[0].clone();
+    fs.unlink(deeper.ino, &x.name).unwrap();
+    fs.rmdir(sub, &deeper.name).unwrap();
+    fs.rmdir(enc, &sub_name).unwrap();
+    // What needs the key.
+    let any = shown("enc", &|v| v.size == 5000)[0].clone();
+    let file = fs.lookup(enc, &any).unwrap().ino;
+    assert!(matches!(fs.read(file, 0, &mut [0u8; 8]), Err(Error::NoKey)));
+    assert!(matches!(fs.create(enc, b"new", 0o644, 0, 0), Err(Error::NoKey)));
+    assert!(matches!(fs.mkdir(enc, b"new", 0o755, 0, 0), Err(Error::NoKey)));
+    assert!(matches!(fs.symlink(enc, b"new", b"t", 0, 0), Err(Error::NoKey)));
+    assert!(matches!(fs.create(enc, &any, 0o644, 0, 0), Err(Error::Exists)));
+    assert!(matches!(fs.rename(enc, &any, enc, b"other", 0), Err(Error::NoKey)));
+    assert!(matches!(fs.link(file, enc, b"other"), Err(Error::NoKey)));
+    assert!(matches!(fs.unlink(enc, b"not-a-no-key-name!"), Err(Error::NotFound)));
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let (k2, r2) = nokey_views(&img);
+    assert_same_views("after removals without keys", &k2, &r2);
+    for n in &gone {
+        assert!(!k2.contains_key(&[b"/enc/", &n[..]].concat()), "the kernel still lists a removed name");
+    }
+    with_keys_matches_kernel(&img, "after removals without keys");
+
+    // With the keys.
+    let fs = Fs::open_with(&img, with_keys(true)).unwrap();
+    let enc = fs.resolve("/enc", true).unwrap();
+    let enc4 = fs.resolve("/enc4", true).unwrap();
+    let plain = fs.resolve("/plain", true).unwrap();
+    fs.rename(enc, b"size-4096", enc, b"renamed-within", 0).unwrap();
+    fs.rename(enc, b"size-4095", plain, b"moved-out", 0).unwrap();
+    let small4 = fs.lookup(enc4, b"small.txt").unwrap().ino;
+    fs.link(small4, enc4, b"second-name").unwrap();
+    assert!(
+        matches!(fs.link(small4, enc, b"x"), Err(Error::CrossPolicy)),
+        "enc and enc4 pad names differently"
+    );
+    let a = fs.lookup(plain, b"a.txt").unwrap().ino;
+    assert!(matches!(fs.rename(plain, b"a.txt", enc, b"in", 0), Err(Error::CrossPolicy)));
+    assert!(matches!(fs.link(a, enc, b"in"), Err(Error::CrossPolicy)));
+    fs.create(enc, b"new", 0o644, 0, 0).unwrap();
+    assert!(matches!(fs.create(enc, b"new", 0o644, 0, 0), Err(Error::Exists)));
+    fs.unlink(enc, b"new").unwrap();
+    fs.unlink(enc4, b"size-1").unwrap();
+    fs.rmdir(fs.resolve("/enc4/sub/deeper", true).unwrap(), b"x").unwrap_err();
+    fs.unlink(fs.resolve("/enc4/sub/deeper", true).unwrap(), b"x").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    with_keys_matches_kernel(&img, "after changes with keys");
+    let fs = Fs::open_with(&img, with_keys(false)).unwrap();
+    let mut b = vec![0u8; 4096];
+    assert_eq!(fs.read(fs.resolve("/enc/renamed-within", true).unwrap(), 0, &mut b).unwrap(), 4096);
+    assert_eq!(b, bytes(2, 4096));
+    let mut b = vec![0u8; 4095];
+    assert_eq!(fs.read(fs.resolve("/plain/moved-out", true).unwrap(), 0, &mut b).unwrap(), 4095);
+    assert_eq!(b, bytes(1, 4095));
+    assert!(fs.resolve("/enc4/size-1", true).is_err());
+    assert_eq!(fs.getattr(small4).unwrap().nlink, 3);
+}
+
+/// One step of the write model.
+fn model_step(fs: &Fs, rng: &mut Rng, ino: InodeNo, model: &mut Vec<u8>) {
+    let bs = 4096u64;
+    let size = model.len() as u64;
+    let pick = |rng: &mut Rng, hi: u64| if hi == 0 { 0 } else { rng.below(hi) };
+    match rng.below(8) {
+        0..=2 => {
+            // A write anywhere up to a little past the end, block-aligned or not.
+            let off = if rng.below(3) == 0 { pick(rng, size / bs + 2) * bs } else { pick(rng, size + 9000) };
+            let most = if rng.below(4) == 0 { 70_000 } else { 5000 };
+            let len = 1 + pick(rng, most) as usize;
+            let data = bytes(rng.next_u64(), len);
+            assert_eq!(fs.write(ino, off, &data).unwrap(), len);
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(&data);
+        }
+        3 => {
+            let to = pick(rng, size + 3 * bs);
+            fs.setattr(ino, &rext4::SetAttr { size: Some(to), ..rext4::SetAttr::default() }).unwrap();
+            model.resize(to as usize, 0);
+        }
+        4 => {
+            let off = pick(rng, size + 1);
+            let len = 1 + pick(rng, 3 * bs);
+            fs.fallocate(ino, rext4::FALLOC_FL_PUNCH_HOLE | rext4::FALLOC_FL_KEEP_SIZE, off, len).unwrap();
+            let end = ((off + len) as usize).min(model.len());
+            if (off as usize) < end {
+                model[off as usize..end].fill(0);
+            }
+        }
+        5 => {
+            let off = pick(rng, size + 1);
+            let len = 1 + pick(rng, 3 * bs);
+            fs.fallocate(ino, rext4::FALLOC_FL_ZERO_RANGE, off, len).unwrap();
+            let end = (off + len) as usize;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].fill(0);
+        }
+        6 => {
+            // Preallocated space past the end, then written into in part.
+            let off = size + pick(rng, bs);
+            fs.fallocate(ino, rext4::FALLOC_FL_KEEP_SIZE, off, 3 * bs).unwrap();
+            let data = bytes(rng.next_u64(), 100 + pick(rng, 2000) as usize);
+            let at = off + pick(rng, bs);
+            fs.write(ino, at, &data).unwrap();
+            model.resize(at as usize, 0);
+            model.extend_from_slice(&data);
+        }
+        _ => {
+            let mut got = vec![0u8; model.len() + 10];
+            let n = fs.read(ino, 0, &mut got).unwrap();
+            let bad = got[..n].iter().zip(model.iter()).position(|(a, b)| a != b);
+            assert!(
+                n == model.len() && bad.is_none(),
+                "read back {n} bytes of {}, first wrong at {bad:?}",
+                model.len()
+            );
+        }
+    }
+}
+
+/// rext4 makes files, directories, symlinks and special files in encrypted directories and
+/// writes contents with the key (writes at any offset, truncates, punched and zeroed ranges,
+/// preallocated space); e2fsck is clean, the kernel with the key reads exactly the model's
+/// bytes and rext4's names and targets, and appends the kernel makes to rext4's files read
+/// back in rext4. Without the key the kernel lists the new names as rext4 does.
+#[test]
+fn encrypted_files_written_with_keys() {
+    require_kernel!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("enc.img");
+    Image::ext4("256M").features("encrypt").build(&img);
+    kernel_writes_tree(&img);
+    let fs = Fs::open_with(&img, with_keys(true)).unwrap();
+    let mut models: Vec<(String, Vec<u8>)> = Vec::new();
+    for (d, seed) in [("enc", 1u64), ("enc4", 2), ("encv1", 3)] {
+        let parent = fs.resolve(format!("/{d}"), true).unwrap();
+        let sub = fs.mkdir(parent, b"made-by-rext4", 0o755, 0, 0).unwrap().ino;
+        let mut rng = Rng::new(seed);
+        for f in 0..4 {
+            let name = format!("file-{f}-{}", "x".repeat(f * 60));
+            let ino = fs.create(sub, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+            let mut model = Vec::new();
+            for _ in 0..40 {
+                model_step(&fs, &mut rng, ino, &mut model);
+            }
+            models.push((format!("/{d}/made-by-rext4/{name}"), model));
+        }
+        fs.symlink(sub, b"short", b"file-0-", 0, 0).unwrap();
+        fs.symlink(sub, b"long", "deep/".repeat(100).as_bytes(), 0, 0).unwrap();
+        assert!(matches!(fs.symlink(sub, b"too-long", &[b'a'; 4094], 0, 0), Err(Error::NameTooLong)));
+        fs.mknod(sub, b"fifo", libc::S_IFIFO as u16 | 0o644, (0, 0), 0, 0).unwrap();
+        let t = fs.tmpfile(sub, 0o600, 0, 0).unwrap().ino;
+        fs.write(t, 0, b"from a tmpfile").unwrap();
+        fs.link(t, sub, b"was-tmpfile").unwrap();
+        fs.release(t).unwrap();
+        models.push((format!("/{d}/made-by-rext4/was-tmpfile"), b"from a tmpfile".to_vec()));
+        let big = fs.mkdir(sub, b"many", 0o755, 0, 0).unwrap().ino;
+        for i in 0..300 {
+            fs.create(big, format!("entry-{i:04}-of-an-indexed-directory").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        assert!(matches!(fs.lookup(sub, b"file-1-"), Err(Error::NotFound)));
+        assert!(matches!(
+            fs.fallocate(
+                fs.lookup(sub, b"was-tmpfile").unwrap().ino,
+                rext4::FALLOC_FL_COLLAPSE_RANGE,
+                0,
+                4096
+            ),
+            Err(Error::NotSupported(_))
+        ));
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    with_keys_matches_kernel(&img, "written by rext4");
+
+    // The kernel reads the model's bytes, and appends; rext4 reads the appends.
+    let m = KernelMount::rw(&img).expect("mount");
+    add_both_keys(m.path());
+    for (p, model) in &models {
+        let got = std::fs::read(m.path().join(&p[1..])).unwrap();
+        assert!(got == *model, "{p}: the kernel reads other bytes ({} against {})", got.len(), model.len());
+        let mut f = std::fs::OpenOptions::new().append(true).open(m.path().join(&p[1..])).unwrap();
+        std::io::Write::write_all(&mut f, b"kernel tail").unwrap();
+    }
+    assert_eq!(std::fs::read_link(m.path().join("enc/made-by-rext4/long")).unwrap().as_os_str().len(), 500);
+    assert_eq!(std::fs::read_dir(m.path().join("enc4/made-by-rext4/many")).unwrap().count(), 300);
+    m.unmount().unwrap();
+    e2fsck_clean(&img);
+    let fs = Fs::open_with(&img, with_keys(false)).unwrap();
+    for (p, model) in &models {
+        let ino = fs.resolve(p, true).unwrap();
+        let mut got = vec![0u8; model.len() + 20];
+        let n = fs.read(ino, 0, &mut got).unwrap();
+        assert!(
+            got[..n] == [&model[..], b"kernel tail"].concat()[..],
+            "{p}: rext4 reads other bytes after the kernel's append"
+        );
+    }
+    drop(fs);
+    let (k, r) = nokey_views(&img);
+    assert_same_views("rext4's files without keys", &k, &r);
+}
