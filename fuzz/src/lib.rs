@@ -11,9 +11,21 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The master key of the `encrypt` base image's encrypted directory, given to every open (a
+/// patched context that names another key is read as without it).
+fn fuzz_key() -> rext4::EncryptionKey {
+    // Cannot fail: 64 bytes is a valid key size.
+    rext4::EncryptionKey::new((0..64u8).collect()).expect("a 64-byte key")
+}
+
+/// How the targets open an image: the defaults, with the encrypted directory's key.
+fn base_options() -> Options {
+    Options { encryption_keys: vec![fuzz_key()], ..Options::default() }
+}
+
 /// Opens `bytes` as a filesystem and walks it; errors are fine, panics are the fuzzer's to see.
 pub fn open_and_walk(bytes: Vec<u8>) {
-    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(bytes)), Options::default()) {
+    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(bytes)), base_options()) {
         walk(&fs);
     }
 }
@@ -23,7 +35,7 @@ pub fn open_and_walk(bytes: Vec<u8>) {
 /// changes then meet the limits [`change`] sets). Errors are fine; panics and hangs are the
 /// fuzzer's to see.
 pub fn open_and_change(bytes: Vec<u8>, limits: bool) {
-    let opts = Options { writable: true, ..Options::default() };
+    let opts = Options { writable: true, ..base_options() };
     let enforced = rext4::QuotaEnforcement { user: true, group: true, project: true };
     let dev = Arc::new(MemDevice::new(without_mmp_wait(bytes)));
     let fs = match limits {
@@ -311,6 +323,9 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("casefold-1k", &["-b", "1024", "-O", "^metadata_csum,casefold,^has_journal"], "2M"),
     // Clusters of four blocks (the filesystem starting at block 0), with a journal.
     ("bigalloc-1k", &["-b", "1024", "-O", "^metadata_csum,bigalloc", "-C", "4096", "-J", "size=1"], "4M"),
+    // An encrypted directory (`/enc`, made by rext4 under `fuzz_key`): contexts, encrypted
+    // names (an indexed directory of them), contents and symlink targets among the targets.
+    ("encrypt-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -389,6 +404,9 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     if name.starts_with("mmp") {
         assert_eq!(quiet(Command::new(tool("tune2fs")).args(["-O", "mmp"]).arg(&img)), 0, "tune2fs -O mmp");
     }
+    if name.starts_with("encrypt") {
+        encrypt_dir(&img);
+    }
     assert_eq!(quiet(Command::new(tool("e2fsck")).arg("-fn").arg(&img)), 0, "{name} is not clean");
     let bytes = std::fs::read(&img).unwrap();
     let sb = Superblock::parse(&bytes[1024..2048]).unwrap();
@@ -424,6 +442,26 @@ fn build(name: &'static str, args: &[&str], size: &str) -> BaseImage {
     BaseImage { name, bytes, block_size, meta_blocks }
 }
 
+/// Makes `/enc` in `img` encrypted under [`fuzz_key`] and fills it: files of a few sizes, a
+/// hole, a symlink, a subdirectory of 60 names (indexed with 1 KiB blocks).
+fn encrypt_dir(img: &Path) {
+    let fs = Fs::open_with(img, Options { writable: true, ..base_options() }).expect("open to encrypt");
+    let root = fs.root();
+    let enc = fs.mkdir(root, b"enc", 0o755, 0, 0).expect("mkdir /enc").ino;
+    fs.set_encryption_policy(enc, &fuzz_key(), 4).expect("set the policy");
+    let f = fs.create(enc, b"file", 0o644, 0, 0).expect("create").ino;
+    fs.write(f, 0, &[b'e'; 3000]).expect("write");
+    fs.write(f, 9000, b"after a hole").expect("write");
+    let g = fs.create(enc, "a-longer-name-".repeat(10).as_bytes(), 0o644, 0, 0).expect("create").ino;
+    fs.write(g, 0, b"short\n").expect("write");
+    fs.symlink(enc, b"link", b"file", 0, 0).expect("symlink");
+    let sub = fs.mkdir(enc, b"sub", 0o755, 0, 0).expect("mkdir").ino;
+    for i in 0..60 {
+        fs.create(sub, format!("entry-{i:03}").as_bytes(), 0o644, 0, 0).expect("create");
+    }
+    fs.unmount().expect("unmount");
+}
+
 /// A device that records the whole-block reads a walk makes (the buffer cache's).
 struct Recorder {
     inner: MemDevice,
@@ -455,7 +493,7 @@ fn record_metadata(bytes: &[u8], bs: usize) -> Vec<u64> {
         bs: bs as u64,
         blocks: Mutex::new(HashSet::new()),
     });
-    let fs = Fs::from_device(dev.clone(), Options::default()).expect("base image opens");
+    let fs = Fs::from_device(dev.clone(), base_options()).expect("base image opens");
     walk(&fs);
     drop(fs);
     let mut v: Vec<u64> = dev.blocks.lock().unwrap().iter().copied().collect();

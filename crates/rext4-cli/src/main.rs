@@ -143,6 +143,14 @@ enum Cmd {
         parents: bool,
         target: String,
     },
+    /// Encrypt an empty directory under the first key given (`--key FILE`, or `--key-v1`), as
+    /// `fscryptctl set_policy` does: everything made in it afterwards is encrypted.
+    Encrypt {
+        /// Names padded to this many bytes: 4, 8, 16 or 32.
+        #[arg(long, default_value_t = 32)]
+        padding: u8,
+        target: String,
+    },
     /// Remove a file, or with -r a directory tree: `rext4 rm [-r] IMAGE:/path`.
     Rm {
         #[arg(short = 'r', short_alias = 'R')]
@@ -300,6 +308,7 @@ fn main() -> ExitCode {
         Cmd::Cat { target } => inspect::cat(&target),
         Cmd::Chmod { mode, target } => modify::chmod(&mode, &target),
         Cmd::Mkdir { parents, target } => modify::mkdir(&target, parents),
+        Cmd::Encrypt { padding, target } => modify::encrypt(&target, padding),
         Cmd::Rm { recursive, target } => modify::rm(&target, recursive),
         Cmd::Mv { from, to } => modify::mv(&from, &to),
         Cmd::Fstrim { image, minimum } => modify::fstrim(&image, &minimum),

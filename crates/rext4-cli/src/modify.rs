@@ -120,6 +120,18 @@ pub(crate) fn mkdir(target: &str, parents: bool) -> CliResult {
     })
 }
 
+/// `rext4 --key FILE encrypt [--padding N] IMAGE:/dir`: the first key given becomes the empty
+/// directory's.
+pub(crate) fn encrypt(target: &str, padding: u8) -> CliResult {
+    let key = OPEN_ARGS.get().and_then(|(_, keys)| keys.first().cloned());
+    let Some(key) = key else { return Err("encrypt: give the key with --key FILE (or --key-v1)".into()) };
+    with_rw(target, |fs, p| {
+        fs.resolve(&p.path, true)
+            .and_then(|ino| fs.set_encryption_policy(ino, &key, padding))
+            .map_err(|e| format!("cannot encrypt '{}:{}': {e}", p.image.display(), p.path))
+    })
+}
+
 /// `rext4 rm [-r] IMAGE:/path`. Like coreutils' rm, `.`, `..` and the root are refused
 /// before anything is touched.
 pub(crate) fn rm(target: &str, recursive: bool) -> CliResult {

@@ -213,7 +213,7 @@ fn unsupported(key: &str, val: Option<&str>) -> Option<String> {
         ("usrjquota" | "grpjquota" | "jqfmt", _) => {
             "journaled quota files (usrjquota, grpjquota, jqfmt): not supported (rext4 keeps quotas in the quota feature's hidden files: usrquota, grpquota, prjquota)"
         }
-        ("journal_dev" | "journal_path", _) => "external journals are not supported",
+        ("journal_dev", _) => "journal_dev=: name the journal device by its path (journal_path=PATH)",
         ("dax", _) => "dax: not supported on a FUSE mount",
         ("test_dummy_encryption" | "inlinecrypt" | "abort", _) => "not supported by rext4",
         _ => return None,

@@ -1,7 +1,8 @@
 //! `--key FILE` (and `--key-v1 DESCRIPTOR:FILE`) on images with encrypted directories the
 //! kernel made: with the key the commands read and write plaintext names and bytes (what the
 //! kernel then reads with the same key), without it they list the kernel's no-key names and
-//! refuse contents with `ENOKEY`'s message. e2fsck is clean after each change.
+//! refuse contents with `ENOKEY`'s message; `rext4 encrypt` sets a policy the kernel then
+//! reads under. e2fsck is clean after each change.
 
 use rext4_testkit::{e2fsck_clean, fscrypt_add_key, fscrypt_set_policy, require_kernel, Image, KernelMount};
 use std::process::{Command, Output};
@@ -65,8 +66,15 @@ fn commands_take_encryption_keys() {
     let src = dir.path().join("src");
     std::fs::write(&src, vec![42u8; 70_000]).unwrap();
     ok(rext4(&["--key", key_arg, "cp", src.to_str().unwrap(), &at("/enc/made/copied")]));
+    // A directory encrypted by the command itself.
+    ok(rext4(&["mkdir", &at("/fresh")]));
+    assert!(!rext4(&["encrypt", &at("/fresh")]).status.success(), "encrypt needs a key");
+    ok(rext4(&["--key", key_arg, "encrypt", "--padding", "16", &at("/fresh")]));
+    ok(rext4(&["--key", key_arg, "cp", src.to_str().unwrap(), &at("/fresh/copied")]));
+    assert!(!rext4(&["--key", key_arg, "encrypt", &at("/enc/made")]).status.success(), "another policy");
     e2fsck_clean(&img);
     let m = KernelMount::ro(&img).expect("mount");
     fscrypt_add_key(m.path(), &key, None);
     assert_eq!(std::fs::read(m.path().join("enc/made/copied")).unwrap(), vec![42u8; 70_000]);
+    assert_eq!(std::fs::read(m.path().join("fresh/copied")).unwrap(), vec![42u8; 70_000]);
 }

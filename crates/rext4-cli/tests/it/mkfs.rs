@@ -137,6 +137,7 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("mmp", "64M", &["-t", "ext4", "-O", "mmp"]),
     ("mmp_ext3", "64M", &["-t", "ext3", "-O", "mmp", "-E", "mmp_update_interval=17"]),
     ("mmp_4k_no_journal", "600M", &["-t", "ext4", "-O", "mmp,^has_journal"]),
+    ("encrypt", "64M", &["-t", "ext4", "-O", "encrypt"]),
 ];
 
 /// Images with quota files, beside `VARIANTS`: this kernel may lack the quota format and then

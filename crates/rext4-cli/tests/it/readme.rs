@@ -45,6 +45,7 @@ fn the_command_examples_run_in_order() {
         write(&src.join(f), data);
     }
     write(&dir.path().join("site/index.html"), "<p>hello</p>\n");
+    std::fs::write(dir.path().join("k.bin"), [0x5au8; 64]).unwrap();
     let img = dir.path().join("disk.img");
     Image::ext4("64M").from_dir(&src).build(&img);
 
@@ -64,4 +65,5 @@ fn the_command_examples_run_in_order() {
     }
     e2fsck_clean(&img);
     e2fsck_clean(&dir.path().join("q.img"));
+    e2fsck_clean(&dir.path().join("e.img"));
 }

@@ -71,6 +71,11 @@ impl EncryptionKey {
         }
     }
 
+    /// How policies name this key.
+    pub(crate) fn spec(&self) -> KeySpec {
+        self.spec
+    }
+
     /// The identifier (v2) or descriptor (v1) policies name this key by, in hex, as
     /// `fscryptctl get_policy` prints it.
     pub fn id_hex(&self) -> String {
@@ -132,6 +137,11 @@ pub(crate) fn policy_supported(ctx: &Context) -> bool {
 impl Keyring {
     pub(crate) fn new(keys: &[EncryptionKey]) -> Keyring {
         Keyring { keys: keys.iter().map(|k| (k.spec, Arc::new(k.raw.clone()))).collect() }
+    }
+
+    /// Whether the master key `spec` names was given.
+    pub(crate) fn has(&self, spec: &KeySpec) -> bool {
+        self.keys.contains_key(spec)
     }
 
     /// The key of one file of policy `ctx`, if its master key was given: its size is the

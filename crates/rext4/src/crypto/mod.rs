@@ -34,6 +34,7 @@
 pub(crate) mod contents;
 pub(crate) mod fname;
 pub(crate) mod keysetup;
+pub(crate) mod policy;
 
 pub use keysetup::EncryptionKey;
 
@@ -127,7 +128,11 @@ impl FsInner {
         };
         let ctx = Context::parse(&value).ok();
         let uuid = self.sbi.sb.s_uuid;
-        let usable = ctx.as_ref().filter(|c| keysetup::policy_supported(c));
+        // A data unit larger than the block is no policy the kernel sets.
+        let bits = self.sbi.block_size.trailing_zeros();
+        let usable = ctx
+            .as_ref()
+            .filter(|c| keysetup::policy_supported(c) && u32::from(c.log2_data_unit_size) <= bits);
         let kind = inode.with_disk(|d| d.file_type());
         let (names, contents) = match usable {
             Some(c) if kind == S_IFDIR || kind == S_IFLNK => (self.keyring.names_cipher(c, &uuid), None),

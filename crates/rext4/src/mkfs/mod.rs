@@ -372,6 +372,11 @@ impl Builder {
                 sb.s_encoding_flags.set(rext4_format::casefold::ENCODING_FLAG_STRICT);
             }
         }
+        if f.has_i(Incompat::ENCRYPT) {
+            // mke2fs records the default modes: AES-256-XTS contents, AES-256-CTS names.
+            sb.s_encrypt_algos[0] = rext4_format::fscrypt::MODE_AES_256_XTS;
+            sb.s_encrypt_algos[1] = rext4_format::fscrypt::MODE_AES_256_CTS;
+        }
         sb.s_desc_size.set(geo.desc_size_field);
         // acl, user_xattr
         sb.s_default_mount_opts.set(0x000C);

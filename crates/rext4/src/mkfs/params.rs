@@ -241,14 +241,9 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     if features.has_r(RoCompat::PROJECT) {
         quota_types[2] = true;
     }
-    let unsupported = Incompat::COMPRESSION.bits()
-        | Incompat::JOURNAL_DEV.bits()
-        | Incompat::DIRDATA.bits()
-        | Incompat::ENCRYPT.bits();
+    let unsupported = Incompat::COMPRESSION.bits() | Incompat::JOURNAL_DEV.bits() | Incompat::DIRDATA.bits();
     if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) {
-        return Err(Error::Incompatible(
-            "mkfs does not make bigalloc, encrypt or journal_dev filesystems".into(),
-        ));
+        return Err(Error::Incompatible("mkfs does not make bigalloc or journal_dev filesystems".into()));
     }
     if opts.strict_encoding && !features.has_i(Incompat::CASEFOLD) {
         return Err(Error::InvalidInput("encoding_flags need casefold (an encoding)"));

@@ -192,6 +192,11 @@ fn assert_same_views(what: &str, k: &BTreeMap<Vec<u8>, NoKeyView>, r: &BTreeMap<
 /// Shown with the keys, rext4 and a kernel mount with the same keys must agree on
 /// everything: names, bytes, attributes, xattrs, link targets.
 fn with_keys_matches_kernel(img: &Path, what: &str) {
+    with_keys_matches_kernel_at(img, what, "/enc/size-5000");
+}
+
+/// [`with_keys_matches_kernel`], where `shown` is a path the decrypted names must hold.
+fn with_keys_matches_kernel_at(img: &Path, what: &str, shown: &str) {
     let fs = Fs::open_with(img, with_keys(false)).unwrap();
     let walk = walk_rext4(&fs, None);
     let m = KernelMount::ro(img).expect("mount");
@@ -202,7 +207,7 @@ fn with_keys_matches_kernel(img: &Path, what: &str) {
     report
         .add(format!("{what}: rext4 with keys vs kernel with keys"), diff_full("kernel", &k, "rext4", &walk));
     report.finish();
-    assert!(walk.recs.contains_key(b"/enc/size-5000".as_slice()), "{what}: decrypted names are shown");
+    assert!(walk.recs.contains_key(shown.as_bytes()), "{what}: decrypted names are shown");
 }
 
 #[test]
@@ -492,4 +497,67 @@ fn encrypted_files_written_with_keys() {
     drop(fs);
     let (k, r) = nokey_views(&img);
     assert_same_views("rext4's files without keys", &k, &r);
+}
+
+/// rext4 encrypts empty directories itself (`FS_IOC_SET_ENCRYPTION_POLICY`), also on an
+/// `inline_data` image whose new directories live in the record; what it makes in them the
+/// kernel reads with the key and lists without it as rext4 does. The policy's refusals.
+#[test]
+fn policies_set_by_rext4_read_by_the_kernel() {
+    require_kernel!();
+    for (name, features) in [("plain", "encrypt"), ("inline", "encrypt,inline_data")] {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("p.img");
+        Image::ext4("64M").features(features).build(&img);
+        let fs = Fs::open_with(&img, with_keys(true)).unwrap();
+        let (v2, v1) = keys();
+        let (k2, k1) = (EncryptionKey::new(v2).unwrap(), EncryptionKey::v1(V1_DESC, v1).unwrap());
+        let root = fs.root();
+        for (d, key, pad) in [("v2", &k2, 16u8), ("v1", &k1, 32)] {
+            let ino = fs.mkdir(root, d.as_bytes(), 0o755, 0, 0).unwrap().ino;
+            fs.set_encryption_policy(ino, key, pad).unwrap();
+            fs.set_encryption_policy(ino, key, pad).unwrap();
+            assert!(matches!(fs.set_encryption_policy(ino, key, 4), Err(Error::Exists)), "{name}");
+            let sub = fs.mkdir(ino, b"sub", 0o755, 0, 0).unwrap().ino;
+            let f = fs.create(sub, b"file", 0o644, 0, 0).unwrap().ino;
+            fs.write(f, 0, &bytes(9, 12_345)).unwrap();
+            fs.symlink(ino, b"link", b"sub/file", 0, 0).unwrap();
+            for i in 0..150 {
+                fs.create(ino, format!("name-{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            }
+            // The policy a file already has is no change, as for the kernel; another is EEXIST.
+            fs.set_encryption_policy(f, key, pad).unwrap();
+            assert!(
+                matches!(fs.set_encryption_policy(f, key, 8), Err(Error::Exists)),
+                "{name}: encrypted file"
+            );
+        }
+        let full = fs.mkdir(root, b"full", 0o755, 0, 0).unwrap().ino;
+        fs.create(full, b"x", 0o644, 0, 0).unwrap();
+        assert!(matches!(fs.set_encryption_policy(full, &k2, 32), Err(Error::NotEmpty)));
+        let file = fs.create(root, b"afile", 0o644, 0, 0).unwrap().ino;
+        assert!(matches!(fs.set_encryption_policy(file, &k2, 32), Err(Error::NotDir)));
+        let empty = fs.mkdir(root, b"empty", 0o755, 0, 0).unwrap().ino;
+        assert!(matches!(fs.set_encryption_policy(empty, &k2, 5), Err(Error::InvalidInput(_))));
+        let other = EncryptionKey::new(vec![1; 64]).unwrap();
+        assert!(
+            matches!(fs.set_encryption_policy(empty, &other, 32), Err(Error::NoKey)),
+            "v2 needs its key added"
+        );
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+        with_keys_matches_kernel_at(&img, name, "/v2/sub/file");
+        let (k, r) = nokey_views(&img);
+        assert_same_views(name, &k, &r);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("n.img");
+    Image::ext4("32M").build(&img);
+    let fs = Fs::open_with(&img, with_keys(true)).unwrap();
+    let (v2, _) = keys();
+    assert!(matches!(
+        fs.set_encryption_policy(fs.root(), &EncryptionKey::new(v2).unwrap(), 32),
+        Err(Error::NotSupported(_))
+    ));
 }
