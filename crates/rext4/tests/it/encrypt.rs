@@ -347,6 +347,79 @@ fn encrypted_names_changed_with_and_without_keys() {
     assert_eq!(b, bytes(1, 4095));
     assert!(fs.resolve("/enc4/size-1", true).is_err());
     assert_eq!(fs.getattr(small4).unwrap().nlink, 3);
+    drop(fs);
+    refusals_match_the_kernel(&img);
+}
+
+/// The errnos of what encryption refuses, from rext4 and from the kernel on copies of the
+/// same image: with the keys, links and renames across policies; without, new names, renames
+/// and links in an encrypted directory, and reads.
+fn refusals_match_the_kernel(img: &Path) {
+    let copy = |n: &str| {
+        let p = img.with_file_name(n);
+        std::fs::copy(img, &p).unwrap();
+        p
+    };
+    let errno = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
+    let (ours, theirs) = (copy("ours.img"), copy("theirs.img"));
+    let mut kernel = Vec::new();
+    for with_key in [true, false] {
+        let m = KernelMount::rw(&theirs).expect("mount");
+        let p = |s: &str| m.path().join(s);
+        if with_key {
+            add_both_keys(m.path());
+            kernel.push(errno(std::fs::rename(p("plain/a.txt"), p("enc/in"))));
+            kernel.push(errno(std::fs::hard_link(p("plain/a.txt"), p("enc/in"))));
+            kernel.push(errno(std::fs::hard_link(p("enc4/small.txt"), p("enc/in"))));
+            kernel.push(errno(std::fs::rename(p("enc4/small.txt"), p("encv1/in"))));
+        } else {
+            let some = std::fs::read_dir(p("enc"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|q| q.is_file())
+                .unwrap();
+            kernel.push(errno(std::fs::write(p("enc/new"), b"x")));
+            kernel.push(errno(std::fs::create_dir(p("enc/new"))));
+            kernel.push(errno(std::os::unix::fs::symlink("t", p("enc/new"))));
+            kernel.push(errno(std::fs::rename(&some, p("enc/other"))));
+            kernel.push(errno(std::fs::hard_link(&some, p("enc/other"))));
+            kernel.push(errno(std::fs::read(&some).map(|_| ())));
+        }
+        m.unmount().unwrap();
+    }
+    let mut rext = Vec::new();
+    let e = |r: rext4::Result<rext4::Attr>| r.err().map_or(0, |e| e.errno());
+    for with_key in [true, false] {
+        let opts = if with_key { with_keys(true) } else { Options { writable: true, ..Options::default() } };
+        let fs = Fs::open_with(&ours, opts).unwrap();
+        let at = |s: &str| fs.resolve(s, true).unwrap();
+        let (enc, plain) = (at("/enc"), at("/plain"));
+        if with_key {
+            rext.push(fs.rename(plain, b"a.txt", enc, b"in", 0).err().map_or(0, |e| e.errno()));
+            rext.push(e(fs.link(at("/plain/a.txt"), enc, b"in")));
+            rext.push(e(fs.link(at("/enc4/small.txt"), enc, b"in")));
+            rext.push(
+                fs.rename(at("/enc4"), b"small.txt", at("/encv1"), b"in", 0).err().map_or(0, |e| e.errno()),
+            );
+        } else {
+            let some = fs
+                .children(enc)
+                .unwrap()
+                .into_iter()
+                .find(|c| c.kind == Some(rext4::FileType::RegularFile))
+                .unwrap();
+            rext.push(e(fs.create(enc, b"new", 0o644, 0, 0)));
+            rext.push(e(fs.mkdir(enc, b"new", 0o755, 0, 0)));
+            rext.push(e(fs.symlink(enc, b"new", b"t", 0, 0)));
+            rext.push(fs.rename(enc, &some.name, enc, b"other", 0).err().map_or(0, |e| e.errno()));
+            rext.push(e(fs.link(some.ino, enc, b"other")));
+            rext.push(fs.read(some.ino, 0, &mut [0u8; 8]).err().map_or(0, |e| e.errno()));
+        }
+        fs.unmount().unwrap();
+    }
+    assert_eq!(rext, kernel, "errnos: rext4 left, the kernel right");
+    assert!(kernel.iter().all(|&x| x != 0), "every one is refused: {kernel:?}");
+    e2fsck_clean(&ours);
 }
 
 /// One step of the write model.
