@@ -33,11 +33,11 @@ impl InodeCrypt {
         let per_block = block_bits - unit_bits;
         let unit = 1usize << unit_bits;
         for (i, u) in block.chunks_exact_mut(unit).enumerate() {
-            let tweak = u128::from(self.iv_index((lblk << per_block) + i as u64)).to_le_bytes();
+            let index = self.iv_index((lblk << per_block) + i as u64);
             if encrypt {
-                c.xts.encrypt_sector(u, tweak);
+                c.xts.encrypt_unit(u, index);
             } else {
-                c.xts.decrypt_sector(u, tweak);
+                c.xts.decrypt_unit(u, index);
             }
         }
         true

@@ -35,6 +35,7 @@ pub(crate) mod contents;
 pub(crate) mod fname;
 pub(crate) mod keysetup;
 pub(crate) mod policy;
+pub(crate) mod xts;
 
 pub use keysetup::EncryptionKey;
 
@@ -62,17 +63,14 @@ impl NamesCipher {
     }
 }
 
-/// AES-256-XTS for contents (crypto/contents.rs).
+/// AES-256-XTS for contents (crypto/contents.rs, crypto/xts.rs).
 pub(crate) struct ContentsCipher {
-    xts: xts_mode::Xts128<aes::Aes256>,
+    xts: xts::Xts,
 }
 
 impl ContentsCipher {
     fn new(key: &[u8]) -> ContentsCipher {
-        // Cannot fail: the key is derived at exactly 64 bytes (keysetup.rs).
-        let c1 = aes::Aes256::new_from_slice(&key[..32]).expect("32-byte half");
-        let c2 = aes::Aes256::new_from_slice(&key[32..]).expect("32-byte half");
-        ContentsCipher { xts: xts_mode::Xts128::new(c1, c2) }
+        ContentsCipher { xts: xts::Xts::new(key) }
     }
 }
 
