@@ -43,3 +43,35 @@ pub fn fscrypt_set_policy(dir: &Path, key: &[u8], flags: u8) {
     unsafe { fs_ioc_set_encryption_policy(f.as_raw_fd(), arg.as_ptr()) }
         .expect("FS_IOC_SET_ENCRYPTION_POLICY");
 }
+
+/// Why the running kernel cannot be the encryption tests' oracle (no loop mounts, or ext4
+/// without `CONFIG_FS_ENCRYPTION`), or None when it can. Panics under
+/// `REXT4_REQUIRE_MOUNT=1` where the kernel mounts images but lacks encryption: the run asked
+/// for the kernel comparisons.
+pub fn why_no_fscrypt() -> Option<&'static str> {
+    if let Some(why) = crate::why_no_kernel_mount() {
+        return Some(why);
+    }
+    if Path::new("/sys/fs/ext4/features/encryption").exists() {
+        return None;
+    }
+    if crate::kernel::mounts_required() {
+        panic!("REXT4_REQUIRE_MOUNT=1 but this kernel's ext4 has no encryption (CONFIG_FS_ENCRYPTION)");
+    }
+    Some("this kernel's ext4 has no encryption (CONFIG_FS_ENCRYPTION)")
+}
+
+/// Returns from the calling test when the kernel cannot make and read encrypted directories
+/// here (see [`why_no_fscrypt`]), saying why; `require_fscrypt!(value)` returns `value`.
+#[macro_export]
+macro_rules! require_fscrypt {
+    () => {
+        $crate::require_fscrypt!(())
+    };
+    ($ret:expr) => {
+        if let Some(why) = $crate::why_no_fscrypt() {
+            $crate::skip_note(module_path!(), line!(), "no kernel with ext4 encryption", why);
+            return $ret;
+        }
+    };
+}

@@ -43,7 +43,7 @@ pub use device::HookedDevice;
 pub use diff::{assert_no_diff, diff_full, diff_source, statfs_diff, Report, SourceCmp};
 pub use digest::{digest, sample_windows, Digest, CONTENT_LIMIT};
 pub use fsck::{e2fsck_clean, e2fsck_reindex};
-pub use fscrypt::{fscrypt_add_key, fscrypt_set_policy};
+pub use fscrypt::{fscrypt_add_key, fscrypt_set_policy, why_no_fscrypt};
 pub use fuse::{fuse_available, why_no_fuse};
 pub use image::Image;
 pub use inspect::{

@@ -4,7 +4,7 @@
 //! refuse contents with `ENOKEY`'s message; `rext4 encrypt` sets a policy the kernel then
 //! reads under. e2fsck is clean after each change.
 
-use rext4_testkit::{e2fsck_clean, fscrypt_add_key, fscrypt_set_policy, require_kernel, Image, KernelMount};
+use rext4_testkit::{e2fsck_clean, fscrypt_add_key, fscrypt_set_policy, require_fscrypt, Image, KernelMount};
 use std::process::{Command, Output};
 
 fn rext4(args: &[&str]) -> Output {
@@ -18,7 +18,7 @@ fn ok(o: Output) -> String {
 
 #[test]
 fn commands_take_encryption_keys() {
-    require_kernel!();
+    require_fscrypt!();
     let dir = tempfile::tempdir().unwrap();
     let img = Image::ext4("64M").features("encrypt").build_in(dir.path(), "e.img");
     let key: Vec<u8> = (0..64u8).rev().collect();

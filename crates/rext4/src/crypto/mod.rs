@@ -12,24 +12,26 @@
 //! | symlink targets decrypted | targets shown as no-key names |
 //!
 //! Either way a file can be removed (unlink, rmdir) and stat'ed, as the kernel allows. What
-//! needs the key to write (a new name, a rename, a link, contents) is `ENOKEY` without it;
-//! with it, names may be removed, renamed and linked within one policy, and new files,
-//! directories and symlinks made, but contents cannot be written yet (`EOPNOTSUPP`).
+//! needs the key (a new name, a rename, a link, contents) is `ENOKEY` without it; with it,
+//! new files, directories and symlinks take the directory's policy, names are renamed and
+//! linked within one policy (`EXDEV` across), and contents are written whole blocks at a
+//! time (crypto/contents.rs). A policy is set on an empty directory by crypto/policy.rs.
 //!
 //! Invariants:
 //! 1. Every name below the directory code is the on-disk name (ciphertext in an encrypted
 //!    directory): user names are translated once, at each operation's entry
 //!    ([`FsInner::disk_name`]), and the name cache keys encrypted directories by it.
-//! 2. An inode's context never changes while it is cached (a policy is set on an empty
-//!    directory only, which this engine does not offer), so what is derived from it is
-//!    computed once per cached inode ([`Inode::crypt`]).
+//! 2. An inode's context never changes once set (a policy is set only on an empty,
+//!    unencrypted directory), and [`FsInner::inode_crypt`] is called only for inodes with
+//!    `ENCRYPT_FL`, so what is derived from the context is computed once per cached inode
+//!    ([`Inode::crypt`]) and an inode without the flag never has it.
 //! 3. Keys are fixed for the life of the open filesystem: a name shown without the key is
 //!    never cached beside one shown with it.
 //! 4. Every change to a file's contents enters through `regular_file` (data/write.rs), which
 //!    computes the file's [`InodeCrypt`] (refusing the change without the key): the writes
-//!    below it, which may hold the record's lock, tell an encrypted file by it being set.
-//!    Encrypted files take no delayed allocation and no inline data, and the page cache
-//!    keeps none of their blocks.
+//!    below it, which may hold the record's lock, tell an encrypted file by it being set
+//!    (invariant 2). Encrypted files take no delayed allocation and no inline data, and the
+//!    page cache keeps none of their blocks.
 
 pub(crate) mod contents;
 pub(crate) mod fname;

@@ -212,7 +212,7 @@ fn with_keys_matches_kernel_at(img: &Path, what: &str, shown: &str) {
 
 #[test]
 fn kernel_encrypted_tree_read_with_and_without_keys() {
-    require_kernel!();
+    require_fscrypt!();
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("enc.img");
     Image::ext4("256M").features("encrypt").build(&img);
@@ -254,7 +254,7 @@ fn kernel_encrypted_tree_read_with_and_without_keys() {
 /// `EXDEV` across policies, removal by plaintext names.
 #[test]
 fn encrypted_names_changed_with_and_without_keys() {
-    require_kernel!();
+    require_fscrypt!();
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("enc.img");
     Image::ext4("256M").features("encrypt").build(&img);
@@ -495,7 +495,7 @@ fn model_step(fs: &Fs, rng: &mut Rng, ino: InodeNo, model: &mut Vec<u8>) {
 /// back in rext4. Without the key the kernel lists the new names as rext4 does.
 #[test]
 fn encrypted_files_written_with_keys() {
-    require_kernel!();
+    require_fscrypt!();
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("enc.img");
     Image::ext4("256M").features("encrypt").build(&img);
@@ -577,7 +577,7 @@ fn encrypted_files_written_with_keys() {
 /// kernel reads with the key and lists without it as rext4 does. The policy's refusals.
 #[test]
 fn policies_set_by_rext4_read_by_the_kernel() {
-    require_kernel!();
+    require_fscrypt!();
     for (name, features) in [("plain", "encrypt"), ("inline", "encrypt,inline_data")] {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("p.img");

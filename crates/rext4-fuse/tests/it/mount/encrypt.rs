@@ -10,7 +10,7 @@ fn key() -> Vec<u8> {
 
 /// An image whose `/enc` the kernel encrypted (v2 policy, names padded to 32) and filled.
 fn encrypted_image(dir: &std::path::Path) -> std::path::PathBuf {
-    require_kernel!(std::path::PathBuf::new());
+    require_fscrypt!(std::path::PathBuf::new());
     let img = Image::ext4("128M").features("encrypt").build_in(dir, "e.img");
     let m = KernelMount::rw(&img).expect("mount");
     let id = fscrypt_add_key(m.path(), &key(), None);

@@ -237,6 +237,7 @@ fn crash_file_data_bigalloc() {
 /// fsync'ed; a block half written would decrypt to noise and show.
 #[test]
 fn crash_file_data_encrypted() {
+    // The kernel's recovery is part of the check; without its encryption the rest still runs.
     run_with("data-encrypted", &["-O", "encrypt"], 12, data_workload_encrypted, check_data_encrypted);
 }
 
