@@ -9,7 +9,6 @@ use crate::data::write::Run;
 use crate::error::{Error, Result};
 use crate::fs::FsInner;
 use crate::inode::Inode;
-use crate::map::Mapping;
 use crate::num::usize_from;
 
 impl InodeCrypt {
@@ -78,10 +77,7 @@ impl FsInner {
                 break;
             };
             let in_block = usize_from(pos % bs);
-            let (len, pblk) = match self.map_block(inode, lblk)? {
-                Mapping::Hole { len } | Mapping::Mapped { len, unwritten: true, .. } => (len, None),
-                Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
-            };
+            let (len, pblk) = self.map_for_read(inode, lblk)?;
             // Whole blocks, as far as the request and this run reach.
             let want = (in_block + (total - done)).div_ceil(usize_from(bs)) as u64;
             let blocks = len.min(want).min(MAX_RUN_BLOCKS);

@@ -192,11 +192,7 @@ impl FsInner {
             let mut end =
                 if sequential { want_end.max(u64::from(lblk) + READAHEAD_BLOCKS) } else { want_end };
             end = end.min(last_blk).min(u64::from(lblk) + MAX_RUN_BLOCKS - 1).min(u64::from(u32::MAX));
-            let (len, pblk) = match self.map_block(inode, lblk)? {
-                Mapping::Hole { len } => (len, None),
-                Mapping::Mapped { len, unwritten: true, .. } => (len, None),
-                Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
-            };
+            let (len, pblk) = self.map_for_read(inode, lblk)?;
             let n_blocks = (end - u64::from(lblk) + 1).min(len.max(1));
             // Cannot overflow: at most MAX_RUN_BLOCKS.
             let nb = usize_from(n_blocks);
@@ -245,11 +241,7 @@ impl FsInner {
                 break;
             };
             let in_block = pos % bs;
-            let (len, pblk) = match self.map_block(inode, lblk)? {
-                Mapping::Hole { len } => (len, None),
-                Mapping::Mapped { len, unwritten: true, .. } => (len, None),
-                Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
-            };
+            let (len, pblk) = self.map_for_read(inode, lblk)?;
             let avail = len.saturating_mul(bs) - in_block;
             let n = (total - done).min(usize::try_from(avail).unwrap_or(usize::MAX));
             let dst = &mut buf[done..done + n];
@@ -260,6 +252,15 @@ impl FsInner {
             done += n;
         }
         Ok(total)
+    }
+
+    /// The blocks from `lblk` that read alike: `len` of them, stored from the physical block
+    /// given, or reading as zeros (a hole or unwritten extent) where none is.
+    pub(crate) fn map_for_read(&self, inode: &Inode, lblk: u32) -> Result<(u64, Option<u64>)> {
+        Ok(match self.map_block(inode, lblk)? {
+            Mapping::Hole { len } | Mapping::Mapped { len, unwritten: true, .. } => (len, None),
+            Mapping::Mapped { pblk, len, unwritten: false } => (len, Some(pblk)),
+        })
     }
 
     /// Whether `inode` is a symlink whose target is stored in `i_block`.
