@@ -119,15 +119,15 @@ impl Context {
             == (other.contents_mode, other.filenames_mode, other.flags, other.log2_data_unit_size, other.key)
     }
 
-    /// The length an encrypted name of `len` bytes takes on disk (`fscrypt_fname_encrypted_size`
-    /// with `NAME_MAX`): at least 16 bytes, rounded up to the policy's padding, at most 255.
-    /// `None` above 255.
-    pub fn encrypted_name_len(&self, len: usize) -> Option<usize> {
-        if len > 255 {
+    /// The length `len` bytes take encrypted as a name (`__fscrypt_fname_encrypted_size`): at
+    /// least 16 bytes, rounded up to the policy's padding, at most `max` (255 for a directory
+    /// entry, the block less 3 bytes for a symlink target). `None` above `max`.
+    pub fn encrypted_len(&self, len: usize, max: usize) -> Option<usize> {
+        if len > max {
             return None;
         }
         let pad = 4usize << (self.flags & FLAGS_PAD_MASK);
-        Some(len.max(NAME_MIN_LEN).next_multiple_of(pad).min(255))
+        Some(len.max(NAME_MIN_LEN).next_multiple_of(pad).min(max))
     }
 }
 
@@ -172,12 +172,14 @@ mod tests {
     #[test]
     fn encrypted_name_lengths_pad_as_the_kernel() {
         let mut c = Context::parse(&[&[2u8, 1, 4, 0, 0, 0, 0, 0][..], &[0; 32]].concat()).unwrap();
-        assert_eq!(c.encrypted_name_len(1), Some(16));
-        assert_eq!(c.encrypted_name_len(17), Some(20));
+        assert_eq!(c.encrypted_len(1, 255), Some(16));
+        assert_eq!(c.encrypted_len(17, 255), Some(20));
         c.flags = 3;
-        assert_eq!(c.encrypted_name_len(17), Some(32));
-        assert_eq!(c.encrypted_name_len(250), Some(255));
-        assert_eq!(c.encrypted_name_len(256), None);
+        assert_eq!(c.encrypted_len(17, 255), Some(32));
+        assert_eq!(c.encrypted_len(250, 255), Some(255));
+        assert_eq!(c.encrypted_len(256, 255), None);
+        assert_eq!(c.encrypted_len(4090, 4093), Some(4093));
+        assert_eq!(c.encrypted_len(4094, 4093), None);
     }
 
     #[test]

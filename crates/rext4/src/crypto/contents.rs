@@ -13,18 +13,18 @@ use crate::num::usize_from;
 
 impl InodeCrypt {
     /// Decrypts logical block `lblk` of this file in place (`block_bits`: log2 of the block
-    /// size). `false` without the key.
-    pub(crate) fn decrypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8]) -> bool {
-        self.crypt_block(lblk, block_bits, block, false)
+    /// size). The caller has checked that the key is here.
+    pub(crate) fn decrypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8]) {
+        self.crypt_block(lblk, block_bits, block, false);
     }
 
     /// Encrypts logical block `lblk` in place, as [`InodeCrypt::decrypt_block`] undoes.
-    pub(crate) fn encrypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8]) -> bool {
-        self.crypt_block(lblk, block_bits, block, true)
+    pub(crate) fn encrypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8]) {
+        self.crypt_block(lblk, block_bits, block, true);
     }
 
-    fn crypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8], encrypt: bool) -> bool {
-        let (Some(c), Some(ctx)) = (&self.contents, &self.ctx) else { return false };
+    fn crypt_block(&self, lblk: u64, block_bits: u32, block: &mut [u8], encrypt: bool) {
+        let (Some(c), Some(ctx)) = (&self.contents, &self.ctx) else { return };
         let unit_bits = match ctx.log2_data_unit_size {
             0 => block_bits,
             n => u32::from(n).min(block_bits),
@@ -39,7 +39,6 @@ impl InodeCrypt {
                 c.xts.decrypt_unit(u, index);
             }
         }
-        true
     }
 }
 

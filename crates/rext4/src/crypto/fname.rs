@@ -117,11 +117,27 @@ fn name_iv(c: &InodeCrypt) -> [u8; 16] {
 }
 
 impl InodeCrypt {
-    /// Encrypts a padded name or symlink target in place with this inode's names key.
-    pub(crate) fn encrypt_name(&self, padded: &mut [u8]) {
-        if let Some(names) = &self.names {
-            names.encrypt(name_iv(self), padded);
-        }
+    /// `plain` encrypted as a name (or symlink target) with this inode's key: zero-padded
+    /// as its policy says, up to `max` bytes. `ENOKEY` without the key, `ENAMETOOLONG` past
+    /// `max`.
+    pub(crate) fn encrypt_name(&self, plain: &[u8], max: usize) -> Result<Vec<u8>> {
+        let (Some(names), Some(ctx)) = (&self.names, &self.ctx) else { return Err(Error::NoKey) };
+        let len = ctx.encrypted_len(plain.len(), max).ok_or(Error::NameTooLong)?;
+        let mut v = plain.to_vec();
+        v.resize(len, 0);
+        names.encrypt(name_iv(self), &mut v);
+        Ok(v)
+    }
+
+    /// Ciphertext `ct` decrypted with this inode's key, up to its first NUL (the padding);
+    /// `None` without the key.
+    pub(crate) fn decrypt_name(&self, ct: &[u8]) -> Option<Vec<u8>> {
+        let names = self.names.as_ref()?;
+        let mut v = ct.to_vec();
+        names.decrypt(name_iv(self), &mut v);
+        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+        v.truncate(end);
+        Some(v)
     }
 }
 
@@ -198,12 +214,8 @@ impl FsInner {
             return Ok(Cow::Borrowed(name));
         }
         let crypt = self.inode_crypt(dir)?;
-        if let (Some(names), Some(ctx)) = (&crypt.names, &crypt.ctx) {
-            let len = ctx.encrypted_name_len(name.len()).ok_or(Error::NameTooLong)?;
-            let mut v = name.to_vec();
-            v.resize(len, 0);
-            names.encrypt(name_iv(&crypt), &mut v);
-            return Ok(Cow::Owned(v));
+        if crypt.has_key() {
+            return crypt.encrypt_name(name, 255).map(Cow::Owned);
         }
         if want == NameUse::Make {
             return Err(Error::NoKey);
@@ -260,16 +272,7 @@ impl FsInner {
                 what: "encrypted name shorter than 16 bytes",
             });
         }
-        match &crypt.names {
-            Some(names) => {
-                let mut v = de.to_vec();
-                names.decrypt(name_iv(crypt), &mut v);
-                let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-                v.truncate(end);
-                Ok(v)
-            }
-            None => Ok(nokey_name(major, minor, de)),
-        }
+        Ok(crypt.decrypt_name(de).unwrap_or_else(|| nokey_name(major, minor, de)))
     }
 
     /// The target of encrypted symlink `inode` from its stored bytes (`fscrypt_get_symlink`).
@@ -279,11 +282,7 @@ impl FsInner {
         let Some(ct) = rext4_format::fscrypt::symlink_ciphertext(stored) else {
             return bad("encrypted target header");
         };
-        let Some(names) = &crypt.names else { return Ok(nokey_name(0, 0, ct)) };
-        let mut v = ct.to_vec();
-        names.decrypt(name_iv(&crypt), &mut v);
-        let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-        v.truncate(end);
+        let Some(v) = crypt.decrypt_name(ct) else { return Ok(nokey_name(0, 0, ct)) };
         if v.is_empty() {
             return bad("empty decrypted target");
         }

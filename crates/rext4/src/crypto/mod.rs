@@ -159,7 +159,8 @@ impl FsInner {
     /// directory `dir` takes (`fscrypt_prepare_new_inode`): `EEXIST` if the name is there,
     /// `ENOKEY` without the key; else the name's on-disk form and, for a regular file,
     /// directory or symlink, its own context (the directory's policy, a fresh nonce).
-    /// Special files are not encrypted, only their names.
+    /// Special files are not encrypted, only their names; a link (`kind` 0) takes only the
+    /// name.
     pub(crate) fn prepare_new_encrypted<'a>(
         &self,
         dir: &Inode,
@@ -216,20 +217,12 @@ impl FsInner {
         ctx: &Context,
         target: &[u8],
     ) -> Result<Vec<u8>> {
-        let max = self.sbi.block_size as usize - 3;
-        if target.len() > max {
-            return Err(Error::NameTooLong);
-        }
-        let pad = 4usize << (ctx.flags & rext4_format::fscrypt::FLAGS_PAD_MASK);
-        let ct_len = target.len().max(rext4_format::fscrypt::NAME_MIN_LEN).next_multiple_of(pad).min(max);
-        let uuid = self.sbi.sb.s_uuid;
-        let Some(names) = self.keyring.names_cipher(ctx, &uuid) else { return Err(Error::NoKey) };
-        let crypt = InodeCrypt { ctx: Some(ctx.clone()), names: Some(names), contents: None, ino: ino.0 };
-        let mut ct = target.to_vec();
-        ct.resize(ct_len, 0);
-        crypt.encrypt_name(&mut ct);
+        // The symlink's own key, from its new nonce; it has no record to be read from yet.
+        let names = self.keyring.names_cipher(ctx, &self.sbi.sb.s_uuid);
+        let crypt = InodeCrypt { ctx: Some(ctx.clone()), names, contents: None, ino: ino.0 };
+        let ct = crypt.encrypt_name(target, self.sbi.block_size as usize - 3)?;
         // Cannot fail: at most a block less 3 bytes.
-        let mut v = u16::try_from(ct_len).expect("within a block").to_le_bytes().to_vec();
+        let mut v = u16::try_from(ct.len()).expect("within a block").to_le_bytes().to_vec();
         v.extend_from_slice(&ct);
         Ok(v)
     }
@@ -256,6 +249,6 @@ impl FsInner {
 }
 
 /// Fills `buf` from the kernel's random source (`getrandom(2)`), as fscrypt's nonces are.
-fn getrandom(buf: &mut [u8]) -> Result<()> {
+pub(super) fn getrandom(buf: &mut [u8]) -> Result<()> {
     getrandom::fill(buf).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))
 }

@@ -6,7 +6,7 @@ use crate::crypto::EncryptionKey;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
 use rext4_format::features::Incompat;
-use rext4_format::fscrypt::{Context, KeySpec, FLAGS_PAD_MASK, MODE_AES_256_CTS, MODE_AES_256_XTS};
+use rext4_format::fscrypt::{Context, KeySpec, MODE_AES_256_CTS, MODE_AES_256_XTS};
 use rext4_format::inode::ENCRYPT_FL;
 use rext4_format::InodeNo;
 
@@ -31,7 +31,7 @@ impl FsInner {
         let mut ctx = Context {
             contents_mode: MODE_AES_256_XTS,
             filenames_mode: MODE_AES_256_CTS,
-            flags: pad_flags & FLAGS_PAD_MASK,
+            flags: pad_flags,
             log2_data_unit_size: 0,
             key: key.spec(),
             nonce: [0; 16],
@@ -51,7 +51,7 @@ impl FsInner {
         if matches!(ctx.key, KeySpec::Identifier(_)) && !self.keyring.has(&ctx.key) {
             return Err(Error::NoKey);
         }
-        getrandom::fill(&mut ctx.nonce).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        super::getrandom(&mut ctx.nonce)?;
         let h = journal.start(CREDITS)?;
         // Encrypted directories are never inline (`ext4_set_context`).
         if self.has_inline_data(&inode) {

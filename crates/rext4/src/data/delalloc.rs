@@ -306,10 +306,7 @@ impl FsInner {
         offset: u64,
         data: &[u8],
     ) -> Result<Option<usize>> {
-        // Encrypted files allocate at once: their pages would have to be encrypted at
-        // writeback, and reads of them go to the device (crypto/contents.rs).
-        if !self.wb.enabled || data.len() >= DELAY_MAX || inode.flags() & rext4_format::inode::ENCRYPT_FL != 0
-        {
+        if !self.wb.enabled || data.len() >= DELAY_MAX {
             return Ok(None);
         }
         let bs = u64::from(self.sbi.block_size);
@@ -321,7 +318,9 @@ impl FsInner {
         let _d = inode.data_sem.read();
         let (mapped, size, block_map) = {
             let raw = inode.raw();
-            if raw_flags(&raw) & INLINE_DATA_FL != 0 {
+            // Encrypted files allocate at once: their pages would have to be encrypted at
+            // writeback, and reads of them go to the device (crypto/contents.rs).
+            if raw_flags(&raw) & (INLINE_DATA_FL | rext4_format::inode::ENCRYPT_FL) != 0 {
                 return Ok(None);
             }
             (self.map_runs(inode, &raw, first, last)?, raw_size(&raw), raw_flags(&raw) & EXTENTS_FL == 0)

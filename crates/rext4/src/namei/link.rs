@@ -79,15 +79,14 @@ impl FsInner {
         let _dl = self.stats.lock(crate::fs::stats::LockClass::OpLock, &dir.op_lock);
         // A taken name is EEXIST before anything about the target, as the kernel's
         // filename_create answers before vfs_link looks at it; in an encrypted directory the
-        // name is then found by its ciphertext, which needs the key (`fscrypt_prepare_link`).
+        // name is then given as its ciphertext, which needs the key (`fscrypt_prepare_link`).
         let encrypted = dir.flags() & fi::ENCRYPT_FL != 0;
-        if encrypted {
-            if self.lookup(&dir, name).is_ok() {
-                return Err(Error::Exists);
-            }
-            self.require_key(&dir)?;
-        }
-        let name = &*self.disk_name(&dir, name, crate::crypto::fname::NameUse::Make)?;
+        let disk = match encrypted {
+            false => None,
+            // Kind 0: a new name only, no new inode to give a context.
+            true => self.prepare_new_encrypted(&dir, Some(name), 0)?.0,
+        };
+        let name = disk.as_deref().unwrap_or(name);
         let room = self.ensure_absent(&dir, name)?;
         if target.is_dir() {
             return Err(Error::NotPermitted);
@@ -161,9 +160,6 @@ impl FsInner {
             _ => self.prepare_new_encrypted(&dir, Some(name), fi::S_IFLNK)?,
         };
         let name = disk.as_deref().unwrap_or(name);
-        if ctx.is_some() && target.len() > self.sbi.block_size as usize - 3 {
-            return Err(Error::NameTooLong);
-        }
         let room = self.ensure_absent(&dir, name)?;
         crate::inode::flags::check_dir_open(&dir)?;
         let inherited = crate::inode::flags::inherited_flags(dir.flags(), fi::S_IFLNK);

@@ -633,4 +633,7 @@ fn policies_set_by_rext4_read_by_the_kernel() {
         fs.set_encryption_policy(fs.root(), &EncryptionKey::new(v2).unwrap(), 32),
         Err(Error::NotSupported(_))
     ));
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
 }

@@ -10,7 +10,6 @@ fn key() -> Vec<u8> {
 
 /// An image whose `/enc` the kernel encrypted (v2 policy, names padded to 32) and filled.
 fn encrypted_image(dir: &std::path::Path) -> std::path::PathBuf {
-    require_fscrypt!(std::path::PathBuf::new());
     let img = Image::ext4("128M").features("encrypt").build_in(dir, "e.img");
     let m = KernelMount::rw(&img).expect("mount");
     let id = fscrypt_add_key(m.path(), &key(), None);
@@ -30,11 +29,9 @@ fn encrypted_image(dir: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn encrypted_directory_through_the_mount_with_and_without_the_key() {
     require_fuse!();
+    require_fscrypt!();
     let dir = tempfile::tempdir().unwrap();
     let img = encrypted_image(dir.path());
-    if img.as_os_str().is_empty() {
-        return;
-    }
     let key_file = dir.path().join("key");
     fs::write(&key_file, key()).unwrap();
 
