@@ -17,6 +17,9 @@ pub(crate) struct MkfsArgs {
     /// Block size in bytes.
     #[arg(short = 'b')]
     block_size: Option<u32>,
+    /// Cluster size in bytes, with -O bigalloc (16 blocks by default).
+    #[arg(short = 'C')]
+    cluster_size: Option<String>,
     /// Inode size in bytes.
     #[arg(short = 'I')]
     inode_size: Option<u16>,
@@ -149,6 +152,9 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
         flex_bg_size: a.flex_bg_size,
         ..FormatOptions::default()
     };
+    if let Some(c) = &a.cluster_size {
+        o.cluster_size = Some(u32::try_from(parse_size(c, Some(1))?).map_err(|_| "cluster size too large")?);
+    }
     if let Some(r) = &a.inode_ratio {
         o.inode_ratio = Some(u32::try_from(parse_size(r, Some(1))?).map_err(|_| "inode ratio too large")?);
     }
@@ -529,11 +535,16 @@ fn shape(o: &FormatOptions) -> CliResult<crate::mkfs_fit::Shape> {
     let has = |name: &str| f.split(',').any(|x| x.trim() == name);
     let not = |name: &str| f.split(',').any(|x| x.trim() == format!("^{name}"));
     let ext4 = o.fs_type == FsType::Ext4;
+    let bs = o.block_size.unwrap_or(4096);
     Ok(crate::mkfs_fit::Shape {
-        block_size: u64::from(o.block_size.unwrap_or(4096)),
+        block_size: u64::from(bs),
         inode_size: u64::from(o.inode_size.unwrap_or(256)),
         extents: (ext4 && !not("extent") && !not("extents")) || has("extent") || has("extents"),
         metadata_csum: (ext4 && !not("metadata_csum")) || has("metadata_csum"),
+        cluster_blocks: match has("bigalloc") {
+            true => u64::from(o.cluster_size.unwrap_or(bs * 16) / bs).max(1),
+            false => 1,
+        },
     })
 }
 

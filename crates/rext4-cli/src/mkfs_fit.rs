@@ -38,6 +38,9 @@ pub(crate) struct Shape {
     pub(crate) inode_size: u64,
     pub(crate) extents: bool,
     pub(crate) metadata_csum: bool,
+    /// Blocks per cluster (1 without bigalloc): every file's blocks are taken in whole
+    /// clusters.
+    pub(crate) cluster_blocks: u64,
 }
 
 /// Blocks and inodes the tree takes beyond what a fresh format holds.
@@ -90,6 +93,11 @@ impl Tally {
     }
 
     /// A new inode (not a further hard link).
+    /// `n` blocks of one file, in the whole clusters they take.
+    fn clusters(&self, n: u64) -> u64 {
+        n.div_ceil(self.shape.cluster_blocks) * self.shape.cluster_blocks
+    }
+
     fn inode(&mut self) {
         self.inodes += 1;
     }
@@ -103,13 +111,15 @@ impl Tally {
         let bs = self.shape.block_size;
         let n = data.min(size).div_ceil(bs);
         let sparse = data < size;
-        self.blocks += n;
+        // A sparse file's data may start a cluster of its own per run.
+        self.blocks += self.clusters(n) + if sparse { 4 * (self.shape.cluster_blocks - 1) } else { 0 };
         if self.shape.extents {
             // Runs of at most 32768 blocks, split again where group metadata interrupts
             // them: more than the inode's four need a leaf block per 340.
             let runs = 2 * n.div_ceil(32768) + u64::from(sparse) * 4;
             if runs > 4 {
-                self.blocks += runs.div_ceil((bs - 12) / 12) + u64::from(runs > 4 * ((bs - 12) / 12));
+                let leaves = runs.div_ceil((bs - 12) / 12) + u64::from(runs > 4 * ((bs - 12) / 12));
+                self.blocks += leaves * self.shape.cluster_blocks;
             }
         } else {
             let per = bs / 4;
@@ -135,7 +145,7 @@ impl Tally {
     fn symlink(&mut self, target_len: usize) {
         // Up to 59 bytes live in the inode.
         if target_len >= 60 {
-            self.blocks += 1;
+            self.blocks += self.clusters(1);
         }
     }
 
@@ -148,7 +158,7 @@ impl Tally {
         let bytes: u64 = list.iter().map(|&(n, v)| 16 + round4(n as u64) + round4(v as u64)).sum();
         let in_inode = self.shape.inode_size.saturating_sub(128 + 32 + 8);
         if bytes > in_inode {
-            self.blocks += 1;
+            self.blocks += self.clusters(1);
         }
     }
 
@@ -165,9 +175,10 @@ impl Tally {
                 n += 1 + n / 300;
             }
             if path.as_slice() == b"/" {
-                // The format made the root's first block.
-                n = n.saturating_sub(1);
+                // The format made the root's first block (and cluster).
+                n = self.clusters(n).saturating_sub(self.shape.cluster_blocks);
             } else {
+                n = self.clusters(n);
                 dir_inodes += 1;
             }
             blocks += n;
@@ -315,7 +326,13 @@ mod tests {
 
     #[test]
     fn hashed_directories_and_big_files_cost_map_blocks() {
-        let shape = Shape { block_size: 4096, inode_size: 256, extents: true, metadata_csum: true };
+        let shape = Shape {
+            block_size: 4096,
+            inode_size: 256,
+            extents: true,
+            metadata_csum: true,
+            cluster_blocks: 1,
+        };
         let mut t = Tally::new(shape);
         t.file(1 << 30, 1 << 30);
         let one_gib = t.finish().blocks;

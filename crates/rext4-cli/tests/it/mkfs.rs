@@ -138,6 +138,20 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("mmp_ext3", "64M", &["-t", "ext3", "-O", "mmp", "-E", "mmp_update_interval=17"]),
     ("mmp_4k_no_journal", "600M", &["-t", "ext4", "-O", "mmp,^has_journal"]),
     ("encrypt", "64M", &["-t", "ext4", "-O", "encrypt"]),
+    // Clusters of 16 blocks by default: 1 KiB blocks in one group, 4 KiB, several groups.
+    ("bigalloc", "64M", &["-t", "ext4", "-O", "bigalloc"]),
+    ("bigalloc_4k", "600M", &["-t", "ext4", "-O", "bigalloc"]),
+    ("bigalloc_groups", "600M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc"]),
+    ("bigalloc_64k_clusters", "600M", &["-t", "ext4", "-O", "bigalloc", "-C", "64k"]),
+    ("bigalloc_2k", "300M", &["-t", "ext4", "-b", "2048", "-O", "bigalloc", "-C", "8192"]),
+    ("bigalloc_2k_clusters", "64M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc", "-C", "2048"]),
+    ("bigalloc_one_block", "64M", &["-t", "ext4", "-b", "4096", "-O", "bigalloc", "-C", "4096"]),
+    ("bigalloc_no_flex_bg", "600M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc,^flex_bg"]),
+    ("bigalloc_meta_bg", "300M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc,^resize_inode,meta_bg"]),
+    ("bigalloc_inline", "64M", &["-t", "ext4", "-O", "bigalloc,inline_data"]),
+    ("bigalloc_no_journal", "64M", &["-t", "ext4", "-O", "bigalloc,^has_journal", "-m", "0"]),
+    ("bigalloc_mmp_encrypt", "64M", &["-t", "ext4", "-O", "bigalloc,mmp,encrypt"]),
+    ("bigalloc_64k", "2G", &["-t", "ext4", "-b", "65536", "-O", "bigalloc", "-C", "1M"]),
 ];
 
 /// Images with quota files, beside `VARIANTS`: this kernel may lack the quota format and then
@@ -159,6 +173,24 @@ const QUOTA_VARIANTS: &[(&str, &str, &[&str])] = &[
     ("quota_ext3", "64M", &["-t", "ext3", "-O", "quota"]),
     ("quota_ext2", "64M", &["-t", "ext2", "-O", "quota"]),
     ("quota_debian", "64M", &["-t", "ext4", "-O", "quota,project,^metadata_csum_seed,^orphan_file"]),
+    // A cluster holding every quota block, and quota blocks over several clusters.
+    ("quota_bigalloc", "64M", &["-t", "ext4", "-O", "bigalloc,quota,project"]),
+    (
+        "quota_bigalloc_2k",
+        "64M",
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-O",
+            "bigalloc,quota,project",
+            "-C",
+            "2048",
+            "-E",
+            "root_owner=1000:1001",
+        ],
+    ),
 ];
 
 /// Images with casefolding (`s_encoding`, strict or not), beside `VARIANTS`: this kernel
@@ -168,6 +200,19 @@ const CASEFOLD_VARIANTS: &[(&str, &str, &[&str])] = &[
     ("casefold_strict", "64M", &["-t", "ext4", "-E", "encoding=utf8,encoding_flags=strict"]),
     ("casefold_ext2", "64M", &["-t", "ext2", "-E", "encoding=utf8-12.1"]),
 ];
+
+/// `debugfs stat` of the files mkfs makes beside the quota files: the root, the resize
+/// inode, the journal, lost+found and the orphan file (block counts, sizes and maps, which
+/// dumpe2fs does not show).
+fn special_files(img: &Path) -> String {
+    [2, 7, 8, 11, 12]
+        .iter()
+        .map(|ino| {
+            let o = Command::new(tool("debugfs")).arg("-R").arg(format!("stat <{ino}>")).arg(img).output();
+            String::from_utf8_lossy(&o.expect("debugfs").stdout).into_owned()
+        })
+        .collect()
+}
 
 /// The quota files `dumpe2fs -h` names, with their bytes and `debugfs stat`.
 fn quota_files(img: &Path) -> Vec<(u32, Vec<u8>, String)> {
@@ -200,7 +245,7 @@ fn variants_match_mke2fs_and_pass_e2fsck() {
             assert!(bytes.len() >= 6 * 1024 && bytes == bytes2, "{name}: quota file in inode {ino} differs");
             assert_eq!(stat, stat2, "{name}: quota inode {ino}");
         }
-        let (a, b) = (dump(&theirs), dump(&ours));
+        let (a, b) = (dump(&theirs) + &special_files(&theirs), dump(&ours) + &special_files(&ours));
         if a != b {
             let first: Vec<String> = a
                 .lines()
@@ -225,7 +270,21 @@ fn a_large_filesystem_with_a_multi_extent_journal_matches_mke2fs() {
     // Without writing the gigabyte of journal zeroes (the image stays sparse).
     let (theirs, ours) = both(dir.path(), "large", "200G", &["-t", "ext4", "-E", "lazy_journal_init=1"]);
     assert_eq!(dump(&theirs), dump(&ours));
+    assert_eq!(special_files(&theirs), special_files(&ours));
     e2fsck_clean(&ours);
+    // With bigalloc: the leaf block is taken once the fifth extent is, in the journal's
+    // midst; 100 groups of 2 GiB, and clusters of 256 KiB.
+    for (name, args) in [
+        ("large_bigalloc", &["-t", "ext4", "-O", "bigalloc", "-E", "lazy_journal_init=1"][..]),
+        ("large_256k", &["-t", "ext4", "-O", "bigalloc", "-C", "256k", "-E", "lazy_journal_init=1"]),
+    ] {
+        let (theirs, ours) = both(dir.path(), name, "200G", args);
+        assert_eq!(dump(&theirs), dump(&ours), "{name}");
+        assert_eq!(special_files(&theirs), special_files(&ours), "{name}");
+        e2fsck_clean(&ours);
+        std::fs::remove_file(&theirs).ok();
+        std::fs::remove_file(&ours).ok();
+    }
 }
 
 #[test]
@@ -281,6 +340,13 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", p, "8X"],
         // Fewer inodes than the reserved ones and lost+found (mke2fs fails too).
         &["mkfs", "-q", "-N", "8", p, "2M"],
+        // Clusters: not a power of two, below 2 KiB, smaller than the block, without bigalloc,
+        // bigalloc without extents.
+        &["mkfs", "-q", "-O", "bigalloc", "-C", "3000", p, "8M"],
+        &["mkfs", "-q", "-O", "bigalloc", "-b", "1024", "-C", "1024", p, "8M"],
+        &["mkfs", "-q", "-O", "bigalloc", "-b", "4096", "-C", "2048", p, "8M"],
+        &["mkfs", "-q", "-C", "16384", p, "8M"],
+        &["mkfs", "-q", "-t", "ext3", "-O", "bigalloc", p, "8M"],
         &["mkfs", "-q", "-O", "quota,project", "-N", "12", p, "2M"],
     ] {
         let o = rext4(bad);

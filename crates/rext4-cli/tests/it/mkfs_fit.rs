@@ -214,3 +214,41 @@ fn a_fill_that_outgrows_the_estimate_grows_and_retries() {
         assert!(String::from_utf8_lossy(&o.stdout).contains(&value[..100]), "{path}: no value");
     }
 }
+
+/// With bigalloc every file takes whole clusters: the fitted image (16 and 64 KiB clusters)
+/// still holds the tree, e2fsck agrees, and the kernel sees the tree.
+#[test]
+fn bigalloc_images_fit_in_whole_clusters() {
+    rext4_testkit::require_kernel!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = tree();
+    let mut report = Report::default();
+    for cluster in ["16k", "64k"] {
+        let img = dir.path().join(format!("{cluster}.img"));
+        ok(&rext4(&[
+            "mkfs",
+            "-q",
+            "-O",
+            "bigalloc",
+            "-C",
+            cluster,
+            "--size-to-fit",
+            "--from",
+            src.dir.to_str().expect("utf-8 path"),
+            img.to_str().expect("utf-8 path"),
+        ]));
+        e2fsck_clean(&img);
+        assert_eq!(field(&img, "Cluster size"), parse(cluster));
+        let m = KernelMount::ro(&img).expect("mount");
+        report.add(
+            format!("{cluster}: kernel vs source"),
+            diff_source(&src.walk, &walk_kernel(m.path()), SourceCmp { mtime_ns: true }),
+        );
+        m.unmount().expect("umount");
+    }
+    report.finish();
+}
+
+fn parse(size: &str) -> u64 {
+    size.trim_end_matches('k').parse::<u64>().expect("size") * 1024
+}

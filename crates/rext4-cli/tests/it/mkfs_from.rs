@@ -34,6 +34,8 @@ fn the_kernel_sees_the_source_tree() {
         ("inline_data", &["-t", "ext4", "-O", "inline_data"]),
         ("no_csum", &["-t", "ext4", "-O", "^metadata_csum"]),
         ("ext3", &["-t", "ext3"]),
+        ("bigalloc", &["-t", "ext4", "-O", "bigalloc"]),
+        ("bigalloc_1k", &["-t", "ext4", "-b", "1024", "-O", "bigalloc", "-C", "4096"]),
     ] {
         let src = if args.contains(&"1024") { tree_1k() } else { tree() };
         let img = dir.path().join(format!("{name}.img"));

@@ -24,6 +24,36 @@ pub(crate) fn runs(blks: &[u64]) -> Vec<(u64, u64)> {
     runs
 }
 
+/// The extents of a file whose blocks were mapped one at a time, as (logical, physical) in
+/// that order, as `ext2fs_extent_set_bmap` builds them: a block extends the extent before it,
+/// else the one it precedes, else starts its own; extents that come to touch are not merged.
+/// Returns (first physical, length) in logical order, for a file mapped from block 0 on
+/// without holes.
+pub(crate) fn extents_as_mapped(events: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    // (logical, physical, length), sorted by logical.
+    let mut ext: Vec<(u64, u64, u64)> = Vec::new();
+    let max = u64::from(INIT_MAX_LEN) - 1;
+    for &(l, p) in events {
+        // The extent at or before `l` (`ext2fs_extent_goto`), else the first.
+        let at = ext.iter().rposition(|e| e.0 <= l).unwrap_or(0);
+        let next = if ext.get(at).is_some_and(|e| e.0 <= l) { at + 1 } else { at };
+        match ext.get(at).copied() {
+            Some((el, ep, n)) if l == el + n && p == ep + n && n < max => ext[at].2 += 1,
+            Some((el, ep, n)) if l + 1 == el && p + 1 == ep && n < max => ext[at] = (l, p, n + 1),
+            _ => match ext.get(next).copied() {
+                Some((el, ep, n)) if next != at && l + 1 == el && p + 1 == ep && n < max => {
+                    ext[next] = (l, p, n + 1);
+                }
+                _ => {
+                    let pos = ext.partition_point(|e| e.0 < l);
+                    ext.insert(pos, (l, p, 1));
+                }
+            },
+        }
+    }
+    ext.into_iter().map(|(_, p, n)| (p, n)).collect()
+}
+
 impl Builder {
     /// A new record for `ino`: `mode`, one link, every time `now` (and `i_crtime` with an
     /// extra area), `i_extra_isize` as `ext2fs_write_new_inode` sets it.
@@ -58,9 +88,14 @@ impl Builder {
     /// Maps the blocks `blks` (contiguous or not, at most 12) of a small file or directory
     /// `ino` as its blocks from 0 on, and sets its size and block count to them.
     pub(crate) fn map_small_file(&mut self, ino: u32, blks: &[u64]) -> Result<()> {
+        self.map_small_file_as(ino, blks, &runs(blks))
+    }
+
+    /// [`Builder::map_small_file`] with the extents given (`extents` runs of `blks`).
+    pub(crate) fn map_small_file_as(&mut self, ino: u32, blks: &[u64], extents: &[(u64, u64)]) -> Result<()> {
         let bs = u64::from(self.l.geo.block_size);
         if self.l.geo.features.has_i(Incompat::EXTENTS) {
-            self.set_extents(ino, &runs(blks))?;
+            self.set_extents(ino, extents)?;
         } else {
             let mut r = self.record(ino);
             let ib = r.i_block_mut();
@@ -69,16 +104,47 @@ impl Builder {
                 ib[4 * i..4 * i + 4].copy_from_slice(&rext4_format::split::lo32(*b).to_le_bytes());
             }
         }
+        let sectors = self.clusters_of(blks) * self.l.geo.ratio() * bs / 512;
         let mut r = self.record(ino);
         r.set_size(blks.len() as u64 * bs);
-        r.set_blocks(blks.len() as u64 * bs / 512);
+        r.set_blocks(sectors);
         Ok(())
+    }
+
+    /// The clusters `blks` take (as many as blocks without bigalloc), as `i_blocks` counts
+    /// them.
+    pub(crate) fn clusters_of(&self, blks: &[u64]) -> u64 {
+        let bits = self.l.geo.cluster_bits;
+        let mut c: Vec<u64> = blks.iter().map(|b| b >> bits).collect();
+        c.sort_unstable();
+        c.dedup();
+        c.len() as u64
+    }
+
+    /// The next block of a file growing by one from `last` (`None` for its first): the next
+    /// block of `last`'s cluster while it has one, else a new cluster from `last` on, as
+    /// e2fsprogs extends directories and the orphan file.
+    pub(crate) fn next_file_block(&mut self, last: Option<u64>) -> Result<u64> {
+        match last {
+            Some(b) if self.l.same_cluster_next(b) => Ok(b + 1),
+            _ => self.l.alloc_block(last.unwrap_or(0)),
+        }
     }
 
     /// Maps `runs` of (first physical block, length), logically contiguous from block 0, into
     /// `ino`'s extent tree: in the inode for up to four extents, else through one leaf block
     /// allocated from just before the data (as `ext2fs_fallocate` does for a journal that long).
     pub(crate) fn set_extents(&mut self, ino: u32, runs: &[(u64, u64)]) -> Result<()> {
+        self.set_extents_with_leaf(ino, runs, None)
+    }
+
+    /// [`Builder::set_extents`] with the leaf block, if one is needed, allocated already.
+    pub(crate) fn set_extents_with_leaf(
+        &mut self,
+        ino: u32,
+        runs: &[(u64, u64)],
+        leaf: Option<u64>,
+    ) -> Result<()> {
         let mut extents = Vec::new();
         let mut lblk = 0u64;
         for &(start, len) in runs {
@@ -118,7 +184,10 @@ impl Builder {
             }
             // As the split of the inode's root places it: from the block before the data.
             let goal = runs.first().map_or(0, |&(s, _)| s.saturating_sub(1));
-            let leaf = self.l.alloc_block(goal)?;
+            let leaf = match leaf {
+                Some(b) => b,
+                None => self.l.alloc_block(goal)?,
+            };
             let mut block = vec![0u8; bs];
             block[..12].copy_from_slice(header(extents.len(), max, 0).as_bytes());
             for (i, e) in extents.iter().enumerate() {
@@ -129,6 +198,11 @@ impl Builder {
             iblock[12..16].copy_from_slice(&0u32.to_le_bytes());
             iblock[16..20].copy_from_slice(&lo32(leaf).to_le_bytes());
             iblock[20..22].copy_from_slice(&hi16_of_48(leaf).to_le_bytes());
+            // The split leaves the rest of the inode's root as it was: the second to fourth
+            // extents stay behind the index entry, unused.
+            for (i, e) in extents.iter().enumerate().take(4).skip(1) {
+                iblock[12 + 12 * i..24 + 12 * i].copy_from_slice(e.as_bytes());
+            }
         }
         let mut r = self.record(ino);
         r.set_flags(r.flags() | EXTENTS_FL);

@@ -24,9 +24,19 @@ pub(crate) struct Geometry {
     pub(crate) reserved_gdt_blocks: u32,
     pub(crate) log_groups_per_flex: u8,
     pub(crate) features: Features,
+    /// log2 of blocks per cluster (0 without bigalloc).
+    pub(crate) cluster_bits: u32,
 }
 
 impl Geometry {
+    /// Blocks per cluster.
+    pub(crate) fn ratio(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+    /// `s_clusters_per_group`.
+    pub(crate) fn clusters_per_group(&self) -> u32 {
+        self.blocks_per_group >> self.cluster_bits
+    }
     pub(crate) fn desc_size(&self) -> u32 {
         if self.desc_size_field == 0 {
             32
@@ -146,12 +156,25 @@ fn reserved_gdt_blocks(
 /// Lays out `p` as `ext2fs_initialize` does.
 pub(crate) fn compute(p: &Params) -> Result<Geometry> {
     let bs = p.block_size;
-    let first_data_block = u64::from(bs == 1024);
     let mut features = p.features;
-    let mut bpg = (bs * 8).min(65528);
-    let mut blocks_count = p.blocks_count;
+    let bigalloc = features.has_r(RoCompat::BIGALLOC);
+    let cbits = p.cluster_bits;
+    // Block 0 starts the first group when clusters are larger than 1 KiB.
+    let first_data_block = u64::from(bs == 1024 && !bigalloc);
+    let mut bpg = if bigalloc {
+        // Clusters per group: a bitmap block's bits, less a byte's where the group's bytes
+        // would reach 2^32; at most 65528.
+        let log_cluster = bs.trailing_zeros() - 10 + cbits;
+        let cpg = if log_cluster + 15 < 32 { bs * 8 } else { (bs - 1) * 8 };
+        u32::try_from(u64::from(cpg.min(65528)) << cbits)
+            .map_err(|_| Error::InvalidInput("cluster size too large for a block group"))?
+    } else {
+        (bs * 8).min(65528)
+    };
+    let cluster_mask = (1u64 << cbits) - 1;
+    let mut blocks_count = p.blocks_count & !cluster_mask;
     let mut r_blocks_count = p.r_blocks_count;
-    if r_blocks_count >= blocks_count {
+    if r_blocks_count >= p.blocks_count {
         return Err(Error::InvalidInput("too many reserved blocks"));
     }
     let desc_size_field: u16 = if features.has_i(Incompat::BIT64) { 64 } else { 0 };
@@ -174,7 +197,7 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
         inodes = inodes.max(12);
         let mut ipg = u32::try_from(inodes.div_ceil(u64::from(group_count))).unwrap_or(u32::MAX);
         if ipg > bs * 8 {
-            if bpg >= 256 {
+            if !bigalloc && bpg >= 256 {
                 bpg -= 8;
                 blocks_count = p.blocks_count;
                 continue 'retry;
@@ -227,6 +250,7 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
             reserved_gdt_blocks: rsv,
             log_groups_per_flex: p.log_groups_per_flex,
             features,
+            cluster_bits: cbits,
         };
         // A last group too small for its own metadata (and 50 blocks more) is dropped.
         let mut last_overhead = 2 + itb;

@@ -13,6 +13,9 @@ use zerocopy::IntoBytes;
 
 pub(crate) const JOURNAL_INO: u32 = 8;
 
+/// Runs of (first block, blocks).
+type Runs = Vec<(u64, u64)>;
+
 impl Builder {
     /// `get_midpoint_journal_block`.
     fn midpoint_journal_block(&self) -> u64 {
@@ -44,12 +47,20 @@ impl Builder {
         geo.group_first_block(best)
     }
 
-    /// Free blocks from `goal` on (wrapping once), as runs, `n` blocks in all.
-    fn take_runs(&mut self, goal: u64, n: u64) -> Result<Vec<(u64, u64)>> {
+    /// Free blocks from `goal` on (wrapping once), as extents of at most `INIT_MAX_LEN`
+    /// blocks, `n` blocks in all, taken a cluster at a time. A fifth extent no longer fits
+    /// the inode: once it is complete, its leaf block is taken (as `ext2fs_fallocate` splits
+    /// the tree on inserting it) and returned too.
+    fn take_runs(&mut self, goal: u64, n: u64) -> Result<(Runs, Option<u64>)> {
+        let mut leaf = None;
+        let max = u64::from(rext4_format::extent::INIT_MAX_LEN);
         let (first, count) = (self.l.geo.first_data_block, self.l.geo.blocks_count);
+        let ratio = self.l.geo.ratio();
+        let goal = self.l.cluster_start(goal);
         let mut runs: Vec<(u64, u64)> = Vec::new();
         let mut left = n;
-        let order = (goal..count).chain(first..goal);
+        let step = crate::num::usize_from(ratio);
+        let order = (goal..count).step_by(step).chain((first..goal).step_by(step));
         for b in order {
             if left == 0 {
                 break;
@@ -57,17 +68,26 @@ impl Builder {
             if self.l.is_used(b) {
                 continue;
             }
+            let k = left.min(ratio);
+            let extends = runs.last().is_some_and(|&(s, l)| s + l == b && l + k <= max);
+            if !extends && runs.len() == 5 && leaf.is_none() {
+                // From the block before the data, as `set_extents` places a leaf.
+                leaf = Some(self.l.alloc_block(runs[0].0.saturating_sub(1))?);
+                if self.l.is_used(b) {
+                    continue;
+                }
+            }
             self.l.alloc_stats(b);
             match runs.last_mut() {
-                Some((s, l)) if *s + *l == b => *l += 1,
-                _ => runs.push((b, 1)),
+                Some((_, l)) if extends => *l += k,
+                _ => runs.push((b, k)),
             }
-            left -= 1;
+            left -= k;
         }
         if left > 0 {
             return Err(Error::NoSpace);
         }
-        Ok(runs)
+        Ok((runs, leaf))
     }
 
     /// Creates the journal of `blocks` blocks; returns its first block.
@@ -77,14 +97,15 @@ impl Builder {
         self.new_record(JOURNAL_INO, S_IFREG | 0o600, 1);
         let (first, taken) = if self.l.geo.features.has_i(Incompat::EXTENTS) {
             let goal = self.midpoint_journal_block();
-            let runs = self.take_runs(goal, n)?;
+            let (runs, leaf) = self.take_runs(goal, n)?;
             let before = self.extent_blocks.len();
-            self.set_extents(JOURNAL_INO, &runs)?;
+            self.set_extents_with_leaf(JOURNAL_INO, &runs, leaf)?;
             let extra = (self.extent_blocks.len() - before) as u64;
             for &(s, l) in &runs {
                 self.zero_ranges.push((s, l));
             }
-            (runs[0].0, n + extra)
+            let ratio = self.l.geo.ratio();
+            (runs[0].0, (n.div_ceil(ratio) + extra) * ratio)
         } else {
             let (data, taken) = self.map_blocks_indirect(JOURNAL_INO, 0, n)?;
             for &b in &data {

@@ -3,6 +3,11 @@
 //! group's counts and flags, the superblock copies and descriptor blocks reserved, then the
 //! bitmaps and inode tables placed, packed per flex group as `ext2fs_allocate_group_table`
 //! packs them.
+//!
+//! With bigalloc, tables are placed block by block as without it; then
+//! [`Layout::convert_to_clusters`] marks every cluster holding a used block wholly used (as
+//! `ext2fs_convert_subcluster_bitmap`), and from there on blocks are taken a whole cluster
+//! at a time. The bitmap stays one bit per block, every block of a cluster alike.
 
 use super::geometry::Geometry;
 use crate::error::{Error, Result};
@@ -105,12 +110,58 @@ impl Layout {
         set(&mut self.used, b);
     }
 
+    /// The first block of `b`'s cluster.
+    pub(crate) fn cluster_start(&self, b: u64) -> u64 {
+        b & !(self.geo.ratio() - 1)
+    }
+
+    /// `b` and `b + 1` lie in the same cluster: a file's next block needs no allocation.
+    pub(crate) fn same_cluster_next(&self, b: u64) -> bool {
+        self.geo.cluster_bits != 0 && self.cluster_start(b) == self.cluster_start(b + 1)
+    }
+
+    /// Every cluster with a used block becomes used whole (`ext2fs_convert_subcluster_bitmap`).
+    pub(crate) fn convert_to_clusters(&mut self) {
+        let ratio = self.geo.ratio();
+        if ratio == 1 {
+            return;
+        }
+        let mut c = 0;
+        while c < self.geo.blocks_count {
+            if self.first_used(c, ratio).is_some() {
+                for b in c..c + ratio {
+                    self.mark(b);
+                }
+            }
+            c += ratio;
+        }
+    }
+
+    /// `fix_cluster_bg_counts` of mke2fs: each group's free clusters and the filesystem's
+    /// free blocks counted again from the bitmap.
+    pub(crate) fn recount_free_clusters(&mut self) {
+        let ratio = self.geo.ratio();
+        let mut total = 0;
+        for g in 0..self.geo.group_count {
+            let first = self.geo.group_first_block(g);
+            let n = self.geo.group_blocks(g);
+            let free = (0..n).step_by(usize_from(ratio)).filter(|&i| !self.is_used(first + i)).count() as u64;
+            self.group(g).free_blocks = u32::try_from(free).unwrap_or(u32::MAX);
+            total += free * ratio;
+        }
+        self.free_blocks = total;
+    }
+
     /// `ext2fs_reserve_super_and_bgd`: marks group `g`'s superblock and descriptor blocks and
     /// returns the blocks left once those and the group's own tables are taken.
     fn reserve_super_and_bgd(&mut self, g: u32) -> u32 {
         let (sb, old, new, used) = self.geo.super_and_bgd_loc(g);
         if sb != 0 || g == 0 {
             self.mark(sb);
+        }
+        if g == 0 && self.geo.block_size == 1024 && self.geo.cluster_bits != 0 {
+            // Block 0 (the boot block) shares the superblock's cluster.
+            self.mark(0);
         }
         if old != 0 {
             let mut n = u64::from(self.geo.desc_blocks + self.geo.reserved_gdt_blocks);
@@ -178,18 +229,25 @@ impl Layout {
         let count = self.geo.blocks_count;
         let first = self.geo.first_data_block;
         let goal = if goal == 0 || goal >= count { first } else { goal };
-        let find = |from: u64, to: u64| (from..to).find(|&b| !self.is_used(b));
+        let goal = self.cluster_start(goal);
+        // Clusters are used whole (after `convert_to_clusters`): their first block says.
+        let step = usize_from(self.geo.ratio());
+        let find = |from: u64, to: u64| (from..to).step_by(step).find(|&b| !self.is_used(b));
         find(goal, count).or_else(|| find(first, goal)).ok_or(Error::NoSpace)
     }
 
-    /// `ext2fs_block_alloc_stats2(+1)`: marks `b` used and counts it.
+    /// `ext2fs_block_alloc_stats2(+1)`: marks `b`'s cluster used and counts it.
     pub(crate) fn alloc_stats(&mut self, b: u64) {
-        self.mark(b);
+        let start = self.cluster_start(b);
+        let ratio = self.geo.ratio();
+        for blk in start..start + ratio {
+            self.mark(blk);
+        }
         let g = self.geo.group_of_block(b);
         let gd = self.group(g);
         gd.free_blocks = gd.free_blocks.wrapping_sub(1);
         gd.flags &= !BG_BLOCK_UNINIT;
-        self.free_blocks -= 1;
+        self.free_blocks -= ratio;
     }
 
     /// Allocates a block at or after `goal` and counts it (`ext2fs_alloc_block2`).
@@ -228,8 +286,11 @@ impl Layout {
             .ok_or(Error::InvalidInput("too few inodes for the files mkfs makes"))
     }
 
-    /// Takes `n` blocks from `b` out of the counts of the groups they lie in (flex_bg tables).
-    fn take_range(&mut self, b: u64, n: u64) {
+    /// Takes `n` blocks from `b` out of the counts of the groups they lie in (flex_bg tables):
+    /// a group's count loses clusters for an inode table (`whole`), one for a bitmap block,
+    /// as `ext2fs_allocate_group_table` counts them (made right by `recount_free_clusters`).
+    fn take_range(&mut self, b: u64, n: u64, whole: bool) {
+        let bits = if whole { self.geo.cluster_bits } else { 0 };
         let mut blk = b;
         let mut left = n;
         while left > 0 {
@@ -237,7 +298,7 @@ impl Layout {
             let last = self.geo.group_last_block(g);
             let k = left.min(last - blk + 1);
             let gd = self.group(g);
-            gd.free_blocks = gd.free_blocks.wrapping_sub(u32::try_from(k).unwrap_or(u32::MAX));
+            gd.free_blocks = gd.free_blocks.wrapping_sub(u32::try_from(k >> bits).unwrap_or(u32::MAX));
             gd.flags &= !BG_BLOCK_UNINIT;
             self.free_blocks -= k;
             blk += k;
@@ -304,7 +365,7 @@ impl Layout {
         self.mark(bb);
         self.group(g).block_bitmap = bb;
         if flex {
-            self.take_range(bb, 1);
+            self.take_range(bb, 1, false);
             let prev = if !g.is_multiple_of(flexbg_size) {
                 self.groups[usize_from(u64::from(g - 1))].inode_bitmap + 1
             } else {
@@ -320,7 +381,7 @@ impl Layout {
         self.mark(ib);
         self.group(g).inode_bitmap = ib;
         if flex {
-            self.take_range(ib, 1);
+            self.take_range(ib, 1, false);
             let prev = if !g.is_multiple_of(flexbg_size) {
                 self.groups[usize_from(u64::from(g - 1))].inode_table + itb
             } else {
@@ -334,13 +395,13 @@ impl Layout {
             self.mark(b);
         }
         if flex {
-            self.take_range(it, itb);
+            self.take_range(it, itb, true);
         }
         self.group(g).inode_table = it;
         Ok(())
     }
 
-    /// Blocks in use from the first data block to the end (`ext2fs_count_used_clusters`).
+    /// Clusters in use from the first data block to the end (`ext2fs_count_used_clusters`).
     pub(crate) fn count_used(&self) -> u64 {
         let mut n = 0u64;
         for (i, w) in self.used.iter().enumerate() {
@@ -357,18 +418,20 @@ impl Layout {
             }
             n += u64::from(w.count_ones());
         }
-        n
+        // Clusters are used whole by now (`convert_to_clusters`).
+        n >> self.geo.cluster_bits
     }
 
-    /// Group `g`'s block bitmap as the block stores it: blocks past the group's end (the last
-    /// group's, or a short `blocks_per_group`) marked used.
+    /// Group `g`'s block bitmap as the block stores it, a bit per cluster: clusters past the
+    /// group's end (the last group's, or a short `clusters_per_group`) marked used.
     pub(crate) fn block_bitmap_bytes(&self, g: u32) -> Vec<u8> {
         let bs = usize_from(u64::from(self.geo.block_size));
         let mut out = vec![0u8; bs];
         let first = self.geo.group_first_block(g);
-        let n = self.geo.group_blocks(g);
+        let bits = self.geo.cluster_bits;
+        let n = self.geo.group_blocks(g) >> bits;
         for i in 0..n {
-            if self.is_used(first + i) {
+            if self.is_used(first + (i << bits)) {
                 out[usize_from(i / 8)] |= 1 << (i % 8);
             }
         }

@@ -66,6 +66,8 @@ pub struct FormatOptions {
     pub size: Option<u64>,
     /// `-b`.
     pub block_size: Option<u32>,
+    /// `-C`: bytes per cluster with `bigalloc` (16 blocks by default).
+    pub cluster_size: Option<u32>,
     /// `-I`.
     pub inode_size: Option<u16>,
     /// `-i`: bytes per inode.
@@ -245,6 +247,7 @@ impl Fs {
         for g in 0..b.l.geo.group_count {
             b.l.allocate_group_table(g)?;
         }
+        b.l.convert_to_clusters();
         let mut overhead = b.l.count_used();
         b.make_root_and_lpf(opts.root_owner)?;
         if b.l.geo.features.has_c(Compat::RESIZE_INODE) {
@@ -257,7 +260,7 @@ impl Fs {
                 b.l.geo.features.clear_c(Compat::HAS_JOURNAL);
                 b.l.geo.features.clear_c(Compat::ORPHAN_FILE);
             } else {
-                overhead += u64::from(p.journal_blocks);
+                overhead += u64::from(p.journal_blocks).div_ceil(b.l.geo.ratio());
                 b.make_journal(p.journal_blocks)?;
                 journal_blocks = p.journal_blocks;
             }
@@ -269,13 +272,21 @@ impl Fs {
             true => Some(b.l.alloc_block(0)?),
             false => None,
         };
+        if b.l.geo.cluster_bits != 0 {
+            b.l.recount_free_clusters();
+        }
         if b.l.geo.features.has_r(RoCompat::QUOTA) {
             b.make_quota_files(p.quota_types)?;
         }
         if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
-            let n = opts
-                .orphan_file_blocks
-                .unwrap_or_else(|| params::default_orphan_file_blocks(b.l.geo.blocks_count));
+            let n = match opts.orphan_file_blocks {
+                Some(n) => n,
+                None => {
+                    // Whole clusters.
+                    let mask = u32::try_from(b.l.geo.ratio() - 1).unwrap_or(0);
+                    (params::default_orphan_file_blocks(b.l.geo.blocks_count) + mask) & !mask
+                }
+            };
             b.make_orphan_file(n)?;
         }
         b.fill_superblock(&p, overhead);
@@ -352,9 +363,9 @@ impl Builder {
         sb.s_first_data_block.set(rext4_format::split::lo32(geo.first_data_block));
         let log = geo.block_size.trailing_zeros() - 10;
         sb.s_log_block_size.set(log);
-        sb.s_log_cluster_size.set(log);
+        sb.s_log_cluster_size.set(log + geo.cluster_bits);
         sb.s_blocks_per_group.set(geo.blocks_per_group);
-        sb.s_clusters_per_group.set(geo.blocks_per_group);
+        sb.s_clusters_per_group.set(geo.clusters_per_group());
         sb.s_inodes_per_group.set(geo.inodes_per_group);
         sb.s_max_mnt_count.set(0xFFFF);
         sb.s_magic.set(rext4_format::superblock::EXT4_MAGIC);

@@ -15,18 +15,17 @@ impl Builder {
         let n = u64::from(blocks);
         self.new_record(ino, S_IFREG | 0o600, 1);
         let (data, taken) = if self.l.geo.features.has_i(Incompat::EXTENTS) {
-            let mut blks = Vec::with_capacity(usize_from(n));
-            let mut last = 0;
+            let mut blks: Vec<u64> = Vec::with_capacity(usize_from(n));
             for _ in 0..n {
-                let b = self.l.alloc_block(last)?;
+                let b = self.next_file_block(blks.last().copied())?;
                 blks.push(b);
-                last = b;
             }
             let runs = super::files::runs(&blks);
             let before = self.extent_blocks.len();
             self.set_extents(ino, &runs)?;
             let extra = (self.extent_blocks.len() - before) as u64;
-            (blks, n + extra)
+            let taken = (self.clusters_of(&blks) + extra) * self.l.geo.ratio();
+            (blks, taken)
         } else {
             self.map_blocks_indirect(ino, 0, n)?
         };

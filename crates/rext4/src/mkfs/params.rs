@@ -130,6 +130,8 @@ pub(crate) struct Params {
     pub(crate) quota_types: [bool; 3],
     /// `s_encoding_flags`' strict bit (with `casefold`).
     pub(crate) strict_encoding: bool,
+    /// log2 of blocks per cluster: 0 but with `bigalloc`.
+    pub(crate) cluster_bits: u32,
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -242,9 +244,10 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         quota_types[2] = true;
     }
     let unsupported = Incompat::COMPRESSION.bits() | Incompat::JOURNAL_DEV.bits() | Incompat::DIRDATA.bits();
-    if features.incompat & unsupported != 0 || features.has_r(RoCompat::BIGALLOC) {
-        return Err(Error::Incompatible("mkfs does not make bigalloc or journal_dev filesystems".into()));
+    if features.incompat & unsupported != 0 {
+        return Err(Error::Incompatible("mkfs does not make journal_dev filesystems this way".into()));
     }
+    let cluster_bits = cluster_bits(opts, &features, block_size)?;
     if opts.strict_encoding && !features.has_i(Incompat::CASEFOLD) {
         return Err(Error::InvalidInput("encoding_flags need casefold (an encoding)"));
     }
@@ -270,7 +273,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         return Err(Error::InvalidInput("inode ratio must be from 1024 to 64 MiB"));
     }
     if opts.inode_ratio.is_none() {
-        inode_ratio = inode_ratio.max(block_size);
+        inode_ratio = inode_ratio.max(block_size).max(block_size << cluster_bits);
     }
     let inode_size = match opts.inode_size {
         Some(s) => s,
@@ -333,7 +336,31 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         journal_blocks: 0,
         quota_types,
         strict_encoding: opts.strict_encoding,
+        cluster_bits,
     })
+}
+
+/// Blocks per cluster as log2, from `-C` (16 blocks by default with `bigalloc`, as
+/// mke2fs.conf's `cluster_size` default): clusters of 2 KiB to 512 MiB, no smaller than a
+/// block; bigalloc maps only through extents.
+fn cluster_bits(opts: &FormatOptions, features: &Features, block_size: u32) -> Result<u32> {
+    if !features.has_r(RoCompat::BIGALLOC) {
+        return match opts.cluster_size {
+            Some(_) => Err(Error::InvalidInput("a cluster size needs the bigalloc feature")),
+            None => Ok(0),
+        };
+    }
+    if !features.has_i(Incompat::EXTENTS) {
+        return Err(Error::Incompatible("bigalloc needs the extent feature".into()));
+    }
+    let cluster = opts.cluster_size.unwrap_or_else(|| block_size.saturating_mul(16));
+    if !(2048..=1 << 29).contains(&cluster) || !cluster.is_power_of_two() {
+        return Err(Error::InvalidInput("cluster size must be a power of two from 2048 to 512 MiB"));
+    }
+    if cluster < block_size {
+        return Err(Error::InvalidInput("the cluster size may not be smaller than the block size"));
+    }
+    Ok(cluster.trailing_zeros() - block_size.trailing_zeros())
 }
 
 /// `ext2fs_default_journal_size`: the journal's blocks for a filesystem of `blocks`, `None`

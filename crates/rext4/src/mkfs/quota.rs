@@ -119,11 +119,20 @@ impl Builder {
         let nblk = qblocks.len().div_ceil(per);
         let mut pblk = vec![0u64; nblk];
         let mut last = 0;
+        let mut events = Vec::with_capacity(nblk);
+        let bits = self.l.geo.cluster_bits;
         for q in order {
             let l = usize_from(u64::from(q)) / per;
             if pblk[l] == 0 {
-                pblk[l] = self.l.alloc_block(last)?;
+                // A block whose logical cluster has a block mapped lies in that block's
+                // cluster, at its own offset; else a new cluster is taken.
+                let mapped = pblk.iter().enumerate().find(|&(l2, &p)| p != 0 && (l2 >> bits) == (l >> bits));
+                pblk[l] = match mapped {
+                    Some((l2, &p)) => p - l2 as u64 + l as u64,
+                    None => self.l.alloc_block(last)? + (l as u64 & ((1 << bits) - 1)),
+                };
                 last = pblk[l];
+                events.push((l as u64, last));
             }
         }
         for (l, &p) in pblk.iter().enumerate() {
@@ -135,7 +144,7 @@ impl Builder {
         }
         self.new_record(ino, S_IFREG | 0o600, 1);
         self.record(ino).set_flags(IMMUTABLE_FL);
-        self.map_small_file(ino, &pblk)?;
+        self.map_small_file_as(ino, &pblk, &super::files::extents_as_mapped(&events))?;
         // The size ends at the last quota block, within the last filesystem block.
         self.record(ino).set_size((qblocks.len() * QT_BLOCK) as u64);
         Ok(())

@@ -68,11 +68,13 @@ impl Builder {
         self.blocks.push((dind, block));
         let size = (u64::from(apb) * u64::from(apb) + u64::from(apb) + 12) * bs as u64;
         let bs64 = bs as u64;
+        let ratio = self.l.geo.ratio();
         self.new_record(RESIZE_INO, S_IFREG | 0o600, 1);
         let t = Timestamp { sec: self.now, nsec: 0 };
         let mut r = self.record(RESIZE_INO);
         r.set_size(size);
-        r.set_blocks(count * bs64 / 512);
+        // Every block counted as a cluster, as `ext2fs_iblk_add_blocks` counts them.
+        r.set_blocks(count * ratio * bs64 / 512);
         r.set_time(TimeField::Ctime, t);
         let ib = r.i_block_mut();
         ib[13 * 4..14 * 4].copy_from_slice(&lo32(dind).to_le_bytes());

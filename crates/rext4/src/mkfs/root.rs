@@ -84,7 +84,9 @@ impl Builder {
         let mut blks = Vec::with_capacity(nblocks);
         let mut goal = flex_start;
         for i in 0..nblocks {
-            let b = self.l.new_block(goal)?;
+            // A block in the cluster the last one began is the directory's already.
+            let fresh = i == 0 || !self.l.same_cluster_next(goal);
+            let b = if fresh { self.l.new_block(goal)? } else { goal + 1 };
             let block = if i == 0 && inline {
                 // Converted from inline data: the emptied inline space stays an entry.
                 self.dir_block(&[(LPF_INO, b"."), (ROOT_INO, b".."), (0, b"")])
@@ -94,7 +96,9 @@ impl Builder {
                 self.dir_block(&[])
             };
             self.dir_blocks.insert(b, (LPF_INO, block));
-            self.l.alloc_stats(b);
+            if fresh {
+                self.l.alloc_stats(b);
+            }
             if i == 0 && !inline {
                 // ext2fs_mkdir counts the inode before the directory grows.
                 self.l.inode_alloc_stats(LPF_INO, true);

@@ -141,7 +141,7 @@ impl Builder {
             if !(group_csum && g.flags & BG_BLOCK_UNINIT != 0) {
                 let bm = self.l.block_bitmap_bytes(gi);
                 if csum {
-                    let c = crc32c(seed, &bm[..usize_from(u64::from(geo.blocks_per_group / 8))]);
+                    let c = crc32c(seed, &bm[..usize_from(u64::from(geo.clusters_per_group() / 8))]);
                     d.bg_block_bitmap_csum_lo.set(lo16(c));
                     if ds >= 64 {
                         d.bg_block_bitmap_csum_hi.set(hi16(c));
