@@ -573,3 +573,144 @@ fn external_journal_devices_match_mke2fs() {
     let _ = Command::new(tool("losetup")).arg("-d").arg(&lo).status();
     fsck(&fb, &jb);
 }
+
+/// A small deterministic generator for `random_option_mixes_match_mke2fs` (xorshift64*).
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+}
+
+/// Options the variants above do not combine, mixed at random (a fixed sequence): block,
+/// cluster, inode and image sizes, features on and off, flex group sizes and reserves. For
+/// each mix, mke2fs and `rext4 mkfs` both refuse it, or make the same filesystem (`dumpe2fs`
+/// and the special files' `debugfs stat`), e2fsck-clean.
+#[test]
+fn random_option_mixes_match_mke2fs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("mke2fs.conf");
+    std::fs::write(&conf, UPSTREAM_CONF).expect("write mke2fs.conf");
+    let mut rng = Mix(0x005e_ed0f_e2f5);
+    let (mut made, mut refused, mut failures) = (0, 0, Vec::new());
+    for case in 0..64 {
+        let fs_type = rng.pick(&["ext4", "ext4", "ext4", "ext4", "ext2", "ext3"]);
+        let mut args: Vec<String> = vec!["-t".into(), fs_type.into()];
+        let bs = rng.pick(&["", "", "1024", "2048", "4096"]);
+        if !bs.is_empty() {
+            args.extend(["-b".into(), bs.into()]);
+        }
+        let size = rng.pick(&["3M", "8M", "20M", "64M", "100M", "300M", "600M", "1G", "3G", "10G"]);
+        let mut features: Vec<&str> = Vec::new();
+        for (f, p) in [
+            ("bigalloc", 40),
+            ("^flex_bg", 15),
+            ("^has_journal", 10),
+            ("inline_data", 25),
+            ("^metadata_csum", 15),
+            ("^64bit", 10),
+            ("quota", 15),
+            ("project", 10),
+            ("^orphan_file", 10),
+            ("encrypt", 10),
+            ("large_dir", 10),
+            ("^resize_inode", 10),
+            ("^sparse_super", 5),
+            ("^dir_index", 5),
+        ] {
+            if rng.chance(p) {
+                features.push(f);
+            }
+        }
+        if features.contains(&"^resize_inode") && rng.chance(50) {
+            features.push("meta_bg");
+        }
+        if fs_type != "ext4" && features.contains(&"bigalloc") {
+            features.push("extent");
+        }
+        if !features.is_empty() {
+            args.extend(["-O".into(), features.join(",")]);
+        }
+        if features.contains(&"bigalloc") && rng.chance(70) {
+            let b: u64 = if bs.is_empty() { 4096 } else { bs.parse().expect("block size") };
+            let shift = [0u32, 1, 2, 3, 4, 5, 6, 8][(rng.next() % 8) as usize];
+            args.extend(["-C".into(), (b << shift).max(2048).to_string()]);
+        }
+        if rng.chance(20) {
+            args.extend(["-I".into(), rng.pick(&["128", "512", "1024"]).into()]);
+        }
+        if rng.chance(20) {
+            args.extend(["-i".into(), rng.pick(&["4096", "65536", "262144"]).into()]);
+        }
+        // Few inodes put lost+found and the orphan file in a later group.
+        if rng.chance(25) {
+            args.extend(["-N".into(), rng.pick(&["16", "100", "300", "5000"]).into()]);
+        }
+        if rng.chance(20) {
+            args.extend(["-m".into(), rng.pick(&["0", "1", "10"]).into()]);
+        }
+        if rng.chance(15) && !features.contains(&"^flex_bg") {
+            args.extend(["-G".into(), rng.pick(&["1", "4", "64"]).into()]);
+        }
+        args.extend([
+            "-U".into(),
+            UUID.into(),
+            "-E".into(),
+            format!("hash_seed={HASH_SEED},lazy_journal_init=1"),
+        ]);
+        let what = format!("case {case}: {size} {}", args.join(" "));
+        let (theirs, ours) = (dir.path().join("mke2fs.img"), dir.path().join("rext4.img"));
+        std::fs::File::create(&theirs).and_then(|f| f.set_len(size_bytes(size))).expect("create image");
+        std::fs::remove_file(&ours).ok();
+        let a = Command::new(tool("mke2fs"))
+            .args(["-q", "-F"])
+            .args(&args)
+            .arg(&theirs)
+            .arg(size)
+            .env("MKE2FS_CONFIG", &conf)
+            .env("E2FSPROGS_FAKE_TIME", TIME)
+            .output()
+            .expect("mke2fs");
+        let b = Command::new(env!("CARGO_BIN_EXE_rext4"))
+            .args(["mkfs", "-q"])
+            .args(&args)
+            .arg(&ours)
+            .arg(size)
+            .env("E2FSPROGS_FAKE_TIME", TIME)
+            .output()
+            .expect("rext4 mkfs");
+        let err = String::from_utf8_lossy(&b.stderr).into_owned();
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        match (a.status.success(), b.status.success()) {
+            (false, false) => refused += 1,
+            (true, true) => {
+                made += 1;
+                let (x, y) = (dump(&theirs) + &special_files(&theirs), dump(&ours) + &special_files(&ours));
+                if x != y {
+                    let first = x.lines().zip(y.lines()).find(|(p, q)| p != q);
+                    failures.push(format!("{what}: differs first at {first:?}"));
+                }
+                e2fsck_clean(&ours);
+            }
+            (ok_a, _) => failures.push(format!(
+                "{what}: mke2fs {}, rext4 {}: {}{err}",
+                if ok_a { "made it" } else { "refused" },
+                if ok_a { "refused" } else { "made it" },
+                String::from_utf8_lossy(&a.stderr)
+            )),
+        }
+    }
+    eprintln!("{made} made alike, {refused} refused by both");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(made >= 40, "too few mixes made a filesystem: {made}");
+}

@@ -23,7 +23,10 @@ impl Builder {
         let mid = (geo.blocks_count - geo.first_data_block) / 2;
         let mut group = geo.group_of_block(mid.max(geo.first_data_block));
         let log_flex = 1u32 << geo.log_groups_per_flex;
-        let free = |g: u32| self.l.groups[g as usize].free_blocks;
+        // As the descriptor holds it: 16 bits without 64bit (a bigalloc group's count of
+        // blocks, before clusters are counted again, can pass that).
+        let mask = if geo.desc_size_field == 0 { 0xFFFF } else { u32::MAX };
+        let free = |g: u32| self.l.groups[g as usize].free_blocks & mask;
         let start;
         if geo.log_groups_per_flex != 0 && group > log_flex {
             group &= !(log_flex - 1);

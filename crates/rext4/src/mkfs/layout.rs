@@ -279,11 +279,22 @@ impl Layout {
     }
 
     /// `ext2fs_new_inode` for a child of the root: the first free inode from the first
-    /// non-reserved one.
-    pub(crate) fn new_inode(&self) -> Result<u32> {
-        (11..=self.geo.inodes_count())
+    /// non-reserved one. Each group searched that has not initialised its inodes gets both
+    /// its bitmaps initialised, as the kernel does (`check_inode_uninit`).
+    pub(crate) fn new_inode(&mut self) -> Result<u32> {
+        let ipg = self.geo.inodes_per_group;
+        let found = (11..=self.geo.inodes_count())
             .find(|&i| !test(&self.inode_used, u64::from(i - 1)))
-            .ok_or(Error::InvalidInput("too few inodes for the files mkfs makes"))
+            .ok_or(Error::InvalidInput("too few inodes for the files mkfs makes"))?;
+        if self.geo.features.has_group_csum() {
+            for g in (11 - 1) / ipg..=(found - 1) / ipg {
+                let gd = self.group(g);
+                if gd.flags & BG_INODE_UNINIT != 0 {
+                    gd.flags &= !(BG_INODE_UNINIT | BG_BLOCK_UNINIT);
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// Takes `n` blocks from `b` out of the counts of the groups they lie in (flex_bg tables):

@@ -67,9 +67,12 @@ impl Builder {
         self.l.alloc_stats(root_blk);
         self.l.inode_alloc_stats(ROOT_INO, true);
 
-        // lost+found, 0700: inline at first where inline_data is on (its first expansion then
+        // lost+found (`ext2fs_new_inode` finds the first inode after the reserved ones),
+        // 0700: inline at first where inline_data is on (its first expansion then
         // turns it into one block), else one block; grown to 16 KiB and two blocks.
         let inline = self.l.geo.features.has_i(Incompat::INLINE_DATA);
+        let lpf = self.l.new_inode()?;
+        debug_assert_eq!(lpf, LPF_INO, "nothing past the reserved inodes is in use yet");
         let bs = self.l.geo.block_size;
         let mut target = 0u32;
         let mut grow = 0;
@@ -82,7 +85,17 @@ impl Builder {
         }
         let nblocks = if inline { grow } else { grow + 1 };
         let mut blks = Vec::with_capacity(nblocks);
-        let mut goal = flex_start;
+        // `ext2fs_find_inode_goal`: the start of the (flex) group holding the inode, but
+        // from block 0 for a block converted from inline data.
+        let mut goal = if inline {
+            flex_start
+        } else {
+            let mut g = (lpf - 1) / self.l.geo.inodes_per_group;
+            if self.l.geo.log_groups_per_flex != 0 {
+                g &= !((1u32 << self.l.geo.log_groups_per_flex) - 1);
+            }
+            self.l.geo.group_first_block(g)
+        };
         for i in 0..nblocks {
             // A block in the cluster the last one began is the directory's already.
             let fresh = i == 0 || !self.l.same_cluster_next(goal);
