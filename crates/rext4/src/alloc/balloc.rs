@@ -114,10 +114,9 @@ impl FsInner {
 
     /// The clusters an allocation from `pool` must leave free.
     fn held_back(&self, pool: Pool) -> u64 {
-        // Blocks reserved for dirty pages (data/delalloc.rs) are not anyone else's: the
+        // Clusters reserved for dirty pages (data/delalloc.rs) are not anyone else's: the
         // kernel's `ext4_has_free_clusters` always keeps the dirty clusters, or writeback
-        // would run out of space. Writeback's own allocations come out of them. (bigalloc
-        // writes without delayed allocation: none there.)
+        // would run out of space. Writeback's own allocations come out of them.
         let dirty = self.wb.dirty_blocks.load(Ordering::Acquire);
         let bits = self.sbi.cluster_bits;
         match pool {

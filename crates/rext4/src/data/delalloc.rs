@@ -30,6 +30,13 @@
 //!    extent tree's come from the metadata slack, which only index blocks may take
 //!    (`alloc::reserved::Pool`); a block-mapped file's page is delayed only where its
 //!    indirect blocks exist already (a block map has no slack).
+//! 7. With bigalloc a reservation is a cluster, and belongs to a logical cluster
+//!    (`DirtyPages::res_clusters`, the kernel's pending reservations): a page over a hole
+//!    reserves its logical cluster unless the file maps a block of it (written or unwritten:
+//!    writeback puts the page in that block's cluster) or a page of it holds the
+//!    reservation already. Writing back any page of a reserved cluster maps that cluster
+//!    whole, so its reservation is given back then, and the cluster's other pages need none.
+//!    `Writeback::dirty_blocks` counts clusters, as the free counters do.
 
 use crate::error::Result;
 use crate::fs::FsInner;
@@ -65,10 +72,14 @@ pub(crate) struct DirtyPages {
     runs: BTreeMap<u64, PageRun>,
     /// Blocks in all runs.
     blocks: u64,
-    /// Blocks in runs over holes (each reserved in `Writeback::dirty_blocks`).
+    /// Blocks in runs over holes (without bigalloc each reserved in
+    /// `Writeback::dirty_blocks`).
     reserved: u64,
     /// The block size. [set by the first write]
     bs: u64,
+    /// With bigalloc: the logical clusters holding a reservation, each a cluster in
+    /// `Writeback::dirty_blocks` (invariant 7).
+    res_clusters: std::collections::BTreeSet<u64>,
     /// When the oldest change not yet written back was made.
     since: Option<Instant>,
     /// The record has changes (size, times) that are not journaled yet.
@@ -100,8 +111,32 @@ impl DirtyPages {
     }
 
     /// Pages that hold a reserved block (over holes).
+    #[cfg(test)]
     pub(crate) fn reserved_len(&self) -> u64 {
         self.reserved
+    }
+
+    /// Reservations held, in clusters (pages over holes without bigalloc).
+    pub(crate) fn reserved_clusters(&self, bigalloc: bool) -> u64 {
+        if bigalloc {
+            self.res_clusters.len() as u64
+        } else {
+            self.reserved
+        }
+    }
+
+    /// With bigalloc: gives up the reservations of the logical clusters that blocks
+    /// `lo..hi` touch (their pages were written back, so those clusters are mapped now);
+    /// returns how many there were.
+    pub(crate) fn release_clusters(&mut self, lo: u64, hi: u64, bits: u32) -> u64 {
+        if hi <= lo {
+            return 0;
+        }
+        let gone: Vec<u64> = self.res_clusters.range(lo >> bits..=(hi - 1) >> bits).copied().collect();
+        for c in &gone {
+            self.res_clusters.remove(c);
+        }
+        gone.len() as u64
     }
 
     pub(crate) fn since(&self) -> Option<Instant> {
@@ -346,35 +381,63 @@ impl FsInner {
             return Ok(None);
         }
         let written: Vec<_> = mapped.iter().filter(|e| !e.unwritten).copied().collect();
+        // With bigalloc a page over a hole reserves its logical cluster, unless the file maps
+        // a block of that cluster already or a page there holds its reservation (invariant 7).
+        let bits = self.sbi.cluster_bits;
+        let cluster_mapped = if bits > 0 {
+            let mask = (1u64 << bits) - 1;
+            let raw = inode.raw();
+            self.map_runs(inode, &raw, first & !mask, (last + mask) & !mask)?
+        } else {
+            Vec::new()
+        };
         // Check the reservation before writing anything in place.
-        let (new, unreserved) = {
+        let (new, unreserved, clusters) = {
             let mut d = inode.dirty.lock();
             d.bs = bs;
-            under.iter().fold((0, 0), |(r, u), &(lo, hi, hole)| {
+            let (new, unreserved) = under.iter().fold((0, 0), |(r, u), &(lo, hi, hole)| {
                 let n = d.missing(lo, hi);
                 if hole {
                     (r + n, u)
                 } else {
                     (r, u + n)
                 }
-            })
+            });
+            let mut clusters = Vec::new();
+            if bits > 0 {
+                for &(lo, hi, _) in under.iter().filter(|u| u.2) {
+                    for c in lo >> bits..=(hi - 1) >> bits {
+                        let (cs, ce) = (c << bits, (c + 1) << bits);
+                        let has_block = cluster_mapped.iter().any(|e| e.lblk < ce && e.lblk + e.len > cs);
+                        if !has_block && !d.res_clusters.contains(&c) && clusters.last() != Some(&c) {
+                            clusters.push(c);
+                        }
+                    }
+                }
+            }
+            (new, unreserved, clusters)
         };
-        if new > 0 && !self.delalloc_claim(new) {
+        // Reservations, in clusters (a block each without bigalloc).
+        let res = if bits > 0 { clusters.len() as u64 } else { new };
+        if res > 0 && !self.delalloc_claim(res) {
             return Ok(None);
         }
         // Over a quota limit the general path takes what fits and says `EDQUOT` after.
-        match self.quota_reserve(inode, new) {
+        match self.quota_reserve(inode, self.sbi.c2b(res)) {
             Ok(true) => {}
             r => {
-                self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);
+                self.wb.dirty_blocks.fetch_sub(res, Ordering::AcqRel);
                 return r.map(|_| None);
             }
         }
         let placed = self.place_delayed(inode, offset, data, size, &written, &under);
         if placed.is_err() {
-            self.wb.dirty_blocks.fetch_sub(new, Ordering::AcqRel);
-            self.quota_unreserve(inode, &inode.raw(), new);
+            self.wb.dirty_blocks.fetch_sub(res, Ordering::AcqRel);
+            self.quota_unreserve(inode, &inode.raw(), self.sbi.c2b(res));
         } else {
+            if bits > 0 {
+                inode.dirty.lock().res_clusters.extend(clusters);
+            }
             inode.dirty_pages.fetch_add(new + unreserved, Ordering::AcqRel);
             self.wb.pages.fetch_add(new + unreserved, Ordering::AcqRel);
         }
@@ -460,12 +523,13 @@ impl FsInner {
         Ok(())
     }
 
-    /// Reserves `n` blocks for dirty pages, leaving the root-reserved blocks (unless the
-    /// caller may use them, alloc/reserved.rs) and the metadata slack (what `statfs` keeps
-    /// back) for others. Whether it could.
+    /// Reserves `n` clusters (blocks without bigalloc) for dirty pages, leaving the
+    /// root-reserved blocks (unless the caller may use them, alloc/reserved.rs) and the
+    /// metadata slack (what `statfs` keeps back) for others. Whether it could.
     fn delalloc_claim(&self, n: u64) -> bool {
         let free = self.counters.free_blocks.sum_positive();
-        let keep = self.root_reserve() + self.meta_slack();
+        let bits = self.sbi.cluster_bits;
+        let keep = (self.root_reserve() >> bits) + (self.meta_slack() >> bits);
         let mut cur = self.wb.dirty_blocks.load(Ordering::Acquire);
         loop {
             if cur.saturating_add(n).saturating_add(keep) > free {
@@ -511,7 +575,7 @@ impl FsInner {
         if inode.dirty_pages.load(Ordering::Acquire) == 0 {
             return 0;
         }
-        inode.dirty.lock().reserved_len()
+        self.sbi.c2b(inode.dirty.lock().reserved_clusters(self.sbi.cluster_bits > 0))
     }
 }
 

@@ -48,8 +48,9 @@ pub(crate) struct Writeback {
     /// Buffers of full runs written back, kept for the next runs of streams (their memory
     /// stays mapped). [own mutex; a leaf, taken under `Inode::dirty`]
     pub spares: Mutex<Vec<Vec<u8>>>,
-    /// Dirty pages of all files over holes: each is a block reserved for its writeback (the
-    /// kernel's `s_dirtyclusters_counter`). [atomic]
+    /// Clusters reserved for the writeback of dirty pages over holes (a block per page
+    /// without bigalloc; a cluster per logical cluster with bigalloc): the kernel's
+    /// `s_dirtyclusters_counter`. [atomic]
     pub dirty_blocks: AtomicU64,
     /// Dirty pages of all files, over holes and unwritten extents: what the dirty limits
     /// bound. [atomic]
@@ -237,7 +238,14 @@ impl FsInner {
             retried = false;
             // The stretch's runs: each part of one that a piece the allocator found holds is
             // one write.
-            let taken = inode.dirty.lock().take_front(lo, reached);
+            let (taken, released) = {
+                let mut d = inode.dirty.lock();
+                let taken = d.take_front(lo, reached);
+                // With bigalloc the clusters these pages are in are mapped now: their
+                // reservations are used up (invariant 7 of data/delalloc.rs).
+                let bits = self.sbi.cluster_bits;
+                (taken, if bits > 0 { Some(d.release_clusters(lo, reached, bits)) } else { None })
+            };
             let (mut n, mut reserved) = (0, 0);
             for (start, run) in &taken {
                 let data = &run.bytes;
@@ -265,6 +273,8 @@ impl FsInner {
                 self.pages_written(inode, start * bs, data);
             }
             self.wb.keep_spares(taken);
+            // Reservations given back, in clusters (pages over holes without bigalloc).
+            let reserved = released.unwrap_or(reserved);
             let size = crate::inode::write::raw_size(&raw);
             {
                 let mut d = inode.dirty.lock();
@@ -275,7 +285,7 @@ impl FsInner {
             // reservation becomes usage as the record is charged, and is given back after
             // it, so that a check racing this one counts the blocks one way or the other.
             let written = self.mark_inode_dirty(&h, inode, &mut raw);
-            self.quota_unreserve(inode, &raw, reserved);
+            self.quota_unreserve(inode, &raw, self.sbi.c2b(reserved));
             written?;
             inode.dirty_pages.fetch_sub(n, Ordering::AcqRel);
             self.wb.pages.fetch_sub(n, Ordering::AcqRel);
@@ -371,10 +381,11 @@ impl FsInner {
             return;
         }
         let d = std::mem::take(&mut *inode.dirty.lock());
+        let res = d.reserved_clusters(self.sbi.cluster_bits > 0);
         inode.dirty_pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
         self.wb.pages.fetch_sub(d.pages_len(), Ordering::AcqRel);
-        self.wb.dirty_blocks.fetch_sub(d.reserved_len(), Ordering::AcqRel);
-        self.quota_unreserve(inode, &inode.raw(), d.reserved_len());
+        self.wb.dirty_blocks.fetch_sub(res, Ordering::AcqRel);
+        self.quota_unreserve(inode, &inode.raw(), self.sbi.c2b(res));
         self.wb.remove(inode);
     }
 

@@ -666,7 +666,7 @@ impl Fs {
         let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         WritebackStats {
             dirty_pages: get(&wb.pages),
-            delalloc_blocks: get(&wb.dirty_blocks),
+            delalloc_blocks: self.inner.sbi.c2b(get(&wb.dirty_blocks)),
             dirty_files: wb.files_listed(),
             written_blocks: get(&wb.stats.blocks),
             writebacks: get(&wb.stats.files),
@@ -714,7 +714,7 @@ impl FsInner {
         });
         let pcache = crate::cache::page::PageCache::new(opts.page_cache_bytes, sbi.block_size as usize);
         let wb = crate::data::writeback::Writeback::new(
-            opts.delalloc && opts.writable && sbi.cluster_bits == 0 && opts.page_cache_bytes > 0,
+            opts.delalloc && opts.writable && opts.page_cache_bytes > 0,
             crate::data::writeback::DirtyLimits {
                 page_cache_bytes: opts.page_cache_bytes,
                 block_size: sbi.block_size,
@@ -780,8 +780,8 @@ impl FsInner {
         let reserved = sb.r_blocks_count() + self.meta_slack();
         // Blocks reserved for dirty pages are spoken for (the kernel's statfs subtracts its
         // dirty clusters).
-        let free_blocks =
-            free_blocks.saturating_sub(self.wb.dirty_blocks.load(std::sync::atomic::Ordering::Acquire));
+        let free_blocks = free_blocks
+            .saturating_sub(sbi.c2b(self.wb.dirty_blocks.load(std::sync::atomic::Ordering::Acquire)));
         let uuid = &sb.s_uuid;
         // Cannot fail: both halves are 8 bytes of a 16-byte array.
         let fsid = u64::from_le_bytes(uuid[..8].try_into().unwrap())

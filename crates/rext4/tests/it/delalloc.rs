@@ -574,3 +574,137 @@ fn rename_over_a_file_writes_the_new_one_back_first() {
         e2fsck_clean(snap);
     }
 }
+
+/// A bigalloc image of `size` with 4 KiB blocks and clusters of `cluster` bytes.
+fn bigalloc_image(dir: &Path, size: &str, cluster: &str) -> std::path::PathBuf {
+    let img = dir.join("b.img");
+    Image::ext4(size).block_size(4096).args(["-O", "bigalloc", "-C", cluster]).build(&img);
+    img
+}
+
+/// With bigalloc a delayed page over a hole reserves its logical cluster, once: a second page
+/// of the cluster reserves nothing, nor does a page in a cluster the file maps a block of
+/// (written, or preallocated); `statfs`, `st_blocks` and the statistics count whole clusters;
+/// writing back any page of a cluster gives its reservation up; and what is written back,
+/// e2fsck and the kernel agree on.
+#[test]
+fn bigalloc_pages_reserve_their_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    // Clusters of 4 blocks.
+    let img = bigalloc_image(dir.path(), "64M", "16384");
+    let fs = open_with(&img, |_| {});
+    let (c, bs) = (16_384u64, 4096u64);
+    let cluster_blocks = |n: u64| n * 4;
+    let free0 = fs.statfs().unwrap().blocks_free;
+    let delayed = |fs: &Fs| fs.writeback_stats().delalloc_blocks;
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    fs.write(a, 10, b"first").unwrap();
+    assert_eq!(delayed(&fs), cluster_blocks(1), "a page reserves its cluster");
+    fs.write(a, 2 * bs + 7, b"same cluster").unwrap();
+    assert_eq!(delayed(&fs), cluster_blocks(1), "another page of the cluster reserves nothing");
+    fs.write(a, 5 * c + bs, b"far").unwrap();
+    fs.write(a, 5 * c + 3 * bs, b"farther").unwrap();
+    assert_eq!(delayed(&fs), cluster_blocks(2));
+    assert_eq!(fs.getattr(a).unwrap().blocks, cluster_blocks(2) * 8, "st_blocks in whole clusters");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free0 - cluster_blocks(2));
+
+    // A block of the cluster is mapped: pages beside it reserve nothing.
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    fs.write(b, 0, &pattern(1, 70_000)).unwrap();
+    fs.fsync(b).unwrap();
+    let free1 = fs.statfs().unwrap().blocks_free;
+    let before = delayed(&fs);
+    // 70,000 bytes end in block 17, the second of the fifth cluster: block 18 is a hole.
+    fs.write(b, 18 * bs + 5, b"hole in a mapped cluster").unwrap();
+    assert!(fs.writeback_stats().dirty_pages > 0);
+    assert_eq!(delayed(&fs), before, "the last cluster of b is mapped");
+    // Preallocated clusters are mapped too.
+    let p = fs.create(fs.root(), b"p", 0o644, 0, 0).unwrap().ino;
+    fs.fallocate(p, rext4::FALLOC_FL_KEEP_SIZE, 0, 8 * c).unwrap();
+    let free2 = fs.statfs().unwrap().blocks_free;
+    fs.write(p, 3 * c + 100, b"into preallocated space").unwrap();
+    fs.write(p, 9 * c, b"past it").unwrap();
+    assert_eq!(delayed(&fs), before + cluster_blocks(1), "only the page past the preallocation");
+    assert_eq!(fs.statfs().unwrap().blocks_free, free2 - cluster_blocks(1));
+    assert!(free2 < free1);
+
+    // Written back: every reservation given up, the clusters taken instead.
+    fs.fsync(a).unwrap();
+    assert_eq!(delayed(&fs), cluster_blocks(1), "p's reservation stays");
+    fs.sync().unwrap();
+    let st = fs.writeback_stats();
+    assert_eq!((st.dirty_pages, st.delalloc_blocks), (0, 0), "{st:?}");
+    assert_eq!(fs.getattr(a).unwrap().blocks, cluster_blocks(2) * 8);
+    let mut want_a = vec![0u8; (5 * c + 3 * bs) as usize + 7];
+    want_a[10..15].copy_from_slice(b"first");
+    want_a[(2 * bs + 7) as usize..(2 * bs + 19) as usize].copy_from_slice(b"same cluster");
+    want_a[(5 * c + bs) as usize..(5 * c + bs + 3) as usize].copy_from_slice(b"far");
+    want_a[(5 * c + 3 * bs) as usize..].copy_from_slice(b"farther");
+    assert_eq!(fs.read_file("/a").unwrap(), want_a);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    rext4_testkit::require_kernel!();
+    let m = KernelMount::ro(&img).unwrap();
+    assert_eq!(std::fs::read(m.path().join("a")).unwrap(), want_a, "the kernel reads the same");
+    let pk = std::fs::read(m.path().join("p")).unwrap();
+    assert_eq!(pk.len() as u64, 9 * c + 7);
+    assert_eq!(&pk[(3 * c + 100) as usize..(3 * c + 123) as usize], b"into preallocated space");
+    m.unmount().unwrap();
+}
+
+/// With bigalloc too, `ENOSPC` comes from the write, never from writeback: files written a
+/// page at a time into every other cluster (each page reserving a cluster of its own) until
+/// the filesystem is full, then written back whole.
+#[test]
+fn bigalloc_no_space_comes_from_the_write_never_from_writeback() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = bigalloc_image(dir.path(), "24M", "16384");
+    let fs = open_with(&img, |_| {});
+    // Each file's name and its pieces (offset, bytes).
+    type Pieces = Vec<(u64, Vec<u8>)>;
+    let mut files: Vec<(String, Pieces)> = Vec::new();
+    let mut full = false;
+    for i in 0..10_000u32 {
+        let name = format!("f{i}");
+        let ino = match fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0) {
+            Ok(a) => a.ino,
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                break;
+            }
+        };
+        let mut pieces = Vec::new();
+        for k in 0..12u64 {
+            let piece = pattern((i + k as u32) as u8, 3000);
+            match fs.write(ino, k * 2 * 16_384 + 100, &piece) {
+                Ok(n) => pieces.push((k * 2 * 16_384 + 100, piece[..n].to_vec())),
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                    full = true;
+                    break;
+                }
+            }
+        }
+        files.push((name, pieces));
+        if full {
+            break;
+        }
+    }
+    assert!(full, "the filesystem filled up");
+    fs.sync().unwrap();
+    assert_eq!(fs.writeback_stats().dirty_pages, 0);
+    let check = |fs: &Fs, when: &str| {
+        for (name, pieces) in &files {
+            let got = fs.read_file(format!("/{name}")).unwrap();
+            for (off, want) in pieces {
+                assert_eq!(&got[*off as usize..*off as usize + want.len()], &want[..], "{name} {when}");
+            }
+        }
+    };
+    check(&fs, "written back");
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    check(&Fs::open(&img).unwrap(), "after reopen");
+}
