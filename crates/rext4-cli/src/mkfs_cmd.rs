@@ -20,6 +20,18 @@ pub(crate) struct MkfsArgs {
     /// Cluster size in bytes, with -O bigalloc (16 blocks by default).
     #[arg(short = 'C')]
     cluster_size: Option<String>,
+    /// Blocks per group (clusters per group with bigalloc): a multiple of 8.
+    #[arg(short = 'g')]
+    blocks_per_group: Option<u32>,
+    /// A journal (`-O has_journal`).
+    #[arg(short = 'j')]
+    journal_flag: bool,
+    /// Errors behaviour: continue, remount-ro or panic.
+    #[arg(short = 'e')]
+    errors: Option<String>,
+    /// The last-mounted directory recorded in the superblock.
+    #[arg(short = 'M')]
+    last_mounted: Option<String>,
     /// Inode size in bytes.
     #[arg(short = 'I')]
     inode_size: Option<u16>,
@@ -61,8 +73,8 @@ pub(crate) struct MkfsArgs {
     #[arg(short = 'F', action = clap::ArgAction::Count)]
     force: u8,
     /// Fill the filesystem with this directory tree, or this tar archive (plain, gzip or
-    /// zstd).
-    #[arg(long = "from", value_name = "DIR|ARCHIVE")]
+    /// zstd); `-d` as mke2fs spells it.
+    #[arg(long = "from", short = 'd', value_name = "DIR|ARCHIVE")]
     from: Option<PathBuf>,
     /// Make the smallest image that holds the --from tree, with this much room to spare: a
     /// share of what the tree takes (`10%`) or a size (`64M`). The block size is 4 KiB and
@@ -151,6 +163,18 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
         reserved_ratio: a.reserved,
         flex_bg_size: a.flex_bg_size,
         ..FormatOptions::default()
+    };
+    o.blocks_per_group = a.blocks_per_group;
+    o.last_mounted = a.last_mounted.clone();
+    if a.journal_flag {
+        o.features.push_str(if o.features.is_empty() { "has_journal" } else { ",has_journal" });
+    }
+    o.errors = match a.errors.as_deref() {
+        None => None,
+        Some("continue") => Some(rext4::format::superblock::ERRORS_CONTINUE),
+        Some("remount-ro") => Some(rext4::format::superblock::ERRORS_RO),
+        Some("panic") => Some(rext4::format::superblock::ERRORS_PANIC),
+        Some(e) => return Err(format!("invalid errors behaviour: {e}")),
     };
     if let Some(c) = &a.cluster_size {
         o.cluster_size = Some(u32::try_from(parse_size(c, Some(1))?).map_err(|_| "cluster size too large")?);

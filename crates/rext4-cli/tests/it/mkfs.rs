@@ -152,6 +152,24 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("bigalloc_no_journal", "64M", &["-t", "ext4", "-O", "bigalloc,^has_journal", "-m", "0"]),
     ("bigalloc_mmp_encrypt", "64M", &["-t", "ext4", "-O", "bigalloc,mmp,encrypt"]),
     ("bigalloc_64k", "2G", &["-t", "ext4", "-b", "65536", "-O", "bigalloc", "-C", "1M"]),
+    // Blocks (clusters) per group, and mke2fs's -j, -e and -M.
+    ("blocks_per_group", "64M", &["-t", "ext4", "-g", "4096"]),
+    ("blocks_per_group_1k", "300M", &["-t", "ext4", "-b", "1024", "-g", "1024", "-N", "100000"]),
+    ("clusters_per_group", "600M", &["-t", "ext4", "-O", "bigalloc", "-g", "2048"]),
+    ("ext2_j_e_m", "64M", &["-t", "ext2", "-j", "-e", "remount-ro", "-M", "/mnt/data"]),
+    // Not `-e panic`: the kernel mounts these, and a panic would take the machine.
+    (
+        "errors_long_dir",
+        "64M",
+        &[
+            "-t",
+            "ext4",
+            "-e",
+            "continue",
+            "-M",
+            "/a/path/longer/than/the/sixty/four/bytes/the/superblock/keeps/of/it",
+        ],
+    ),
 ];
 
 /// Images with quota files, beside `VARIANTS`: this kernel may lack the quota format and then
@@ -325,6 +343,13 @@ fn sizes_with_suffixes_and_bad_arguments() {
     ok(&rext4(&["mkfs", "-q", p, "1G"]));
     assert_eq!(std::fs::metadata(&img).expect("image").len(), 1 << 30);
     e2fsck_clean(&img);
+    // `-d`, as mkfs.ext4 spells --from.
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("x")).expect("mkdir");
+    std::fs::write(src.join("x/f"), b"from -d").expect("write");
+    ok(&rext4(&["mkfs", "-q", "-d", src.to_str().expect("utf-8 path"), p, "16M"]));
+    assert_eq!(rext4(&["cat", &format!("{p}:/x/f")]).stdout, b"from -d");
+    e2fsck_clean(&img);
     for bad in [
         &["mkfs", "-q", "-O", "no_such_feature", p, "8M"][..],
         &["mkfs", "-q", "-b", "3000", p, "8M"],
@@ -347,6 +372,11 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-O", "bigalloc", "-b", "4096", "-C", "2048", p, "8M"],
         &["mkfs", "-q", "-C", "16384", p, "8M"],
         &["mkfs", "-q", "-t", "ext3", "-O", "bigalloc", p, "8M"],
+        // Blocks per group: not a multiple of 8, below 256, past a bitmap block; errors.
+        &["mkfs", "-q", "-g", "1001", p, "8M"],
+        &["mkfs", "-q", "-g", "128", p, "8M"],
+        &["mkfs", "-q", "-b", "4096", "-g", "40000", p, "8M"],
+        &["mkfs", "-q", "-e", "ignore", p, "8M"],
         &["mkfs", "-q", "-O", "quota,project", "-N", "12", p, "2M"],
     ] {
         let o = rext4(bad);
@@ -658,6 +688,9 @@ fn random_option_mixes_match_mke2fs() {
         }
         if rng.chance(20) {
             args.extend(["-m".into(), rng.pick(&["0", "1", "10"]).into()]);
+        }
+        if rng.chance(10) {
+            args.extend(["-g".into(), rng.pick(&["1024", "2048", "8192"]).into()]);
         }
         if rng.chance(15) && !features.contains(&"^flex_bg") {
             args.extend(["-G".into(), rng.pick(&["1", "4", "64"]).into()]);

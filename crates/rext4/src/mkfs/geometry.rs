@@ -165,11 +165,15 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
         // Clusters per group: a bitmap block's bits, less a byte's where the group's bytes
         // would reach 2^32; at most 65528.
         let log_cluster = bs.trailing_zeros() - 10 + cbits;
-        let cpg = if log_cluster + 15 < 32 { bs * 8 } else { (bs - 1) * 8 };
+        let cpg = match p.per_group {
+            Some(n) => n,
+            None if log_cluster + 15 < 32 => bs * 8,
+            None => (bs - 1) * 8,
+        };
         u32::try_from(u64::from(cpg.min(65528)) << cbits)
             .map_err(|_| Error::InvalidInput("cluster size too large for a block group"))?
     } else {
-        (bs * 8).min(65528)
+        p.per_group.unwrap_or(bs * 8).min(65528)
     };
     let cluster_mask = (1u64 << cbits) - 1;
     let mut blocks_count = p.blocks_count & !cluster_mask;

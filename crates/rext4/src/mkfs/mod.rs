@@ -68,6 +68,15 @@ pub struct FormatOptions {
     pub block_size: Option<u32>,
     /// `-C`: bytes per cluster with `bigalloc` (16 blocks by default).
     pub cluster_size: Option<u32>,
+    /// `-g`: blocks per group (clusters per group with `bigalloc`), a multiple of 8 from 256
+    /// to 8 times the block size; a bitmap block's worth by default.
+    pub blocks_per_group: Option<u32>,
+    /// `-e`: what the kernel does on an error (`s_errors`: continue, the default, remount
+    /// read-only, or panic).
+    pub errors: Option<u16>,
+    /// `-M`: the directory the filesystem was last mounted on (`s_last_mounted`; its first
+    /// 64 bytes, as mke2fs keeps them).
+    pub last_mounted: Option<String>,
     /// `-I`.
     pub inode_size: Option<u16>,
     /// `-i`: bytes per inode.
@@ -370,7 +379,11 @@ impl Builder {
         sb.s_max_mnt_count.set(0xFFFF);
         sb.s_magic.set(rext4_format::superblock::EXT4_MAGIC);
         sb.s_state.set(rext4_format::superblock::STATE_VALID);
-        sb.s_errors.set(rext4_format::superblock::ERRORS_CONTINUE);
+        sb.s_errors.set(p.errors);
+        if let Some(dir) = &p.last_mounted {
+            let n = dir.len().min(sb.s_last_mounted.len());
+            sb.s_last_mounted[..n].copy_from_slice(&dir.as_bytes()[..n]);
+        }
         sb.s_rev_level.set(1);
         sb.s_first_ino.set(11);
         sb.s_inode_size.set(geo.inode_size);

@@ -132,6 +132,12 @@ pub(crate) struct Params {
     pub(crate) strict_encoding: bool,
     /// log2 of blocks per cluster: 0 but with `bigalloc`.
     pub(crate) cluster_bits: u32,
+    /// `-g`: blocks per group, clusters per group with bigalloc.
+    pub(crate) per_group: Option<u32>,
+    /// `s_errors`.
+    pub(crate) errors: u16,
+    /// `s_last_mounted`.
+    pub(crate) last_mounted: Option<String>,
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -248,6 +254,20 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         return Err(Error::Incompatible("mkfs does not make journal_dev filesystems this way".into()));
     }
     let cluster_bits = cluster_bits(opts, &features, block_size)?;
+    let per_group = opts.blocks_per_group;
+    if let Some(n) = per_group {
+        if n % 8 != 0 {
+            return Err(Error::InvalidInput("blocks per group must be a multiple of 8"));
+        }
+        if n < 256 || n > 8 * block_size {
+            return Err(Error::InvalidInput("blocks per group count out of range"));
+        }
+    }
+    let errors = opts.errors.unwrap_or(rext4_format::superblock::ERRORS_CONTINUE);
+    if !(1..=3).contains(&errors) {
+        return Err(Error::InvalidInput("errors behaviour must be continue, remount-ro or panic"));
+    }
+
     if opts.strict_encoding && !features.has_i(Incompat::CASEFOLD) {
         return Err(Error::InvalidInput("encoding_flags need casefold (an encoding)"));
     }
@@ -337,6 +357,9 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         quota_types,
         strict_encoding: opts.strict_encoding,
         cluster_bits,
+        per_group,
+        errors,
+        last_mounted: opts.last_mounted.clone(),
     })
 }
 
