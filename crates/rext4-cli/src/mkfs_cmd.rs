@@ -44,8 +44,9 @@ pub(crate) struct MkfsArgs {
     /// Features: `name` to add, `^name` to remove (repeatable, comma-separated).
     #[arg(short = 'O', action = clap::ArgAction::Append)]
     features: Vec<String>,
-    /// Journal options: `size=MiB`, or `device=PATH` for a journal device made with
-    /// `rext4 mkfs -O journal_dev` (or mke2fs's).
+    /// Journal options: `size=MiB`, `fast_commit_size=KiB` (with -O fast_commit), or
+    /// `device=PATH` for a journal device made with `rext4 mkfs -O journal_dev` (or
+    /// mke2fs's).
     #[arg(short = 'J')]
     journal: Option<String>,
     /// Volume label.
@@ -192,6 +193,9 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
             match opt.split_once('=') {
                 Some(("size", v)) => {
                     o.journal_size_mib = Some(v.parse().map_err(|_| format!("invalid journal size: {v}"))?)
+                }
+                Some(("fast_commit_size", v)) => {
+                    o.fast_commit_kib = Some(v.parse().map_err(|_| format!("invalid fast commit size: {v}"))?)
                 }
                 // Taken by `run`, which opens the device.
                 Some(("device", _)) => {}

@@ -157,6 +157,14 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("blocks_per_group_1k", "300M", &["-t", "ext4", "-b", "1024", "-g", "1024", "-N", "100000"]),
     ("clusters_per_group", "600M", &["-t", "ext4", "-O", "bigalloc", "-g", "2048"]),
     ("ext2_j_e_m", "64M", &["-t", "ext2", "-j", "-e", "remount-ro", "-M", "/mnt/data"]),
+    // Fast-commit areas: a 64th of the journal, a size asked for, on bigalloc.
+    ("fast_commit", "64M", &["-t", "ext4", "-O", "fast_commit"]),
+    (
+        "fast_commit_sized",
+        "600M",
+        &["-t", "ext4", "-O", "fast_commit", "-J", "size=64,fast_commit_size=2048"],
+    ),
+    ("fast_commit_bigalloc", "600M", &["-t", "ext4", "-O", "fast_commit,bigalloc"]),
     // Not `-e panic`: the kernel mounts these, and a panic would take the machine.
     (
         "errors_long_dir",
@@ -377,6 +385,9 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-g", "128", p, "8M"],
         &["mkfs", "-q", "-b", "4096", "-g", "40000", p, "8M"],
         &["mkfs", "-q", "-e", "ignore", p, "8M"],
+        // Journals over half the free blocks.
+        &["mkfs", "-q", "-J", "size=40", p, "64M"],
+        &["mkfs", "-q", "-O", "fast_commit", "-J", "fast_commit_size=40000", p, "64M"],
         &["mkfs", "-q", "-O", "quota,project", "-N", "12", p, "2M"],
     ] {
         let o = rext4(bad);
@@ -657,6 +668,7 @@ fn random_option_mixes_match_mke2fs() {
             ("^resize_inode", 10),
             ("^sparse_super", 5),
             ("^dir_index", 5),
+            ("fast_commit", 10),
         ] {
             if rng.chance(p) {
                 features.push(f);

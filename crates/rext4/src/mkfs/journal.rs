@@ -93,10 +93,11 @@ impl Builder {
         Ok((runs, leaf))
     }
 
-    /// Creates the journal of `blocks` blocks; returns its first block.
-    pub(crate) fn make_journal(&mut self, blocks: u32) -> Result<u64> {
+    /// Creates the journal of `blocks` blocks and `fc_blocks` of fast-commit area after
+    /// them; returns its first block.
+    pub(crate) fn make_journal(&mut self, blocks: u32, fc_blocks: u32) -> Result<u64> {
         let bs = u64::from(self.l.geo.block_size);
-        let n = u64::from(blocks);
+        let n = u64::from(blocks) + u64::from(fc_blocks);
         self.new_record(JOURNAL_INO, S_IFREG | 0o600, 1);
         let (first, taken) = if self.l.geo.features.has_i(Incompat::EXTENTS) {
             let goal = self.midpoint_journal_block();
@@ -117,7 +118,8 @@ impl Builder {
             (data[0], taken)
         };
         let uuid = self.sb.s_uuid;
-        let jsb = JournalSuperblock::new(self.l.geo.block_size, blocks, uuid);
+        let mut jsb = JournalSuperblock::new(self.l.geo.block_size, blocks + fc_blocks, uuid);
+        jsb.s_num_fc_blks.set(fc_blocks);
         let mut block = vec![0u8; usize::try_from(bs).unwrap_or(4096)];
         block[..jsb.as_bytes().len()].copy_from_slice(jsb.as_bytes());
         self.blocks.push((first, block));

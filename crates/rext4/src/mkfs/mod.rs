@@ -89,6 +89,9 @@ pub struct FormatOptions {
     pub journal_size_mib: Option<u32>,
     /// Journal size in blocks (overrides `journal_size_mib`).
     pub journal_blocks: Option<u32>,
+    /// `-J fast_commit_size=`: KiB of fast-commit area after the journal, with the
+    /// `fast_commit` feature (a 64th of the journal by default).
+    pub fast_commit_kib: Option<u32>,
     /// `-L`.
     pub label: Option<String>,
     /// `-U`.
@@ -139,6 +142,7 @@ pub struct FormatReport {
     pub blocks_count: u64,
     pub inodes_count: u32,
     pub group_count: u32,
+    /// The journal's blocks, its fast-commit area included.
     pub journal_blocks: u32,
     /// Where the journal lies: runs of (first block, blocks).
     pub journal_extents: Vec<(u64, u64)>,
@@ -221,23 +225,45 @@ impl Fs {
         if opts.journal_device.is_some() && !has_journal {
             return Err(Error::InvalidInput("a journal device for a filesystem without has_journal"));
         }
+        let layout = Layout::new(geo)?;
         if has_journal && opts.journal_device.is_none() {
-            let blocks = match (opts.journal_blocks, opts.journal_size_mib) {
+            // `figure_journal_size`.
+            let fast_commit = layout.geo.features.has_c(Compat::FAST_COMMIT);
+            let bs = layout.geo.block_size;
+            let default = params::default_journal_blocks(layout.geo.blocks_count);
+            p.journal_blocks = default.unwrap_or(0);
+            // A 64th of the journal for fast commits (`EXT2_JOURNAL_TO_FC_BLKS_RATIO`).
+            p.fc_blocks = if fast_commit { p.journal_blocks / 64 } else { 0 };
+            let fc_asked = opts.fast_commit_kib.filter(|&k| fast_commit && k > 0);
+            let j_asked = match (opts.journal_blocks, opts.journal_size_mib) {
                 (Some(b), _) => Some(b),
-                (None, Some(mib)) => Some(mib * 1024 / (geo.block_size / 1024)),
-                (None, None) => params::default_journal_blocks(geo.blocks_count),
+                (None, Some(mib)) if mib > 0 => Some(mib * 1024 / (bs / 1024)),
+                _ => None,
             };
-            p.journal_blocks = blocks.unwrap_or(0);
-            if opts.journal_blocks.is_some() || opts.journal_size_mib.is_some() {
-                let total = u64::from(p.journal_blocks);
+            if default.is_some() && (j_asked.is_some() || fc_asked.is_some()) {
+                if let Some(j) = j_asked {
+                    p.journal_blocks = j;
+                }
+                if let Some(k) = fc_asked {
+                    p.fc_blocks = u32::try_from(u64::from(k) * 1024 / u64::from(bs)).unwrap_or(u32::MAX);
+                }
+                let total = u64::from(p.journal_blocks) + u64::from(p.fc_blocks);
                 if !(1024..=10_240_000).contains(&total) {
                     return Err(Error::InvalidInput("journal size must be 1024 to 10,240,000 blocks"));
                 }
+                // What `ext2fs_initialize` counted free, in whole clusters.
+                let free = layout.free_blocks & !(layout.geo.ratio() - 1);
+                if total > free / 2 {
+                    return Err(Error::InvalidInput("total journal size too big for the filesystem"));
+                }
+            }
+            if p.journal_blocks != 0 && p.journal_blocks < 1024 {
+                return Err(Error::InvalidInput("journal size must be 1024 to 10,240,000 blocks"));
             }
         }
         let (now, uuid, hash_seed) = identity(opts)?;
         let mut b = Builder {
-            l: Layout::new(geo)?,
+            l: layout,
             sb: Superblock::new_zeroed(),
             now,
             inodes: BTreeMap::new(),
@@ -269,9 +295,10 @@ impl Fs {
                 b.l.geo.features.clear_c(Compat::HAS_JOURNAL);
                 b.l.geo.features.clear_c(Compat::ORPHAN_FILE);
             } else {
-                overhead += u64::from(p.journal_blocks).div_ceil(b.l.geo.ratio());
-                b.make_journal(p.journal_blocks)?;
-                journal_blocks = p.journal_blocks;
+                let total = p.journal_blocks + p.fc_blocks;
+                overhead += u64::from(total).div_ceil(b.l.geo.ratio());
+                b.make_journal(p.journal_blocks, p.fc_blocks)?;
+                journal_blocks = total;
             }
         }
         overhead += b.l.geo.first_data_block;

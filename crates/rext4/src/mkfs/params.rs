@@ -126,6 +126,8 @@ pub(crate) struct Params {
     pub(crate) log_groups_per_flex: u8,
     /// Journal blocks, 0 for none.
     pub(crate) journal_blocks: u32,
+    /// Fast-commit blocks after the journal's.
+    pub(crate) fc_blocks: u32,
     /// The quota files to make with the `quota` feature: user, group, project.
     pub(crate) quota_types: [bool; 3],
     /// `s_encoding_flags`' strict bit (with `casefold`).
@@ -272,8 +274,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         return Err(Error::InvalidInput("encoding_flags need casefold (an encoding)"));
     }
     let known_c = Compat::all().bits()
-        & !(Compat::FAST_COMMIT.bits()
-            | Compat::LAZY_BG.bits()
+        & !(Compat::LAZY_BG.bits()
             | Compat::EXCLUDE_BITMAP.bits()
             | Compat::DIR_PREALLOC.bits()
             | Compat::IMAGIC_INODES.bits()
@@ -354,6 +355,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         inodes_count,
         log_groups_per_flex,
         journal_blocks: 0,
+        fc_blocks: 0,
         quota_types,
         strict_encoding: opts.strict_encoding,
         cluster_bits,
