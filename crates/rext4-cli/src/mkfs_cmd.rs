@@ -185,7 +185,9 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
     }
     if let Some(l) = &a.label {
         if l.len() > 16 {
-            return Err(format!("volume label too long: {l}"));
+            // As mke2fs: the first 16 bytes are kept.
+            let kept = String::from_utf8_lossy(&l.as_bytes()[..16]);
+            eprintln!("Warning: label too long; will be truncated to '{kept}'");
         }
     }
     if let Some(j) = &a.journal {

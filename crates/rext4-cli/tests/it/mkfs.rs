@@ -156,6 +156,7 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("blocks_per_group", "64M", &["-t", "ext4", "-g", "4096"]),
     ("blocks_per_group_1k", "300M", &["-t", "ext4", "-b", "1024", "-g", "1024", "-N", "100000"]),
     ("clusters_per_group", "600M", &["-t", "ext4", "-O", "bigalloc", "-g", "2048"]),
+    ("long_label", "64M", &["-t", "ext4", "-L", "a label longer than sixteen bytes"]),
     ("ext2_j_e_m", "64M", &["-t", "ext2", "-j", "-e", "remount-ro", "-M", "/mnt/data"]),
     // Fast-commit areas: a 64th of the journal, a size asked for, on bigalloc.
     ("fast_commit", "64M", &["-t", "ext4", "-O", "fast_commit"]),
