@@ -58,6 +58,7 @@ pub(crate) struct MkfsArgs {
     /// Extended options: hash_seed=UUID, root_owner[=UID:GID], orphan_file_size=SIZE,
     /// quotatype=usrquota:grpquota:prjquota (with -O quota), encoding=utf8 (turns casefold
     /// on), encoding_flags=strict (with casefold), mmp_update_interval=SECONDS (with -O mmp),
+    /// stride=BLOCKS, stripe_width=BLOCKS (RAID), resize=BLOCKS|SIZE (growth room),
     /// lazy_itable_init, lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
     #[arg(short = 'E', action = clap::ArgAction::Append)]
     extended: Vec<String>,
@@ -253,6 +254,19 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                         _ => return Err(format!("invalid encoding flag: {f}")),
                     }
                 }
+            }
+            ("stride", Some(v)) => {
+                o.stride = Some(v.parse().map_err(|_| format!("invalid stride: {v}"))?);
+            }
+            ("stripe_width" | "stripe-width", Some(v)) => {
+                o.stripe_width = Some(v.parse().map_err(|_| format!("invalid stripe width: {v}"))?);
+            }
+            ("resize", Some(v)) => {
+                // A bare number is blocks, of whatever size the filesystem's are.
+                o.resize = Some(match v.parse::<u64>() {
+                    Ok(n) => rext4::SizeIn::Blocks(n),
+                    Err(_) => rext4::SizeIn::Bytes(parse_size(v, Some(1))?),
+                });
             }
             ("mmp_update_interval", Some(v)) => {
                 o.mmp_update_interval =

@@ -83,7 +83,7 @@ pub use jbd2::recovery::RecoveryReport;
 pub use jbd2::replay::{recover_image, recover_image_with};
 pub use jbd2::{CommitStats, CommitSummary};
 pub use locks::{Cancel, FileLock, FlockOp, LockOwner, LockType, Wait};
-pub use mkfs::{FormatOptions, FormatReport, FsType, JournalDeviceRef};
+pub use mkfs::{FormatOptions, FormatReport, FsType, JournalDeviceRef, SizeIn};
 pub use namei::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT};
 pub use path::file::{File, OpenOptions};
 pub use path::ops::{bad_name, Leftover, Unremovable};

@@ -156,6 +156,11 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("blocks_per_group", "64M", &["-t", "ext4", "-g", "4096"]),
     ("blocks_per_group_1k", "300M", &["-t", "ext4", "-b", "1024", "-g", "1024", "-N", "100000"]),
     ("clusters_per_group", "600M", &["-t", "ext4", "-O", "bigalloc", "-g", "2048"]),
+    // RAID hints (staggering the bitmaps without flex_bg), growth room asked for.
+    ("stride_no_flex_bg", "600M", &["-t", "ext4", "-O", "^flex_bg", "-E", "stride=16,stripe_width=64"]),
+    ("stride_ext3", "300M", &["-t", "ext3", "-E", "stride=7,stripe_width=20"]),
+    ("resize", "600M", &["-t", "ext4", "-E", "resize=4000000"]),
+    ("resize_32bit", "1G", &["-t", "ext4", "-O", "^64bit", "-E", "resize=1T"]),
     ("long_label", "64M", &["-t", "ext4", "-L", "a label longer than sixteen bytes"]),
     ("ext2_j_e_m", "64M", &["-t", "ext2", "-j", "-e", "remount-ro", "-M", "/mnt/data"]),
     // Fast-commit areas: a 64th of the journal, a size asked for, on bigalloc.
@@ -386,6 +391,9 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-g", "128", p, "8M"],
         &["mkfs", "-q", "-b", "4096", "-g", "40000", p, "8M"],
         &["mkfs", "-q", "-e", "ignore", p, "8M"],
+        // Growth to less than the size; a stride that is no number.
+        &["mkfs", "-q", "-E", "resize=1000", p, "64M"],
+        &["mkfs", "-q", "-E", "stride=abc", p, "64M"],
         // Journals over half the free blocks.
         &["mkfs", "-q", "-J", "size=40", p, "64M"],
         &["mkfs", "-q", "-O", "fast_commit", "-J", "fast_commit_size=40000", p, "64M"],
@@ -708,12 +716,14 @@ fn random_option_mixes_match_mke2fs() {
         if rng.chance(15) && !features.contains(&"^flex_bg") {
             args.extend(["-G".into(), rng.pick(&["1", "4", "64"]).into()]);
         }
-        args.extend([
-            "-U".into(),
-            UUID.into(),
-            "-E".into(),
-            format!("hash_seed={HASH_SEED},lazy_journal_init=1"),
-        ]);
+        let mut extended = format!("hash_seed={HASH_SEED},lazy_journal_init=1");
+        if rng.chance(10) {
+            extended += &format!(",stride={}", rng.pick(&["4", "7", "16"]));
+        }
+        if rng.chance(10) {
+            extended += &format!(",resize={}", rng.pick(&["16G", "1T", "8000000"]));
+        }
+        args.extend(["-U".into(), UUID.into(), "-E".into(), extended]);
         let what = format!("case {case}: {size} {}", args.join(" "));
         let (theirs, ours) = (dir.path().join("mke2fs.img"), dir.path().join("rext4.img"));
         std::fs::File::create(&theirs).and_then(|f| f.set_len(size_bytes(size))).expect("create image");

@@ -26,6 +26,8 @@ pub(crate) struct Geometry {
     pub(crate) features: Features,
     /// log2 of blocks per cluster (0 without bigalloc).
     pub(crate) cluster_bits: u32,
+    /// `s_raid_stride`.
+    pub(crate) stride: u16,
 }
 
 impl Geometry {
@@ -220,15 +222,18 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
             }
             break (ipg2, itb);
         };
-        let mut rsv = if features.has_c(Compat::RESIZE_INODE) {
-            reserved_gdt_blocks(blocks_count, first_data_block, bpg, per_block, desc_blocks, bs / 4)
-        } else {
-            0
+        // `-E resize=`'s count stands whatever follows (mke2fs's `set_field`).
+        let mut rsv = match p.reserved_gdt {
+            Some(r) => r,
+            None if features.has_c(Compat::RESIZE_INODE) => {
+                reserved_gdt_blocks(blocks_count, first_data_block, bpg, per_block, desc_blocks, bs / 4)
+            }
+            None => 0,
         };
         if rsv + desc_blocks > bpg * 3 / 4 {
             features.set_i(Incompat::META_BG);
             features.clear_c(Compat::RESIZE_INODE);
-            rsv = 0;
+            rsv = p.reserved_gdt.unwrap_or(0);
         }
         let mut overhead = 3 + itb + rsv;
         if features.has_i(Incompat::META_BG) {
@@ -255,6 +260,7 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
             log_groups_per_flex: p.log_groups_per_flex,
             features,
             cluster_bits: cbits,
+            stride: p.stride,
         };
         // A last group too small for its own metadata (and 50 blocks more) is dropped.
         let mut last_overhead = 2 + itb;

@@ -349,7 +349,18 @@ impl Layout {
             last_grp = (g | (flexbg_size - 1)).min(self.geo.group_count - 1);
             rem = last_grp - g + 1;
         }
+        // Without flex_bg a RAID stride staggers each group's bitmaps past its inode table's
+        // room, by the stride times the group (`fs->stride`).
+        let stride = u64::from(self.geo.stride);
         let mut start_blk = group_blk;
+        if stride != 0 && !flex {
+            let b = self.get_free_blocks(group_blk, last_blk, 1).ok_or(Error::NoSpace)?;
+            start_blk = b + u64::from(self.geo.inode_blocks_per_group);
+            start_blk += (stride * u64::from(g)) % (last_blk.saturating_sub(start_blk) + 1);
+            if start_blk >= last_blk {
+                start_blk = group_blk;
+            }
+        }
         let mut table_offset = 0u64;
         let itb = u64::from(self.geo.inode_blocks_per_group);
         if flex {

@@ -71,6 +71,14 @@ pub struct FormatOptions {
     /// `-g`: blocks per group (clusters per group with `bigalloc`), a multiple of 8 from 256
     /// to 8 times the block size; a bitmap block's worth by default.
     pub blocks_per_group: Option<u32>,
+    /// `-E stride=`: blocks per RAID chunk (`s_raid_stride`); without flex_bg each group's
+    /// bitmaps are staggered by it, as mke2fs staggers them.
+    pub stride: Option<u16>,
+    /// `-E stripe_width=`: blocks per RAID stripe (`s_raid_stripe_width`).
+    pub stripe_width: Option<u32>,
+    /// `-E resize=`: the size online growth should reach without `meta_bg` (reserved GDT
+    /// blocks for it, the resize inode on).
+    pub resize: Option<SizeIn>,
     /// `-e`: what the kernel does on an error (`s_errors`: continue, the default, remount
     /// read-only, or panic).
     pub errors: Option<u16>,
@@ -132,6 +140,14 @@ pub struct FormatOptions {
     /// is made. The caller lists the new filesystem on the device afterwards
     /// ([`Fs::add_journal_user`]).
     pub journal_device: Option<JournalDeviceRef>,
+}
+
+/// A size given in blocks of the filesystem's block size (which may be mkfs's to choose), or
+/// in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeIn {
+    Blocks(u64),
+    Bytes(u64),
 }
 
 /// What [`Fs::format`] made.
@@ -407,6 +423,8 @@ impl Builder {
         sb.s_magic.set(rext4_format::superblock::EXT4_MAGIC);
         sb.s_state.set(rext4_format::superblock::STATE_VALID);
         sb.s_errors.set(p.errors);
+        sb.s_raid_stride.set(p.stride);
+        sb.s_raid_stripe_width.set(p.stripe_width);
         if let Some(dir) = &p.last_mounted {
             let n = dir.len().min(sb.s_last_mounted.len());
             sb.s_last_mounted[..n].copy_from_slice(&dir.as_bytes()[..n]);

@@ -140,6 +140,11 @@ pub(crate) struct Params {
     pub(crate) errors: u16,
     /// `s_last_mounted`.
     pub(crate) last_mounted: Option<String>,
+    /// `s_raid_stride`, `s_raid_stripe_width`.
+    pub(crate) stride: u16,
+    pub(crate) stripe_width: u32,
+    /// Reserved GDT blocks asked for with `-E resize=`.
+    pub(crate) reserved_gdt: Option<u32>,
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -227,6 +232,28 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
     if features.has_i(Incompat::BIT64) && !features.has_i(Incompat::EXTENTS) {
         return Err(Error::Incompatible("64bit needs the extent feature".into()));
     }
+    let per_group = opts.blocks_per_group;
+    if let Some(n) = per_group {
+        if n % 8 != 0 {
+            return Err(Error::InvalidInput("blocks per group must be a multiple of 8"));
+        }
+        if n < 256 || n > 8 * block_size {
+            return Err(Error::InvalidInput("blocks per group count out of range"));
+        }
+    }
+    let reserved_gdt = match opts.resize {
+        Some(r) => {
+            let r = match r {
+                super::SizeIn::Blocks(n) => n,
+                super::SizeIn::Bytes(b) => b / bs,
+            };
+            resize_reserve(r, blocks_count, block_size, per_group, features.has_i(Incompat::BIT64))?
+        }
+        None => None,
+    };
+    if reserved_gdt.is_some() {
+        features.compat |= Compat::RESIZE_INODE.bits();
+    }
     if features.has_r(RoCompat::METADATA_CSUM) && features.has_r(RoCompat::GDT_CSUM) {
         features.clear_r(RoCompat::GDT_CSUM);
     }
@@ -256,15 +283,6 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         return Err(Error::Incompatible("mkfs does not make journal_dev filesystems this way".into()));
     }
     let cluster_bits = cluster_bits(opts, &features, block_size)?;
-    let per_group = opts.blocks_per_group;
-    if let Some(n) = per_group {
-        if n % 8 != 0 {
-            return Err(Error::InvalidInput("blocks per group must be a multiple of 8"));
-        }
-        if n < 256 || n > 8 * block_size {
-            return Err(Error::InvalidInput("blocks per group count out of range"));
-        }
-    }
     let errors = opts.errors.unwrap_or(rext4_format::superblock::ERRORS_CONTINUE);
     if !(1..=3).contains(&errors) {
         return Err(Error::InvalidInput("errors behaviour must be continue, remount-ro or panic"));
@@ -362,7 +380,32 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         per_group,
         errors,
         last_mounted: opts.last_mounted.clone(),
+        stride: opts.stride.unwrap_or(0),
+        stripe_width: opts.stripe_width.unwrap_or(0),
+        reserved_gdt,
     })
+}
+
+/// `-E resize=`'s reserved GDT blocks, as mke2fs's option parser counts them: descriptor
+/// blocks for the groups of `resize` blocks less those of `blocks`, at most a block of
+/// pointers; `None` when that is none.
+fn resize_reserve(
+    resize: u64,
+    blocks: u64,
+    block_size: u32,
+    per_group: Option<u32>,
+    bit64: bool,
+) -> Result<Option<u32>> {
+    if resize <= blocks {
+        return Err(Error::InvalidInput("the resize maximum must be greater than the filesystem size"));
+    }
+    let bpg = u64::from(per_group.unwrap_or(block_size * 8));
+    let per_block = u64::from(block_size / if bit64 { 64 } else { 32 });
+    let desc_blocks = blocks.div_ceil(bpg).div_ceil(per_block);
+    let rsv = i64::try_from(resize.div_ceil(bpg).div_ceil(per_block)).unwrap_or(i64::MAX)
+        - i64::try_from(desc_blocks).unwrap_or(i64::MAX);
+    let rsv = rsv.min(i64::from(block_size / 4));
+    Ok(u32::try_from(rsv).ok().filter(|&r| r > 0))
 }
 
 /// Blocks per cluster as log2, from `-C` (16 blocks by default with `bigalloc`, as
