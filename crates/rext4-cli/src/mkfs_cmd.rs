@@ -71,6 +71,10 @@ pub(crate) struct MkfsArgs {
     /// Quiet.
     #[arg(short = 'q')]
     quiet: bool,
+    /// Show what would be made (sizes, groups, where the backup superblocks go) and write
+    /// nothing.
+    #[arg(short = 'n')]
+    dry_run: bool,
     /// Accepted for mke2fs compatibility: rext4 mkfs never asks.
     #[arg(short = 'F', action = clap::ArgAction::Count)]
     force: u8,
@@ -383,7 +387,8 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         .find_map(|opt| opt.strip_prefix("device="));
     let jdev = match jdev_path {
         Some(p) => {
-            let dev = rext4::dev::FileDevice::open(Path::new(p), true).map_err(|e| format!("{p}: {e}"))?;
+            let dev =
+                rext4::dev::FileDevice::open(Path::new(p), !a.dry_run).map_err(|e| format!("{p}: {e}"))?;
             let (uuid, bs) = rext4::Fs::journal_device(&dev).map_err(|e| format!("{p}: {e}"))?;
             // mke2fs takes the journal's block size where none is given.
             match o.block_size {
@@ -408,6 +413,9 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         }
         None => None,
     };
+    if a.dry_run {
+        return dry_run(a, o, jdev.as_ref().map(|(p, _)| *p));
+    }
     let mut size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
     if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
         o.time = t.trim().parse().ok();
@@ -501,21 +509,7 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         seal(&a.image, &r, t)?;
     }
     if !a.quiet {
-        println!(
-            "{}: {} blocks of {} bytes, {} inodes, {} groups{}",
-            a.image.display(),
-            r.blocks_count,
-            r.block_size,
-            r.inodes_count,
-            r.group_count,
-            if let Some((p, _)) = &jdev {
-                format!(", journal on {p}")
-            } else if r.journal_blocks > 0 {
-                format!(", journal of {} blocks", r.journal_blocks)
-            } else {
-                String::new()
-            }
-        );
+        print_report(a, &r, jdev.as_ref().map(|(p, _)| *p));
     }
     let _ = a.force;
     Ok(())
@@ -529,9 +523,18 @@ fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
     }
     let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
     o.size = size;
-    let (dev, zeroed) = prepare_image(&a.image, size)?;
-    o.device_zeroed = zeroed;
-    let r = rext4::Fs::format_journal_device(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    let r = if a.dry_run {
+        o.dry_run = true;
+        let existing = std::fs::metadata(&a.image).ok().map(|m| m.len()).filter(|&n| n > 0);
+        let n =
+            size.or(existing).ok_or_else(|| format!("{}: give a size for a new image", a.image.display()))?;
+        rext4::Fs::format_journal_device(&SizeOnly(n), &o)
+    } else {
+        let (dev, zeroed) = prepare_image(&a.image, size)?;
+        o.device_zeroed = zeroed;
+        rext4::Fs::format_journal_device(&dev, &o)
+    };
+    let r = r.map_err(|e| format!("{}: {e}", a.image.display()))?;
     if !a.quiet {
         println!(
             "{}: journal device of {} blocks of {} bytes",
@@ -541,6 +544,80 @@ fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
         );
     }
     Ok(())
+}
+
+/// A device of a size only, for `-n` on an image that is not there yet (or smaller than
+/// asked): nothing is read from or written to it.
+struct SizeOnly(u64);
+
+impl rext4::dev::BlockDevice for SizeOnly {
+    fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("-n reads nothing"))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("-n writes nothing"))
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0
+    }
+}
+
+/// `rext4 mkfs -n`: the filesystem worked out and shown, nothing written.
+fn dry_run(a: &MkfsArgs, mut o: FormatOptions, jdev: Option<&str>) -> CliResult {
+    use std::os::unix::fs::FileTypeExt;
+    if a.from.is_some() || a.size_to_fit.is_some() {
+        return Err("-n makes nothing to fill: drop --from".into());
+    }
+    let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
+    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
+        o.time = t.trim().parse().ok();
+    }
+    o.size = size;
+    o.dry_run = true;
+    let meta = std::fs::metadata(&a.image);
+    let dev: Box<dyn rext4::dev::BlockDevice> = match &meta {
+        Ok(m) if m.file_type().is_block_device() => Box::new(
+            rext4::dev::FileDevice::open(&a.image, false)
+                .map_err(|e| format!("{}: {e}", a.image.display()))?,
+        ),
+        // An image file is made (or grown) to the size asked for.
+        _ => match size.or(meta.as_ref().ok().map(|m| m.len()).filter(|&n| n > 0)) {
+            Some(n) => Box::new(SizeOnly(n)),
+            None => return Err(format!("{}: give a size for a new image", a.image.display())),
+        },
+    };
+    let r = rext4::Fs::format(&*dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+    if !a.quiet {
+        print_report(a, &r, jdev);
+    }
+    Ok(())
+}
+
+/// What `rext4 mkfs` says it made: sizes, groups, the journal, and where the backup
+/// superblocks are (to repair from, as `mke2fs -n` is asked for them).
+fn print_report(a: &MkfsArgs, r: &rext4::FormatReport, jdev: Option<&str>) {
+    println!(
+        "{}: {} blocks of {} bytes, {} inodes, {} groups{}",
+        a.image.display(),
+        r.blocks_count,
+        r.block_size,
+        r.inodes_count,
+        r.group_count,
+        if let Some(p) = jdev {
+            format!(", journal on {p}")
+        } else if r.journal_blocks > 0 {
+            format!(", journal of {} blocks", r.journal_blocks)
+        } else {
+            String::new()
+        }
+    );
+    if !r.backup_superblocks.is_empty() {
+        let list: Vec<String> = r.backup_superblocks.iter().map(u64::to_string).collect();
+        println!("Superblock backups stored on blocks: {}", list.join(", "));
+    }
 }
 
 /// How the engine says a fill ran out of room.

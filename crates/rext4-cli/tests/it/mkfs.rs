@@ -770,3 +770,58 @@ fn random_option_mixes_match_mke2fs() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(made >= 40, "too few mixes made a filesystem: {made}");
 }
+
+/// The block numbers after "Superblock backups stored on blocks:" in `text` (mke2fs wraps
+/// them over lines).
+fn backups_listed(text: &str) -> Vec<u64> {
+    let Some(at) = text.find("Superblock backups stored on blocks:") else { return Vec::new() };
+    text[at..]
+        .split_once(':')
+        .map_or("", |(_, rest)| rest)
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .map_while(|w| if w.is_empty() { Some(None) } else { w.parse().ok().map(Some) })
+        .flatten()
+        .collect()
+}
+
+/// `rext4 mkfs -n` writes nothing (no new image file appears, an existing image keeps its
+/// bytes) and lists the backup superblocks where `mke2fs -n` lists them, the way to find
+/// one to repair a damaged primary from.
+#[test]
+fn dry_run_writes_nothing_and_lists_the_backups_mke2fs_lists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let existing = dir.path().join("existing.img");
+    ok(&rext4(&["mkfs", "-q", existing.to_str().expect("utf-8 path"), "64M"]));
+    let before = std::fs::read(&existing).expect("image");
+    for (size, args) in [
+        ("600M", &["-t", "ext4"][..]),
+        ("3G", &["-t", "ext4", "-O", "^flex_bg"]),
+        ("600M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc"]),
+        ("300M", &["-t", "ext2", "-O", "^sparse_super,^resize_inode"]),
+    ] {
+        let theirs = dir.path().join("mke2fs.img");
+        std::fs::File::create(&theirs).and_then(|f| f.set_len(size_bytes(size))).expect("create");
+        let o =
+            Command::new(tool("mke2fs")).args(["-F", "-n"]).args(args).arg(&theirs).output().expect("mke2fs");
+        assert!(o.status.success(), "mke2fs -n {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let want = backups_listed(&String::from_utf8_lossy(&o.stdout));
+        assert!(!want.is_empty(), "mke2fs -n {args:?} listed no backups");
+        let new = dir.path().join("new.img");
+        let mut a = vec!["mkfs", "-n"];
+        a.extend_from_slice(args);
+        a.extend([new.to_str().expect("utf-8 path"), size]);
+        let o = rext4(&a);
+        ok(&o);
+        assert_eq!(backups_listed(&String::from_utf8_lossy(&o.stdout)), want, "{size} {args:?}");
+        assert!(!new.exists(), "-n made an image file");
+        // On an existing image, grown to the size asked for, it writes nothing either.
+        let mut a = vec!["mkfs", "-n"];
+        a.extend_from_slice(args);
+        a.extend([existing.to_str().expect("utf-8 path"), size]);
+        let o = rext4(&a);
+        ok(&o);
+        assert_eq!(backups_listed(&String::from_utf8_lossy(&o.stdout)), want, "{size} {args:?}");
+        assert!(std::fs::read(&existing).expect("image") == before, "-n changed the image");
+    }
+    e2fsck_clean(&existing);
+}

@@ -78,7 +78,9 @@ impl Fs {
         jsb.s_first.set(at + 1);
         jsb.s_nr_users.set(0);
 
-        if !opts.device_zeroed {
+        if opts.dry_run {
+            // Nothing written; the report says what would be.
+        } else if !opts.device_zeroed {
             let zeros = vec![0u8; ZERO_CHUNK];
             let end = blocks * u64::from(bs);
             let mut off = 0;
@@ -88,11 +90,13 @@ impl Fs {
                 off += n as u64;
             }
         }
-        dev.write_at(sb.as_bytes(), SUPERBLOCK_OFFSET)?;
-        let mut block = vec![0u8; bs as usize];
-        block[..size_of::<JournalSuperblock>()].copy_from_slice(jsb.as_bytes());
-        dev.write_at(&block, u64::from(at) * u64::from(bs))?;
-        dev.flush()?;
+        if !opts.dry_run {
+            dev.write_at(sb.as_bytes(), SUPERBLOCK_OFFSET)?;
+            let mut block = vec![0u8; bs as usize];
+            block[..size_of::<JournalSuperblock>()].copy_from_slice(jsb.as_bytes());
+            dev.write_at(&block, u64::from(at) * u64::from(bs))?;
+            dev.flush()?;
+        }
         Ok(FormatReport {
             uuid,
             block_size: bs,
@@ -102,6 +106,7 @@ impl Fs {
             journal_blocks: blocks32,
             journal_extents: Vec::new(),
             free_blocks: 0,
+            backup_superblocks: Vec::new(),
         })
     }
 

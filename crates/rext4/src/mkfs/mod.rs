@@ -135,6 +135,8 @@ pub struct FormatOptions {
     /// The device reads as zeroes already (a new or truncated image file): inode tables and
     /// the journal need not be written.
     pub device_zeroed: bool,
+    /// `-n`: work the filesystem out and report it, writing nothing to the device.
+    pub dry_run: bool,
     /// `-J device=`: the journal is on this external journal device (made by
     /// [`Fs::format_journal_device`], checked with [`Fs::journal_device`]); no journal inode
     /// is made. The caller lists the new filesystem on the device afterwards
@@ -164,6 +166,8 @@ pub struct FormatReport {
     pub journal_extents: Vec<(u64, u64)>,
     /// Blocks free once formatted: what files can have.
     pub free_blocks: u64,
+    /// Where the backup superblocks are (what `mke2fs -n` lists, to find one to repair from).
+    pub backup_superblocks: Vec<u64>,
 }
 
 /// A filesystem being formatted: the layout, the records of the inodes made, and the blocks
@@ -349,8 +353,12 @@ impl Fs {
         if let Some(blk) = mmp {
             b.make_mmp(blk, opts)?;
         }
-        b.write(dev, opts.device_zeroed)?;
+        if !opts.dry_run {
+            b.write(dev, opts.device_zeroed)?;
+        }
         let geo = &b.l.geo;
+        let backup_superblocks =
+            (1..geo.group_count).map(|g| geo.super_and_bgd_loc(g).0).filter(|&sb| sb != 0).collect();
         Ok(FormatReport {
             uuid,
             block_size: geo.block_size,
@@ -360,6 +368,7 @@ impl Fs {
             journal_blocks,
             journal_extents: b.zero_ranges.clone(),
             free_blocks: b.l.free_blocks,
+            backup_superblocks,
         })
     }
 }
