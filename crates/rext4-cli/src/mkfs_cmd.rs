@@ -59,6 +59,7 @@ pub(crate) struct MkfsArgs {
     /// quotatype=usrquota:grpquota:prjquota (with -O quota), encoding=utf8 (turns casefold
     /// on), encoding_flags=strict (with casefold), mmp_update_interval=SECONDS (with -O mmp),
     /// stride=BLOCKS, stripe_width=BLOCKS (RAID), resize=BLOCKS|SIZE (growth room),
+    /// num_backup_sb=0|1|2 (with -O sparse_super2),
     /// lazy_itable_init, lazy_journal_init, discard, nodiscard, assume_storage_prezeroed.
     #[arg(short = 'E', action = clap::ArgAction::Append)]
     extended: Vec<String>,
@@ -258,6 +259,9 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                         _ => return Err(format!("invalid encoding flag: {f}")),
                     }
                 }
+            }
+            ("num_backup_sb", Some(v)) => {
+                o.num_backup_sb = Some(v.parse().map_err(|_| format!("invalid num_backup_sb: {v}"))?);
             }
             ("stride", Some(v)) => {
                 o.stride = Some(v.parse().map_err(|_| format!("invalid stride: {v}"))?);

@@ -156,6 +156,14 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("blocks_per_group", "64M", &["-t", "ext4", "-g", "4096"]),
     ("blocks_per_group_1k", "300M", &["-t", "ext4", "-b", "1024", "-g", "1024", "-N", "100000"]),
     ("clusters_per_group", "600M", &["-t", "ext4", "-O", "bigalloc", "-g", "2048"]),
+    // Backups in group 1 and the last only (sparse_super2), in one group, in none.
+    ("sparse_super2", "600M", &["-t", "ext4", "-O", "sparse_super2"]),
+    ("sparse_super2_one", "600M", &["-t", "ext4", "-O", "sparse_super2", "-E", "num_backup_sb=1"]),
+    (
+        "sparse_super2_none",
+        "300M",
+        &["-t", "ext4", "-b", "1024", "-O", "sparse_super2,^flex_bg", "-E", "num_backup_sb=0"],
+    ),
     // RAID hints (staggering the bitmaps without flex_bg), growth room asked for.
     ("stride_no_flex_bg", "600M", &["-t", "ext4", "-O", "^flex_bg", "-E", "stride=16,stripe_width=64"]),
     ("stride_ext3", "300M", &["-t", "ext3", "-E", "stride=7,stripe_width=20"]),
@@ -394,6 +402,7 @@ fn sizes_with_suffixes_and_bad_arguments() {
         // Growth to less than the size; a stride that is no number.
         &["mkfs", "-q", "-E", "resize=1000", p, "64M"],
         &["mkfs", "-q", "-E", "stride=abc", p, "64M"],
+        &["mkfs", "-q", "-O", "sparse_super2", "-E", "num_backup_sb=3", p, "64M"],
         // Journals over half the free blocks.
         &["mkfs", "-q", "-J", "size=40", p, "64M"],
         &["mkfs", "-q", "-O", "fast_commit", "-J", "fast_commit_size=40000", p, "64M"],
@@ -678,6 +687,7 @@ fn random_option_mixes_match_mke2fs() {
             ("^sparse_super", 5),
             ("^dir_index", 5),
             ("fast_commit", 10),
+            ("sparse_super2", 8),
         ] {
             if rng.chance(p) {
                 features.push(f);
@@ -798,6 +808,7 @@ fn dry_run_writes_nothing_and_lists_the_backups_mke2fs_lists() {
         ("3G", &["-t", "ext4", "-O", "^flex_bg"]),
         ("600M", &["-t", "ext4", "-b", "1024", "-O", "bigalloc"]),
         ("300M", &["-t", "ext2", "-O", "^sparse_super,^resize_inode"]),
+        ("600M", &["-t", "ext4", "-O", "sparse_super2"]),
     ] {
         let theirs = dir.path().join("mke2fs.img");
         std::fs::File::create(&theirs).and_then(|f| f.set_len(size_bytes(size))).expect("create");

@@ -28,6 +28,8 @@ pub(crate) struct Geometry {
     pub(crate) cluster_bits: u32,
     /// `s_raid_stride`.
     pub(crate) stride: u16,
+    /// `s_backup_bgs` with `sparse_super2`: the groups other than 0 holding backups (0: none).
+    pub(crate) backup_bgs: [u32; 2],
 }
 
 impl Geometry {
@@ -79,6 +81,12 @@ impl Geometry {
 
     /// `ext2fs_bg_has_super`.
     pub(crate) fn has_super(&self, g: u32) -> bool {
+        if g == 0 {
+            return true;
+        }
+        if self.features.has_c(Compat::SPARSE_SUPER2) {
+            return self.backup_bgs.contains(&g);
+        }
         if g <= 1 || !self.sparse_super() {
             return true;
         }
@@ -261,10 +269,17 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
             features,
             cluster_bits: cbits,
             stride: p.stride,
+            backup_bgs: p.backup_bgs,
         };
         // A last group too small for its own metadata (and 50 blocks more) is dropped.
         let mut last_overhead = 2 + itb;
-        if geo.has_super(group_count - 1) {
+        let last_has_super = if features.has_c(Compat::SPARSE_SUPER2) {
+            // The groups asked for, before the count settles them.
+            p.backup_bgs[usize::from(group_count != 2)] != 0
+        } else {
+            geo.has_super(group_count - 1)
+        };
+        if last_has_super {
             last_overhead += 1 + desc_blocks + rsv;
         }
         let rem = (blocks_count - first_data_block) % u64::from(bpg);
@@ -279,6 +294,18 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
                 r_blocks_count = (ratio * blocks_count as f64 / 100.0) as u64;
             }
             continue 'retry;
+        }
+        let mut geo = geo;
+        if features.has_c(Compat::SPARSE_SUPER2) {
+            // Within the groups there are, distinct, in order.
+            let mut b = geo.backup_bgs.map(|g| g.min(group_count - 1));
+            if b[0] == b[1] {
+                b[1] = 0;
+            }
+            if b[0] > b[1] {
+                b.swap(0, 1);
+            }
+            geo.backup_bgs = b;
         }
         return Ok(geo);
     }

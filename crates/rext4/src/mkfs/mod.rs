@@ -71,6 +71,9 @@ pub struct FormatOptions {
     /// `-g`: blocks per group (clusters per group with `bigalloc`), a multiple of 8 from 256
     /// to 8 times the block size; a bitmap block's worth by default.
     pub blocks_per_group: Option<u32>,
+    /// `-E num_backup_sb=`: with `sparse_super2`, how many backup superblocks (0, 1 or 2, by
+    /// default 2: in group 1 and the last group).
+    pub num_backup_sb: Option<u8>,
     /// `-E stride=`: blocks per RAID chunk (`s_raid_stride`); without flex_bg each group's
     /// bitmaps are staggered by it, as mke2fs staggers them.
     pub stride: Option<u16>,
@@ -433,6 +436,9 @@ impl Builder {
         sb.s_state.set(rext4_format::superblock::STATE_VALID);
         sb.s_errors.set(p.errors);
         sb.s_raid_stride.set(p.stride);
+        for (field, g) in sb.s_backup_bgs.iter_mut().zip(geo.backup_bgs) {
+            field.set(g);
+        }
         sb.s_raid_stripe_width.set(p.stripe_width);
         if let Some(dir) = &p.last_mounted {
             let n = dir.len().min(sb.s_last_mounted.len());

@@ -145,6 +145,9 @@ pub(crate) struct Params {
     pub(crate) stripe_width: u32,
     /// Reserved GDT blocks asked for with `-E resize=`.
     pub(crate) reserved_gdt: Option<u32>,
+    /// With `sparse_super2`, the groups asked to hold backups (`s_backup_bgs` before the
+    /// group count settles them: 1 and the last, `u32::MAX`), 0 for none.
+    pub(crate) backup_bgs: [u32; 2],
 }
 
 /// Resolves `opts` for a device of `dev_bytes` as `mke2fs`'s `PRS()` does.
@@ -283,6 +286,14 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         return Err(Error::Incompatible("mkfs does not make journal_dev filesystems this way".into()));
     }
     let cluster_bits = cluster_bits(opts, &features, block_size)?;
+    let backups = opts.num_backup_sb.unwrap_or(2);
+    if backups > 2 {
+        return Err(Error::InvalidInput("num_backup_sb must be 0, 1 or 2"));
+    }
+    let backup_bgs = match features.has_c(Compat::SPARSE_SUPER2) {
+        true => [u32::from(backups >= 1), if backups >= 2 { u32::MAX } else { 0 }],
+        false => [0, 0],
+    };
     let errors = opts.errors.unwrap_or(rext4_format::superblock::ERRORS_CONTINUE);
     if !(1..=3).contains(&errors) {
         return Err(Error::InvalidInput("errors behaviour must be continue, remount-ro or panic"));
@@ -295,8 +306,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         & !(Compat::LAZY_BG.bits()
             | Compat::EXCLUDE_BITMAP.bits()
             | Compat::DIR_PREALLOC.bits()
-            | Compat::IMAGIC_INODES.bits()
-            | Compat::SPARSE_SUPER2.bits());
+            | Compat::IMAGIC_INODES.bits());
     if features.compat & !known_c != 0
         || features.incompat & !Incompat::all().bits() != 0
         || features.ro_compat & !RoCompat::all().bits() != 0
@@ -380,6 +390,7 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         per_group,
         errors,
         last_mounted: opts.last_mounted.clone(),
+        backup_bgs,
         stride: opts.stride.unwrap_or(0),
         stripe_width: opts.stripe_width.unwrap_or(0),
         reserved_gdt,

@@ -16,6 +16,9 @@ impl Builder {
     /// (every group from 1 without sparse_super).
     fn backup_groups(&self) -> Vec<u32> {
         let n = self.l.geo.group_count;
+        if self.l.geo.features.has_c(rext4_format::features::Compat::SPARSE_SUPER2) {
+            return self.l.geo.backup_bgs.into_iter().filter(|&g| g != 0).collect();
+        }
         if !self.l.geo.sparse_super() {
             return (1..n).collect();
         }
