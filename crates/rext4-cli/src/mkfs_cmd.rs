@@ -298,9 +298,23 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
     Ok(o)
 }
 
-/// Opens (creating or sizing) the image; returns it and whether it reads as zeroes.
-pub(crate) fn prepare_image(path: &Path, size: Option<u64>) -> CliResult<(rext4::dev::FileDevice, bool)> {
+/// Opens (creating or sizing) the image; returns it and whether it reads as zeroes. A
+/// partition (`disk.img@2`) or an NBD export is formatted in place, at most its size.
+pub(crate) fn prepare_image(
+    path: &Path,
+    size: Option<u64>,
+) -> CliResult<(std::sync::Arc<dyn rext4::dev::BlockDevice>, bool)> {
+    use rext4::dev::address::{Address, Target};
     use std::os::unix::fs::FileTypeExt;
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let addr = Address::parse(path).map_err(err)?;
+    if addr.partition.is_some() || matches!(addr.target, Target::Nbd(_)) {
+        let dev = addr.open(true).map_err(err)?;
+        if let Some(s) = size.filter(|&s| s > dev.size()) {
+            return Err(format!("{}: {s} bytes do not fit in its {} bytes", path.display(), dev.size()));
+        }
+        return Ok((dev, false));
+    }
     let meta = std::fs::metadata(path);
     let is_blockdev = meta.as_ref().is_ok_and(|m| m.file_type().is_block_device());
     let mut zeroed = false;
@@ -311,17 +325,13 @@ pub(crate) fn prepare_image(path: &Path, size: Option<u64>) -> CliResult<(rext4:
             _ => return Err(format!("{}: give a size for a new image", path.display())),
         };
         // A fresh file of the size: every block reads as zero, as after mke2fs's discard.
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        f.set_len(len).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f =
+            std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path).map_err(err)?;
+        f.set_len(len).map_err(err)?;
         zeroed = true;
     }
-    let dev = rext4::dev::FileDevice::open(path, true).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((dev, zeroed))
+    let dev = rext4::dev::FileDevice::open(path, true).map_err(err)?;
+    Ok((std::sync::Arc::new(dev), zeroed))
 }
 
 /// 16 bytes derived from `parts` (crc32c chained four ways): what a reproducible image uses
@@ -494,7 +504,7 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         }
         let (dev, zeroed) = prepare_image(&a.image, size)?;
         o.device_zeroed = zeroed;
-        let r = rext4::Fs::format(&dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
+        let r = rext4::Fs::format(&*dev, &o).map_err(|e| format!("{}: {e}", a.image.display()))?;
         drop(dev);
         let Some(src) = &a.from else { break r };
         match fill(a, src, &policy) {
@@ -510,7 +520,7 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         rext4::Fs::add_journal_user(dev, r.uuid).map_err(|e| format!("{p}: {e}"))?;
     }
     if let Some(t) = epoch {
-        seal(&a.image, &r, t)?;
+        seal(&a.image, &r, t, a.last_mounted.as_deref())?;
     }
     if !a.quiet {
         print_report(a, &r, jdev.as_ref().map(|(p, _)| *p));
@@ -536,7 +546,7 @@ fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
     } else {
         let (dev, zeroed) = prepare_image(&a.image, size)?;
         o.device_zeroed = zeroed;
-        rext4::Fs::format_journal_device(&dev, &o)
+        rext4::Fs::format_journal_device(&*dev, &o)
     };
     let r = r.map_err(|e| format!("{}: {e}", a.image.display()))?;
     if !a.quiet {
@@ -582,14 +592,19 @@ fn dry_run(a: &MkfsArgs, mut o: FormatOptions, jdev: Option<&str>) -> CliResult 
     o.size = size;
     o.dry_run = true;
     let meta = std::fs::metadata(&a.image);
-    let dev: Box<dyn rext4::dev::BlockDevice> = match &meta {
-        Ok(m) if m.file_type().is_block_device() => Box::new(
+    let open_err = |e: std::io::Error| format!("{}: {e}", a.image.display());
+    let addr = rext4::dev::address::Address::parse(&a.image).map_err(open_err)?;
+    let in_place = addr.partition.is_some() || matches!(addr.target, rext4::dev::address::Target::Nbd(_));
+    let dev: std::sync::Arc<dyn rext4::dev::BlockDevice> = match &meta {
+        // A partition or an NBD export: its own size.
+        _ if in_place => addr.open(false).map_err(open_err)?,
+        Ok(m) if m.file_type().is_block_device() => std::sync::Arc::new(
             rext4::dev::FileDevice::open(&a.image, false)
                 .map_err(|e| format!("{}: {e}", a.image.display()))?,
         ),
         // An image file is made (or grown) to the size asked for.
         _ => match size.or(meta.as_ref().ok().map(|m| m.len()).filter(|&n| n > 0)) {
-            Some(n) => Box::new(SizeOnly(n)),
+            Some(n) => std::sync::Arc::new(SizeOnly(n)),
             None => return Err(format!("{}: give a size for a new image", a.image.display())),
         },
     };
@@ -684,7 +699,7 @@ fn fit_size(image: &Path, o: &FormatOptions, need: crate::mkfs_fit::Need) -> Cli
         o.size = Some(blocks * bs);
         let (dev, zeroed) = prepare_image(image, o.size)?;
         o.device_zeroed = zeroed;
-        match rext4::Fs::format(&dev, &o) {
+        match rext4::Fs::format(&*dev, &o) {
             Ok(r) if r.free_blocks >= need.blocks => return Ok(blocks * bs),
             Ok(r) => blocks += (need.blocks - r.free_blocks).max(16),
             // Too small for its own metadata.
@@ -701,22 +716,22 @@ fn fit_size(image: &Path, o: &FormatOptions, need: crate::mkfs_fit::Need) -> Cli
 /// Makes a filled image independent of when and how fast it was filled: the journal log
 /// (whose commits fell where the clock put them) emptied and restarted at sequence 1, and
 /// the superblock's mount bookkeeping reset.
-fn seal(image: &Path, r: &rext4::FormatReport, t: i64) -> CliResult {
+fn seal(image: &Path, r: &rext4::FormatReport, t: i64, last_mounted: Option<&str>) -> CliResult {
     use rext4::format::jbd2::superblock::JournalSuperblock;
     use rext4::format::superblock::{split_time, Superblock, STATE_VALID};
-    use std::os::unix::fs::FileExt;
     let err = |e: std::io::Error| format!("{}: {e}", image.display());
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(image).map_err(err)?;
+    // The image as every command opens it (a partition of a disk, say).
+    let f = rext4::dev::open(image, true).map_err(err)?;
     let bs = u64::from(r.block_size);
     if let Some(&(first, _)) = r.journal_extents.first() {
         let mut jb = vec![0u8; 1024];
-        f.read_exact_at(&mut jb, first * bs).map_err(err)?;
+        f.read_at(&mut jb, first * bs).map_err(err)?;
         let zeros = vec![0u8; 1 << 20];
         for &(s, l) in &r.journal_extents {
             let (mut at, end) = (s * bs, (s + l) * bs);
             while at < end {
                 let n = usize::try_from((end - at).min(zeros.len() as u64)).unwrap_or(zeros.len());
-                f.write_all_at(&zeros[..n], at).map_err(err)?;
+                f.write_at(&zeros[..n], at).map_err(err)?;
                 at += n as u64;
             }
         }
@@ -724,11 +739,11 @@ fn seal(image: &Path, r: &rext4::FormatReport, t: i64) -> CliResult {
             jsb.set_sequence(1);
             jsb.set_start(0);
             jsb.update_checksum();
-            f.write_all_at(zerocopy::IntoBytes::as_bytes(&jsb), first * bs).map_err(err)?;
+            f.write_at(zerocopy::IntoBytes::as_bytes(&jsb), first * bs).map_err(err)?;
         }
     }
     let mut sbb = vec![0u8; 1024];
-    f.read_exact_at(&mut sbb, 1024).map_err(err)?;
+    f.read_at(&mut sbb, 1024).map_err(err)?;
     let mut sb = Superblock::parse(&sbb).ok_or_else(|| format!("{}: no superblock", image.display()))?;
     let (lo, hi) = split_time(t);
     sb.s_mnt_count.set(0);
@@ -739,10 +754,15 @@ fn seal(image: &Path, r: &rext4::FormatReport, t: i64) -> CliResult {
     sb.s_lastcheck.set(lo);
     sb.s_lastcheck_hi = hi;
     sb.s_kbytes_written.set(0);
+    // As mkfs left it: `-M`'s directory or nothing.
     sb.s_last_mounted = [0; 64];
+    if let Some(dir) = last_mounted {
+        let n = dir.len().min(64);
+        sb.s_last_mounted[..n].copy_from_slice(&dir.as_bytes()[..n]);
+    }
     sb.s_state.set(sb.s_state.get() | STATE_VALID);
     sb.update_checksum();
-    f.write_all_at(zerocopy::IntoBytes::as_bytes(&sb), 1024).map_err(err)?;
-    f.sync_all().map_err(err)?;
+    f.write_at(zerocopy::IntoBytes::as_bytes(&sb), 1024).map_err(err)?;
+    f.flush().map_err(err)?;
     Ok(())
 }

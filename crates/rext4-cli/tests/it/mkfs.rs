@@ -836,3 +836,84 @@ fn dry_run_writes_nothing_and_lists_the_backups_mke2fs_lists() {
     }
     e2fsck_clean(&existing);
 }
+
+/// `rext4 mkfs DISK@N` formats partition N in place, as `mkfs.ext4 /dev/sdaN` would: the
+/// partition's size unless a smaller one is given (a larger one is refused), nothing outside
+/// it written, `-n` writing nothing at all; a reproducible fill keeps `-M`'s directory. Each
+/// partition, copied out, is e2fsck-clean, and the kernel reads it at its offset.
+#[test]
+fn partitions_are_formatted_in_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = dir.path().join("disk.img");
+    std::fs::File::create(&disk).and_then(|f| f.set_len(200 << 20)).expect("disk");
+    let mut c = Command::new(tool("sfdisk"))
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(&disk)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("sfdisk");
+    std::io::Write::write_all(c.stdin.as_mut().expect("stdin"), b"label: gpt\n,80M,L\n,,L\n")
+        .expect("script");
+    drop(c.stdin.take());
+    assert!(c.wait().expect("sfdisk").success());
+    // Where sfdisk put them: "disk.img1 : start=2048, size=163840, ..." in sectors.
+    let dump = Command::new(tool("sfdisk")).arg("-d").arg(&disk).output().expect("sfdisk -d");
+    let parts: Vec<(u64, u64)> = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter(|l| l.contains("start="))
+        .map(|l| {
+            let field = |k: &str| -> u64 {
+                let v = l.split(k).nth(1).expect("field").trim_start();
+                v[..v.find(',').unwrap_or(v.len())].trim().parse::<u64>().expect("number") * 512
+            };
+            (field("start="), field("size="))
+        })
+        .collect();
+    let [(p1, l1), (p2, l2)] = parts[..] else { panic!("two partitions: {parts:?}") };
+    let d = disk.to_str().expect("utf-8 path");
+    let before = std::fs::read(&disk).expect("disk");
+    ok(&rext4(&["mkfs", "-n", &format!("{d}@2")]));
+    assert!(std::fs::read(&disk).expect("disk") == before, "-n wrote to the disk");
+    let big = rext4(&["mkfs", "-q", &format!("{d}@1"), "500M"]);
+    assert!(!big.status.success(), "a filesystem larger than the partition was made");
+    ok(&rext4(&["mkfs", "-q", &format!("{d}@2")]));
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("f"), b"in partition 1").expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_rext4"))
+        .args(["mkfs", "-q", "-t", "ext2", "-M", "/data", "--from", src.to_str().expect("utf-8 path")])
+        .arg(format!("{d}@1"))
+        .arg("64M")
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .output()
+        .expect("rext4 mkfs");
+    ok(&o);
+    ok(&rext4(&["cp", "/etc/hostname", &format!("{d}@2:/h")]));
+    let after = std::fs::read(&disk).expect("disk");
+    let outside = |b: &[u8]| [b[..p1 as usize].to_vec(), b[(p2 + l2) as usize..].to_vec()].concat();
+    assert!(outside(&after) == outside(&before), "bytes outside the partitions changed");
+    assert!(
+        after[(p1 + (64 << 20)) as usize..(p1 + l1) as usize]
+            == before[(p1 + (64 << 20)) as usize..(p1 + l1) as usize],
+        "the 64 MiB filesystem wrote past its size in partition 1"
+    );
+    for (n, start, len) in [(1, p1, 64u64 << 20), (2, p2, l2)] {
+        let part = dir.path().join(format!("p{n}.img"));
+        std::fs::write(&part, &after[start as usize..(start + len) as usize]).expect("copy out");
+        e2fsck_clean(&part);
+    }
+    assert_eq!(rext4_testkit::sb_field(&dir.path().join("p1.img"), "Last mounted on"), "/data");
+    rext4_testkit::require_kernel!();
+    let m = KernelMount::with_options(&disk, &format!("loop,ro,offset={p1},sizelimit={}", 64u64 << 20))
+        .expect("mount partition 1");
+    assert_eq!(std::fs::read(m.path().join("f")).expect("read"), b"in partition 1");
+    m.unmount().expect("unmount");
+    let m = KernelMount::with_options(&disk, &format!("loop,ro,offset={p2},sizelimit={l2}"))
+        .expect("mount partition 2");
+    assert_eq!(
+        std::fs::read(m.path().join("h")).expect("read"),
+        std::fs::read("/etc/hostname").expect("hostname")
+    );
+    m.unmount().expect("unmount");
+}
