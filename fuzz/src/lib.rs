@@ -581,3 +581,169 @@ pub fn refresh_checksums(img: &mut [u8], bs: usize, touched: &[usize]) {
     let c = crc32c(!0, &img[1024..1024 + 0x3FC]);
     img[1024 + 0x3FC..1024 + 0x400].copy_from_slice(&c.to_le_bytes());
 }
+
+/// A device of a size only: [`mkfs_options`] works filesystems out on it with `dry_run`.
+struct SizeOnly(u64);
+
+impl BlockDevice for SizeOnly {
+    fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("nothing to read"))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("a dry run writes nothing"))
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The input read as numbers, zeros once it runs out.
+struct Take<'a>(&'a [u8]);
+
+impl Take<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | u64::from(self.u32()) << 32
+    }
+    /// `None` half the time (by the next byte), else `f`'s value.
+    fn maybe<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        if self.u8() & 1 == 0 {
+            None
+        } else {
+            Some(f(self))
+        }
+    }
+}
+
+/// Features `mkfs_options` turns on or off.
+const MKFS_FEATURES: &[&str] = &[
+    "has_journal",
+    "extent",
+    "huge_file",
+    "flex_bg",
+    "metadata_csum",
+    "metadata_csum_seed",
+    "64bit",
+    "dir_nlink",
+    "extra_isize",
+    "orphan_file",
+    "sparse_super",
+    "large_file",
+    "filetype",
+    "resize_inode",
+    "dir_index",
+    "ext_attr",
+    "bigalloc",
+    "inline_data",
+    "quota",
+    "project",
+    "meta_bg",
+    "mmp",
+    "encrypt",
+    "casefold",
+    "large_dir",
+    "fast_commit",
+    "sparse_super2",
+    "uninit_bg",
+    "ea_inode",
+    "stable_inodes",
+    "verity",
+    "journal_dev",
+];
+
+/// One `Fs::format` over options read from `data` (see the `mkfs_options` target).
+pub fn mkfs_options(data: &[u8]) {
+    let mut t = Take(data);
+    const MIB: u64 = 1 << 20;
+    let size = match t.u8() % 4 {
+        0 => t.u64() % (8 * MIB) + 1,
+        1 => t.u64() % (64 * MIB) + 1,
+        2 => t.u64() % (64 << 30) + 1,
+        _ => (64 << 30) >> (t.u8() % 40),
+    };
+    let mut features = Vec::new();
+    for name in MKFS_FEATURES {
+        match t.u8() % 8 {
+            0 => features.push(name.to_string()),
+            1 => features.push(format!("^{name}")),
+            _ => {}
+        }
+    }
+    let pow2 = |t: &mut Take, lo: u32, hi: u32| 1u32 << (lo + u32::from(t.u8()) % (hi - lo + 1));
+    let mut o = rext4::FormatOptions {
+        fs_type: [rext4::FsType::Ext4, rext4::FsType::Ext4, rext4::FsType::Ext2, rext4::FsType::Ext3]
+            [usize::from(t.u8() % 4)],
+        usage_types: t.maybe(|t| {
+            ["small", "floppy", "news", "largefile", "huge", "nonsense"][usize::from(t.u8() % 6)].into()
+        }),
+        size: Some(size),
+        block_size: t.maybe(|t| if t.u8() % 4 == 0 { t.u32() } else { pow2(t, 10, 16) }),
+        cluster_size: t.maybe(|t| if t.u8() % 4 == 0 { t.u32() } else { pow2(t, 10, 30) }),
+        inode_size: t.maybe(|t| if t.u8() % 4 == 0 { t.u16() } else { 1 << (7 + t.u8() % 4) }),
+        inode_ratio: t.maybe(|t| t.u32()),
+        inodes: t.maybe(|t| t.u32() >> (t.u8() % 32)),
+        blocks_per_group: t.maybe(|t| if t.u8() % 2 == 0 { t.u32() } else { (t.u32() % 65536) & !7 }),
+        features: features.join(","),
+        journal_size_mib: t.maybe(|t| t.u32() >> (t.u8() % 32)),
+        journal_blocks: t.maybe(|t| t.u32() >> (t.u8() % 32)),
+        fast_commit_kib: t.maybe(|t| t.u32() >> (t.u8() % 32)),
+        label: t.maybe(|t| String::from_utf8_lossy(&t.u64().to_le_bytes()).into_owned()),
+        uuid: Some([1; 16]),
+        hash_seed: Some([2; 16]),
+        root_owner: (t.u32(), t.u32()),
+        reserved_ratio: t.maybe(|t| f64::from(t.u8()) / 4.0),
+        flex_bg_size: t.maybe(|t| if t.u8() % 2 == 0 { t.u32() } else { pow2(t, 0, 31) }),
+        orphan_file_size: t.maybe(|t| match t.u8() % 2 {
+            0 => rext4::SizeIn::Blocks(t.u64() >> (t.u8() % 64)),
+            _ => rext4::SizeIn::Bytes(t.u64() >> (t.u8() % 64)),
+        }),
+        quota_types: t.maybe(|t| {
+            let b = t.u8();
+            [b & 1 != 0, b & 2 != 0, b & 4 != 0]
+        }),
+        strict_encoding: t.u8() & 1 != 0,
+        mmp_update_interval: t.maybe(|t| t.u16()),
+        node_name: Some(String::new()),
+        time: Some(1_700_000_000),
+        ..Default::default()
+    };
+    o.num_backup_sb = t.maybe(|t| t.u8() % 4);
+    o.stride = t.maybe(|t| t.u16());
+    o.stripe_width = t.maybe(|t| t.u32());
+    o.resize = t.maybe(|t| match t.u8() % 2 {
+        0 => rext4::SizeIn::Blocks(t.u64() >> (t.u8() % 64)),
+        _ => rext4::SizeIn::Bytes(t.u64() >> (t.u8() % 64)),
+    });
+    o.errors = t.maybe(|t| u16::from(t.u8() % 5));
+    o.last_mounted = t.maybe(|t| String::from_utf8_lossy(&t.u64().to_le_bytes()).into_owned());
+    o.dry_run = true;
+    let worked_out = Fs::format(&SizeOnly(size), &o).is_ok();
+    // Small enough to make for real: made in memory, then opened, changed and walked. Not
+    // with multi-mount protection, whose writable open waits seconds, as the kernel's does.
+    if worked_out && size <= 8 * MIB && !o.features.split(',').any(|f| f == "mmp") {
+        o.dry_run = false;
+        o.device_zeroed = true;
+        let Ok(len) = usize::try_from(size) else { return };
+        let mem = MemDevice::new(vec![0u8; len]);
+        if Fs::format(&mem, &o).is_ok() {
+            open_and_change(mem.snapshot(), false);
+        }
+    }
+}

@@ -281,8 +281,11 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
                     Some(v.parse().map_err(|_| format!("invalid mmp_update_interval: {v}"))?);
             }
             ("orphan_file_size", Some(v)) => {
-                let bytes = parse_size(v, Some(1))?;
-                o.orphan_file_blocks = Some(u32::try_from(bytes).map_err(|_| "orphan file too large")?);
+                // As mke2fs reads it: a bare number is blocks, a size is bytes.
+                o.orphan_file_size = Some(match v.parse::<u64>() {
+                    Ok(n) => rext4::SizeIn::Blocks(n),
+                    Err(_) => rext4::SizeIn::Bytes(parse_size(v, Some(1))?),
+                });
             }
             (
                 "lazy_itable_init"

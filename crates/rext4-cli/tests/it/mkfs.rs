@@ -169,6 +169,9 @@ const VARIANTS: &[(&str, &str, &[&str])] = &[
     ("stride_ext3", "300M", &["-t", "ext3", "-E", "stride=7,stripe_width=20"]),
     ("resize", "600M", &["-t", "ext4", "-E", "resize=4000000"]),
     ("resize_32bit", "1G", &["-t", "ext4", "-O", "^64bit", "-E", "resize=1T"]),
+    // An orphan file size in bytes (256 blocks), and in blocks.
+    ("orphan_file_1m", "600M", &["-t", "ext4", "-E", "orphan_file_size=1M"]),
+    ("orphan_file_blocks", "64M", &["-t", "ext4", "-b", "1024", "-E", "orphan_file_size=64"]),
     ("long_label", "64M", &["-t", "ext4", "-L", "a label longer than sixteen bytes"]),
     ("ext2_j_e_m", "64M", &["-t", "ext2", "-j", "-e", "remount-ro", "-M", "/mnt/data"]),
     // Fast-commit areas: a 64th of the journal, a size asked for, on bigalloc.
@@ -403,6 +406,11 @@ fn sizes_with_suffixes_and_bad_arguments() {
         &["mkfs", "-q", "-E", "resize=1000", p, "64M"],
         &["mkfs", "-q", "-E", "stride=abc", p, "64M"],
         &["mkfs", "-q", "-O", "sparse_super2", "-E", "num_backup_sb=3", p, "64M"],
+        // Orphan files of no blocks and of more than there are.
+        &["mkfs", "-q", "-E", "orphan_file_size=0", p, "64M"],
+        &["mkfs", "-q", "-E", "orphan_file_size=60M", p, "64M"],
+        // A journal size whose blocks pass 32 bits.
+        &["mkfs", "-q", "-J", "size=5000000", p, "64M"],
         // Journals over half the free blocks.
         &["mkfs", "-q", "-J", "size=40", p, "64M"],
         &["mkfs", "-q", "-O", "fast_commit", "-J", "fast_commit_size=40000", p, "64M"],

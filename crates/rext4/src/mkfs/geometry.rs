@@ -238,7 +238,9 @@ pub(crate) fn compute(p: &Params) -> Result<Geometry> {
             }
             None => 0,
         };
-        if rsv + desc_blocks > bpg * 3 / 4 {
+        // 32-bit arithmetic, as mke2fs's: with clusters of a GiB a group's blocks times three
+        // wraps there, and the same filesystem is made.
+        if rsv + desc_blocks > bpg.wrapping_mul(3) / 4 {
             features.set_i(Incompat::META_BG);
             features.clear_c(Compat::RESIZE_INODE);
             rsv = p.reserved_gdt.unwrap_or(0);

@@ -115,8 +115,8 @@ pub struct FormatOptions {
     pub reserved_ratio: Option<f64>,
     /// `-G`.
     pub flex_bg_size: Option<u32>,
-    /// `-E orphan_file_size=` in blocks.
-    pub orphan_file_blocks: Option<u32>,
+    /// `-E orphan_file_size=`: blocks, or bytes taken as whole blocks.
+    pub orphan_file_size: Option<SizeIn>,
     /// `-E quotatype=`: which quota files the `quota` feature makes (user, group, project).
     /// By default user and group, and project with the `project` feature; asking for project
     /// quotas turns that feature on.
@@ -260,7 +260,10 @@ impl Fs {
             let fc_asked = opts.fast_commit_kib.filter(|&k| fast_commit && k > 0);
             let j_asked = match (opts.journal_blocks, opts.journal_size_mib) {
                 (Some(b), _) => Some(b),
-                (None, Some(mib)) if mib > 0 => Some(mib * 1024 / (bs / 1024)),
+                // Past u32 it is refused below, as too large.
+                (None, Some(mib)) if mib > 0 => {
+                    Some(u32::try_from(u64::from(mib) * 1024 / u64::from(bs / 1024)).unwrap_or(u32::MAX))
+                }
                 _ => None,
             };
             if default.is_some() && (j_asked.is_some() || fc_asked.is_some()) {
@@ -338,8 +341,14 @@ impl Fs {
             b.make_quota_files(p.quota_types)?;
         }
         if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
-            let n = match opts.orphan_file_blocks {
-                Some(n) => n,
+            let bs = u64::from(b.l.geo.block_size);
+            let n = match opts.orphan_file_size {
+                Some(SizeIn::Blocks(n)) => {
+                    u32::try_from(n).map_err(|_| Error::InvalidInput("orphan file too large"))?
+                }
+                Some(SizeIn::Bytes(n)) => {
+                    u32::try_from(n / bs).map_err(|_| Error::InvalidInput("orphan file too large"))?
+                }
                 None => {
                     // Whole clusters.
                     let mask = u32::try_from(b.l.geo.ratio() - 1).unwrap_or(0);

@@ -2,13 +2,20 @@
 //! blocks from the first free block on, each an empty slot array with the magic tail.
 
 use super::Builder;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::num::usize_from;
 use rext4_format::features::Incompat;
 use rext4_format::inode::S_IFREG;
 
 impl Builder {
     pub(crate) fn make_orphan_file(&mut self, blocks: u32) -> Result<()> {
+        // mke2fs takes them one at a time until none is left; refused before any is taken.
+        if blocks == 0 {
+            return Err(Error::InvalidInput("an orphan file of no blocks"));
+        }
+        if u64::from(blocks) > self.l.free_blocks {
+            return Err(Error::NoSpace);
+        }
         let ino = self.l.new_inode()?;
         self.l.inode_alloc_stats(ino, false);
         let bs = u64::from(self.l.geo.block_size);
