@@ -582,24 +582,6 @@ pub fn refresh_checksums(img: &mut [u8], bs: usize, touched: &[usize]) {
     img[1024 + 0x3FC..1024 + 0x400].copy_from_slice(&c.to_le_bytes());
 }
 
-/// A device of a size only: [`mkfs_options`] works filesystems out on it with `dry_run`.
-struct SizeOnly(u64);
-
-impl BlockDevice for SizeOnly {
-    fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("nothing to read"))
-    }
-    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("a dry run writes nothing"))
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.0
-    }
-}
-
 /// The input read as numbers, zeros once it runs out.
 struct Take<'a>(&'a [u8]);
 
@@ -734,7 +716,7 @@ pub fn mkfs_options(data: &[u8]) {
     o.errors = t.maybe(|t| u16::from(t.u8() % 5));
     o.last_mounted = t.maybe(|t| String::from_utf8_lossy(&t.u64().to_le_bytes()).into_owned());
     o.dry_run = true;
-    let worked_out = Fs::format(&SizeOnly(size), &o).is_ok();
+    let worked_out = Fs::format(&rext4::dev::SizeOnlyDevice(size), &o).is_ok();
     // Small enough to make for real: made in memory, then opened, changed and walked. Not
     // with multi-mount protection, whose writable open waits seconds, as the kernel's does.
     if worked_out && size <= 8 * MIB && !o.features.split(',').any(|f| f == "mmp") {

@@ -545,7 +545,7 @@ fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
         let existing = std::fs::metadata(&a.image).ok().map(|m| m.len()).filter(|&n| n > 0);
         let n =
             size.or(existing).ok_or_else(|| format!("{}: give a size for a new image", a.image.display()))?;
-        rext4::Fs::format_journal_device(&SizeOnly(n), &o)
+        rext4::Fs::format_journal_device(&rext4::dev::SizeOnlyDevice(n), &o)
     } else {
         let (dev, zeroed) = prepare_image(&a.image, size)?;
         o.device_zeroed = zeroed;
@@ -561,25 +561,6 @@ fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
         );
     }
     Ok(())
-}
-
-/// A device of a size only, for `-n` on an image that is not there yet (or smaller than
-/// asked): nothing is read from or written to it.
-struct SizeOnly(u64);
-
-impl rext4::dev::BlockDevice for SizeOnly {
-    fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("-n reads nothing"))
-    }
-    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("-n writes nothing"))
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.0
-    }
 }
 
 /// `rext4 mkfs -n`: the filesystem worked out and shown, nothing written.
@@ -607,7 +588,7 @@ fn dry_run(a: &MkfsArgs, mut o: FormatOptions, jdev: Option<&str>) -> CliResult 
         ),
         // An image file is made (or grown) to the size asked for.
         _ => match size.or(meta.as_ref().ok().map(|m| m.len()).filter(|&n| n > 0)) {
-            Some(n) => std::sync::Arc::new(SizeOnly(n)),
+            Some(n) => std::sync::Arc::new(rext4::dev::SizeOnlyDevice(n)),
             None => return Err(format!("{}: give a size for a new image", a.image.display())),
         },
     };

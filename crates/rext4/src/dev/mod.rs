@@ -263,6 +263,26 @@ impl BlockDevice for FileDevice {
     }
 }
 
+/// A device that has a size and nothing else: what a dry run of `Fs::format`
+/// (`FormatOptions::dry_run`) works a filesystem out on, for an image not made yet. Reads and
+/// writes fail.
+pub struct SizeOnlyDevice(pub u64);
+
+impl BlockDevice for SizeOnlyDevice {
+    fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("a device of a size only holds nothing to read"))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("a device of a size only takes no writes"))
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.0
+    }
+}
+
 /// An image held in memory (tests, fuzzing, images built in a process).
 pub struct MemDevice {
     /// The image bytes. [own lock: readers share, writers exclude]
