@@ -139,6 +139,15 @@ pub(crate) fn parse_size(s: &str, block_size: Option<u32>) -> CliResult<u64> {
     n.checked_mul(mult).ok_or_else(|| format!("size too large: {s}"))
 }
 
+/// A count as mke2fs's `parse_num_blocks2` reads it where the block size may not be known
+/// yet: a bare number is blocks, a size with a suffix is bytes.
+fn parse_blocks_or_size(v: &str) -> CliResult<rext4::SizeIn> {
+    Ok(match v.parse::<u64>() {
+        Ok(n) => rext4::SizeIn::Blocks(n),
+        Err(_) => rext4::SizeIn::Bytes(parse_size(v, Some(1))?),
+    })
+}
+
 /// A UUID in its text form.
 pub(crate) fn parse_uuid(s: &str) -> CliResult<[u8; 16]> {
     let hex: String = s.chars().filter(|c| *c != '-').collect();
@@ -185,6 +194,10 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
     };
     if let Some(c) = &a.cluster_size {
         o.cluster_size = Some(u32::try_from(parse_size(c, Some(1))?).map_err(|_| "cluster size too large")?);
+    }
+    // mke2fs's clock for tests and reproducible images.
+    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
+        o.time = t.trim().parse().ok();
     }
     if let Some(r) = &a.inode_ratio {
         o.inode_ratio = Some(u32::try_from(parse_size(r, Some(1))?).map_err(|_| "inode ratio too large")?);
@@ -269,24 +282,12 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
             ("stripe_width" | "stripe-width", Some(v)) => {
                 o.stripe_width = Some(v.parse().map_err(|_| format!("invalid stripe width: {v}"))?);
             }
-            ("resize", Some(v)) => {
-                // A bare number is blocks, of whatever size the filesystem's are.
-                o.resize = Some(match v.parse::<u64>() {
-                    Ok(n) => rext4::SizeIn::Blocks(n),
-                    Err(_) => rext4::SizeIn::Bytes(parse_size(v, Some(1))?),
-                });
-            }
+            ("resize", Some(v)) => o.resize = Some(parse_blocks_or_size(v)?),
             ("mmp_update_interval", Some(v)) => {
                 o.mmp_update_interval =
                     Some(v.parse().map_err(|_| format!("invalid mmp_update_interval: {v}"))?);
             }
-            ("orphan_file_size", Some(v)) => {
-                // As mke2fs reads it: a bare number is blocks, a size is bytes.
-                o.orphan_file_size = Some(match v.parse::<u64>() {
-                    Ok(n) => rext4::SizeIn::Blocks(n),
-                    Err(_) => rext4::SizeIn::Bytes(parse_size(v, Some(1))?),
-                });
-            }
+            ("orphan_file_size", Some(v)) => o.orphan_file_size = Some(parse_blocks_or_size(v)?),
             (
                 "lazy_itable_init"
                 | "lazy_journal_init"
@@ -301,18 +302,30 @@ fn options(a: &MkfsArgs) -> CliResult<FormatOptions> {
     Ok(o)
 }
 
+/// The device `path` names when it is a partition (`disk.img@2`) or an NBD export, which mkfs
+/// formats in place; `None` for an image file or block device.
+fn in_place_device(
+    path: &Path,
+    writable: bool,
+) -> CliResult<Option<std::sync::Arc<dyn rext4::dev::BlockDevice>>> {
+    use rext4::dev::address::{Address, Target};
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let addr = Address::parse(path).map_err(err)?;
+    if addr.partition.is_none() && !matches!(addr.target, Target::Nbd(_)) {
+        return Ok(None);
+    }
+    addr.open(writable).map(Some).map_err(err)
+}
+
 /// Opens (creating or sizing) the image; returns it and whether it reads as zeroes. A
 /// partition (`disk.img@2`) or an NBD export is formatted in place, at most its size.
 pub(crate) fn prepare_image(
     path: &Path,
     size: Option<u64>,
 ) -> CliResult<(std::sync::Arc<dyn rext4::dev::BlockDevice>, bool)> {
-    use rext4::dev::address::{Address, Target};
     use std::os::unix::fs::FileTypeExt;
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let addr = Address::parse(path).map_err(err)?;
-    if addr.partition.is_some() || matches!(addr.target, Target::Nbd(_)) {
-        let dev = addr.open(true).map_err(err)?;
+    if let Some(dev) = in_place_device(path, true)? {
         if let Some(s) = size.filter(|&s| s > dev.size()) {
             return Err(format!("{}: {s} bytes do not fit in its {} bytes", path.display(), dev.size()));
         }
@@ -434,9 +447,6 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
         return dry_run(a, o, jdev.as_ref().map(|(p, _)| *p));
     }
     let mut size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
-    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
-        o.time = t.trim().parse().ok();
-    }
     let epoch = build_epoch(a)?;
     if let Some(t) = epoch {
         rext4::clock::set_fixed_time(Some(t));
@@ -535,9 +545,6 @@ pub(crate) fn run(a: &MkfsArgs) -> CliResult {
 /// `rext4 mkfs -O journal_dev IMAGE [SIZE]`: an external journal device, as mke2fs makes
 /// one (block size, size, UUID, hash seed and time as for a filesystem).
 fn journal_device(a: &MkfsArgs, mut o: rext4::FormatOptions) -> CliResult {
-    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
-        o.time = t.trim().parse().ok();
-    }
     let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
     o.size = size;
     let r = if a.dry_run {
@@ -570,24 +577,18 @@ fn dry_run(a: &MkfsArgs, mut o: FormatOptions, jdev: Option<&str>) -> CliResult 
         return Err("-n makes nothing to fill: drop --from".into());
     }
     let size = a.size.as_deref().map(|s| parse_size(s, a.block_size)).transpose()?;
-    if let Ok(t) = std::env::var("E2FSPROGS_FAKE_TIME") {
-        o.time = t.trim().parse().ok();
-    }
     o.size = size;
     o.dry_run = true;
     let meta = std::fs::metadata(&a.image);
-    let open_err = |e: std::io::Error| format!("{}: {e}", a.image.display());
-    let addr = rext4::dev::address::Address::parse(&a.image).map_err(open_err)?;
-    let in_place = addr.partition.is_some() || matches!(addr.target, rext4::dev::address::Target::Nbd(_));
-    let dev: std::sync::Arc<dyn rext4::dev::BlockDevice> = match &meta {
+    let dev: std::sync::Arc<dyn rext4::dev::BlockDevice> = match (in_place_device(&a.image, false)?, &meta) {
         // A partition or an NBD export: its own size.
-        _ if in_place => addr.open(false).map_err(open_err)?,
-        Ok(m) if m.file_type().is_block_device() => std::sync::Arc::new(
+        (Some(dev), _) => dev,
+        (None, Ok(m)) if m.file_type().is_block_device() => std::sync::Arc::new(
             rext4::dev::FileDevice::open(&a.image, false)
                 .map_err(|e| format!("{}: {e}", a.image.display()))?,
         ),
         // An image file is made (or grown) to the size asked for.
-        _ => match size.or(meta.as_ref().ok().map(|m| m.len()).filter(|&n| n > 0)) {
+        (None, _) => match size.or(meta.as_ref().ok().map(|m| m.len()).filter(|&n| n > 0)) {
             Some(n) => std::sync::Arc::new(rext4::dev::SizeOnlyDevice(n)),
             None => return Err(format!("{}: give a size for a new image", a.image.display())),
         },

@@ -69,9 +69,6 @@ macro_rules! require_fscrypt {
         $crate::require_fscrypt!(())
     };
     ($ret:expr) => {
-        if let Some(why) = $crate::why_no_fscrypt() {
-            $crate::skip_note(module_path!(), line!(), "no kernel with ext4 encryption", why);
-            return $ret;
-        }
+        $crate::skip_unless!($crate::why_no_fscrypt(), "no kernel with ext4 encryption", $ret)
     };
 }

@@ -48,9 +48,6 @@ macro_rules! require_fuse {
         $crate::require_fuse!(())
     };
     ($ret:expr) => {
-        if let Some(why) = $crate::why_no_fuse() {
-            $crate::skip_note(module_path!(), line!(), "cannot mount through FUSE here", why);
-            return $ret;
-        }
+        $crate::skip_unless!($crate::why_no_fuse(), "cannot mount through FUSE here", $ret)
     };
 }

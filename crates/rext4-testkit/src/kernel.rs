@@ -155,6 +155,19 @@ pub fn kernel_can_mount() -> bool {
     }
 }
 
+/// What the `require_*!` macros share: when `$why` (an `Option` of why not) says so, notes the
+/// skip (`$what`) and returns `$ret` from the caller.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! skip_unless {
+    ($why:expr, $what:expr, $ret:expr) => {
+        if let Some(why) = $why {
+            $crate::skip_note(module_path!(), line!(), $what, &why);
+            return $ret;
+        }
+    };
+}
+
 /// Returns from the calling test (or helper) when the kernel cannot loop-mount images here,
 /// printing why; panics instead under `REXT4_REQUIRE_MOUNT=1`. `require_kernel!(value)`
 /// returns `value` from a function that does not return `()`.
@@ -164,9 +177,6 @@ macro_rules! require_kernel {
         $crate::require_kernel!(())
     };
     ($ret:expr) => {
-        if let Some(why) = $crate::why_no_kernel_mount() {
-            $crate::skip_note(module_path!(), line!(), "cannot loop-mount images here", why);
-            return $ret;
-        }
+        $crate::skip_unless!($crate::why_no_kernel_mount(), "cannot loop-mount images here", $ret)
     };
 }

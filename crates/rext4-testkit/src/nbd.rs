@@ -28,10 +28,7 @@ macro_rules! require_tool {
         $crate::require_tool!($name, ())
     };
     ($name:expr, $ret:expr) => {
-        if let Some(why) = $crate::why_no_tool($name) {
-            $crate::skip_note(module_path!(), line!(), "a server program is missing", &why);
-            return $ret;
-        }
+        $crate::skip_unless!($crate::why_no_tool($name), "a server program is missing", $ret)
     };
 }
 

@@ -155,6 +155,16 @@ pub enum SizeIn {
     Bytes(u64),
 }
 
+impl SizeIn {
+    /// In blocks of `block_size` bytes (bytes taken as whole blocks).
+    pub fn blocks(self, block_size: u64) -> u64 {
+        match self {
+            SizeIn::Blocks(n) => n,
+            SizeIn::Bytes(b) => b / block_size,
+        }
+    }
+}
+
 /// What [`Fs::format`] made.
 #[derive(Clone, Debug)]
 pub struct FormatReport {
@@ -341,14 +351,9 @@ impl Fs {
             b.make_quota_files(p.quota_types)?;
         }
         if b.l.geo.features.has_c(Compat::ORPHAN_FILE) {
-            let bs = u64::from(b.l.geo.block_size);
             let n = match opts.orphan_file_size {
-                Some(SizeIn::Blocks(n)) => {
-                    u32::try_from(n).map_err(|_| Error::InvalidInput("orphan file too large"))?
-                }
-                Some(SizeIn::Bytes(n)) => {
-                    u32::try_from(n / bs).map_err(|_| Error::InvalidInput("orphan file too large"))?
-                }
+                Some(size) => u32::try_from(size.blocks(u64::from(b.l.geo.block_size)))
+                    .map_err(|_| Error::InvalidInput("orphan file too large"))?,
                 None => {
                     // Whole clusters.
                     let mask = u32::try_from(b.l.geo.ratio() - 1).unwrap_or(0);

@@ -245,13 +245,13 @@ pub(crate) fn resolve(opts: &FormatOptions, dev_bytes: u64) -> Result<Params> {
         }
     }
     let reserved_gdt = match opts.resize {
-        Some(r) => {
-            let r = match r {
-                super::SizeIn::Blocks(n) => n,
-                super::SizeIn::Bytes(b) => b / bs,
-            };
-            resize_reserve(r, blocks_count, block_size, per_group, features.has_i(Incompat::BIT64))?
-        }
+        Some(r) => resize_reserve(
+            r.blocks(bs),
+            blocks_count,
+            block_size,
+            per_group,
+            features.has_i(Incompat::BIT64),
+        )?,
         None => None,
     };
     if reserved_gdt.is_some() {
