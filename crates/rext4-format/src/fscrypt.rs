@@ -131,6 +131,85 @@ impl Context {
     }
 }
 
+/// Bytes of the policy structures of `FS_IOC_SET_ENCRYPTION_POLICY` and
+/// `FS_IOC_GET_ENCRYPTION_POLICY_EX` (`struct fscrypt_policy_v1` / `_v2`); their first byte is
+/// the version, 0 for v1 and 2 for v2.
+pub const POLICY_V1_SIZE: usize = 12;
+pub const POLICY_V2_SIZE: usize = 24;
+const POLICY_V1: u8 = 0;
+const POLICY_V2: u8 = 2;
+
+impl Context {
+    /// The policy in `p` (its version's structure, maybe followed by other bytes) as a
+    /// context with a zero nonce (`fscrypt_policy` from user space). `Malformed` for an
+    /// unknown version or a short structure; [`Context::policy_valid`] checks the rest.
+    pub fn from_policy(p: &[u8]) -> Result<Context, ContextError> {
+        let (key, unit) = match (p.first(), p.len()) {
+            (Some(&POLICY_V1), n) if n >= POLICY_V1_SIZE => {
+                let mut d = [0u8; KEY_DESCRIPTOR_SIZE];
+                d.copy_from_slice(&p[4..12]);
+                (KeySpec::Descriptor(d), 0)
+            }
+            (Some(&POLICY_V2), n) if n >= POLICY_V2_SIZE => {
+                // The three reserved bytes after the unit size must be zero.
+                if p[5..8] != [0, 0, 0] {
+                    return Err(ContextError::Malformed);
+                }
+                let mut id = [0u8; KEY_IDENTIFIER_SIZE];
+                id.copy_from_slice(&p[8..24]);
+                (KeySpec::Identifier(id), p[4])
+            }
+            _ => return Err(ContextError::Malformed),
+        };
+        Ok(Context {
+            contents_mode: p[1],
+            filenames_mode: p[2],
+            flags: p[3],
+            log2_data_unit_size: unit,
+            key,
+            nonce: [0; NONCE_SIZE],
+        })
+    }
+
+    /// This context's policy as user space sees it (`fscrypt_policy_from_context`).
+    pub fn to_policy(&self) -> Vec<u8> {
+        match self.key {
+            KeySpec::Descriptor(d) => {
+                [&[POLICY_V1, self.contents_mode, self.filenames_mode, self.flags][..], &d].concat()
+            }
+            KeySpec::Identifier(id) => {
+                let head = [POLICY_V2, self.contents_mode, self.filenames_mode, self.flags];
+                [&head[..], &[self.log2_data_unit_size, 0, 0, 0], &id].concat()
+            }
+        }
+    }
+
+    /// Whether this policy is one the kernel accepts on a filesystem of `block_bits`
+    /// (`fscrypt_supported_policy` for ext4, whose inode numbers and logical blocks fit 32
+    /// bits): a valid pair of modes for its version, known flags, at most one of the IV and
+    /// key flags (direct keys only where both modes are Adiantum's), and a data unit of 512
+    /// bytes to the block (v2 only, not with `IV_INO_LBLK_32`).
+    pub fn policy_valid(&self, block_bits: u32) -> bool {
+        let v2 = matches!(self.key, KeySpec::Identifier(_));
+        let modes = (self.contents_mode, self.filenames_mode);
+        let modes_ok = matches!(
+            modes,
+            (MODE_AES_256_XTS, MODE_AES_256_CTS)
+                | (MODE_AES_128_CBC, MODE_AES_128_CTS)
+                | (MODE_ADIANTUM, MODE_ADIANTUM)
+        ) || (v2
+            && matches!(modes, (MODE_AES_256_XTS, MODE_AES_256_HCTR2) | (MODE_SM4_XTS, MODE_SM4_CTS)));
+        let allowed = if v2 { FLAGS_KNOWN } else { FLAGS_PAD_MASK | FLAG_DIRECT_KEY };
+        let one_of =
+            (self.flags & (FLAG_DIRECT_KEY | FLAG_IV_INO_LBLK_64 | FLAG_IV_INO_LBLK_32)).count_ones();
+        let direct_ok = self.flags & FLAG_DIRECT_KEY == 0 || modes == (MODE_ADIANTUM, MODE_ADIANTUM);
+        let unit = u32::from(self.log2_data_unit_size);
+        let unit_ok =
+            unit == 0 || ((9..=block_bits).contains(&unit) && self.flags & FLAG_IV_INO_LBLK_32 == 0);
+        modes_ok && self.flags & !allowed == 0 && one_of <= 1 && direct_ok && unit_ok
+    }
+}
+
 /// An encrypted symlink's stored target (`struct fscrypt_symlink_data`): a little-endian
 /// length, then that many bytes of ciphertext. `None` if the header names more than is there
 /// or fewer than an encrypted name's minimum.
@@ -167,6 +246,52 @@ mod tests {
         v1[0] = 3;
         assert_eq!(Context::parse(&v1), Err(ContextError::Malformed));
         assert_eq!(Context::parse(&[]), Err(ContextError::Malformed));
+    }
+
+    #[test]
+    fn policies_convert_and_are_checked_as_the_kernel_checks_them() {
+        let v2 = [&[2u8, 1, 4, 3, 0, 0, 0, 0][..], &[7; 16]].concat();
+        let c = Context::from_policy(&v2).unwrap();
+        assert_eq!(
+            (c.contents_mode, c.filenames_mode, c.flags, c.key),
+            (1, 4, 3, KeySpec::Identifier([7; 16]))
+        );
+        assert_eq!(c.to_policy(), v2);
+        assert!(c.policy_valid(12));
+        let v1 = [&[0u8, 1, 4, 0][..], &[9; 8]].concat();
+        let c1 = Context::from_policy(&v1).unwrap();
+        assert_eq!(c1.key, KeySpec::Descriptor([9; 8]));
+        assert_eq!(c1.to_policy(), v1);
+        assert!(c1.policy_valid(12));
+        // Unknown versions, short structures and reserved bytes.
+        assert!(Context::from_policy(&[1u8; 24]).is_err());
+        assert!(Context::from_policy(&v2[..23]).is_err());
+        let mut r = v2.clone();
+        r[6] = 1;
+        assert!(Context::from_policy(&r).is_err());
+        let check = |c: &Context, f: &dyn Fn(&mut Context)| {
+            let mut c = c.clone();
+            f(&mut c);
+            c.policy_valid(12)
+        };
+        assert!(!check(&c, &|c| c.filenames_mode = MODE_AES_128_CTS));
+        assert!(check(&c, &|c| c.filenames_mode = MODE_AES_256_HCTR2));
+        assert!(!check(&c1, &|c| c.filenames_mode = MODE_AES_256_HCTR2));
+        assert!(!check(&c, &|c| c.flags = 0x20));
+        assert!(!check(&c1, &|c| c.flags = FLAG_IV_INO_LBLK_64));
+        assert!(!check(&c, &|c| c.flags = FLAG_IV_INO_LBLK_64 | FLAG_IV_INO_LBLK_32));
+        assert!(!check(&c, &|c| c.flags = FLAG_DIRECT_KEY));
+        assert!(check(&c, &|c| {
+            c.flags = FLAG_DIRECT_KEY;
+            (c.contents_mode, c.filenames_mode) = (MODE_ADIANTUM, MODE_ADIANTUM);
+        }));
+        assert!(check(&c, &|c| c.log2_data_unit_size = 9));
+        assert!(!check(&c, &|c| c.log2_data_unit_size = 13));
+        assert!(!check(&c, &|c| c.log2_data_unit_size = 8));
+        assert!(!check(&c, &|c| {
+            c.log2_data_unit_size = 10;
+            c.flags = FLAG_IV_INO_LBLK_32;
+        }));
     }
 
     #[test]

@@ -67,7 +67,7 @@ mod xattr;
 
 pub use alloc::reserved::{may_use as may_use_reserved_blocks, with_reserved_blocks};
 pub use attr::{Attr, DirEntry, FileType, StatFs, Timestamp};
-pub use crypto::EncryptionKey;
+pub use crypto::{EncryptionKey, KeyStatus};
 pub use data::fallocate::{
     FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,

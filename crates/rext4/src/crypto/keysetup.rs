@@ -10,6 +10,7 @@
 
 use super::{ContentsCipher, NamesCipher};
 use crate::error::{Error, Result};
+use crate::sync::RwLock;
 use aes::cipher::{BlockEncrypt, KeyInit};
 use hkdf::Hkdf;
 use rext4_format::fscrypt::{
@@ -17,7 +18,8 @@ use rext4_format::fscrypt::{
     KEY_IDENTIFIER_SIZE, MODE_AES_256_CTS, MODE_AES_256_XTS,
 };
 use sha2::Sha512;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const HKDF_CONTEXT_KEY_IDENTIFIER: u8 = 1;
@@ -71,8 +73,8 @@ impl EncryptionKey {
         }
     }
 
-    /// How policies name this key.
-    pub(crate) fn spec(&self) -> KeySpec {
+    /// How policies name this key: its identifier (v2) or descriptor (v1).
+    pub fn spec(&self) -> KeySpec {
         self.spec
     }
 
@@ -116,10 +118,24 @@ fn identifier(raw: &[u8]) -> [u8; KEY_IDENTIFIER_SIZE] {
     id
 }
 
-/// The keys an open filesystem was given. [immutable after open]
+/// A master key on the keyring and who added it.
+struct MasterKey {
+    raw: Arc<Vec<u8>>,
+    /// The users who added it (the kernel's `mk_users`): v2 keys added through
+    /// [`crate::Fs::add_encryption_key`]. Keys given at open and v1 keys belong to no user;
+    /// only a removal for all users takes them away.
+    users: BTreeSet<u32>,
+}
+
+/// The master keys of an open filesystem: those given at open, and those added and removed
+/// since (the kernel's per-filesystem keyring, `fs/crypto/keyring.c`).
 #[derive(Default)]
 pub(crate) struct Keyring {
-    keys: HashMap<KeySpec, Arc<Vec<u8>>>,
+    /// [own lock] Read to derive a file's keys, written to add or remove a key.
+    keys: RwLock<HashMap<KeySpec, MasterKey>>,
+    /// [atomic] Bumped whenever a key comes or goes, after the map changed: an inode's keys
+    /// derived at an older generation are derived again (crypto/mod.rs, invariant 3).
+    generation: AtomicU64,
 }
 
 /// What a policy needs that this engine does not do; such files are shown as without
@@ -136,25 +152,85 @@ pub(crate) fn policy_supported(ctx: &Context) -> bool {
 
 impl Keyring {
     pub(crate) fn new(keys: &[EncryptionKey]) -> Keyring {
-        Keyring { keys: keys.iter().map(|k| (k.spec, Arc::new(k.raw.clone()))).collect() }
+        let keys = keys
+            .iter()
+            .map(|k| (k.spec, MasterKey { raw: Arc::new(k.raw.clone()), users: BTreeSet::new() }))
+            .collect();
+        Keyring { keys: RwLock::new(keys), generation: AtomicU64::new(0) }
     }
 
-    /// Whether the master key `spec` names was given.
+    /// Whether the master key `spec` names is here.
     pub(crate) fn has(&self, spec: &KeySpec) -> bool {
-        self.keys.contains_key(spec)
+        self.keys.read().contains_key(spec)
+    }
+
+    /// The generation keys derived now belong to (read before deriving them, so that a key
+    /// added or removed meanwhile makes them stale).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Adds `key` for `user` (`None`: nobody's, as v1 keys are). Whether it is new here.
+    pub(crate) fn add(&self, key: &EncryptionKey, user: Option<u32>) -> bool {
+        let mut keys = self.keys.write();
+        let added = match keys.get_mut(&key.spec) {
+            Some(mk) => {
+                mk.users.extend(user);
+                false
+            }
+            None => {
+                let users = user.into_iter().collect();
+                keys.insert(key.spec, MasterKey { raw: Arc::new(key.raw.clone()), users });
+                true
+            }
+        };
+        drop(keys);
+        if added {
+            self.changed();
+        }
+        added
+    }
+
+    /// Takes `user`'s claim on the key `spec` names, or with `None` every claim and the key
+    /// (`FS_IOC_REMOVE_ENCRYPTION_KEY` and its `_ALL_USERS` form). `ENOKEY` if it is not here
+    /// or `user` never added it; `Ok(true)` if other users still hold it.
+    pub(crate) fn remove(&self, spec: &KeySpec, user: Option<u32>) -> Result<bool> {
+        let mut keys = self.keys.write();
+        let mk = keys.get_mut(spec).ok_or(Error::NoKey)?;
+        if let Some(uid) = user {
+            if !mk.users.remove(&uid) {
+                return Err(Error::NoKey);
+            }
+            if !mk.users.is_empty() {
+                return Ok(true);
+            }
+        }
+        keys.remove(spec);
+        drop(keys);
+        self.changed();
+        Ok(false)
+    }
+
+    /// Whether the key `spec` names is here, and the users who added it.
+    pub(crate) fn status(&self, spec: &KeySpec) -> Option<Vec<u32>> {
+        self.keys.read().get(spec).map(|mk| mk.users.iter().copied().collect())
     }
 
     /// The key of one file of policy `ctx`, if its master key was given: its size is the
     /// mode's (64 bytes for AES-256-XTS contents, 32 for AES-256-CTS names).
     fn file_key(&self, ctx: &Context, uuid: &[u8; 16], mode: u8, size: usize) -> Option<Vec<u8>> {
-        let raw = self.keys.get(&ctx.key)?;
+        let raw = self.keys.read().get(&ctx.key)?.raw.clone();
         let mut key = vec![0u8; size];
         match ctx.key {
             KeySpec::Identifier(_) if ctx.flags & FLAG_IV_INO_LBLK_64 != 0 => {
-                hkdf_expand(raw, HKDF_CONTEXT_IV_INO_LBLK_64_KEY, &[&[mode], uuid], &mut key);
+                hkdf_expand(&raw, HKDF_CONTEXT_IV_INO_LBLK_64_KEY, &[&[mode], uuid], &mut key);
             }
             KeySpec::Identifier(_) => {
-                hkdf_expand(raw, HKDF_CONTEXT_PER_FILE_ENC_KEY, &[&ctx.nonce], &mut key)
+                hkdf_expand(&raw, HKDF_CONTEXT_PER_FILE_ENC_KEY, &[&ctx.nonce], &mut key)
             }
             KeySpec::Descriptor(_) => {
                 // The master key must hold the whole derived key (`find_and_lock_process_key`).

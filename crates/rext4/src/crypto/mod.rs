@@ -3,7 +3,8 @@
 //!
 //! An encrypted inode has `ENCRYPT_FL` and a context in its attribute `c` of index 9
 //! (rext4_format::fscrypt): the policy it shares with its directory and a nonce of its own.
-//! Its keys come from a master key given at open ([`crate::Options::encryption_keys`]):
+//! Its keys come from a master key given at open ([`crate::Options::encryption_keys`]) or
+//! added since ([`crate::Fs::add_encryption_key`], crypto/keyring.rs):
 //!
 //! | with the key | without it (or with a policy this engine does not do) |
 //! |---|---|
@@ -24,21 +25,26 @@
 //! 2. An inode's context never changes once set (a policy is set only on an empty,
 //!    unencrypted directory), and [`FsInner::inode_crypt`] is called only for inodes with
 //!    `ENCRYPT_FL`, so what is derived from the context is computed once per cached inode
-//!    ([`Inode::crypt`]) and an inode without the flag never has it.
-//! 3. Keys are fixed for the life of the open filesystem: a name shown without the key is
-//!    never cached beside one shown with it.
+//!    and keyring generation ([`Inode::crypt`]) and an inode without the flag never has it.
+//! 3. No cache keeps what a key decides: names are cached in their on-disk form (1), and an
+//!    inode's keys are derived again after any key came or went (the keyring's generation,
+//!    read before the keys are looked up, is kept with them). A caller that caches names or
+//!    contents as shown (the FUSE kernel's) is told of key changes by whoever changed them.
 //! 4. Every change to a file's contents enters through `regular_file` (data/write.rs), which
 //!    computes the file's [`InodeCrypt`] (refusing the change without the key): the writes
 //!    below it, which may hold the record's lock, tell an encrypted file by it being set
-//!    (invariant 2). Encrypted files take no delayed allocation and no inline data, and the
+//!    (invariant 2; a key removed meanwhile leaves a state without the key there, and the
+//!    write fails with `ENOKEY`, never writes plaintext). Encrypted files take no delayed allocation and no inline data, and the
 //!    page cache keeps none of their blocks.
 
 pub(crate) mod contents;
 pub(crate) mod fname;
+pub(crate) mod keyring;
 pub(crate) mod keysetup;
 pub(crate) mod policy;
 pub(crate) mod xts;
 
+pub use keyring::KeyStatus;
 pub use keysetup::EncryptionKey;
 
 use crate::error::{corrupt, CorruptKind, Error, Result};
@@ -87,6 +93,8 @@ pub(crate) struct InodeCrypt {
     pub contents: Option<ContentsCipher>,
     /// The inode's number, which `IV_INO_LBLK_64` policies put in every IV.
     pub ino: u32,
+    /// The keyring's generation when the keys were derived (invariant 3).
+    pub generation: u64,
 }
 
 impl InodeCrypt {
@@ -111,8 +119,13 @@ impl FsInner {
     /// The encryption state of `inode`, which has `ENCRYPT_FL`: computed at the first call and
     /// kept with the cached inode.
     pub(crate) fn inode_crypt(&self, inode: &Inode) -> Result<Arc<InodeCrypt>> {
-        if let Some(c) = inode.crypt.get() {
-            return Ok(c.clone());
+        // Read before the keys are looked up: a key added or removed meanwhile leaves this
+        // state stale, to be derived again at the next call.
+        let generation = self.keyring.generation();
+        if let Some(c) = inode.crypt.load_full() {
+            if c.generation == generation {
+                return Ok(c);
+            }
         }
         let value = self
             .xattrs(inode)?
@@ -139,9 +152,10 @@ impl FsInner {
             Some(c) if kind == S_IFREG => (None, self.keyring.contents_cipher(c, &uuid)),
             _ => (None, None),
         };
-        let c = Arc::new(InodeCrypt { ctx, names, contents, ino: inode.ino.0 });
-        // A racing first call computed the same; either is kept.
-        let _ = inode.crypt.set(c.clone());
+        let c = Arc::new(InodeCrypt { ctx, names, contents, ino: inode.ino.0, generation });
+        // A racing call computed the same, or for another generation, which the next call
+        // notices; either is kept.
+        inode.crypt.store(Some(c.clone()));
         Ok(c)
     }
 }
@@ -219,7 +233,8 @@ impl FsInner {
     ) -> Result<Vec<u8>> {
         // The symlink's own key, from its new nonce; it has no record to be read from yet.
         let names = self.keyring.names_cipher(ctx, &self.sbi.sb.s_uuid);
-        let crypt = InodeCrypt { ctx: Some(ctx.clone()), names, contents: None, ino: ino.0 };
+        let generation = self.keyring.generation();
+        let crypt = InodeCrypt { ctx: Some(ctx.clone()), names, contents: None, ino: ino.0, generation };
         let ct = crypt.encrypt_name(target, self.sbi.block_size as usize - 3)?;
         // Cannot fail: at most a block less 3 bytes.
         let mut v = u16::try_from(ct.len()).expect("within a block").to_le_bytes().to_vec();

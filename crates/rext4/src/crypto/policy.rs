@@ -14,29 +14,18 @@ use rext4_format::InodeNo;
 const CREDITS: u32 = 16;
 
 impl FsInner {
-    fn set_encryption_policy(&self, ino: InodeNo, key: &EncryptionKey, padding: u8) -> Result<()> {
+    /// Sets `policy` (its nonce ignored) on empty directory `ino`, in the order
+    /// `fscrypt_ioctl_set_policy` checks: an encrypted inode keeps its policy (the same again
+    /// is no change, another `EEXIST`), then `ENOTDIR`, `ENOTEMPTY`, and the policy itself.
+    /// Who may set it is the caller's to check (crypto/keyring.rs).
+    pub(crate) fn set_encryption_policy(&self, ino: InodeNo, policy: &Context) -> Result<()> {
         if !self.sbi.sb.incompat().contains(Incompat::ENCRYPT) {
             return Err(Error::NotSupported("encryption on an image without the encrypt feature".into()));
         }
-        let pad_flags = match padding {
-            4 => 0,
-            8 => 1,
-            16 => 2,
-            32 => 3,
-            _ => return Err(Error::InvalidInput("name padding is 4, 8, 16 or 32")),
-        };
         let journal = self.journal()?.clone();
         let inode = self.iget_by_number(ino)?;
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
-        let mut ctx = Context {
-            contents_mode: MODE_AES_256_XTS,
-            filenames_mode: MODE_AES_256_CTS,
-            flags: pad_flags,
-            log2_data_unit_size: 0,
-            key: key.spec(),
-            nonce: [0; 16],
-        };
-        // `fscrypt_ioctl_set_policy`: the same policy again is no change, another `EEXIST`.
+        let mut ctx = policy.clone();
         if inode.flags() & ENCRYPT_FL != 0 {
             let same = self.inode_crypt(&inode)?.ctx.as_ref().is_some_and(|c| c.same_policy(&ctx));
             return if same { Ok(()) } else { Err(Error::Exists) };
@@ -47,9 +36,13 @@ impl FsInner {
         if !self.dir_is_empty(&inode)? {
             return Err(Error::NotEmpty);
         }
-        // A v2 policy only with its key present (`fscrypt_verify_key_added`).
-        if matches!(ctx.key, KeySpec::Identifier(_)) && !self.keyring.has(&ctx.key) {
-            return Err(Error::NoKey);
+        if !ctx.policy_valid(self.sbi.block_size.trailing_zeros()) {
+            return Err(Error::InvalidInput("an encryption policy the kernel does not take"));
+        }
+        if !super::keysetup::policy_supported(&ctx) {
+            return Err(Error::NotSupported(
+                "encryption modes other than AES-256-XTS and AES-256-CTS".into(),
+            ));
         }
         super::getrandom(&mut ctx.nonce)?;
         let h = journal.start(CREDITS)?;
@@ -71,6 +64,26 @@ impl Fs {
     /// (`ENOKEY`). `EEXIST` if it is encrypted under another policy, `ENOTEMPTY`,
     /// `ENOTDIR`, `EOPNOTSUPP` on an image without `encrypt`.
     pub fn set_encryption_policy(&self, dir: InodeNo, key: &EncryptionKey, padding: u8) -> Result<()> {
-        self.inner.op(crate::fs::stats::Op::SetFlags, || self.inner.set_encryption_policy(dir, key, padding))
+        let pad_flags = match padding {
+            4 => 0,
+            8 => 1,
+            16 => 2,
+            32 => 3,
+            _ => return Err(Error::InvalidInput("name padding is 4, 8, 16 or 32")),
+        };
+        let policy = Context {
+            contents_mode: MODE_AES_256_XTS,
+            filenames_mode: MODE_AES_256_CTS,
+            flags: pad_flags,
+            log2_data_unit_size: 0,
+            key: key.spec(),
+            nonce: [0; 16],
+        };
+        // A v2 policy only with its key present (`fscrypt_verify_key_added`).
+        self.require_encrypt()?;
+        if matches!(policy.key, KeySpec::Identifier(_)) && !self.inner.keyring.has(&policy.key) {
+            return Err(Error::NoKey);
+        }
+        self.inner.op(crate::fs::stats::Op::SetFlags, || self.inner.set_encryption_policy(dir, &policy))
     }
 }

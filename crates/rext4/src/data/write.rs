@@ -216,8 +216,8 @@ impl FsInner {
         let runs = self.map_runs(inode, raw, from / bs, to.div_ceil(bs))?;
         if raw_flags(raw) & ENCRYPT_FL != 0 {
             // Known since `regular_file` (crypto/mod.rs, invariant 4).
-            let Some(crypt) = inode.crypt.get() else { return Err(Error::NoKey) };
-            return self.zero_stored_encrypted(crypt, &runs, from, to);
+            let Some(crypt) = inode.crypt.load_full() else { return Err(Error::NoKey) };
+            return self.zero_stored_encrypted(&crypt, &runs, from, to);
         }
         for e in runs {
             if e.unwritten {
@@ -398,12 +398,12 @@ impl FsInner {
     fn write_runs_from(&self, inode: &Inode, runs: &[Run], offset: u64, src: Source<'_>) -> Result<()> {
         // An encrypted file's state is known since `regular_file` let the write in
         // (crypto/mod.rs, invariant 4); the caller may hold the record's lock.
-        if let Some(crypt) = inode.crypt.get() {
+        if let Some(crypt) = inode.crypt.load_full() {
             // Whole blocks of ciphertext; the page cache keeps no plaintext of these files.
             let Source::Bytes(data) = src else {
                 return Err(Error::NotSupported("copying a host file into an encrypted one".into()));
             };
-            return self.write_runs_encrypted(crypt, runs, offset, data);
+            return self.write_runs_encrypted(&crypt, runs, offset, data);
         }
         let bs = u64::from(self.sbi.block_size);
         let end = offset + src.len();

@@ -321,7 +321,8 @@ pub(crate) struct FsInner {
     /// The journal's own device, where the filesystem's journal is external (jbd2/external.rs).
     /// [immutable after open]
     pub ext_journal: Option<Arc<crate::jbd2::external::ExternalJournal>>,
-    /// `Options::encryption_keys` (crypto/keysetup.rs). [immutable]
+    /// `Options::encryption_keys`, and the keys added and removed since
+    /// (crypto/keysetup.rs, crypto/keyring.rs). [own lock and atomic generation]
     pub keyring: crate::crypto::keysetup::Keyring,
 }
 

@@ -124,9 +124,10 @@ pub(crate) struct Inode {
     /// tables' shards; changed by the holder of the record's lock, or by the maker of a new
     /// inode]
     pub quota_claims: crate::sync::Mutex<Vec<crate::quota::limits::Claim>>,
-    /// An encrypted inode's context and keys (crypto/mod.rs), from its first use on.
-    /// [set once]
-    pub crypt: std::sync::OnceLock<Arc<crate::crypto::InodeCrypt>>,
+    /// An encrypted inode's context and keys (crypto/mod.rs), from its first use on; derived
+    /// again when a key comes or goes (crypto/mod.rs, invariant 3). [atomic swap; never set
+    /// back to `None`]
+    pub crypt: arc_swap::ArcSwapOption<crate::crypto::InodeCrypt>,
 }
 
 impl Cached for Inode {
@@ -190,7 +191,7 @@ impl Inode {
             dirty: crate::sync::Mutex::default(),
             dirty_pages: std::sync::atomic::AtomicU64::new(0),
             wb_listed: AtomicBool::new(false),
-            crypt: std::sync::OnceLock::new(),
+            crypt: arc_swap::ArcSwapOption::empty(),
         }
     }
 

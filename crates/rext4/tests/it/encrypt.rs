@@ -637,3 +637,131 @@ fn policies_set_by_rext4_read_by_the_kernel() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+/// Keys added and removed while the filesystem is open (`FS_IOC_ADD_ENCRYPTION_KEY`,
+/// `_REMOVE_`, `_GET_KEY_STATUS`): one open filesystem shows the kernel's no-key view, then
+/// with the keys added everything the kernel shows with them, then without them the no-key
+/// view again; v2 keys held per user as the kernel holds them; policies set by a caller
+/// (owner and key checks, the kernel's refusals), read back with their nonces; the files made
+/// under them read by the kernel.
+#[test]
+fn keys_added_and_removed_while_open() {
+    use rext4::format::fscrypt::{Context, KeySpec};
+    use rext4::{Caps, Creds};
+    require_fscrypt!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("k.img");
+    Image::ext4("256M").features("encrypt").build(&img);
+    kernel_writes_tree(&img);
+    let (kernel_nokey_view, _) = nokey_views(&img);
+    let kernel_with_keys = {
+        let m = KernelMount::ro(&img).expect("mount");
+        add_both_keys(m.path());
+        let w = walk_kernel(m.path());
+        m.unmount().unwrap();
+        w
+    };
+
+    // Without access times, so that the walks compare with the kernel's read-only mounts.
+    let opts = Options { writable: true, atime: rext4::AtimeMode::NoAtime, ..Options::default() };
+    let fs = Fs::open_with(&img, opts).unwrap();
+    let nokey = |fs: &Fs| {
+        let mut r = BTreeMap::new();
+        rext4_nokey(fs, fs.root(), "", &mut r);
+        r
+    };
+    assert_same_views("opened without keys", &kernel_nokey_view, &nokey(&fs));
+    let (v2, v1) = keys();
+    let (k2, k1) = (EncryptionKey::new(v2).unwrap(), EncryptionKey::v1(V1_DESC, v1).unwrap());
+    let (root, alice, bob) = (Creds::root(), Creds::user(1000, 1000, &[]), Creds::user(1001, 1001, &[]));
+    fn errno<T>(r: rext4::Result<T>) -> Result<(), i32> {
+        r.map(|_| ()).map_err(|e| e.errno())
+    }
+    assert_eq!(errno(fs.add_encryption_key(&alice, &k1)), Err(libc::EACCES), "v1 keys are root's");
+    fs.add_encryption_key(&root, &k1).unwrap();
+    fs.add_encryption_key(&alice, &k2).unwrap();
+    fs.add_encryption_key(&alice, &k2).unwrap();
+    let mut report = Report::default();
+    report.add(
+        "keys added while open vs kernel with keys",
+        diff_full("kernel", &kernel_with_keys, "rext4", &walk_rext4(&fs, None)),
+    );
+    report.finish();
+
+    // Claims: the key stays while a user who added it has not removed it.
+    fs.add_encryption_key(&bob, &k2).unwrap();
+    let st = fs.encryption_key_status(&alice, k2.spec()).unwrap();
+    assert_eq!((st.present, st.added_by_self, st.user_count), (true, true, 2));
+    assert!(!fs.encryption_key_status(&root, k2.spec()).unwrap().added_by_self);
+    assert_eq!(
+        errno(fs.remove_encryption_key(&root, k2.spec(), false)),
+        Err(libc::ENOKEY),
+        "root never added it"
+    );
+    assert_eq!(errno(fs.remove_encryption_key(&bob, k2.spec(), true)), Err(libc::EACCES));
+    assert_eq!(errno(fs.remove_encryption_key(&bob, k1.spec(), false)), Err(libc::EACCES), "v1 is root's");
+    assert!(fs.remove_encryption_key(&bob, k2.spec(), false).unwrap(), "alice still holds it");
+    assert_eq!(errno(fs.remove_encryption_key(&bob, k2.spec(), false)), Err(libc::ENOKEY));
+    let enc_file = fs.resolve("/enc/size-5000", true).unwrap();
+    let mut b = vec![0u8; 5000];
+    assert_eq!(fs.read(enc_file, 0, &mut b).unwrap(), 5000, "still readable");
+    assert!(!fs.remove_encryption_key(&alice, k2.spec(), false).unwrap());
+    assert!(!fs.remove_encryption_key(&root, k1.spec(), false).unwrap());
+    let st = fs.encryption_key_status(&alice, k2.spec()).unwrap();
+    assert_eq!((st.present, st.added_by_self, st.user_count), (false, false, 0));
+    // The inode read with the key a moment ago is without it now, as are all the others.
+    assert_eq!(errno(fs.read(enc_file, 0, &mut b)), Err(libc::ENOKEY));
+    assert_same_views("keys removed while open", &kernel_nokey_view, &nokey(&fs));
+    let enc = fs.resolve("/enc", true).unwrap();
+    assert_eq!(errno(fs.create(enc, b"new", 0o644, 0, 0)), Err(libc::ENOKEY));
+
+    // Policies set by a caller.
+    let plain = fs.resolve("/plain", true).unwrap();
+    let mine = fs.mkdir(fs.root(), b"alice", 0o755, 1000, 1000).unwrap().ino;
+    let policy = |key: &EncryptionKey, flags: u8| {
+        let head: &[u8] = match key.spec() {
+            KeySpec::Identifier(_) => &[2, 1, 4, flags, 0, 0, 0, 0],
+            KeySpec::Descriptor(_) => &[0, 1, 4, flags],
+        };
+        let id: Vec<u8> = (0..key.id_hex().len() / 2)
+            .map(|i| u8::from_str_radix(&key.id_hex()[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        Context::from_policy(&[head, &id].concat()).unwrap()
+    };
+    let p2 = policy(&k2, 3);
+    assert_eq!(errno(fs.set_encryption_policy_as(&alice, mine, &p2)), Err(libc::ENOKEY), "key not added");
+    assert_eq!(errno(fs.set_encryption_policy_as(&bob, mine, &p2)), Err(libc::EACCES), "not the owner");
+    fs.add_encryption_key(&alice, &k2).unwrap();
+    let mut bad = p2.clone();
+    bad.filenames_mode = 6;
+    assert_eq!(errno(fs.set_encryption_policy_as(&alice, mine, &bad)), Err(libc::EINVAL));
+    bad.filenames_mode = 10;
+    assert_eq!(errno(fs.set_encryption_policy_as(&alice, mine, &bad)), Err(libc::EOPNOTSUPP), "HCTR2");
+    assert_eq!(errno(fs.set_encryption_policy_as(&alice, plain, &p2)), Err(libc::EACCES), "root's directory");
+    assert_eq!(errno(fs.set_encryption_policy_as(&root, plain, &p2)), Err(libc::ENOTEMPTY), "FOWNER passes");
+    assert_eq!(errno(fs.encryption_policy(plain)), Err(libc::ENODATA));
+    fs.set_encryption_policy_as(&alice, mine, &p2).unwrap();
+    fs.set_encryption_policy_as(&alice, mine, &p2).unwrap();
+    assert_eq!(errno(fs.set_encryption_policy_as(&alice, mine, &policy(&k2, 0))), Err(libc::EEXIST));
+    assert_eq!(fs.encryption_policy(mine).unwrap().to_policy(), p2.to_policy());
+    let f = fs.create(mine, b"diary", 0o600, 1000, 1000).unwrap().ino;
+    fs.write(f, 0, &bytes(77, 10_000)).unwrap();
+    fs.mkdir(mine, b"sub", 0o700, 1000, 1000).unwrap();
+    assert_ne!(fs.encryption_nonce(mine).unwrap(), fs.encryption_nonce(f).unwrap());
+    // Another user's v2 policy is refused even with the key here; CAP_FOWNER passes.
+    let theirs = fs.mkdir(fs.root(), b"bob", 0o755, 1001, 1001).unwrap().ino;
+    assert_eq!(errno(fs.set_encryption_policy_as(&bob, theirs, &p2)), Err(libc::ENOKEY));
+    fs.set_encryption_policy_as(&bob.clone().with_caps(Caps::FOWNER), theirs, &p2).unwrap();
+    // The v1 key root adds again; a policy with it.
+    fs.add_encryption_key(&root, &k1).unwrap();
+    let v1dir = fs.mkdir(fs.root(), b"v1dir", 0o755, 0, 0).unwrap().ino;
+    fs.set_encryption_policy_as(&root, v1dir, &policy(&k1, 1)).unwrap();
+    let g = fs.create(v1dir, b"old-style", 0o644, 0, 0).unwrap().ino;
+    fs.write(g, 0, b"v1 contents").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    with_keys_matches_kernel_at(&img, "policies set by callers", "/alice/diary");
+    let (k, r) = nokey_views(&img);
+    assert_same_views("policies set by callers, without keys", &k, &r);
+}
