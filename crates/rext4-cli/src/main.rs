@@ -1,5 +1,6 @@
 //! `rext4`: read, inspect and copy out of ext4 images without mounting them.
-#![forbid(unsafe_code)]
+// One function may use `unsafe`: the ioctl of `key_cmd.rs`.
+#![deny(unsafe_code)]
 
 mod cp;
 mod cp_in;
@@ -9,6 +10,7 @@ mod file_contexts;
 mod fmt;
 mod imagepath;
 mod inspect;
+mod key_cmd;
 mod mkfs_cmd;
 mod mkfs_fit;
 mod mkfs_from;
@@ -52,6 +54,30 @@ struct Cli {
     /// A master key for v1 policies, named by its 16-hex-digit descriptor (`-o key_v1=`).
     #[arg(long = "key-v1", global = true, value_name = "DESCRIPTOR:FILE")]
     v1_keys: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Add the keys given with --key FILE / --key-v1 DESCRIPTOR:FILE to the mount holding
+    /// PATH; prints each key's identifier (v2) or descriptor (v1).
+    Add {
+        /// Print nothing.
+        #[arg(short = 'q')]
+        quiet: bool,
+        path: PathBuf,
+    },
+    /// Remove your claim to key ID (32 hex digits; a v1 descriptor, 16, as root) from the
+    /// mount holding PATH; with --all-users (root) the key itself.
+    Remove {
+        #[arg(long)]
+        all_users: bool,
+        path: PathBuf,
+        id: String,
+    },
+    /// Whether key ID is present on the mount holding PATH, and who added it.
+    Status { path: PathBuf, id: String },
+    /// The encryption policy of PATH, a file or directory on a rext4 mount.
+    Policy { path: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -144,12 +170,19 @@ enum Cmd {
         target: String,
     },
     /// Encrypt an empty directory under the first key given (`--key FILE`, or `--key-v1`), as
-    /// `fscryptctl set_policy` does: everything made in it afterwards is encrypted.
+    /// `fscryptctl set_policy` does: everything made in it afterwards is encrypted. TARGET is
+    /// `IMAGE:/dir`, or a directory on a rext4 mount (the key is added to the mount first).
     Encrypt {
         /// Names padded to this many bytes: 4, 8, 16 or 32.
         #[arg(long, default_value_t = 32)]
         padding: u8,
         target: String,
+    },
+    /// Encryption keys and policies on a mounted rext4 filesystem (`rext4 mount`), as
+    /// `fscryptctl` handles them on kernel ext4.
+    Key {
+        #[command(subcommand)]
+        action: KeyCmd,
     },
     /// Remove a file, or with -r a directory tree: `rext4 rm [-r] IMAGE:/path`.
     Rm {
@@ -309,6 +342,12 @@ fn main() -> ExitCode {
         Cmd::Chmod { mode, target } => modify::chmod(&mode, &target),
         Cmd::Mkdir { parents, target } => modify::mkdir(&target, parents),
         Cmd::Encrypt { padding, target } => modify::encrypt(&target, padding),
+        Cmd::Key { action } => match action {
+            KeyCmd::Add { quiet, path } => key_cmd::add(&path, &modify::given_keys(), quiet),
+            KeyCmd::Remove { all_users, path, id } => key_cmd::remove(&path, &id, all_users),
+            KeyCmd::Status { path, id } => key_cmd::status(&path, &id),
+            KeyCmd::Policy { path } => key_cmd::policy(&path),
+        },
         Cmd::Rm { recursive, target } => modify::rm(&target, recursive),
         Cmd::Mv { from, to } => modify::mv(&from, &to),
         Cmd::Fstrim { image, minimum } => modify::fstrim(&image, &minimum),

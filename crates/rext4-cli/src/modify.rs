@@ -120,11 +120,19 @@ pub(crate) fn mkdir(target: &str, parents: bool) -> CliResult {
     })
 }
 
+/// The keys `--key` and `--key-v1` gave.
+pub(crate) fn given_keys() -> Vec<rext4::EncryptionKey> {
+    OPEN_ARGS.get().map(|(_, keys)| keys.clone()).unwrap_or_default()
+}
+
 /// `rext4 --key FILE encrypt [--padding N] IMAGE:/dir`: the first key given becomes the empty
-/// directory's.
+/// directory's. A target that is a directory here is one on a mount (key_cmd.rs).
 pub(crate) fn encrypt(target: &str, padding: u8) -> CliResult {
     let key = OPEN_ARGS.get().and_then(|(_, keys)| keys.first().cloned());
     let Some(key) = key else { return Err("encrypt: give the key with --key FILE (or --key-v1)".into()) };
+    if std::path::Path::new(target).is_dir() {
+        return crate::key_cmd::encrypt(std::path::Path::new(target), &key, padding);
+    }
     with_rw(target, |fs, p| {
         fs.resolve(&p.path, true)
             .and_then(|ino| fs.set_encryption_policy(ino, &key, padding))

@@ -79,6 +79,9 @@ pub(crate) struct Shared {
     pub killpriv: std::sync::atomic::AtomicBool,
     /// Whether directories open without a request (`FUSE_NO_OPENDIR_SUPPORT`, init.rs).
     pub no_opendir: std::sync::atomic::AtomicBool,
+    /// Whether the kernel takes `FUSE_NOTIFY_INC_EPOCH` (ABI 7.44, Linux 6.16), by which a
+    /// key's coming or going drops every cached name (fscrypt.rs).
+    pub epoch_notify: std::sync::atomic::AtomicBool,
     /// Messages to the kernel about its caches (set once, when the session exists).
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
 }
@@ -217,10 +220,21 @@ impl Adapter {
     /// How long the kernel may keep a name of directory `parent`: not at all where the
     /// directory is casefolded. Its cache keys names by their bytes, so `Foo` and `foo` would
     /// be two entries there for one on the disk: a removal through one would leave the other,
-    /// and a negative `foo` would hide a `Foo` created after it.
+    /// and a negative `foo` would hide a `Foo` created after it. Nor in an encrypted
+    /// directory where the kernel cannot be told to drop every name when a key comes or goes
+    /// (no `FUSE_NOTIFY_INC_EPOCH`, fscrypt.rs): a no-key name would outlive the key's coming.
     pub(crate) fn entry_ttl(&self, parent: INodeNo) -> Duration {
         match ino_of(parent) {
             Ok(p) if self.fs().folds_names(p) => Duration::ZERO,
+            Ok(p)
+                if !self.shared.epoch_notify.load(std::sync::atomic::Ordering::Relaxed)
+                    && self
+                        .fs()
+                        .getattr(p)
+                        .is_ok_and(|a| a.flags & rext4::format::inode::ENCRYPT_FL != 0) =>
+            {
+                Duration::ZERO
+            }
             _ => TTL,
         }
     }
@@ -283,6 +297,9 @@ impl Filesystem for Adapter {
         // File handles (`name_to_handle_at`/`open_by_handle_at`, NFS export) of nodes the
         // kernel has forgotten: it looks them up as "." (and a directory's parent as "..").
         let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
+        let abi = config.kernel_abi();
+        let epoch = (abi.0, abi.1) >= (7, 44);
+        self.shared.epoch_notify.store(epoch, std::sync::atomic::Ordering::Relaxed);
         let no_opendir = crate::init::zero_message_opendir(config, self.shared.opts.locks);
         self.shared.no_opendir.store(no_opendir, std::sync::atomic::Ordering::Relaxed);
         let locks = InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS;
@@ -961,9 +978,15 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.guard_as(req, "ioctl", || match self.do_ioctl(req.uid(), ino, cmd, in_data) {
-            Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
-            Err(e) => reply.error(e),
+        self.guard_as(req, "ioctl", || {
+            let creds = rext4::Creds::user(req.uid(), req.gid(), &[]);
+            let r = self
+                .fscrypt_ioctl(&creds, ino, cmd, in_data)
+                .unwrap_or_else(|| self.do_ioctl(req.uid(), ino, cmd, in_data));
+            match r {
+                Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
+                Err(e) => reply.error(e),
+            }
         });
     }
 

@@ -96,6 +96,15 @@ impl LookupCounts {
         all
     }
 
+    /// Every inode with a count, as the table holds them now.
+    pub(crate) fn keys(&self) -> Vec<u64> {
+        let mut all = Vec::new();
+        for s in self.shards.iter() {
+            all.extend(s.lock().keys().copied());
+        }
+        all
+    }
+
     /// Number of inodes with a nonzero count.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -23,6 +23,7 @@ mod bdi;
 mod bind;
 mod diagnose;
 mod errno;
+pub mod fscrypt;
 mod handles;
 mod init;
 mod ioctl;
@@ -86,6 +87,7 @@ impl Mount {
             lock_owners: Default::default(),
             killpriv: Default::default(),
             no_opendir: Default::default(),
+            epoch_notify: Default::default(),
             notifier: Default::default(),
         });
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;

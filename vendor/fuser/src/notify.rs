@@ -104,6 +104,18 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_DELETE, &notif)
     }
 
+    /// Invalidate every directory entry the kernel has cached, positive and negative: each is
+    /// looked up again at its next use (`FUSE_NOTIFY_INC_EPOCH`, Linux 6.16 and later;
+    /// older kernels refuse it with `EINVAL`).
+    /// # Errors
+    /// Returns an error if the kernel rejects the notification.
+    pub fn inc_epoch(&self) -> io::Result<()> {
+        self.send(
+            notify_code::FUSE_NOTIFY_INC_EPOCH,
+            &Notification::new_bare(),
+        )
+    }
+
     #[allow(unused)]
     fn send_inval(&self, code: notify_code, notification: &Notification<'_>) -> io::Result<()> {
         match self.send(code, notification) {

@@ -31,7 +31,7 @@ fn is_mounted(mp: &Path) -> bool {
 }
 
 /// Waits until no process holds the image's lock (the daemon has committed and exited).
-fn wait_unlocked(img: &Path) {
+pub(crate) fn wait_unlocked(img: &Path) {
     let t = Instant::now();
     loop {
         let f = File::open(img).unwrap();
@@ -43,7 +43,7 @@ fn wait_unlocked(img: &Path) {
     }
 }
 
-fn umount(mp: &Path) {
+pub(crate) fn umount(mp: &Path) {
     let o = Command::new("umount").arg(mp).output().unwrap();
     assert!(o.status.success(), "umount: {}", String::from_utf8_lossy(&o.stderr));
 }

@@ -73,6 +73,11 @@ impl EncryptionKey {
         }
     }
 
+    /// The key's bytes, to hand to a mounted filesystem (`rext4 key add`).
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
     /// How policies name this key: its identifier (v2) or descriptor (v1).
     pub fn spec(&self) -> KeySpec {
         self.spec

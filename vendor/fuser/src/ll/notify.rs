@@ -34,6 +34,11 @@ pub(crate) enum Notification<'a> {
 }
 
 impl<'a> Notification<'a> {
+    /// A notification of its code alone.
+    pub(crate) fn new_bare() -> Self {
+        Self::Bare(SmallVec::new())
+    }
+
     pub(crate) fn with_iovec<F: FnOnce(&[IoSlice<'_>]) -> T, T>(
         &self,
         code: abi::fuse_notify_code,
