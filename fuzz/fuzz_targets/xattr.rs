@@ -1,8 +1,10 @@
 //! Extended attribute areas (block or in-inode): entry iteration, value slices, the block
-//! checksum, name prefixes and POSIX ACL conversions.
+//! checksum, name prefixes and POSIX ACL conversions; encryption contexts (the attribute
+//! `c`) and the policies users hand the mount's ioctls.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rext4_format::fscrypt::Context;
 use rext4_format::xattr::{self as fx, XattrIter};
 
 fuzz_target!(|data: &[u8]| {
@@ -40,4 +42,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(fx::acl_disk_to_xattr(&d).as_deref(), Some(&x[..]));
     }
     let _ = fx::acl_xattr_to_disk(area);
+    if let Ok(c) = Context::parse(area) {
+        assert_eq!(c.to_bytes(), area, "a context parses only at its exact size");
+        let _ = c.policy_valid(u32::from(sel % 20));
+        let _ = c.encrypted_len(usize::from(sel), 255);
+    }
+    if let Ok(p) = Context::from_policy(area) {
+        let again = Context::from_policy(&p.to_policy()).expect("a policy converts back");
+        assert_eq!(again, p);
+        let _ = p.policy_valid(u32::from(sel % 20));
+    }
 });

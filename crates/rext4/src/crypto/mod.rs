@@ -31,10 +31,12 @@
 //!    read before the keys are looked up, is kept with them). A caller that caches names or
 //!    contents as shown (the FUSE kernel's) is told of key changes by whoever changed them.
 //! 4. Every change to a file's contents enters through `regular_file` (data/write.rs), which
-//!    computes the file's [`InodeCrypt`] (refusing the change without the key): the writes
+//!    computes the file's [`InodeCrypt`] (refusing the change without the key), and checks
+//!    again once it holds the file's `op_lock` ([`FsInner::contents_key_held`]): the writes
 //!    below it, which may hold the record's lock, tell an encrypted file by it being set
-//!    (invariant 2; a key removed meanwhile leaves a state without the key there, and the
-//!    write fails with `ENOKEY`, never writes plaintext). Encrypted files take no delayed allocation and no inline data, and the
+//!    (invariant 2) and use its keys. A key removed while a writer holds the `op_lock` stays
+//!    with the file until the writer lets go ([`FsInner::inode_crypt`] derives no keyless
+//!    state for it meanwhile), so no write fails half done, after its blocks were mapped. Encrypted files take no delayed allocation and no inline data, and the
 //!    page cache keeps none of their blocks.
 
 pub(crate) mod contents;
@@ -153,6 +155,19 @@ impl FsInner {
             _ => (None, None),
         };
         let c = Arc::new(InodeCrypt { ctx, names, contents, ino: inode.ino.0, generation });
+        // A file whose key went keeps it while a writer holds its `op_lock` (invariant 4):
+        // the write goes on with the key it was let in with, as the kernel keeps a removed
+        // key for files in use. The lock is held while the state is stored, so no writer
+        // takes it in between.
+        let old = inode.crypt.load_full();
+        if c.contents.is_none() && old.as_ref().is_some_and(|o| o.contents.is_some()) {
+            let Some(_writers) = inode.op_lock.try_lock() else {
+                // Checked by the `if` just above.
+                return Ok(old.expect("a state with a key"));
+            };
+            inode.crypt.store(Some(c.clone()));
+            return Ok(c);
+        }
         // A racing call computed the same, or for another generation, which the next call
         // notices; either is kept.
         inode.crypt.store(Some(c.clone()));
@@ -161,6 +176,15 @@ impl FsInner {
 }
 
 impl FsInner {
+    /// `ENOKEY` unless regular file `inode`, if encrypted, has its contents key: checked by
+    /// writers once they hold its `op_lock`, under which the key stays (invariant 4).
+    pub(crate) fn contents_key_held(&self, inode: &Inode) -> Result<()> {
+        if inode.flags() & ENCRYPT_FL != 0 && self.inode_crypt(inode)?.contents.is_none() {
+            return Err(Error::NoKey);
+        }
+        Ok(())
+    }
+
     /// `ENOKEY` if `dir` is encrypted and its key is not here (`fscrypt_require_key`).
     pub(crate) fn require_key(&self, dir: &Inode) -> Result<()> {
         if dir.flags() & ENCRYPT_FL != 0 && !self.inode_crypt(dir)?.has_key() {

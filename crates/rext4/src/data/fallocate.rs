@@ -76,6 +76,7 @@ impl FsInner {
         }
         let keep = mode & FALLOC_FL_KEEP_SIZE != 0;
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        self.contents_key_held(&inode)?;
         // Every mode edits the map: dirty pages over it are written back first.
         self.writeback_locked(&inode)?;
         let bs = u64::from(self.sbi.block_size);

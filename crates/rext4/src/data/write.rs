@@ -533,6 +533,7 @@ impl FsInner {
             return Ok((offset.unwrap_or_else(|| inode.size()), 0));
         }
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        self.contents_key_held(&inode)?;
         let offset = offset.unwrap_or_else(|| inode.size());
         let len = self.may_write(&inode, offset, data.len() as u64)?;
         let data = &data[..usize_from(len)];
@@ -615,6 +616,7 @@ impl FsInner {
             return self.write_at(ino, Some(offset), &buf).map(|(_, n)| n as u64);
         }
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        self.contents_key_held(&inode)?;
         let len = self.may_write(&inode, offset, len)?;
         if inode.flags() & INLINE_DATA_FL != 0 {
             self.inline_to_blocks(&journal, &inode)?;
@@ -766,6 +768,7 @@ impl FsInner {
             return Err(Error::FileTooBig);
         }
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
+        self.contents_key_held(&inode)?;
         // The map changes: no dirty page may stay over it (the kernel's `auto_da_alloc` writes
         // back a file truncated to nothing, too).
         self.writeback_locked(&inode)?;

@@ -765,3 +765,108 @@ fn keys_added_and_removed_while_open() {
     let (k, r) = nokey_views(&img);
     assert_same_views("policies set by callers, without keys", &k, &r);
 }
+
+/// A key removed and added again and again while writers and readers work on encrypted
+/// files: every write either fails whole with `ENOKEY` before it changes anything, or
+/// lands whole; every read returns the file's bytes or `ENOKEY`, never other bytes; the image
+/// stays e2fsck-clean and the kernel reads each file as the last successful writes left it.
+#[test]
+fn keys_come_and_go_under_writers_and_readers() {
+    use rext4::Creds;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    require_fscrypt!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("race.img");
+    Image::ext4("128M").features("encrypt").build(&img);
+    let (v2, _) = keys();
+    let key = EncryptionKey::new(v2).unwrap();
+    let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
+    fs.add_encryption_key(&Creds::root(), &key).unwrap();
+    let enc = fs.mkdir(fs.root(), b"enc", 0o755, 0, 0).unwrap().ino;
+    fs.set_encryption_policy(enc, &key, 32).unwrap();
+    const BLOCK: usize = 4096;
+    const BLOCKS: u64 = 16;
+    let files: Vec<InodeNo> =
+        (0..2).map(|i| fs.create(enc, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino).collect();
+    // Block b of a file holds a generation g written whole: 4096 bytes of (b, g) pairs.
+    let block_of = |b: u64, g: u8| -> Vec<u8> { [b as u8, g].repeat(BLOCK / 2) };
+    let stop = AtomicBool::new(false);
+    let models: Vec<std::sync::Mutex<Vec<u8>>> =
+        files.iter().map(|_| std::sync::Mutex::new(vec![0u8; BLOCKS as usize])).collect();
+    let (mut writes, mut refused) = (0u64, 0u64);
+    let (fs_ref, key_ref, block_of) = (&fs, &key, &block_of);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..300 {
+                let _ = fs_ref.remove_encryption_key(&Creds::root(), key_ref.spec(), true);
+                std::thread::yield_now();
+                fs_ref.add_encryption_key(&Creds::root(), key_ref).unwrap();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        for (i, &f) in files.iter().enumerate() {
+            let (stop, models, fs) = (&stop, &models, fs_ref);
+            s.spawn(move || {
+                let mut buf = vec![0u8; BLOCK];
+                let mut rng = Rng::new(i as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let b = rng.next_u64() % BLOCKS;
+                    match fs.read(f, b * BLOCK as u64, &mut buf) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            let g = models[i].lock().unwrap()[b as usize];
+                            let (pair, got) = (&buf[..2], &buf[..n]);
+                            assert!(
+                                got.iter().all(|&x| x == 0)
+                                    || pair[0] == b as u8 && got == &block_of(b, pair[1])[..n],
+                                "file {i} block {b}: neither zeros nor a whole generation (model {g})"
+                            );
+                        }
+                        Err(e) => assert_eq!(e.errno(), libc::ENOKEY, "read: {e}"),
+                    }
+                }
+            });
+        }
+        let mut rng = Rng::new(99);
+        while !stop.load(Ordering::Relaxed) {
+            let i = (rng.next_u64() % 2) as usize;
+            let b = rng.next_u64() % BLOCKS;
+            let mut model = models[i].lock().unwrap();
+            let g = model[b as usize].wrapping_add(1).max(1);
+            match fs.write(files[i], b * BLOCK as u64, &block_of(b, g)) {
+                Ok(n) => {
+                    assert_eq!(n, BLOCK);
+                    model[b as usize] = g;
+                    writes += 1;
+                }
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ENOKEY, "write: {e}");
+                    refused += 1;
+                }
+            }
+        }
+    });
+    assert!(writes > 50 && refused > 0, "{writes} writes, {refused} refused: the race was run");
+    let want: Vec<Vec<u8>> = models
+        .iter()
+        .map(|m| {
+            let m = m.lock().unwrap();
+            let last = m.iter().rposition(|&g| g != 0).map_or(0, |p| p + 1);
+            (0..last)
+                .flat_map(|b| if m[b] == 0 { vec![0; BLOCK] } else { block_of(b as u64, m[b]) })
+                .collect()
+        })
+        .collect();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let m = KernelMount::ro(&img).expect("mount");
+    fscrypt_add_key(m.path(), &keys().0, None);
+    for (i, w) in want.iter().enumerate() {
+        assert!(
+            std::fs::read(m.path().join(format!("enc/f{i}"))).unwrap() == *w,
+            "file {i} as the kernel reads it"
+        );
+    }
+}
