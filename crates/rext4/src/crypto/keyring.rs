@@ -6,8 +6,9 @@
 //!
 //! As in the kernel, a v2 key is held by the users who added it: each removal by a user
 //! takes that user's claim, and the key goes with the last one (or at once, for all users,
-//! with `CAP_SYS_ADMIN`). v1 keys, and keys given at open ([`crate::Options::encryption_keys`]),
-//! belong to no user: adding and removing them takes `CAP_SYS_ADMIN`. A key that goes is gone
+//! with `CAP_SYS_ADMIN`). v1 keys belong to no user: adding and removing them takes
+//! `CAP_SYS_ADMIN`. Keys given at open ([`crate::Options::encryption_keys`]) stay, whatever
+//! claims users add and take, until a removal for all users. A key that goes is gone
 //! for every inode at once, open files included (the kernel keeps it for files still open
 //! and reports the removal incomplete; here nothing of a removed key stays).
 
@@ -58,7 +59,7 @@ impl Fs {
     /// Removes the caller's claim on the key `spec` names, or with `all_users` the key itself
     /// (`FS_IOC_REMOVE_ENCRYPTION_KEY` / `_ALL_USERS`; the latter, and any v1 key, take
     /// `CAP_SYS_ADMIN`: `EACCES`). `ENOKEY` if the key is not here or the caller never added
-    /// it. `Ok(true)` when other users still hold it, so it stays.
+    /// it. `Ok(true)` when it stays: other users still hold it, or it was given at open.
     pub fn remove_encryption_key(&self, creds: &Creds, spec: KeySpec, all_users: bool) -> Result<bool> {
         self.require_encrypt()?;
         let v1 = matches!(spec, KeySpec::Descriptor(_));

@@ -127,9 +127,11 @@ fn identifier(raw: &[u8]) -> [u8; KEY_IDENTIFIER_SIZE] {
 struct MasterKey {
     raw: Arc<Vec<u8>>,
     /// The users who added it (the kernel's `mk_users`): v2 keys added through
-    /// [`crate::Fs::add_encryption_key`]. Keys given at open and v1 keys belong to no user;
-    /// only a removal for all users takes them away.
+    /// [`crate::Fs::add_encryption_key`]. v1 keys belong to no user.
     users: BTreeSet<u32>,
+    /// Given at open ([`crate::Options::encryption_keys`]): users' claims come and go, the
+    /// key stays until a removal for all users.
+    pinned: bool,
 }
 
 /// The master keys of an open filesystem: those given at open, and those added and removed
@@ -159,7 +161,10 @@ impl Keyring {
     pub(crate) fn new(keys: &[EncryptionKey]) -> Keyring {
         let keys = keys
             .iter()
-            .map(|k| (k.spec, MasterKey { raw: Arc::new(k.raw.clone()), users: BTreeSet::new() }))
+            .map(|k| {
+                let mk = MasterKey { raw: Arc::new(k.raw.clone()), users: BTreeSet::new(), pinned: true };
+                (k.spec, mk)
+            })
             .collect();
         Keyring { keys: RwLock::new(keys), generation: AtomicU64::new(0) }
     }
@@ -189,7 +194,7 @@ impl Keyring {
             }
             None => {
                 let users = user.into_iter().collect();
-                keys.insert(key.spec, MasterKey { raw: Arc::new(key.raw.clone()), users });
+                keys.insert(key.spec, MasterKey { raw: Arc::new(key.raw.clone()), users, pinned: false });
                 true
             }
         };
@@ -202,7 +207,8 @@ impl Keyring {
 
     /// Takes `user`'s claim on the key `spec` names, or with `None` every claim and the key
     /// (`FS_IOC_REMOVE_ENCRYPTION_KEY` and its `_ALL_USERS` form). `ENOKEY` if it is not here
-    /// or `user` never added it; `Ok(true)` if other users still hold it.
+    /// or `user` never added it; `Ok(true)` if it stays (other users hold it, or it was
+    /// given at open).
     pub(crate) fn remove(&self, spec: &KeySpec, user: Option<u32>) -> Result<bool> {
         let mut keys = self.keys.write();
         let mk = keys.get_mut(spec).ok_or(Error::NoKey)?;
@@ -210,7 +216,7 @@ impl Keyring {
             if !mk.users.remove(&uid) {
                 return Err(Error::NoKey);
             }
-            if !mk.users.is_empty() {
+            if !mk.users.is_empty() || mk.pinned {
                 return Ok(true);
             }
         }

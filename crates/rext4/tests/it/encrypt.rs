@@ -870,3 +870,28 @@ fn keys_come_and_go_under_writers_and_readers() {
         );
     }
 }
+
+/// A key given at open belongs to no user: a user's claim on it comes and goes and the key
+/// stays; only a removal for all users (root) takes it.
+#[test]
+fn keys_given_at_open_stay_until_removed_for_all_users() {
+    use rext4::Creds;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("o.img");
+    Image::ext4("32M").features("encrypt").build(&img);
+    let fs = Fs::open_with(&img, with_keys(true)).unwrap();
+    let (v2, _) = keys();
+    let k = EncryptionKey::new(v2).unwrap();
+    let user = Creds::user(1000, 1000, &[]);
+    let st = fs.encryption_key_status(&user, k.spec()).unwrap();
+    assert_eq!((st.present, st.added_by_self, st.user_count), (true, false, 0));
+    assert_eq!(fs.remove_encryption_key(&user, k.spec(), false).map_err(|e| e.errno()), Err(libc::ENOKEY));
+    fs.add_encryption_key(&user, &k).unwrap();
+    assert!(fs.remove_encryption_key(&user, k.spec(), false).unwrap(), "the key stays");
+    assert!(fs.encryption_key_status(&user, k.spec()).unwrap().present);
+    assert!(!fs.remove_encryption_key(&Creds::root(), k.spec(), true).unwrap());
+    assert!(!fs.encryption_key_status(&user, k.spec()).unwrap().present);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
