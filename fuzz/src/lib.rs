@@ -729,3 +729,105 @@ pub fn mkfs_options(data: &[u8]) {
         }
     }
 }
+
+/// A filesystem and its external journal device as a crash leaves them: made by `Fs::format`
+/// and `Fs::format_journal_device` (1 KiB blocks), changed through the journal (transactions
+/// committed, not all checkpointed), copied while open. Made once per process.
+pub struct JournalBase {
+    pub image: Vec<u8>,
+    pub journal: Vec<u8>,
+}
+
+/// Where each process writes the journal device a run opens (the open takes a path).
+fn journal_file() -> &'static std::path::PathBuf {
+    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = if Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+        dir.join(format!("rext4-fuzz-journal-{}", std::process::id()))
+    })
+}
+
+/// The crash image and journal device every `journal_device` run corrupts.
+pub fn journal_base() -> &'static JournalBase {
+    static BASE: OnceLock<JournalBase> = OnceLock::new();
+    BASE.get_or_init(|| {
+        let uuid = *b"rext4-fuzz-jdev!";
+        let fmt = rext4::FormatOptions {
+            block_size: Some(1024),
+            uuid: Some(uuid),
+            hash_seed: Some(uuid),
+            time: Some(1_700_000_000),
+            ..rext4::FormatOptions::default()
+        };
+        let jdev = MemDevice::new(vec![0; 2 << 20]);
+        Fs::format_journal_device(&jdev, &fmt).expect("journal device");
+        let fs_uuid = *b"rext4-fuzz-fsimg";
+        let fs_fmt = rext4::FormatOptions {
+            uuid: Some(fs_uuid),
+            hash_seed: Some(fs_uuid),
+            journal_device: Some(rext4::JournalDeviceRef { uuid, dev_number: 0 }),
+            ..fmt
+        };
+        let img = MemDevice::new(vec![0; 4 << 20]);
+        Fs::format(&img, &fs_fmt).expect("filesystem with an external journal");
+        Fs::add_journal_user(&jdev, fs_uuid).expect("journal user");
+        std::fs::write(journal_file(), jdev.snapshot()).expect("journal device file");
+        let img = Arc::new(MemDevice::new(img.snapshot()));
+        let opts = Options { writable: true, journal_path: Some(journal_file().clone()), ..base_options() };
+        let fs = Fs::from_device(img.clone(), opts).expect("open with the journal device");
+        change(&fs);
+        let _ = fs.sync();
+        let root = fs.root();
+        for i in 0..20u32 {
+            if let Ok(a) = fs.create(root, format!("late{i}").as_bytes(), 0o644, 0, 0) {
+                let _ = fs.write(a.ino, 0, &[i as u8; 3000]);
+            }
+            let _ = fs.sync();
+        }
+        // The crash: both devices as they are now, the filesystem still open.
+        let base =
+            JournalBase { image: img.snapshot(), journal: std::fs::read(journal_file()).expect("journal") };
+        drop(fs);
+        base
+    })
+}
+
+/// The input of `journal_device`, decoded: byte 0 says whether to open writable (bit 0);
+/// then 5-byte records `[block: u16 LE][offset in block: u16 LE][xor]`, the block counted in
+/// the journal device (its first 64 blocks: superblocks and the log's start) unless its top
+/// bit is set, when it counts in the filesystem's first 16 blocks (superblock, descriptors).
+pub fn patched_journal(data: &[u8]) -> Option<(Vec<u8>, Vec<u8>, bool)> {
+    let (&sel, rest) = data.split_first()?;
+    let base = journal_base();
+    let (mut img, mut journal) = (base.image.clone(), base.journal.clone());
+    for r in rest.chunks_exact(5).take(64) {
+        let blk = u16::from_le_bytes([r[0], r[1]]);
+        let off = usize::from(u16::from_le_bytes([r[2], r[3]])) % 1024;
+        let x = if r[4] == 0 { 0xFF } else { r[4] };
+        if blk & 0x8000 != 0 {
+            let at = (usize::from(blk & 15) * 1024 + off) % img.len();
+            img[at] ^= x;
+        } else {
+            let at = (usize::from(blk % 64) * 1024 + off) % journal.len();
+            journal[at] ^= x;
+        }
+    }
+    Some((img, journal, sel & 1 != 0))
+}
+
+/// Opens `img` with `journal` as its journal device, walks it, and when `writable` changes
+/// and unmounts it. Errors are fine; panics and hangs are the fuzzer's to see.
+pub fn open_with_journal(img: Vec<u8>, journal: &[u8], writable: bool) {
+    if std::fs::write(journal_file(), journal).is_err() {
+        return;
+    }
+    let opts = Options { writable, journal_path: Some(journal_file().clone()), ..base_options() };
+    if let Ok(fs) = Fs::from_device(Arc::new(MemDevice::new(img)), opts) {
+        walk(&fs);
+        if writable {
+            change(&fs);
+            let _ = fs.sync();
+            let _ = fs.unmount();
+        }
+    }
+}
