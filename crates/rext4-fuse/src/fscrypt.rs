@@ -291,3 +291,87 @@ impl Adapter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapter::{Shared, TTL};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// The numbers fscrypt's header gives (`include/uapi/linux/fscrypt.h`), which `ioc`
+    /// must reproduce for the commands answered under them and the ones refused.
+    #[test]
+    fn numbers_are_the_kernels() {
+        assert_eq!(REMOVE_KEY, 0xC040_6618);
+        assert_eq!(REMOVE_KEY_ALL_USERS, 0xC040_6619);
+        assert_eq!(GET_KEY_STATUS, 0xC080_661A);
+        assert_eq!(GET_NONCE, 0x8010_661B);
+        assert_eq!(KERNEL_ADD_KEY, 0xC050_6617);
+        assert_eq!(KERNEL_SET_POLICY, 0x800C_6613);
+        assert_eq!(KERNEL_GET_POLICY_EX, 0xC009_6616);
+        assert_eq!(KERNEL_GET_POLICY, 0x400C_6615);
+        // rext4's own differ from every kernel number in direction or size.
+        for ours in [ADD_KEY, SET_POLICY, GET_POLICY_EX] {
+            assert!(
+                ![KERNEL_ADD_KEY, KERNEL_SET_POLICY, KERNEL_GET_POLICY_EX, KERNEL_GET_POLICY].contains(&ours)
+            );
+        }
+        assert_eq!((ADD_KEY >> 16) & 0x3fff, 144);
+    }
+
+    #[test]
+    fn key_specifiers_round_trip_and_are_checked() {
+        for spec in [KeySpec::Identifier([7; 16]), KeySpec::Descriptor([9; 8])] {
+            assert_eq!(parse_key_spec(&key_spec_bytes(spec)), Ok(spec));
+        }
+        let mut b = key_spec_bytes(KeySpec::Identifier([7; 16]));
+        b[4] = 1;
+        assert_eq!(parse_key_spec(&b), Err(Errno::EINVAL), "reserved word");
+        b[4] = 0;
+        b[0] = 3;
+        assert_eq!(parse_key_spec(&b), Err(Errno::EINVAL), "unknown type");
+        assert_eq!(parse_key_spec(&b[..39]), Err(Errno::EINVAL), "short");
+        let arg = add_key_arg(&[5; 32], Some(*b"abcdefgh"));
+        assert_eq!(arg.len(), 144);
+        assert_eq!(parse_key_spec(&arg), Ok(KeySpec::Descriptor(*b"abcdefgh")));
+        assert_eq!(word(&arg, 40), Ok(32));
+        assert_eq!(&arg[80..112], &[5; 32]);
+    }
+
+    /// Where the kernel cannot be told to drop every cached name, names in encrypted
+    /// directories get no cache time; elsewhere, and with the notice, they keep the usual.
+    #[test]
+    fn names_in_encrypted_directories_are_not_cached_without_the_epoch_notice() {
+        let dev = Arc::new(rext4::dev::MemDevice::new(vec![0; 8 << 20]));
+        let fmt = rext4::FormatOptions { features: "encrypt".into(), ..Default::default() };
+        rext4::Fs::format(dev.as_ref(), &fmt).unwrap();
+        let key = EncryptionKey::new(vec![3; 64]).unwrap();
+        let opts =
+            rext4::Options { writable: true, encryption_keys: vec![key.clone()], ..Default::default() };
+        let fs = rext4::Fs::from_device(dev, opts).unwrap();
+        let enc = fs.mkdir(fs.root(), b"enc", 0o755, 0, 0).unwrap().ino;
+        fs.set_encryption_policy(enc, &key, 32).unwrap();
+        let plain = fs.mkdir(fs.root(), b"plain", 0o755, 0, 0).unwrap().ino;
+        let behavior = fs.error_behavior();
+        let shared = Arc::new(Shared {
+            fs,
+            lookups: Default::default(),
+            handles: Default::default(),
+            policy: crate::errno::ErrorPolicy::new(behavior),
+            opts: Default::default(),
+            acls: Default::default(),
+            lock_owners: Default::default(),
+            killpriv: Default::default(),
+            no_opendir: Default::default(),
+            epoch_notify: Default::default(),
+            notifier: Default::default(),
+        });
+        let a = Adapter { shared };
+        assert_eq!(a.entry_ttl(fuse_ino(enc)), Duration::ZERO);
+        assert_eq!(a.entry_ttl(fuse_ino(plain)), TTL);
+        a.shared.epoch_notify.store(true, Ordering::Relaxed);
+        assert_eq!(a.entry_ttl(fuse_ino(enc)), TTL);
+    }
+}
