@@ -4,7 +4,10 @@
 //! `s_journal_uuid` names; the journal superblock is the block after it, and jbd2's block
 //! numbers are the device's own (`jbd2_journal_bmap` maps them one to one). The device is
 //! given by path ([`crate::Options::journal_path`], the kernel's `journal_path=`): the device
-//! number the superblock records (`s_journal_dev`) means nothing to an image file.
+//! number the superblock records (`s_journal_dev`) means nothing to an image file, and is not
+//! followed where it could mean something: the kernel's mount finds the device by it, but an
+//! image is untrusted here, and its number would have rext4 open a block device of the host
+//! that the image chose.
 //!
 //! What the filesystem's device and the journal's each get: commits write the log to the
 //! journal's device and flush both before the commit block (ordered data lives on the
