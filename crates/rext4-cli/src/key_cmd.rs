@@ -163,8 +163,8 @@ pub(crate) fn policy(path: &Path) -> CliResult {
 }
 
 /// `rext4 --key FILE encrypt [--padding N] PATH` on a mount: adds the key (the kernel wants
-/// a v2 key added by whoever sets a policy naming it), then sets the policy on the empty
-/// directory PATH.
+/// a v2 key added by whoever sets a policy naming it; a v1 key where the caller may add it),
+/// then sets the policy on the empty directory PATH.
 pub(crate) fn encrypt(path: &Path, key: &EncryptionKey, padding: u8) -> CliResult {
     let flags = match padding {
         4 => 0,
@@ -173,7 +173,12 @@ pub(crate) fn encrypt(path: &Path, key: &EncryptionKey, padding: u8) -> CliResul
         32 => 3,
         _ => return Err("--padding is 4, 8, 16 or 32".into()),
     };
-    add_one(path, key)?;
+    match (add_one(path, key), key.spec()) {
+        (Ok(()), _) => {}
+        // A v1 policy needs no key to be set, and only root adds v1 keys.
+        (Err(_), KeySpec::Descriptor(_)) => {}
+        (Err(e), KeySpec::Identifier(_)) => return Err(e),
+    }
     let mut arg = [0u8; rext4::format::fscrypt::POLICY_V2_SIZE];
     match key.spec() {
         KeySpec::Identifier(id) => {

@@ -182,6 +182,18 @@ fn keys_and_policies_through_a_mount() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
+    // A v1 policy is set without its key, which only root may add.
+    let v1dir = mp.join("nobody-v1");
+    std::fs::create_dir(&v1dir).unwrap();
+    std::os::unix::fs::chown(&v1dir, Some(65534), Some(65534)).unwrap();
+    let v1_arg = format!("0123456789abcdef:{}", files[2]);
+    assert!(failed_with(&rext4_as_nobody(&["--key-v1", &v1_arg, "key", "add", mps]), "denied"));
+    ok(rext4_as_nobody(&["--key-v1", &v1_arg, "encrypt", v1dir.to_str().unwrap()]));
+    let policy = ok(rext4_as_nobody(&["key", "policy", v1dir.to_str().unwrap()]));
+    assert!(
+        policy.contains("Policy version: 1") && policy.contains("descriptor: 0123456789abcdef"),
+        "{policy}"
+    );
     let theirs = mp.join("roots");
     std::fs::create_dir(&theirs).unwrap();
     assert!(failed_with(
