@@ -87,6 +87,23 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The state of a connection that has served nothing yet.
+    pub(crate) fn new(fs: Fs, policy: ErrorPolicy, opts: MountOptions) -> Shared {
+        Shared {
+            fs,
+            lookups: Default::default(),
+            handles: Default::default(),
+            policy,
+            opts,
+            acls: Default::default(),
+            lock_owners: Default::default(),
+            killpriv: Default::default(),
+            no_opendir: Default::default(),
+            epoch_notify: Default::default(),
+            notifier: Default::default(),
+        }
+    }
+
     /// Releases every inode the kernel still knew (at unmount, when no forget will come).
     pub(crate) fn release_all(&self) {
         for ino in self.lookups.drain() {

@@ -355,20 +355,8 @@ mod tests {
         fs.set_encryption_policy(enc, &key, 32).unwrap();
         let plain = fs.mkdir(fs.root(), b"plain", 0o755, 0, 0).unwrap().ino;
         let behavior = fs.error_behavior();
-        let shared = Arc::new(Shared {
-            fs,
-            lookups: Default::default(),
-            handles: Default::default(),
-            policy: crate::errno::ErrorPolicy::new(behavior),
-            opts: Default::default(),
-            acls: Default::default(),
-            lock_owners: Default::default(),
-            killpriv: Default::default(),
-            no_opendir: Default::default(),
-            epoch_notify: Default::default(),
-            notifier: Default::default(),
-        });
-        let a = Adapter { shared };
+        let policy = crate::errno::ErrorPolicy::new(behavior);
+        let a = Adapter { shared: Arc::new(Shared::new(fs, policy, Default::default())) };
         assert_eq!(a.entry_ttl(fuse_ino(enc)), Duration::ZERO);
         assert_eq!(a.entry_ttl(fuse_ino(plain)), TTL);
         a.shared.epoch_notify.store(true, Ordering::Relaxed);

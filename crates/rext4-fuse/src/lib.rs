@@ -77,19 +77,7 @@ impl Mount {
         }
         // The engine's setting (the superblock's, or `errors=` through `engine_options`).
         let behavior = fs.error_behavior();
-        let shared = Arc::new(Shared {
-            fs,
-            lookups: Default::default(),
-            handles: Default::default(),
-            policy: ErrorPolicy::new(behavior),
-            opts: opts.clone(),
-            acls: Default::default(),
-            lock_owners: Default::default(),
-            killpriv: Default::default(),
-            no_opendir: Default::default(),
-            epoch_notify: Default::default(),
-            notifier: Default::default(),
-        });
+        let shared = Arc::new(Shared::new(fs, ErrorPolicy::new(behavior), opts.clone()));
         let session = Session::new(Adapter { shared: shared.clone() }, mountpoint, &fuser_config(opts))?;
         // Cannot fail: set once, here, before any request is served.
         let _ = shared.notifier.set(session.notifier());
