@@ -14,7 +14,8 @@
 //!
 //! The kernel's caches hold what a key decides (names in its dentry cache and cached
 //! listings, contents in its page cache, a symlink's size and target): after a key comes or
-//! goes they are dropped ([`Adapter::keys_changed`]) before the ioctl returns.
+//! goes names, attributes and listings are dropped before the ioctl returns, pages just after
+//! ([`Adapter::keys_changed`]).
 
 use crate::adapter::{ino_of, Adapter, R};
 use crate::attr::fuse_ino;
