@@ -2,7 +2,8 @@
 //! filesystem, through the ioctls its daemon answers (rext4-fuse's `fscrypt` module). The
 //! kernel's own numbers of `FS_IOC_ADD_ENCRYPTION_KEY`, `_SET_ENCRYPTION_POLICY` and
 //! `_GET_ENCRYPTION_POLICY_EX` cannot carry their arguments through FUSE, so `fscryptctl`
-//! cannot do these three there; its `remove_key` and `key_status` work as they are.
+//! cannot do these three there; its `remove_key` and `key_status` send numbers the daemon
+//! answers.
 
 use crate::CliResult;
 use rext4::format::fscrypt::{Context, KeySpec};

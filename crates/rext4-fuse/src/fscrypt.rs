@@ -3,8 +3,8 @@
 //!
 //! FUSE passes a filesystem's ioctls on "restricted": the kernel copies in and out exactly
 //! what the command's number says (`_IOC_DIR`, `_IOC_SIZE`), and no more. Four of fscrypt's
-//! commands fit that and are answered under their own numbers, so `fscryptctl remove_key`,
-//! `key_status` and the nonce query work on the mount as they do on ext4. Three do not:
+//! commands fit that and are answered under their own numbers (those `fscryptctl
+//! remove_key` and `key_status` send), as ext4 answers them. Three do not:
 //! `FS_IOC_ADD_ENCRYPTION_KEY` puts the key after the structure its number sizes,
 //! `FS_IOC_SET_ENCRYPTION_POLICY` is numbered as a read of a v1 policy, and
 //! `FS_IOC_GET_ENCRYPTION_POLICY_EX` sizes only its header. For those the daemon takes the
