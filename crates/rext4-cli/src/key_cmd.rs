@@ -57,10 +57,16 @@ fn parse_spec(id: &str) -> CliResult<KeySpec> {
 
 /// `rext4 --key FILE key add PATH`: adds the keys given to the mounted filesystem holding
 /// PATH; prints each one's identifier (v2) or descriptor (v1), as `fscryptctl add_key` does.
+/// Without `--key`, a v2 key's raw bytes are read from standard input, as `fscryptctl
+/// add_key` reads them.
 pub(crate) fn add(path: &Path, keys: &[EncryptionKey], quiet: bool) -> CliResult {
-    if keys.is_empty() {
-        return Err("key add: give the key with --key FILE (or --key-v1 DESCRIPTOR:FILE)".into());
-    }
+    let from_stdin;
+    let keys = if keys.is_empty() {
+        from_stdin = [stdin_key()?];
+        &from_stdin[..]
+    } else {
+        keys
+    };
     for k in keys {
         add_one(path, k)?;
         if !quiet {
@@ -68,6 +74,22 @@ pub(crate) fn add(path: &Path, keys: &[EncryptionKey], quiet: bool) -> CliResult
         }
     }
     Ok(())
+}
+
+/// A v2 key's raw bytes from standard input (not a terminal).
+fn stdin_key() -> CliResult<EncryptionKey> {
+    use std::io::{IsTerminal, Read};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(
+            "key add: give the key with --key FILE (or --key-v1 DESCRIPTOR:FILE), or on standard input"
+                .into(),
+        );
+    }
+    let mut raw = Vec::new();
+    // One byte past the largest key, to tell a longer input from a key.
+    stdin.lock().take(abi::MAX_KEY as u64 + 1).read_to_end(&mut raw).map_err(|e| format!("key add: {e}"))?;
+    EncryptionKey::new(raw).map_err(|e| format!("key add: the key on standard input: {e}"))
 }
 
 fn add_one(path: &Path, key: &EncryptionKey) -> CliResult {

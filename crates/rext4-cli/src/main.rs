@@ -58,8 +58,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum KeyCmd {
-    /// Add the keys given with --key FILE / --key-v1 DESCRIPTOR:FILE to the mount holding
-    /// PATH; prints each key's identifier (v2) or descriptor (v1).
+    /// Add the keys given with --key FILE / --key-v1 DESCRIPTOR:FILE (or a v2 key's raw bytes
+    /// on standard input) to the mount holding PATH; prints each key's identifier (v2) or
+    /// descriptor (v1).
     Add {
         /// Print nothing.
         #[arg(short = 'q')]

@@ -153,6 +153,21 @@ fn keys_and_policies_through_a_mount() {
     assert_eq!(std::fs::read(kenc.join(&kernel_nokey[0])).unwrap_err().raw_os_error(), Some(libc::ENOKEY));
     // The key added through the mount: the tree shows as the kernel shows it with the key.
     assert_eq!(ok(rext4(&["--key", &files[0], "key", "add", mps])).trim(), id0);
+    // The key on standard input, as fscryptctl takes it: the same identifier; 65 bytes refused.
+    let piped = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rext4"))
+            .args(["key", "add", mps])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(bytes).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    assert_eq!(ok(piped(&keys[0])).trim(), id0);
+    assert!(failed_with(&piped(&[1; 65]), "16 to 64 bytes"));
     assert_eq!(std::fs::read_to_string(kenc.join("file-7")).unwrap(), "kernel file 7");
     assert_eq!(names(&kenc).len(), 20);
     assert!(names(&kenc).contains(&"file-19".to_string()));
