@@ -21,6 +21,7 @@ use sha2::Sha512;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use zeroize::Zeroizing;
 
 const HKDF_CONTEXT_KEY_IDENTIFIER: u8 = 1;
 const HKDF_CONTEXT_PER_FILE_ENC_KEY: u8 = 2;
@@ -34,7 +35,8 @@ const MAX_KEY: usize = 64;
 /// `fscryptctl add_key` hands the kernel. Its bytes are never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct EncryptionKey {
-    raw: Vec<u8>,
+    /// Wiped when dropped, as every copy of a key's bytes here is.
+    raw: Zeroizing<Vec<u8>>,
     spec: KeySpec,
 }
 
@@ -42,6 +44,7 @@ impl EncryptionKey {
     /// A key for v2 policies (the default of `fscrypt` and `fscryptctl`), 16 to 64 bytes;
     /// found by its identifier.
     pub fn new(raw: Vec<u8>) -> Result<EncryptionKey> {
+        let raw = Zeroizing::new(raw);
         check_size(&raw)?;
         let id = identifier(&raw);
         Ok(EncryptionKey { raw, spec: KeySpec::Identifier(id) })
@@ -49,6 +52,7 @@ impl EncryptionKey {
 
     /// A key for v1 policies, which name it by an 8-byte descriptor of the user's choosing.
     pub fn v1(descriptor: [u8; KEY_DESCRIPTOR_SIZE], raw: Vec<u8>) -> Result<EncryptionKey> {
+        let raw = Zeroizing::new(raw);
         check_size(&raw)?;
         Ok(EncryptionKey { raw, spec: KeySpec::Descriptor(descriptor) })
     }
@@ -125,7 +129,8 @@ fn identifier(raw: &[u8]) -> [u8; KEY_IDENTIFIER_SIZE] {
 
 /// A master key on the keyring and who added it.
 struct MasterKey {
-    raw: Arc<Vec<u8>>,
+    /// Wiped when the last holder drops it (its removal, or a derivation that read it).
+    raw: Arc<Zeroizing<Vec<u8>>>,
     /// The users who added it (the kernel's `mk_users`): v2 keys added through
     /// [`crate::Fs::add_encryption_key`]. v1 keys belong to no user.
     users: BTreeSet<u32>,
@@ -233,9 +238,9 @@ impl Keyring {
 
     /// The key of one file of policy `ctx`, if its master key was given: its size is the
     /// mode's (64 bytes for AES-256-XTS contents, 32 for AES-256-CTS names).
-    fn file_key(&self, ctx: &Context, uuid: &[u8; 16], mode: u8, size: usize) -> Option<Vec<u8>> {
+    fn file_key(&self, ctx: &Context, uuid: &[u8; 16], mode: u8, size: usize) -> Option<Zeroizing<Vec<u8>>> {
         let raw = self.keys.read().get(&ctx.key)?.raw.clone();
-        let mut key = vec![0u8; size];
+        let mut key = Zeroizing::new(vec![0u8; size]);
         match ctx.key {
             KeySpec::Identifier(_) if ctx.flags & FLAG_IV_INO_LBLK_64 != 0 => {
                 hkdf_expand(&raw, HKDF_CONTEXT_IV_INO_LBLK_64_KEY, &[&[mode], uuid], &mut key);
