@@ -8,9 +8,10 @@
 //! takes that user's claim, and the key goes with the last one (or at once, for all users,
 //! with `CAP_SYS_ADMIN`). v1 keys belong to no user: adding and removing them takes
 //! `CAP_SYS_ADMIN`. Keys given at open ([`crate::Options::encryption_keys`]) stay, whatever
-//! claims users add and take, until a removal for all users. A key that goes is gone
-//! for every inode at once, open files included (the kernel keeps it for files still open
-//! and reports the removal incomplete; here nothing of a removed key stays).
+//! claims users add and take, until a removal for all users. A key that goes is gone for
+//! every inode once the writes in flight on it end (crypto/mod.rs, invariant 4), open files
+//! included: the kernel keeps it for files still open and reports the removal incomplete;
+//! here nothing of a removed key stays, and its bytes are wiped.
 
 use crate::crypto::EncryptionKey;
 use crate::error::{Error, Result};
