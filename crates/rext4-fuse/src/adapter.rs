@@ -1099,11 +1099,17 @@ impl Adapter {
     /// the attributes (a negative offset): no page is touched, so the kernel takes no lock a
     /// request in flight could hold.
     pub(crate) fn attributes_changed(&self, ino: INodeNo) {
+        self.invalidate(ino, -1);
+    }
+
+    /// Drops the kernel's cached attributes of `ino` and, from byte `offset` on (none where
+    /// negative), its pages: a file's data, a directory's cached listing.
+    pub(crate) fn invalidate(&self, ino: INodeNo, offset: i64) {
         if let Some(n) = self.shared.notifier.get() {
-            if let Err(e) = n.inval_inode(ino, -1, 0) {
+            if let Err(e) = n.inval_inode(ino, offset, 0) {
                 // The kernel may have forgotten the inode meanwhile (ENOENT): nothing cached.
                 if e.raw_os_error() != Some(libc::ENOENT) {
-                    crate::log(&format!("invalidating inode {}'s attributes: {e}", ino.0));
+                    crate::log(&format!("invalidating inode {}: {e}", ino.0));
                 }
             }
         }

@@ -268,7 +268,7 @@ impl Adapter {
                 continue;
             }
             if a.kind == rext4::FileType::Directory {
-                self.invalidate(n, fuse_ino(e), 0);
+                self.invalidate(fuse_ino(e), 0);
             } else {
                 self.attributes_changed(fuse_ino(e));
                 pages.push(fuse_ino(e));
@@ -281,14 +281,6 @@ impl Adapter {
                     let _ = n.inval_inode(ino, 0, 0);
                 }
             });
-        }
-    }
-
-    fn invalidate(&self, n: &fuser::Notifier, ino: INodeNo, offset: i64) {
-        if let Err(e) = n.inval_inode(ino, offset, 0) {
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                crate::log(&format!("fscrypt: invalidating inode {}: {e}", ino.0));
-            }
         }
     }
 }

@@ -15,7 +15,7 @@
 
 use crate::crypto::EncryptionKey;
 use crate::error::{Error, Result};
-use crate::fs::Fs;
+use crate::fs::{Fs, FsInner};
 use crate::vfs::creds::{Caps, Creds};
 use rext4_format::features::Incompat;
 use rext4_format::fscrypt::{Context, KeySpec, NONCE_SIZE};
@@ -33,21 +33,23 @@ pub struct KeyStatus {
     pub user_count: u32,
 }
 
-impl Fs {
+impl FsInner {
     /// `EOPNOTSUPP` on an image without the `encrypt` feature, as ext4's ioctls answer.
     pub(crate) fn require_encrypt(&self) -> Result<()> {
-        if !self.inner.sbi.sb.incompat().contains(Incompat::ENCRYPT) {
+        if !self.sbi.sb.incompat().contains(Incompat::ENCRYPT) {
             return Err(Error::NotSupported("encryption on an image without the encrypt feature".into()));
         }
         Ok(())
     }
+}
 
+impl Fs {
     /// Adds master key `key` for caller `creds` (`FS_IOC_ADD_ENCRYPTION_KEY`): names, contents
     /// and targets under policies naming it read and write from now on. A v2 key records the
     /// caller among its users (adding it again is no change); a v1 key takes
     /// `CAP_SYS_ADMIN` (`EACCES`).
     pub fn add_encryption_key(&self, creds: &Creds, key: &EncryptionKey) -> Result<()> {
-        self.require_encrypt()?;
+        self.inner.require_encrypt()?;
         let user = match key.spec() {
             KeySpec::Identifier(_) => Some(creds.uid),
             KeySpec::Descriptor(_) if creds.has(Caps::SYS_ADMIN) => None,
@@ -62,7 +64,7 @@ impl Fs {
     /// `CAP_SYS_ADMIN`: `EACCES`). `ENOKEY` if the key is not here or the caller never added
     /// it. `Ok(true)` when it stays: other users still hold it, or it was given at open.
     pub fn remove_encryption_key(&self, creds: &Creds, spec: KeySpec, all_users: bool) -> Result<bool> {
-        self.require_encrypt()?;
+        self.inner.require_encrypt()?;
         let v1 = matches!(spec, KeySpec::Descriptor(_));
         if (all_users || v1) && !creds.has(Caps::SYS_ADMIN) {
             return Err(Error::AccessDenied);
@@ -74,7 +76,7 @@ impl Fs {
     /// Whether the key `spec` names is here, and who added it
     /// (`FS_IOC_GET_ENCRYPTION_KEY_STATUS`).
     pub fn encryption_key_status(&self, creds: &Creds, spec: KeySpec) -> Result<KeyStatus> {
-        self.require_encrypt()?;
+        self.inner.require_encrypt()?;
         Ok(match self.inner.keyring.status(&spec) {
             None => KeyStatus { present: false, added_by_self: false, user_count: 0 },
             Some(users) => KeyStatus {
@@ -88,7 +90,7 @@ impl Fs {
     /// The context of encrypted inode `ino`; `ENODATA` if it is not encrypted, `EINVAL` if
     /// its context is not one the kernel knows.
     fn encryption_context(&self, ino: InodeNo) -> Result<Context> {
-        self.require_encrypt()?;
+        self.inner.require_encrypt()?;
         let inode = self.inner.iget_by_number(ino)?;
         if inode.flags() & ENCRYPT_FL == 0 {
             return Err(Error::NoData);
@@ -122,7 +124,7 @@ impl Fs {
     /// a policy the kernel refuses and `EOPNOTSUPP` for one it takes that this engine cannot
     /// encrypt with (modes other than AES-256-XTS and -CTS, `DIRECT_KEY`, `IV_INO_LBLK_32`).
     pub fn set_encryption_policy_as(&self, creds: &Creds, dir: InodeNo, policy: &Context) -> Result<()> {
-        self.require_encrypt()?;
+        self.inner.require_encrypt()?;
         let owner = self.getattr(dir)?.uid;
         if creds.uid != owner && !creds.has(Caps::FOWNER) {
             return Err(Error::AccessDenied);

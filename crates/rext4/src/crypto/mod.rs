@@ -36,8 +36,9 @@
 //!    below it, which may hold the record's lock, tell an encrypted file by it being set
 //!    (invariant 2) and use its keys. A key removed while a writer holds the `op_lock` stays
 //!    with the file until the writer lets go ([`FsInner::inode_crypt`] derives no keyless
-//!    state for it meanwhile), so no write fails half done, after its blocks were mapped. Encrypted files take no delayed allocation and no inline data, and the
-//!    page cache keeps none of their blocks.
+//!    state for it meanwhile), so no write fails half done, after its blocks were mapped.
+//!    Encrypted files take no delayed allocation and no inline data, and the page cache
+//!    keeps none of their blocks.
 
 pub(crate) mod contents;
 pub(crate) mod fname;
@@ -177,9 +178,11 @@ impl FsInner {
 
 impl FsInner {
     /// `ENOKEY` unless regular file `inode`, if encrypted, has its contents key: checked by
-    /// writers once they hold its `op_lock`, under which the key stays (invariant 4).
+    /// writers once they hold its `op_lock`, under which the key stays (invariant 4). Only an
+    /// encrypted file has a state here, set by `regular_file` before (invariant 2), so the
+    /// others' writes pay one atomic load and take no record lock.
     pub(crate) fn contents_key_held(&self, inode: &Inode) -> Result<()> {
-        if inode.flags() & ENCRYPT_FL != 0 && self.inode_crypt(inode)?.contents.is_none() {
+        if inode.crypt.load().is_some() && self.inode_crypt(inode)?.contents.is_none() {
             return Err(Error::NoKey);
         }
         Ok(())

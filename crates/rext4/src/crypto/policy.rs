@@ -5,7 +5,6 @@
 use crate::crypto::EncryptionKey;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsInner};
-use rext4_format::features::Incompat;
 use rext4_format::fscrypt::{Context, KeySpec, MODE_AES_256_CTS, MODE_AES_256_XTS};
 use rext4_format::inode::ENCRYPT_FL;
 use rext4_format::InodeNo;
@@ -19,9 +18,7 @@ impl FsInner {
     /// is no change, another `EEXIST`), then `ENOTDIR`, `ENOTEMPTY`, and the policy itself.
     /// Who may set it is the caller's to check (crypto/keyring.rs).
     pub(crate) fn set_encryption_policy(&self, ino: InodeNo, policy: &Context) -> Result<()> {
-        if !self.sbi.sb.incompat().contains(Incompat::ENCRYPT) {
-            return Err(Error::NotSupported("encryption on an image without the encrypt feature".into()));
-        }
+        self.require_encrypt()?;
         let journal = self.journal()?.clone();
         let inode = self.iget_by_number(ino)?;
         let _op = self.stats.lock(crate::fs::stats::LockClass::OpLock, &inode.op_lock);
@@ -79,8 +76,8 @@ impl Fs {
             key: key.spec(),
             nonce: [0; 16],
         };
+        self.inner.require_encrypt()?;
         // A v2 policy only with its key present (`fscrypt_verify_key_added`).
-        self.require_encrypt()?;
         if matches!(policy.key, KeySpec::Identifier(_)) && !self.inner.keyring.has(&policy.key) {
             return Err(Error::NoKey);
         }
