@@ -35,6 +35,7 @@ mod source;
 mod spec;
 mod tools;
 mod tree;
+mod vm;
 mod walk;
 
 pub use checks::{concurrent_walks, readdir_resume, unlink_all};
@@ -56,4 +57,5 @@ pub use source::{check_fixture, mutated_source_tree, source_tree, SourceTree};
 pub use spec::{paths, TreeSpec};
 pub use tools::{debugfs_write, find_tool, is_root, tool};
 pub use tree::{generate, mutate, name_of_len, vfs_acl};
+pub use vm::{vm_run, why_no_vm, VmRun};
 pub use walk::{show, walk_kernel, walk_rext4, Kind, Rec, Walk};

@@ -1,8 +1,9 @@
 //! Casefolded directories written and read by rext4: names found by their folded form, kept
 //! as created, refused where another case of them exists; indexed directories hashed by the
 //! folded form (e2fsck checks every hash); strict encoding; `chattr +F` and its inheritance;
-//! directories e2fsprogs indexed. The kernel here has no `CONFIG_UNICODE` (it cannot mount
-//! `casefold` images), so e2fsprogs is the oracle.
+//! directories e2fsprogs indexed. The host's kernel has no `CONFIG_UNICODE` (it cannot mount
+//! `casefold` images), so e2fsprogs is the oracle here; kernel.rs compares with a kernel
+//! booted in a VM.
 
 use rext4::format::inode::{CASEFOLD_FL, INDEX_FL, INLINE_DATA_FL};
 use rext4::{Error, Fs, InodeNo, Options};
@@ -96,7 +97,7 @@ fn names_are_found_by_their_folded_form_and_kept_as_created() {
 
 /// Names of many scripts and cases: enough to index the directory several levels of leaves
 /// deep, whose hashes e2fsck recomputes from the folded names.
-fn many_names(n: usize) -> Vec<String> {
+pub(super) fn many_names(n: usize) -> Vec<String> {
     let stems = ["Straße", "ÅNGSTRÖM", "Ωmega", "İstanbul", "ﬃx", "Ǆemal", "한국어", "Ꭰ", "file"];
     (0..n)
         .map(|i| format!("{}-{i:05}-{}", stems[i % stems.len()], ["", "Ä", "e\u{301}", "\u{200D}z"][i % 4]))

@@ -2,3 +2,4 @@
 
 mod dirs;
 mod folding;
+mod kernel;
