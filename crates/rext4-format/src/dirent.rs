@@ -57,6 +57,20 @@ pub const fn rec_len_for(name_len: usize) -> usize {
     (HEADER_SIZE + name_len + 3) & !3
 }
 
+/// Bytes an entry of a directory that is both encrypted and casefolded carries after its
+/// (4-byte aligned) name: the name's hash, major then minor, little-endian (the kernel's
+/// `ext4_dir_entry_hash`), which only the key can compute. Such a directory's entries take
+/// [`rec_len_for`] plus this, `.` and `..` excepted.
+pub const HASH_LEN: usize = 8;
+
+/// The hash stored after the name of the entry at `off` of `area` (a directory with
+/// [`HASH_LEN`]), whose name is `name_len` bytes; `None` if it would lie past `area`.
+pub fn stored_hash(area: &[u8], off: usize, name_len: usize) -> Option<(u32, u32)> {
+    let at = off.checked_add(rec_len_for(name_len))?;
+    let b = area.get(at..at.checked_add(HASH_LEN)?)?;
+    Some((u32::from_le_bytes([b[0], b[1], b[2], b[3]]), u32::from_le_bytes([b[4], b[5], b[6], b[7]])))
+}
+
 /// Decodes an on-disk `rec_len`. Blocks of 64 KiB cannot express their own size in 16 bits, so
 /// 0 and 0xFFFF mean "the whole block" and the low two bits carry bits 16-17.
 #[inline]
@@ -240,24 +254,30 @@ impl NameKey<'_> {
 /// whole leaf this way (the name is absent), a remove half of one.
 #[inline]
 pub fn probe(area: &[u8], block_size: u32, name: &[u8], need: Option<usize>) -> (Option<Hit>, Option<Room>) {
-    probe_key(area, block_size, NameKey::Exact(name), need)
+    probe_key(area, block_size, NameKey::Exact(name), need, 0)
 }
 
-/// [`probe`] for the name `key` stands for.
+/// [`probe`] for the name `key` stands for; `extra` is what every live entry carries past its
+/// name ([`HASH_LEN`] in a directory that stores hashes, else 0), which room must not take.
 #[inline]
 pub fn probe_key(
     area: &[u8],
     block_size: u32,
     key: NameKey<'_>,
     need: Option<usize>,
+    extra: usize,
 ) -> (Option<Hit>, Option<Room>) {
     // Two copies of the loop, so that the 64 KiB `rec_len` encoding costs no branch per entry.
     let other = |entry: &[u8]| key.matches_folded(entry);
     match (key, block_size < 65536) {
-        (NameKey::Exact(name), true) => probe_in::<false, false>(area, block_size, name, need, other),
-        (NameKey::Exact(name), false) => probe_in::<true, false>(area, block_size, name, need, other),
-        (NameKey::Folded { name, .. }, true) => probe_in::<false, true>(area, block_size, name, need, other),
-        (NameKey::Folded { name, .. }, false) => probe_in::<true, true>(area, block_size, name, need, other),
+        (NameKey::Exact(name), true) => probe_in::<false, false>(area, block_size, name, need, extra, other),
+        (NameKey::Exact(name), false) => probe_in::<true, false>(area, block_size, name, need, extra, other),
+        (NameKey::Folded { name, .. }, true) => {
+            probe_in::<false, true>(area, block_size, name, need, extra, other)
+        }
+        (NameKey::Folded { name, .. }, false) => {
+            probe_in::<true, true>(area, block_size, name, need, extra, other)
+        }
     }
 }
 
@@ -267,6 +287,7 @@ fn probe_in<const BIG: bool, const FOLDED: bool>(
     block_size: u32,
     name: &[u8],
     need: Option<usize>,
+    extra: usize,
     // With `FOLDED`, whether an entry name other than `name`'s bytes matches it.
     also: impl Fn(&[u8]) -> bool,
 ) -> (Option<Hit>, Option<Room>) {
@@ -287,18 +308,18 @@ fn probe_in<const BIG: bool, const FOLDED: bool>(
             let n = &area[pos + HEADER_SIZE..pos + HEADER_SIZE + name_len];
             if n.len() == name.len() && n.last() == name.last() && n == name || FOLDED && also(n) {
                 let prev = (prev != NONE).then_some(prev);
-                let room = (room != NONE).then(|| room_of(header(room), room));
+                let room = (room != NONE).then(|| room_of(header(room), room, extra));
                 return (Some(Hit { prev, offset: pos, rec_len, inode }), room);
             }
         }
-        if want_room && rec_len >= in_use(inode, name_len) + need {
+        if want_room && rec_len >= in_use(inode, name_len, extra) + need {
             room = pos;
             want_room = false;
         }
         prev = pos;
         pos += rec_len;
     }
-    (None, (room != NONE).then(|| room_of(header(room), room)))
+    (None, (room != NONE).then(|| room_of(header(room), room, extra)))
 }
 
 /// `(inode, rec_len, name_len)` of the header at `pos` (which must lie inside `area`), in one
@@ -321,18 +342,20 @@ pub fn header_at(area: &[u8], pos: usize, block_size: u32) -> Option<(u32, usize
     (pos.checked_add(HEADER_SIZE)? <= area.len()).then(|| read_header::<true>(area, pos, block_size))
 }
 
-/// Bytes of its `rec_len` an entry uses: none if unused (inode 0), else its header and name.
-pub fn in_use(inode: u32, name_len: usize) -> usize {
+/// Bytes of its `rec_len` an entry uses: none if unused (inode 0), else its header and name,
+/// and `extra` after them (see [`probe_key`]).
+pub fn in_use(inode: u32, name_len: usize, extra: usize) -> usize {
     if inode == 0 {
         0
     } else {
-        rec_len_for(name_len)
+        rec_len_for(name_len) + extra
     }
 }
 
-/// The [`Room`] the entry at `pos` with header `(inode, rec_len, name_len)` describes.
-pub fn room_of((inode, rec_len, name_len): (u32, usize, usize), pos: usize) -> Room {
-    (pos, rec_len, in_use(inode, name_len), inode)
+/// The [`Room`] the entry at `pos` with header `(inode, rec_len, name_len)` describes
+/// (`extra`: see [`probe_key`]).
+pub fn room_of((inode, rec_len, name_len): (u32, usize, usize), pos: usize, extra: usize) -> Room {
+    (pos, rec_len, in_use(inode, name_len, extra), inode)
 }
 
 /// The tail of a leaf block, if the block ends with a well-formed one.
@@ -416,7 +439,13 @@ mod tests {
     }
 
     /// `probe` by way of the iterator: the definition it must match.
-    fn probe_by_iter(area: &[u8], bs: u32, name: &[u8], need: Option<usize>) -> (Option<Hit>, Option<Room>) {
+    fn probe_by_iter(
+        area: &[u8],
+        bs: u32,
+        name: &[u8],
+        need: Option<usize>,
+        extra: usize,
+    ) -> (Option<Hit>, Option<Room>) {
         let mut prev = None;
         let mut room = None;
         for e in DirBlockIter::new(area, bs).map_while(|e| e.ok()) {
@@ -425,7 +454,7 @@ mod tests {
                 return (Some(hit), room);
             }
             if let (Some(need), None) = (need, room) {
-                let used = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) };
+                let used = if e.inode == 0 { 0 } else { rec_len_for(e.name.len()) + extra };
                 room = (e.rec_len as usize >= used + need).then_some((
                     e.offset,
                     e.rec_len as usize,
@@ -490,8 +519,10 @@ mod tests {
                     _ => b"zz".to_vec(),
                 };
                 let need = [None, Some(12), Some(rec_len_for(name.len())), Some(300)][rnd(4) as usize];
-                let got = probe(&b, bs, &name, need);
-                assert_eq!(got, probe_by_iter(&b, bs, &name, need), "round {round}");
+                // Every other round as a directory whose entries carry their hashes.
+                let extra = if round % 2 == 0 { 0 } else { HASH_LEN };
+                let got = probe_key(&b, bs, NameKey::Exact(&name), need, extra);
+                assert_eq!(got, probe_by_iter(&b, bs, &name, need, extra), "round {round}");
                 hits += usize::from(got.0.is_some());
             }
         }

@@ -62,6 +62,11 @@ pub enum ContextError {
 }
 
 impl Context {
+    /// Whether this is a v2 context (its key named by identifier).
+    pub fn is_v2(&self) -> bool {
+        matches!(self.key, KeySpec::Identifier(_))
+    }
+
     /// Parses a context attribute's value. Sizes must be exact, as the kernel requires.
     pub fn parse(v: &[u8]) -> Result<Context, ContextError> {
         let (key, nonce_at, unit) = match (v.first(), v.len()) {

@@ -34,6 +34,7 @@ const MODULES: &[&str] = &[
     "virtio_pci_legacy_dev",
     "virtio_pci",
     "virtio_blk",
+    "ecb",
     "xts",
     "cts",
     "sha512_generic",

@@ -215,6 +215,11 @@ impl FsInner {
         }
         let crypt = self.inode_crypt(dir)?;
         if crypt.has_key() {
+            // In a casefolded directory another case of a name is that name: the entry
+            // found by its folded form (crypto/dirhash.rs).
+            if want == NameUse::Find && self.hash_in_dirent(dir) {
+                return self.find_hashed(dir, &crypt, name).map(Cow::Owned);
+            }
             return crypt.encrypt_name(name, 255).map(Cow::Owned);
         }
         if want == NameUse::Make {

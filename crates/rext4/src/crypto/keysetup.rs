@@ -26,6 +26,7 @@ use zeroize::Zeroizing;
 const HKDF_CONTEXT_KEY_IDENTIFIER: u8 = 1;
 const HKDF_CONTEXT_PER_FILE_ENC_KEY: u8 = 2;
 const HKDF_CONTEXT_IV_INO_LBLK_64_KEY: u8 = 4;
+const HKDF_CONTEXT_DIRHASH_KEY: u8 = 5;
 
 /// Master keys are 16 to 64 bytes (`FSCRYPT_MIN_KEY_SIZE`, `FSCRYPT_MAX_KEY_SIZE`).
 const MIN_KEY: usize = 16;
@@ -261,6 +262,17 @@ impl Keyring {
                 }
             }
         }
+        Some(key)
+    }
+
+    /// The SipHash key of a casefolded directory of v2 policy `ctx` (HKDF with context 5 and
+    /// the directory's nonce, `fscrypt_derive_dirhash_key`), if its master key is here; v1
+    /// policies have none (the kernel refuses them on casefolded directories).
+    pub(crate) fn dirhash_key(&self, ctx: &Context) -> Option<Zeroizing<[u8; 16]>> {
+        let KeySpec::Identifier(_) = ctx.key else { return None };
+        let raw = self.keys.read().get(&ctx.key)?.raw.clone();
+        let mut key = Zeroizing::new([0u8; 16]);
+        hkdf_expand(&raw, HKDF_CONTEXT_DIRHASH_KEY, &[&ctx.nonce], &mut key[..]);
         Some(key)
     }
 

@@ -41,6 +41,7 @@
 //!    keeps none of their blocks.
 
 pub(crate) mod contents;
+pub(crate) mod dirhash;
 pub(crate) mod fname;
 pub(crate) mod keyring;
 pub(crate) mod keysetup;
@@ -55,7 +56,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use aes::cipher::KeyInit;
 use rext4_format::fscrypt::Context;
-use rext4_format::inode::{ENCRYPT_FL, S_IFDIR, S_IFLNK, S_IFREG};
+use rext4_format::inode::{CASEFOLD_FL, ENCRYPT_FL, S_IFDIR, S_IFLNK, S_IFREG};
 use std::sync::Arc;
 
 /// What a new inode in an encrypted directory takes: its name's on-disk form (none for an
@@ -94,6 +95,9 @@ pub(crate) struct InodeCrypt {
     pub names: Option<NamesCipher>,
     /// With the key: the contents cipher of a regular file.
     pub contents: Option<ContentsCipher>,
+    /// With the key: a casefolded directory's SipHash key for the hashes its entries carry
+    /// (crypto/dirhash.rs).
+    pub dirhash: Option<zeroize::Zeroizing<[u8; 16]>>,
     /// The inode's number, which `IV_INO_LBLK_64` policies put in every IV.
     pub ino: u32,
     /// The keyring's generation when the keys were derived (invariant 3).
@@ -146,16 +150,26 @@ impl FsInner {
         let uuid = self.sbi.sb.s_uuid;
         // A data unit larger than the block is no policy the kernel sets.
         let bits = self.sbi.block_size.trailing_zeros();
-        let usable = ctx
-            .as_ref()
-            .filter(|c| keysetup::policy_supported(c) && u32::from(c.log2_data_unit_size) <= bits);
         let kind = inode.with_disk(|d| d.file_type());
+        // A v1 policy on a casefolded directory is none the kernel uses: as without the key.
+        let v1_folded = kind == S_IFDIR && inode.flags() & CASEFOLD_FL != 0;
+        let usable = ctx.as_ref().filter(|c| {
+            keysetup::policy_supported(c)
+                && u32::from(c.log2_data_unit_size) <= bits
+                && (c.is_v2() || !v1_folded)
+        });
         let (names, contents) = match usable {
             Some(c) if kind == S_IFDIR || kind == S_IFLNK => (self.keyring.names_cipher(c, &uuid), None),
             Some(c) if kind == S_IFREG => (None, self.keyring.contents_cipher(c, &uuid)),
             _ => (None, None),
         };
-        let c = Arc::new(InodeCrypt { ctx, names, contents, ino: inode.ino.0, generation });
+        let dirhash = match usable {
+            Some(c) if kind == S_IFDIR && inode.flags() & CASEFOLD_FL != 0 && names.is_some() => {
+                self.keyring.dirhash_key(c)
+            }
+            _ => None,
+        };
+        let c = Arc::new(InodeCrypt { ctx, names, contents, dirhash, ino: inode.ino.0, generation });
         // A file whose key went keeps it while a writer holds its `op_lock` (invariant 4):
         // the write goes on with the key it was let in with, as the kernel keeps a removed
         // key for files in use. The lock is held while the state is stored, so no writer
@@ -216,10 +230,6 @@ impl FsInner {
             }
         }
         self.require_key(dir)?;
-        if dir.flags() & rext4_format::inode::CASEFOLD_FL != 0 {
-            // Their entries carry a hash keyed by the directory's key (SipHash), not made here.
-            return Err(Error::NotSupported("new names in encrypted casefolded directories".into()));
-        }
         let disk = name.map(|n| self.disk_name(dir, n, fname::NameUse::Make)).transpose()?;
         let ctx = match kind {
             S_IFREG | S_IFDIR | S_IFLNK => {
@@ -261,7 +271,14 @@ impl FsInner {
         // The symlink's own key, from its new nonce; it has no record to be read from yet.
         let names = self.keyring.names_cipher(ctx, &self.sbi.sb.s_uuid);
         let generation = self.keyring.generation();
-        let crypt = InodeCrypt { ctx: Some(ctx.clone()), names, contents: None, ino: ino.0, generation };
+        let crypt = InodeCrypt {
+            ctx: Some(ctx.clone()),
+            names,
+            contents: None,
+            dirhash: None,
+            ino: ino.0,
+            generation,
+        };
         let ct = crypt.encrypt_name(target, self.sbi.block_size as usize - 3)?;
         // Cannot fail: at most a block less 3 bytes.
         let mut v = u16::try_from(ct.len()).expect("within a block").to_le_bytes().to_vec();

@@ -36,6 +36,10 @@ impl FsInner {
         if !ctx.policy_valid(self.sbi.block_size.trailing_zeros()) {
             return Err(Error::InvalidInput("an encryption policy the kernel does not take"));
         }
+        // `fscrypt_supported_v1_policy`: a casefolded directory's entries need a v2 key.
+        if !ctx.is_v2() && inode.flags() & rext4_format::inode::CASEFOLD_FL != 0 {
+            return Err(Error::InvalidInput("v1 encryption policies cannot casefold"));
+        }
         if !super::keysetup::policy_supported(&ctx) {
             return Err(Error::NotSupported(
                 "encryption modes other than AES-256-XTS and AES-256-CTS".into(),

@@ -57,9 +57,14 @@ impl FsInner {
         DirName { name, folded }
     }
 
-    /// The index hash of `name` in `dir` (the kernel's `ext4fs_dirhash`).
-    pub(crate) fn name_hash(&self, dir: &Inode, name: &[u8], algo: HashAlgo) -> DxHash {
-        dx_hash(self.dir_name(dir, name).canonical(), algo, self.sbi.hash_seed)
+    /// The index hash of on-disk name `name` in `dir` (the kernel's `ext4fs_dirhash`); in a
+    /// directory whose entries carry their hashes, SipHash of the decrypted name (`ENOKEY`
+    /// without the key; crypto/dirhash.rs).
+    pub(crate) fn name_hash(&self, dir: &Inode, name: &[u8], algo: HashAlgo) -> Result<DxHash> {
+        if self.hash_in_dirent(dir) {
+            return self.disk_name_siphash(dir, name);
+        }
+        Ok(dx_hash(self.dir_name(dir, name).canonical(), algo, self.sbi.hash_seed))
     }
 
     /// Whether a new entry `name` may go into `dir`: on strict-encoding images a casefolded

@@ -84,9 +84,9 @@ impl FsInner {
         mut f: impl FnMut(DirEntry, Option<u64>) -> bool,
     ) -> Result<()> {
         if pos & LINEAR_POS != 0 {
-            return self.readdir_linear(dir, pos & !LINEAR_POS, |mut e| {
+            return self.readdir_linear(dir, pos & !LINEAR_POS, |mut e, at| {
                 e.next |= LINEAR_POS;
-                f(e, None)
+                f(e, at)
             });
         }
         // What this call has handed out, in case the index turns out to be unusable midway.
@@ -133,13 +133,13 @@ impl FsInner {
             return Err(Error::Corrupt(Corrupt(CorruptKind::DirEntry { ino: dir.ino, block: None, what })));
         };
         let bs = u64::from(self.sbi.block_size);
-        self.readdir_linear(dir, 0, |mut e| {
+        self.readdir_linear(dir, 0, |mut e, at| {
             // A linear read reports the end of each record as its `next`.
             let lblk = e.next.saturating_sub(1) / bs;
             let off = crate::num::usize_from(e.next - lblk * bs);
             let given_here = u32::try_from(lblk).is_ok_and(|l| given.contains(&(l, off)));
             e.next |= LINEAR_POS;
-            given_here || f(e, None)
+            given_here || f(e, at)
         })
     }
 
@@ -213,7 +213,9 @@ impl FsInner {
     ) -> Result<Vec<(u32, u64, Where, DirEntry)>> {
         let d = buf.data();
         let mut v = Vec::new();
-        for e in DirBlockIter::new(self.leaf_entries(&d), self.sbi.block_size) {
+        let stored = self.hash_in_dirent(dir);
+        let area = self.leaf_entries(&d);
+        for e in DirBlockIter::new(area, self.sbi.block_size) {
             let Ok(e) = e else {
                 let what = "bad directory entry";
                 let block = Some(PhysBlock(buf.blk));
@@ -225,8 +227,14 @@ impl FsInner {
             let (major, p) = match e.name {
                 b"." if dots => (0, 0),
                 b".." if dots => (2, DOTDOT_POS),
+                // Entries that carry their hashes are listed by them.
+                _ if stored => {
+                    let (major, minor) =
+                        rext4_format::dirent::stored_hash(area, e.offset, e.name.len()).unwrap_or((0, 0));
+                    (major, hash2pos(major, minor))
+                }
                 n => {
-                    let h = self.name_hash(dir, n, algo);
+                    let h = self.name_hash(dir, n, algo)?;
                     (h.major, hash2pos(h.major, h.minor))
                 }
             };

@@ -146,10 +146,34 @@ impl FsInner {
         (self.sbi.block_size as usize - dx::ROOT_ENTRIES_OFFSET - tail) / dx::ENTRY_SIZE
     }
 
-    /// Entries that fit in an interior node (`dx_node_limit`).
-    fn dx_node_limit(&self) -> usize {
+    /// Entries that fit in an interior node of `dir` (`dx_node_limit`). The kernel takes the
+    /// node's empty entry to be as long as one of `dir`'s with no name, so where entries carry
+    /// their hashes a node holds one entry fewer; e2fsck writes such nodes without that, so
+    /// both are read ([`FsInner::dx_node_limit_ok`]).
+    fn dx_node_limit(&self, dir: &Inode) -> usize {
         let tail = if self.sbi.metadata_csum { dx::TAIL_SIZE } else { 0 };
-        (self.sbi.block_size as usize - dx::NODE_ENTRIES_OFFSET - tail) / dx::ENTRY_SIZE
+        (self.sbi.block_size as usize - dx::NODE_ENTRIES_OFFSET - self.dirent_extra(dir) - tail)
+            / dx::ENTRY_SIZE
+    }
+
+    /// Whether `limit` is a node's of `dir`: the kernel's, or e2fsck's where they differ.
+    fn dx_node_limit_ok(&self, dir: &Inode, limit: usize) -> bool {
+        let tail = if self.sbi.metadata_csum { dx::TAIL_SIZE } else { 0 };
+        limit == self.dx_node_limit(dir)
+            || self.hash_in_dirent(dir)
+                && limit == (self.sbi.block_size as usize - dx::NODE_ENTRIES_OFFSET - tail) / dx::ENTRY_SIZE
+    }
+
+    /// The hash an index of `dir` whose root names hash version `v` uses; `None` where the
+    /// index cannot be used. A directory whose entries carry their hashes takes version 6
+    /// (SipHash) and only it, another directory any but it (`dx_probe`); SipHash comes from
+    /// the key ([`FsInner::name_hash`]), so the algorithm returned for it only marks hashes
+    /// as this index's and is never run.
+    pub(super) fn dx_algo(&self, dir: &Inode, v: u8) -> Option<HashAlgo> {
+        if self.hash_in_dirent(dir) {
+            return (v == rext4_format::hash::DX_HASH_SIPHASH).then_some(HashAlgo::Legacy);
+        }
+        HashAlgo::for_dir(v, self.sbi.hash_unsigned)
     }
 
     /// Index blocks a path may have (root included): two, three with large_dir.
@@ -218,7 +242,7 @@ impl FsInner {
             if r.info.unused_flags & 1 != 0 {
                 return Ok(Err("htree root has unknown flags"));
             }
-            let Some(algo) = HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned) else {
+            let Some(algo) = self.dx_algo(dir, r.info.hash_version) else {
                 return Ok(Err("unknown htree hash version"));
             };
             if usize::from(r.entries.limit) != self.dx_root_limit() {
@@ -235,10 +259,14 @@ impl FsInner {
             (algo, usize::from(r.info.indirect_levels), level)
         };
         let hash = match key {
-            DxKey::Name(n) => self.name_hash(dir, n, algo),
-            DxKey::Hash(h) => DxHash { major: h, minor: 0 },
-            DxKey::Hashed(_, a, h) if a == algo => h,
-            DxKey::Hashed(n, _, _) => self.name_hash(dir, n, algo),
+            DxKey::Hash(h) => Ok(DxHash { major: h, minor: 0 }),
+            DxKey::Hashed(_, a, h) if a == algo => Ok(h),
+            DxKey::Name(n) | DxKey::Hashed(n, _, _) => self.name_hash(dir, n, algo),
+        };
+        let hash = match hash {
+            Ok(h) => h,
+            Err(Error::NoKey) => return Ok(Err("names hashed with a key that is not here")),
+            Err(e) => return Err(e),
         };
         let mut path = DxPath { levels: vec![level], algo, hash, leaf: 0, lo: 0 };
         loop {
@@ -281,7 +309,7 @@ impl FsInner {
             let Ok(e) = dx::parse_node(&d) else { return Ok(Err("bad htree node")) };
             (e.offset, e.len(), usize::from(e.limit))
         };
-        if limit != self.dx_node_limit() {
+        if !self.dx_node_limit_ok(dir, limit) {
             return Ok(Err("bad htree node limit"));
         }
         Ok(Ok(Level { buf, off, count, limit, at: 0 }))
@@ -373,7 +401,9 @@ impl FsInner {
         ft: u8,
         mut room: Option<Room>,
     ) -> Result<()> {
-        let need = fd::rec_len_for(name.len());
+        let extra = self.dirent_extra(dir);
+        let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
+        let need = fd::rec_len_for(name.len()) + extra;
         let area = self.entry_area();
         // At most a new level and a split of each node level come before the leaf split.
         for _ in 0..=2 * self.dx_max_levels() {
@@ -387,16 +417,19 @@ impl FsInner {
             // split moves names), else a scan here.
             let slot = match room.take() {
                 Some(r) if r.lblk == path.leaf => r.slot,
-                _ => self.leaf_slot(&leaf.data(), need),
+                _ => self.leaf_slot(&leaf.data(), need, extra),
             };
             if let Some(slot) = slot {
                 let mut b = h.write(&leaf)?;
                 // The directory's op_lock keeps its leaves as scanned; an O(1) check of the
                 // slot guards that, and a scan replaces it should it fail.
-                let slot =
-                    if self.slot_holds(&b[..area], slot) { Some(slot) } else { self.leaf_slot(&b, need) };
+                let slot = if self.slot_holds(&b[..area], slot, extra) {
+                    Some(slot)
+                } else {
+                    self.leaf_slot(&b, need, extra)
+                };
                 if let Some(slot) = slot {
-                    self.leaf_put(&mut b, slot, name, ino, ft);
+                    self.leaf_put(&mut b, slot, name, ino, ft, hash);
                     self.seal_leaf_in(dir, &leaf, &mut b);
                     return Ok(());
                 }
@@ -404,7 +437,7 @@ impl FsInner {
             let _moving = NamesMoving::new(dir);
             let last = path.levels.len() - 1;
             if path.levels[last].count < path.levels[last].limit {
-                return self.dx_split_leaf(h, dir, &path, &leaf, name, ino, ft);
+                return self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, hash));
             }
             // The deepest full node whose parent has room is split; if every node on the path
             // is full, the tree grows a level.
@@ -461,7 +494,7 @@ impl FsInner {
         put_entry(&mut b, 0, bs, 0, bs as usize, b"", 0);
         let off = dx::NODE_ENTRIES_OFFSET;
         b[off..off + entries.len()].copy_from_slice(entries);
-        put16(&mut b, off, self.dx_node_limit());
+        put16(&mut b, off, self.dx_node_limit(dir));
         put16(&mut b, off + 2, entries.len() / dx::ENTRY_SIZE);
         self.dx_seal(dir, &mut b);
         b
@@ -528,24 +561,30 @@ impl FsInner {
     /// by size moves to a new block entered in the leaf's parent under the first moved hash
     /// (plus the continuation bit when that hash also stays behind); then `name` goes to the
     /// half its hash belongs to.
-    #[allow(clippy::too_many_arguments)]
     fn dx_split_leaf(
         &self,
         h: &Handle,
         dir: &Inode,
         path: &DxPath,
         leaf: &Arc<Buffer>,
-        name: &[u8],
-        ino: InodeNo,
-        ft: u8,
+        (name, ino, ft, hash): (&[u8], InodeNo, u8, Option<DxHash>),
     ) -> Result<()> {
         let bs = self.sbi.block_size as usize;
         let src = leaf.data().to_vec();
-        let mut map: Vec<(u32, usize, usize)> = self
-            .leaf_iter(&src)
-            .filter(|e| e.inode != 0)
-            .map(|e| (self.name_hash(dir, e.name, path.algo).major, e.offset, fd::rec_len_for(e.name.len())))
-            .collect();
+        let extra = self.dirent_extra(dir);
+        let mut map = Vec::new();
+        for e in self.leaf_iter(&src).filter(|e| e.inode != 0) {
+            // Entries that carry their hashes move by them, and take them along.
+            let major = if extra > 0 {
+                let area = &src[..self.entry_area()];
+                fd::stored_hash(area, e.offset, e.name.len())
+                    .ok_or_else(|| self.dx_corrupt(dir, Some(leaf.blk), "entry without room for its hash"))?
+                    .0
+            } else {
+                self.name_hash(dir, e.name, path.algo)?.major
+            };
+            map.push((major, e.offset, fd::rec_len_for(e.name.len()) + extra));
+        }
         if map.is_empty() {
             return Err(self.dx_corrupt(dir, Some(leaf.blk), "full htree leaf without entries"));
         }
@@ -560,8 +599,9 @@ impl FsInner {
         self.dx_fill_leaf(&mut low, &src, &pick(&map[..split]));
         self.dx_fill_leaf(&mut high, &src, &pick(&map[split..]));
         let target = if path.hash.major >= hash2 { &mut high } else { &mut low };
-        let slot = self.leaf_slot(target, fd::rec_len_for(name.len())).ok_or(Error::NoSpace)?;
-        self.leaf_put(target, slot, name, ino, ft);
+        let slot =
+            self.leaf_slot(target, fd::rec_len_for(name.len()) + extra, extra).ok_or(Error::NoSpace)?;
+        self.leaf_put(target, slot, name, ino, ft, hash);
         self.seal_leaf(dir, &mut low);
         self.seal_leaf(dir, &mut high);
         h.write(&nbuf)?.copy_from_slice(&high);
@@ -633,7 +673,7 @@ impl FsInner {
             self.dx_probe(dir, DxKey::Name(name))?.map_err(|w| self.dx_corrupt(dir, Some(b0.blk), w))?;
         debug_assert_eq!(path.algo, algo);
         let leaf = self.dx_leaf_buf(dir, path.leaf)?;
-        self.dx_split_leaf(h, dir, &path, &leaf, name, ino, ft)
+        self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, None))
     }
 
     /// Points `..` of indexed `dir` (in the root block) at `ino`.

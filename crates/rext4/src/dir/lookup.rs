@@ -178,7 +178,7 @@ impl FsInner {
     fn search_leaf(&self, buf: &Buffer, name: &DirName<'_>, whole: bool) -> Option<InodeNo> {
         let data = buf.data();
         let area = if whole { &data[..] } else { self.leaf_entries(&data) };
-        let (hit, _) = rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), None);
+        let (hit, _) = rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), None, 0);
         hit.map(|h| InodeNo(h.inode))
     }
 
@@ -228,7 +228,8 @@ impl FsInner {
         if self.leaf_entries(&data).len() != area.len() {
             return (self.search_leaf(buf, name, false), None);
         }
-        match rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), Some(need)) {
+        // Only directories whose entries carry no hash come here (`ensure_absent`).
+        match rext4_format::dirent::probe_key(area, self.sbi.block_size, name.key(), Some(need), 0) {
             (Some(hit), _) => (Some(InodeNo(hit.inode)), None),
             (None, room) => (None, Some(room)),
         }
@@ -252,11 +253,15 @@ impl FsInner {
             if r.info.indirect_levels >= max {
                 return Err(DxFail::Fallback);
             }
-            let algo =
-                HashAlgo::for_dir(r.info.hash_version, self.sbi.hash_unsigned).ok_or(DxFail::Fallback)?;
+            let algo = self.dx_algo(dir, r.info.hash_version).ok_or(DxFail::Fallback)?;
             (algo, r.info.indirect_levels)
         };
-        let full = dx_hash(name.canonical(), algo, self.sbi.hash_seed);
+        let full = if self.hash_in_dirent(dir) {
+            // Without the key the index cannot be followed: searched linearly.
+            self.disk_name_siphash(dir, name.key().bytes()).map_err(|_| DxFail::Fallback)?
+        } else {
+            dx_hash(name.canonical(), algo, self.sbi.hash_seed)
+        };
         let hash = full.major;
         let mut frames = vec![Frame { buf: root, is_root: true, at: 0 }];
         self.dx_descend(dir, &mut frames, hash, usize::from(levels))?;

@@ -229,16 +229,19 @@ impl FsInner {
         if self.hash_order_readdir(dir) {
             return self.dx_readdir(dir, pos, f);
         }
-        self.readdir_linear(dir, pos, |e| f(e, None))
+        self.readdir_linear(dir, pos, f)
     }
 
-    /// `readdir` in block order, with byte positions.
+    /// `readdir` in block order, with byte positions; `f` also gets, in a directory whose
+    /// entries carry their hashes, the hash position of each entry's stored hash (which a
+    /// no-key name shows).
     pub(in crate::dir) fn readdir_linear(
         &self,
         dir: &Inode,
         pos: u64,
-        mut f: impl FnMut(DirEntry) -> bool,
+        mut f: impl FnMut(DirEntry, Option<u64>) -> bool,
     ) -> Result<()> {
+        let stored = self.hash_in_dirent(dir);
         let bs = u64::from(self.sbi.block_size);
         let size = dir.size();
         let mut pos = pos;
@@ -258,7 +261,7 @@ impl FsInner {
                 continue;
             };
             // Copy the block's entries out so no buffer lock is held while `f` runs.
-            let entries: Vec<DirEntry> = {
+            let entries: Vec<(DirEntry, Option<u64>)> = {
                 let data = buf.data();
                 let area = match kind {
                     // Of an index root only `.` and `..` are entries; interior nodes have none.
@@ -280,12 +283,16 @@ impl FsInner {
                         continue;
                     }
                     let next = block_start + e.offset as u64 + u64::from(e.rec_len);
-                    v.push(self.dir_entry(&e, next));
+                    let at = (stored && e.name != b"." && e.name != b"..")
+                        .then(|| fd::stored_hash(area, e.offset, e.name.len()))
+                        .flatten()
+                        .map(|(major, minor)| dx_readdir::hash_pos(major, minor));
+                    v.push((self.dir_entry(&e, next), at));
                 }
                 v
             };
-            for e in entries {
-                if !f(e) {
+            for (e, at) in entries {
+                if !f(e, at) {
                     return Ok(());
                 }
             }

@@ -16,6 +16,7 @@ use crate::fs::FsInner;
 use crate::inode::Inode;
 use crate::jbd2::transaction::Handle;
 use rext4_format::dirent::{self as fd, DirBlockIter};
+use rext4_format::hash::DxHash;
 use rext4_format::inode::EXTENTS_FL;
 use rext4_format::InodeNo;
 use zerocopy::IntoBytes;
@@ -24,9 +25,10 @@ use zerocopy::IntoBytes;
 /// whose slack (or, if unused, whole length) takes it.
 pub(crate) type Slot = fd::Room;
 
-/// The slot entry `e` offers an entry of `need` bytes, if it has room.
-pub(super) fn entry_slot(e: &fd::RawEntry<'_>, need: usize) -> Option<Slot> {
-    let room = fd::room_of((e.inode, e.rec_len as usize, e.name.len()), e.offset);
+/// The slot entry `e` offers an entry of `need` bytes, if it has room (`extra`: what each
+/// live entry carries past its name, `FsInner::dirent_extra`).
+pub(super) fn entry_slot(e: &fd::RawEntry<'_>, need: usize, extra: usize) -> Option<Slot> {
+    let room = fd::room_of((e.inode, e.rec_len as usize, e.name.len()), e.offset, extra);
     (room.1 >= room.2 + need).then_some(room)
 }
 
@@ -57,6 +59,13 @@ pub(crate) fn put_entry(
     };
     block[off..off + fd::HEADER_SIZE].copy_from_slice(h.as_bytes());
     block[off + fd::HEADER_SIZE..off + fd::HEADER_SIZE + name.len()].copy_from_slice(name);
+}
+
+/// Writes `hash` after the name (of `name_len` bytes) of the entry at `off` of `block`.
+pub(crate) fn put_hash(block: &mut [u8], off: usize, name_len: usize, hash: DxHash) {
+    let at = off + fd::rec_len_for(name_len);
+    block[at..at + 4].copy_from_slice(&hash.major.to_le_bytes());
+    block[at + 4..at + fd::HASH_LEN].copy_from_slice(&hash.minor.to_le_bytes());
 }
 
 impl FsInner {
@@ -139,25 +148,27 @@ impl FsInner {
     }
 
     /// Where in a leaf block an entry of `need` bytes fits: see [`FsInner::area_slot`].
-    pub(super) fn leaf_slot(&self, block: &[u8], need: usize) -> Option<Slot> {
-        self.area_slot(&block[..self.entry_area()], need)
+    pub(super) fn leaf_slot(&self, block: &[u8], need: usize, extra: usize) -> Option<Slot> {
+        self.area_slot(&block[..self.entry_area()], need, extra)
     }
 
     /// Where in an entry area an entry of `need` bytes fits: an entry whose slack (or, if
-    /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)`.
-    pub(super) fn area_slot(&self, area: &[u8], need: usize) -> Option<Slot> {
-        self.area_iter(area).find_map(|e| entry_slot(&e, need))
+    /// unused, whole length) holds it, as `(offset, rec_len, bytes in use, inode)` (`extra`:
+    /// see [`entry_slot`]).
+    pub(super) fn area_slot(&self, area: &[u8], need: usize, extra: usize) -> Option<Slot> {
+        self.area_iter(area).find_map(|e| entry_slot(&e, need, extra))
     }
 
     /// Whether `slot` still describes the entry at its offset of `area` (found by an earlier
     /// scan of the same block).
-    pub(super) fn slot_holds(&self, area: &[u8], slot: Slot) -> bool {
+    pub(super) fn slot_holds(&self, area: &[u8], slot: Slot, extra: usize) -> bool {
         let off = slot.0;
         fd::header_at(area, off, self.sbi.block_size)
-            .is_some_and(|h| fd::room_of(h, off) == slot && off + h.1 <= area.len())
+            .is_some_and(|h| fd::room_of(h, off, extra) == slot && off + h.1 <= area.len())
     }
 
-    /// Writes `name` -> `ino` into the slot `leaf_slot` found.
+    /// Writes `name` -> `ino` into the slot `leaf_slot` found, with the name's `hash` after it
+    /// in a directory whose entries carry theirs.
     pub(super) fn leaf_put(
         &self,
         block: &mut [u8],
@@ -165,14 +176,20 @@ impl FsInner {
         name: &[u8],
         ino: InodeNo,
         ft: u8,
+        hash: Option<DxHash>,
     ) {
         let bs = self.sbi.block_size;
         let ft = if self.sbi.filetype { ft } else { 0 };
-        if cur == 0 {
+        let at = if cur == 0 {
             put_entry(block, off, bs, ino.0, rec_len, name, ft);
+            off
         } else {
             block[off + 4..off + 6].copy_from_slice(&rec_len_disk(used, bs).to_le_bytes());
             put_entry(block, off + used, bs, ino.0, rec_len - used, name, ft);
+            off + used
+        };
+        if let Some(h) = hash {
+            put_hash(block, at, name.len(), h);
         }
     }
 
@@ -199,9 +216,11 @@ impl FsInner {
             if self.is_dx(dir) {
                 return self.dx_add_entry(h, dir, name, ino, ft, room);
             }
-            let need = fd::rec_len_for(name.len());
-            let fits = |area: &[u8]| self.area_slot(area, need);
-            let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft);
+            let extra = self.dirent_extra(dir);
+            let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
+            let need = fd::rec_len_for(name.len()) + extra;
+            let fits = |area: &[u8]| self.area_slot(area, need, extra);
+            let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft, hash);
             if self.edit_leaf(h, dir, name, fits, put)?.is_some() {
                 return Ok(());
             }
@@ -229,6 +248,9 @@ impl FsInner {
             let mut block = h.write(&buf)?;
             block.fill(0);
             put_entry(&mut block, 0, bs, ino.0, self.entry_area(), name, ft);
+            if let Some(h) = hash {
+                put_hash(&mut block, 0, name.len(), h);
+            }
             self.seal_leaf_in(dir, &buf, &mut block);
             Ok(())
         };
@@ -289,7 +311,7 @@ impl FsInner {
         let bs = self.sbi.block_size;
         let key = self.dir_name(dir, name);
         let find = |area: &[u8]| {
-            let hit = fd::probe_key(area, bs, key.key(), None).0?;
+            let hit = fd::probe_key(area, bs, key.key(), None, 0).0?;
             Some((hit.prev, hit.offset, hit.rec_len, hit.inode))
         };
         let remove = |block: &mut [u8], (prev, off, rec_len, ino): (Option<usize>, usize, usize, u32)| {
@@ -327,7 +349,7 @@ impl FsInner {
         let bs = self.sbi.block_size;
         let key = self.dir_name(dir, name);
         let find =
-            |area: &[u8]| fd::probe_key(area, bs, key.key(), None).0.map(|hit| (hit.offset, hit.inode));
+            |area: &[u8]| fd::probe_key(area, bs, key.key(), None, 0).0.map(|hit| (hit.offset, hit.inode));
         let set = |block: &mut [u8], (off, old): (usize, u32)| {
             block[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
             block[off + 7] = ft;

@@ -471,7 +471,11 @@ impl Fs {
     /// `casefold`): `Foo` there is the entry `foo`. A cache of names by their bytes (the
     /// kernel's, in front of the mount) must not keep this directory's.
     pub fn folds_names(&self, dir: InodeNo) -> bool {
-        self.inner.sbi.casefold && self.inner.iget_by_number(dir).is_ok_and(|d| self.inner.is_casefolded(&d))
+        self.inner.sbi.casefold
+            && self
+                .inner
+                .iget_by_number(dir)
+                .is_ok_and(|d| self.inner.is_casefolded(&d) || self.inner.hash_in_dirent(&d))
     }
 
     /// Looks `name` up in directory `dir`; returns the entry's inode attributes.

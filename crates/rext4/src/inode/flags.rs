@@ -136,8 +136,20 @@ impl FsInner {
         if mask_flags(inode.disk().file_type(), flags) != flags {
             return Err(Error::NotSupported("flag for this file type".into()));
         }
+        let casefold_changes = (inode.flags() ^ flags) & fi::CASEFOLD_FL != 0;
+        // `fscrypt_prepare_setflags`: an encrypted directory is casefolded only with its key,
+        // under a v2 policy (which gives the key its entries' hashes take).
+        if casefold_changes && flags & fi::CASEFOLD_FL != 0 && inode.flags() & fi::ENCRYPT_FL != 0 {
+            let crypt = self.inode_crypt(&inode)?;
+            if !crypt.has_key() {
+                return Err(Error::NoKey);
+            }
+            if !crypt.ctx.as_ref().is_some_and(rext4_format::fscrypt::Context::is_v2) {
+                return Err(Error::InvalidInput("v1 encryption policies cannot casefold"));
+            }
+        }
         // `ext4_ioctl_setflags`: how a directory compares names changes only while it has none.
-        if (inode.flags() ^ flags) & fi::CASEFOLD_FL != 0 {
+        if casefold_changes {
             if !self.sbi.casefold {
                 return Err(Error::NotSupported("casefolding without the casefold feature".into()));
             }
@@ -167,6 +179,10 @@ impl FsInner {
         self.mark_inode_dirty(&h, &inode, &mut raw)?;
         drop(raw);
         h.stop();
+        if casefold_changes {
+            // Derived again with (or without) the key of its entries' hashes.
+            inode.crypt.store(None);
+        }
         if !migrate {
             Ok(())
         } else if flags & fi::EXTENTS_FL != 0 {

@@ -143,7 +143,12 @@ impl FsInner {
                 return Err(Error::CrossPolicy);
             }
         }
-        let nn_disk = self.disk_name(&ndir, nn, NameUse::Make)?;
+        // A name replaced keeps its entry (in a casefolded directory, maybe another case of
+        // it); a new one is made from the name given.
+        let nn_disk = match nn_found {
+            Some(d) if dst.is_some() => d,
+            _ => self.disk_name(&ndir, nn, NameUse::Make)?,
+        };
         let (on, nn) = (&*on_disk, &*nn_disk);
         // Replacing a file by one written a moment ago (write a temporary, rename it over the
         // old): the new file's delayed writes go to the disk first, so that a crash after the
