@@ -8,7 +8,7 @@
 //!
 //! | with the key | without it (or with a policy this engine does not do) |
 //! |---|---|
-//! | names decrypted (AES-256-CTS) in listings, found by encrypting the name asked for | names shown as no-key names (base64url of the ciphertext, or of its start and a SHA-256 of the rest), found by them |
+//! | names decrypted (AES-256-CTS) in listings, found by encrypting the name asked for (in a casefolded directory, by decrypting entries from the name's hash, crypto/dirhash.rs) | names shown as no-key names (base64url of the ciphertext, or of its start and a SHA-256 of the rest), found by them |
 //! | contents decrypted (AES-256-XTS per data unit) | reads `ENOKEY` |
 //! | symlink targets decrypted | targets shown as no-key names |
 //!

@@ -24,7 +24,7 @@ use crate::jbd2::transaction::Handle;
 use rext4_format::dirent as fd;
 use rext4_format::dx;
 use rext4_format::hash::{DxHash, HashAlgo};
-use rext4_format::inode::{ENCRYPT_FL, INDEX_FL};
+use rext4_format::inode::INDEX_FL;
 use rext4_format::{InodeNo, PhysBlock};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -186,9 +186,10 @@ impl FsInner {
         HashAlgo::for_dir(self.sbi.sb.s_def_hash_version, self.sbi.hash_unsigned)
     }
 
-    /// Whether a full one-block directory may be turned into an indexed one.
-    pub(super) fn can_index(&self, dir: &Inode) -> bool {
-        self.sbi.dir_index && self.default_dx_hash().is_some() && dir.flags() & ENCRYPT_FL == 0
+    /// Whether a full one-block directory may be turned into an indexed one. An encrypted one
+    /// is hashed by its ciphertext names, or, casefolded, by the hashes its entries carry.
+    pub(super) fn can_index(&self) -> bool {
+        self.sbi.dir_index && self.default_dx_hash().is_some()
     }
 
     fn dx_corrupt(&self, dir: &Inode, block: Option<u64>, what: &'static str) -> Error {
@@ -623,9 +624,13 @@ impl FsInner {
         ft: u8,
     ) -> Result<()> {
         let bs = self.sbi.block_size;
-        let Some(algo) = self.default_dx_hash() else {
+        let Some(default) = self.default_dx_hash() else {
             return Err(Error::NotSupported("unknown default directory hash".into()));
         };
+        let extra = self.dirent_extra(dir);
+        let version =
+            if extra > 0 { rext4_format::hash::DX_HASH_SIPHASH } else { self.sbi.sb.s_def_hash_version };
+        let algo = self.dx_algo(dir, version).unwrap_or(default);
         let Some((_, b0)) = self.dir_block(dir, 0, DirBlockKind::Leaf)? else {
             return Err(self.dx_corrupt(dir, None, "first directory block is a hole"));
         };
@@ -639,7 +644,7 @@ impl FsInner {
             return Err(self.dx_corrupt(dir, Some(b0.blk), "invalid rec_len for '..'"));
         }
         let rest: Vec<(usize, usize)> =
-            it.filter(|e| e.inode != 0).map(|e| (e.offset, fd::rec_len_for(e.name.len()))).collect();
+            it.filter(|e| e.inode != 0).map(|e| (e.offset, fd::rec_len_for(e.name.len()) + extra)).collect();
         let _moving = NamesMoving::new(dir);
         let (leaf_lblk, lbuf) = self.dx_new_block(h, dir)?;
         let mut leaf = vec![0u8; bs as usize];
@@ -651,7 +656,7 @@ impl FsInner {
         root[..12].copy_from_slice(&src[..12]);
         put_entry(&mut root, 12, bs, dotdot.inode, bs as usize - 12, b"..", dotdot.file_type);
         let info = dx::ROOT_INFO_OFFSET;
-        root[info + 4] = self.sbi.sb.s_def_hash_version;
+        root[info + 4] = version;
         root[info + 5] = 8;
         let off = dx::ROOT_ENTRIES_OFFSET;
         put16(&mut root, off, self.dx_root_limit());
@@ -673,7 +678,8 @@ impl FsInner {
             self.dx_probe(dir, DxKey::Name(name))?.map_err(|w| self.dx_corrupt(dir, Some(b0.blk), w))?;
         debug_assert_eq!(path.algo, algo);
         let leaf = self.dx_leaf_buf(dir, path.leaf)?;
-        self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, None))
+        let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
+        self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, hash))
     }
 
     /// Points `..` of indexed `dir` (in the root block) at `ino`.

@@ -234,7 +234,7 @@ impl FsInner {
                 return self.add_entry(h, dir, name, ino, ft);
             }
             let nblocks = dir.size().div_ceil(u64::from(bs));
-            if nblocks == 1 && self.can_index(dir) {
+            if nblocks == 1 && self.can_index() {
                 return self.make_indexed_dir(h, dir, name, ino, ft);
             }
             // No room: a new block at the end.

@@ -21,6 +21,19 @@ fn casefolded_directories_through_the_mount() {
     let lsattr = std::process::Command::new("lsattr").arg("-d").arg(&d).output().unwrap();
     assert!(String::from_utf8_lossy(&lsattr.stdout).contains('F'), "lsattr shows +F");
 
+    case_semantics(&d);
+    let out = chattr("-F", &d);
+    assert!(!out.status.success(), "chattr -F on a non-empty directory");
+    // Elsewhere cases differ.
+    fs::write(m.join("a"), b"a").unwrap();
+    fs::write(m.join("A"), b"A").unwrap();
+    assert_eq!(fs::read(m.join("a")).unwrap(), b"a");
+    m.unmount();
+    e2fsck_clean(&img);
+}
+
+/// What any case of a name does in casefolded directory `d` (empty), through the mount.
+fn case_semantics(d: &std::path::Path) {
     // A name missed once (a negative entry) is found after another case of it is created.
     assert!(fs::metadata(d.join("notes.txt")).is_err());
     fs::write(d.join("NOTES.TXT"), b"one").unwrap();
@@ -48,12 +61,38 @@ fn casefolded_directories_through_the_mount() {
     fs::create_dir(d.join("Sub")).unwrap();
     fs::write(d.join("SUB").join("Deep"), b"deep").unwrap();
     assert_eq!(fs::read(d.join("sub").join("DEEP")).unwrap(), b"deep");
-    let out = chattr("-F", &d);
-    assert!(!out.status.success(), "chattr -F on a non-empty directory");
-    // Elsewhere cases differ.
-    fs::write(m.join("a"), b"a").unwrap();
-    fs::write(m.join("A"), b"A").unwrap();
-    assert_eq!(fs::read(m.join("a")).unwrap(), b"a");
+}
+
+/// An encrypted casefolded directory (its entries carry their hashes; made in process, the
+/// host's kernel having no casefolding) through the mount with its key: the same semantics.
+#[test]
+fn encrypted_casefolded_directories_through_the_mount() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = Image::ext4("64M").features("casefold,encrypt").build_in(dir.path(), "ecf.img");
+    let key: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(7)).collect();
+    let key_file = dir.path().join("key");
+    fs::write(&key_file, &key).unwrap();
+    {
+        let k = rext4::EncryptionKey::new(key.clone()).unwrap();
+        let o =
+            rext4::Options { writable: true, encryption_keys: vec![k.clone()], ..rext4::Options::default() };
+        let fs = rext4::Fs::open_with(&img, o).unwrap();
+        let d = fs.mkdir(fs.root(), b"Sec", 0o755, 0, 0).unwrap().ino;
+        fs.set_encryption_policy(d, &k, 32).unwrap();
+        fs.set_flags(d, fs.getattr(d).unwrap().flags | rext4::format::inode::CASEFOLD_FL).unwrap();
+        fs.unmount().unwrap();
+    }
+    let m = FuseMount::new(&img, &format!("rw,key={}", key_file.display()));
+    let d = m.join("Sec");
+    case_semantics(&d);
+    // Enough names to index it, each reached through another case.
+    for i in 0..300 {
+        fs::write(d.join(format!("Many-ǅ-{i}")), i.to_string()).unwrap();
+    }
+    for i in 0..300 {
+        assert_eq!(fs::read_to_string(d.join(format!("MANY-Ǆ-{i}"))).unwrap(), i.to_string());
+    }
     m.unmount();
     e2fsck_clean(&img);
 }
