@@ -334,10 +334,21 @@ fn encrypted_names_changed_with_and_without_keys() {
     fs.unlink(enc4, b"size-1").unwrap();
     fs.rmdir(fs.resolve("/enc4/sub/deeper", true).unwrap(), b"x").unwrap_err();
     fs.unlink(fs.resolve("/enc4/sub/deeper", true).unwrap(), b"x").unwrap();
+    // Grown past a block: indexed by the hashes of its ciphertext names, as the kernel does.
+    let grown = fs.mkdir(enc, b"grown", 0o755, 0, 0).unwrap().ino;
+    for i in 0..400 {
+        fs.create(grown, format!("entry-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    assert_ne!(fs.getattr(grown).unwrap().flags & rext4::format::inode::INDEX_FL, 0, "indexed");
+    for i in (0..400).step_by(3) {
+        fs.unlink(grown, format!("entry-{i:04}").as_bytes()).unwrap();
+    }
     fs.unmount().unwrap();
     drop(fs);
     e2fsck_clean(&img);
     with_keys_matches_kernel(&img, "after changes with keys");
+    let (k3, r3) = nokey_views(&img);
+    assert_same_views("an encrypted directory rext4 indexed, without keys", &k3, &r3);
     let fs = Fs::open_with(&img, with_keys(false)).unwrap();
     let mut b = vec![0u8; 4096];
     assert_eq!(fs.read(fs.resolve("/enc/renamed-within", true).unwrap(), 0, &mut b).unwrap(), 4096);
