@@ -326,6 +326,9 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     // An encrypted directory (`/enc`, made by rext4 under `fuzz_key`): contexts, encrypted
     // names (an indexed directory of them), contents and symlink targets among the targets.
     ("encrypt-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,^has_journal"], "2M"),
+    // Also an encrypted casefolded directory (`/encf`): entries that carry their hashes, an
+    // index of SipHash version.
+    ("encrypt-casefold-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,casefold,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -458,6 +461,16 @@ fn encrypt_dir(img: &Path) {
     let sub = fs.mkdir(enc, b"sub", 0o755, 0, 0).expect("mkdir").ino;
     for i in 0..60 {
         fs.create(sub, format!("entry-{i:03}").as_bytes(), 0o644, 0, 0).expect("create");
+    }
+    if fs.superblock().incompat().contains(rext4::format::features::Incompat::CASEFOLD) {
+        let encf = fs.mkdir(root, b"encf", 0o755, 0, 0).expect("mkdir /encf").ino;
+        let flags = fs.getattr(encf).expect("getattr").flags;
+        fs.set_flags(encf, flags | rext4::format::inode::CASEFOLD_FL).expect("chattr +F");
+        fs.set_encryption_policy(encf, &fuzz_key(), 0).expect("set the policy");
+        for i in 0..60 {
+            fs.create(encf, format!("Entry-ǅ-{i:03}").as_bytes(), 0o644, 0, 0).expect("create");
+        }
+        fs.symlink(encf, b"Link", "Entry-ǅ-000".as_bytes(), 0, 0).expect("symlink");
     }
     fs.unmount().expect("unmount");
 }
