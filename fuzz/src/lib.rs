@@ -328,7 +328,7 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("encrypt-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,^has_journal"], "2M"),
     // Also an encrypted casefolded directory (`/encf`): entries that carry their hashes, an
     // index of SipHash version.
-    ("encrypt-casefold-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,casefold,^has_journal"], "2M"),
+    ("encrypt-casefold-1k", &["-b", "1024", "-N", "512", "-O", "^metadata_csum,encrypt,casefold,^has_journal"], "2M"),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
@@ -466,10 +466,12 @@ fn encrypt_dir(img: &Path) {
         let encf = fs.mkdir(root, b"encf", 0o755, 0, 0).expect("mkdir /encf").ino;
         let flags = fs.getattr(encf).expect("getattr").flags;
         fs.set_flags(encf, flags | rext4::format::inode::CASEFOLD_FL).expect("chattr +F");
-        fs.set_encryption_policy(encf, &fuzz_key(), 0).expect("set the policy");
-        for i in 0..60 {
+        fs.set_encryption_policy(encf, &fuzz_key(), 32).expect("set the policy");
+        // Names padded to 32 bytes: 30 of them fill more than a 1 KiB block (indexed).
+        for i in 0..30 {
             fs.create(encf, format!("Entry-ǅ-{i:03}").as_bytes(), 0o644, 0, 0).expect("create");
         }
+        assert_ne!(fs.getattr(encf).expect("getattr").flags & rext4::format::inode::INDEX_FL, 0);
         fs.symlink(encf, b"Link", "Entry-ǅ-000".as_bytes(), 0, 0).expect("symlink");
     }
     fs.unmount().expect("unmount");

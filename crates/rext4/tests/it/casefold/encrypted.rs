@@ -4,6 +4,7 @@
 //! the hashes rext4 stored (its lookups compare them first); made from nothing by rext4.
 
 use super::dirs::many_names;
+use super::{list, same, section};
 use rext4::format::inode::{CASEFOLD_FL, ENCRYPT_FL, INDEX_FL};
 use rext4::{EncryptionKey, Error, Fs, InodeNo, Options};
 use rext4_testkit::{e2fsck_clean, require_vm, vm_run, Image};
@@ -36,24 +37,6 @@ fn shown(fs: &Fs, dir: InodeNo) -> BTreeSet<String> {
         .map(|e| String::from_utf8(e.name).unwrap())
         .filter(|n| n != "." && n != "..")
         .collect()
-}
-
-/// The lines of `out` between `start` and the next `end`.
-fn section(out: &str, start: &str, end: &str) -> BTreeSet<String> {
-    let a = out.find(start).unwrap_or_else(|| panic!("no {start} in:\n{out}")) + start.len();
-    let b = a + out[a..].find(end).unwrap_or_else(|| panic!("no {end} in:\n{out}"));
-    out[a..b].lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
-}
-
-fn same(what: &str, got: &BTreeSet<String>, want: &BTreeSet<String>) {
-    let extra: Vec<_> = got.difference(want).take(5).collect();
-    let missing: Vec<_> = want.difference(got).take(5).collect();
-    assert!(extra.is_empty() && missing.is_empty(), "{what}: unexpected {extra:?}, missing {missing:?}");
-}
-
-/// A script fragment listing `dir` between markers `tag`-BEGIN and `tag`-END.
-fn list(dir: &str, tag: &str) -> String {
-    format!("echo {tag}-BEGIN; for f in {dir}/*; do echo \"${{f##*/}}\"; done; echo {tag}-END\n")
 }
 
 /// Kernel-side probes: every line of `/probe` must name an entry of `dir`, none of `/gone`.

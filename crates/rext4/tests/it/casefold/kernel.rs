@@ -3,22 +3,11 @@
 //! what rext4 wrote and writes what rext4 then reads.
 
 use super::dirs::many_names;
+use super::{list, same, section};
 use rext4::format::inode::{CASEFOLD_FL, INDEX_FL};
 use rext4::{Error, Fs, Options};
 use rext4_testkit::{e2fsck_clean, require_vm, vm_run, Image};
 use std::collections::BTreeSet;
-
-/// What `ls -1` prints for `names`, in its order (bytes).
-fn listing(names: impl IntoIterator<Item = Vec<u8>>) -> BTreeSet<String> {
-    names.into_iter().map(|n| String::from_utf8(n).unwrap()).collect()
-}
-
-/// The lines between `start` and `end` markers of the VM's output.
-fn section(out: &str, start: &str, end: &str) -> BTreeSet<String> {
-    let a = out.find(start).unwrap_or_else(|| panic!("no {start} in:\n{out}")) + start.len();
-    let b = a + out[a..].find(end).unwrap_or_else(|| panic!("no {end} in:\n{out}"));
-    out[a..b].lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
-}
 
 #[test]
 fn the_kernel_reads_and_writes_what_rext4_does() {
@@ -47,9 +36,10 @@ fn the_kernel_reads_and_writes_what_rext4_does() {
     for n in all.iter().step_by(7) {
         probes.push_str(&format!("[ -f '/mnt/Big/{}' ] || echo 'MISSING {n}'\n", n.to_uppercase()));
     }
+    let listing_cmd = list("/mnt/Big", "LIST");
     let script = format!(
         "mount -t ext4 /dev/vda /mnt\n\
-         echo LIST-BEGIN; for f in /mnt/Big/*; do echo \"${{f##*/}}\"; done; echo LIST-END\n\
+         {listing_cmd}\
          cat '/mnt/Big/ÜNÏCODE/strasse.txt'; echo\n\
          vmtool get_flags '/mnt/Big/ünïcode'\n\
          {probes}\
@@ -63,14 +53,9 @@ fn the_kernel_reads_and_writes_what_rext4_does() {
     let out = vm_run(&script, &[&img], &[]).ok();
     assert!(!out.contains("MISSING"), "{out}");
     let listed = section(&out, "LIST-BEGIN\n", "LIST-END");
-    let mut want = listing(all.iter().map(|n| n.as_bytes().to_vec()));
+    let mut want: BTreeSet<String> = all.iter().cloned().collect();
     want.insert("Ünïcode".into());
-    let (extra, missing): (Vec<_>, Vec<_>) =
-        (listed.difference(&want).collect(), want.difference(&listed).collect());
-    assert!(
-        extra.is_empty() && missing.is_empty(),
-        "listed but not made: {extra:?}; made but not listed: {missing:?}"
-    );
+    same("the kernel's listing", &listed, &want);
     assert!(out.contains("folded\n"), "{out}");
     let flags = out.lines().find_map(|l| u32::from_str_radix(l.trim(), 16).ok()).expect("flags line");
     assert_ne!(flags & CASEFOLD_FL, 0, "a subdirectory inherits +F: {out}");
@@ -102,11 +87,11 @@ fn rext4_reads_and_changes_the_kernels_casefolded_directories() {
     let dir = tempfile::tempdir().unwrap();
     let img = Image::ext4("64M").features("casefold").build_in(dir.path(), "kcf");
     let all = many_names(900);
-    let list: String = all.iter().map(|n| format!("{n}\n")).collect();
+    let names_file: String = all.iter().map(|n| format!("{n}\n")).collect();
     let script = "mount -t ext4 /dev/vda /mnt\nmkdir /mnt/K\nvmtool set_flags /mnt/K 40000000\n\
                   while read -r n; do touch \"/mnt/K/$n\"; done < /names\n\
                   mkdir /mnt/K/Sub; echo data > /mnt/K/Sub/Ωmega\numount /mnt\n";
-    vm_run(script, &[&img], &[("names", list.as_bytes())]).ok();
+    vm_run(script, &[&img], &[("names", names_file.as_bytes())]).ok();
     e2fsck_clean(&img);
 
     let fs = Fs::open_with(&img, Options { writable: true, ..Options::default() }).unwrap();
