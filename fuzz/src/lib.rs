@@ -328,7 +328,11 @@ const VARIANTS: &[(&str, &[&str], &str)] = &[
     ("encrypt-1k", &["-b", "1024", "-O", "^metadata_csum,encrypt,^has_journal"], "2M"),
     // Also an encrypted casefolded directory (`/encf`): entries that carry their hashes, an
     // index of SipHash version.
-    ("encrypt-casefold-1k", &["-b", "1024", "-N", "512", "-O", "^metadata_csum,encrypt,casefold,^has_journal"], "2M"),
+    (
+        "encrypt-casefold-1k",
+        &["-b", "1024", "-N", "512", "-O", "^metadata_csum,encrypt,casefold,^has_journal"],
+        "2M",
+    ),
 ];
 
 /// The base images, made once per process (needs `mkfs.ext4`, `debugfs` and `e2fsck`).
