@@ -44,7 +44,7 @@ fn case_semantics(d: &std::path::Path) {
     assert_eq!(fs::read(d.join("NOTES.TXT")).unwrap(), b"two");
     let excl = OpenOptions::new().write(true).create_new(true).open(d.join("Notes.txt"));
     expect_errno(excl, libc::EEXIST, "O_EXCL on another case");
-    let listed: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let listed: Vec<_> = fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(listed, vec![std::ffi::OsString::from("NOTES.TXT")], "stored as first created");
 
     // Removed through one case: gone through every other the kernel had looked up.
@@ -55,7 +55,7 @@ fn case_semantics(d: &std::path::Path) {
     // Renamed by case: one inode's two names, so nothing changes (as on kernel ext4).
     fs::write(d.join("Straße"), b"x").unwrap();
     fs::rename(d.join("Straße"), d.join("STRASSE")).unwrap();
-    assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+    assert_eq!(fs::read_dir(d).unwrap().count(), 1);
     assert!(fs::metadata(d.join("strasse")).is_ok());
     // Subdirectories inherit the flag; the flag needs an empty directory.
     fs::create_dir(d.join("Sub")).unwrap();
