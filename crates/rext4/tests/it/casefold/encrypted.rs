@@ -189,6 +189,11 @@ fn encrypted_casefolded_directories_made_by_rext4() {
             let ino = fs.create(f, n.as_bytes(), 0o644, 0, 0).unwrap().ino;
             fs.write(ino, 0, n.as_bytes()).unwrap();
         }
+        // A subdirectory takes both, and its own key for its entries' hashes.
+        let sub = fs.mkdir(f, b"Sub", 0o755, 0, 0).unwrap().ino;
+        for i in 0..50 {
+            fs.create(sub, format!("Inner-ǅ-{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
         fs.create(g, "Ǆemal".as_bytes(), 0o644, 0, 0).unwrap();
         fs.symlink(g, b"To", "Ǆemal".as_bytes(), 0, 0).unwrap();
         assert!(fs.lookup(g, "ǆEMAL".as_bytes()).is_ok());
@@ -200,7 +205,8 @@ fn encrypted_casefolded_directories_made_by_rext4() {
         fs.unmount().unwrap();
     }
     e2fsck_clean(&img);
-    let probe: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
+    let probe: Vec<String> =
+        names.iter().map(|n| n.to_uppercase()).chain((0..50).map(|i| format!("sub/INNER-Ǆ-{i}"))).collect();
     let script = format!(
         "mount -t ext4 /dev/vda /mnt\nvmtool add_key /key /mnt >/dev/null\n{}\
          cat \"/mnt/F/{}\"; echo\n[ \"$(readlink /mnt/G/to)\" = Ǆemal ] || echo MISSING link\n\
