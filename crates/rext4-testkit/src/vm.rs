@@ -227,12 +227,11 @@ fn try_run(script: &str, disks: &[&Path], files: &[(&str, &[u8])]) -> Result<VmR
     for d in disks {
         cmd.arg("-drive").arg(format!("file={},format=raw,if=virtio,cache=unsafe", d.display()));
     }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
+    // QEMU's own complaints go to a file (a pipe nobody reads could fill and stall it).
+    let errors = dir.path().join("qemu-stderr");
+    let err_file = std::fs::File::create(&errors).map_err(|e| e.to_string())?;
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err_file).spawn().map_err(|e| e.to_string())?;
     let start = Instant::now();
     let limit = Duration::from_secs(600);
     loop {
@@ -250,7 +249,10 @@ fn try_run(script: &str, disks: &[&Path], files: &[(&str, &[u8])]) -> Result<VmR
     let text = std::fs::read_to_string(&out).unwrap_or_default().replace("\r\n", "\n");
     let Some(at) = text.rfind("VM-EXIT ") else {
         let con = std::fs::read_to_string(&console).unwrap_or_default();
-        return Err(format!("the script did not finish; its output:\n{text}\nconsole:\n{con}"));
+        let qemu = std::fs::read_to_string(&errors).unwrap_or_default();
+        return Err(format!(
+            "the script did not finish; its output:\n{text}\nconsole:\n{con}\nqemu:\n{qemu}"
+        ));
     };
     let status = text[at + 8..].trim().parse().map_err(|_| format!("bad exit line in:\n{text}"))?;
     Ok(VmRun { out: text[..at].to_string(), status })
