@@ -334,3 +334,47 @@ fn two_level_indexes_as_the_kernel_writes_them() {
     assert!(!out.contains("MISSING") && !out.contains("PRESENT"), "{out}");
     assert!(out.contains(&format!("COUNT {left}\n")), "{left}: {out}");
 }
+
+/// e2fsck's rebuild of a one-block encrypted casefolded directory (`-D`) gives `.` the length
+/// of an entry with a hash (20 bytes, where the kernel writes 12); when the directory then
+/// outgrows its block, rext4 still makes the index root with `..` at 12, and the kernel finds
+/// every name in it.
+#[test]
+fn a_directory_e2fsck_rebuilt_grows_into_an_index() {
+    require_vm!();
+    let dir = tempfile::tempdir().unwrap();
+    let img = Image::ext4("32M").block_size(4096).features("casefold,encrypt").build_in(dir.path(), "reb");
+    let key = EncryptionKey::new(KEY.to_vec()).unwrap();
+    let names: Vec<String> = (0..200).map(|i| format!("Rebuilt-ǅ-{i:03}")).collect();
+    {
+        let fs = Fs::open_with(&img, opts(true, true)).unwrap();
+        let d = fs.mkdir(fs.root(), b"D", 0o755, 0, 0).unwrap().ino;
+        fs.set_flags(d, fs.getattr(d).unwrap().flags | CASEFOLD_FL).unwrap();
+        fs.set_encryption_policy(d, &key, 32).unwrap();
+        for n in &names[..20] {
+            fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.unmount().unwrap();
+    }
+    rext4_testkit::e2fsck_reindex(&img);
+    e2fsck_clean(&img);
+    {
+        let fs = Fs::open_with(&img, opts(true, true)).unwrap();
+        let d = fs.lookup(fs.root(), b"D").unwrap().ino;
+        for n in &names[20..] {
+            fs.create(d, n.as_bytes(), 0o644, 0, 0).unwrap_or_else(|e| panic!("{n}: {e}"));
+        }
+        assert_ne!(fs.getattr(d).unwrap().flags & INDEX_FL, 0, "indexed");
+        fs.unmount().unwrap();
+    }
+    e2fsck_clean(&img);
+    let probe: Vec<String> = names.iter().map(|n| n.to_uppercase()).collect();
+    let script = format!(
+        "mount -t ext4 /dev/vda /mnt\nvmtool add_key /key /mnt >/dev/null\n{}touch /mnt/D/kernel\numount /mnt\n",
+        probes("/mnt/D")
+    );
+    let out =
+        vm_run(&script, &[&img], &[("key", &KEY), ("probe", &lines(probe)), ("gone", b"absent\n")]).ok();
+    assert!(!out.contains("MISSING") && !out.contains("PRESENT"), "{out}");
+    e2fsck_clean(&img);
+}
