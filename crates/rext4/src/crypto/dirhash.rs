@@ -81,22 +81,21 @@ impl FsInner {
         let key = crypt.dirhash.as_ref().ok_or(Error::NoKey)?;
         let want = name_siphash(key, name);
         let folded = casefold::fold(name);
-        let hashed = self.hash_order_readdir(dir);
-        let start = if hashed { crate::dir::dx_readdir::hash_pos(want.major, want.minor) } else { 0 };
-        let mut found = None;
-        self.readdir(dir, start, |e| {
-            if e.name != b"." && e.name != b".." {
-                if let Some(plain) = crypt.decrypt_name(&e.name) {
-                    if same_name(name, folded.as_deref(), &plain) {
-                        found = Some(e.name);
-                        return false;
-                    }
-                }
-            }
-            // Past the hash's entries (each reports its position, or the next, as `next`).
-            !hashed || e.next <= start + 1
-        })?;
-        found.ok_or(Error::NotFound)
+        self.find_at_hash(dir, Some((want.major, want.minor)), |de| {
+            de != b"."
+                && de != b".."
+                && crypt.decrypt_name(de).is_some_and(|p| same_name(name, folded.as_deref(), &p))
+        })
+    }
+
+    /// The hash a new entry named `disk` (ciphertext) stores in `dir`, if `dir`'s entries
+    /// carry theirs.
+    pub(crate) fn new_entry_hash(&self, dir: &Inode, disk: &[u8]) -> Result<Option<DxHash>> {
+        if self.hash_in_dirent(dir) {
+            self.disk_name_siphash(dir, disk).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }
 

@@ -244,16 +244,28 @@ impl FsInner {
         head: &[u8],
         sha: &[u8; 32],
     ) -> Result<Vec<u8>> {
-        let hashed = self.hash_order_readdir(dir) && major != 0;
-        let start = if hashed { crate::dir::dx_readdir::hash_pos(major, minor) } else { 0 };
+        self.find_at_hash(dir, (major != 0).then_some((major, minor)), |de| NoKey::matches(head, sha, de))
+    }
+
+    /// The on-disk name of the first entry of `dir` that `matches`: searched among the
+    /// entries of hash `hash` where the listing is in hash order, else through every entry.
+    /// `ENOENT` if none.
+    pub(crate) fn find_at_hash(
+        &self,
+        dir: &Inode,
+        hash: Option<(u32, u32)>,
+        mut matches: impl FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<u8>> {
+        let at = hash.filter(|_| self.hash_order_readdir(dir));
+        let start = at.map_or(0, |(major, minor)| crate::dir::dx_readdir::hash_pos(major, minor));
         let mut found = None;
         self.readdir(dir, start, |e| {
-            if NoKey::matches(head, sha, &e.name) {
+            if matches(&e.name) {
                 found = Some(e.name);
                 return false;
             }
             // Past the hash's entries (each reports its position, or the next, as `next`).
-            !hashed || e.next <= start + 1
+            at.is_none() || e.next <= start + 1
         })?;
         found.ok_or(Error::NotFound)
     }

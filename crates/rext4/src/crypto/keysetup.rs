@@ -269,7 +269,9 @@ impl Keyring {
     /// the directory's nonce, `fscrypt_derive_dirhash_key`), if its master key is here; v1
     /// policies have none (the kernel refuses them on casefolded directories).
     pub(crate) fn dirhash_key(&self, ctx: &Context) -> Option<Zeroizing<[u8; 16]>> {
-        let KeySpec::Identifier(_) = ctx.key else { return None };
+        if !ctx.is_v2() {
+            return None;
+        }
         let raw = self.keys.read().get(&ctx.key)?.raw.clone();
         let mut key = Zeroizing::new([0u8; 16]);
         hkdf_expand(&raw, HKDF_CONTEXT_DIRHASH_KEY, &[&ctx.nonce], &mut key[..]);

@@ -79,6 +79,10 @@ fn split_point(map: &[(u32, usize)], bs: usize) -> (usize, bool) {
     (split, split > 0 && map[split - 1].0 == map[split].0)
 }
 
+/// An entry to add: its on-disk name, inode, file type, and the hash it stores where the
+/// directory's entries carry theirs (`FsInner::new_entry_hash`).
+pub(super) type NewEntry<'a> = (&'a [u8], InodeNo, u8, Option<DxHash>);
+
 /// What a probe descends by.
 #[derive(Clone, Copy)]
 pub(super) enum DxKey<'a> {
@@ -397,13 +401,11 @@ impl FsInner {
         &self,
         h: &Handle,
         dir: &Inode,
-        name: &[u8],
-        ino: InodeNo,
-        ft: u8,
+        new: NewEntry<'_>,
         mut room: Option<Room>,
     ) -> Result<()> {
+        let (name, ino, ft, hash) = new;
         let extra = self.dirent_extra(dir);
-        let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
         let need = fd::rec_len_for(name.len()) + extra;
         let area = self.entry_area();
         // At most a new level and a split of each node level come before the leaf split.
@@ -438,7 +440,7 @@ impl FsInner {
             let _moving = NamesMoving::new(dir);
             let last = path.levels.len() - 1;
             if path.levels[last].count < path.levels[last].limit {
-                return self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, hash));
+                return self.dx_split_leaf(h, dir, &path, &leaf, new);
             }
             // The deepest full node whose parent has room is split; if every node on the path
             // is full, the tree grows a level.
@@ -568,7 +570,7 @@ impl FsInner {
         dir: &Inode,
         path: &DxPath,
         leaf: &Arc<Buffer>,
-        (name, ino, ft, hash): (&[u8], InodeNo, u8, Option<DxHash>),
+        (name, ino, ft, hash): NewEntry<'_>,
     ) -> Result<()> {
         let bs = self.sbi.block_size as usize;
         let src = leaf.data().to_vec();
@@ -615,14 +617,8 @@ impl FsInner {
     /// Turns full one-block directory `dir` into an indexed one and adds `name`
     /// (`make_indexed_dir`): its entries after `..` move to a new leaf, block 0 becomes the
     /// root (keeping `.` and `..`), and that leaf is split at once, as the kernel does.
-    pub(super) fn make_indexed_dir(
-        &self,
-        h: &Handle,
-        dir: &Inode,
-        name: &[u8],
-        ino: InodeNo,
-        ft: u8,
-    ) -> Result<()> {
+    pub(super) fn make_indexed_dir(&self, h: &Handle, dir: &Inode, new: NewEntry<'_>) -> Result<()> {
+        let name = new.0;
         let bs = self.sbi.block_size;
         let Some(default) = self.default_dx_hash() else {
             return Err(Error::NotSupported("unknown default directory hash".into()));
@@ -682,8 +678,7 @@ impl FsInner {
             self.dx_probe(dir, DxKey::Name(name))?.map_err(|w| self.dx_corrupt(dir, Some(b0.blk), w))?;
         debug_assert_eq!(path.algo, algo);
         let leaf = self.dx_leaf_buf(dir, path.leaf)?;
-        let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
-        self.dx_split_leaf(h, dir, &path, &leaf, (name, ino, ft, hash))
+        self.dx_split_leaf(h, dir, &path, &leaf, new)
     }
 
     /// Points `..` of indexed `dir` (in the root block) at `ino`.

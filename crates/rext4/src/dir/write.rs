@@ -213,11 +213,11 @@ impl FsInner {
         let _t = self.stats.time(crate::fs::stats::Op::AddEntry);
         let steps = || -> Result<()> {
             let bs = self.sbi.block_size;
+            let hash = self.new_entry_hash(dir, name)?;
             if self.is_dx(dir) {
-                return self.dx_add_entry(h, dir, name, ino, ft, room);
+                return self.dx_add_entry(h, dir, (name, ino, ft, hash), room);
             }
             let extra = self.dirent_extra(dir);
-            let hash = if extra > 0 { Some(self.disk_name_siphash(dir, name)?) } else { None };
             let need = fd::rec_len_for(name.len()) + extra;
             let fits = |area: &[u8]| self.area_slot(area, need, extra);
             let put = |area: &mut [u8], slot| self.leaf_put(area, slot, name, ino, ft, hash);
@@ -235,7 +235,7 @@ impl FsInner {
             }
             let nblocks = dir.size().div_ceil(u64::from(bs));
             if nblocks == 1 && self.can_index() {
-                return self.make_indexed_dir(h, dir, name, ino, ft);
+                return self.make_indexed_dir(h, dir, (name, ino, ft, hash));
             }
             // No room: a new block at the end.
             let ft = if self.sbi.filetype { ft } else { 0 };

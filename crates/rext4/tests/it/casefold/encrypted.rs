@@ -333,6 +333,7 @@ fn two_level_indexes_as_the_kernel_writes_them() {
         vm_run(&script, &[&img], &[("key", &KEY), ("probe", &lines(probe)), ("gone", &lines(gone))]).ok();
     assert!(!out.contains("MISSING") && !out.contains("PRESENT"), "{out}");
     assert!(out.contains(&format!("COUNT {left}\n")), "{left}: {out}");
+    assert_eq!(e2fsck_sees_only_a_node(&img, "/D"), kernel_node);
 }
 
 /// e2fsck's rebuild of a one-block encrypted casefolded directory (`-D`) gives `.` the length
